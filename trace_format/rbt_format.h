@@ -1,0 +1,508 @@
+/* rbt_format.h - the one public interface to rbtrace trace files.
+ *
+ * Only trace_format/ knows the bytes of a trace (see FORMAT.md). Everything else
+ * - the recorder in interpose/, the analyzer, the replayer, the CLI - speaks in the
+ * decoded events declared here.
+ *
+ * Every event type, and every field of every event, is written once in the lists
+ * below. They generate the C structs here and, inside trace_format/, the encoder,
+ * the decoder, the names and the text/JSON printers. Adding an event is one line in
+ * RBT_EVENT_LIST plus its field list; adding a field is one line at the END of a
+ * field list (older readers skip it, see FORMAT.md "Compatibility").
+ *
+ * Conventions of the decoded form:
+ * - every integer field is a uint64_t (or int64_t for kind I); handles are the
+ *   recording process's pointer values, only meaningful as identities;
+ * - timestamps (kind T) are raw ticks of the trace's clock (header.clock_hz);
+ * - strings are NUL-terminated, blobs are (pointer, length), arrays are
+ *   (pointer, count); all of them stay valid until the next rbt_reader_next().
+ *
+ * Errors are negative errno values; rbt_strerror() names them.
+ */
+#ifndef RBT_FORMAT_H
+#define RBT_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RBT_FORMAT_VERSION 1
+
+/* ---- field kinds -------------------------------------------------------------
+ * U  unsigned integer, uint64_t, LEB128 varint
+ * I  signed integer (return codes), int64_t, zigzag varint
+ * T  timestamp, uint64_t ticks, stored as a signed delta from the event's ts
+ * H  handle (recorded pointer), uint64_t, stored as a delta from the previous
+ *    handle of the same field in the chunk (zigzag varint)
+ * S  string, const char *, varint length + bytes
+ * B  blob, struct rbt_blob, varint length + bytes
+ * A  array of records of a sub-list, struct { uint32_t n; const T *v; }
+ */
+struct rbt_blob {
+	const uint8_t *data;
+	uint32_t len;
+};
+
+/* ---- sub-records (array elements) ------------------------------------------
+ * F(kind, name) a scalar/string/blob field; A(subrecord, name) an array.
+ */
+#define RBT_REC_sge(F, A) \
+	F(U, addr)        \
+	F(U, length)      \
+	F(U, lkey)
+
+/* One send work request, classic or built with the ibv_wr_* API. */
+#define RBT_REC_send_wr(F, A)                                              \
+	F(U, wr_id)                                                        \
+	F(U, opcode) /* enum ibv_wr_opcode */                              \
+	F(U, send_flags)                                                   \
+	F(U, imm_data) /* host order; invalidate_rkey for SEND_WITH_INV */ \
+	F(U, remote_addr)                                                  \
+	F(U, rkey)                                                         \
+	F(U, compare_add)                                                  \
+	F(U, swap)                                                         \
+	F(H, ah) /* UD */                                                  \
+	F(U, remote_qpn)                                                   \
+	F(U, remote_qkey)                                                  \
+	A(sge, sges)                                                       \
+	F(B, payload) /* only with payload capture on */
+
+#define RBT_REC_recv_wr(F, A) \
+	F(U, wr_id)           \
+	A(sge, sges)          \
+	F(B, payload) /* unused today: received bytes are captured in wcs */
+
+/* One completion. hw_ts is the NIC clock (0 when the CQ has none). */
+#define RBT_REC_wc(F, A)                              \
+	F(U, wr_id)                                   \
+	F(U, status) /* enum ibv_wc_status */         \
+	F(U, opcode) /* enum ibv_wc_opcode */         \
+	F(U, vendor_err)                              \
+	F(U, byte_len)                                \
+	F(U, imm_data) /* host order */               \
+	F(U, qp_num)                                  \
+	F(U, src_qp)                                  \
+	F(U, wc_flags)                                \
+	F(U, pkey_index)                              \
+	F(U, slid)                                    \
+	F(U, sl)                                      \
+	F(U, dlid_path_bits)                          \
+	F(U, hw_ts)   /* NIC clock ticks, 0 = none */ \
+	F(B, payload) /* received bytes, capture only */
+
+/* A stack frame: an instruction address; module_map events name the modules. */
+#define RBT_REC_frame(F, A) F(U, ip)
+
+/* Address vector, as in struct ibv_ah_attr (+ GRH). */
+#define RBT_AH_FIELDS(F)       \
+	F(U, ah_dlid)          \
+	F(U, ah_sl)            \
+	F(U, ah_src_path_bits) \
+	F(U, ah_static_rate)   \
+	F(U, ah_is_global)     \
+	F(B, ah_dgid)          \
+	F(U, ah_flow_label)    \
+	F(U, ah_sgid_index)    \
+	F(U, ah_hop_limit)     \
+	F(U, ah_traffic_class) \
+	F(U, ah_port_num)
+
+/* ---- events ---------------------------------------------------------------
+ * Every event also has the common header of struct rbt_event: type, stream (the
+ * recording thread's id) and ts (entry time). Calls carry ts_exit, ret (what the
+ * verb returned: 0/-errno style or a count) and err (errno after the call, 0 when
+ * the call succeeded).
+ *
+ * X(NAME, id, lname): id is on disk and never changes or gets reused.
+ */
+#define RBT_EVENT_LIST(X)                       \
+	X(THREAD, 1, thread)                    \
+	X(MODULE_MAP, 2, module_map)            \
+	X(STACK, 3, stack)                      \
+	X(CLOCK_SAMPLE, 4, clock_sample)        \
+	X(LOSS, 5, loss)                        \
+	X(NOTE, 6, note)                        \
+	X(DEVICE_LIST, 10, device_list)         \
+	X(DEVICE_OPEN, 11, device_open)         \
+	X(DEVICE_CLOSE, 12, device_close)       \
+	X(DEVICE_ATTR, 13, device_attr)         \
+	X(PORT_ATTR, 14, port_attr)             \
+	X(PD_ALLOC, 20, pd_alloc)               \
+	X(PD_DEALLOC, 21, pd_dealloc)           \
+	X(MR_REG, 22, mr_reg)                   \
+	X(MR_REREG, 23, mr_rereg)               \
+	X(MR_DEREG, 24, mr_dereg)               \
+	X(MW_ALLOC, 25, mw_alloc)               \
+	X(MW_DEALLOC, 26, mw_dealloc)           \
+	X(XRCD_OPEN, 27, xrcd_open)             \
+	X(XRCD_CLOSE, 28, xrcd_close)           \
+	X(CHANNEL_CREATE, 30, channel_create)   \
+	X(CHANNEL_DESTROY, 31, channel_destroy) \
+	X(CQ_CREATE, 32, cq_create)             \
+	X(CQ_RESIZE, 33, cq_resize)             \
+	X(CQ_DESTROY, 34, cq_destroy)           \
+	X(SRQ_CREATE, 35, srq_create)           \
+	X(SRQ_MODIFY, 36, srq_modify)           \
+	X(SRQ_DESTROY, 37, srq_destroy)         \
+	X(QP_CREATE, 40, qp_create)             \
+	X(QP_MODIFY, 41, qp_modify)             \
+	X(QP_QUERY, 42, qp_query)               \
+	X(QP_DESTROY, 43, qp_destroy)           \
+	X(AH_CREATE, 44, ah_create)             \
+	X(AH_DESTROY, 45, ah_destroy)           \
+	X(POST_SEND, 50, post_send)             \
+	X(POST_RECV, 51, post_recv)             \
+	X(POST_SRQ_RECV, 52, post_srq_recv)     \
+	X(POLL_CQ, 53, poll_cq)                 \
+	X(REQ_NOTIFY, 54, req_notify)           \
+	X(GET_CQ_EVENT, 55, get_cq_event)       \
+	X(ACK_CQ_EVENTS, 56, ack_cq_events)     \
+	X(ASYNC_EVENT, 57, async_event)
+
+/* A thread of the recording process (stream ids are these tids). */
+#define RBT_EV_thread(F, A) F(U, tid) F(S, name)
+
+/* The executable modules mapped at the time, for symbolising stacks. One event per
+ * module; emitted before the first stack that needs it. */
+#define RBT_EV_module_map(F, A) \
+	F(U, base) F(U, size) F(U, offset) F(S, path) F(S, build_id)
+
+/* A call stack, attached to the event just before it in the same stream whose type
+ * is ref_type. */
+#define RBT_EV_stack(F, A) F(U, ref_type) A(frame, frames)
+
+/* A pair of clock readings taken back to back: host ticks (the event ts), host
+ * CLOCK_MONOTONIC and CLOCK_REALTIME in ns, and the NIC clock of a device when
+ * one was read (ctx != 0, from ibv_query_rt_values_ex). */
+#define RBT_EV_clock_sample(F, A) \
+	F(H, ctx) F(U, mono_ns) F(U, real_ns) F(U, nic_ts) F(U, nic_hz)
+
+/* Events that the recorder could not keep (exact counts, per stream). */
+#define RBT_EV_loss(F, A) \
+	F(U, lost_stream) F(U, events) F(U, bytes) F(T, first_ts) F(T, last_ts)
+
+/* Something the recorder wants a reader to know (e.g. "mlx5dv data path not
+ * traced", "context layout not recognised"). level: 0 info, 1 warning. */
+#define RBT_EV_note(F, A) F(U, level) F(S, text)
+
+#define RBT_EV_device_list(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(S, names)
+
+#define RBT_EV_device_open(F, A)                                                 \
+	F(T, ts_exit)                                                            \
+	F(I, ret) F(U, err) F(H, ctx) F(S, name) F(U, node_guid) F(U, transport) \
+		F(U, node_type) F(U, num_comp_vectors) F(U, async_fd)
+
+#define RBT_EV_device_close(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, ctx)
+
+/* From ibv_query_device(_ex), recorded once per context (and on each query). */
+#define RBT_EV_device_attr(F, A)                                                         \
+	F(H, ctx)                                                                        \
+	F(S, fw_ver) F(U, vendor_id) F(U, vendor_part_id) F(U, max_mr_size) F(U, max_qp) \
+		F(U, max_qp_wr) F(U, max_sge) F(U, max_cq) F(U, max_cqe) F(U, max_mr)    \
+			F(U, max_pd) F(U, max_qp_rd_atom) F(U, max_qp_init_rd_atom)      \
+				F(U, max_srq) F(U, max_srq_wr) F(U, atomic_cap)          \
+					F(U, phys_port_cnt)                              \
+						F(U, completion_timestamp_mask)          \
+							F(U, hca_core_clock)             \
+								F(U, max_inline_data)
+
+#define RBT_EV_port_attr(F, A)                                                           \
+	F(H, ctx)                                                                        \
+	F(U, port) F(U, state) F(U, max_mtu) F(U, active_mtu) F(U, lid) F(U, sm_lid)     \
+		F(U, link_layer) F(U, gid_tbl_len) F(U, active_speed) F(U, active_width) \
+			F(B, gid0)
+
+#define RBT_EV_pd_alloc(F, A)	F(T, ts_exit) F(I, ret) F(U, err) F(H, ctx) F(H, pd)
+#define RBT_EV_pd_dealloc(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, pd)
+
+/* api: 0 ibv_reg_mr, 1 _iova, 2 _iova2, 3 dmabuf, 4 reg_dm_mr */
+#define RBT_EV_mr_reg(F, A)                                                      \
+	F(T, ts_exit)                                                            \
+	F(I, ret) F(U, err) F(H, pd) F(H, mr) F(U, addr) F(U, length) F(U, iova) \
+		F(U, access) F(U, lkey) F(U, rkey) F(U, api) F(U, dmabuf_fd)     \
+			F(U, dmabuf_offset)
+
+#define RBT_EV_mr_rereg(F, A)                                                     \
+	F(T, ts_exit)                                                             \
+	F(I, ret) F(U, err) F(H, mr) F(U, flags) F(H, pd) F(U, addr) F(U, length) \
+		F(U, access) F(U, lkey) F(U, rkey)
+
+#define RBT_EV_mr_dereg(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, mr)
+
+#define RBT_EV_mw_alloc(F, A) \
+	F(T, ts_exit) F(I, ret) F(U, err) F(H, pd) F(H, mw) F(U, mw_type) F(U, rkey)
+#define RBT_EV_mw_dealloc(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, mw)
+
+#define RBT_EV_xrcd_open(F, A) \
+	F(T, ts_exit) F(I, ret) F(U, err) F(H, ctx) F(H, xrcd) F(U, fd) F(U, oflags)
+#define RBT_EV_xrcd_close(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, xrcd)
+
+#define RBT_EV_channel_create(F, A) \
+	F(T, ts_exit) F(I, ret) F(U, err) F(H, ctx) F(H, channel) F(U, fd)
+#define RBT_EV_channel_destroy(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, channel)
+
+/* ex: created with ibv_create_cq_ex (wc_flags as asked). ts_source: how hw_ts
+ * of this CQ's completions is obtained, 0 none, 1 the app asked for completion
+ * timestamps, 2 the recorder added them (RBTRACE_NIC_TS). */
+#define RBT_EV_cq_create(F, A)                                                         \
+	F(T, ts_exit)                                                                  \
+	F(I, ret) F(U, err) F(H, ctx) F(H, cq) F(U, cqe_asked) F(U, cqe) F(H, channel) \
+		F(U, comp_vector) F(U, ex) F(U, wc_flags) F(U, flags) F(U, ts_source)
+
+#define RBT_EV_cq_resize(F, A)	F(T, ts_exit) F(I, ret) F(U, err) F(H, cq) F(U, cqe)
+#define RBT_EV_cq_destroy(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, cq)
+
+/* srq_type: enum ibv_srq_type; srqn for XRC SRQs. */
+#define RBT_EV_srq_create(F, A)                                           \
+	F(T, ts_exit)                                                     \
+	F(I, ret) F(U, err) F(H, pd) F(H, srq) F(U, max_wr) F(U, max_sge) \
+		F(U, srq_limit) F(U, srq_type) F(H, xrcd) F(H, cq) F(U, srqn)
+
+#define RBT_EV_srq_modify(F, A) \
+	F(T, ts_exit)           \
+	F(I, ret) F(U, err) F(H, srq) F(U, attr_mask) F(U, max_wr) F(U, srq_limit)
+#define RBT_EV_srq_destroy(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, srq)
+
+/* Caps are what the device granted (read back from the init attr). ex: made by
+ * ibv_create_qp_ex; send_ops_flags when it uses the ibv_wr_* API. */
+#define RBT_EV_qp_create(F, A)                                                     \
+	F(T, ts_exit)                                                              \
+	F(I, ret) F(U, err) F(H, ctx) F(H, pd) F(H, qp) F(U, qp_num) F(U, qp_type) \
+		F(H, send_cq) F(H, recv_cq) F(H, srq) F(H, xrcd) F(U, max_send_wr) \
+			F(U, max_recv_wr) F(U, max_send_sge) F(U, max_recv_sge)    \
+				F(U, max_inline_data) F(U, sq_sig_all) F(U, ex)    \
+					F(U, create_flags) F(U, send_ops_flags)
+
+/* Every ibv_modify_qp: the mask and all attributes (only those in the mask mean
+ * anything). */
+#define RBT_EV_qp_modify(F, A)                                                         \
+	F(T, ts_exit)                                                                  \
+	F(I, ret) F(U, err) F(H, qp) F(U, attr_mask) F(U, qp_state) F(U, cur_qp_state) \
+		F(U, path_mtu) F(U, qkey) F(U, rq_psn) F(U, sq_psn) F(U, dest_qp_num)  \
+			F(U, qp_access_flags) F(U, pkey_index) F(U, port_num)          \
+				F(U, max_rd_atomic) F(U, max_dest_rd_atomic)           \
+					F(U, min_rnr_timer) F(U, timeout)              \
+						F(U, retry_cnt) F(U, rnr_retry)        \
+							F(U, sq_draining)              \
+								F(U, rate_limit)       \
+									RBT_AH_FIELDS(F)
+
+/* ibv_query_qp: state and caps as the device reports them. */
+#define RBT_EV_qp_query(F, A)                                       \
+	F(T, ts_exit)                                               \
+	F(I, ret) F(U, err) F(H, qp) F(U, attr_mask) F(U, qp_state) \
+		F(U, max_inline_data) F(U, dest_qp_num) F(U, path_mtu)
+
+#define RBT_EV_qp_destroy(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, qp)
+
+#define RBT_EV_ah_create(F, A) \
+	F(T, ts_exit) F(I, ret) F(U, err) F(H, pd) F(H, ah) RBT_AH_FIELDS(F)
+#define RBT_EV_ah_destroy(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, ah)
+
+/* ret: what ibv_post_send returned (0 or an errno); bad_wr: index of *bad_wr in
+ * wrs when ret != 0. api: 0 classic post_send, 1 ibv_wr_* (wr_start ..
+ * wr_complete; ts is wr_start, ts_exit is wr_complete's return). */
+#define RBT_EV_post_send(F, A) \
+	F(T, ts_exit)          \
+	F(I, ret) F(H, qp) F(U, qp_num) F(U, bad_wr) F(U, api) A(send_wr, wrs)
+
+#define RBT_EV_post_recv(F, A) \
+	F(T, ts_exit) F(I, ret) F(H, qp) F(U, qp_num) F(U, bad_wr) A(recv_wr, wrs)
+
+#define RBT_EV_post_srq_recv(F, A) \
+	F(T, ts_exit) F(I, ret) F(H, srq) F(U, bad_wr) A(recv_wr, wrs)
+
+/* One ibv_poll_cq (asked = num_entries, ret = its return), or one extended poll
+ * session start_poll .. end_poll (api 1; asked 0; ret = completions or -errno).
+ * Empty polls are recorded too (the analyzer bounds completion times with them);
+ * consecutive empty polls of one CQ are folded into one event with count = N. */
+#define RBT_EV_poll_cq(F, A) \
+	F(T, ts_exit) F(I, ret) F(H, cq) F(U, asked) F(U, api) F(U, count) A(wc, wcs)
+
+#define RBT_EV_req_notify(F, A) F(T, ts_exit) F(I, ret) F(H, cq) F(U, solicited_only)
+
+#define RBT_EV_get_cq_event(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, channel) F(H, cq)
+
+#define RBT_EV_ack_cq_events(F, A) F(H, cq) F(U, nevents)
+
+/* ibv_get_async_event: event_type (enum ibv_event_type) and its element (a
+ * QP/CQ/SRQ handle, or the port number). */
+#define RBT_EV_async_event(F, A) \
+	F(T, ts_exit) F(I, ret) F(H, ctx) F(U, event_type) F(H, element) F(U, port)
+
+/* ---- generated structs ------------------------------------------------------ */
+#define RBT__CTYPE_U	       uint64_t
+#define RBT__CTYPE_I	       int64_t
+#define RBT__CTYPE_T	       uint64_t
+#define RBT__CTYPE_H	       uint64_t
+#define RBT__CTYPE_S	       const char *
+#define RBT__CTYPE_B	       struct rbt_blob
+#define RBT__FIELD(kind, name) RBT__CTYPE_##kind name;
+#define RBT__ARRAY(rec, name) \
+	uint32_t n_##name;    \
+	const struct rbt_##rec *name;
+
+struct rbt_sge {
+	RBT_REC_sge(RBT__FIELD, RBT__ARRAY)
+};
+struct rbt_send_wr {
+	RBT_REC_send_wr(RBT__FIELD, RBT__ARRAY)
+};
+struct rbt_recv_wr {
+	RBT_REC_recv_wr(RBT__FIELD, RBT__ARRAY)
+};
+struct rbt_wc {
+	RBT_REC_wc(RBT__FIELD, RBT__ARRAY)
+};
+struct rbt_frame {
+	RBT_REC_frame(RBT__FIELD, RBT__ARRAY)
+};
+
+#define RBT__EV_STRUCT(NAME, id, lname)                \
+	struct rbt_ev_##lname {                        \
+		RBT_EV_##lname(RBT__FIELD, RBT__ARRAY) \
+	};
+RBT_EVENT_LIST(RBT__EV_STRUCT)
+#undef RBT__EV_STRUCT
+
+enum rbt_event_type {
+	RBT_EV_NONE = 0,
+#define RBT__EV_ENUM(NAME, id, lname) RBT_EV_##NAME = id,
+	RBT_EVENT_LIST(RBT__EV_ENUM)
+#undef RBT__EV_ENUM
+		RBT_EV_MAX_ID = 63,
+};
+
+/* A decoded event. `type` selects the member of `u`. For an event type this
+ * reader does not know, type is its on-disk id and `u` is zero. */
+struct rbt_event {
+	uint32_t type;
+	uint32_t stream; /* recording thread id */
+	uint64_t ts;	 /* entry time, clock ticks */
+	union {
+#define RBT__EV_MEMBER(NAME, id, lname) struct rbt_ev_##lname lname;
+		RBT_EVENT_LIST(RBT__EV_MEMBER)
+#undef RBT__EV_MEMBER
+	} u;
+};
+
+/* "post_send" for RBT_EV_POST_SEND; NULL for an unknown id. */
+const char *rbt_event_name(uint32_t type);
+/* The id for a name as rbt_event_name() prints it, or 0. */
+uint32_t rbt_event_type_from_name(const char *name);
+
+/* ---- header ------------------------------------------------------------------ */
+
+/* Back-to-back readings of the trace clock and the host clocks. */
+struct rbt_clock_pair {
+	uint64_t ticks;	  /* trace clock (TSC or CLOCK_MONOTONIC ns, see clock_source) */
+	uint64_t mono_ns; /* CLOCK_MONOTONIC */
+	uint64_t real_ns; /* CLOCK_REALTIME */
+};
+
+enum rbt_clock_source {
+	RBT_CLOCK_TSC = 1,  /* x86 invariant TSC */
+	RBT_CLOCK_MONO = 2, /* CLOCK_MONOTONIC in ns (clock_hz = 1e9) */
+};
+
+struct rbt_header {
+	uint32_t version; /* filled in by the writer */
+	uint32_t pid;
+	uint32_t ppid;
+	uint32_t clock_source; /* enum rbt_clock_source */
+	uint64_t clock_hz;     /* ticks per second of the trace clock */
+	struct rbt_clock_pair start;
+	const char *host;
+	const char *cmdline; /* argv joined by spaces */
+	const char *tool;    /* "librbtrace 0.1" or the writing program */
+};
+
+/* Written by rbt_writer_close(): a file that has one was finished cleanly. */
+struct rbt_trailer {
+	struct rbt_clock_pair end;
+	uint64_t events;      /* events written, all streams */
+	uint64_t lost_events; /* the sum of the file's loss events */
+};
+
+/* ---- writer -------------------------------------------------------------------
+ * Not thread-safe: one thread (the recorder's background thread) owns a writer.
+ * Events go into the open chunk of the stream named at rbt_writer_begin_chunk();
+ * a chunk is compressed and written at rbt_writer_end_chunk() or when it reaches
+ * the chunk size. Files are created with mode 0600.
+ */
+struct rbt_writer;
+
+struct rbt_writer_opts {
+	size_t chunk_bytes; /* raw bytes per chunk before compression; 0 = 256 KiB */
+	int zstd_level;	    /* 0 = 3 */
+};
+
+int rbt_writer_open(const char *path, const struct rbt_header *hdr,
+		    const struct rbt_writer_opts *opts, struct rbt_writer **out);
+/* Same, on an open descriptor (the writer owns fd and closes it). */
+int rbt_writer_open_fd(int fd, const struct rbt_header *hdr,
+		       const struct rbt_writer_opts *opts, struct rbt_writer **out);
+int rbt_writer_begin_chunk(struct rbt_writer *w, uint32_t stream);
+int rbt_writer_append(struct rbt_writer *w, const struct rbt_event *ev);
+int rbt_writer_end_chunk(struct rbt_writer *w);
+/* Ends the open chunk, writes the trailer, fsyncs nothing, closes. NULL is fine.
+ * trailer may be NULL (the writer fills events; end clock pair left zero). */
+int rbt_writer_close(struct rbt_writer *w, const struct rbt_trailer *trailer);
+/* Bytes written to the file so far. */
+uint64_t rbt_writer_bytes(const struct rbt_writer *w);
+
+/* ---- reader -------------------------------------------------------------------
+ * Streams events in file order (chunk by chunk; within a chunk, in append order).
+ * Damage never stops the reader early when intact chunks follow: a bad chunk is
+ * skipped (resynchronising on the next chunk magic), counted and remembered.
+ */
+struct rbt_reader;
+
+struct rbt_reader_stats {
+	uint64_t chunks; /* intact chunks read so far */
+	uint64_t events;
+	uint64_t events_by_type[RBT_EV_MAX_ID + 1]; /* ids above go to [0] */
+	uint64_t bad_chunks;			    /* damaged chunks skipped */
+	uint64_t bad_bytes;			    /* bytes skipped as damaged */
+	uint64_t lost_events_in_bad_chunks; /* from their headers, when readable */
+	uint64_t first_damage_offset;	    /* valid when bad_chunks or truncated */
+	int truncated;			    /* the file ends inside a chunk */
+	int finished;			    /* a trailer was found */
+	uint64_t unknown_events; /* events of types this reader does not know */
+};
+
+int rbt_reader_open(const char *path, struct rbt_reader **out);
+/* From memory (fuzzers, tests); the buffer must outlive the reader. */
+int rbt_reader_open_mem(const void *buf, size_t len, struct rbt_reader **out);
+void rbt_reader_close(struct rbt_reader *r);
+const struct rbt_header *rbt_reader_header(const struct rbt_reader *r);
+/* 1 and *ev set: an event; 0: end of file; < 0: an error that ends reading. The
+ * event and everything it points to stay valid until the next call. */
+int rbt_reader_next(struct rbt_reader *r, const struct rbt_event **ev);
+/* Valid after rbt_reader_next() returned 0: the trailer, or NULL when the file
+ * was not finished cleanly. */
+const struct rbt_trailer *rbt_reader_trailer(const struct rbt_reader *r);
+const struct rbt_reader_stats *rbt_reader_stats(const struct rbt_reader *r);
+/* Describes the last damage or error seen, with its byte offset: "chunk at byte
+ * 1234: checksum mismatch". Empty string when none. */
+const char *rbt_reader_error(const struct rbt_reader *r);
+
+/* ---- helpers ------------------------------------------------------------------ */
+const char *rbt_strerror(int err);
+/* Ticks to ns since the header's start pair, using clock_hz. */
+double rbt_ticks_to_ns(const struct rbt_header *h, uint64_t ticks);
+
+/* Printers, generated from the lists: one line of text (no newline) or one JSON
+ * object, into buf; return the length they needed (snprintf-like). */
+size_t rbt_event_format_text(const struct rbt_header *h, const struct rbt_event *ev,
+			     char *buf, size_t len);
+size_t rbt_event_format_json(const struct rbt_header *h, const struct rbt_event *ev,
+			     char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
