@@ -166,7 +166,11 @@ struct rbt_blob {
 #define RBT_EV_thread(F, A) F(U, tid) F(S, name)
 
 /* The executable modules mapped at the time, for symbolising stacks. One event per
- * module; emitted before the first stack that needs it. */
+ * module; emitted before the first stack that needs it. The module's code is at
+ * [base, base + size) in the recording process, and ip - base + offset is the
+ * link-time virtual address of ip, the one the module's ELF symbol tables use
+ * (from dl_iterate_phdr: base = dlpi_addr + the first PT_LOAD's p_vaddr, offset =
+ * that p_vaddr). */
 #define RBT_EV_module_map(F, A) \
 	F(U, base) F(U, size) F(U, offset) F(S, path) F(S, build_id)
 
@@ -190,45 +194,58 @@ struct rbt_blob {
 
 #define RBT_EV_device_list(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(S, names)
 
-#define RBT_EV_device_open(F, A)                                                 \
-	F(T, ts_exit)                                                            \
-	F(I, ret) F(U, err) F(H, ctx) F(S, name) F(U, node_guid) F(U, transport) \
-		F(U, node_type) F(U, num_comp_vectors) F(U, async_fd)
+#define RBT_EV_device_open(F, A)                                               \
+	F(T, ts_exit)                                                          \
+	F(I, ret)                                                              \
+	F(U, err)                                                              \
+	F(H, ctx)                                                              \
+	F(S, name)                                                             \
+	F(U, node_guid) F(U, transport) F(U, node_type) F(U, num_comp_vectors) \
+		F(U, async_fd)
 
 #define RBT_EV_device_close(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, ctx)
 
 /* From ibv_query_device(_ex), recorded once per context (and on each query). */
 #define RBT_EV_device_attr(F, A)                                                         \
 	F(H, ctx)                                                                        \
-	F(S, fw_ver) F(U, vendor_id) F(U, vendor_part_id) F(U, max_mr_size) F(U, max_qp) \
-		F(U, max_qp_wr) F(U, max_sge) F(U, max_cq) F(U, max_cqe) F(U, max_mr)    \
-			F(U, max_pd) F(U, max_qp_rd_atom) F(U, max_qp_init_rd_atom)      \
-				F(U, max_srq) F(U, max_srq_wr) F(U, atomic_cap)          \
-					F(U, phys_port_cnt)                              \
-						F(U, completion_timestamp_mask)          \
-							F(U, hca_core_clock)             \
-								F(U, max_inline_data)
+	F(S, fw_ver)                                                                     \
+	F(U, vendor_id)                                                                  \
+	F(U, vendor_part_id)                                                             \
+	F(U, max_mr_size)                                                                \
+	F(U, max_qp) F(U, max_qp_wr) F(U, max_sge) F(U, max_cq) F(U, max_cqe)            \
+		F(U, max_mr) F(U, max_pd) F(U, max_qp_rd_atom) F(U, max_qp_init_rd_atom) \
+			F(U, max_srq) F(U, max_srq_wr) F(U, atomic_cap)                  \
+				F(U, phys_port_cnt) F(U, completion_timestamp_mask)      \
+					F(U, hca_core_clock) F(U, max_inline_data)
 
-#define RBT_EV_port_attr(F, A)                                                           \
-	F(H, ctx)                                                                        \
-	F(U, port) F(U, state) F(U, max_mtu) F(U, active_mtu) F(U, lid) F(U, sm_lid)     \
-		F(U, link_layer) F(U, gid_tbl_len) F(U, active_speed) F(U, active_width) \
-			F(B, gid0)
+#define RBT_EV_port_attr(F, A)                                                       \
+	F(H, ctx)                                                                    \
+	F(U, port)                                                                   \
+	F(U, state)                                                                  \
+	F(U, max_mtu)                                                                \
+	F(U, active_mtu)                                                             \
+	F(U, lid) F(U, sm_lid) F(U, link_layer) F(U, gid_tbl_len) F(U, active_speed) \
+		F(U, active_width) F(B, gid0)
 
 #define RBT_EV_pd_alloc(F, A)	F(T, ts_exit) F(I, ret) F(U, err) F(H, ctx) F(H, pd)
 #define RBT_EV_pd_dealloc(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, pd)
 
 /* api: 0 ibv_reg_mr, 1 _iova, 2 _iova2, 3 dmabuf, 4 reg_dm_mr */
-#define RBT_EV_mr_reg(F, A)                                                      \
-	F(T, ts_exit)                                                            \
-	F(I, ret) F(U, err) F(H, pd) F(H, mr) F(U, addr) F(U, length) F(U, iova) \
-		F(U, access) F(U, lkey) F(U, rkey) F(U, api) F(U, dmabuf_fd)     \
-			F(U, dmabuf_offset)
+#define RBT_EV_mr_reg(F, A)                                                             \
+	F(T, ts_exit)                                                                   \
+	F(I, ret)                                                                       \
+	F(U, err)                                                                       \
+	F(H, pd)                                                                        \
+	F(H, mr)                                                                        \
+	F(U, addr) F(U, length) F(U, iova) F(U, access) F(U, lkey) F(U, rkey) F(U, api) \
+		F(U, dmabuf_fd) F(U, dmabuf_offset)
 
-#define RBT_EV_mr_rereg(F, A)                                                     \
-	F(T, ts_exit)                                                             \
-	F(I, ret) F(U, err) F(H, mr) F(U, flags) F(H, pd) F(U, addr) F(U, length) \
-		F(U, access) F(U, lkey) F(U, rkey)
+#define RBT_EV_mr_rereg(F, A) \
+	F(T, ts_exit)         \
+	F(I, ret)             \
+	F(U, err)             \
+	F(H, mr)              \
+	F(U, flags) F(H, pd) F(U, addr) F(U, length) F(U, access) F(U, lkey) F(U, rkey)
 
 #define RBT_EV_mr_dereg(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, mr)
 
@@ -247,19 +264,27 @@ struct rbt_blob {
 /* ex: created with ibv_create_cq_ex (wc_flags as asked). ts_source: how hw_ts
  * of this CQ's completions is obtained, 0 none, 1 the app asked for completion
  * timestamps, 2 the recorder added them (RBTRACE_NIC_TS). */
-#define RBT_EV_cq_create(F, A)                                                         \
-	F(T, ts_exit)                                                                  \
-	F(I, ret) F(U, err) F(H, ctx) F(H, cq) F(U, cqe_asked) F(U, cqe) F(H, channel) \
-		F(U, comp_vector) F(U, ex) F(U, wc_flags) F(U, flags) F(U, ts_source)
+#define RBT_EV_cq_create(F, A)                                             \
+	F(T, ts_exit)                                                      \
+	F(I, ret)                                                          \
+	F(U, err)                                                          \
+	F(H, ctx)                                                          \
+	F(H, cq)                                                           \
+	F(U, cqe_asked) F(U, cqe) F(H, channel) F(U, comp_vector) F(U, ex) \
+		F(U, wc_flags) F(U, flags) F(U, ts_source)
 
 #define RBT_EV_cq_resize(F, A)	F(T, ts_exit) F(I, ret) F(U, err) F(H, cq) F(U, cqe)
 #define RBT_EV_cq_destroy(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, cq)
 
 /* srq_type: enum ibv_srq_type; srqn for XRC SRQs. */
-#define RBT_EV_srq_create(F, A)                                           \
-	F(T, ts_exit)                                                     \
-	F(I, ret) F(U, err) F(H, pd) F(H, srq) F(U, max_wr) F(U, max_sge) \
-		F(U, srq_limit) F(U, srq_type) F(H, xrcd) F(H, cq) F(U, srqn)
+#define RBT_EV_srq_create(F, A)                                                       \
+	F(T, ts_exit)                                                                 \
+	F(I, ret)                                                                     \
+	F(U, err)                                                                     \
+	F(H, pd)                                                                      \
+	F(H, srq)                                                                     \
+	F(U, max_wr) F(U, max_sge) F(U, srq_limit) F(U, srq_type) F(H, xrcd) F(H, cq) \
+		F(U, srqn)
 
 #define RBT_EV_srq_modify(F, A) \
 	F(T, ts_exit)           \
@@ -268,33 +293,40 @@ struct rbt_blob {
 
 /* Caps are what the device granted (read back from the init attr). ex: made by
  * ibv_create_qp_ex; send_ops_flags when it uses the ibv_wr_* API. */
-#define RBT_EV_qp_create(F, A)                                                     \
-	F(T, ts_exit)                                                              \
-	F(I, ret) F(U, err) F(H, ctx) F(H, pd) F(H, qp) F(U, qp_num) F(U, qp_type) \
-		F(H, send_cq) F(H, recv_cq) F(H, srq) F(H, xrcd) F(U, max_send_wr) \
-			F(U, max_recv_wr) F(U, max_send_sge) F(U, max_recv_sge)    \
-				F(U, max_inline_data) F(U, sq_sig_all) F(U, ex)    \
-					F(U, create_flags) F(U, send_ops_flags)
+#define RBT_EV_qp_create(F, A)                                                    \
+	F(T, ts_exit)                                                             \
+	F(I, ret)                                                                 \
+	F(U, err)                                                                 \
+	F(H, ctx)                                                                 \
+	F(H, pd)                                                                  \
+	F(H, qp) F(U, qp_num) F(U, qp_type) F(H, send_cq) F(H, recv_cq) F(H, srq) \
+		F(H, xrcd) F(U, max_send_wr) F(U, max_recv_wr) F(U, max_send_sge) \
+			F(U, max_recv_sge) F(U, max_inline_data) F(U, sq_sig_all) \
+				F(U, ex) F(U, create_flags) F(U, send_ops_flags)
 
 /* Every ibv_modify_qp: the mask and all attributes (only those in the mask mean
  * anything). */
-#define RBT_EV_qp_modify(F, A)                                                         \
-	F(T, ts_exit)                                                                  \
-	F(I, ret) F(U, err) F(H, qp) F(U, attr_mask) F(U, qp_state) F(U, cur_qp_state) \
-		F(U, path_mtu) F(U, qkey) F(U, rq_psn) F(U, sq_psn) F(U, dest_qp_num)  \
-			F(U, qp_access_flags) F(U, pkey_index) F(U, port_num)          \
-				F(U, max_rd_atomic) F(U, max_dest_rd_atomic)           \
-					F(U, min_rnr_timer) F(U, timeout)              \
-						F(U, retry_cnt) F(U, rnr_retry)        \
-							F(U, sq_draining)              \
-								F(U, rate_limit)       \
-									RBT_AH_FIELDS(F)
+#define RBT_EV_qp_modify(F, A)                                                        \
+	F(T, ts_exit)                                                                 \
+	F(I, ret)                                                                     \
+	F(U, err)                                                                     \
+	F(H, qp)                                                                      \
+	F(U, attr_mask)                                                               \
+	F(U, qp_state) F(U, cur_qp_state) F(U, path_mtu) F(U, qkey) F(U, rq_psn)      \
+		F(U, sq_psn) F(U, dest_qp_num) F(U, qp_access_flags) F(U, pkey_index) \
+			F(U, port_num) F(U, max_rd_atomic) F(U, max_dest_rd_atomic)   \
+				F(U, min_rnr_timer) F(U, timeout) F(U, retry_cnt)     \
+					F(U, rnr_retry) F(U, sq_draining)             \
+						F(U, rate_limit) RBT_AH_FIELDS(F)
 
 /* ibv_query_qp: state and caps as the device reports them. */
-#define RBT_EV_qp_query(F, A)                                       \
-	F(T, ts_exit)                                               \
-	F(I, ret) F(U, err) F(H, qp) F(U, attr_mask) F(U, qp_state) \
-		F(U, max_inline_data) F(U, dest_qp_num) F(U, path_mtu)
+#define RBT_EV_qp_query(F, A) \
+	F(T, ts_exit)         \
+	F(I, ret)             \
+	F(U, err)             \
+	F(H, qp)              \
+	F(U, attr_mask)       \
+	F(U, qp_state) F(U, max_inline_data) F(U, dest_qp_num) F(U, path_mtu)
 
 #define RBT_EV_qp_destroy(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, qp)
 
@@ -472,6 +504,9 @@ struct rbt_reader_stats {
 	int truncated;			    /* the file ends inside a chunk */
 	int finished;			    /* a trailer was found */
 	uint64_t unknown_events; /* events of types this reader does not know */
+	/* damaged regions whose chunk header was unreadable: the events they held
+	 * are lost but not counted in lost_events_in_bad_chunks */
+	uint64_t unreadable_regions;
 };
 
 int rbt_reader_open(const char *path, struct rbt_reader **out);

@@ -1,0 +1,392 @@
+/* analyzer_util.c - the analyzer's small containers: a uint64 map, FIFO rings, growable
+ * strings, the log-bucketed histogram and the rate series.
+ *
+ * These are on the per-event path: no allocation except when a container grows, and
+ * nothing here may depend on the trace's length.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyzer/analyzer_internal.h"
+
+#define AN_EMPTY_KEY UINT64_MAX
+
+static inline uint32_t an_hash(uint64_t k)
+{
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdULL;
+	k ^= k >> 33;
+	return (uint32_t)k;
+}
+
+void *an_map_get(const struct an_map *m, uint64_t key)
+{
+	if (!m->cap)
+		return NULL;
+	uint32_t mask = m->cap - 1;
+	for (uint32_t i = an_hash(key) & mask;; i = (i + 1) & mask) {
+		if (!m->vals[i])
+			return NULL;
+		if (m->keys[i] == key)
+			return m->vals[i];
+	}
+}
+
+static int an_map_grow(struct an_map *m)
+{
+	uint32_t ncap = m->cap ? m->cap * 2 : 16;
+	uint64_t *nk = calloc(ncap, sizeof(*nk));
+	void **nv = calloc(ncap, sizeof(*nv));
+	if (!nk || !nv) {
+		free(nk);
+		free(nv);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < m->cap; i++) {
+		if (!m->vals[i])
+			continue;
+		uint32_t j = an_hash(m->keys[i]) & (ncap - 1);
+		while (nv[j])
+			j = (j + 1) & (ncap - 1);
+		nk[j] = m->keys[i];
+		nv[j] = m->vals[i];
+	}
+	free(m->keys);
+	free(m->vals);
+	m->keys = nk;
+	m->vals = nv;
+	m->cap = ncap;
+	return 0;
+}
+
+/* Replaces the value of an existing key (a handle reused after destroy). */
+int an_map_put(struct an_map *m, uint64_t key, void *val)
+{
+	if ((m->n + 1) * 4 > m->cap * 3) {
+		int r = an_map_grow(m);
+		if (r)
+			return r;
+	}
+	uint32_t mask = m->cap - 1;
+	uint32_t i = an_hash(key) & mask;
+	while (m->vals[i] && m->keys[i] != key)
+		i = (i + 1) & mask;
+	if (!m->vals[i])
+		m->n++;
+	m->keys[i] = key;
+	m->vals[i] = val;
+	return 0;
+}
+
+/* Backward-shift deletion keeps probing chains intact without tombstones. */
+void *an_map_del(struct an_map *m, uint64_t key)
+{
+	if (!m->cap)
+		return NULL;
+	uint32_t mask = m->cap - 1;
+	uint32_t i = an_hash(key) & mask;
+	while (m->vals[i] && m->keys[i] != key)
+		i = (i + 1) & mask;
+	if (!m->vals[i])
+		return NULL;
+	void *old = m->vals[i];
+	m->vals[i] = NULL;
+	m->n--;
+	uint32_t j = i;
+	for (;;) {
+		j = (j + 1) & mask;
+		if (!m->vals[j])
+			break;
+		uint32_t home = an_hash(m->keys[j]) & mask;
+		/* move j back to i when its home is not in (i, j] cyclically */
+		bool move = (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
+		if (move) {
+			m->keys[i] = m->keys[j];
+			m->vals[i] = m->vals[j];
+			m->vals[j] = NULL;
+			i = j;
+		}
+	}
+	return old;
+}
+
+void an_map_free(struct an_map *m)
+{
+	free(m->keys);
+	free(m->vals);
+	memset(m, 0, sizeof(*m));
+}
+
+/* ---- rings ---- */
+
+void *an_ring_at(struct an_ring *r, uint32_t i)
+{
+	return (char *)r->v + (size_t)((r->head + i) & (r->cap - 1)) * r->elem;
+}
+
+void *an_ring_push(struct an_ring *r)
+{
+	if (r->n == r->cap) {
+		uint32_t ncap = r->cap ? r->cap * 2 : 16;
+		char *nv = malloc((size_t)ncap * r->elem);
+		if (!nv)
+			return NULL;
+		for (uint32_t i = 0; i < r->n; i++)
+			memcpy(nv + (size_t)i * r->elem, an_ring_at(r, i), r->elem);
+		free(r->v);
+		r->v = nv;
+		r->cap = ncap;
+		r->head = 0;
+	}
+	void *slot = an_ring_at(r, r->n);
+	r->n++;
+	return slot;
+}
+
+void an_ring_drop(struct an_ring *r, uint32_t n)
+{
+	if (n > r->n)
+		n = r->n;
+	r->head = (r->head + n) & (r->cap ? r->cap - 1 : 0);
+	r->n -= n;
+}
+
+void an_ring_remove(struct an_ring *r, uint32_t i)
+{
+	if (i == 0) {
+		an_ring_drop(r, 1);
+		return;
+	}
+	for (uint32_t k = i; k + 1 < r->n; k++)
+		memcpy(an_ring_at(r, k), an_ring_at(r, k + 1), r->elem);
+	r->n--;
+}
+
+/* ---- strings ---- */
+
+void an_str_printf(struct an_str *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int need = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (need < 0)
+		return;
+	if (b->len + need + 1 > b->cap) {
+		size_t ncap = (b->len + need + 1) * 2;
+		char *ns = realloc(b->s, ncap);
+		if (!ns)
+			return;
+		b->s = ns;
+		b->cap = ncap;
+	}
+	va_start(ap, fmt);
+	vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+	va_end(ap);
+	b->len += need;
+}
+
+void an_str_free(struct an_str *b)
+{
+	free(b->s);
+	memset(b, 0, sizeof(*b));
+}
+
+char *an_strdup(const char *s)
+{
+	return strdup(s ? s : "");
+}
+
+void an_json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+		switch (*p) {
+		case '"':
+			fputs("\\\"", f);
+			break;
+		case '\\':
+			fputs("\\\\", f);
+			break;
+		case '\n':
+			fputs("\\n", f);
+			break;
+		case '\t':
+			fputs("\\t", f);
+			break;
+		default:
+			if (*p < 0x20)
+				fprintf(f, "\\u%04x", *p);
+			else
+				fputc(*p, f);
+		}
+	}
+	fputc('"', f);
+}
+
+/* ---- histogram ----
+ * Values below AN_HIST_SUB are exact (octave 0); above, each power of two is split
+ * into AN_HIST_SUB equal buckets, so a bucket is at most 1/64 of its value wide. */
+
+static inline void an_hist_index(uint64_t v, uint32_t *oct, uint32_t *sub)
+{
+	if (v < AN_HIST_SUB) {
+		*oct = 0;
+		*sub = (uint32_t)v;
+		return;
+	}
+	uint32_t e = 63 - __builtin_clzll(v); /* >= SUB_BITS */
+	*oct = e - AN_HIST_SUB_BITS + 1;
+	*sub = (uint32_t)(v >> (e - AN_HIST_SUB_BITS)) - AN_HIST_SUB;
+}
+
+static void an_hist_range(uint32_t oct, uint32_t sub, double *lo, double *hi)
+{
+	if (oct == 0) {
+		*lo = sub;
+		*hi = sub + 1;
+		return;
+	}
+	uint32_t shift = oct - 1;
+	double w = (double)(1ULL << shift);
+	*lo = (double)(AN_HIST_SUB + sub) * w;
+	*hi = *lo + w;
+}
+
+void an_hist_add_n(struct an_hist *h, uint64_t v, uint64_t n)
+{
+	uint32_t o, s;
+	an_hist_index(v, &o, &s);
+	if (!h->oct[o]) {
+		h->oct[o] = calloc(AN_HIST_SUB, sizeof(uint64_t));
+		if (!h->oct[o])
+			return;
+	}
+	h->oct[o][s] += n;
+	if (!h->count || v < h->min)
+		h->min = v;
+	if (v > h->max)
+		h->max = v;
+	h->count += n;
+	h->sum += v * n;
+}
+
+void an_hist_merge(struct an_hist *dst, const struct an_hist *src)
+{
+	if (!src->count)
+		return;
+	for (uint32_t o = 0; o < AN_HIST_OCT; o++) {
+		if (!src->oct[o])
+			continue;
+		if (!dst->oct[o]) {
+			dst->oct[o] = calloc(AN_HIST_SUB, sizeof(uint64_t));
+			if (!dst->oct[o])
+				continue;
+		}
+		for (uint32_t s = 0; s < AN_HIST_SUB; s++)
+			dst->oct[o][s] += src->oct[o][s];
+	}
+	if (!dst->count || src->min < dst->min)
+		dst->min = src->min;
+	if (src->max > dst->max)
+		dst->max = src->max;
+	dst->count += src->count;
+	dst->sum += src->sum;
+}
+
+double an_hist_quantile(const struct an_hist *h, double q)
+{
+	if (!h->count)
+		return 0;
+	uint64_t rank = (uint64_t)(q * (double)h->count + 0.999999);
+	if (rank < 1)
+		rank = 1;
+	if (rank > h->count)
+		rank = h->count;
+	uint64_t cum = 0;
+	for (uint32_t o = 0; o < AN_HIST_OCT; o++) {
+		if (!h->oct[o])
+			continue;
+		for (uint32_t s = 0; s < AN_HIST_SUB; s++) {
+			cum += h->oct[o][s];
+			if (cum >= rank) {
+				double lo, hi;
+				an_hist_range(o, s, &lo, &hi);
+				double mid = o == 0 ? lo : (lo + hi) / 2;
+				if (mid < (double)h->min)
+					mid = (double)h->min;
+				if (mid > (double)h->max)
+					mid = (double)h->max;
+				return mid;
+			}
+		}
+	}
+	return (double)h->max;
+}
+
+bool an_hist_next_bucket(const struct an_hist *h, uint32_t *idx, double *lo, double *hi,
+			 uint64_t *n)
+{
+	for (uint32_t i = *idx; i < AN_HIST_OCT * AN_HIST_SUB; i++) {
+		uint32_t o = i / AN_HIST_SUB, s = i % AN_HIST_SUB;
+		if (!h->oct[o]) {
+			i = (o + 1) * AN_HIST_SUB - 1;
+			continue;
+		}
+		if (!h->oct[o][s])
+			continue;
+		an_hist_range(o, s, lo, hi);
+		*n = h->oct[o][s];
+		*idx = i + 1;
+		return true;
+	}
+	*idx = AN_HIST_OCT * AN_HIST_SUB;
+	return false;
+}
+
+void an_hist_summary(const struct an_hist *h, struct rbt_phase_summary *s)
+{
+	s->count = h->count;
+	s->p50 = an_hist_quantile(h, 0.50);
+	s->p90 = an_hist_quantile(h, 0.90);
+	s->p99 = an_hist_quantile(h, 0.99);
+	s->p999 = an_hist_quantile(h, 0.999);
+	s->max = (double)h->max;
+	s->mean = h->count ? (double)h->sum / (double)h->count : 0;
+}
+
+void an_hist_free(struct an_hist *h)
+{
+	for (uint32_t o = 0; o < AN_HIST_OCT; o++)
+		free(h->oct[o]);
+	memset(h, 0, sizeof(*h));
+}
+
+/* ---- rate series ---- */
+
+void an_rate_add(struct an_rate *r, uint64_t t, uint64_t wrs, uint64_t bytes)
+{
+	if (!r->started) {
+		r->started = true;
+		r->t0 = t;
+		r->shift = 20; /* bins of 2^20 ns (about 1 ms), doubled as needed */
+		r->width = 1ull << r->shift;
+	}
+	if (t < r->t0)
+		t = r->t0; /* slight reordering across threads */
+	uint64_t bin = (t - r->t0) >> r->shift;
+	while (bin >= AN_RATE_BINS) {
+		for (uint32_t i = 0; i < AN_RATE_BINS / 2; i++) {
+			r->wrs[i] = r->wrs[2 * i] + r->wrs[2 * i + 1];
+			r->bytes[i] = r->bytes[2 * i] + r->bytes[2 * i + 1];
+		}
+		memset(r->wrs + AN_RATE_BINS / 2, 0, sizeof(r->wrs) / 2);
+		memset(r->bytes + AN_RATE_BINS / 2, 0, sizeof(r->bytes) / 2);
+		r->shift++;
+		r->width = 1ull << r->shift;
+		bin = (t - r->t0) >> r->shift;
+	}
+	r->wrs[bin] += wrs;
+	r->bytes[bin] += bytes;
+}

@@ -1,0 +1,148 @@
+/* rbt_analyzer.h - the one public interface of rbtrace's analyzer (`rbtrace report`).
+ *
+ * The analyzer reads the decoded events of one or more traces (trace_format's reader)
+ * and attributes every work request's time to its post, NIC and poll phases, keeps
+ * statistics per process / QP / opcode / size class in log-bucketed histograms, and
+ * diagnoses the RDMA problems it can prove from the events. Memory grows with the
+ * work outstanding and the number of resources, never with the trace's length.
+ *
+ * It must never exit, print outside the FILE * it is given (and the progress line on
+ * stderr when asked), or trust an event: every field may be garbage in a damaged trace.
+ * Functions return 0 or a negative errno.
+ */
+#ifndef RBT_ANALYZER_H
+#define RBT_ANALYZER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "trace_format/rbt_format.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct rbt_analyzer;
+
+struct rbt_analyzer_opts {
+	/* When set, a Perfetto / Chrome trace-event JSON document is streamed here while
+	 * the events are analysed (it is completed by rbt_analyzer_finish()). */
+	FILE *perfetto;
+	/* Show a progress bar on stderr (the CLI sets it when stderr is a terminal and
+	 * the traces are long); progress_bytes: their total size, for the fraction. */
+	int progress;
+	uint64_t progress_bytes;
+};
+
+int rbt_analyzer_create(const struct rbt_analyzer_opts *opts, struct rbt_analyzer **out);
+/* NULL is fine. */
+void rbt_analyzer_destroy(struct rbt_analyzer *an);
+
+/* Low-level feeding, for tests and embedders: declare every trace first (its header
+ * is copied; name labels it in the report), then feed each trace's events in its file
+ * order. Returns the trace's index (>= 0) or -errno. */
+int rbt_analyzer_add_trace(struct rbt_analyzer *an, const struct rbt_header *hdr,
+			   const char *name);
+int rbt_analyzer_feed(struct rbt_analyzer *an, int trace, const struct rbt_event *ev);
+/* Tells the analyzer what the reader saw about a trace's integrity (damage, loss). */
+void rbt_analyzer_set_reader_stats(struct rbt_analyzer *an, int trace,
+				   const struct rbt_reader_stats *st, int finished);
+
+/* Opens the files, reads them together (merged by their aligned clocks, so the
+ * two ends of a connection are joined while their work is outstanding) and feeds
+ * every event. On error, errbuf names the file and the problem. */
+int rbt_analyzer_run_files(struct rbt_analyzer *an, const char *const *paths, int n,
+			   char *errbuf, size_t errlen);
+
+/* After the last event: cross-trace pairing, diagnosis, the end of the Perfetto
+ * stream. Call once. */
+int rbt_analyzer_finish(struct rbt_analyzer *an);
+
+/* Outputs (after finish). The JSON schema and every number are described in
+ * docs/report.md. */
+int rbt_analyzer_write_text(struct rbt_analyzer *an, FILE *out);
+int rbt_analyzer_write_json(struct rbt_analyzer *an, FILE *out);
+int rbt_analyzer_write_html(struct rbt_analyzer *an, FILE *out);
+
+/* ---- results, for tests and embedders ------------------------------------------ */
+
+enum rbt_severity {
+	RBT_SEV_INFO = 0,
+	RBT_SEV_WARNING = 1,
+	RBT_SEV_ERROR = 2,
+};
+
+struct rbt_finding {
+	int severity;	      /* enum rbt_severity */
+	const char *code;     /* stable id: "qp_error", "rnr_retry_exceeded", ... */
+	const char *title;    /* one line */
+	const char *evidence; /* the events that prove it, one per line */
+	const char *advice;   /* what to change */
+	int trace;	      /* index of the trace, -1 when it spans several */
+	uint32_t qp_num;      /* 0 when not about one QP */
+	double time_ns;	      /* of the proving event, ns since the trace's start */
+};
+
+/* The findings, most severe first; valid until destroy. Returns the count. */
+int rbt_analyzer_findings(const struct rbt_analyzer *an, const struct rbt_finding **out);
+
+enum rbt_phase {
+	RBT_PHASE_POST = 0,	/* share of the post call */
+	RBT_PHASE_NIC,		/* post return -> completion (NIC ts mapped to host) */
+	RBT_PHASE_POLL,		/* completion -> return of the poll that handed it */
+	RBT_PHASE_E2E,		/* post share + NIC + poll */
+	RBT_PHASE_NIC_LO,	/* without NIC ts: lower bound of the NIC phase */
+	RBT_PHASE_NIC_HI,	/* ... upper bound */
+	RBT_PHASE_POLL_HI,	/* ... upper bound of the poll phase (lower is 0) */
+	RBT_PHASE_RECV_WAIT,	/* receive: post_recv return -> poll that returned it */
+	RBT_PHASE_RECV_POLL,	/* receive: completion (NIC ts) -> poll return */
+	RBT_PHASE_RECV_POLL_HI, /* ... upper bound without NIC ts */
+	RBT_PHASE_COUNT
+};
+
+struct rbt_phase_summary {
+	uint64_t count;
+	double p50, p90, p99, p999, max, mean; /* ns */
+};
+
+/* Percentiles of a phase over the completed WRs of trace `trace` (-1: all traces),
+ * QP `qp_num` (0: all QPs) and opcode `opcode` (an enum ibv_wr_opcode value, 128 for
+ * receives, -1: all). Returns 0, or -ENOENT when nothing matched. */
+int rbt_analyzer_phase(const struct rbt_analyzer *an, int trace, uint32_t qp_num,
+		       int opcode, enum rbt_phase phase, struct rbt_phase_summary *out);
+
+struct rbt_analyzer_counts {
+	uint64_t events;
+	uint64_t wrs_completed; /* send WRs attributed (incl. unsignaled) */
+	uint64_t wrs_nic_exact; /* ... with a NIC timestamp */
+	uint64_t wrs_bounded;	/* ... with a bound only */
+	uint64_t recvs_completed;
+	uint64_t unmatched_completions; /* completions whose post was never seen */
+	uint64_t outstanding_at_end;	/* posted WRs never completed */
+	uint64_t nic_outside_bound;	/* NIC ts mapped outside [post, poll] */
+	uint64_t peak_tracked_wrs;	/* most WRs held at once (memory) */
+};
+void rbt_analyzer_counts(const struct rbt_analyzer *an, struct rbt_analyzer_counts *out);
+
+/* The clock model of a trace's NIC clock (the first device with samples). */
+struct rbt_clock_fit {
+	uint64_t samples;
+	double ns_per_nic_tick; /* fitted slope, host ns per NIC tick */
+	double max_residual_ns; /* largest |prediction - sample| of the model as used */
+	double rms_residual_ns; /* of the final least-squares fit */
+};
+int rbt_analyzer_clock_fit(const struct rbt_analyzer *an, int trace,
+			   struct rbt_clock_fit *out);
+
+/* Round trips measured on connected QP pairs across traces (see docs/report.md). */
+struct rbt_roundtrip_summary {
+	uint64_t count;
+	double rtt_p50, local_post_p50, remote_app_p50, nic_wire_p50; /* ns */
+};
+int rbt_analyzer_roundtrip(const struct rbt_analyzer *an, int trace, uint32_t qp_num,
+			   struct rbt_roundtrip_summary *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,313 @@
+/* interpose_bench.c - what librbtrace.so adds to a post and a poll, in ns per call,
+ * against the same loop untraced in the same process and beside the floor (one
+ * TSC read and one 64-byte store); then ib_write_bw's message rate over softnic,
+ * traced vs untraced.
+ *
+ * The device is tests/progs/interpose_fakeverbs (a libibverbs.so.1 whose post and
+ * poll return at once), so that the shim's own cost shows. One context is opened
+ * through the shim (traced: its ops are patched), a second one straight from the
+ * fake library (untraced); the loops are identical inline ibv_post_send /
+ * ibv_poll_cq calls. The bench re-executes itself with LD_PRELOAD and
+ * LD_LIBRARY_PATH set (paths next to bazel-bin/bench/). It prints numbers, never
+ * pass/fail.
+ *
+ *   bazel build -c opt //bench:interpose_bench //interpose:librbtrace.so \
+ *       //tests:progs/fakeverbs/libibverbs.so.1 //softnic:libibverbs.so.1
+ *   bazel-bin/bench/interpose_bench [--no-perftest]
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include <infiniband/verbs.h>
+
+static char self_dir[PATH_MAX];
+
+static void find_self(void)
+{
+	ssize_t n = readlink("/proc/self/exe", self_dir, sizeof(self_dir) - 1);
+
+	if (n <= 0) {
+		strcpy(self_dir, ".");
+		return;
+	}
+	self_dir[n] = 0;
+	char *s = strrchr(self_dir, '/');
+	if (s)
+		*s = 0;
+}
+
+static double now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+struct side {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_mr *mr;
+	struct ibv_cq *cq_empty, *cq_one, *cq_16;
+	struct ibv_qp *qp;
+};
+
+static char buf[4096];
+
+static void make_side(struct side *s, struct ibv_context *ctx)
+{
+	struct ibv_qp_init_attr ia = { 0 };
+
+	s->ctx = ctx;
+	s->pd = ibv_alloc_pd(ctx);
+	s->mr = ibv_reg_mr(s->pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	/* The fake makes cqe >= 1000000 a CQ that returns cqe - 1000000 entries. */
+	s->cq_empty = ibv_create_cq(ctx, 1000000, NULL, NULL, 0);
+	s->cq_one = ibv_create_cq(ctx, 1000001, NULL, NULL, 0);
+	s->cq_16 = ibv_create_cq(ctx, 1000016, NULL, NULL, 0);
+	ia.send_cq = ia.recv_cq = s->cq_empty;
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = 1024;
+	ia.cap.max_send_sge = 1;
+	s->qp = ibv_create_qp(s->pd, &ia);
+	if (!s->pd || !s->mr || !s->cq_empty || !s->cq_one || !s->cq_16 || !s->qp) {
+		fprintf(stderr, "interpose_bench: fake device setup failed\n");
+		exit(1);
+	}
+}
+
+enum op { OP_POST1, OP_POST8, OP_POLL0, OP_POLL1, OP_POLL16, OP_FLOOR, OP_N };
+static const char *op_name[OP_N] = { "post_send, 1 WR",	     "post_send, chain of 8",
+				     "poll_cq, empty",	     "poll_cq, 1 completion",
+				     "poll_cq, 16 completions", "floor: rdtsc + 64 B store" };
+
+static uint8_t floor_ring[1 << 20] __attribute__((aligned(64)));
+
+/* ns per call of `iters` back-to-back calls. */
+static double run_op(struct side *s, enum op op, long iters)
+{
+	struct ibv_sge sge = { (uintptr_t)buf, 64, s->mr ? s->mr->lkey : 0 };
+	struct ibv_send_wr wr[8], *bad;
+	struct ibv_wc wc[16];
+	volatile long sink = 0;
+
+	memset(wr, 0, sizeof(wr));
+	for (int i = 0; i < 8; i++) {
+		wr[i].wr_id = i;
+		wr[i].sg_list = &sge;
+		wr[i].num_sge = 1;
+		wr[i].opcode = IBV_WR_SEND;
+		wr[i].next = i < 7 ? &wr[i + 1] : NULL;
+	}
+	double t0 = now_ns();
+	switch (op) {
+	case OP_POST1:
+		wr[0].next = NULL;
+		for (long i = 0; i < iters; i++)
+			sink += ibv_post_send(s->qp, wr, &bad);
+		break;
+	case OP_POST8:
+		for (long i = 0; i < iters; i++)
+			sink += ibv_post_send(s->qp, wr, &bad);
+		break;
+	case OP_POLL0:
+		for (long i = 0; i < iters; i++)
+			sink += ibv_poll_cq(s->cq_empty, 16, wc);
+		break;
+	case OP_POLL1:
+		for (long i = 0; i < iters; i++)
+			sink += ibv_poll_cq(s->cq_one, 16, wc);
+		break;
+	case OP_POLL16:
+		for (long i = 0; i < iters; i++)
+			sink += ibv_poll_cq(s->cq_16, 16, wc);
+		break;
+	case OP_FLOOR:
+		for (long i = 0; i < iters; i++) {
+			uint64_t rec[8] = { __rdtsc(), (uint64_t)i, 1, 2, 3, 4, 5, 6 };
+			memcpy(floor_ring + ((i * 64) & (sizeof(floor_ring) - 1)), rec, 64);
+			__asm__ volatile("" ::: "memory");
+		}
+		break;
+	default:
+		break;
+	}
+	double t1 = now_ns();
+	(void)sink;
+	return (t1 - t0) / iters;
+}
+
+/* Median over reps of bursts short enough to fit the recorder's ring, with a
+ * pause between bursts so the background thread drains: the cost on the
+ * application's thread. */
+static double burst(struct side *s, enum op op)
+{
+	enum { REPS = 31 };
+	double v[REPS];
+	long iters = op == OP_POST8 || op == OP_POLL16 ? 1000 : 5000;
+
+	run_op(s, op, iters); /* warm */
+	for (int r = 0; r < REPS; r++) {
+		struct timespec d = { 0, 12 * 1000000 };
+		nanosleep(&d, NULL);
+		v[r] = run_op(s, op, iters);
+	}
+	qsort(v, REPS, sizeof(v[0]), cmp_d);
+	return v[REPS / 2];
+}
+
+static void micro(void)
+{
+	struct side traced, plain;
+	int n = 0;
+	struct ibv_device **l = ibv_get_device_list(&n);
+
+	if (!l || n < 1) {
+		fprintf(stderr, "interpose_bench: no device (fake libibverbs not found?)\n");
+		exit(1);
+	}
+	/* Traced: through the shim's ibv_open_device, which patches the ops. */
+	struct ibv_context *c1 = ibv_open_device(l[0]);
+	/* Untraced: the fake library's own ibv_open_device, behind the shim's back. */
+	void *h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+	struct ibv_context *(*raw_open)(struct ibv_device *) =
+		h ? dlvsym(h, "ibv_open_device", "IBVERBS_1.1") : NULL;
+	struct ibv_context *c2 = raw_open ? raw_open(l[0]) : NULL;
+	if (!c1 || !c2) {
+		fprintf(stderr, "interpose_bench: cannot open the fake device twice\n");
+		exit(1);
+	}
+	make_side(&traced, c1);
+	make_side(&plain, c2);
+	int shim = c1->ops.post_send != c2->ops.post_send;
+
+	printf("interpose_bench: ns per call on the fake device (median of 31 bursts;\n"
+	       "burst = 5000 calls, 1000 for chains/16 completions), librbtrace.so %s\n\n",
+	       shim ? "active" : "NOT ACTIVE (traced == untraced)");
+	double fl = burst(&plain, OP_FLOOR);
+	printf("%-26s %10s %10s %10s %12s\n", "call", "untraced", "traced", "added",
+	       "added/floor");
+	for (int op = OP_POST1; op <= OP_POLL16; op++) {
+		double u = burst(&plain, op), t = burst(&traced, op);
+		printf("%-26s %10.1f %10.1f %10.1f %12.2f\n", op_name[op], u, t, t - u,
+		       (t - u) / fl);
+	}
+	printf("%-26s %10.1f\n\n", op_name[OP_FLOOR], fl);
+
+	/* Sustained: 2 M back-to-back posts; the ring fills and the application
+	 * waits for the background thread (the recorder's blocking policy). */
+	double u = run_op(&plain, OP_POST1, 2000000), t = run_op(&traced, OP_POST1, 2000000);
+	printf("sustained post_send, 1 WR, 2 M calls: untraced %.1f ns, traced %.1f ns "
+	       "(includes waiting for the writer thread)\n\n",
+	       u, t);
+	fflush(stdout);
+}
+
+/* ib_write_bw over softnic: message rate traced vs untraced, alternating runs. */
+static double write_bw_rate(int traced, int port, const char *tmp)
+{
+	char cmd[8 * PATH_MAX], out[PATH_MAX + 64];
+	const char *pre = traced ? "LD_PRELOAD=" : "RBT_UNUSED=";
+
+	snprintf(out, sizeof(out), "%s/bw.out", tmp);
+	snprintf(cmd, sizeof(cmd),
+		 "cd %s && export SOFTNIC_FABRIC=%s/fab LD_LIBRARY_PATH=%s/../softnic "
+		 "RBTRACE_OUTPUT=%s/; "
+		 "%s%s/../interpose/librbtrace.so timeout 60 ib_write_bw -s 64 -n 200000 -p %d "
+		 ">/dev/null 2>&1 & "
+		 "for i in $(seq 200); do grep -qiE \":%04X [0-9A-F]+:0000 0A\" /proc/net/tcp "
+		 "/proc/net/tcp6 && break; sleep 0.05; done; "
+		 "%s%s/../interpose/librbtrace.so timeout 60 ib_write_bw -s 64 -n 200000 -p %d "
+		 "localhost >%s 2>&1; wait",
+		 tmp, tmp, self_dir, tmp, pre, self_dir, port, port, pre, self_dir, port, out);
+	if (system(cmd) != 0)
+		return -1;
+	FILE *f = fopen(out, "r");
+	char line[512];
+	double rate = -1;
+	int next = 0;
+	while (f && fgets(line, sizeof(line), f)) {
+		if (strstr(line, "MsgRate")) {
+			next = 1;
+			continue;
+		}
+		double b, it, peak, avg, mpps;
+		if (next && sscanf(line, "%lf %lf %lf %lf %lf", &b, &it, &peak, &avg, &mpps) == 5) {
+			rate = mpps;
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+	return rate;
+}
+
+static void perftest(void)
+{
+	char so[PATH_MAX + 64], tmp[] = "/tmp/rbtrace-bench-XXXXXX";
+
+	snprintf(so, sizeof(so), "%s/../softnic/libibverbs.so.1", self_dir);
+	if (access(so, R_OK) || system("command -v ib_write_bw >/dev/null 2>&1")) {
+		printf("ib_write_bw over softnic: skipped (softnic or perftest missing)\n");
+		return;
+	}
+	if (!mkdtemp(tmp))
+		return;
+	int port = 40000 + getpid() % 10000;
+	double u[3], t[3];
+	for (int i = 0; i < 3; i++) {
+		u[i] = write_bw_rate(0, port++, tmp);
+		t[i] = write_bw_rate(1, port++, tmp);
+	}
+	qsort(u, 3, sizeof(double), cmp_d);
+	qsort(t, 3, sizeof(double), cmp_d);
+	printf("ib_write_bw -s 64 -n 200000 over softnic, message rate (median of 3):\n"
+	       "  untraced %.4f Mpps, traced %.4f Mpps, traced/untraced %.3f\n",
+	       u[1], t[1], u[1] > 0 ? t[1] / u[1] : 0);
+	char rm[PATH_MAX + 16];
+	snprintf(rm, sizeof(rm), "rm -rf %s", tmp);
+	if (system(rm))
+		return;
+}
+
+int main(int argc, char **argv)
+{
+	find_self();
+	if (!getenv("RBT_BENCH_CHILD")) {
+		char pre[PATH_MAX + 64], lib[PATH_MAX + 64];
+		snprintf(pre, sizeof(pre), "%s/../interpose/librbtrace.so", self_dir);
+		snprintf(lib, sizeof(lib), "%s/../tests/progs/fakeverbs", self_dir);
+		if (access(pre, R_OK) || access(lib, R_OK)) {
+			fprintf(stderr, "interpose_bench: build //interpose:librbtrace.so and "
+					"//tests:progs/fakeverbs/libibverbs.so.1 first\n");
+			return 1;
+		}
+		setenv("LD_PRELOAD", pre, 1);
+		setenv("LD_LIBRARY_PATH", lib, 1);
+		setenv("RBT_BENCH_CHILD", "1", 1);
+		if (!getenv("RBTRACE_OUTPUT"))
+			setenv("RBTRACE_OUTPUT", "/tmp/rbtrace-interpose-bench.rbt", 1);
+		execv("/proc/self/exe", argv);
+		perror("interpose_bench: exec");
+		return 1;
+	}
+	unsetenv("LD_PRELOAD");
+	micro();
+	if (!(argc > 1 && !strcmp(argv[1], "--no-perftest")))
+		perftest();
+	return 0;
+}

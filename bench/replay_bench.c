@@ -1,0 +1,142 @@
+/* replay_bench.c - how fast and how punctual `rbtrace replay` is over softnic.
+ *
+ * 1. Message rate: a real verbs program (tests/replay_pacer, two RC QPs of one
+ *    process, each SEND polled to completion on both ends) runs as fast as it can,
+ *    recorded by librbtrace; its trace is replayed with --timing=asap. Prints both
+ *    rates and the ratio replay/original (the baseline is measured in this run).
+ * 2. Timing fidelity: the same program posting every 50 us, replayed with
+ *    --timing=recorded (normal priority and --realtime): lateness p50/p99/max of
+ *    every post against its schedule, and the replayer's own share of it.
+ * Prints numbers, never pass/fail. Needs, built in the same bazel-bin:
+ * //cli:rbtrace, //softnic:libibverbs.so.1, //interpose:librbtrace.so and
+ * //tests:replay_pacer (all data dependencies of this target).
+ *   bazel build -c opt //bench:replay_bench && bazel-bin/bench/replay_bench
+ */
+#define _GNU_SOURCE
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char bin[PATH_MAX], env[3 * PATH_MAX];
+
+/* Runs cmd (with the softnic environment), returns its stdout+stderr. */
+static char *run(const char *cmd)
+{
+	static char out[1 << 16];
+	char full[8 * PATH_MAX];
+	size_t n = 0, r;
+	FILE *p;
+
+	snprintf(full, sizeof(full), "%s %s 2>&1", env, cmd);
+	p = popen(full, "r");
+	if (!p)
+		return NULL;
+	while (n + 1 < sizeof(out) && (r = fread(out + n, 1, sizeof(out) - 1 - n, p)) > 0)
+		n += r;
+	out[n] = 0;
+	pclose(p);
+	return out;
+}
+
+static double json_num(const char *s, const char *obj, const char *key)
+{
+	const char *p = obj ? strstr(s, obj) : s;
+	char k[64];
+
+	if (!p)
+		return -1;
+	snprintf(k, sizeof(k), "\"%s\":", key);
+	p = strstr(p, k);
+	return p ? strtod(p + strlen(k), NULL) : -1;
+}
+
+int main(void)
+{
+	char self[PATH_MAX], fab[] = "/tmp/replay-bench-XXXXXX", cmd[4 * PATH_MAX], *o;
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	double orig_rate, plain_rate, wall, posts;
+	const int iters = 20000;
+
+	if (n <= 0 || !mkdtemp(fab)) {
+		fprintf(stderr, "replay_bench: setup failed\n");
+		return 1;
+	}
+	self[n] = 0;
+	snprintf(bin, sizeof(bin), "%s/..", dirname(self));
+	snprintf(env, sizeof(env), "SOFTNIC_FABRIC=%s LD_LIBRARY_PATH=%s/softnic", fab,
+		 bin);
+
+	/* 1. message rate: original (untraced, then traced) vs replay --timing=asap */
+	snprintf(cmd, sizeof(cmd), "%s/tests/replay_pacer --iters %d --interval-us 0",
+		 bin, iters);
+	o = run(cmd);
+	plain_rate = o && (o = strstr(o, "us (")) ? strtod(o + 4, NULL) : -1;
+	snprintf(cmd, sizeof(cmd),
+		 "LD_PRELOAD=%s/interpose/librbtrace.so RBTRACE_OUTPUT=%s/fast.rbt "
+		 "%s/tests/replay_pacer --iters %d --interval-us 0",
+		 bin, fab, bin, iters);
+	o = run(cmd);
+	if (!o || !(o = strstr(o, "us ("))) {
+		fprintf(stderr, "replay_bench: the pacer did not run: %s\n", o ? o : "");
+		return 1;
+	}
+	orig_rate = strtod(o + 4, NULL);
+	snprintf(cmd, sizeof(cmd),
+		 "%s/cli/rbtrace replay --json --timing=asap %s/fast.rbt", bin, fab);
+	o = run(cmd);
+	wall = o ? json_num(o, NULL, "wall_ns") : -1;
+	posts = o ? json_num(o, "\"completions\"", "matched") : -1;
+	printf("replay_bench: message rate, %d SENDs each polled to completion "
+	       "(softnic)\n",
+	       iters);
+	printf("  original, untraced                 %10.0f msg/s\n", plain_rate);
+	printf("  original (recorded by librbtrace)  %10.0f msg/s\n", orig_rate);
+	if (wall > 0 && posts > 0) {
+		/* the span runs from the first to the last step: iters - 1 gaps */
+		double rate = (iters - 1) / (wall / 1e9);
+
+		printf("  replay --timing=asap               %10.0f msg/s   ratio %.2f "
+		       "vs "
+		       "recorded, %.2f vs untraced  (%.0f of %d completions matched)\n",
+		       rate, rate / orig_rate, plain_rate > 0 ? rate / plain_rate : 0,
+		       posts, 2 * iters);
+	} else {
+		printf("  replay --timing=asap failed: %s\n", o ? o : "");
+	}
+
+	/* 2. timing fidelity at one SEND every 50 us */
+	snprintf(cmd, sizeof(cmd),
+		 "LD_PRELOAD=%s/interpose/librbtrace.so RBTRACE_OUTPUT=%s/paced.rbt "
+		 "%s/tests/replay_pacer --iters 2000 --interval-us 50",
+		 bin, fab, bin);
+	run(cmd);
+	printf("replay_bench: --timing=recorded, a SEND every 50 us, 2000 sends "
+	       "(lateness of each post vs its schedule; own = past the end of the step "
+	       "before)\n");
+	for (int rt = 0; rt < 2; rt++)
+		for (int k = 0; k < 3; k++) {
+			snprintf(cmd, sizeof(cmd),
+				 "%s/cli/rbtrace replay --json %s %s/paced.rbt", bin,
+				 rt ? "--realtime" : "", fab);
+			o = run(cmd);
+			if (!o || json_num(o, "lateness_ns", "p99") < 0) {
+				printf("  replay failed: %s\n", o ? o : "");
+				continue;
+			}
+			printf("  %-10s run %d: p50 %7.2f us  p99 %9.2f us  max %9.2f us "
+			       "  own "
+			       "p99 %6.2f us\n",
+			       rt ? "realtime" : "normal", k + 1,
+			       json_num(o, "\"lateness_ns\"", "p50") / 1e3,
+			       json_num(o, "\"lateness_ns\"", "p99") / 1e3,
+			       json_num(o, "\"lateness_ns\"", "max") / 1e3,
+			       json_num(o, "\"own_lateness_ns\"", "p99") / 1e3);
+		}
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", fab);
+	if (system(cmd))
+		return 0;
+	return 0;
+}

@@ -1,0 +1,304 @@
+/* report_bench.c - how fast `rbtrace report`'s analysis runs and how much memory it
+ * needs, on synthetic traces of 10 M and 100 M events (written here first, not timed).
+ *
+ * For each size, in a child process each (so peak RSS is per pass): a plain reader
+ * pass (decode every event, nothing else) as the baseline, then the full report
+ * (read + analyse + diagnose + text output to /dev/null). Prints events/s of both,
+ * their ratio, and peak RSS; memory must stay flat from 10 M to 100 M events.
+ * No pass/fail on absolute numbers.
+ *
+ * usage: report_bench [--sizes 10,100] [--dir DIR] (sizes in millions of events)
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+#include "analyzer/rbt_analyzer.h"
+#include "trace_format/rbt_format.h"
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A busy RC sender: chains of 4 WRITEs (last signaled), a poll with the completion
+ * after a folded run of empty polls, a receive reposted now and then, 4 QPs on 2
+ * threads. Returns events written. */
+static uint64_t write_trace(const char *path, uint64_t target)
+{
+	struct rbt_header h;
+	memset(&h, 0, sizeof(h));
+	h.pid = 1;
+	h.clock_source = RBT_CLOCK_MONO;
+	h.clock_hz = 1000000000;
+	h.start.real_ns = 1700000000000000000ull;
+	h.host = "bench";
+	h.cmdline = "report_bench";
+	h.tool = "report_bench";
+	struct rbt_writer *w;
+	if (rbt_writer_open(path, &h, NULL, &w)) {
+		fprintf(stderr, "report_bench: cannot write %s\n", path);
+		exit(1);
+	}
+	uint64_t n = 0, t = 1000;
+	struct rbt_event ev;
+	for (int q = 0; q < 4; q++) {
+		uint32_t tid = 10 + q % 2;
+		rbt_writer_begin_chunk(w, tid);
+		memset(&ev, 0, sizeof(ev));
+		ev.type = RBT_EV_CQ_CREATE;
+		ev.stream = tid;
+		ev.ts = t++;
+		ev.u.cq_create.cq = 0xc000 + q;
+		ev.u.cq_create.cqe = 4096;
+		rbt_writer_append(w, &ev);
+		memset(&ev, 0, sizeof(ev));
+		ev.type = RBT_EV_QP_CREATE;
+		ev.stream = tid;
+		ev.ts = t++;
+		ev.u.qp_create.qp = 0xa000 + q;
+		ev.u.qp_create.qp_num = 0x100 + q;
+		ev.u.qp_create.qp_type = IBV_QPT_RC;
+		ev.u.qp_create.send_cq = ev.u.qp_create.recv_cq = 0xc000 + q;
+		ev.u.qp_create.max_send_wr = 1024;
+		ev.u.qp_create.max_recv_wr = 1024;
+		rbt_writer_append(w, &ev);
+		for (int s = IBV_QPS_INIT; s <= IBV_QPS_RTS; s++) {
+			memset(&ev, 0, sizeof(ev));
+			ev.type = RBT_EV_QP_MODIFY;
+			ev.stream = tid;
+			ev.ts = t++;
+			ev.u.qp_modify.qp = 0xa000 + q;
+			ev.u.qp_modify.attr_mask = IBV_QP_STATE | IBV_QP_DEST_QPN;
+			ev.u.qp_modify.qp_state = s;
+			ev.u.qp_modify.dest_qp_num = 0x900 + q;
+			rbt_writer_append(w, &ev);
+		}
+		n += 5;
+	}
+	struct rbt_sge sge = { .addr = 0x100000, .length = 4096, .lkey = 0x42 };
+	struct rbt_send_wr wrs[4];
+	memset(wrs, 0, sizeof(wrs));
+	for (int i = 0; i < 4; i++) {
+		wrs[i].opcode = IBV_WR_RDMA_WRITE;
+		wrs[i].n_sges = 1;
+		wrs[i].sges = &sge;
+	}
+	struct rbt_wc wc[2];
+	memset(wc, 0, sizeof(wc));
+	wc[0].opcode = IBV_WC_RDMA_WRITE;
+	wc[1].opcode = IBV_WC_RECV;
+	wc[1].byte_len = 64;
+	uint64_t last_recv[4] = { 0 };
+	int have_recv[4] = { 0 };
+	struct rbt_recv_wr rwr;
+	memset(&rwr, 0, sizeof(rwr));
+	rwr.n_sges = 1;
+	rwr.sges = &sge;
+	uint64_t id = 0;
+	while (n < target) {
+		for (int q = 0; q < 4 && n < target; q++) {
+			uint32_t tid = 10 + q % 2;
+			rbt_writer_begin_chunk(w, tid);
+			for (int k = 0; k < 64; k++) {
+				for (int i = 0; i < 4; i++) {
+					wrs[i].wr_id = id + i;
+					wrs[i].send_flags =
+						i == 3 ? IBV_SEND_SIGNALED : 0;
+				}
+				memset(&ev, 0, sizeof(ev));
+				ev.type = RBT_EV_POST_SEND;
+				ev.stream = tid;
+				ev.ts = t;
+				ev.u.post_send.ts_exit = t + 150;
+				ev.u.post_send.qp = 0xa000 + q;
+				ev.u.post_send.qp_num = 0x100 + q;
+				ev.u.post_send.n_wrs = 4;
+				ev.u.post_send.wrs = wrs;
+				rbt_writer_append(w, &ev);
+				memset(&ev, 0, sizeof(ev));
+				ev.type = RBT_EV_POLL_CQ;
+				ev.stream = tid;
+				ev.ts = t + 200;
+				ev.u.poll_cq.ts_exit = t + 1800;
+				ev.u.poll_cq.cq = 0xc000 + q;
+				ev.u.poll_cq.asked = 16;
+				ev.u.poll_cq.count = 40;
+				rbt_writer_append(w, &ev);
+				wc[0].wr_id = id + 3;
+				wc[0].qp_num = wc[1].qp_num = 0x100 + q;
+				wc[1].wr_id = last_recv[q];
+				memset(&ev, 0, sizeof(ev));
+				ev.type = RBT_EV_POLL_CQ;
+				ev.stream = tid;
+				ev.ts = t + 1850;
+				ev.u.poll_cq.ts_exit = t + 1900 + (id % 97);
+				ev.u.poll_cq.ret = 1 + have_recv[q];
+				ev.u.poll_cq.cq = 0xc000 + q;
+				ev.u.poll_cq.asked = 16;
+				ev.u.poll_cq.count = 1;
+				ev.u.poll_cq.n_wcs = 1 + have_recv[q];
+				ev.u.poll_cq.wcs = wc;
+				rbt_writer_append(w, &ev);
+				/* a receive completed by the next poll of this QP */
+				rwr.wr_id = id;
+				last_recv[q] = id;
+				have_recv[q] = 1;
+				memset(&ev, 0, sizeof(ev));
+				ev.type = RBT_EV_POST_RECV;
+				ev.stream = tid;
+				ev.ts = t + 2000;
+				ev.u.post_recv.ts_exit = t + 2050;
+				ev.u.post_recv.qp = 0xa000 + q;
+				ev.u.post_recv.qp_num = 0x100 + q;
+				ev.u.post_recv.n_wrs = 1;
+				ev.u.post_recv.wrs = &rwr;
+				rbt_writer_append(w, &ev);
+				n++;
+				n += 3;
+				id += 4;
+				t += 2100;
+			}
+		}
+	}
+	if (rbt_writer_close(w, NULL)) {
+		fprintf(stderr, "report_bench: close failed\n");
+		exit(1);
+	}
+	return n;
+}
+
+struct pass {
+	double secs;
+	long maxrss_kb;
+	uint64_t events;
+};
+
+/* Runs fn in a child: its time, event count (through a pipe) and peak RSS. */
+static struct pass run_child(const char *path, int analyse)
+{
+	struct pass p = { 0 };
+	int fd[2];
+	if (pipe(fd))
+		exit(1);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(fd[0]);
+		double t0 = now_s();
+		uint64_t events = 0;
+		if (analyse) {
+			struct rbt_analyzer *an;
+			char err[256];
+			if (rbt_analyzer_create(NULL, &an) ||
+			    rbt_analyzer_run_files(an, &path, 1, err, sizeof(err)) ||
+			    rbt_analyzer_finish(an))
+				_exit(1);
+			FILE *null = fopen("/dev/null", "w");
+			rbt_analyzer_write_text(an, null);
+			fclose(null);
+			struct rbt_analyzer_counts c;
+			rbt_analyzer_counts(an, &c);
+			events = c.events;
+			rbt_analyzer_destroy(an);
+		} else {
+			struct rbt_reader *r;
+			const struct rbt_event *ev;
+			if (rbt_reader_open(path, &r))
+				_exit(1);
+			while (rbt_reader_next(r, &ev) > 0)
+				events++;
+			rbt_reader_close(r);
+		}
+		double secs = now_s() - t0;
+		if (write(fd[1], &secs, sizeof(secs)) != sizeof(secs) ||
+		    write(fd[1], &events, sizeof(events)) != sizeof(events))
+			_exit(1);
+		_exit(0);
+	}
+	close(fd[1]);
+	int st;
+	struct rusage ru;
+	if (read(fd[0], &p.secs, sizeof(p.secs)) != sizeof(p.secs) ||
+	    read(fd[0], &p.events, sizeof(p.events)) != sizeof(p.events))
+		p.secs = -1;
+	close(fd[0]);
+	wait4(pid, &st, 0, &ru);
+	p.maxrss_kb = ru.ru_maxrss;
+	if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+		fprintf(stderr, "report_bench: pass failed\n");
+		exit(1);
+	}
+	return p;
+}
+
+int main(int argc, char **argv)
+{
+	const char *sizes = "10,100", *dir = "/tmp";
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
+			sizes = argv[++i];
+		else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
+			dir = argv[++i];
+		else {
+			fprintf(stderr,
+				"usage: report_bench [--sizes 10,100] [--dir DIR]\n");
+			return 2;
+		}
+	}
+	printf("report_bench: `rbtrace report` analysis vs a plain reader pass "
+	       "(baseline)\n");
+	printf("%10s %9s %13s %13s %7s %15s %12s %12s\n", "events", "file MiB",
+	       "reader ev/s", "report ev/s", "ratio", "analysis ev/s", "reader RSS",
+	       "report RSS");
+	char *s = strdup(sizes), *save = NULL;
+	for (char *tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		uint64_t target = strtoull(tok, NULL, 10) * 1000000ull;
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/report_bench.%d.rbt", dir,
+			 (int)getpid());
+		uint64_t n = write_trace(path, target);
+		FILE *f = fopen(path, "r");
+		long size = 0;
+		if (f) {
+			fseek(f, 0, SEEK_END);
+			size = ftell(f);
+			fclose(f);
+		}
+		struct pass base = run_child(path, 0);
+		struct pass rep = run_child(path, 1);
+		if (!getenv("REPORT_BENCH_KEEP"))
+			unlink(path);
+		if (base.events != n || rep.events != n)
+			fprintf(stderr,
+				"report_bench: event counts differ: wrote %llu, read "
+				"%llu, "
+				"analysed %llu\n",
+				(unsigned long long)n, (unsigned long long)base.events,
+				(unsigned long long)rep.events);
+		double be = (double)base.events / base.secs,
+		       re = (double)rep.events / rep.secs;
+		/* the analysis alone: report time minus the decoding it includes */
+		double ae = (double)n / (rep.secs - base.secs);
+		printf("%10llu %9.1f %11.2f M %11.2f M %6.2fx %13.2f M %8ld KiB %8ld "
+		       "KiB\n",
+		       (unsigned long long)n, (double)size / 1048576.0, be / 1e6,
+		       re / 1e6, re / be, rep.secs > base.secs ? ae / 1e6 : 0.0,
+		       base.maxrss_kb, rep.maxrss_kb);
+		fflush(stdout);
+	}
+	free(s);
+	printf("ratio = report events/s / reader events/s (1.00x: analysis costs nothing "
+	       "beyond decoding); analysis ev/s = events / (report time - reader time);\n"
+	       "RSS = peak resident memory of that pass (flat when it does not grow with "
+	       "the trace's length).\n");
+	return 0;
+}

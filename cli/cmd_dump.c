@@ -1,0 +1,290 @@
+/* cmd_dump.c - `rbtrace dump FILE`: every event, one line of text or one JSON
+ * object each, optionally filtered by type, QP and stream; stacks symbolised
+ * through the trace's module_map events.
+ *
+ * Streams the file (bounded memory); prints what can be salvaged from a damaged
+ * trace and says on stderr what was lost. Never crashes on bad input.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli_symbols.h"
+#include "cli/rbt_cli.h"
+#include "trace_format/rbt_format.h"
+
+static const char usage[] =
+	"usage: rbtrace dump FILE [--json] [--type=T,...] [--qp=N] [--stream=TID]\n"
+	"\n"
+	"Prints every event of a trace in file order, one line each: time in seconds\n"
+	"since the trace started, [thread id], type and the fields that are set\n"
+	"(durations as +us from the event's start). Stacks are symbolised as\n"
+	"module+offset (function+offset) from the trace's module_map events.\n"
+	"\n"
+	"  --json          one JSON object per line, with a \"type\" field; posts\n"
+	"                  carry a \"wrs\" array, polls a \"wcs\" array\n"
+	"  --type=T,...    only these event types (names as printed, e.g. post_send)\n"
+	"  --qp=N          only events about QP number N (posts, polls with a\n"
+	"                  completion of N, create/modify/query/destroy, async events)\n"
+	"  --stream=TID    only events recorded by thread TID\n"
+	"\n"
+	"A damaged or truncated trace prints every event that could be salvaged, then\n"
+	"one line on stderr with the byte offset of the damage and the events lost;\n"
+	"the exit code is then 1.\n"
+	"\n"
+	"examples:\n"
+	"  rbtrace dump app.rbt\n"
+	"  rbtrace dump app.rbt --type=post_send,poll_cq --qp=17\n"
+	"  rbtrace dump app.rbt --json | jq -c 'select(.type==\"poll_cq\") | .wcs'\n";
+
+struct qpmap {
+	struct {
+		uint64_t handle, qpn;
+	} * v;
+	size_t n, cap;
+};
+
+static void qpmap_set(struct qpmap *m, uint64_t handle, uint64_t qpn)
+{
+	for (size_t i = 0; i < m->n; i++)
+		if (m->v[i].handle == handle) {
+			m->v[i].qpn = qpn;
+			return;
+		}
+	if (m->n == m->cap) {
+		size_t cap = m->cap ? m->cap * 2 : 64;
+		void *v = realloc(m->v, cap * sizeof(*m->v));
+		if (!v)
+			return;
+		m->v = v;
+		m->cap = cap;
+	}
+	m->v[m->n].handle = handle;
+	m->v[m->n].qpn = qpn;
+	m->n++;
+}
+
+static int qpmap_is(const struct qpmap *m, uint64_t handle, uint64_t qpn)
+{
+	for (size_t i = m->n; i-- > 0;)
+		if (m->v[i].handle == handle)
+			return m->v[i].qpn == qpn;
+	return 0;
+}
+
+static int about_qp(const struct rbt_event *ev, const struct qpmap *m, uint64_t qpn)
+{
+	switch (ev->type) {
+	case RBT_EV_POST_SEND:
+		return ev->u.post_send.qp_num == qpn;
+	case RBT_EV_POST_RECV:
+		return ev->u.post_recv.qp_num == qpn;
+	case RBT_EV_QP_CREATE:
+		return ev->u.qp_create.qp_num == qpn;
+	case RBT_EV_QP_MODIFY:
+		return qpmap_is(m, ev->u.qp_modify.qp, qpn);
+	case RBT_EV_QP_QUERY:
+		return qpmap_is(m, ev->u.qp_query.qp, qpn);
+	case RBT_EV_QP_DESTROY:
+		return qpmap_is(m, ev->u.qp_destroy.qp, qpn);
+	case RBT_EV_ASYNC_EVENT:
+		return qpmap_is(m, ev->u.async_event.element, qpn);
+	case RBT_EV_POLL_CQ:
+		for (uint32_t i = 0; i < ev->u.poll_cq.n_wcs; i++)
+			if (ev->u.poll_cq.wcs[i].qp_num == qpn)
+				return 1;
+		return 0;
+	default:
+		return 0;
+	}
+}
+
+/* Whether the last non-stack event of each stream was printed: a stack event
+ * belongs to it and follows it through the filters. */
+struct shown {
+	struct {
+		uint32_t stream;
+		int shown;
+	} v[64];
+	size_t n;
+};
+
+static int *shown_slot(struct shown *s, uint32_t stream)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (s->v[i].stream == stream)
+			return &s->v[i].shown;
+	size_t i = s->n < 64 ? s->n++ : stream % 64; /* many threads: approximate */
+	s->v[i].stream = stream;
+	s->v[i].shown = 0;
+	return &s->v[i].shown;
+}
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; s && *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+static void print_stack(const struct rbt_header *h, const struct rbt_event *ev,
+			struct rbt_symbolizer *sym, int json)
+{
+	const struct rbt_ev_stack *s = &ev->u.stack;
+	const char *ref = rbt_event_name((uint32_t)s->ref_type);
+	if (json) {
+		printf("{\"type\":\"stack\",\"stream\":%u,\"ts\":%" PRIu64
+		       ",\"t_ns\":%.1f,\"ref_type\":%" PRIu64 ",\"ref\":",
+		       ev->stream, ev->ts, rbt_ticks_to_ns(h, ev->ts), s->ref_type);
+		json_str(stdout, ref ? ref : "");
+		printf(",\"frames\":[");
+	} else {
+		printf("%.9f [%u] stack ref=%s frames=%u\n",
+		       rbt_ticks_to_ns(h, ev->ts) / 1e9, ev->stream, ref ? ref : "?",
+		       s->n_frames);
+	}
+	for (uint32_t i = 0; i < s->n_frames; i++) {
+		struct rbt_sym y;
+		uint64_t ip = s->frames[i].ip;
+		rbt_sym_lookup(sym, ip, i > 0, &y);
+		if (json) {
+			printf("%s{\"ip\":%" PRIu64, i ? "," : "", ip);
+			if (y.module) {
+				printf(",\"module\":");
+				json_str(stdout, y.module);
+				printf(",\"module_off\":%" PRIu64, y.module_off);
+			}
+			if (y.function) {
+				printf(",\"function\":");
+				json_str(stdout, y.function);
+				printf(",\"function_off\":%" PRIu64, y.function_off);
+			}
+			printf("}");
+			continue;
+		}
+		printf("    #%-2u 0x%" PRIx64, i, ip);
+		if (y.module)
+			printf(" %s+0x%" PRIx64, y.module, y.module_off);
+		if (y.function)
+			printf(" (%s+0x%" PRIx64 ")", y.function, y.function_off);
+		printf("\n");
+	}
+	if (json)
+		printf("]}\n");
+}
+
+int rbt_cmd_dump(int argc, char **argv)
+{
+	const char *types = NULL, *qp = NULL, *stream = NULL;
+	int json = 0;
+	const struct rbt_cli_opt opts[] = {
+		{ "json", 0, NULL, &json },
+		{ "type", 't', &types, NULL },
+		{ "qp", 0, &qp, NULL },
+		{ "stream", 0, &stream, NULL },
+		{ 0 },
+	};
+	char *pos[1];
+	int n = rbt_cli_parse("dump", argc, argv, opts, 0, pos, 1);
+	int rc = rbt_cli_parse_done(n, usage);
+	if (rc >= 0)
+		return rc;
+	if (n != 1)
+		return rbt_cli_usage("dump", "expects one trace file");
+
+	uint64_t want_types = 0, qpn = 0, tid = 0;
+	if (types) {
+		char *copy = strdup(types), *save = NULL;
+		for (char *t = strtok_r(copy, ",", &save); t;
+		     t = strtok_r(NULL, ",", &save)) {
+			uint32_t id = rbt_event_type_from_name(t);
+			if (!id) {
+				rc = rbt_cli_usage("dump", "--type: no event type '%s'",
+						   t);
+				free(copy);
+				return rc;
+			}
+			want_types |= 1ull << id;
+		}
+		free(copy);
+		if (!want_types)
+			return rbt_cli_usage("dump", "--type: no event type given");
+	}
+	if ((qp && rbt_cli_u64("dump", "qp", qp, &qpn)) ||
+	    (stream && rbt_cli_u64("dump", "stream", stream, &tid)))
+		return RBT_EXIT_USAGE;
+
+	const char *path = pos[0];
+	struct rbt_reader *r = rbt_cli_open_trace("dump", path);
+	if (!r)
+		return RBT_EXIT_FAIL;
+	const struct rbt_header *h = rbt_reader_header(r);
+	struct rbt_symbolizer *sym = rbt_sym_new();
+	struct qpmap qps = { 0 };
+	struct shown shown = { .n = 0 };
+	size_t cap = 1 << 16;
+	char *buf = malloc(cap);
+	const struct rbt_event *ev;
+	int err = 0;
+	while (buf && (err = rbt_reader_next(r, &ev)) > 0) {
+		if (ev->type == RBT_EV_MODULE_MAP)
+			rbt_sym_add_module(sym, ev->u.module_map.base,
+					   ev->u.module_map.size, ev->u.module_map.offset,
+					   ev->u.module_map.path);
+		if (ev->type == RBT_EV_QP_CREATE && !ev->u.qp_create.ret)
+			qpmap_set(&qps, ev->u.qp_create.qp, ev->u.qp_create.qp_num);
+		int *last = shown_slot(&shown, ev->stream);
+		int show = !stream || ev->stream == tid;
+		if (ev->type == RBT_EV_STACK) {
+			int listed =
+				ev->type <= RBT_EV_MAX_ID && (want_types >> ev->type & 1);
+			show = show && (*last || (listed && !qp));
+			if (show)
+				print_stack(h, ev, sym, json);
+			continue;
+		}
+		if (want_types &&
+		    !(ev->type <= RBT_EV_MAX_ID && (want_types >> ev->type & 1)))
+			show = 0;
+		if (qp && !about_qp(ev, &qps, qpn))
+			show = 0;
+		*last = show;
+		if (!show)
+			continue;
+		size_t need = json ? rbt_event_format_json(h, ev, buf, cap)
+				   : rbt_event_format_text(h, ev, buf, cap);
+		if (need >= cap) {
+			char *nb = realloc(buf, need + 1);
+			if (!nb) {
+				rbt_cli_error("dump", "out of memory");
+				break;
+			}
+			buf = nb;
+			cap = need + 1;
+			json ? rbt_event_format_json(h, ev, buf, cap)
+			     : rbt_event_format_text(h, ev, buf, cap);
+		}
+		fputs(buf, stdout);
+		fputc('\n', stdout);
+	}
+	if (!buf) {
+		rbt_cli_error("dump", "out of memory");
+		err = -12;
+	}
+	fflush(stdout);
+	rc = rbt_cli_trace_verdict("dump", path, r, err);
+	free(buf);
+	free(qps.v);
+	rbt_sym_free(sym);
+	rbt_reader_close(r);
+	return rc;
+}

@@ -1,0 +1,333 @@
+/* cmd_record.c - `rbtrace record [-o FILE|DIR] [--softnic] -- CMD ARGS`: runs CMD
+ * with librbtrace.so preloaded (and softnic's libibverbs when asked), then says
+ * where each trace went, with its events, size and losses.
+ *
+ * The traced processes find out where to write through RBTRACE_OUTPUT and list
+ * every trace they create in a manifest file named by RBTRACE_MANIFEST, so forked
+ * children and exec'd programs are reported too. The exit code is CMD's. This
+ * command itself never loads libibverbs and never touches CMD's stdout.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/rbt_cli.h"
+#include "interpose/rbt_interpose.h"
+#include "trace_format/rbt_format.h"
+
+static const char usage[] =
+	"usage: rbtrace record [-o FILE|DIR] [--softnic] -- CMD [ARGS...]\n"
+	"\n"
+	"Runs CMD with the rbtrace recorder (librbtrace.so) preloaded. Every process\n"
+	"of CMD that uses libibverbs writes its own trace; when CMD ends, each trace\n"
+	"is listed on stderr with its events, size and losses. The exit code is CMD's.\n"
+	"\n"
+	"options:\n"
+	"  -o, --output FILE|DIR  where traces go (default: the current directory,\n"
+	"                         as rbtrace-<program>-<pid>.rbt). With a FILE, the\n"
+	"                         first traced process writes FILE and others write\n"
+	"                         FILE-<pid>.rbt beside it. A DIR must exist or end\n"
+	"                         with '/'.\n"
+	"  --softnic              run CMD on softnic, the software RDMA device\n"
+	"                         (LD_LIBRARY_PATH gets softnic's libibverbs.so.1)\n"
+	"\n"
+	"settings (environment, passed on to CMD; see docs/recording.md):\n"
+	"  RBTRACE_OUTPUT=FILE|DIR   same as -o\n"
+	"  RBTRACE_BUFFER_KB=2048    per-thread record ring, KiB\n"
+	"  RBTRACE_FLUSH_MS=100      longest time a record waits before it is in the\n"
+	"                            file (what kill -9 can lose at most)\n"
+	"  RBTRACE_BLOCK_MS=1000     longest wait of a thread whose ring is full; then\n"
+	"                            records are dropped and counted in LOSS events\n"
+	"  RBTRACE_STACKS=1          call stacks where resources are created/modified\n"
+	"  RBTRACE_NIC_TS=0          1: NIC completion timestamps on every CQ, and\n"
+	"                            periodic host/NIC clock samples\n"
+	"  RBTRACE_PAYLOAD=0         bytes of each send's payload to keep (on = 256);\n"
+	"                            off by default: payloads can hold secrets\n"
+	"  RBTRACE_DEBUG=0           1: recorder diagnostics on stderr\n"
+	"  RBTRACE_LIB=PATH          librbtrace.so to use (default: next to rbtrace)\n"
+	"  RBTRACE_SOFTNIC_DIR=DIR   softnic's libibverbs.so.1 directory for --softnic\n"
+	"\n"
+	"examples:\n"
+	"  rbtrace record -- ./app --size 4096\n"
+	"  rbtrace record --softnic -o server.rbt -- ibv_rc_pingpong -n 1000\n"
+	"  RBTRACE_NIC_TS=1 rbtrace record -o traces/ -- ib_write_bw -d softnic0\n";
+
+static const char *cmd = "record";
+static volatile pid_t child_pid;
+
+static void pass_on(int sig)
+{
+	if (child_pid > 0)
+		kill(child_pid, sig);
+}
+
+/* dirname(/proc/self/exe)/rel, when that exists. */
+static int beside_self(const char *rel, char *out, size_t len)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (n <= 0)
+		return -1;
+	exe[n] = 0;
+	char *slash = strrchr(exe, '/');
+	if (!slash)
+		return -1;
+	*slash = 0;
+	if (snprintf(out, len, "%s/%s", exe, rel) >= (int)len)
+		return -1;
+	return access(out, F_OK) == 0 ? 0 : -1;
+}
+
+static int prepend_env(const char *name, const char *value, char sep)
+{
+	const char *old = getenv(name);
+	char *v;
+
+	if (old && *old) {
+		if (asprintf(&v, "%s%c%s", value, sep, old) < 0)
+			return -1;
+	} else {
+		v = strdup(value);
+		if (!v)
+			return -1;
+	}
+	int r = setenv(name, v, 1);
+	free(v);
+	return r;
+}
+
+struct summary {
+	uint64_t events, lost;
+	int finished, damaged;
+};
+
+static int summarize(const char *path, struct summary *s)
+{
+	struct rbt_reader *r;
+	const struct rbt_event *ev;
+	int err;
+
+	memset(s, 0, sizeof(*s));
+	err = rbt_reader_open(path, &r);
+	if (err < 0)
+		return err;
+	while ((err = rbt_reader_next(r, &ev)) > 0) {
+		s->events++;
+		if (ev->type == RBT_EV_LOSS)
+			s->lost += ev->u.loss.events;
+	}
+	const struct rbt_reader_stats *st = rbt_reader_stats(r);
+	s->finished = rbt_reader_trailer(r) != NULL;
+	s->damaged = err < 0 || st->bad_chunks || st->truncated;
+	s->lost += st->lost_events_in_bad_chunks;
+	rbt_reader_close(r);
+	return 0;
+}
+
+static int report(const char *manifest)
+{
+	FILE *f = fopen(manifest, "r");
+	char line[PATH_MAX + 2];
+	char **seen = NULL;
+	size_t nseen = 0;
+	int any = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		if (!*line)
+			continue;
+		int dup = 0;
+		for (size_t i = 0; i < nseen; i++)
+			dup |= !strcmp(seen[i], line);
+		if (dup)
+			continue;
+		char **ns = realloc(seen, (nseen + 1) * sizeof(*seen));
+		if (!ns)
+			break;
+		seen = ns;
+		seen[nseen++] = strdup(line);
+		any = 1;
+
+		struct stat st;
+		struct summary s;
+		if (stat(line, &st) != 0) {
+			fprintf(stderr, "rbtrace record: %s: missing (%s)\n", line,
+				strerror(errno));
+			continue;
+		}
+		int err = summarize(line, &s);
+		if (err < 0) {
+			fprintf(stderr,
+				"rbtrace record: %s: %lld bytes, unreadable: %s\n", line,
+				(long long)st.st_size, rbt_strerror(err));
+			continue;
+		}
+		fprintf(stderr,
+			"rbtrace record: %s: %" PRIu64 " events, %lld bytes, %" PRIu64
+			" lost%s%s\n",
+			line, s.events, (long long)st.st_size, s.lost,
+			s.finished ? "" : ", not finished (process killed?)",
+			s.damaged ? ", damaged" : "");
+	}
+	fclose(f);
+	for (size_t i = 0; i < nseen; i++)
+		free(seen[i]);
+	free(seen);
+	if (!any)
+		fprintf(stderr,
+			"rbtrace record: no trace written (the program made no verbs "
+			"calls, or recording was off)\n");
+	return 0;
+}
+
+int rbt_cmd_record(int argc, char **argv)
+{
+	const char *out = NULL;
+	int softnic = 0;
+	char *pos[1];
+	const struct rbt_cli_opt opts[] = {
+		{ "output", 'o', &out, NULL },
+		{ "softnic", 0, NULL, &softnic },
+		{ 0 },
+	};
+	char lib[PATH_MAX], sndir[PATH_MAX], manifest[] = "/tmp/rbtrace-manifest-XXXXXX";
+	int i, parsed;
+
+	/* Our options end at "--" or at the first word that is not one of ours. */
+	int split = argc;
+	for (i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--")) {
+			split = i;
+			break;
+		}
+		if (argv[i][0] != '-') {
+			split = i;
+			break;
+		}
+		if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) &&
+		    i + 1 < argc)
+			i++;
+	}
+	parsed = rbt_cli_parse(cmd, split, argv, opts, 0, pos, 0);
+	int done = rbt_cli_parse_done(parsed, usage);
+	if (done >= 0)
+		return done;
+	int cmd_at = split < argc && !strcmp(argv[split], "--") ? split + 1 : split;
+	if (cmd_at >= argc)
+		return rbt_cli_usage(cmd, "no command to record");
+
+	const char *envlib = getenv("RBTRACE_LIB");
+	if (envlib && *envlib) {
+		snprintf(lib, sizeof(lib), "%s", envlib);
+	} else if (beside_self("../interpose/librbtrace.so", lib, sizeof(lib)) &&
+		   beside_self("librbtrace.so", lib, sizeof(lib))) {
+		rbt_cli_error(cmd, "librbtrace.so not found next to rbtrace "
+				   "(../interpose/librbtrace.so); set RBTRACE_LIB");
+		return RBT_EXIT_FAIL;
+	}
+	if (access(lib, R_OK)) {
+		rbt_cli_error(cmd, "%s: %s", lib, strerror(errno));
+		return RBT_EXIT_FAIL;
+	}
+	if (softnic) {
+		const char *envdir = getenv("RBTRACE_SOFTNIC_DIR");
+		if (envdir && *envdir) {
+			snprintf(sndir, sizeof(sndir), "%s", envdir);
+		} else if (beside_self("../softnic", sndir, sizeof(sndir))) {
+			rbt_cli_error(
+				cmd,
+				"softnic not found next to rbtrace (../softnic); set "
+				"RBTRACE_SOFTNIC_DIR");
+			return RBT_EXIT_FAIL;
+		}
+		char so[PATH_MAX + 32];
+		snprintf(so, sizeof(so), "%s/libibverbs.so.1", sndir);
+		if (access(so, R_OK)) {
+			rbt_cli_error(cmd, "%s: %s (is softnic built?)", so,
+				      strerror(errno));
+			return RBT_EXIT_FAIL;
+		}
+	}
+	if (out && !*out)
+		return rbt_cli_usage(cmd, "--output: empty path");
+
+	int mfd = mkstemp(manifest);
+	if (mfd < 0) {
+		rbt_cli_error(cmd, "%s: %s", manifest, strerror(errno));
+		return RBT_EXIT_FAIL;
+	}
+	close(mfd);
+
+	/* While CMD runs, ^C and ^\ are its business (they reach it through the
+	 * terminal); SIGTERM sent to us is passed on. */
+	struct sigaction ign = { .sa_handler = SIG_IGN }, old_int, old_quit;
+	sigemptyset(&ign.sa_mask);
+	sigaction(SIGINT, &ign, &old_int);
+	sigaction(SIGQUIT, &ign, &old_quit);
+	struct sigaction fwd = { .sa_handler = pass_on }, old_term, old_hup;
+	sigemptyset(&fwd.sa_mask);
+	sigaction(SIGTERM, &fwd, &old_term);
+	sigaction(SIGHUP, &fwd, &old_hup);
+
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		rbt_cli_error(cmd, "fork: %s", strerror(errno));
+		unlink(manifest);
+		return RBT_EXIT_FAIL;
+	}
+	if (pid == 0) {
+		sigaction(SIGINT, &old_int, NULL);
+		sigaction(SIGQUIT, &old_quit, NULL);
+		sigaction(SIGTERM, &old_term, NULL);
+		sigaction(SIGHUP, &old_hup, NULL);
+		if (prepend_env("LD_PRELOAD", lib, ':') ||
+		    (softnic && prepend_env("LD_LIBRARY_PATH", sndir, ':')) ||
+		    setenv(RBT_ENV_MANIFEST, manifest, 1) ||
+		    (out && setenv(RBT_ENV_OUTPUT, out, 1))) {
+			fprintf(stderr, "rbtrace record: environment: %s\n",
+				strerror(errno));
+			_exit(127);
+		}
+		unsetenv("RBTRACE_OUTPUT_CLAIMED");
+		execvp(argv[cmd_at], argv + cmd_at);
+		fprintf(stderr, "rbtrace record: %s: %s\n", argv[cmd_at],
+			strerror(errno));
+		_exit(127);
+	}
+
+	child_pid = pid;
+	int status = 0;
+	for (;;) {
+		pid_t w = waitpid(pid, &status, 0);
+		if (w == pid)
+			break;
+		if (w < 0 && errno != EINTR) {
+			status = 1 << 8;
+			break;
+		}
+	}
+	sigaction(SIGINT, &old_int, NULL);
+	sigaction(SIGQUIT, &old_quit, NULL);
+	report(manifest);
+	unlink(manifest);
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	if (WIFSIGNALED(status)) {
+		fprintf(stderr, "rbtrace record: %s killed by signal %d (%s)\n",
+			argv[cmd_at], WTERMSIG(status), strsignal(WTERMSIG(status)));
+		return 128 + WTERMSIG(status);
+	}
+	return RBT_EXIT_FAIL;
+}

@@ -1,0 +1,189 @@
+/* cmd_replay.c - `rbtrace replay`: reissues the verbs of recorded traces on a
+ * device with the recorded timing and prints the fidelity report.
+ *
+ * Only parses the command line: the work is in replay/ (rbt_replay.h). Must never
+ * issue a verb before the replayer has decided it can replay the traces.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/rbt_cli.h"
+#include "replay/rbt_replay.h"
+
+static const char usage[] =
+	"usage: rbtrace replay [options] TRACE...\n"
+	"       rbtrace replay --responder --listen PORT\n"
+	"\n"
+	"Rebuilds the resources of the traces (PDs, MRs, CQs, QPs, SRQs, AHs) on an "
+	"RDMA\n"
+	"device, reissues every post with the recorded timing, and reports how late "
+	"each\n"
+	"post was and whether completions came back as recorded.\n"
+	"\n"
+	"options:\n"
+	"  --device NAME        the device to replay on (default: the recorded one, or "
+	"the first)\n"
+	"  --timing=MODE        recorded (default), asap, scale:X (X=2 is twice as "
+	"slow),\n"
+	"                       deps (after the completions seen before, + think time)\n"
+	"  --listen PORT        wait for the peer replayer (or a responder) on this TCP "
+	"port\n"
+	"  --connect HOST:PORT  connect to the peer replayer or to a responder\n"
+	"  --responder          stand in for a missing peer (no trace; with --listen)\n"
+	"  -o, --output FILE    record the replay itself as a trace (FILE.N per trace "
+	"when\n"
+	"                       several are given)\n"
+	"  --allow-damaged      replay the intact part of a damaged trace\n"
+	"  --json               the fidelity report as JSON\n"
+	"  --poll-timeout MS    how long to wait for a recorded completion (default "
+	"5000)\n"
+	"\n"
+	"Exit status: 0 when every completion matched, 1 on divergence or refusal.\n"
+	"\n"
+	"examples (over softnic):\n"
+	"  rbtrace replay client.rbt server.rbt                 # both ends, one "
+	"process\n"
+	"  rbtrace replay --listen 18600 server.rbt &  rbtrace replay --connect "
+	"localhost:18600 client.rbt\n"
+	"  rbtrace replay --responder --listen 18600 &  rbtrace replay --connect "
+	"localhost:18600 client.rbt\n"
+	"  rbtrace replay --timing=asap -o replay.rbt app.rbt && rbtrace diff app.rbt "
+	"replay.rbt\n";
+
+/* softnic is a drop-in libibverbs.so.1: the dynamic loader must find it before
+ * ours starts, so --softnic re-executes rbtrace with LD_LIBRARY_PATH set. */
+static int rp_cli_softnic_exec(int argc, char **argv)
+{
+	char exe[PATH_MAX], dir[PATH_MAX], lib[PATH_MAX + 32], path[2 * PATH_MAX];
+	const char *env = getenv("RBTRACE_SOFTNIC_DIR"), *old = getenv("LD_LIBRARY_PATH");
+	char **nargv = calloc((size_t)argc + 2, sizeof(*nargv));
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	int k = 0;
+
+	if (n <= 0 || !nargv) {
+		rbt_cli_error("replay", "--softnic: cannot find the rbtrace executable");
+		free(nargv);
+		return RBT_EXIT_FAIL;
+	}
+	exe[n] = 0;
+	if (env) {
+		snprintf(dir, sizeof(dir), "%s", env);
+	} else {
+		char tmp[PATH_MAX];
+
+		snprintf(tmp, sizeof(tmp), "%s", exe);
+		snprintf(dir, sizeof(dir), "%s/../softnic", dirname(tmp));
+	}
+	snprintf(lib, sizeof(lib), "%s/libibverbs.so.1", dir);
+	if (access(lib, R_OK)) {
+		rbt_cli_error("replay",
+			      "--softnic: %s not found (build //softnic, or set "
+			      "RBTRACE_SOFTNIC_DIR)",
+			      lib);
+		free(nargv);
+		return RBT_EXIT_FAIL;
+	}
+	snprintf(path, sizeof(path), "%s%s%s", dir, old && *old ? ":" : "",
+		 old ? old : "");
+	setenv("LD_LIBRARY_PATH", path, 1);
+	setenv("RBTRACE_SOFTNIC_ACTIVE", "1", 1);
+	nargv[k++] = "rbtrace";
+	for (int i = 0; i < argc; i++)
+		if (strcmp(argv[i], "--softnic"))
+			nargv[k++] = argv[i];
+	nargv[k] = NULL;
+	execv(exe, nargv);
+	rbt_cli_error("replay", "--softnic: cannot run %s: %s", exe, strerror(errno));
+	free(nargv);
+	return RBT_EXIT_FAIL;
+}
+
+int rbt_cmd_replay(int argc, char **argv)
+{
+	const char *device = NULL, *timing = NULL, *listen = NULL, *connect = NULL,
+		   *out = NULL, *ptmo = NULL;
+	int responder = 0, allow_damaged = 0, json = 0, softnic = 0, rt = 0, n, rc;
+	char *pos[16];
+	const struct rbt_cli_opt opts[] = {
+		{ "device", 0, &device, NULL },
+		{ "timing", 0, &timing, NULL },
+		{ "listen", 0, &listen, NULL },
+		{ "connect", 0, &connect, NULL },
+		{ "responder", 0, NULL, &responder },
+		{ "output", 'o', &out, NULL },
+		{ "allow-damaged", 0, NULL, &allow_damaged },
+		{ "json", 0, NULL, &json },
+		{ "poll-timeout", 0, &ptmo, NULL },
+		{ "softnic", 0, NULL, &softnic },
+		{ "realtime", 0, NULL, &rt },
+		{ 0 },
+	};
+	struct rbt_replay_opts o = { 0 };
+	struct rbt_replay_summary sum;
+
+	n = rbt_cli_parse("replay", argc, argv, opts, 0, pos, 16);
+	rc = rbt_cli_parse_done(n, usage);
+	if (rc >= 0)
+		return rc;
+	if (softnic && !getenv("RBTRACE_SOFTNIC_ACTIVE"))
+		return rp_cli_softnic_exec(argc, argv);
+	o.device = device;
+	o.listen = listen;
+	o.connect = connect;
+	o.responder = responder;
+	o.out = out;
+	o.allow_damaged = allow_damaged;
+	o.json = json;
+	o.realtime = rt;
+	o.scale = 1.0;
+	if (!timing || !strcmp(timing, "recorded")) {
+		o.timing = RBT_REPLAY_RECORDED;
+	} else if (!strcmp(timing, "asap")) {
+		o.timing = RBT_REPLAY_ASAP;
+	} else if (!strcmp(timing, "deps")) {
+		o.timing = RBT_REPLAY_DEPS;
+	} else if (!strncmp(timing, "scale:", 6)) {
+		char *end;
+
+		o.timing = RBT_REPLAY_SCALE;
+		o.scale = strtod(timing + 6, &end);
+		if (*end || !(o.scale > 0) || o.scale > 1e6)
+			return rbt_cli_usage(
+				"replay", "--timing=%s: scale must be a positive number",
+				timing);
+	} else {
+		return rbt_cli_usage(
+			"replay", "--timing=%s: expected recorded, asap, scale:X or deps",
+			timing);
+	}
+	if (ptmo) {
+		uint64_t v;
+
+		if (rbt_cli_u64("replay", "poll-timeout", ptmo, &v) < 0)
+			return RBT_EXIT_USAGE;
+		o.poll_timeout_ms = (int)(v > 3600000 ? 3600000 : v);
+	}
+	if (listen && connect)
+		return rbt_cli_usage("replay",
+				     "--listen and --connect exclude each other");
+	if (responder) {
+		if (n)
+			return rbt_cli_usage("replay", "--responder takes no trace");
+		if (!listen && !connect)
+			return rbt_cli_usage("replay", "--responder needs --listen PORT");
+	} else if (n == 0) {
+		return rbt_cli_usage("replay", "give at least one trace");
+	}
+	rc = rbt_replay_run((const char *const *)pos, n, &o, &sum);
+	if (rc < 0)
+		return RBT_EXIT_FAIL;
+	if (responder)
+		return RBT_EXIT_OK;
+	return sum.divergences ? RBT_EXIT_FAIL : RBT_EXIT_OK;
+}

@@ -1,0 +1,168 @@
+/* cmd_softnic.c - `rbtrace softnic [options] -- CMD ARGS`: run an unmodified
+ * verbs program on softnic (our userspace RDMA device) by putting softnic's
+ * libibverbs.so.1 first on LD_LIBRARY_PATH, and `rbtrace softnic --counters`
+ * to print the fabric's port and per-QP counters.
+ *
+ * It only sets the environment and execs: it must never link libibverbs or
+ * touch the fabric files except to read counters.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/rbt_cli.h"
+#include "softnic/rbt_softnic.h"
+
+static const char cmd[] = "softnic";
+
+static const char usage[] =
+	"usage: rbtrace softnic [options] [--] CMD [ARGS...]\n"
+	"       rbtrace softnic --counters\n"
+	"\n"
+	"Runs CMD on softnic, a userspace RDMA device (softnic0) shipped as a\n"
+	"drop-in libibverbs.so.1: processes on this host talk through a shared\n"
+	"fabric directory, with no RDMA hardware or kernel support.\n"
+	"\n"
+	"options:\n"
+	"  --fabric DIR      fabric directory (default /dev/shm/softnic-<uid>)\n"
+	"  --link ib|eth     link layer: InfiniBand (LID) or Ethernet (RoCE v2)\n"
+	"  --latency NS      NIC time added to every WR before it completes\n"
+	"  --ns-per-kib NS   NIC time per KiB of payload\n"
+	"  --jitter NS       uniform random extra NIC time, 0..NS\n"
+	"  --counters        print port and per-QP counters of the fabric, exit\n"
+	"\n"
+	"Finds softnic in $RBTRACE_SOFTNIC_DIR or ../softnic next to rbtrace.\n"
+	"\n"
+	"examples:\n"
+	"  rbtrace softnic -- ibv_rc_pingpong &  rbtrace softnic -- ibv_rc_pingpong "
+	"localhost\n"
+	"  rbtrace softnic --link eth -- ib_send_lat -x 0\n"
+	"  rbtrace softnic --counters\n";
+
+static int softnic_dir(char *buf, size_t n)
+{
+	const char *env = getenv("RBTRACE_SOFTNIC_DIR");
+	static const char *const rel[] = { "../softnic", "softnic", "." };
+	char self[PATH_MAX];
+	ssize_t len;
+
+	if (env && *env) {
+		snprintf(buf, n, "%s", env);
+		return 0;
+	}
+	len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (len <= 0)
+		return -1;
+	self[len] = 0;
+	*strrchr(self, '/') = 0;
+	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+		char so[2 * PATH_MAX + 64];
+
+		if (snprintf(buf, n, "%s/%s", self, rel[i]) >= (int)n ||
+		    snprintf(so, sizeof(so), "%s/libibverbs.so.1", buf) >=
+			    (int)sizeof(so))
+			continue;
+		if (!access(so, R_OK))
+			return 0;
+	}
+	return -1;
+}
+
+int rbt_cmd_softnic(int argc, char **argv)
+{
+	const char *fabric = NULL, *link = NULL, *lat = NULL, *kib = NULL, *jit = NULL;
+	int counters = 0, i, split = argc, parsed, done;
+	const struct rbt_cli_opt opts[] = {
+		{ "fabric", 0, &fabric, NULL },
+		{ "link", 0, &link, NULL },
+		{ "latency", 0, &lat, NULL },
+		{ "ns-per-kib", 0, &kib, NULL },
+		{ "jitter", 0, &jit, NULL },
+		{ "counters", 0, NULL, &counters },
+		{ 0 },
+	};
+	char dir[PATH_MAX], so[PATH_MAX + 64], *pos[1];
+	uint64_t v;
+
+	/* our options end at "--" or at the first word that is not an option */
+	for (i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--") || argv[i][0] != '-') {
+			split = i;
+			break;
+		}
+		if (!strchr(argv[i], '=') && strcmp(argv[i], "--counters") &&
+		    strcmp(argv[i], "-h") && strcmp(argv[i], "--help") && i + 1 < argc)
+			i++;
+	}
+	parsed = rbt_cli_parse(cmd, split, argv, opts, 0, pos, 0);
+	done = rbt_cli_parse_done(parsed, usage);
+	if (done >= 0)
+		return done;
+	if (fabric)
+		setenv("SOFTNIC_FABRIC", fabric, 1);
+	if (link) {
+		if (strcmp(link, "ib") && strcmp(link, "eth"))
+			return rbt_cli_usage(cmd, "--link: '%s' is not ib or eth", link);
+		setenv("SOFTNIC_LINK", link, 1);
+	}
+	if (lat) {
+		if (rbt_cli_u64(cmd, "latency", lat, &v))
+			return RBT_EXIT_USAGE;
+		setenv("SOFTNIC_LATENCY_NS", lat, 1);
+	}
+	if (kib) {
+		if (rbt_cli_u64(cmd, "ns-per-kib", kib, &v))
+			return RBT_EXIT_USAGE;
+		setenv("SOFTNIC_NS_PER_KIB", kib, 1);
+	}
+	if (jit) {
+		if (rbt_cli_u64(cmd, "jitter", jit, &v))
+			return RBT_EXIT_USAGE;
+		setenv("SOFTNIC_JITTER_NS", jit, 1);
+	}
+	if (counters) {
+		char fd[PATH_MAX];
+		int ret;
+
+		rbt_softnic_fabric_dir(fd, sizeof(fd));
+		ret = rbt_softnic_print_counters(stdout, fd);
+		if (ret) {
+			rbt_cli_error(cmd, "%s: %s", fd,
+				      ret == -ENOENT ? "no softnic fabric here yet"
+						     : strerror(-ret));
+			return RBT_EXIT_FAIL;
+		}
+		return RBT_EXIT_OK;
+	}
+	i = split < argc && !strcmp(argv[split], "--") ? split + 1 : split;
+	if (i >= argc)
+		return rbt_cli_usage(cmd, "no command to run");
+	if (softnic_dir(dir, sizeof(dir))) {
+		rbt_cli_error(cmd, "softnic not found next to rbtrace (../softnic); set "
+				   "RBTRACE_SOFTNIC_DIR");
+		return RBT_EXIT_FAIL;
+	}
+	snprintf(so, sizeof(so), "%s/libibverbs.so.1", dir);
+	if (access(so, R_OK)) {
+		rbt_cli_error(cmd, "%s: %s (is softnic built?)", so, strerror(errno));
+		return RBT_EXIT_FAIL;
+	}
+	{
+		const char *old = getenv("LD_LIBRARY_PATH");
+		size_t n = strlen(dir) + (old ? strlen(old) : 0) + 2;
+		char *lp = malloc(n);
+
+		if (!lp)
+			return RBT_EXIT_FAIL;
+		snprintf(lp, n, "%s%s%s", dir, old && *old ? ":" : "",
+			 old && *old ? old : "");
+		setenv("LD_LIBRARY_PATH", lp, 1);
+		free(lp);
+	}
+	execvp(argv[i], argv + i);
+	rbt_cli_error(cmd, "%s: %s", argv[i], strerror(errno));
+	return errno == ENOENT ? 127 : 126;
+}

@@ -1,0 +1,97 @@
+/* rbt_cli.h - what the `rbtrace` subcommands share: the command table entry,
+ * one prototype per subcommand, and the helpers for options and errors.
+ *
+ * Adding a subcommand: write cmd_<name>.c defining int rbt_cmd_<name>(int argc,
+ * char **argv) (argv[0] is the subcommand's name), declare it below, add one line
+ * to the table in main.c and its deps to cli/BUILD.bazel. Subcommands return
+ * the process exit code; they never call exit() themselves except through
+ * rbt_cli_die().
+ */
+#ifndef RBT_CLI_H
+#define RBT_CLI_H
+
+#include <stdint.h>
+
+struct rbt_cmd {
+	const char *name;
+	const char *summary; /* one line for `rbtrace --help` */
+	int (*fn)(int argc, char **argv);
+};
+
+/* ---- subcommands (one file each: cmd_<name>.c) ---- */
+int rbt_cmd_record(int argc, char **argv);
+int rbt_cmd_info(int argc, char **argv);
+int rbt_cmd_dump(int argc, char **argv);
+int rbt_cmd_replay(int argc, char **argv);
+int rbt_cmd_diff(int argc, char **argv);
+int rbt_cmd_report(int argc, char **argv);
+int rbt_cmd_softnic(int argc, char **argv);
+
+/* ---- exit codes ---- */
+enum {
+	RBT_EXIT_OK = 0,
+	RBT_EXIT_FAIL = 1,  /* bad input, damaged trace, failed run */
+	RBT_EXIT_USAGE = 2, /* bad command line */
+};
+
+/* ---- errors: one line on stderr, "rbtrace <cmd>: <message>" ---- */
+__attribute__((format(printf, 2, 3))) void rbt_cli_error(const char *cmd, const char *fmt,
+							 ...);
+/* Prints the error and exits with code. */
+__attribute__((noreturn, format(printf, 3, 4))) void
+rbt_cli_die(int code, const char *cmd, const char *fmt, ...);
+/* A bad command line: prints "rbtrace <cmd>: <message> (see rbtrace <cmd> --help)"
+ * and returns RBT_EXIT_USAGE, so `return rbt_cli_usage(...)` ends a subcommand. */
+__attribute__((format(printf, 2, 3))) int rbt_cli_usage(const char *cmd, const char *fmt,
+							...);
+
+/* ---- options ----
+ * One table per subcommand:
+ *	const char *out = NULL; int json = 0;
+ *	const struct rbt_cli_opt opts[] = {
+ *		{ "json", 0, NULL, &json },	// --json
+ *		{ "output", 'o', &out, NULL },	// --output=F, --output F, -o F
+ *		{ 0 } };
+ * Options may appear before, between or after positionals; "--" ends them.
+ * With RBT_CLI_STOP_AT_POSITIONAL the first positional ends them too (for
+ * `rbtrace record ./app -x`: -x belongs to the app). Repeating a value option
+ * keeps the last value.
+ */
+struct rbt_cli_opt {
+	const char *name; /* long name, without "--" */
+	char short_name;  /* 0: none */
+	const char **arg; /* takes a value, stored here */
+	int *flag;	  /* takes no value; set to 1 (counted up when repeated) */
+};
+
+#define RBT_CLI_STOP_AT_POSITIONAL 1
+#define RBT_CLI_HELP		   (-1) /* -h or --help was given */
+#define RBT_CLI_BAD		   (-2) /* an error was printed */
+
+/* Returns the number of positionals stored in pos[] (at most max_pos, more is an
+ * error), RBT_CLI_HELP or RBT_CLI_BAD. */
+int rbt_cli_parse(const char *cmd, int argc, char **argv, const struct rbt_cli_opt *opts,
+		  int flags, char **pos, int max_pos);
+
+/* The standard handling of rbt_cli_parse's result: prints usage to stdout and
+ * returns 0 for HELP; returns 2 for BAD; returns -1 (go on) otherwise. */
+int rbt_cli_parse_done(int parsed, const char *usage);
+
+/* Numbers in decimal or 0x hex; print "rbtrace <cmd>: --<opt>: '<s>' is not a
+ * number" and return -1 when s is not one. */
+int rbt_cli_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
+
+/* ---- traces ----
+ * Opens a trace for reading; on failure prints "rbtrace <cmd>: <path>: <why>"
+ * and returns NULL (exit with RBT_EXIT_FAIL then). */
+struct rbt_reader;
+struct rbt_reader *rbt_cli_open_trace(const char *cmd, const char *path);
+
+/* After rbt_reader_next() returned 0 (or err < 0): when the trace was damaged,
+ * truncated or not finished, prints one line saying so with the byte offset,
+ * the events salvaged and the events lost, and returns RBT_EXIT_FAIL; otherwise
+ * prints nothing and returns RBT_EXIT_OK. */
+int rbt_cli_trace_verdict(const char *cmd, const char *path, const struct rbt_reader *r,
+			  int err);
+
+#endif

@@ -1,0 +1,35 @@
+/* rbt_interpose.h - the public face of librbtrace.so (the LD_PRELOAD recorder).
+ *
+ * The library itself has no C API: it is driven by environment variables, which
+ * are named here so that `rbtrace record` and the tests agree with the library.
+ * docs/recording.md describes each setting. Nothing here may pull in libibverbs.
+ */
+#ifndef RBT_INTERPOSE_H
+#define RBT_INTERPOSE_H
+
+/* File, or directory (existing, or ending in '/'), where traces go. */
+#define RBT_ENV_OUTPUT "RBTRACE_OUTPUT"
+/* Per-thread ring size in KiB (default 2048). */
+#define RBT_ENV_BUFFER_KB "RBTRACE_BUFFER_KB"
+/* Longest time (ms) between a record and its arrival in the file (default 100). */
+#define RBT_ENV_FLUSH_MS "RBTRACE_FLUSH_MS"
+/* Longest time (ms) a thread waits for room in its full ring before it drops
+ * records (counted in LOSS events); default 1000, 0 = never wait. */
+#define RBT_ENV_BLOCK_MS "RBTRACE_BLOCK_MS"
+/* Call stacks at resource creation and modify_qp: 1 (default) or 0. */
+#define RBT_ENV_STACKS "RBTRACE_STACKS"
+/* NIC completion timestamps on every CQ: 0 (default) or 1. */
+#define RBT_ENV_NIC_TS "RBTRACE_NIC_TS"
+/* Payload bytes captured per send WR: 0/off (default), on (= 256), or a number. */
+#define RBT_ENV_PAYLOAD "RBTRACE_PAYLOAD"
+/* Diagnostics on stderr: 0 (default) or 1. */
+#define RBT_ENV_DEBUG "RBTRACE_DEBUG"
+/* Set by `rbtrace record`: a file to which every traced process appends the path
+ * of each trace it writes, one per line. */
+#define RBT_ENV_MANIFEST "RBTRACE_MANIFEST"
+/* 1: do not trace at all (the library forwards every call untouched). */
+#define RBT_ENV_DISABLE "RBTRACE_DISABLE"
+
+#define RBT_TOOL_NAME "librbtrace 0.1"
+
+#endif

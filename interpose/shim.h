@@ -1,0 +1,240 @@
+/* shim.h - what the parts of librbtrace.so share: configuration, the per-thread
+ * record rings, the raw (pre-encoding) record layouts, and the event emitters.
+ *
+ * Everything here is hidden (-fvisibility=hidden); only the verbs wrappers are
+ * exported. The inline helpers below run on the application's post/poll path:
+ * they must never lock, allocate, or make a system call.
+ */
+#ifndef RBT_SHIM_H
+#define RBT_SHIM_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <x86intrin.h>
+
+#include <infiniband/verbs.h>
+
+#include "trace_format/rbt_format.h"
+
+#define RBT_EXPORT	 __attribute__((visibility("default")))
+#define RBT_LIKELY(x)	 __builtin_expect(!!(x), 1)
+#define RBT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define RBT_TLS		 __thread __attribute__((tls_model("initial-exec")))
+
+struct rbt_config {
+	size_t ring_bytes;    /* per thread, power of two */
+	unsigned flush_ms;    /* max delay from record to file */
+	unsigned block_ms;    /* max wait for ring space before dropping */
+	int stacks;	      /* unw_backtrace at resource creation */
+	int nic_ts;	      /* completion timestamps on every CQ */
+	unsigned payload;     /* bytes of payload captured per send WR */
+	int debug;	      /* RBTRACE_DEBUG */
+	char output[4096];    /* RBTRACE_OUTPUT, "" = current directory */
+	char manifest[4096];  /* RBTRACE_MANIFEST, "" = none */
+	uint64_t flush_ticks; /* flush_ms in TSC ticks */
+};
+extern struct rbt_config rbt_cfg;
+
+/* 0 not started, 1 recording, 2 off (disabled, failed, or finished). */
+extern _Atomic int rbt_state;
+int rbt_start_slow(void);
+
+/* Nonzero while this thread runs tracer code: verbs called from inside the tracer
+ * (or from a provider inside a wrapped verb) are forwarded untraced. */
+extern RBT_TLS int rbt_tls_inside;
+
+static inline uint64_t rbt_now(void)
+{
+	return __rdtsc();
+}
+
+/* 1 when the calling wrapper should record. Starts the recorder on first use so
+ * that a program which never calls a verb gets no thread and no file. */
+static inline int rbt_recording(void)
+{
+	int s = atomic_load_explicit(&rbt_state, memory_order_relaxed);
+
+	if (RBT_LIKELY(s == 1))
+		return !rbt_tls_inside;
+	if (s == 0)
+		return rbt_start_slow() && !rbt_tls_inside;
+	return 0;
+}
+
+/* ---- raw records: what the hot path copies into the ring ------------------- */
+enum rbt_raw_kind {
+	RBT_RAW_PAD = 1,   /* filler up to the ring's end */
+	RBT_RAW_EVENT,	   /* a struct rbt_event + its strings/blobs/arrays */
+	RBT_RAW_POST_SEND, /* rbt_raw_post + rbt_raw_swr[] */
+	RBT_RAW_POST_RECV, /* rbt_raw_post + rbt_raw_rwr[] */
+	RBT_RAW_POST_SRQ,  /* rbt_raw_post + rbt_raw_rwr[] */
+	RBT_RAW_POLL,	   /* rbt_raw_poll + ibv_wc[] or rbt_raw_wcx[] */
+	RBT_RAW_NOTIFY,	   /* rbt_raw_notify */
+};
+
+struct rbt_raw_hdr {
+	uint32_t len; /* whole record, multiple of 8 */
+	uint16_t kind;
+	uint16_t flags;
+};
+
+struct rbt_raw_post {
+	struct rbt_raw_hdr h;
+	uint64_t ts, ts_exit, obj;
+	int32_t ret;
+	uint32_t qp_num;
+	uint32_t bad_wr;
+	uint32_t api;
+	uint32_t nwr;
+	uint32_t pad;
+};
+
+struct rbt_raw_sge {
+	uint64_t addr;
+	uint32_t length, lkey;
+};
+
+struct rbt_raw_swr {
+	uint64_t wr_id, remote_addr, compare_add, swap, ah;
+	uint32_t opcode, send_flags, imm, rkey, remote_qpn, remote_qkey;
+	uint16_t nsge;
+	uint16_t payload_len; /* bytes after the sges, padded to 8 */
+	uint32_t pad;
+	/* struct rbt_raw_sge sge[nsge]; uint8_t payload[payload_len] */
+};
+
+struct rbt_raw_rwr {
+	uint64_t wr_id;
+	uint32_t nsge, pad;
+	/* struct rbt_raw_sge sge[nsge]; */
+};
+
+#define RBT_POLL_WCX 1 /* h.flags: elements are rbt_raw_wcx */
+struct rbt_raw_poll {
+	struct rbt_raw_hdr h;
+	uint64_t ts, ts_exit, cq;
+	int32_t ret;
+	uint32_t asked;
+	uint32_t api;
+	uint32_t count; /* folded empty polls */
+	uint32_t nwc, pad;
+};
+
+struct rbt_raw_wcx {
+	struct ibv_wc wc;
+	uint64_t hw_ts;
+};
+
+struct rbt_raw_notify {
+	struct rbt_raw_hdr h;
+	uint64_t ts, ts_exit, cq;
+	int32_t ret;
+	uint32_t solicited;
+};
+
+/* ---- per-thread ring ------------------------------------------------------- */
+struct rbt_ring {
+	_Atomic uint64_t head; /* producer: bytes published */
+	char pad0[56];
+	_Atomic uint64_t tail; /* consumer: bytes consumed */
+	char pad1[56];
+	/* producer-private */
+	uint64_t cached_tail;
+	uint64_t reserved; /* head after the record being written */
+	int dropping;	   /* waited in vain: drop until half empty */
+	uint64_t lost_events, lost_bytes, lost_first, lost_last;
+	/* folded run of empty polls not yet written */
+	struct ibv_cq *fold_cq;
+	uint64_t fold_ts, fold_exit, fold_n;
+	uint32_t fold_asked, fold_api;
+	/* shared */
+	uint64_t size, mask;
+	uint32_t tid;
+	_Atomic int dead; /* the thread exited: drain then free */
+	struct rbt_ring *next;
+	uint8_t *buf;
+};
+
+extern RBT_TLS struct rbt_ring *rbt_tls_ring;
+struct rbt_ring *rbt_ring_create(void);
+
+void *rbt_ring_reserve_slow(struct rbt_ring *r, uint32_t len);
+void rbt_fold_flush(struct rbt_ring *r);
+
+static inline struct rbt_ring *rbt_ring_get(void)
+{
+	struct rbt_ring *r = rbt_tls_ring;
+
+	if (RBT_UNLIKELY(!r))
+		r = rbt_ring_create();
+	return r;
+}
+
+/* Room for a record of len bytes (multiple of 8), or NULL when it has to be
+ * dropped (then it is counted and a LOSS event says so). */
+static inline void *rbt_ring_reserve(struct rbt_ring *r, uint32_t len)
+{
+	uint64_t head, pos;
+
+	if (RBT_UNLIKELY(r->fold_n))
+		rbt_fold_flush(r);
+	head = atomic_load_explicit(&r->head, memory_order_relaxed);
+	pos = head & r->mask;
+	if (RBT_LIKELY(pos + len <= r->size && head + len - r->cached_tail <= r->size &&
+		       !r->lost_events)) {
+		r->reserved = head + len;
+		return r->buf + pos;
+	}
+	return rbt_ring_reserve_slow(r, len);
+}
+
+static inline void rbt_ring_commit(struct rbt_ring *r)
+{
+	atomic_store_explicit(&r->head, r->reserved, memory_order_release);
+}
+
+/* ---- events from the slow path -------------------------------------------- */
+/* Copies ev (and its strings, blobs and arrays) into this thread's ring. */
+void rbt_emit(const struct rbt_event *ev);
+/* A STACK event for the event just emitted (when stacks are on). */
+void rbt_emit_stack(uint32_t ref_type);
+/* A NOTE event; also one line on stderr when level > 0 (once per text). */
+void rbt_note(int level, const char *text);
+/* write(2)-based logging; debug lines only with RBTRACE_DEBUG=1. */
+void rbt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void rbt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Resolves the next definition of a libibverbs symbol (version first). */
+void *rbt_real(const char *name, const char *version);
+
+/* ---- data path (shim_datapath.c) -------------------------------------------- */
+/* Patches ctx->ops and the verbs_context ops of a newly opened context. */
+void rbt_dp_patch_context(struct ibv_context *ctx);
+void rbt_dp_forget_context(struct ibv_context *ctx);
+/* After a create_qp(_ex)/qp_to_qp_ex/modify_qp: (re)wrap the ibv_wr_* pointers. */
+void rbt_dp_wrap_qpx(struct ibv_qp *qp);
+void rbt_dp_recheck_qpx(struct ibv_qp *qp);
+void rbt_dp_forget_obj(const void *obj);
+/* Reads the NIC clock of ctx through its original query_rt_values (0 or -1). */
+int rbt_dp_query_rt(struct ibv_context *ctx, uint64_t *nic_ts, uint64_t *nic_hz);
+/* With RBTRACE_NIC_TS: a CQ made through create_cq_ex with completion
+ * timestamps, standing in for a plain ibv_create_cq (NULL when not possible). */
+struct ibv_cq *rbt_dp_create_ts_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+				   struct ibv_comp_channel *channel, int comp_vector);
+/* Contexts recorded so far, for the drainer's clock samples. */
+int rbt_dp_contexts(struct ibv_context **out, int max);
+
+/* ---- resource records shared by both wrapper files (shim_verbs.c) ------------- */
+void rbt_rec_cq_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ctx,
+		       struct ibv_cq *cq, uint32_t cqe_asked, struct ibv_comp_channel *ch,
+		       uint32_t vec, int ex, uint64_t wc_flags, uint32_t flags, int ts_source);
+void rbt_rec_qp_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ctx,
+		       struct ibv_qp *qp, const struct ibv_qp_init_attr_ex *a, int ex);
+void rbt_rec_srq_create(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
+			struct ibv_srq *srq, const struct ibv_srq_init_attr_ex *a);
+void rbt_rec_port_attr(struct ibv_context *ctx, uint8_t port, const struct ibv_port_attr *a);
+void rbt_rec_device_attr(struct ibv_context *ctx, const struct ibv_device_attr *a,
+			 uint64_t ts_mask, uint64_t core_clock);
+
+#endif

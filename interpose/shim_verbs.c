@@ -1,0 +1,993 @@
+/* shim_verbs.c - the exported libibverbs functions librbtrace.so defines in front
+ * of the real ones (same names, same symbol versions, see librbtrace.lds).
+ *
+ * Shape of every wrapper: take the time, call the next definition (found with
+ * dlvsym(RTLD_NEXT)), take the time, record, then return exactly what the real
+ * call returned with errno as it left it. Calls made while this thread is already
+ * inside the tracer (or inside a wrapped verb, e.g. a provider calling an
+ * exported verb) are forwarded untraced. Nothing here may fail the program.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "interpose/shim.h"
+
+/* verbs.h turns these into inline helpers; the shim defines the functions. */
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+#undef ibv_query_port
+#undef ibv_get_device_list
+
+#define RBT_RESOLVE(name, ver)                                              \
+	static __typeof__(&name) real;                                      \
+	if (RBT_UNLIKELY(!real))                                            \
+		real = (__typeof__(&name))rbt_real(#name, ver);
+
+/* Calls the real function with the tracer flag set; t0/t1 around it and the
+ * errno it left in rerrno. */
+#define RBT_CALL(lhs, expr)                \
+	uint64_t t0 = rbt_now();           \
+	rbt_tls_inside++;                  \
+	lhs = expr;                        \
+	rbt_tls_inside--;                  \
+	int rerrno = errno;                \
+	uint64_t t1 = rbt_now();
+
+#define RBT_PERR(p) ((p) ? 0 : rerrno)
+#define RBT_IERR(r) ((r) ? rerrno : 0)
+
+/* ---- record helpers shared with shim_datapath.c ----------------------------------- */
+void rbt_rec_cq_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ctx,
+		       struct ibv_cq *cq, uint32_t cqe_asked, struct ibv_comp_channel *ch,
+		       uint32_t vec, int ex, uint64_t wc_flags, uint32_t flags, int ts_source)
+{
+	struct rbt_event ev = { .type = RBT_EV_CQ_CREATE, .ts = t0 };
+	struct rbt_ev_cq_create *e = &ev.u.cq_create;
+
+	e->ts_exit = t1;
+	e->ret = cq ? 0 : -err;
+	e->err = err;
+	e->ctx = (uintptr_t)ctx;
+	e->cq = (uintptr_t)cq;
+	e->cqe_asked = cqe_asked;
+	e->cqe = cq ? (uint64_t)cq->cqe : 0;
+	e->channel = (uintptr_t)ch;
+	e->comp_vector = vec;
+	e->ex = ex;
+	e->wc_flags = wc_flags;
+	e->flags = flags;
+	e->ts_source = ts_source;
+	rbt_emit(&ev);
+	rbt_emit_stack(RBT_EV_CQ_CREATE);
+}
+
+void rbt_rec_qp_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ctx,
+		       struct ibv_qp *qp, const struct ibv_qp_init_attr_ex *a, int ex)
+{
+	struct rbt_event ev = { .type = RBT_EV_QP_CREATE, .ts = t0 };
+	struct rbt_ev_qp_create *e = &ev.u.qp_create;
+
+	e->ts_exit = t1;
+	e->ret = qp ? 0 : -err;
+	e->err = err;
+	e->ctx = (uintptr_t)ctx;
+	e->pd = (uintptr_t)((a->comp_mask & IBV_QP_INIT_ATTR_PD) || !ex ? a->pd : NULL);
+	e->qp = (uintptr_t)qp;
+	e->qp_num = qp ? qp->qp_num : 0;
+	e->qp_type = a->qp_type;
+	e->send_cq = (uintptr_t)a->send_cq;
+	e->recv_cq = (uintptr_t)a->recv_cq;
+	e->srq = (uintptr_t)a->srq;
+	e->xrcd = (uintptr_t)((a->comp_mask & IBV_QP_INIT_ATTR_XRCD) ? a->xrcd : NULL);
+	e->max_send_wr = a->cap.max_send_wr;
+	e->max_recv_wr = a->cap.max_recv_wr;
+	e->max_send_sge = a->cap.max_send_sge;
+	e->max_recv_sge = a->cap.max_recv_sge;
+	e->max_inline_data = a->cap.max_inline_data;
+	e->sq_sig_all = a->sq_sig_all;
+	e->ex = ex;
+	e->create_flags = (a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) ? a->create_flags : 0;
+	e->send_ops_flags =
+		(a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? a->send_ops_flags : 0;
+	rbt_emit(&ev);
+	rbt_emit_stack(RBT_EV_QP_CREATE);
+}
+
+void rbt_rec_srq_create(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
+			struct ibv_srq *srq, const struct ibv_srq_init_attr_ex *a)
+{
+	struct rbt_event ev = { .type = RBT_EV_SRQ_CREATE, .ts = t0 };
+	struct rbt_ev_srq_create *e = &ev.u.srq_create;
+
+	e->ts_exit = t1;
+	e->ret = srq ? 0 : -err;
+	e->err = err;
+	e->pd = (uintptr_t)pd;
+	e->srq = (uintptr_t)srq;
+	e->max_wr = a->attr.max_wr;
+	e->max_sge = a->attr.max_sge;
+	e->srq_limit = a->attr.srq_limit;
+	e->srq_type = (a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? a->srq_type : IBV_SRQT_BASIC;
+	e->xrcd = (uintptr_t)((a->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) ? a->xrcd : NULL);
+	e->cq = (uintptr_t)((a->comp_mask & IBV_SRQ_INIT_ATTR_CQ) ? a->cq : NULL);
+	if (srq && e->srq_type == IBV_SRQT_XRC && srq->context->abi_compat ==
+							    __VERBS_ABI_IS_EXTENDED) {
+		uint32_t n = 0;
+		struct verbs_context *v = verbs_get_ctx(srq->context);
+		if (v->sz >= sizeof(struct verbs_context) -
+				     offsetof(struct verbs_context, get_srq_num) &&
+		    v->get_srq_num && !v->get_srq_num(srq, &n))
+			e->srqn = n;
+	}
+	rbt_emit(&ev);
+	rbt_emit_stack(RBT_EV_SRQ_CREATE);
+}
+
+void rbt_rec_port_attr(struct ibv_context *ctx, uint8_t port, const struct ibv_port_attr *a)
+{
+	struct rbt_event ev = { .type = RBT_EV_PORT_ATTR, .ts = rbt_now() };
+	struct rbt_ev_port_attr *e = &ev.u.port_attr;
+	static __typeof__(&ibv_query_gid) qgid;
+	union ibv_gid gid;
+
+	e->ctx = (uintptr_t)ctx;
+	e->port = port;
+	e->state = a->state;
+	e->max_mtu = a->max_mtu;
+	e->active_mtu = a->active_mtu;
+	e->lid = a->lid;
+	e->sm_lid = a->sm_lid;
+	e->link_layer = a->link_layer;
+	e->gid_tbl_len = a->gid_tbl_len;
+	e->active_speed = a->active_speed;
+	e->active_width = a->active_width;
+	if (!qgid)
+		qgid = (__typeof__(&ibv_query_gid))rbt_real("ibv_query_gid", "IBVERBS_1.1");
+	rbt_tls_inside++;
+	if (qgid && a->gid_tbl_len > 0 && !qgid(ctx, port, 0, &gid)) {
+		e->gid0.data = gid.raw;
+		e->gid0.len = sizeof(gid.raw);
+	}
+	rbt_tls_inside--;
+	rbt_emit(&ev);
+}
+
+void rbt_rec_device_attr(struct ibv_context *ctx, const struct ibv_device_attr *a,
+			 uint64_t ts_mask, uint64_t core_clock)
+{
+	struct rbt_event ev = { .type = RBT_EV_DEVICE_ATTR, .ts = rbt_now() };
+	struct rbt_ev_device_attr *e = &ev.u.device_attr;
+	char fw[sizeof(a->fw_ver) + 1];
+
+	memcpy(fw, a->fw_ver, sizeof(a->fw_ver));
+	fw[sizeof(a->fw_ver)] = 0;
+	e->ctx = (uintptr_t)ctx;
+	e->fw_ver = fw;
+	e->vendor_id = a->vendor_id;
+	e->vendor_part_id = a->vendor_part_id;
+	e->max_mr_size = a->max_mr_size;
+	e->max_qp = a->max_qp;
+	e->max_qp_wr = a->max_qp_wr;
+	e->max_sge = a->max_sge;
+	e->max_cq = a->max_cq;
+	e->max_cqe = a->max_cqe;
+	e->max_mr = a->max_mr;
+	e->max_pd = a->max_pd;
+	e->max_qp_rd_atom = a->max_qp_rd_atom;
+	e->max_qp_init_rd_atom = a->max_qp_init_rd_atom;
+	e->max_srq = a->max_srq;
+	e->max_srq_wr = a->max_srq_wr;
+	e->atomic_cap = a->atomic_cap;
+	e->phys_port_cnt = a->phys_port_cnt;
+	e->completion_timestamp_mask = ts_mask;
+	e->hca_core_clock = core_clock;
+	rbt_emit(&ev);
+}
+
+/* ---- devices ----------------------------------------------------------------------- */
+RBT_EXPORT struct ibv_device **ibv_get_device_list(int *num)
+{
+	RBT_RESOLVE(ibv_get_device_list, "IBVERBS_1.1");
+	if (!real) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	if (!rbt_recording())
+		return real(num);
+	int n = 0;
+	RBT_CALL(struct ibv_device **list, real(&n));
+	if (num)
+		*num = n;
+	struct rbt_event ev = { .type = RBT_EV_DEVICE_LIST, .ts = t0 };
+	char names[1024] = "";
+	size_t k = 0;
+	for (int i = 0; list && i < n && k < sizeof(names) - 80; i++)
+		k += snprintf(names + k, sizeof(names) - k, "%s%s", i ? "," : "",
+			      list[i]->name);
+	ev.u.device_list.ts_exit = t1;
+	ev.u.device_list.ret = list ? n : -rerrno;
+	ev.u.device_list.err = RBT_PERR(list);
+	ev.u.device_list.names = names;
+	rbt_emit(&ev);
+	errno = rerrno;
+	return list;
+}
+
+RBT_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
+{
+	RBT_RESOLVE(ibv_open_device, "IBVERBS_1.1");
+	if (!real) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	if (!rbt_recording())
+		return real(dev);
+	RBT_CALL(struct ibv_context *ctx, real(dev));
+	struct rbt_event ev = { .type = RBT_EV_DEVICE_OPEN, .ts = t0 };
+	struct rbt_ev_device_open *e = &ev.u.device_open;
+	static __typeof__(&ibv_get_device_guid) guid;
+	if (!guid)
+		guid = (__typeof__(&ibv_get_device_guid))rbt_real("ibv_get_device_guid",
+								   "IBVERBS_1.1");
+	e->ts_exit = t1;
+	e->ret = ctx ? 0 : -rerrno;
+	e->err = RBT_PERR(ctx);
+	e->ctx = (uintptr_t)ctx;
+	e->name = dev ? dev->name : "";
+	if (dev && guid) {
+		rbt_tls_inside++;
+		e->node_guid = be64toh(guid(dev));
+		rbt_tls_inside--;
+	}
+	e->transport = dev ? (uint64_t)dev->transport_type : 0;
+	e->node_type = dev ? (uint64_t)dev->node_type : 0;
+	e->num_comp_vectors = ctx ? ctx->num_comp_vectors : 0;
+	e->async_fd = ctx ? ctx->async_fd : 0;
+	rbt_emit(&ev);
+	rbt_emit_stack(RBT_EV_DEVICE_OPEN);
+	if (ctx)
+		rbt_dp_patch_context(ctx);
+	errno = rerrno;
+	return ctx;
+}
+
+RBT_EXPORT int ibv_close_device(struct ibv_context *ctx)
+{
+	RBT_RESOLVE(ibv_close_device, "IBVERBS_1.1");
+	if (!real)
+		return -1;
+	if (!rbt_recording())
+		return real(ctx);
+	RBT_CALL(int ret, real(ctx));
+	struct rbt_event ev = { .type = RBT_EV_DEVICE_CLOSE, .ts = t0 };
+	ev.u.device_close.ts_exit = t1;
+	ev.u.device_close.ret = ret;
+	ev.u.device_close.err = RBT_IERR(ret);
+	ev.u.device_close.ctx = (uintptr_t)ctx;
+	rbt_emit(&ev);
+	if (!ret)
+		rbt_dp_forget_context(ctx);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
+{
+	RBT_RESOLVE(ibv_query_device, "IBVERBS_1.1");
+	if (!real)
+		return ENOSYS;
+	if (!rbt_recording())
+		return real(ctx, attr);
+	RBT_CALL(int ret, real(ctx, attr));
+	(void)t0;
+	(void)t1;
+	if (!ret)
+		rbt_rec_device_attr(ctx, attr, 0, 0);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int ibv_query_port(struct ibv_context *ctx, uint8_t port,
+			      struct _compat_ibv_port_attr *attr)
+{
+	RBT_RESOLVE(ibv_query_port, "IBVERBS_1.1");
+	if (!real)
+		return ENOSYS;
+	if (!rbt_recording())
+		return real(ctx, port, attr);
+	RBT_CALL(int ret, real(ctx, port, attr));
+	(void)t0;
+	(void)t1;
+	if (!ret) {
+		/* The compat struct is struct ibv_port_attr up to link_layer. */
+		struct ibv_port_attr a;
+		memset(&a, 0, sizeof(a));
+		memcpy(&a, attr, offsetof(struct ibv_port_attr, link_layer) + 1);
+		rbt_rec_port_attr(ctx, port, &a);
+	}
+	errno = rerrno;
+	return ret;
+}
+
+/* ---- PD, MR ------------------------------------------------------------------------- */
+RBT_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
+{
+	RBT_RESOLVE(ibv_alloc_pd, "IBVERBS_1.1");
+	if (!real) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	if (!rbt_recording())
+		return real(ctx);
+	RBT_CALL(struct ibv_pd *pd, real(ctx));
+	struct rbt_event ev = { .type = RBT_EV_PD_ALLOC, .ts = t0 };
+	ev.u.pd_alloc.ts_exit = t1;
+	ev.u.pd_alloc.ret = pd ? 0 : -rerrno;
+	ev.u.pd_alloc.err = RBT_PERR(pd);
+	ev.u.pd_alloc.ctx = (uintptr_t)ctx;
+	ev.u.pd_alloc.pd = (uintptr_t)pd;
+	rbt_emit(&ev);
+	rbt_emit_stack(RBT_EV_PD_ALLOC);
+	errno = rerrno;
+	return pd;
+}
+
+RBT_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	RBT_RESOLVE(ibv_dealloc_pd, "IBVERBS_1.1");
+	if (!real)
+		return ENOSYS;
+	if (!rbt_recording())
+		return real(pd);
+	RBT_CALL(int ret, real(pd));
+	struct rbt_event ev = { .type = RBT_EV_PD_DEALLOC, .ts = t0 };
+	ev.u.pd_dealloc.ts_exit = t1;
+	ev.u.pd_dealloc.ret = ret;
+	ev.u.pd_dealloc.err = RBT_IERR(ret);
+	ev.u.pd_dealloc.pd = (uintptr_t)pd;
+	rbt_emit(&ev);
+	errno = rerrno;
+	return ret;
+}
+
+static void rbt_rec_mr(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd, struct ibv_mr *mr,
+		       void *addr, size_t len, uint64_t iova, unsigned access, int api, int fd,
+		       uint64_t off)
+{
+	struct rbt_event ev = { .type = RBT_EV_MR_REG, .ts = t0 };
+	struct rbt_ev_mr_reg *e = &ev.u.mr_reg;
+
+	e->ts_exit = t1;
+	e->ret = mr ? 0 : -err;
+	e->err = err;
+	e->pd = (uintptr_t)pd;
+	e->mr = (uintptr_t)mr;
+	e->addr = (uintptr_t)addr;
+	e->length = len;
+	e->iova = iova;
+	e->access = access;
+	e->lkey = mr ? mr->lkey : 0;
+	e->rkey = mr ? mr->rkey : 0;
+	e->api = api;
+	e->dmabuf_fd = fd;
+	e->dmabuf_offset = off;
+	rbt_emit(&ev);
+	rbt_emit_stack(RBT_EV_MR_REG);
+}
+
+RBT_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+	RBT_RESOLVE(ibv_reg_mr, "IBVERBS_1.1");
+	if (!real) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	if (!rbt_recording())
+		return real(pd, addr, len, access);
+	RBT_CALL(struct ibv_mr *mr, real(pd, addr, len, access));
+	rbt_rec_mr(t0, t1, RBT_PERR(mr), pd, mr, addr, len, (uintptr_t)addr, access, 0, -1, 0);
+	errno = rerrno;
+	return mr;
+}
+
+RBT_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t len,
+					  uint64_t iova, int access)
+{
+	RBT_RESOLVE(ibv_reg_mr_iova, "IBVERBS_1.7");
+	if (!real) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	if (!rbt_recording())
+		return real(pd, addr, len, iova, access);
+	RBT_CALL(struct ibv_mr *mr, real(pd, addr, len, iova, access));
+	rbt_rec_mr(t0, t1, RBT_PERR(mr), pd, mr, addr, len, iova, access, 1, -1, 0);
+	errno = rerrno;
+	return mr;
+}
+
+RBT_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len,
+					   uint64_t iova, unsigned int access)
+{
+	RBT_RESOLVE(ibv_reg_mr_iova2, "IBVERBS_1.8");
+	if (!real) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	if (!rbt_recording())
+		return real(pd, addr, len, iova, access);
+	RBT_CALL(struct ibv_mr *mr, real(pd, addr, len, iova, access));
+	rbt_rec_mr(t0, t1, RBT_PERR(mr), pd, mr, addr, len, iova, access, 2, -1, 0);
+	errno = rerrno;
+	return mr;
+}
+
+RBT_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len,
+					    uint64_t iova, int fd, int access)
+{
+	RBT_RESOLVE(ibv_reg_dmabuf_mr, "IBVERBS_1.12");
+	if (!real) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	if (!rbt_recording())
+		return real(pd, offset, len, iova, fd, access);
+	RBT_CALL(struct ibv_mr *mr, real(pd, offset, len, iova, fd, access));
+	rbt_rec_mr(t0, t1, RBT_PERR(mr), pd, mr, NULL, len, iova, access, 3, fd, offset);
+	errno = rerrno;
+	return mr;
+}
+
+RBT_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
+			    size_t len, int access)
+{
+	RBT_RESOLVE(ibv_rereg_mr, "IBVERBS_1.1");
+	if (!real)
+		return ENOSYS;
+	if (!rbt_recording())
+		return real(mr, flags, pd, addr, len, access);
+	RBT_CALL(int ret, real(mr, flags, pd, addr, len, access));
+	struct rbt_event ev = { .type = RBT_EV_MR_REREG, .ts = t0 };
+	struct rbt_ev_mr_rereg *e = &ev.u.mr_rereg;
+	e->ts_exit = t1;
+	e->ret = ret;
+	e->err = RBT_IERR(ret);
+	e->mr = (uintptr_t)mr;
+	e->flags = flags;
+	e->pd = (uintptr_t)pd;
+	e->addr = (uintptr_t)addr;
+	e->length = len;
+	e->access = access;
+	e->lkey = mr ? mr->lkey : 0;
+	e->rkey = mr ? mr->rkey : 0;
+	rbt_emit(&ev);
+	rbt_emit_stack(RBT_EV_MR_REREG);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
+{
+	RBT_RESOLVE(ibv_dereg_mr, "IBVERBS_1.1");
+	if (!real)
+		return ENOSYS;
+	if (!rbt_recording())
+		return real(mr);
+	RBT_CALL(int ret, real(mr));
+	struct rbt_event ev = { .type = RBT_EV_MR_DEREG, .ts = t0 };
+	ev.u.mr_dereg.ts_exit = t1;
+	ev.u.mr_dereg.ret = ret;
+	ev.u.mr_dereg.err = RBT_IERR(ret);
+	ev.u.mr_dereg.mr = (uintptr_t)mr;
+	rbt_emit(&ev);
+	errno = rerrno;
+	return ret;
+}
+
+/* ---- completion channels and CQs ------------------------------------------------------ */
+RBT_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
+{
+	RBT_RESOLVE(ibv_create_comp_channel, "IBVERBS_1.0");
+	if (!real) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	if (!rbt_recording())
+		return real(ctx);
+	RBT_CALL(struct ibv_comp_channel *ch, real(ctx));
+	struct rbt_event ev = { .type = RBT_EV_CHANNEL_CREATE, .ts = t0 };
+	ev.u.channel_create.ts_exit = t1;
+	ev.u.channel_create.ret = ch ? 0 : -rerrno;
+	ev.u.channel_create.err = RBT_PERR(ch);
+	ev.u.channel_create.ctx = (uintptr_t)ctx;
+	ev.u.channel_create.channel = (uintptr_t)ch;
+	ev.u.channel_create.fd = ch ? ch->fd : 0;
+	rbt_emit(&ev);
+	rbt_emit_stack(RBT_EV_CHANNEL_CREATE);
+	errno = rerrno;
+	return ch;
+}
+
+RBT_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
+{
+	RBT_RESOLVE(ibv_destroy_comp_channel, "IBVERBS_1.0");
+	if (!real)
+		return ENOSYS;
+	if (!rbt_recording())
+		return real(ch);
+	RBT_CALL(int ret, real(ch));
+	struct rbt_event ev = { .type = RBT_EV_CHANNEL_DESTROY, .ts = t0 };
+	ev.u.channel_destroy.ts_exit = t1;
+	ev.u.channel_destroy.ret = ret;
+	ev.u.channel_destroy.err = RBT_IERR(ret);
+	ev.u.channel_destroy.channel = (uintptr_t)ch;
+	rbt_emit(&ev);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+					struct ibv_comp_channel *channel, int comp_vector)
+{
+	RBT_RESOLVE(ibv_create_cq, "IBVERBS_1.1");
+	if (!real) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	if (!rbt_recording())
+		return real(ctx, cqe, cq_context, channel, comp_vector);
+	struct ibv_cq *cq = NULL;
+	int ts_source = 0;
+	uint64_t t0 = rbt_now();
+	if (rbt_cfg.nic_ts) {
+		rbt_tls_inside++;
+		cq = rbt_dp_create_ts_cq(ctx, cqe, cq_context, channel, comp_vector);
+		rbt_tls_inside--;
+		if (cq)
+			ts_source = 2;
+		else
+			rbt_note(0, "RBTRACE_NIC_TS: device gives no completion timestamps; "
+				    "CQ created without");
+	}
+	if (!cq) {
+		rbt_tls_inside++;
+		cq = real(ctx, cqe, cq_context, channel, comp_vector);
+		rbt_tls_inside--;
+	}
+	int rerrno = errno;
+	uint64_t t1 = rbt_now();
+	rbt_rec_cq_create(t0, t1, RBT_PERR(cq), ctx, cq, cqe, channel, comp_vector, 0,
+			  ts_source ? IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
+				    : 0,
+			  0, ts_source);
+	errno = rerrno;
+	return cq;
+}
+
+RBT_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+{
+	RBT_RESOLVE(ibv_resize_cq, "IBVERBS_1.1");
+	if (!real)
+		return ENOSYS;
+	if (!rbt_recording())
+		return real(cq, cqe);
+	RBT_CALL(int ret, real(cq, cqe));
+	struct rbt_event ev = { .type = RBT_EV_CQ_RESIZE, .ts = t0 };
+	ev.u.cq_resize.ts_exit = t1;
+	ev.u.cq_resize.ret = ret;
+	ev.u.cq_resize.err = RBT_IERR(ret);
+	ev.u.cq_resize.cq = (uintptr_t)cq;
+	ev.u.cq_resize.cqe = ret ? (uint64_t)cqe : (uint64_t)cq->cqe;
+	rbt_emit(&ev);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
+{
+	RBT_RESOLVE(ibv_destroy_cq, "IBVERBS_1.1");
+	if (!real)
+		return ENOSYS;
+	if (!rbt_recording()) {
+		int ret = real(cq);
+		if (!ret)
+			rbt_dp_forget_obj(cq);
+		return ret;
+	}
+	RBT_CALL(int ret, real(cq));
+	struct rbt_event ev = { .type = RBT_EV_CQ_DESTROY, .ts = t0 };
+	ev.u.cq_destroy.ts_exit = t1;
+	ev.u.cq_destroy.ret = ret;
+	ev.u.cq_destroy.err = RBT_IERR(ret);
+	ev.u.cq_destroy.cq = (uintptr_t)cq;
+	rbt_emit(&ev);
+	if (!ret)
+		rbt_dp_forget_obj(cq);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq,
+				void **cq_context)
+{
+	RBT_RESOLVE(ibv_get_cq_event, "IBVERBS_1.1");
+	if (!real)
+		return -1;
+	if (!rbt_recording())
+		return real(ch, cq, cq_context);
+	RBT_CALL(int ret, real(ch, cq, cq_context));
+	struct rbt_event ev = { .type = RBT_EV_GET_CQ_EVENT, .ts = t0 };
+	ev.u.get_cq_event.ts_exit = t1;
+	ev.u.get_cq_event.ret = ret;
+	ev.u.get_cq_event.err = RBT_IERR(ret);
+	ev.u.get_cq_event.channel = (uintptr_t)ch;
+	ev.u.get_cq_event.cq = ret == 0 && cq ? (uintptr_t)*cq : 0;
+	rbt_emit(&ev);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
+{
+	RBT_RESOLVE(ibv_ack_cq_events, "IBVERBS_1.1");
+	if (!real)
+		return;
+	if (!rbt_recording()) {
+		real(cq, nevents);
+		return;
+	}
+	int saved = errno;
+	struct rbt_event ev = { .type = RBT_EV_ACK_CQ_EVENTS, .ts = rbt_now() };
+	rbt_tls_inside++;
+	real(cq, nevents);
+	rbt_tls_inside--;
+	ev.u.ack_cq_events.cq = (uintptr_t)cq;
+	ev.u.ack_cq_events.nevents = nevents;
+	rbt_emit(&ev);
+	errno = saved;
+}
+
+/* ---- SRQ ------------------------------------------------------------------------------- */
+RBT_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	RBT_RESOLVE(ibv_create_srq, "IBVERBS_1.1");
+	if (!real) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	if (!rbt_recording())
+		return real(pd, attr);
+	RBT_CALL(struct ibv_srq *srq, real(pd, attr));
+	struct ibv_srq_init_attr_ex a = { 0 };
+	a.attr = attr->attr;
+	a.comp_mask = IBV_SRQ_INIT_ATTR_PD;
+	a.pd = pd;
+	rbt_rec_srq_create(t0, t1, RBT_PERR(srq), pd, srq, &a);
+	errno = rerrno;
+	return srq;
+}
+
+RBT_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
+{
+	RBT_RESOLVE(ibv_modify_srq, "IBVERBS_1.1");
+	if (!real)
+		return ENOSYS;
+	if (!rbt_recording())
+		return real(srq, attr, mask);
+	RBT_CALL(int ret, real(srq, attr, mask));
+	struct rbt_event ev = { .type = RBT_EV_SRQ_MODIFY, .ts = t0 };
+	ev.u.srq_modify.ts_exit = t1;
+	ev.u.srq_modify.ret = ret;
+	ev.u.srq_modify.err = RBT_IERR(ret);
+	ev.u.srq_modify.srq = (uintptr_t)srq;
+	ev.u.srq_modify.attr_mask = mask;
+	ev.u.srq_modify.max_wr = attr->max_wr;
+	ev.u.srq_modify.srq_limit = attr->srq_limit;
+	rbt_emit(&ev);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
+{
+	RBT_RESOLVE(ibv_destroy_srq, "IBVERBS_1.1");
+	if (!real)
+		return ENOSYS;
+	if (!rbt_recording())
+		return real(srq);
+	RBT_CALL(int ret, real(srq));
+	struct rbt_event ev = { .type = RBT_EV_SRQ_DESTROY, .ts = t0 };
+	ev.u.srq_destroy.ts_exit = t1;
+	ev.u.srq_destroy.ret = ret;
+	ev.u.srq_destroy.err = RBT_IERR(ret);
+	ev.u.srq_destroy.srq = (uintptr_t)srq;
+	rbt_emit(&ev);
+	errno = rerrno;
+	return ret;
+}
+
+/* ---- QP ------------------------------------------------------------------------------------ */
+RBT_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	RBT_RESOLVE(ibv_create_qp, "IBVERBS_1.1");
+	if (!real) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	if (!rbt_recording())
+		return real(pd, attr);
+	RBT_CALL(struct ibv_qp *qp, real(pd, attr));
+	struct ibv_qp_init_attr_ex a = { 0 };
+	a.send_cq = attr->send_cq;
+	a.recv_cq = attr->recv_cq;
+	a.srq = attr->srq;
+	a.cap = attr->cap; /* as granted: the provider writes them back */
+	a.qp_type = attr->qp_type;
+	a.sq_sig_all = attr->sq_sig_all;
+	a.pd = pd;
+	rbt_rec_qp_create(t0, t1, RBT_PERR(qp), pd ? pd->context : NULL, qp, &a, 0);
+	errno = rerrno;
+	return qp;
+}
+
+RBT_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+	RBT_RESOLVE(ibv_qp_to_qp_ex, "IBVERBS_1.6");
+	if (!real)
+		return NULL;
+	rbt_tls_inside++;
+	struct ibv_qp_ex *q = real(qp);
+	rbt_tls_inside--;
+	int saved = errno;
+	if (q && rbt_recording())
+		rbt_dp_wrap_qpx(qp);
+	errno = saved;
+	return q;
+}
+
+static void rbt_fill_ah(struct rbt_event *ev, const struct ibv_ah_attr *a, int modify)
+{
+#define RBT_AH_SET(dst)                                                     \
+	dst.ah_dlid = a->dlid;                                              \
+	dst.ah_sl = a->sl;                                                  \
+	dst.ah_src_path_bits = a->src_path_bits;                            \
+	dst.ah_static_rate = a->static_rate;                                \
+	dst.ah_is_global = a->is_global;                                    \
+	dst.ah_dgid.data = a->is_global ? a->grh.dgid.raw : NULL;           \
+	dst.ah_dgid.len = a->is_global ? sizeof(a->grh.dgid.raw) : 0;       \
+	dst.ah_flow_label = a->grh.flow_label;                              \
+	dst.ah_sgid_index = a->grh.sgid_index;                              \
+	dst.ah_hop_limit = a->grh.hop_limit;                                \
+	dst.ah_traffic_class = a->grh.traffic_class;                        \
+	dst.ah_port_num = a->port_num;
+	if (modify) {
+		RBT_AH_SET(ev->u.qp_modify)
+	} else {
+		RBT_AH_SET(ev->u.ah_create)
+	}
+}
+
+RBT_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+	RBT_RESOLVE(ibv_modify_qp, "IBVERBS_1.1");
+	if (!real)
+		return ENOSYS;
+	if (!rbt_recording())
+		return real(qp, attr, mask);
+	RBT_CALL(int ret, real(qp, attr, mask));
+	struct rbt_event ev = { .type = RBT_EV_QP_MODIFY, .ts = t0 };
+	struct rbt_ev_qp_modify *e = &ev.u.qp_modify;
+	e->ts_exit = t1;
+	e->ret = ret;
+	e->err = RBT_IERR(ret);
+	e->qp = (uintptr_t)qp;
+	e->attr_mask = mask;
+	e->qp_state = attr->qp_state;
+	e->cur_qp_state = attr->cur_qp_state;
+	e->path_mtu = attr->path_mtu;
+	e->qkey = attr->qkey;
+	e->rq_psn = attr->rq_psn;
+	e->sq_psn = attr->sq_psn;
+	e->dest_qp_num = attr->dest_qp_num;
+	e->qp_access_flags = attr->qp_access_flags;
+	e->pkey_index = attr->pkey_index;
+	e->port_num = attr->port_num;
+	e->max_rd_atomic = attr->max_rd_atomic;
+	e->max_dest_rd_atomic = attr->max_dest_rd_atomic;
+	e->min_rnr_timer = attr->min_rnr_timer;
+	e->timeout = attr->timeout;
+	e->retry_cnt = attr->retry_cnt;
+	e->rnr_retry = attr->rnr_retry;
+	e->sq_draining = attr->sq_draining;
+	e->rate_limit = attr->rate_limit;
+	if (mask & IBV_QP_AV)
+		rbt_fill_ah(&ev, &attr->ah_attr, 1);
+	rbt_emit(&ev);
+	rbt_emit_stack(RBT_EV_QP_MODIFY);
+	/* Providers may reinstall their ibv_wr_* pointers on a state change. */
+	rbt_dp_recheck_qpx(qp);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
+			    struct ibv_qp_init_attr *init)
+{
+	RBT_RESOLVE(ibv_query_qp, "IBVERBS_1.1");
+	if (!real)
+		return ENOSYS;
+	if (!rbt_recording())
+		return real(qp, attr, mask, init);
+	RBT_CALL(int ret, real(qp, attr, mask, init));
+	struct rbt_event ev = { .type = RBT_EV_QP_QUERY, .ts = t0 };
+	ev.u.qp_query.ts_exit = t1;
+	ev.u.qp_query.ret = ret;
+	ev.u.qp_query.err = RBT_IERR(ret);
+	ev.u.qp_query.qp = (uintptr_t)qp;
+	ev.u.qp_query.attr_mask = mask;
+	if (!ret) {
+		ev.u.qp_query.qp_state = attr->qp_state;
+		ev.u.qp_query.max_inline_data = attr->cap.max_inline_data;
+		ev.u.qp_query.dest_qp_num = attr->dest_qp_num;
+		ev.u.qp_query.path_mtu = attr->path_mtu;
+	}
+	rbt_emit(&ev);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
+{
+	RBT_RESOLVE(ibv_destroy_qp, "IBVERBS_1.1");
+	if (!real)
+		return ENOSYS;
+	if (!rbt_recording()) {
+		int ret = real(qp);
+		if (!ret)
+			rbt_dp_forget_obj(qp);
+		return ret;
+	}
+	RBT_CALL(int ret, real(qp));
+	struct rbt_event ev = { .type = RBT_EV_QP_DESTROY, .ts = t0 };
+	ev.u.qp_destroy.ts_exit = t1;
+	ev.u.qp_destroy.ret = ret;
+	ev.u.qp_destroy.err = RBT_IERR(ret);
+	ev.u.qp_destroy.qp = (uintptr_t)qp;
+	rbt_emit(&ev);
+	if (!ret)
+		rbt_dp_forget_obj(qp);
+	errno = rerrno;
+	return ret;
+}
+
+/* ---- AH ------------------------------------------------------------------------------------ */
+RBT_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	RBT_RESOLVE(ibv_create_ah, "IBVERBS_1.1");
+	if (!real) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	if (!rbt_recording())
+		return real(pd, attr);
+	RBT_CALL(struct ibv_ah *ah, real(pd, attr));
+	struct rbt_event ev = { .type = RBT_EV_AH_CREATE, .ts = t0 };
+	ev.u.ah_create.ts_exit = t1;
+	ev.u.ah_create.ret = ah ? 0 : -rerrno;
+	ev.u.ah_create.err = RBT_PERR(ah);
+	ev.u.ah_create.pd = (uintptr_t)pd;
+	ev.u.ah_create.ah = (uintptr_t)ah;
+	rbt_fill_ah(&ev, attr, 0);
+	rbt_emit(&ev);
+	rbt_emit_stack(RBT_EV_AH_CREATE);
+	errno = rerrno;
+	return ah;
+}
+
+RBT_EXPORT int ibv_destroy_ah(struct ibv_ah *ah)
+{
+	RBT_RESOLVE(ibv_destroy_ah, "IBVERBS_1.1");
+	if (!real)
+		return ENOSYS;
+	if (!rbt_recording())
+		return real(ah);
+	RBT_CALL(int ret, real(ah));
+	struct rbt_event ev = { .type = RBT_EV_AH_DESTROY, .ts = t0 };
+	ev.u.ah_destroy.ts_exit = t1;
+	ev.u.ah_destroy.ret = ret;
+	ev.u.ah_destroy.err = RBT_IERR(ret);
+	ev.u.ah_destroy.ah = (uintptr_t)ah;
+	rbt_emit(&ev);
+	errno = rerrno;
+	return ret;
+}
+
+/* ---- async events ----------------------------------------------------------------------- */
+RBT_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
+{
+	RBT_RESOLVE(ibv_get_async_event, "IBVERBS_1.1");
+	if (!real)
+		return -1;
+	if (!rbt_recording())
+		return real(ctx, event);
+	RBT_CALL(int ret, real(ctx, event));
+	struct rbt_event ev = { .type = RBT_EV_ASYNC_EVENT, .ts = t0 };
+	ev.u.async_event.ts_exit = t1;
+	ev.u.async_event.ret = ret;
+	ev.u.async_event.ctx = (uintptr_t)ctx;
+	if (!ret) {
+		ev.u.async_event.event_type = event->event_type;
+		switch (event->event_type) {
+		case IBV_EVENT_CQ_ERR:
+			ev.u.async_event.element = (uintptr_t)event->element.cq;
+			break;
+		case IBV_EVENT_QP_FATAL:
+		case IBV_EVENT_QP_REQ_ERR:
+		case IBV_EVENT_QP_ACCESS_ERR:
+		case IBV_EVENT_COMM_EST:
+		case IBV_EVENT_SQ_DRAINED:
+		case IBV_EVENT_PATH_MIG:
+		case IBV_EVENT_PATH_MIG_ERR:
+		case IBV_EVENT_QP_LAST_WQE_REACHED:
+			ev.u.async_event.element = (uintptr_t)event->element.qp;
+			break;
+		case IBV_EVENT_SRQ_ERR:
+		case IBV_EVENT_SRQ_LIMIT_REACHED:
+			ev.u.async_event.element = (uintptr_t)event->element.srq;
+			break;
+		case IBV_EVENT_PORT_ACTIVE:
+		case IBV_EVENT_PORT_ERR:
+		case IBV_EVENT_LID_CHANGE:
+		case IBV_EVENT_PKEY_CHANGE:
+		case IBV_EVENT_SM_CHANGE:
+		case IBV_EVENT_CLIENT_REREGISTER:
+		case IBV_EVENT_GID_CHANGE:
+			ev.u.async_event.port = event->element.port_num;
+			break;
+		default:
+			break;
+		}
+	}
+	rbt_emit(&ev);
+	errno = rerrno;
+	return ret;
+}
+
+/* ---- provider direct verbs: not traced, but said so --------------------------------------- */
+static void rbt_dv_note(const char *fn)
+{
+	static _Atomic int said;
+	char text[160];
+
+	if (!rbt_recording() || atomic_exchange(&said, 1))
+		return;
+	snprintf(text, sizeof(text),
+		 "mlx5dv direct verbs in use (%s): data path not traced for objects they "
+		 "drive",
+		 fn);
+	rbt_note(1, text);
+}
+
+#define RBT_DV(ret_t, name, ver, params, args)                               \
+	RBT_EXPORT ret_t name params                                         \
+	{                                                                    \
+		static ret_t(*real) params;                                  \
+		if (!real)                                                   \
+			real = (ret_t(*) params)rbt_real(#name, ver);        \
+		int saved = errno;                                           \
+		rbt_dv_note(#name);                                          \
+		errno = saved;                                               \
+		if (!real) {                                                 \
+			errno = EOPNOTSUPP;                                  \
+			return (ret_t)0;                                     \
+		}                                                            \
+		return real args;                                            \
+	}
+
+RBT_DV(int, mlx5dv_init_obj, "MLX5_1.2", (void *obj, uint64_t type), (obj, type))
+RBT_DV(void *, mlx5dv_create_qp, "MLX5_1.3", (void *ctx, void *a, void *b), (ctx, a, b))
+RBT_DV(void *, mlx5dv_create_cq, "MLX5_1.1", (void *ctx, void *a, void *b), (ctx, a, b))
+RBT_DV(void *, mlx5dv_open_device, "MLX5_1.7", (void *dev, void *a), (dev, a))

@@ -1,0 +1,73 @@
+/* rbt_replay.h - the replayer's public interface: reissue the verbs of recorded
+ * traces on a device (rbtrace replay) and compare two traces (rbtrace diff).
+ *
+ * The replayer never touches memory outside the MRs it registered itself: every
+ * recorded address is rewritten to (replayed MR, offset) and bounds-checked.
+ * Library functions return 0 or a negative errno and never exit; messages for the
+ * user go to the FILE * given in the options.
+ */
+#ifndef RBT_REPLAY_H
+#define RBT_REPLAY_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum rbt_replay_timing {
+	RBT_REPLAY_RECORDED = 0, /* each post at its recorded offset from the start */
+	RBT_REPLAY_ASAP = 1,	 /* as fast as the device allows */
+	RBT_REPLAY_SCALE = 2,	 /* recorded offsets multiplied by scale */
+	RBT_REPLAY_DEPS = 3,	 /* after the completions seen before, + think time */
+};
+
+struct rbt_replay_opts {
+	const char *device;  /* NULL: the recorded device if present, else the first */
+	int timing;	     /* enum rbt_replay_timing */
+	double scale;	     /* for RBT_REPLAY_SCALE (2.0 = twice as slow) */
+	const char *listen;  /* "PORT": wait for the peer replayer/responder */
+	const char *connect; /* "HOST:PORT" */
+	int responder;	     /* stand in for a missing peer (no trace) */
+	const char *out;     /* record the replay here (per trace: out, out.1, ...) */
+	int allow_damaged;   /* replay the intact part of a damaged trace */
+	int json;	     /* fidelity report as JSON */
+	int poll_timeout_ms; /* how long a poll waits for recorded completions; 0=5000 */
+	int realtime;	     /* run timelines SCHED_FIFO (needs privilege) */
+	FILE *log;	     /* messages and the report; NULL = stderr */
+	FILE *report;	     /* the fidelity report; NULL = stdout */
+};
+
+struct rbt_replay_summary {
+	uint64_t posts;
+	uint64_t completions_expected;
+	uint64_t completions_matched;
+	uint64_t divergences;
+	double late_p50_ns, late_p99_ns, late_max_ns;
+	/* the replayer's own overshoot: issue time - max(deadline, the moment the
+	 * previous step (e.g. a poll waiting for a completion) was done) */
+	double own_p50_ns, own_p99_ns, own_max_ns;
+	double wall_ns;	    /* from the first to the last timeline step */
+	double rec_wall_ns; /* the same span in the recording */
+};
+
+/* Replays ntraces traces (the ends of one job). Returns 0 when the replay ran
+ * (divergences are counted in *sum), -EINVAL/-ENOTSUP... with a message on log
+ * when it refused before issuing any verb. */
+int rbt_replay_run(const char *const *traces, int ntraces,
+		   const struct rbt_replay_opts *opts, struct rbt_replay_summary *sum);
+
+/* rbtrace diff: compares a and b per QP (paired in creation order) and opcode.
+ * Returns the number of divergences (>= 0) or a negative errno. */
+struct rbt_diff_opts {
+	int json;
+	FILE *out; /* NULL = stdout */
+	FILE *log; /* NULL = stderr */
+};
+int rbt_replay_diff(const char *a, const char *b, const struct rbt_diff_opts *opts);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,238 @@
+/* replay_int.h - what the replayer's files share: the model of a loaded trace (one
+ * "side" per trace), the directory of published numbers that pairs the sides, and
+ * the helpers between them. Internal: nothing outside replay/ includes this.
+ */
+#ifndef RBT_REPLAY_INT_H
+#define RBT_REPLAY_INT_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "replay/rbt_replay.h"
+#include "trace_format/rbt_format.h"
+
+#define RP_MAX_SIDES 8
+
+/* ---- the recorded model ------------------------------------------------------ */
+struct rp_mr {
+	uint64_t h, pd;
+	uint64_t addr, iova, length, access, lkey, rkey;
+	uint8_t *buf; /* replayed memory (length bytes, page aligned) */
+	struct ibv_mr *mr;
+	struct ibv_pd *npd;
+};
+
+struct rp_cq {
+	uint64_t h, channel;
+	struct rbt_ev_cq_create rec;
+	struct ibv_cq *cq;
+	struct ibv_comp_channel *nch;
+	/* completions taken off the CQ while waiting for an event, for the polls */
+	struct ibv_wc *stash;
+	uint32_t stash_head, stash_n, stash_cap;
+};
+
+struct rp_srq {
+	uint64_t h, pd;
+	struct rbt_ev_srq_create rec;
+	struct ibv_srq *srq;
+};
+
+struct rp_ah {
+	uint64_t h, pd;
+	struct rbt_ev_ah_create rec;
+	uint8_t dgid[16];
+	struct ibv_ah *ah;
+};
+
+struct rp_wcrec {
+	uint64_t wr_id;
+	uint32_t status, opcode, byte_len, imm, wc_flags;
+	uint8_t no_len; /* byte_len was not recorded */
+};
+
+struct rp_wclist {
+	struct rp_wcrec *v;
+	uint32_t n, cap;
+};
+
+struct rp_qp {
+	uint64_t h;
+	struct rbt_ev_qp_create rec;
+	uint32_t rec_dest_qpn; /* from the RTR modify, 0 if none */
+	int has_dest;
+	uint32_t rec_final_state; /* last modified state, ERR after an error wc */
+	int rec_err_wc;
+	uint32_t port;
+	uint32_t rec_sq_psn, rec_rq_psn, rec_path_mtu, rec_max_rd_atomic;
+	uint32_t sgid_index;
+	int is_global;
+	struct ibv_qp *qp;
+	int rel_side; /* side index of the peer (directory side), -1 unpaired */
+	int peer_dir; /* index into dir.qps, -1 */
+	/* completions: [0] send queue, [1] receive queue */
+	struct rp_wclist rec_wc[2], rep_wc[2];
+	uint32_t replay_state;
+};
+
+/* One step of the timeline: a recorded event the replayer reissues in order. */
+struct rp_step {
+	struct rbt_event ev; /* deep copy; arrays owned by the side's arena */
+	uint64_t rec_ns;     /* recorded entry time, absolute mono ns */
+	uint64_t rec_exit_ns;
+	/* prepared before the run */
+	struct ibv_send_wr *swr;
+	struct ibv_recv_wr *rwr;
+	struct ibv_sge *sges;
+	struct rp_qp *qp;
+	struct rp_cq *cq;
+	struct rp_srq *srq;
+	uint32_t nwr;
+	/* results */
+	int64_t ret;
+	uint64_t t_issue, t_exit, deadline;
+	uint64_t
+		ready; /* when the previous step was done: lateness before it is waiting */
+	struct ibv_wc *wcs; /* poll: room for the recorded count */
+	uint32_t got;
+	int skipped;
+};
+
+struct rp_side {
+	int idx;
+	const char *path;
+	struct rbt_header hdr; /* strings point into arena copies */
+	char host[128];
+	struct rbt_reader_stats stats;
+	/* recorded resources */
+	char devname[64];
+	uint64_t rec_lid;
+	uint8_t rec_gid[16];
+	uint32_t rec_active_mtu;
+	uint64_t *pd_h;
+	struct ibv_pd **pd;
+	int npd;
+	struct rp_mr *mr;
+	int nmr;
+	uint64_t *ch_h;
+	struct ibv_comp_channel **ch;
+	int nch;
+	struct rp_cq *cq;
+	int ncq;
+	struct rp_srq *srq;
+	int nsrq;
+	struct rp_qp *qp;
+	int nqp;
+	struct rp_ah *ah;
+	int nah;
+	struct rp_step *step;
+	int nstep, prefix;     /* steps [0, prefix) run before the start barrier */
+	uint64_t rec_epoch_ns; /* abs mono ns of the first step after the prefix */
+	int uses_atomics, max_rd_atomic;
+	uint64_t max_remote_len;
+	/* replay state */
+	struct ibv_context *ctx;
+	struct ibv_device_attr dattr;
+	struct ibv_port_attr pattr;
+	union ibv_gid gid;
+	uint64_t mem_bytes;
+	uint8_t *inline_pool; /* inline sends that point outside every MR */
+	size_t inline_used, inline_cap;
+	pthread_t thr;
+	int timeouts;
+	uint64_t cq_events_missed;
+	size_t late_from, late_to; /* report: this side's slice of the lateness */
+	double late_p50, late_p99, late_max;
+	double own_p50, own_p99, own_max; /* lateness past max(deadline, ready) */
+	/* arena for copied arrays */
+	void **allocs;
+	size_t nallocs, capallocs;
+};
+
+/* ---- the directory: the numbers each side published after setup -------------- */
+struct rp_dir_qp {
+	int side;
+	uint32_t rec_qpn, rec_dest, new_qpn, type, lid;
+	uint32_t rec_lid;
+	uint8_t gid[16];
+};
+struct rp_dir_mr {
+	int side;
+	uint64_t rec_addr, len, new_addr;
+	uint32_t rec_rkey, new_rkey;
+};
+struct rp_dir {
+	struct rp_dir_qp *qps;
+	int nqp, capqp;
+	struct rp_dir_mr *mrs;
+	int nmr, capmr;
+};
+
+/* ---- the divergence list --------------------------------------------------- */
+struct rp_report {
+	char **div;
+	int ndiv, capdiv;
+	pthread_mutex_t lock;
+};
+
+struct rp_job {
+	const struct rbt_replay_opts *o;
+	FILE *log;
+	struct rp_side side[RP_MAX_SIDES];
+	int nside; /* local sides */
+	int nremote_sides;
+	struct rp_dir dir;
+	struct rp_report rep;
+	uint64_t t0;	    /* replay epoch, local ns */
+	uint64_t rec_epoch; /* recorded epoch, abs mono ns (same host) */
+	int same_clock;	    /* all local traces from one host */
+	int net_fd;	    /* TCP to the peer replayer / responder, -1 */
+	int peer_is_responder;
+	pthread_barrier_t bar;
+	int poll_timeout_ms;
+};
+
+/* replay_load.c */
+int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path);
+void rp_side_free(struct rp_side *s);
+void *rp_alloc(struct rp_side *s, size_t n);
+uint64_t rp_abs_ns(const struct rp_side *s, uint64_t ticks);
+struct rp_qp *rp_qp_by_h(struct rp_side *s, uint64_t h);
+struct rp_qp *rp_qp_by_rec_qpn(struct rp_side *s, uint32_t qpn);
+struct rp_cq *rp_cq_by_h(struct rp_side *s, uint64_t h);
+struct rp_srq *rp_srq_by_h(struct rp_side *s, uint64_t h);
+struct rp_ah *rp_ah_by_h(struct rp_side *s, uint64_t h);
+struct ibv_pd *rp_pd_by_h(struct rp_side *s, uint64_t h);
+void rp_wclist_push(struct rp_wclist *l, const struct rp_wcrec *w);
+int rp_wc_is_recv(const struct rp_qp *q, uint32_t status, uint32_t opcode,
+		  uint64_t wr_id);
+
+/* replay_report.c */
+void rp_diverge(struct rp_job *j, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum);
+int rp_cmp_u64(const void *a, const void *b);
+
+/* replay_net.c */
+int rp_net_open(struct rp_job *j);
+int rp_net_exchange(struct rp_job *j);
+int rp_net_barrier(struct rp_job *j, const char *word);
+void rp_net_close(struct rp_job *j);
+int rp_net_agree_t0(struct rp_job *j, uint64_t *t0);
+int rp_responder_run(const struct rbt_replay_opts *o);
+int rp_dir_add_qp(struct rp_dir *d, const struct rp_dir_qp *q);
+int rp_dir_add_mr(struct rp_dir *d, const struct rp_dir_mr *m);
+
+/* replay_run.c */
+uint64_t rp_now_ns(void);
+void rp_clock_init(void);
+int rp_open_device(struct rp_job *j, struct rp_side *s, struct ibv_context **ctxp);
+int rp_modify_to(struct ibv_qp *qp, const struct rbt_ev_qp_modify *m, uint32_t dest_qpn,
+		 uint32_t dlid, const uint8_t *dgid);
+
+/* replay_record.c */
+int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path);
+
+#endif

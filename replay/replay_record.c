@@ -1,0 +1,344 @@
+/* replay_record.c - writes what a replay did as a trace of its own (-o), with the
+ * writer API: the resources it built and every step with the replay's numbers,
+ * times and results, so `rbtrace diff original replay` can compare the two.
+ *
+ * Runs after the replay has finished: never on the post path.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "replay/replay_int.h"
+
+#define H(p) ((uint64_t)(uintptr_t)(p))
+
+static int rr_put(struct rbt_writer *w, struct rbt_event *ev, uint64_t ts)
+{
+	ev->stream = (uint32_t)getpid();
+	ev->ts = ts;
+	return rbt_writer_append(w, ev);
+}
+
+int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path)
+{
+	struct rbt_header hdr = { 0 };
+	struct rbt_writer *w = NULL;
+	struct rbt_event ev;
+	struct timespec rt;
+	char host[128] = "";
+	uint64_t t0 = UINT64_MAX, now = rp_now_ns();
+	int rc;
+
+	for (int i = 0; i < s->nstep; i++)
+		if (s->step[i].t_issue && s->step[i].t_issue < t0)
+			t0 = s->step[i].t_issue;
+	if (t0 == UINT64_MAX)
+		t0 = now;
+	t0 -= 1000;
+	clock_gettime(CLOCK_REALTIME, &rt);
+	gethostname(host, sizeof(host) - 1);
+	hdr.pid = (uint32_t)getpid();
+	hdr.ppid = (uint32_t)getppid();
+	hdr.clock_source = RBT_CLOCK_MONO;
+	hdr.clock_hz = 1000000000ull;
+	hdr.start.ticks = t0;
+	hdr.start.mono_ns = t0;
+	hdr.start.real_ns =
+		(uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec - (now - t0);
+	hdr.host = host;
+	hdr.cmdline = s->path;
+	hdr.tool = "rbtrace replay";
+	rc = rbt_writer_open(path, &hdr, NULL, &w);
+	if (rc < 0)
+		return rc;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = RBT_EV_DEVICE_OPEN;
+	ev.u.device_open.ctx = H(s->ctx);
+	ev.u.device_open.name = s->ctx ? ibv_get_device_name(s->ctx->device) : "";
+	rc = rr_put(w, &ev, t0);
+	memset(&ev, 0, sizeof(ev));
+	ev.type = RBT_EV_PORT_ATTR;
+	ev.u.port_attr.ctx = H(s->ctx);
+	ev.u.port_attr.port = 1;
+	ev.u.port_attr.state = s->pattr.state;
+	ev.u.port_attr.active_mtu = s->pattr.active_mtu;
+	ev.u.port_attr.max_mtu = s->pattr.max_mtu;
+	ev.u.port_attr.lid = s->pattr.lid;
+	ev.u.port_attr.link_layer = s->pattr.link_layer;
+	ev.u.port_attr.gid0.data = s->gid.raw;
+	ev.u.port_attr.gid0.len = 16;
+	rc = rc ?: rr_put(w, &ev, t0);
+	for (int i = 0; i < s->npd && !rc; i++) {
+		memset(&ev, 0, sizeof(ev));
+		ev.type = RBT_EV_PD_ALLOC;
+		ev.u.pd_alloc.ctx = H(s->ctx);
+		ev.u.pd_alloc.pd = H(s->pd[i]);
+		ev.u.pd_alloc.ts_exit = t0;
+		rc = rr_put(w, &ev, t0);
+	}
+	for (int i = 0; i < s->nmr && !rc; i++) {
+		struct rp_mr *m = &s->mr[i];
+
+		memset(&ev, 0, sizeof(ev));
+		ev.type = RBT_EV_MR_REG;
+		ev.u.mr_reg.ts_exit = t0;
+		ev.u.mr_reg.pd = H(m->npd);
+		ev.u.mr_reg.mr = H(m->mr);
+		ev.u.mr_reg.addr = H(m->buf);
+		ev.u.mr_reg.iova = H(m->buf);
+		ev.u.mr_reg.length = m->length;
+		ev.u.mr_reg.access = m->access;
+		ev.u.mr_reg.lkey = m->mr->lkey;
+		ev.u.mr_reg.rkey = m->mr->rkey;
+		rc = rr_put(w, &ev, t0);
+	}
+	for (int i = 0; i < s->nch && !rc; i++) {
+		memset(&ev, 0, sizeof(ev));
+		ev.type = RBT_EV_CHANNEL_CREATE;
+		ev.u.channel_create.ts_exit = t0;
+		ev.u.channel_create.ctx = H(s->ctx);
+		ev.u.channel_create.channel = H(s->ch[i]);
+		ev.u.channel_create.fd = (uint64_t)s->ch[i]->fd;
+		rc = rr_put(w, &ev, t0);
+	}
+	for (int i = 0; i < s->ncq && !rc; i++) {
+		memset(&ev, 0, sizeof(ev));
+		ev.type = RBT_EV_CQ_CREATE;
+		ev.u.cq_create = s->cq[i].rec;
+		ev.u.cq_create.ts_exit = t0;
+		ev.u.cq_create.ctx = H(s->ctx);
+		ev.u.cq_create.cq = H(s->cq[i].cq);
+		ev.u.cq_create.channel = H(s->cq[i].nch);
+		ev.u.cq_create.cqe = (uint64_t)s->cq[i].cq->cqe;
+		ev.u.cq_create.ex = 0;
+		rc = rr_put(w, &ev, t0);
+	}
+	for (int i = 0; i < s->nsrq && !rc; i++) {
+		memset(&ev, 0, sizeof(ev));
+		ev.type = RBT_EV_SRQ_CREATE;
+		ev.u.srq_create = s->srq[i].rec;
+		ev.u.srq_create.ts_exit = t0;
+		ev.u.srq_create.pd = H(rp_pd_by_h(s, s->srq[i].pd));
+		ev.u.srq_create.srq = H(s->srq[i].srq);
+		ev.u.srq_create.cq = 0;
+		ev.u.srq_create.xrcd = 0;
+		rc = rr_put(w, &ev, t0);
+	}
+	for (int i = 0; i < s->nqp && !rc; i++) {
+		struct rp_qp *q = &s->qp[i];
+		struct rp_cq *sc = rp_cq_by_h(s, q->rec.send_cq),
+			     *rcq = rp_cq_by_h(s, q->rec.recv_cq);
+		struct rp_srq *srq = q->rec.srq ? rp_srq_by_h(s, q->rec.srq) : NULL;
+
+		memset(&ev, 0, sizeof(ev));
+		ev.type = RBT_EV_QP_CREATE;
+		ev.u.qp_create = q->rec;
+		ev.u.qp_create.ts_exit = t0;
+		ev.u.qp_create.ctx = H(s->ctx);
+		ev.u.qp_create.pd = H(rp_pd_by_h(s, q->rec.pd));
+		ev.u.qp_create.qp = H(q->qp);
+		ev.u.qp_create.qp_num = q->qp->qp_num;
+		ev.u.qp_create.send_cq = H(sc ? sc->cq : NULL);
+		ev.u.qp_create.recv_cq = H(rcq ? rcq->cq : NULL);
+		ev.u.qp_create.srq = H(srq ? srq->srq : NULL);
+		ev.u.qp_create.xrcd = 0;
+		ev.u.qp_create.ex = 0;
+		rc = rr_put(w, &ev, t0);
+	}
+	for (int i = 0; i < s->nah && !rc; i++) {
+		memset(&ev, 0, sizeof(ev));
+		ev.type = RBT_EV_AH_CREATE;
+		ev.u.ah_create = s->ah[i].rec;
+		ev.u.ah_create.ts_exit = t0;
+		ev.u.ah_create.pd = H(rp_pd_by_h(s, s->ah[i].pd));
+		ev.u.ah_create.ah = H(s->ah[i].ah);
+		ev.u.ah_create.ah_dgid.data = s->ah[i].dgid;
+		ev.u.ah_create.ah_dgid.len = 16;
+		rc = rr_put(w, &ev, t0);
+	}
+	for (int i = 0; i < s->nstep && !rc; i++) {
+		struct rp_step *st = &s->step[i];
+
+		if (st->skipped || !st->t_issue)
+			continue;
+		ev = st->ev;
+		switch (ev.type) {
+		case RBT_EV_QP_MODIFY:
+			ev.u.qp_modify.ts_exit = st->t_exit;
+			ev.u.qp_modify.ret = st->ret;
+			ev.u.qp_modify.err = st->ret > 0 ? (uint64_t)st->ret : 0;
+			ev.u.qp_modify.qp = H(st->qp->qp);
+			if (st->qp->peer_dir >= 0)
+				ev.u.qp_modify.dest_qp_num =
+					j->dir.qps[st->qp->peer_dir].new_qpn;
+			rc = rr_put(w, &ev, st->t_issue);
+			break;
+		case RBT_EV_POST_SEND: {
+			struct rbt_send_wr *wr = calloc(st->nwr, sizeof(*wr));
+			struct rbt_sge *sg;
+			uint32_t nsge = 0;
+
+			for (uint32_t k = 0; k < st->nwr; k++)
+				nsge += (uint32_t)st->swr[k].num_sge;
+			sg = calloc(nsge + 1, sizeof(*sg));
+			if (!wr || !sg) {
+				free(wr);
+				free(sg);
+				rc = -ENOMEM;
+				break;
+			}
+			for (uint32_t k = 0, g = 0; k < st->nwr; k++) {
+				const struct ibv_send_wr *o = &st->swr[k];
+
+				wr[k] = ev.u.post_send.wrs[k];
+				wr[k].payload.len = 0;
+				wr[k].payload.data = NULL;
+				wr[k].sges = &sg[g];
+				wr[k].n_sges = (uint32_t)o->num_sge;
+				for (int x = 0; x < o->num_sge; x++, g++) {
+					sg[g].addr = o->sg_list[x].addr;
+					sg[g].length = o->sg_list[x].length;
+					sg[g].lkey = o->sg_list[x].lkey;
+				}
+				if (o->opcode == IBV_WR_RDMA_WRITE ||
+				    o->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
+				    o->opcode == IBV_WR_RDMA_READ) {
+					wr[k].remote_addr = o->wr.rdma.remote_addr;
+					wr[k].rkey = o->wr.rdma.rkey;
+				} else if (o->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+					   o->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+					wr[k].remote_addr = o->wr.atomic.remote_addr;
+					wr[k].rkey = o->wr.atomic.rkey;
+				}
+				if (st->qp->rec.qp_type == IBV_QPT_UD) {
+					wr[k].ah = H(o->wr.ud.ah);
+					wr[k].remote_qpn = o->wr.ud.remote_qpn;
+				}
+			}
+			ev.u.post_send.wrs = wr;
+			ev.u.post_send.ts_exit = st->t_exit;
+			ev.u.post_send.ret = st->ret;
+			ev.u.post_send.qp = H(st->qp->qp);
+			ev.u.post_send.qp_num = st->qp->qp->qp_num;
+			ev.u.post_send.api = 0;
+			rc = rr_put(w, &ev, st->t_issue);
+			free(wr);
+			free(sg);
+			break;
+		}
+		case RBT_EV_POST_RECV:
+		case RBT_EV_POST_SRQ_RECV: {
+			struct rbt_recv_wr *wr = calloc(st->nwr + 1, sizeof(*wr));
+			struct rbt_sge *sg;
+			uint32_t nsge = 0;
+
+			for (uint32_t k = 0; k < st->nwr; k++)
+				nsge += (uint32_t)st->rwr[k].num_sge;
+			sg = calloc(nsge + 1, sizeof(*sg));
+			if (!wr || !sg) {
+				free(wr);
+				free(sg);
+				rc = -ENOMEM;
+				break;
+			}
+			for (uint32_t k = 0, g = 0; k < st->nwr; k++) {
+				const struct ibv_recv_wr *o = &st->rwr[k];
+
+				wr[k].wr_id = o->wr_id;
+				wr[k].sges = &sg[g];
+				wr[k].n_sges = (uint32_t)o->num_sge;
+				for (int x = 0; x < o->num_sge; x++, g++) {
+					sg[g].addr = o->sg_list[x].addr;
+					sg[g].length = o->sg_list[x].length;
+					sg[g].lkey = o->sg_list[x].lkey;
+				}
+			}
+			if (ev.type == RBT_EV_POST_RECV) {
+				ev.u.post_recv.wrs = wr;
+				ev.u.post_recv.ts_exit = st->t_exit;
+				ev.u.post_recv.ret = st->ret;
+				ev.u.post_recv.qp = H(st->qp->qp);
+				ev.u.post_recv.qp_num = st->qp->qp->qp_num;
+			} else {
+				ev.u.post_srq_recv.wrs = wr;
+				ev.u.post_srq_recv.ts_exit = st->t_exit;
+				ev.u.post_srq_recv.ret = st->ret;
+				ev.u.post_srq_recv.srq = H(st->srq->srq);
+			}
+			rc = rr_put(w, &ev, st->t_issue);
+			free(wr);
+			free(sg);
+			break;
+		}
+		case RBT_EV_POLL_CQ: {
+			struct rbt_wc *wc = calloc(st->got + 1, sizeof(*wc));
+
+			if (!wc) {
+				rc = -ENOMEM;
+				break;
+			}
+			for (uint32_t k = 0; k < st->got; k++) {
+				const struct ibv_wc *o = &st->wcs[k];
+
+				wc[k].wr_id = o->wr_id;
+				wc[k].status = o->status;
+				wc[k].opcode = o->opcode;
+				wc[k].vendor_err = o->vendor_err;
+				wc[k].byte_len = o->byte_len;
+				wc[k].imm_data = be32toh(o->imm_data);
+				wc[k].qp_num = o->qp_num;
+				wc[k].src_qp = o->src_qp;
+				wc[k].wc_flags = o->wc_flags;
+				wc[k].pkey_index = o->pkey_index;
+				wc[k].slid = o->slid;
+				wc[k].sl = o->sl;
+				wc[k].dlid_path_bits = o->dlid_path_bits;
+			}
+			ev.u.poll_cq.wcs = wc;
+			ev.u.poll_cq.n_wcs = st->got;
+			ev.u.poll_cq.ret = st->got;
+			ev.u.poll_cq.ts_exit = st->t_exit;
+			ev.u.poll_cq.cq = H(st->cq->cq);
+			ev.u.poll_cq.api = 0;
+			ev.u.poll_cq.asked = st->ev.u.poll_cq.n_wcs;
+			ev.u.poll_cq.count = 1;
+			rc = rr_put(w, &ev, st->t_issue);
+			free(wc);
+			break;
+		}
+		case RBT_EV_REQ_NOTIFY:
+			ev.u.req_notify.ts_exit = st->t_exit;
+			ev.u.req_notify.ret = st->ret;
+			ev.u.req_notify.cq = H(st->cq->cq);
+			rc = rr_put(w, &ev, st->t_issue);
+			break;
+		case RBT_EV_GET_CQ_EVENT:
+			ev.u.get_cq_event.ts_exit = st->t_exit;
+			ev.u.get_cq_event.ret = st->ret;
+			ev.u.get_cq_event.cq = H(st->cq->cq);
+			ev.u.get_cq_event.channel = H(st->cq->nch);
+			rc = rr_put(w, &ev, st->t_issue);
+			break;
+		}
+	}
+	if (rc) {
+		rbt_writer_close(w, NULL);
+		return rc;
+	}
+	{
+		struct rbt_trailer tr = { 0 };
+		struct timespec m;
+
+		clock_gettime(CLOCK_MONOTONIC, &m);
+		clock_gettime(CLOCK_REALTIME, &rt);
+		tr.end.ticks = (uint64_t)m.tv_sec * 1000000000ull + (uint64_t)m.tv_nsec;
+		tr.end.mono_ns = tr.end.ticks;
+		tr.end.real_ns =
+			(uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
+		return rbt_writer_close(w, &tr);
+	}
+}

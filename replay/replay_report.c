@@ -1,0 +1,363 @@
+/* replay_report.c - the fidelity report of a replay: how late each post was issued
+ * against its schedule, whether completions came back as recorded (per QP and
+ * queue: count, opcode, status, byte_len), final QP states, and every divergence.
+ *
+ * Runs after the replay: it may allocate and print, never issue a verb.
+ */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "replay/replay_int.h"
+
+int rp_cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+void rp_diverge(struct rp_job *j, const char *fmt, ...)
+{
+	va_list ap;
+	char *msg = NULL;
+	int n;
+
+	va_start(ap, fmt);
+	n = vasprintf(&msg, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	pthread_mutex_lock(&j->rep.lock);
+	if (j->rep.ndiv == j->rep.capdiv) {
+		int cap = j->rep.capdiv ? 2 * j->rep.capdiv : 32;
+		char **d = realloc(j->rep.div, (size_t)cap * sizeof(*d));
+
+		if (!d) {
+			pthread_mutex_unlock(&j->rep.lock);
+			free(msg);
+			return;
+		}
+		j->rep.div = d;
+		j->rep.capdiv = cap;
+	}
+	j->rep.div[j->rep.ndiv++] = msg;
+	pthread_mutex_unlock(&j->rep.lock);
+}
+
+static const char *rp_state_name(uint32_t s)
+{
+	static const char *n[] = { "RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR" };
+
+	return s < 7 ? n[s] : "?";
+}
+
+static int rp_wc_equal(const struct rp_wcrec *a, const struct rp_wcrec *b)
+{
+	if (a->status != b->status)
+		return 0;
+	if (a->status != IBV_WC_SUCCESS)
+		return 1; /* opcode and length are undefined in error completions */
+	if (a->opcode != b->opcode)
+		return 0;
+	/* byte_len is defined for receives, reads and atomics only (IB spec) */
+	if ((a->opcode & IBV_WC_RECV) || a->opcode == IBV_WC_RDMA_READ ||
+	    a->opcode == IBV_WC_COMP_SWAP || a->opcode == IBV_WC_FETCH_ADD)
+		return a->no_len || b->no_len || a->byte_len == b->byte_len;
+	return 1;
+}
+
+static void rp_json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fprintf(f, "\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			fprintf(f, "\\u%04x", *s);
+		else
+			fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+static double rp_pct(const uint64_t *v, size_t n, double p)
+{
+	size_t i;
+
+	if (!n)
+		return 0;
+	i = (size_t)(p * (double)(n - 1) + 0.5);
+	return (double)v[i < n ? i : n - 1];
+}
+
+void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum)
+{
+	FILE *f = j->o->report ? j->o->report : stdout;
+	int json = j->o->json, timed = j->o->timing != RBT_REPLAY_ASAP;
+	static const char *timing_names[] = { "recorded", "asap", "scale", "deps" };
+	size_t nlate = 0, caplate = 0;
+	uint64_t *late = NULL, *own = NULL;
+	uint64_t first = UINT64_MAX, last = 0, rfirst = UINT64_MAX, rlast = 0;
+
+	/* Completion matching first: it adds divergences. */
+	for (int si = 0; si < j->nside; si++) {
+		struct rp_side *s = &j->side[si];
+
+		s->late_from = nlate;
+		for (int qi = 0; qi < s->nqp; qi++) {
+			struct rp_qp *q = &s->qp[qi];
+
+			for (int d = 0; d < 2; d++) {
+				struct rp_wclist *r = &q->rec_wc[d], *p = &q->rep_wc[d];
+				uint32_t n = r->n < p->n ? r->n : p->n, shown = 0;
+
+				sum->completions_expected += r->n;
+				for (uint32_t k = 0; k < n; k++) {
+					if (rp_wc_equal(&r->v[k], &p->v[k])) {
+						sum->completions_matched++;
+						continue;
+					}
+					if (shown++ < 5)
+						rp_diverge(
+							j,
+							"%s: QP %llu %s completion #%u: "
+							"recorded "
+							"status %s opcode %u len %u, "
+							"replay status "
+							"%s opcode %u len %u",
+							s->path,
+							(unsigned long long)q->rec.qp_num,
+							d ? "recv" : "send", k,
+							ibv_wc_status_str(r->v[k].status),
+							r->v[k].opcode, r->v[k].byte_len,
+							ibv_wc_status_str(p->v[k].status),
+							p->v[k].opcode, p->v[k].byte_len);
+				}
+				if (shown > 5)
+					rp_diverge(j,
+						   "%s: QP %llu %s: %u more mismatching "
+						   "completions",
+						   s->path,
+						   (unsigned long long)q->rec.qp_num,
+						   d ? "recv" : "send", shown - 5);
+				if (r->n != p->n)
+					rp_diverge(j,
+						   "%s: QP %llu %s: recorded %u "
+						   "completions, replay "
+						   "%u",
+						   s->path,
+						   (unsigned long long)q->rec.qp_num,
+						   d ? "recv" : "send", r->n, p->n);
+			}
+			if (q->replay_state != q->rec_final_state)
+				rp_diverge(j, "%s: QP %llu ends in state %s, recorded %s",
+					   s->path, (unsigned long long)q->rec.qp_num,
+					   rp_state_name(q->replay_state),
+					   rp_state_name(q->rec_final_state));
+		}
+		for (int i = s->prefix; i < s->nstep; i++) {
+			struct rp_step *st = &s->step[i];
+			uint32_t t = st->ev.type;
+
+			if (st->skipped || !st->t_issue)
+				continue;
+			if (st->t_issue < first)
+				first = st->t_issue;
+			if (st->t_issue > last)
+				last = st->t_issue;
+			if (st->rec_ns < rfirst)
+				rfirst = st->rec_ns;
+			if (st->rec_ns > rlast)
+				rlast = st->rec_ns;
+			if (t != RBT_EV_POST_SEND && t != RBT_EV_POST_RECV &&
+			    t != RBT_EV_POST_SRQ_RECV)
+				continue;
+			sum->posts++;
+			if (!timed || !st->deadline)
+				continue;
+			if (nlate == caplate) {
+				size_t cap = caplate ? 2 * caplate : 1024;
+				uint64_t *v = realloc(late, cap * sizeof(*v));
+				uint64_t *w;
+
+				if (!v)
+					continue;
+				late = v;
+				w = realloc(own, cap * sizeof(*w));
+				if (!w)
+					continue;
+				own = w;
+				caplate = cap;
+			}
+			if (getenv("RBTRACE_REPLAY_DEBUG") &&
+			    st->t_issue > st->deadline + 5000)
+				fprintf(j->log,
+					"late: %s step %d %s by %.2f us (prev step %s)\n",
+					s->path, i, rbt_event_name(t),
+					(double)(st->t_issue - st->deadline) / 1e3,
+					i ? rbt_event_name(s->step[i - 1].ev.type) : "-");
+			{
+				uint64_t from = st->ready > st->deadline ? st->ready
+									 : st->deadline;
+
+				own[nlate] = st->t_issue > from ? st->t_issue - from : 0;
+			}
+			late[nlate++] = st->t_issue > st->deadline
+						? st->t_issue - st->deadline
+						: 0;
+		}
+		s->late_to = nlate;
+	}
+	for (int si = 0; si < j->nside; si++) {
+		struct rp_side *s = &j->side[si];
+		size_t n = s->late_to - s->late_from;
+
+		if (!n)
+			continue;
+		qsort(late + s->late_from, n, sizeof(*late), rp_cmp_u64);
+		s->late_p50 = rp_pct(late + s->late_from, n, 0.5);
+		s->late_p99 = rp_pct(late + s->late_from, n, 0.99);
+		s->late_max = (double)late[s->late_to - 1];
+		qsort(own + s->late_from, n, sizeof(*own), rp_cmp_u64);
+		s->own_p50 = rp_pct(own + s->late_from, n, 0.5);
+		s->own_p99 = rp_pct(own + s->late_from, n, 0.99);
+		s->own_max = (double)own[s->late_to - 1];
+	}
+	if (nlate) {
+		qsort(late, nlate, sizeof(*late), rp_cmp_u64);
+		sum->late_p50_ns = rp_pct(late, nlate, 0.50);
+		sum->late_p99_ns = rp_pct(late, nlate, 0.99);
+		sum->late_max_ns = (double)late[nlate - 1];
+		qsort(own, nlate, sizeof(*own), rp_cmp_u64);
+		sum->own_p50_ns = rp_pct(own, nlate, 0.50);
+		sum->own_p99_ns = rp_pct(own, nlate, 0.99);
+		sum->own_max_ns = (double)own[nlate - 1];
+	}
+	sum->wall_ns = last > first ? (double)(last - first) : 0;
+	sum->rec_wall_ns = rlast > rfirst ? (double)(rlast - rfirst) : 0;
+	sum->divergences = (uint64_t)j->rep.ndiv;
+
+	if (json) {
+		fprintf(f, "{\"timing\":\"%s\",\"scale\":%g,\"posts\":%llu,",
+			timing_names[j->o->timing & 3],
+			j->o->timing == RBT_REPLAY_SCALE ? j->o->scale : 1.0,
+			(unsigned long long)sum->posts);
+		fprintf(f,
+			"\"lateness_ns\":{\"count\":%zu,\"p50\":%.0f,\"p99\":%.0f,"
+			"\"max\":%.0f},",
+			nlate, sum->late_p50_ns, sum->late_p99_ns, sum->late_max_ns);
+		fprintf(f,
+			"\"own_lateness_ns\":{\"p50\":%.0f,\"p99\":%.0f,\"max\":%.0f},",
+			sum->own_p50_ns, sum->own_p99_ns, sum->own_max_ns);
+		fprintf(f, "\"wall_ns\":%.0f,\"recorded_wall_ns\":%.0f,", sum->wall_ns,
+			sum->rec_wall_ns);
+		fprintf(f,
+			"\"completions\":{\"expected\":%llu,\"matched\":%llu},\"qps\":[",
+			(unsigned long long)sum->completions_expected,
+			(unsigned long long)sum->completions_matched);
+		for (int si = 0, c = 0; si < j->nside; si++)
+			for (int qi = 0; qi < j->side[si].nqp; qi++) {
+				struct rp_qp *q = &j->side[si].qp[qi];
+
+				fprintf(f, "%s{\"trace\":", c++ ? "," : "");
+				rp_json_str(f, j->side[si].path);
+				fprintf(f,
+					",\"qp_num\":%llu,\"replay_qp_num\":%u,\"send\":{"
+					"\"recorded\":%u,"
+					"\"replayed\":%u},\"recv\":{\"recorded\":%u,"
+					"\"replayed\":%u},"
+					"\"state\":{\"recorded\":\"%s\",\"replayed\":\"%"
+					"s\"}}",
+					(unsigned long long)q->rec.qp_num,
+					q->qp ? q->qp->qp_num : 0, q->rec_wc[0].n,
+					q->rep_wc[0].n, q->rec_wc[1].n, q->rep_wc[1].n,
+					rp_state_name(q->rec_final_state),
+					rp_state_name(q->replay_state));
+			}
+		fprintf(f, "],\"divergences\":[");
+		for (int i = 0; i < j->rep.ndiv; i++) {
+			if (i)
+				fputc(',', f);
+			rp_json_str(f, j->rep.div[i]);
+		}
+		fprintf(f, "]}\n");
+	} else {
+		fprintf(f, "replay: %d trace(s), timing %s", j->nside,
+			timing_names[j->o->timing & 3]);
+		if (j->o->timing == RBT_REPLAY_SCALE)
+			fprintf(f, " x%g", j->o->scale);
+		fprintf(f, ", %llu posts\n", (unsigned long long)sum->posts);
+		if (nlate)
+			fprintf(f,
+				"post lateness vs schedule: p50 %.2f us, p99 %.2f us, "
+				"max %.2f us "
+				"(%zu posts)\n",
+				sum->late_p50_ns / 1e3, sum->late_p99_ns / 1e3,
+				sum->late_max_ns / 1e3, nlate);
+		if (nlate)
+			fprintf(f,
+				"  of which the replayer's own (past the deadline and "
+				"past the "
+				"end of the step before): p50 %.2f us, p99 %.2f us, max "
+				"%.2f us\n",
+				sum->own_p50_ns / 1e3, sum->own_p99_ns / 1e3,
+				sum->own_max_ns / 1e3);
+		fprintf(f, "span: replay %.3f ms, recorded %.3f ms", sum->wall_ns / 1e6,
+			sum->rec_wall_ns / 1e6);
+		if (sum->wall_ns > 0 && sum->rec_wall_ns > 0)
+			fprintf(f, " (post rate %.0f/s vs recorded %.0f/s)",
+				(double)sum->posts * 1e9 / sum->wall_ns,
+				(double)sum->posts * 1e9 / sum->rec_wall_ns);
+		fputc('\n', f);
+		for (int si = 0; si < j->nside; si++) {
+			struct rp_side *s = &j->side[si];
+
+			if (s->late_to > s->late_from && j->nside > 1)
+				fprintf(f,
+					"  %s: lateness p50 %.2f us, p99 %.2f us, max "
+					"%.2f us\n",
+					s->path, s->late_p50 / 1e3, s->late_p99 / 1e3,
+					s->late_max / 1e3);
+		}
+		for (int si = 0; si < j->nside; si++) {
+			struct rp_side *s = &j->side[si];
+
+			if (s->late_to > s->late_from && j->nside > 1)
+				fprintf(f,
+					"  %s: own lateness p50 %.2f us, p99 %.2f us, "
+					"max %.2f us\n",
+					s->path, s->own_p50 / 1e3, s->own_p99 / 1e3,
+					s->own_max / 1e3);
+		}
+		for (int si = 0; si < j->nside; si++)
+			for (int qi = 0; qi < j->side[si].nqp; qi++) {
+				struct rp_qp *q = &j->side[si].qp[qi];
+
+				fprintf(f,
+					"  %s QP %llu -> %u: send %u/%u, recv %u/%u "
+					"completions "
+					"(replayed/recorded), state %s (recorded %s)\n",
+					j->side[si].path,
+					(unsigned long long)q->rec.qp_num,
+					q->qp ? q->qp->qp_num : 0, q->rep_wc[0].n,
+					q->rec_wc[0].n, q->rep_wc[1].n, q->rec_wc[1].n,
+					rp_state_name(q->replay_state),
+					rp_state_name(q->rec_final_state));
+			}
+		fprintf(f, "completions matched: %llu of %llu\n",
+			(unsigned long long)sum->completions_matched,
+			(unsigned long long)sum->completions_expected);
+		if (j->rep.ndiv) {
+			fprintf(f, "divergences (%d):\n", j->rep.ndiv);
+			for (int i = 0; i < j->rep.ndiv; i++)
+				fprintf(f, "  %s\n", j->rep.div[i]);
+		} else {
+			fprintf(f, "no divergence\n");
+		}
+	}
+	fflush(f);
+	free(late);
+	free(own);
+}

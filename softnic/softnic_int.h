@@ -1,0 +1,370 @@
+/*
+ * softnic internal definitions: the objects behind the verbs handles and the
+ * layouts of the shared-memory files that make up a fabric.
+ *
+ * Every struct named *_shm lives in a file of the fabric directory and is
+ * read and written by several processes at once: only fixed-size fields,
+ * no pointers meaningful outside their owner (cookies are opaque), and
+ * atomics wherever two processes may touch the same word.
+ * This header must never be installed or included outside softnic/.
+ */
+#ifndef SOFTNIC_INT_H
+#define SOFTNIC_INT_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define SN_EXPORT      __attribute__((visibility("default")))
+#define SN_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define SN_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+#define SN_DEV_NAME    "softnic0"
+#define SN_VENDOR_ID   0x02534e /* locally administered OUI: no real vendor */
+#define SN_VENDOR_PART 0x5301
+#define SN_MAX_QP_WR   16384
+#define SN_MAX_SGE     32
+#define SN_MAX_INLINE  1024
+#define SN_MAX_CQE     (1 << 22)
+#define SN_MAX_RD_ATOM 16
+#define SN_MAX_MR      8192 /* per process */
+#define SN_MAX_RUNS    8
+#define SN_GID_TBL     2
+#define SN_NAME	       96
+#define SN_UD_GRH      40
+#define SN_MTU_BYTES   4096
+
+/* ---------------- shared (file-backed) layouts ---------------- */
+
+struct sn_counters {
+	_Atomic uint64_t tx_pkts, tx_bytes, rx_pkts, rx_bytes;
+	_Atomic uint64_t rnr_naks, retries, errors, flushes;
+};
+
+struct sn_fabric_shm {
+	uint64_t magic;
+	_Atomic uint32_t next_qpn;
+	_Atomic uint32_t next_srqn;
+	struct sn_counters port; /* port 1, whole host */
+};
+
+/* One completion as written into a CQ ring by whoever produced it. */
+struct sn_cqe {
+	_Atomic uint64_t seq; /* index + 1 once the entry is complete */
+	uint64_t wr_id;
+	uint64_t ts;	     /* NIC clock ticks (ns) */
+	uint64_t visible_ns; /* host CLOCK_MONOTONIC ns; 0 = now */
+	uint64_t local_qp;   /* poster's sn_qp cookie for send CQEs */
+	uint32_t status, opcode, byte_len, imm;
+	uint32_t qp_num, src_qp, wc_flags, vendor_err;
+	uint32_t sq_idx;
+	uint16_t slid, pkey_index;
+	uint8_t sl, dlid_path_bits, solicited;
+	_Atomic uint8_t dropped; /* QP destroyed/reset: skip */
+};
+
+struct sn_cq_shm {
+	uint32_t magic, ring, cap, wall;
+	_Atomic uint32_t armed; /* 0 no, 1 any, 2 solicited only */
+	_Atomic uint32_t error;
+	_Atomic uint32_t dnote;	   /* a delayed (latency model) event is pending */
+	_Atomic uint32_t sleepers; /* pollers waiting on wake_seq (futex) */
+	_Atomic uint32_t wake_seq;
+	uint32_t pad;
+	uint64_t cookie; /* owner's struct sn_cq* */
+	uint64_t async_cookie;
+	char chan_path[SN_NAME];
+	char async_path[SN_NAME];
+	pid_t owner;
+	_Alignas(64) _Atomic uint64_t prod;
+	_Alignas(64) _Atomic uint64_t cons;
+	_Alignas(64) struct sn_cqe e[];
+};
+
+/* A receive queue (of a QP or an SRQ): one producer (the owner), many
+ * consumers (senders in any process) that claim entries with a CAS. */
+struct sn_rq_shm {
+	uint32_t ring, max_wr, max_sge, stride;
+	_Atomic uint32_t limit; /* SRQ limit, 0 = disarmed */
+	uint32_t pad;
+	_Alignas(64) _Atomic uint64_t prod;
+	_Alignas(64) _Atomic uint64_t cons;
+	_Alignas(64) unsigned char slots[];
+};
+
+struct sn_rwqe {
+	uint64_t wr_id;
+	uint32_t num_sge, pad;
+	struct ibv_sge sge[];
+};
+
+struct sn_srq_shm {
+	uint32_t magic, srqn;
+	uint32_t pd_id;
+	pid_t pid;
+	char procid[32];
+	char async_path[SN_NAME];
+	uint64_t cookie;
+	struct sn_rq_shm rq; /* must be last */
+};
+
+struct sn_qp_shm {
+	uint32_t magic, qpn;
+	pid_t pid;
+	char procid[32];
+	uint32_t qp_type;
+	_Atomic uint32_t state;
+	_Atomic uint32_t destroyed;
+	uint32_t qkey, access, pd_id, port, dest_qpn, path_mtu;
+	uint32_t min_rnr_timer, has_srq, rq_psn, sq_psn;
+	_Atomic uint32_t exp_psn; /* responder: PSN of the next expected request */
+	uint32_t pad2;
+	uint64_t cookie; /* owner's struct sn_qp* (async events) */
+	char rcq_name[SN_NAME];
+	char srq_name[SN_NAME];
+	char async_path[SN_NAME];
+	struct sn_counters cnt;
+	struct sn_rq_shm rq; /* must be last */
+};
+
+struct sn_mr_run {
+	uint64_t va, len;
+	uint32_t file_id, pad;
+};
+
+struct sn_mrt_ent {
+	_Atomic uint32_t key; /* 0 = free */
+	uint32_t access, pd_id, nruns;
+	uint64_t addr, len; /* in the MR's own address space (iova) */
+	int64_t delta;	    /* process VA = iova + delta */
+	struct sn_mr_run runs[SN_MAX_RUNS];
+};
+
+struct sn_mrt_shm {
+	uint64_t magic;
+	struct sn_mrt_ent ent[SN_MAX_MR];
+};
+
+/* ---------------- process-local objects ---------------- */
+
+struct sn_rproc; /* a peer process: its MR table and memory files */
+
+struct sn_rqp { /* our view of a remote (or local) QP */
+	uint32_t qpn;
+	struct sn_qp_shm *shm;
+	size_t shm_len;
+	struct sn_rq_shm *rq; /* its RQ or its SRQ's */
+	struct sn_srq_shm *srq;
+	struct sn_cq_shm *rcq;
+	struct sn_rproc *proc;
+	int chan_fd, async_fd;
+	uint64_t next_alive_ns;
+	bool dead;
+	struct sn_rqp *hnext;
+};
+
+struct sn_ctx {
+	int async_rfd;
+	char async_path[SN_NAME];
+	pthread_mutex_t lock;
+	struct verbs_context vctx; /* must be last: context is its last field */
+};
+
+struct sn_pd {
+	struct ibv_pd pd;
+	uint32_t id;
+};
+
+struct sn_run; /* locally backed page range */
+
+struct sn_mr {
+	struct ibv_mr mr;
+	uint32_t idx;
+	int nruns;
+	struct sn_run *runs[SN_MAX_RUNS];
+};
+
+struct sn_chan {
+	struct ibv_comp_channel ch;
+	char path[SN_NAME];
+};
+
+struct sn_cq {
+	struct ibv_cq_ex cq; /* first: ibv_cq is a prefix of it */
+	struct sn_cq_shm *shm;
+	size_t shm_len;
+	char name[SN_NAME];
+	uint64_t wc_flags;
+	struct sn_cqe cur; /* entry being read through start/next_poll */
+	bool polling;
+	int chan_wfd; /* our own write end for self-notification */
+	uint32_t empty_polls;
+	struct sn_cq *next_live;
+};
+
+struct sn_swr { /* one send WR in our own words */
+	uint64_t wr_id;
+	uint32_t opcode, flags, num_sge;
+	uint32_t imm;
+	uint64_t raddr;
+	uint32_t rkey;
+	uint64_t cmp_add, swap;
+	struct ibv_ah *ah;
+	uint32_t rqpn, rqkey;
+	struct ibv_sge *sge;
+	void *inl; /* owned copy of inline data (pending WRs) */
+	uint32_t inl_len;
+	uint32_t sq_idx;
+	uint32_t byte_len; /* set by execution */
+	uint32_t npk;	   /* packets (PSNs) of this request */
+	uint64_t post_ns;
+	uint64_t vis_ns; /* latency model: completion visible from */
+};
+
+struct sn_pend {
+	struct sn_pend *next;
+	struct sn_swr w;
+	struct ibv_sge sges[];
+};
+
+struct sn_qp {
+	struct ibv_qp_ex qpx; /* first: ibv_qp is its prefix */
+	struct sn_qp_shm *shm;
+	size_t shm_len;
+	char name[SN_NAME];
+	struct sn_ctx *ctx;
+	struct sn_cq *scq, *rcq;
+	struct sn_srq *srq;
+	uint32_t pd_id;
+	uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge;
+	uint32_t max_inline;
+	bool sig_all, has_ex;
+	_Atomic int lock;
+	uint32_t sq_head;
+	_Atomic uint32_t sq_tail;
+	uint32_t next_psn;	 /* requester: PSN of our next request */
+	struct ibv_qp_attr attr; /* what modify_qp was told */
+	struct sn_rqp *peer;	 /* RC/UC destination, resolved lazily */
+	/* pending send queue (RNR, peer not ready): progressed by posts,
+	 * polls and the helper thread */
+	struct sn_pend *pend_head, *pend_tail;
+	uint64_t pend_deadline_ns, pend_next_try_ns;
+	int pend_kind;
+	bool on_helper;
+	struct sn_qp *helper_next;
+	/* ibv_wr_* builder state */
+	int wr_err;
+	uint32_t wr_nwr, wr_stride, wr_inl_used, wr_inl_cap;
+	unsigned char *wr_buf, *wr_inl;
+	struct sn_qp *next_live;
+};
+
+struct sn_srq {
+	struct ibv_srq srq;
+	struct sn_srq_shm *shm;
+	size_t shm_len;
+	char name[SN_NAME];
+	uint32_t pd_id;
+	struct sn_srq *next_live;
+};
+
+struct sn_ah {
+	struct ibv_ah ah;
+	struct ibv_ah_attr attr;
+};
+
+/* ---------------- globals and helpers ---------------- */
+
+struct sn_global {
+	pthread_mutex_t lock;
+	bool inited;
+	pid_t pid;
+	int alive_fd;
+	char dir[200];
+	char procid[32];
+	struct sn_fabric_shm *fab;
+	struct sn_mrt_shm *mrt;
+	uint32_t next_pd, next_obj, next_file;
+	bool eth;
+	uint16_t lid;
+	union ibv_gid gid[SN_GID_TBL];
+	int ngid;
+	uint64_t guid;
+	/* NIC clock: nic = (host - base) * (1 + ppm) + offset */
+	int64_t clk_offset;
+	double clk_rate;
+	/* latency model (ns) */
+	uint64_t lat_ns, ns_per_kib, jitter_ns;
+	bool model;
+	struct sn_cq *cqs;
+	struct sn_qp *qps;
+	struct sn_srq *srqs;
+};
+
+extern struct sn_global sn_g;
+
+int sn_init(void);
+uint64_t sn_now_ns(void);
+uint64_t sn_nic_ticks(uint64_t host_ns);
+int sn_shm_create(const char *name, size_t len, void **out);
+int sn_shm_map(const char *name, void **out, size_t *len);
+void sn_path(char *buf, size_t n, const char *name);
+void sn_unlink(const char *name);
+
+/* MR registry */
+int sn_mr_register(struct sn_mr *mr, void *addr, size_t len, uint64_t iova,
+		   uint32_t access, uint32_t pd_id);
+void sn_mr_unregister(struct sn_mr *mr);
+void *sn_remote_ptr(struct sn_rproc *p, const struct sn_mrt_ent *e, uint64_t va,
+		    size_t *contig);
+struct sn_rproc *sn_rproc_get(const char *procid);
+struct sn_mrt_shm *sn_rproc_mrt(struct sn_rproc *p);
+
+/* remote QPs */
+struct sn_rqp *sn_rqp_get(uint32_t qpn);
+void sn_rqp_put(struct sn_rqp *r);
+bool sn_rqp_alive(struct sn_rqp *r);
+bool sn_proc_alive(const char *procid);
+uint64_t sn_coarse_ns(void);
+void sn_notify_fd(int *fdp, const char *path, uint64_t cookie);
+void sn_async_event(const char *path, int *fdp, uint32_t type, uint64_t cookie);
+
+/* data path (softnic_data.c) */
+extern const struct ibv_context_ops sn_ops_template;
+int sn_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int sn_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+int sn_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
+		     struct ibv_recv_wr **bad);
+int sn_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+int sn_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+void sn_cq_ex_init(struct sn_cq *cq);
+void sn_qp_ex_init(struct sn_qp *qp);
+void sn_qp_flush(struct sn_qp *qp);
+void sn_rq_flush(struct sn_rq_shm *rq, struct sn_cq_shm *cq, uint32_t qpn, int *chan_fd);
+void sn_cq_clean(struct sn_cq *cq, uint64_t local_qp, uint32_t qpn);
+void sn_helper_kick(struct sn_qp *qp);
+void sn_helper_forget(struct sn_qp *qp);
+void sn_dnotes_forget(struct sn_cq_shm *cq);
+void sn_qp_lock(struct sn_qp *qp);
+void sn_qp_unlock(struct sn_qp *qp);
+void sn_pend_free_all(struct sn_qp *qp);
+
+/* single-writer counters: no locked instruction on the fast path */
+#define SN_ADD1(x, v)                                                                 \
+	atomic_store_explicit(&(x),                                                   \
+			      atomic_load_explicit(&(x), memory_order_relaxed) + (v), \
+			      memory_order_relaxed)
+
+static inline struct sn_ctx *sn_ctx_of(struct ibv_context *c)
+{
+	return (struct sn_ctx *)((char *)c - offsetof(struct sn_ctx, vctx.context));
+}
+
+#define sn_qp_of(q) ((struct sn_qp *)(q))
+#define sn_cq_of(c) ((struct sn_cq *)(c))
+
+#endif

@@ -1,0 +1,216 @@
+// interpose_softnic_test.cc - `rbtrace record --softnic` on both ends of real verbs
+// programs (rdma-core's ibv_*_pingpong, perftest's ib_*), checking through the
+// reader API that every WR and completion the programs made is in the traces,
+// cross-checked against what the programs print about themselves.
+#include <gtest/gtest.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/interpose_util.h"
+
+using namespace rbt_test;
+
+namespace {
+
+int next_port()
+{
+	static int base = 30000 + (getpid() * 7) % 9000;
+	return base++;
+}
+
+struct pair_result {
+	run_result both;
+	std::string server_out, client_out;
+	summary s, c;
+};
+
+// Records server and client; the client starts once the server listens.
+pair_result record_pair(const std::string &tag, const std::string &server,
+			const std::string &client, const std::string &env = "")
+{
+	std::string d = tmpdir(tag);
+	int port = next_port();
+	char hexport[16];
+	snprintf(hexport, sizeof(hexport), ":%04X", port);
+	std::string rec = env + " SOFTNIC_FABRIC=" + d + "/fab RBTRACE_LIB=" +
+			  runfile("interpose/librbtrace.so") + " RBTRACE_SOFTNIC_DIR=" +
+			  runfile("softnic") + " " + runfile("cli/rbtrace") + " record --softnic ";
+	std::string p = " -p " + std::to_string(port) + " ";
+	std::string cmd = rec + "-o " + d + "/s.rbt -- " + server + p + " >" + d +
+			  "/s.out 2>&1 & spid=$!; for i in $(seq 200); do grep -qiE \"" +
+			  std::string(hexport) +
+			  " [0-9A-F]+:0000 0A\" /proc/net/tcp /proc/net/tcp6 && break; sleep 0.05; "
+			  "done; " +
+			  rec + "-o " + d + "/c.rbt -- " + client + p + " localhost >" + d +
+			  "/c.out 2>&1; c=$?; wait $spid; s=$?; echo $c $s";
+	pair_result r;
+	r.both = run(cmd, 120);
+	r.server_out = slurp(d + "/s.out");
+	r.client_out = slurp(d + "/c.out");
+	r.s = summarize(d + "/s.rbt");
+	r.c = summarize(d + "/c.rbt");
+	return r;
+}
+
+void expect_clean(const summary &s, const std::string &who)
+{
+	EXPECT_EQ(s.open_err, 0) << who;
+	EXPECT_TRUE(s.finished) << who;
+	EXPECT_FALSE(s.damaged) << who;
+	EXPECT_EQ(s.lost, 0u) << who;
+	EXPECT_EQ(s.wc_bad, 0u) << who;
+	EXPECT_EQ(s.post_send_failed, 0u) << who;
+	EXPECT_EQ(s.by_type.count(RBT_EV_DEVICE_OPEN) ? s.by_type.at(RBT_EV_DEVICE_OPEN) : 0,
+		  1u)
+		<< who;
+	EXPECT_GE(s.by_type.count(RBT_EV_QP_MODIFY) ? s.by_type.at(RBT_EV_QP_MODIFY) : 0, 2u)
+		<< who;
+}
+
+// ibv_rc_pingpong -n 1000: each side sends 1000 WRs and gets 1000 successful send
+// and 1000 successful receive completions; the program says "1000 iters".
+void rc_pingpong(const std::string &tag, const std::string &opt, const std::string &env = "")
+{
+	pair_result r = record_pair(tag, "ibv_rc_pingpong -n 1000 " + opt,
+				    "ibv_rc_pingpong -n 1000 " + opt, env);
+	ASSERT_EQ(r.both.out, "0 0\n") << r.server_out << r.client_out << r.both.err;
+	for (const std::string *o : { &r.server_out, &r.client_out })
+		ASSERT_NE(o->find("1000 iters in"), std::string::npos) << *o;
+	for (summary *s : { &r.s, &r.c }) {
+		expect_clean(*s, tag);
+		EXPECT_EQ(s->send_wrs, 1000u) << tag;
+		EXPECT_EQ(s->wc_send_ok, 1000u) << tag;
+		EXPECT_EQ(s->wc_recv_ok, 1000u) << tag;
+		EXPECT_GE(s->recv_wrs, 1000u) << tag;
+		EXPECT_EQ(s->by_type[RBT_EV_QP_CREATE], 1u) << tag;
+		EXPECT_EQ(s->by_type[RBT_EV_MR_REG], 1u) << tag;
+	}
+	if (opt == "-N") {
+		EXPECT_EQ(r.c.api1_posts, 1000u);
+		EXPECT_EQ(r.s.api1_posts, 1000u);
+	}
+	if (opt == "-t") {
+		EXPECT_GT(r.c.api1_polls, 0u);
+		EXPECT_EQ(r.c.wc_with_hw_ts, 2000u);
+		EXPECT_EQ(r.s.wc_with_hw_ts, 2000u);
+	}
+	if (opt == "-e") {
+		EXPECT_GE(r.c.by_type[RBT_EV_GET_CQ_EVENT], 1u);
+		EXPECT_GE(r.c.by_type[RBT_EV_REQ_NOTIFY], 1u);
+		EXPECT_EQ(r.c.by_type[RBT_EV_CHANNEL_CREATE], 1u);
+	}
+	if (!env.empty()) { // RBTRACE_NIC_TS=1 on a plain ibv_create_cq program
+		EXPECT_EQ(r.c.recorder_ts_cqs, 1u);
+		EXPECT_EQ(r.c.wc_with_hw_ts, 2000u);
+		EXPECT_EQ(r.s.wc_with_hw_ts, 2000u);
+		EXPECT_GE(r.c.clock_samples_nic, 1u);
+	}
+}
+
+TEST(InterposeSoftnic, RcPingpongDefault)
+{
+	rc_pingpong("rc", "");
+}
+
+TEST(InterposeSoftnic, RcPingpongEvents)
+{
+	rc_pingpong("rc_e", "-e");
+}
+
+TEST(InterposeSoftnic, RcPingpongNewPostApi)
+{
+	rc_pingpong("rc_n", "-N");
+}
+
+TEST(InterposeSoftnic, RcPingpongCompletionTimestamps)
+{
+	rc_pingpong("rc_t", "-t");
+}
+
+TEST(InterposeSoftnic, RcPingpongRecorderAddsNicTimestamps)
+{
+	rc_pingpong("rc_nicts", "", "RBTRACE_NIC_TS=1");
+}
+
+// ibv_srq_pingpong keeps going until both its counts reach -n, so it may send a
+// few more than 1000; what one side received never exceeds what the other sent.
+TEST(InterposeSoftnic, SrqPingpong)
+{
+	pair_result r = record_pair("srq", "ibv_srq_pingpong -n 1000", "ibv_srq_pingpong -n 1000");
+	ASSERT_EQ(r.both.out, "0 0\n") << r.server_out << r.client_out;
+	ASSERT_NE(r.client_out.find("1000 iters in"), std::string::npos);
+	for (summary *s : { &r.s, &r.c }) {
+		expect_clean(*s, "srq");
+		EXPECT_EQ(s->by_type[RBT_EV_SRQ_CREATE], 1u);
+		EXPECT_EQ(s->by_type[RBT_EV_QP_CREATE], 16u);
+		EXPECT_GE(s->send_wrs, 1000u);
+		EXPECT_GE(s->wc_send_ok, 1000u);
+		EXPECT_LE(s->wc_send_ok, s->send_wrs);
+		EXPECT_GE(s->wc_recv_ok, 1000u);
+		EXPECT_GE(s->srq_recv_wrs, s->wc_recv_ok);
+		EXPECT_EQ(s->recv_wrs, 0u);
+	}
+	EXPECT_LE(r.s.wc_recv_ok, r.c.send_wrs);
+	EXPECT_LE(r.c.wc_recv_ok, r.s.send_wrs);
+}
+
+// perftest prints "#bytes #iterations ..." and then one row: the iteration count
+// is the row's second number.
+long long perftest_iters(const std::string &out)
+{
+	size_t p = out.find("#iterations");
+	if (p == std::string::npos)
+		return -1;
+	p = out.find('\n', p);
+	long long bytes = 0, iters = -1;
+	if (p == std::string::npos || sscanf(out.c_str() + p + 1, "%lld %lld", &bytes, &iters) != 2)
+		return -1;
+	return iters;
+}
+
+TEST(InterposeSoftnic, IbSendLat)
+{
+	pair_result r = record_pair("send_lat", "ib_send_lat -n 1000", "ib_send_lat -n 1000");
+	ASSERT_EQ(r.both.out, "0 0\n") << r.server_out << r.client_out;
+	ASSERT_EQ(perftest_iters(r.client_out), 1000) << r.client_out;
+	for (summary *s : { &r.s, &r.c }) {
+		expect_clean(*s, "send_lat");
+		EXPECT_EQ(s->send_wrs, 1000u);
+		EXPECT_EQ(s->send_wrs_by_opcode[2 /* IBV_WR_SEND */], 1000u);
+		EXPECT_EQ(s->wc_recv_ok, 1000u);
+		EXPECT_EQ(s->wc_send_ok, s->signaled_send_wrs);
+	}
+}
+
+TEST(InterposeSoftnic, IbWriteBw)
+{
+	pair_result r = record_pair("write_bw", "ib_write_bw -n 1000", "ib_write_bw -n 1000");
+	ASSERT_EQ(r.both.out, "0 0\n") << r.server_out << r.client_out;
+	ASSERT_EQ(perftest_iters(r.client_out), 1000) << r.client_out;
+	expect_clean(r.c, "write_bw client");
+	expect_clean(r.s, "write_bw server");
+	EXPECT_EQ(r.c.send_wrs, 1000u);
+	EXPECT_EQ(r.c.send_wrs_by_opcode[0 /* IBV_WR_RDMA_WRITE */], 1000u);
+	EXPECT_GT(r.c.signaled_send_wrs, 0u);
+	EXPECT_EQ(r.c.wc_rdma_ok, r.c.signaled_send_wrs);
+	// The passive side only sets up: its MR and QP are there, no data path.
+	EXPECT_EQ(r.s.send_wrs, 0u);
+	EXPECT_EQ(r.s.by_type[RBT_EV_QP_CREATE], 1u);
+	EXPECT_GE(r.s.by_type[RBT_EV_MR_REG], 1u);
+}
+
+TEST(InterposeSoftnic, IbReadLat)
+{
+	pair_result r = record_pair("read_lat", "ib_read_lat -n 1000", "ib_read_lat -n 1000");
+	ASSERT_EQ(r.both.out, "0 0\n") << r.server_out << r.client_out;
+	ASSERT_EQ(perftest_iters(r.client_out), 1000) << r.client_out;
+	expect_clean(r.c, "read_lat client");
+	expect_clean(r.s, "read_lat server");
+	EXPECT_EQ(r.c.send_wrs, 1000u);
+	EXPECT_EQ(r.c.send_wrs_by_opcode[4 /* IBV_WR_RDMA_READ */], 1000u);
+	EXPECT_EQ(r.c.wc_rdma_ok, 1000u);
+	EXPECT_EQ(r.s.send_wrs, 0u);
+}
+
+} // namespace

@@ -1,0 +1,270 @@
+// interpose_test.cc - librbtrace.so on a fake device (tests/progs/interpose_
+// fakeverbs.c): every WR and completion the program reports is in the trace,
+// errno and return values pass through, threads lose nothing, fork gives one
+// trace per process, kill -9 leaves a readable trace, an unwritable output only
+// costs one warning, and a program that never calls a verb is untouched.
+#include <gtest/gtest.h>
+#include <algorithm>
+#include <signal.h>
+#include <string.h>
+
+#include "tests/interpose_util.h"
+
+using namespace rbt_test;
+
+namespace {
+
+std::string env_prefix(const std::string &out)
+{
+	return "LD_PRELOAD=" + runfile("interpose/librbtrace.so") +
+	       " LD_LIBRARY_PATH=" + runfile("tests/progs/fakeverbs") + " RBTRACE_OUTPUT=" + out +
+	       " ";
+}
+
+std::string prog()
+{
+	return runfile("tests/interpose_prog");
+}
+
+std::string strip_pid(std::string s)
+{
+	size_t p;
+	while ((p = s.find("pid=")) != std::string::npos) {
+		size_t e = s.find(' ', p);
+		s.erase(p, e - p);
+	}
+	return s;
+}
+
+TEST(Interpose, BasicCountsMatchTheProgram)
+{
+	std::string d = tmpdir("basic");
+	run_result plain = run("LD_LIBRARY_PATH=" + runfile("tests/progs/fakeverbs") + " " +
+			       prog() + " basic 1000");
+	run_result r = run(env_prefix(d + "/") + prog() + " basic 1000");
+	ASSERT_EQ(r.status, 0) << r.err;
+	// The program behaves the same traced: same output, same errno checks.
+	EXPECT_EQ(strip_pid(r.out), strip_pid(plain.out));
+	EXPECT_EQ(r.err, "");
+	EXPECT_EQ(field(r.out, "errno_ok"), 1);
+	long long posted = field(r.out, "posted"), done = field(r.out, "completions");
+	ASSERT_EQ(posted, 1008);
+
+	std::vector<std::string> t = list_traces(d);
+	ASSERT_EQ(t.size(), 1u);
+	struct stat st;
+	ASSERT_EQ(stat(t[0].c_str(), &st), 0);
+	EXPECT_EQ(st.st_mode & 0777, 0600u);
+	summary s = summarize(t[0]);
+	ASSERT_EQ(s.open_err, 0);
+	EXPECT_TRUE(s.finished);
+	EXPECT_FALSE(s.damaged);
+	EXPECT_EQ(s.lost, 0u);
+	EXPECT_EQ((long long)s.send_wrs, posted);
+	EXPECT_EQ(s.by_type[RBT_EV_POST_SEND], 1001u); // 1000 single + 1 chain of 8
+	EXPECT_EQ((long long)s.wc_ok, done);
+	EXPECT_EQ(s.by_type[RBT_EV_QP_CREATE], 1u);
+	EXPECT_EQ(s.by_type[RBT_EV_QP_MODIFY], 4u);
+	EXPECT_EQ(s.by_type[RBT_EV_MR_REG], 2u);
+	EXPECT_EQ(s.failed_calls, 2u); // reg_mr(len 0) and modify_qp(mask 0)
+	EXPECT_EQ(s.by_type[RBT_EV_DEVICE_OPEN], 1u);
+	EXPECT_GE(s.by_type[RBT_EV_DEVICE_ATTR], 1u);
+	EXPECT_GE(s.stacks, 5u);
+	EXPECT_GE(s.by_type[RBT_EV_MODULE_MAP], 2u);
+}
+
+TEST(Interpose, FailedCallsKeepResultAndErrno)
+{
+	std::string d = tmpdir("errs");
+	run_result r = run(env_prefix(d + "/") + prog() + " basic 10");
+	ASSERT_EQ(r.status, 0) << r.err;
+	EXPECT_EQ(field(r.out, "errno_ok"), 1);
+	std::vector<std::string> t = list_traces(d);
+	ASSERT_EQ(t.size(), 1u);
+	struct rbt_reader *rd;
+	ASSERT_EQ(rbt_reader_open(t[0].c_str(), &rd), 0);
+	const struct rbt_event *ev;
+	int bad_mr = 0, bad_modify = 0;
+	while (rbt_reader_next(rd, &ev) > 0) {
+		if (ev->type == RBT_EV_MR_REG && ev->u.mr_reg.ret == -EINVAL &&
+		    ev->u.mr_reg.err == EINVAL && ev->u.mr_reg.length == 0)
+			bad_mr++;
+		if (ev->type == RBT_EV_QP_MODIFY && ev->u.qp_modify.ret == EINVAL &&
+		    ev->u.qp_modify.attr_mask == 0)
+			bad_modify++;
+	}
+	rbt_reader_close(rd);
+	EXPECT_EQ(bad_mr, 1);
+	EXPECT_EQ(bad_modify, 1);
+}
+
+TEST(Interpose, FourThreadsOfHundredThousandLoseNothing)
+{
+	std::string d = tmpdir("threads");
+	run_result r = run(env_prefix(d + "/") + prog() + " threads 4 100000", 300);
+	ASSERT_EQ(r.status, 0) << r.err;
+	ASSERT_EQ(field(r.out, "posted"), 400000);
+	std::vector<std::string> t = list_traces(d);
+	ASSERT_EQ(t.size(), 1u);
+	summary s = summarize(t[0]);
+	EXPECT_TRUE(s.finished);
+	EXPECT_EQ(s.lost, 0u);
+	EXPECT_EQ(s.send_wrs, 400000u);
+	EXPECT_EQ((long long)s.wc_ok, field(r.out, "completions"));
+	EXPECT_EQ(s.wc_ok, 400000u);
+	EXPECT_EQ(s.post_streams.size(), 4u);
+	EXPECT_EQ(s.by_type[RBT_EV_QP_CREATE], 4u);
+}
+
+// With a tiny ring and no waiting, records are dropped - and every one of them
+// is accounted for in LOSS events: posts recorded + posts lost covers all posts.
+TEST(Interpose, DroppedRecordsAreCountedExactly)
+{
+	std::string d = tmpdir("loss");
+	run_result r = run("RBTRACE_BUFFER_KB=64 RBTRACE_BLOCK_MS=0 " + env_prefix(d + "/") +
+				   prog() + " threads 4 100000",
+			   300);
+	ASSERT_EQ(r.status, 0) << r.err;
+	ASSERT_EQ(field(r.out, "posted"), 400000);
+	std::vector<std::string> t = list_traces(d);
+	ASSERT_EQ(t.size(), 1u);
+	summary s = summarize(t[0]);
+	EXPECT_TRUE(s.finished);
+	EXPECT_GT(s.lost, 0u);
+	uint64_t polls = s.by_type[RBT_EV_POLL_CQ];
+	// Every record is a post (1 WR each here) or a poll: recorded + lost is at
+	// least every post, and nothing beyond posts + polls was invented.
+	EXPECT_GE(s.by_type[RBT_EV_POST_SEND] + s.lost, 400000u);
+	EXPECT_LE(s.send_wrs, 400000u);
+	EXPECT_LE(s.wc_ok, 400000u);
+	(void)polls;
+}
+
+TEST(Interpose, ForkGivesOneCompleteTracePerProcess)
+{
+	std::string d = tmpdir("fork");
+	run_result r = run(env_prefix(d + "/") + prog() + " fork 200");
+	ASSERT_EQ(r.status, 0) << r.err;
+	std::vector<std::string> t = list_traces(d);
+	ASSERT_EQ(t.size(), 2u) << r.out;
+	long long child_pid = field(r.out.substr(r.out.find("child")), "pid");
+	int seen_child = 0, seen_parent = 0;
+	for (const std::string &p : t) {
+		summary s = summarize(p);
+		EXPECT_TRUE(s.finished) << p;
+		EXPECT_EQ(s.lost, 0u);
+		if ((long long)s.pid == child_pid) {
+			seen_child++;
+			EXPECT_EQ(s.send_wrs, 208u) << p; // only what the child posted
+			EXPECT_EQ(s.wc_ok, 208u);
+		} else {
+			seen_parent++;
+			EXPECT_EQ(s.send_wrs, 416u) << p; // before and after the fork
+			EXPECT_EQ(s.wc_ok, 416u);
+		}
+	}
+	EXPECT_EQ(seen_child, 1);
+	EXPECT_EQ(seen_parent, 1);
+}
+
+TEST(Interpose, KillNineLeavesAReadableTrace)
+{
+	std::string d = tmpdir("kill");
+	// The program prints "ready" after 5000 sends; 0.4 s later (4 flush
+	// intervals of 100 ms) it is killed: those sends must be in the file.
+	std::string cmd = env_prefix(d + "/out.rbt") + prog() + " spin 5000 > " + d +
+			  "/o & pid=$!; for i in $(seq 100); do grep -q ready " + d +
+			  "/o && break; sleep 0.1; done; sleep 0.4; kill -9 $pid; wait $pid";
+	run_result r = run(cmd);
+	EXPECT_EQ(r.status, 128 + SIGKILL) << r.err; // what wait reports
+	summary s = summarize(d + "/out.rbt");
+	ASSERT_EQ(s.open_err, 0);
+	EXPECT_FALSE(s.finished);
+	EXPECT_GE(s.send_wrs, 5000u);
+	EXPECT_GE(s.wc_ok, 4000u);
+	EXPECT_EQ(s.by_type[RBT_EV_QP_CREATE], 1u);
+}
+
+// SIGTERM: the trace is flushed and finished, then the program dies of SIGTERM
+// as it would have without the recorder.
+TEST(Interpose, SigtermFinishesTheTraceAndKeepsTheSignal)
+{
+	std::string d = tmpdir("term");
+	std::string cmd = env_prefix(d + "/out.rbt") + prog() + " spin 2000 > " + d +
+			  "/o & pid=$!; for i in $(seq 100); do grep -q ready " + d +
+			  "/o && break; sleep 0.1; done; kill -TERM $pid; wait $pid";
+	run_result r = run(cmd);
+	EXPECT_EQ(r.status, 128 + SIGTERM) << r.err;
+	summary s = summarize(d + "/out.rbt");
+	ASSERT_EQ(s.open_err, 0);
+	EXPECT_TRUE(s.finished);
+	EXPECT_FALSE(s.damaged);
+	EXPECT_GE(s.send_wrs, 2000u);
+}
+
+// exec: the trace of the image before exec is finished, the new image writes
+// its own file (same pid: a distinct name), nothing overwritten.
+TEST(Interpose, ExecFinishesTheTraceAndTheNewImageWritesItsOwn)
+{
+	std::string d = tmpdir("exec");
+	run_result r = run(env_prefix(d + "/") + prog() + " exec 300");
+	ASSERT_EQ(r.status, 0) << r.err;
+	ASSERT_NE(r.out.find("before-exec"), std::string::npos);
+	ASSERT_NE(r.out.find("basic"), std::string::npos);
+	std::vector<std::string> t = list_traces(d);
+	ASSERT_EQ(t.size(), 2u) << r.out;
+	for (const std::string &p : t) {
+		summary s = summarize(p);
+		EXPECT_TRUE(s.finished) << p;
+		EXPECT_EQ(s.send_wrs, 308u) << p;
+		EXPECT_EQ(s.wc_ok, 308u) << p;
+	}
+}
+
+TEST(Interpose, UnwritableOutputCostsOneWarning)
+{
+	run_result plain = run("LD_LIBRARY_PATH=" + runfile("tests/progs/fakeverbs") + " " +
+			       prog() + " basic 100");
+	run_result r = run(env_prefix("/nonexistent/rbtrace-dir/") + prog() + " basic 100");
+	EXPECT_EQ(r.status, plain.status);
+	EXPECT_EQ(strip_pid(r.out), strip_pid(plain.out));
+	// Exactly one line on stderr, from the recorder.
+	EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+	EXPECT_NE(r.err.find("rbtrace"), std::string::npos);
+}
+
+TEST(Interpose, InertWithoutVerbs)
+{
+	std::string d = tmpdir("inert");
+	run_result r = run(env_prefix(d + "/") + prog() + " none");
+	EXPECT_EQ(r.status, 0);
+	EXPECT_EQ(r.out, "no verbs\n");
+	EXPECT_EQ(r.err, "");
+	EXPECT_TRUE(list_traces(d).empty());
+	// Not even loaded by something that is not a verbs program at all.
+	run_result e = run(env_prefix(d + "/") + "echo hi");
+	EXPECT_EQ(e.out, "hi\n");
+	EXPECT_TRUE(list_traces(d).empty());
+}
+
+TEST(Interpose, RecordCommandReportsEachTrace)
+{
+	std::string d = tmpdir("rec");
+	run_result r = run("RBTRACE_SOFTNIC_DIR=" + runfile("tests/progs/fakeverbs") +
+			   " RBTRACE_LIB=" + runfile("interpose/librbtrace.so") + " " +
+			   runfile("cli/rbtrace") + " record --softnic -o " + d + "/x.rbt -- " +
+			   prog() + " fork 50");
+	ASSERT_EQ(r.status, 0) << r.err;
+	// Parent writes x.rbt, the forked child x-<pid>.rbt; both listed.
+	EXPECT_NE(r.err.find(d + "/x.rbt: "), std::string::npos) << r.err;
+	EXPECT_NE(r.err.find(d + "/x-"), std::string::npos) << r.err;
+	EXPECT_NE(r.err.find(" 0 lost"), std::string::npos) << r.err;
+	EXPECT_EQ(list_traces(d).size(), 2u);
+	// The exit code is the program's.
+	run_result bad = run(runfile("cli/rbtrace") + " record -o " + d + "/y.rbt -- sh -c \"exit 7\"");
+	EXPECT_EQ(bad.status, 7) << bad.err;
+	run_result none = run(runfile("cli/rbtrace") + " record");
+	EXPECT_EQ(none.status, 2);
+}
+
+} // namespace

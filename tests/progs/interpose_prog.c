@@ -1,0 +1,272 @@
+/* interpose_prog.c - a small verbs program for the recorder's tests. It prints
+ * its own counts of what it did (the cross-check that does not come from the
+ * tracer) and exercises the cases the recorder must survive.
+ *
+ *   interpose_prog basic N        N signaled sends + one chain of 8, all polled;
+ *                                 two failing calls whose errno it checks
+ *   interpose_prog threads T N    T threads, each with its own CQ and QP, N sends
+ *   interpose_prog fork N         basic N in the parent and in a forked child
+ *   interpose_prog spin N         basic N, prints "ready", then posts and polls
+ *                                 until killed
+ *   interpose_prog exec N         basic N, then exec itself to run basic N again
+ *   interpose_prog none           never calls a verb
+ *
+ * Runs on any device (the tests use their fake libibverbs). Never hangs: every
+ * poll loop is bounded.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+struct res {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_mr *mr;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	char buf[4096];
+};
+
+static struct ibv_context *open_ctx(void)
+{
+	int n = 0;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	struct ibv_context *ctx;
+
+	if (!l || n < 1) {
+		fprintf(stderr, "no device\n");
+		exit(2);
+	}
+	ctx = ibv_open_device(l[0]);
+	ibv_free_device_list(l);
+	if (!ctx) {
+		fprintf(stderr, "open failed\n");
+		exit(2);
+	}
+	return ctx;
+}
+
+static void setup(struct res *r, struct ibv_context *ctx, int cqe)
+{
+	struct ibv_qp_init_attr ia = { 0 };
+	struct ibv_qp_attr qa = { 0 };
+
+	r->ctx = ctx;
+	r->pd = ibv_alloc_pd(ctx);
+	r->mr = ibv_reg_mr(r->pd, r->buf, sizeof(r->buf), IBV_ACCESS_LOCAL_WRITE);
+	r->cq = ibv_create_cq(ctx, cqe, NULL, NULL, 0);
+	if (!r->pd || !r->mr || !r->cq) {
+		fprintf(stderr, "setup failed\n");
+		exit(2);
+	}
+	ia.send_cq = ia.recv_cq = r->cq;
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = cqe;
+	ia.cap.max_recv_wr = 16;
+	ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+	r->qp = ibv_create_qp(r->pd, &ia);
+	if (!r->qp) {
+		fprintf(stderr, "create_qp failed\n");
+		exit(2);
+	}
+	qa.qp_state = IBV_QPS_INIT;
+	qa.port_num = 1;
+	ibv_modify_qp(r->qp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					  IBV_QP_ACCESS_FLAGS);
+	qa.qp_state = IBV_QPS_RTR;
+	ibv_modify_qp(r->qp, &qa, IBV_QP_STATE);
+	qa.qp_state = IBV_QPS_RTS;
+	ibv_modify_qp(r->qp, &qa, IBV_QP_STATE);
+}
+
+static void teardown(struct res *r)
+{
+	ibv_destroy_qp(r->qp);
+	ibv_destroy_cq(r->cq);
+	ibv_dereg_mr(r->mr);
+	ibv_dealloc_pd(r->pd);
+}
+
+/* Posts n single signaled sends (polling as it goes); returns completions. */
+static long run_sends(struct res *r, long n, long *posted)
+{
+	struct ibv_sge sge = { (uintptr_t)r->buf, 64, r->mr->lkey };
+	struct ibv_wc wc[16];
+	long done = 0, inflight = 0;
+
+	for (long i = 0; i < n; i++) {
+		struct ibv_send_wr wr = { 0 }, *bad;
+		wr.wr_id = i;
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_SEND;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		while (inflight >= 512) {
+			int k = ibv_poll_cq(r->cq, 16, wc);
+			done += k;
+			inflight -= k;
+		}
+		if (ibv_post_send(r->qp, &wr, &bad)) {
+			fprintf(stderr, "post_send failed\n");
+			exit(3);
+		}
+		(*posted)++;
+		inflight++;
+	}
+	for (long spins = 0; inflight && spins < 100000000; spins++) {
+		int k = ibv_poll_cq(r->cq, 16, wc);
+		done += k;
+		inflight -= k;
+	}
+	return done;
+}
+
+static long run_chain(struct res *r, long *posted)
+{
+	struct ibv_sge sge = { (uintptr_t)r->buf, 8, r->mr->lkey };
+	struct ibv_send_wr wr[8], *bad;
+	struct ibv_wc wc[16];
+	long done = 0;
+
+	memset(wr, 0, sizeof(wr));
+	for (int i = 0; i < 8; i++) {
+		wr[i].wr_id = 1000 + i;
+		wr[i].sg_list = &sge;
+		wr[i].num_sge = 1;
+		wr[i].opcode = IBV_WR_SEND;
+		wr[i].send_flags = IBV_SEND_SIGNALED;
+		wr[i].next = i < 7 ? &wr[i + 1] : NULL;
+	}
+	if (ibv_post_send(r->qp, wr, &bad)) {
+		fprintf(stderr, "chain failed\n");
+		exit(3);
+	}
+	*posted += 8;
+	for (long spins = 0; done < 8 && spins < 100000000; spins++)
+		done += ibv_poll_cq(r->cq, 16, wc);
+	return done;
+}
+
+/* Failing calls: the recorder must hand back the same result and errno. */
+static int check_errors(struct res *r)
+{
+	struct ibv_qp_attr qa = { 0 };
+	int ok = 1;
+
+	errno = 0;
+	struct ibv_mr *mr = ibv_reg_mr(r->pd, r->buf, 0, IBV_ACCESS_LOCAL_WRITE);
+	if (mr || errno != EINVAL)
+		ok = 0;
+	errno = 12345;
+	int ret = ibv_modify_qp(r->qp, &qa, 0);
+	if (ret != EINVAL)
+		ok = 0;
+	return ok;
+}
+
+static void basic(long n, const char *who)
+{
+	struct res r;
+	long posted = 0, done;
+
+	setup(&r, open_ctx(), 1024);
+	done = run_sends(&r, n, &posted);
+	done += run_chain(&r, &posted);
+	int ok = check_errors(&r);
+	teardown(&r);
+	printf("%s pid=%d posted=%ld completions=%ld errno_ok=%d\n", who, (int)getpid(), posted,
+	       done, ok);
+	fflush(stdout);
+}
+
+struct targ {
+	struct ibv_context *ctx;
+	long n, posted, done;
+};
+
+static void *thread_main(void *p)
+{
+	struct targ *t = p;
+	struct res *r = calloc(1, sizeof(*r));
+
+	setup(r, t->ctx, 1024);
+	t->done = run_sends(r, t->n, &t->posted);
+	teardown(r);
+	free(r);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "basic";
+
+	if (!strcmp(mode, "none")) {
+		printf("no verbs\n");
+		return 0;
+	}
+	if (!strcmp(mode, "basic")) {
+		basic(argc > 2 ? atol(argv[2]) : 1000, "basic");
+		return 0;
+	}
+	if (!strcmp(mode, "fork")) {
+		long n = argc > 2 ? atol(argv[2]) : 1000;
+		basic(n, "parent");
+		pid_t pid = fork();
+		if (pid == 0) {
+			basic(n, "child");
+			exit(0);
+		}
+		int st = 0;
+		waitpid(pid, &st, 0);
+		basic(n, "parent-after");
+		return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+	}
+	if (!strcmp(mode, "exec")) {
+		const char *n = argc > 2 ? argv[2] : "1000";
+		basic(atol(n), "before-exec");
+		char *args[] = { argv[0], "basic", (char *)n, NULL };
+		execv("/proc/self/exe", args);
+		perror("execv");
+		return 1;
+	}
+	if (!strcmp(mode, "threads")) {
+		int nt = argc > 2 ? atoi(argv[2]) : 4;
+		long n = argc > 3 ? atol(argv[3]) : 100000;
+		struct ibv_context *ctx = open_ctx();
+		pthread_t th[64];
+		struct targ t[64];
+		long posted = 0, done = 0;
+		if (nt > 64)
+			nt = 64;
+		for (int i = 0; i < nt; i++) {
+			t[i] = (struct targ){ .ctx = ctx, .n = n };
+			pthread_create(&th[i], NULL, thread_main, &t[i]);
+		}
+		for (int i = 0; i < nt; i++) {
+			pthread_join(th[i], NULL);
+			posted += t[i].posted;
+			done += t[i].done;
+		}
+		printf("threads posted=%ld completions=%ld\n", posted, done);
+		return 0;
+	}
+	if (!strcmp(mode, "spin")) {
+		struct res r;
+		long posted = 0;
+		setup(&r, open_ctx(), 1024);
+		run_sends(&r, argc > 2 ? atol(argv[2]) : 1000, &posted);
+		printf("ready posted=%ld\n", posted);
+		fflush(stdout);
+		for (;;)
+			run_sends(&r, 1000, &posted);
+	}
+	fprintf(stderr, "unknown mode %s\n", mode);
+	return 2;
+}

@@ -1,0 +1,341 @@
+/* replay_synth.c - writes the two ends of an RC exchange as traces, by hand,
+ * through the writer API: the fixtures of the replayer's tests, so that they do
+ * not depend on the recorder. Each end: device, PD, one MR, one CQ, one RC QP
+ * connected to the other end's, receives pre-posted.
+ *
+ * usage: replay_synth OUTDIR [--iters N] [--interval-us U] [--scenario S]
+ *   S = pingpong (default; SENDs both ways, then one RDMA WRITE and one READ),
+ *       stream   (the client posts a SEND every U us, the server only receives),
+ *       rnr      (the client sends, the server never posted a receive, rnr_retry 0),
+ *       rkey     (the client writes with an rkey the server never had)
+ * Writes OUTDIR/a.rbt (client, QP 100) and OUTDIR/b.rbt (server, QP 200).
+ * Test fixture only: it never touches a verbs device.
+ */
+#define _GNU_SOURCE
+#include <infiniband/verbs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "trace_format/rbt_format.h"
+
+#define A_BASE 0x7f0000010000ull
+#define B_BASE 0x7f0000020000ull
+#define MR_LEN 8192u
+
+struct end {
+	struct rbt_writer *w;
+	uint32_t qpn, peer_qpn, lkey, rkey;
+	uint64_t base, t, ctx, pd, mr, cq, qp;
+	uint32_t sq_psn, rq_psn;
+};
+
+static void put(struct end *e, struct rbt_event *ev)
+{
+	ev->stream = e->qpn;
+	ev->ts = e->t;
+	if (rbt_writer_append(e->w, ev)) {
+		fprintf(stderr, "replay_synth: append failed\n");
+		exit(1);
+	}
+}
+
+static void open_end(struct end *e, const char *path, uint64_t t0, uint64_t mono0)
+{
+	struct rbt_header h = { 0 };
+	struct rbt_event ev;
+
+	h.pid = e->qpn;
+	h.clock_source = RBT_CLOCK_MONO;
+	h.clock_hz = 1000000000ull;
+	h.start.ticks = t0;
+	h.start.mono_ns = mono0;
+	h.start.real_ns = mono0;
+	h.host = "synth-host";
+	h.cmdline = "replay_synth";
+	h.tool = "replay_synth";
+	if (rbt_writer_open(path, &h, NULL, &e->w)) {
+		fprintf(stderr, "replay_synth: cannot write %s\n", path);
+		exit(1);
+	}
+	e->t = t0;
+	e->ctx = e->base + 0x100;
+	e->pd = e->base + 0x200;
+	e->mr = e->base + 0x300;
+	e->cq = e->base + 0x400;
+	e->qp = e->base + 0x500;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = RBT_EV_DEVICE_OPEN;
+	ev.u.device_open.ctx = e->ctx;
+	ev.u.device_open.name = "synth0";
+	put(e, &ev);
+	memset(&ev, 0, sizeof(ev));
+	ev.type = RBT_EV_PD_ALLOC;
+	ev.u.pd_alloc.ctx = e->ctx;
+	ev.u.pd_alloc.pd = e->pd;
+	put(e, &ev);
+	memset(&ev, 0, sizeof(ev));
+	ev.type = RBT_EV_MR_REG;
+	ev.u.mr_reg.pd = e->pd;
+	ev.u.mr_reg.mr = e->mr;
+	ev.u.mr_reg.addr = e->base;
+	ev.u.mr_reg.iova = e->base;
+	ev.u.mr_reg.length = MR_LEN;
+	ev.u.mr_reg.access =
+		IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	ev.u.mr_reg.lkey = e->lkey;
+	ev.u.mr_reg.rkey = e->rkey;
+	put(e, &ev);
+	memset(&ev, 0, sizeof(ev));
+	ev.type = RBT_EV_CQ_CREATE;
+	ev.u.cq_create.ctx = e->ctx;
+	ev.u.cq_create.cq = e->cq;
+	ev.u.cq_create.cqe_asked = 64;
+	ev.u.cq_create.cqe = 64;
+	put(e, &ev);
+	memset(&ev, 0, sizeof(ev));
+	ev.type = RBT_EV_QP_CREATE;
+	ev.u.qp_create.ctx = e->ctx;
+	ev.u.qp_create.pd = e->pd;
+	ev.u.qp_create.qp = e->qp;
+	ev.u.qp_create.qp_num = e->qpn;
+	ev.u.qp_create.qp_type = IBV_QPT_RC;
+	ev.u.qp_create.send_cq = e->cq;
+	ev.u.qp_create.recv_cq = e->cq;
+	ev.u.qp_create.max_send_wr = 32;
+	ev.u.qp_create.max_recv_wr = 32;
+	ev.u.qp_create.max_send_sge = 1;
+	ev.u.qp_create.max_recv_sge = 1;
+	put(e, &ev);
+}
+
+static void modify(struct end *e, int state, int rnr_retry)
+{
+	struct rbt_event ev;
+	struct rbt_ev_qp_modify *m = &ev.u.qp_modify;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = RBT_EV_QP_MODIFY;
+	m->qp = e->qp;
+	m->qp_state = (uint64_t)state;
+	m->ts_exit = e->t + 1000;
+	if (state == IBV_QPS_INIT) {
+		m->attr_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			       IBV_QP_ACCESS_FLAGS;
+		m->port_num = 1;
+		m->qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	} else if (state == IBV_QPS_RTR) {
+		m->attr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+			       IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+			       IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+		m->path_mtu = IBV_MTU_1024;
+		m->dest_qp_num = e->peer_qpn;
+		m->rq_psn = e->rq_psn;
+		m->max_dest_rd_atomic = 1;
+		m->min_rnr_timer = 1;
+		m->ah_dlid = 1;
+		m->ah_port_num = 1;
+		m->port_num = 1;
+	} else {
+		m->attr_mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			       IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+		m->sq_psn = e->sq_psn;
+		m->timeout = 14;
+		m->retry_cnt = 7;
+		m->rnr_retry = (uint64_t)rnr_retry;
+		m->max_rd_atomic = 1;
+	}
+	put(e, &ev);
+}
+
+static void post_recv(struct end *e, uint64_t wr_id, uint32_t len)
+{
+	struct rbt_event ev;
+	struct rbt_sge sge = { .addr = e->base, .length = len, .lkey = e->lkey };
+	struct rbt_recv_wr wr = { .wr_id = wr_id, .n_sges = 1, .sges = &sge };
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = RBT_EV_POST_RECV;
+	ev.u.post_recv.qp = e->qp;
+	ev.u.post_recv.qp_num = e->qpn;
+	ev.u.post_recv.n_wrs = 1;
+	ev.u.post_recv.wrs = &wr;
+	ev.u.post_recv.ts_exit = e->t + 200;
+	put(e, &ev);
+}
+
+static void post_send(struct end *e, uint64_t wr_id, int op, uint32_t len, uint64_t raddr,
+		      uint32_t rkey)
+{
+	struct rbt_event ev;
+	struct rbt_sge sge = { .addr = e->base + 4096, .length = len, .lkey = e->lkey };
+	struct rbt_send_wr wr = { .wr_id = wr_id,
+				  .opcode = (uint64_t)op,
+				  .send_flags = IBV_SEND_SIGNALED,
+				  .remote_addr = raddr,
+				  .rkey = rkey,
+				  .n_sges = 1,
+				  .sges = &sge };
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = RBT_EV_POST_SEND;
+	ev.u.post_send.qp = e->qp;
+	ev.u.post_send.qp_num = e->qpn;
+	ev.u.post_send.n_wrs = 1;
+	ev.u.post_send.wrs = &wr;
+	ev.u.post_send.ts_exit = e->t + 300;
+	put(e, &ev);
+}
+
+static void poll1(struct end *e, uint64_t wr_id, int status, int opcode, uint32_t len)
+{
+	struct rbt_event ev;
+	struct rbt_wc wc = { .wr_id = wr_id,
+			     .status = (uint64_t)status,
+			     .opcode = (uint64_t)opcode,
+			     .byte_len = len,
+			     .qp_num = e->qpn };
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = RBT_EV_POLL_CQ;
+	ev.u.poll_cq.cq = e->cq;
+	ev.u.poll_cq.asked = 1;
+	ev.u.poll_cq.ret = 1;
+	ev.u.poll_cq.count = 1;
+	ev.u.poll_cq.n_wcs = 1;
+	ev.u.poll_cq.wcs = &wc;
+	ev.u.poll_cq.ts_exit = e->t + 100;
+	put(e, &ev);
+}
+
+int main(int argc, char **argv)
+{
+	struct end a = { .qpn = 100,
+			 .peer_qpn = 200,
+			 .lkey = 0x1001,
+			 .rkey = 0x2001,
+			 .base = A_BASE,
+			 .sq_psn = 0x100,
+			 .rq_psn = 0x200 };
+	struct end b = { .qpn = 200,
+			 .peer_qpn = 100,
+			 .lkey = 0x3001,
+			 .rkey = 0x4001,
+			 .base = B_BASE,
+			 .sq_psn = 0x200,
+			 .rq_psn = 0x100 };
+	const char *scen = "pingpong";
+	int iters = 100, interval = 50;
+	char pa[4096], pb[4096];
+	uint64_t t0 = 1000000000ull, start;
+
+	if (argc < 2) {
+		fprintf(stderr,
+			"usage: replay_synth OUTDIR [--iters N] [--interval-us U] "
+			"[--scenario pingpong|stream|rnr|rkey]\n");
+		return 2;
+	}
+	for (int i = 2; i + 1 < argc; i += 2) {
+		if (!strcmp(argv[i], "--iters"))
+			iters = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--interval-us"))
+			interval = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--scenario"))
+			scen = argv[i + 1];
+	}
+	snprintf(pa, sizeof(pa), "%s/a.rbt", argv[1]);
+	snprintf(pb, sizeof(pb), "%s/b.rbt", argv[1]);
+	open_end(&a, pa, t0, t0);
+	open_end(&b, pb, t0, t0);
+	a.t = b.t = t0 + 10000;
+	modify(&a, IBV_QPS_INIT, 0);
+	modify(&b, IBV_QPS_INIT, 0);
+	a.t = b.t = t0 + 20000;
+	if (strcmp(scen, "stream") && strcmp(scen, "rnr")) {
+		post_recv(&a, 0x10, 64);
+	}
+	if (strcmp(scen, "rnr"))
+		post_recv(&b, 0x10, 64);
+	if (!strcmp(scen, "stream"))
+		for (int i = 1; i < 32 && i < iters; i++)
+			post_recv(&b, 0x10 + (uint64_t)i, 64);
+	a.t = b.t = t0 + 30000;
+	modify(&a, IBV_QPS_RTR, 0);
+	modify(&b, IBV_QPS_RTR, 0);
+	a.t = b.t = t0 + 40000;
+	modify(&a, IBV_QPS_RTS, strcmp(scen, "rnr") ? 7 : 0);
+	modify(&b, IBV_QPS_RTS, 7);
+	start = t0 + 1000000;
+
+	if (!strcmp(scen, "pingpong")) {
+		for (int i = 0; i < iters; i++) {
+			uint64_t t = start + (uint64_t)i * (uint64_t)interval * 1000;
+
+			a.t = t;
+			post_send(&a, 0x20, IBV_WR_SEND, 64, 0, 0);
+			b.t = t + 8000;
+			poll1(&b, 0x10, IBV_WC_SUCCESS, IBV_WC_RECV, 64);
+			b.t += 1000;
+			post_recv(&b, 0x10, 64);
+			b.t += 1000;
+			post_send(&b, 0x20, IBV_WR_SEND, 64, 0, 0);
+			b.t += 8000;
+			poll1(&b, 0x20, IBV_WC_SUCCESS, IBV_WC_SEND, 64);
+			a.t = t + 10000;
+			poll1(&a, 0x20, IBV_WC_SUCCESS, IBV_WC_SEND, 64);
+			a.t = t + 20000;
+			poll1(&a, 0x10, IBV_WC_SUCCESS, IBV_WC_RECV, 64);
+			a.t += 1000;
+			post_recv(&a, 0x10, 64);
+		}
+		a.t += 20000;
+		post_send(&a, 0x30, IBV_WR_RDMA_WRITE, 128, B_BASE + 512, b.rkey);
+		a.t += 10000;
+		poll1(&a, 0x30, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 128);
+		a.t += 10000;
+		post_send(&a, 0x40, IBV_WR_RDMA_READ, 256, B_BASE + 1024, b.rkey);
+		a.t += 10000;
+		poll1(&a, 0x40, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, 256);
+	} else if (!strcmp(scen, "stream")) {
+		/* client: one SEND every interval, signaled, polled right after;
+		 * server: receives, reposts. */
+		for (int i = 0; i < iters; i++) {
+			uint64_t t = start + (uint64_t)i * (uint64_t)interval * 1000;
+
+			a.t = t;
+			post_send(&a, 0x20 + (uint64_t)i, IBV_WR_SEND, 64, 0, 0);
+			a.t = t + 5000;
+			poll1(&a, 0x20 + (uint64_t)i, IBV_WC_SUCCESS, IBV_WC_SEND, 64);
+			b.t = t + 6000;
+			poll1(&b, 0x10 + (uint64_t)(i % 32), IBV_WC_SUCCESS, IBV_WC_RECV,
+			      64);
+			b.t += 1000;
+			if (i + 32 < iters)
+				post_recv(&b, 0x10 + (uint64_t)(i % 32), 64);
+		}
+	} else if (!strcmp(scen, "rnr")) {
+		a.t = start;
+		post_send(&a, 0x20, IBV_WR_SEND, 64, 0, 0);
+		a.t += 100000;
+		poll1(&a, 0x20, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SEND, 0);
+	} else if (!strcmp(scen, "rkey")) {
+		a.t = start;
+		post_send(&a, 0x30, IBV_WR_RDMA_WRITE, 128, B_BASE + 512, 0xbad00bad);
+		a.t += 10000;
+		poll1(&a, 0x30, IBV_WC_REM_ACCESS_ERR, IBV_WC_RDMA_WRITE, 0);
+		/* the server's receive is flushed: its QP went to ERR too */
+		b.t = start + 20000;
+		poll1(&b, 0x10, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0);
+	} else {
+		fprintf(stderr, "replay_synth: unknown scenario %s\n", scen);
+		return 2;
+	}
+	if (rbt_writer_close(a.w, NULL) || rbt_writer_close(b.w, NULL)) {
+		fprintf(stderr, "replay_synth: closing the traces failed\n");
+		return 1;
+	}
+	return 0;
+}

@@ -1,0 +1,311 @@
+/* report_waiter.c - a real verbs program with known timing, and each problem the
+ * report diagnoses, for the report's ground-truth tests over softnic.
+ *
+ * Two RC QPs of this process are connected to each other (loopback). Each iteration
+ * posts one signaled SEND (or WRITE) on QP A; in --mode=wait it then waits a known
+ * time after the post returned before it polls, in --mode=spin it polls at once and
+ * keeps polling. With softnic's latency model (SOFTNIC_LATENCY_NS) the true NIC time
+ * is known, so the poll phase is too.
+ *
+ * usage: report_waiter [--iters N] [--wait-us W] [--mode wait|spin] [--problem P]
+ * P: none, rnr, cqsmall, notrts, mrdereg, badrkey, noinline, unaligned, mrreg,
+ *    allsig, mtu, psn
+ * Test fixture only; it exits 0 when the scenario ran as intended (an expected error
+ * completion included) and prints one line on failure.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void die(const char *what)
+{
+	fprintf(stderr, "report_waiter: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+struct ctx {
+	struct ibv_context *dev;
+	struct ibv_pd *pd;
+	struct ibv_mr *mr;
+	struct ibv_cq *cqa, *cqb;
+	struct ibv_qp *a, *b;
+	char *buf;
+	uint16_t lid;
+};
+
+static struct ibv_qp *make_qp(struct ctx *c, struct ibv_cq *cq, int max_inline)
+{
+	struct ibv_qp_init_attr ia;
+	memset(&ia, 0, sizeof(ia));
+	ia.send_cq = cq;
+	ia.recv_cq = cq;
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = 64;
+	ia.cap.max_recv_wr = 64;
+	ia.cap.max_send_sge = 1;
+	ia.cap.max_recv_sge = 1;
+	ia.cap.max_inline_data = max_inline;
+	struct ibv_qp *qp = ibv_create_qp(c->pd, &ia);
+	if (!qp)
+		die("ibv_create_qp");
+	return qp;
+}
+
+static void to_init(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr at;
+	memset(&at, 0, sizeof(at));
+	at.qp_state = IBV_QPS_INIT;
+	at.port_num = 1;
+	at.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	if (ibv_modify_qp(qp, &at,
+			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				  IBV_QP_ACCESS_FLAGS))
+		die("modify INIT");
+}
+
+static void to_rtr_rts(struct ctx *c, struct ibv_qp *qp, uint32_t dest, enum ibv_mtu mtu,
+		       uint32_t rq_psn, uint32_t sq_psn, int rnr_retry)
+{
+	struct ibv_qp_attr at;
+	memset(&at, 0, sizeof(at));
+	at.qp_state = IBV_QPS_RTR;
+	at.path_mtu = mtu;
+	at.dest_qp_num = dest;
+	at.rq_psn = rq_psn;
+	at.max_dest_rd_atomic = 1;
+	at.min_rnr_timer = 1;
+	at.ah_attr.dlid = c->lid;
+	at.ah_attr.port_num = 1;
+	if (ibv_modify_qp(qp, &at,
+			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+				  IBV_QP_MIN_RNR_TIMER))
+		die("modify RTR");
+	memset(&at, 0, sizeof(at));
+	at.qp_state = IBV_QPS_RTS;
+	at.timeout = 10;
+	at.retry_cnt = 2;
+	at.rnr_retry = rnr_retry;
+	at.sq_psn = sq_psn;
+	at.max_rd_atomic = 1;
+	if (ibv_modify_qp(qp, &at,
+			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+				  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				  IBV_QP_MAX_QP_RD_ATOMIC))
+		die("modify RTS");
+}
+
+static void post_recv(struct ctx *c, struct ibv_qp *qp, uint64_t id)
+{
+	struct ibv_sge s = { .addr = (uintptr_t)c->buf + 8192,
+			     .length = 4096,
+			     .lkey = c->mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &s, .num_sge = 1 }, *bad;
+	if (ibv_post_recv(qp, &wr, &bad))
+		die("ibv_post_recv");
+}
+
+static int post_send(struct ctx *c, struct ibv_qp *qp, uint64_t id, int op, uint32_t len,
+		     unsigned flags, uint64_t off, uint32_t rkey)
+{
+	struct ibv_sge s = { .addr = (uintptr_t)c->buf + off,
+			     .length = len,
+			     .lkey = c->mr->lkey };
+	struct ibv_send_wr wr, *bad;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = id;
+	wr.sg_list = &s;
+	wr.num_sge = 1;
+	wr.opcode = op;
+	wr.send_flags = flags;
+	wr.wr.rdma.remote_addr = (uintptr_t)c->buf + 16384;
+	wr.wr.rdma.rkey = rkey;
+	return ibv_post_send(qp, &wr, &bad);
+}
+
+/* Polls cq until n completions came; returns the first non-success status seen. */
+static int poll_n(struct ibv_cq *cq, int n, uint64_t deadline_ns)
+{
+	struct ibv_wc wc[8];
+	int got = 0, bad = 0;
+	while (got < n) {
+		int k = ibv_poll_cq(cq, 8, wc);
+		if (k < 0)
+			die("ibv_poll_cq");
+		for (int i = 0; i < k; i++)
+			if (wc[i].status != IBV_WC_SUCCESS && !bad)
+				bad = wc[i].status;
+		got += k;
+		if (deadline_ns && now_ns() > deadline_ns) {
+			fprintf(stderr,
+				"report_waiter: timed out waiting for completions\n");
+			exit(1);
+		}
+	}
+	return bad;
+}
+
+static void spin_until(uint64_t t)
+{
+	while (now_ns() < t)
+		;
+}
+
+int main(int argc, char **argv)
+{
+	int iters = 200, wait_us = 50;
+	const char *mode = "wait", *problem = "none";
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+			iters = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--wait-us") && i + 1 < argc)
+			wait_us = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--mode") && i + 1 < argc)
+			mode = argv[++i];
+		else if (!strcmp(argv[i], "--problem") && i + 1 < argc)
+			problem = argv[++i];
+		else {
+			fprintf(stderr, "report_waiter: unknown argument %s\n", argv[i]);
+			return 2;
+		}
+	}
+#define P(x) (!strcmp(problem, x))
+	struct ctx c;
+	memset(&c, 0, sizeof(c));
+	int ndev;
+	struct ibv_device **list = ibv_get_device_list(&ndev);
+	if (!list || !ndev)
+		die("no device");
+	c.dev = ibv_open_device(list[0]);
+	if (!c.dev)
+		die("ibv_open_device");
+	struct ibv_port_attr pa;
+	if (ibv_query_port(c.dev, 1, &pa))
+		die("ibv_query_port");
+	c.lid = pa.lid;
+	c.pd = ibv_alloc_pd(c.dev);
+	if (posix_memalign((void **)&c.buf, 4096, 65536))
+		die("posix_memalign");
+	memset(c.buf, 0, 65536);
+	c.mr = ibv_reg_mr(c.pd, c.buf, 65536,
+			  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+				  IBV_ACCESS_REMOTE_READ);
+	if (!c.pd || !c.mr)
+		die("pd/mr");
+	c.cqa = ibv_create_cq(c.dev, P("cqsmall") ? 4 : 256, NULL, NULL, 0);
+	c.cqb = ibv_create_cq(c.dev, 256, NULL, NULL, 0);
+	if (!c.cqa || !c.cqb)
+		die("ibv_create_cq");
+	int max_inline = P("noinline") ? 64 : 0;
+	c.a = make_qp(&c, c.cqa, max_inline);
+	c.b = make_qp(&c, c.cqb, 0);
+	to_init(c.a);
+	to_init(c.b);
+	if (P("notrts")) {
+		/* post while QP A is only in INIT */
+		int r = post_send(&c, c.a, 1, IBV_WR_SEND, 64, IBV_SEND_SIGNALED, 0, 0);
+		printf("post in INIT returned %d\n", r);
+	}
+	to_rtr_rts(&c, c.a, c.b->qp_num, IBV_MTU_1024, 0, P("psn") ? 77 : 0,
+		   P("rnr") ? 0 : 7);
+	to_rtr_rts(&c, c.b, c.a->qp_num, P("mtu") ? IBV_MTU_4096 : IBV_MTU_1024, 0, 0, 7);
+	int recvs = P("rnr") ? 0 : iters + 8;
+	if (recvs > 60)
+		recvs = 60;
+	for (int i = 0; i < recvs; i++)
+		post_recv(&c, c.b, 1000 + i);
+	uint64_t deadline = now_ns() + 20000000000ull;
+	int status = 0;
+	if (P("rnr") || P("badrkey") || P("psn")) {
+		/* one message that fails: RNR (no receive), a bad rkey, or a PSN mismatch */
+		int op = P("badrkey") ? IBV_WR_RDMA_WRITE : IBV_WR_SEND;
+		post_send(&c, c.a, 1, op, 64, IBV_SEND_SIGNALED, 0,
+			  P("badrkey") ? c.mr->rkey + 0x1000 : 0);
+		post_send(&c, c.a, 2, op, 64, IBV_SEND_SIGNALED, 0, c.mr->rkey);
+		status = poll_n(c.cqa, 2, deadline);
+		printf("first error status %d (%s)\n", status, ibv_wc_status_str(status));
+		goto out;
+	}
+	if (P("cqsmall")) {
+		/* 16 signaled WRITEs outstanding on a CQ of 4 */
+		for (int i = 0; i < 16; i++)
+			post_send(&c, c.a, i, IBV_WR_RDMA_WRITE, 64, IBV_SEND_SIGNALED, 0,
+				  c.mr->rkey);
+		usleep(10000);
+		struct ibv_wc wc[16];
+		int k = ibv_poll_cq(c.cqa, 16, wc);
+		printf("polled %d\n", k);
+		goto out;
+	}
+	int posted_recv = recvs;
+	for (int i = 0; i < iters; i++) {
+		int op = IBV_WR_SEND;
+		uint32_t len = 64;
+		uint64_t off = 0;
+		unsigned flags = IBV_SEND_SIGNALED;
+		if (P("unaligned")) {
+			op = IBV_WR_RDMA_WRITE;
+			len = 4096;
+			off = 8;
+		}
+		if (P("allsig"))
+			op = IBV_WR_RDMA_WRITE;
+		if (P("mrreg")) {
+			struct ibv_mr *m = ibv_reg_mr(c.pd, c.buf + 32768, 4096,
+						      IBV_ACCESS_LOCAL_WRITE);
+			if (!m)
+				die("ibv_reg_mr");
+			ibv_dereg_mr(m);
+		}
+		int n = 1;
+		if (P("allsig")) {
+			/* two WRs outstanding at each post: a busy QP, all signaled, one WR per
+			 * doorbell */
+			if (post_send(&c, c.a, 2 * i, op, len, flags, off, c.mr->rkey))
+				die("ibv_post_send");
+			n = 2;
+		}
+		if (post_send(&c, c.a, i, op, len, flags, off, c.mr->rkey))
+			die("ibv_post_send");
+		uint64_t ret = now_ns();
+		if (!strcmp(mode, "wait"))
+			spin_until(ret + (uint64_t)wait_us * 1000);
+		status |= poll_n(c.cqa, n, deadline);
+		if (op == IBV_WR_SEND) {
+			status |= poll_n(c.cqb, 1, deadline);
+			if (posted_recv < iters + 8)
+				post_recv(&c, c.b, 1000 + posted_recv++);
+		}
+	}
+out:
+	if (P("mrdereg")) {
+		/* deregister the MR while its QPs still exist */
+		ibv_dereg_mr(c.mr);
+		c.mr = NULL;
+	}
+	ibv_destroy_qp(c.a);
+	ibv_destroy_qp(c.b);
+	if (c.mr)
+		ibv_dereg_mr(c.mr);
+	ibv_destroy_cq(c.cqa);
+	ibv_destroy_cq(c.cqb);
+	ibv_dealloc_pd(c.pd);
+	ibv_close_device(c.dev);
+	ibv_free_device_list(list);
+	free(c.buf);
+	return 0;
+}

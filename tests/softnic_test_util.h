@@ -1,0 +1,414 @@
+/*
+ * softnic_test_util.h - harness for the softnic GoogleTest suites: runs the
+ * test binary on softnic's libibverbs.so.1 (re-exec with LD_LIBRARY_PATH),
+ * forks the two ends of a test as real processes joined by a socketpair,
+ * and wraps the verbs set-up both ends share.
+ *
+ * Checks inside a forked end print one line and _exit(1): gtest assertions
+ * do not cross fork. Every end runs under alarm() so that a hang fails.
+ */
+#ifndef SOFTNIC_TEST_UTIL_H
+#define SOFTNIC_TEST_UTIL_H
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <functional>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#define SN_CHECK(c)                                                                 \
+	do {                                                                        \
+		if (!(c)) {                                                         \
+			fprintf(stderr,                                             \
+				"[pid %d] %s:%d: check failed: %s (errno %d %s)\n", \
+				(int)getpid(), __FILE__, __LINE__, #c, errno,       \
+				strerror(errno));                                   \
+			_exit(1);                                                   \
+		}                                                                   \
+	} while (0)
+
+#define SN_CHECK_EQ(a, b)                                                           \
+	do {                                                                        \
+		long long _a = (long long)(a), _b = (long long)(b);                 \
+		if (_a != _b) {                                                     \
+			fprintf(stderr,                                             \
+				"[pid %d] %s:%d: %s == %s failed: %lld vs %lld\n",  \
+				(int)getpid(), __FILE__, __LINE__, #a, #b, _a, _b); \
+			_exit(1);                                                   \
+		}                                                                   \
+	} while (0)
+
+static inline uint64_t sn_test_now_ns()
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Re-exec ourselves on softnic unless already done; private fabric dir. */
+static inline void sn_test_setup_env(int argc, char **argv)
+{
+	(void)argc;
+	if (getenv("SN_TEST_REEXEC"))
+		return;
+	char dir[PATH_MAX];
+	const char *cands[] = { "softnic", "../softnic", "bazel-bin/softnic" };
+	const char *src = getenv("TEST_SRCDIR");
+	const char *ws = getenv("TEST_WORKSPACE");
+	bool found = false;
+	if (src && ws) {
+		snprintf(dir, sizeof(dir), "%s/%s/softnic", src, ws);
+		std::string so = std::string(dir) + "/libibverbs.so.1";
+		found = access(so.c_str(), R_OK) == 0;
+	}
+	for (const char *c : cands) {
+		if (found)
+			break;
+		if (!realpath(c, dir))
+			continue;
+		std::string so = std::string(dir) + "/libibverbs.so.1";
+		found = access(so.c_str(), R_OK) == 0;
+	}
+	if (!found) {
+		fprintf(stderr, "softnic libibverbs.so.1 not found\n");
+		exit(2);
+	}
+	setenv("LD_LIBRARY_PATH", dir, 1);
+	setenv("SN_TEST_REEXEC", "1", 1);
+	/* unique even across PID namespaces (bazel sandboxes share /dev/shm) */
+	char fab[] = "/dev/shm/softnic-test-XXXXXX";
+	if (!mkdtemp(fab)) {
+		perror("mkdtemp");
+		exit(2);
+	}
+	setenv("SOFTNIC_FABRIC", fab, 1);
+	execv("/proc/self/exe", argv);
+	perror("execv");
+	exit(2);
+}
+
+static inline void sn_test_cleanup_fabric()
+{
+	const char *f = getenv("SOFTNIC_FABRIC");
+	if (f && !strncmp(f, "/dev/shm/softnic-test-", 22)) {
+		std::string cmd = std::string("rm -rf ") + f;
+		if (system(cmd.c_str()) != 0)
+			fprintf(stderr, "cleanup of %s failed\n", f);
+	}
+}
+
+/* Runs a and b in two child processes joined by a socketpair; returns the
+ * two exit statuses (0 = the end's checks all passed). */
+struct SnEnds {
+	int a, b;
+};
+
+static inline int sn_wait_child(pid_t p)
+{
+	int st = 0;
+	if (waitpid(p, &st, 0) < 0)
+		return -1;
+	if (WIFEXITED(st))
+		return WEXITSTATUS(st);
+	return 128 + WTERMSIG(st);
+}
+
+static inline SnEnds sn_run2(std::function<void(int)> a, std::function<void(int)> b,
+			     int timeout_s = 30)
+{
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+		return { -1, -1 };
+	fflush(stdout);
+	fflush(stderr);
+	pid_t pa = fork();
+	if (pa == 0) {
+		close(sv[1]);
+		alarm(timeout_s);
+		a(sv[0]);
+		_exit(0);
+	}
+	pid_t pb = fork();
+	if (pb == 0) {
+		close(sv[0]);
+		alarm(timeout_s);
+		b(sv[1]);
+		_exit(0);
+	}
+	close(sv[0]);
+	close(sv[1]);
+	SnEnds r;
+	r.a = sn_wait_child(pa);
+	r.b = sn_wait_child(pb);
+	return r;
+}
+
+static inline void sn_xwrite(int fd, const void *p, size_t n)
+{
+	SN_CHECK(write(fd, p, n) == (ssize_t)n);
+}
+
+static inline void sn_xread(int fd, void *p, size_t n)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = read(fd, (char *)p + got, n - got);
+		SN_CHECK(r > 0);
+		got += (size_t)r;
+	}
+}
+
+static inline void sn_sync(int fd)
+{
+	char c = 's';
+	sn_xwrite(fd, &c, 1);
+	sn_xread(fd, &c, 1);
+}
+
+struct SnInfo {
+	uint32_t qpn, rkey, psn;
+	uint16_t lid;
+	uint64_t addr;
+	union ibv_gid gid;
+};
+
+struct SnNode {
+	ibv_context *ctx = nullptr;
+	ibv_pd *pd = nullptr;
+	ibv_cq *cq = nullptr;
+	ibv_qp *qp = nullptr;
+	ibv_mr *mr = nullptr;
+	ibv_comp_channel *ch = nullptr;
+	ibv_srq *srq = nullptr;
+	char *buf = nullptr;
+	size_t len = 0;
+	ibv_qp_type type = IBV_QPT_RC;
+
+	void open()
+	{
+		int n = 0;
+		ibv_device **l = ibv_get_device_list(&n);
+		SN_CHECK(l && n == 1);
+		SN_CHECK(!strcmp(ibv_get_device_name(l[0]), "softnic0"));
+		ctx = ibv_open_device(l[0]);
+		SN_CHECK(ctx);
+		ibv_free_device_list(l);
+		pd = ibv_alloc_pd(ctx);
+		SN_CHECK(pd);
+	}
+
+	void make(ibv_qp_type t, size_t buflen = 65536, int depth = 64, bool chan = false,
+		  uint32_t max_inline = 64, bool use_srq = false, int cqe = 256)
+	{
+		if (!ctx)
+			open();
+		type = t;
+		len = buflen;
+		SN_CHECK(posix_memalign((void **)&buf, 4096, len) == 0);
+		memset(buf, 0, len);
+		mr = ibv_reg_mr(pd, buf, len,
+				IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+					IBV_ACCESS_REMOTE_READ |
+					IBV_ACCESS_REMOTE_ATOMIC);
+		SN_CHECK(mr);
+		if (chan) {
+			ch = ibv_create_comp_channel(ctx);
+			SN_CHECK(ch);
+		}
+		cq = ibv_create_cq(ctx, cqe, nullptr, ch, 0);
+		SN_CHECK(cq);
+		if (use_srq) {
+			ibv_srq_init_attr sa = {};
+			sa.attr.max_wr = (uint32_t)depth;
+			sa.attr.max_sge = 1;
+			srq = ibv_create_srq(pd, &sa);
+			SN_CHECK(srq);
+		}
+		qp = new_qp(t, depth, max_inline);
+	}
+
+	ibv_qp *new_qp(ibv_qp_type t, int depth, uint32_t max_inline = 64)
+	{
+		ibv_qp_init_attr ia = {};
+		ia.send_cq = cq;
+		ia.recv_cq = cq;
+		ia.srq = srq;
+		ia.qp_type = t;
+		ia.cap.max_send_wr = (uint32_t)depth;
+		ia.cap.max_recv_wr = (uint32_t)depth;
+		ia.cap.max_send_sge = 4;
+		ia.cap.max_recv_sge = 4;
+		ia.cap.max_inline_data = max_inline;
+		ibv_qp *q = ibv_create_qp(pd, &ia);
+		SN_CHECK(q);
+		ibv_qp_attr a = {};
+		a.qp_state = IBV_QPS_INIT;
+		a.pkey_index = 0;
+		a.port_num = 1;
+		int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+		if (t == IBV_QPT_UD) {
+			a.qkey = 0x11111111;
+			mask |= IBV_QP_QKEY;
+		} else {
+			a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
+					    IBV_ACCESS_REMOTE_READ |
+					    IBV_ACCESS_REMOTE_ATOMIC;
+			mask |= IBV_QP_ACCESS_FLAGS;
+		}
+		SN_CHECK_EQ(ibv_modify_qp(q, &a, mask), 0);
+		return q;
+	}
+
+	SnInfo info(ibv_qp *q = nullptr)
+	{
+		SnInfo i = {};
+		ibv_port_attr pa;
+		SN_CHECK(ibv_query_port(ctx, 1, &pa) == 0);
+		i.qpn = (q ? q : qp)->qp_num;
+		i.lid = pa.lid;
+		i.rkey = mr->rkey;
+		i.addr = (uint64_t)(uintptr_t)buf;
+		i.psn = 0x1234;
+		SN_CHECK(ibv_query_gid(ctx, 1, 0, &i.gid) == 0);
+		return i;
+	}
+
+	SnInfo exchange(int fd, ibv_qp *q = nullptr)
+	{
+		SnInfo mine = info(q), theirs;
+		sn_xwrite(fd, &mine, sizeof(mine));
+		sn_xread(fd, &theirs, sizeof(theirs));
+		return theirs;
+	}
+
+	void connect(const SnInfo &r, ibv_qp *q = nullptr, uint8_t rnr_retry = 7,
+		     uint8_t timeout = 14, uint8_t retry_cnt = 7, uint8_t min_rnr = 1)
+	{
+		q = q ? q : qp;
+		ibv_qp_attr a = {};
+		a.qp_state = IBV_QPS_RTR;
+		int mask = IBV_QP_STATE;
+		if (type != IBV_QPT_UD) {
+			a.path_mtu = IBV_MTU_4096;
+			a.dest_qp_num = r.qpn;
+			a.rq_psn = r.psn;
+			a.ah_attr.dlid = r.lid;
+			a.ah_attr.port_num = 1;
+			mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				IBV_QP_RQ_PSN;
+			if (type == IBV_QPT_RC) {
+				a.max_dest_rd_atomic = 16;
+				a.min_rnr_timer = min_rnr;
+				mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+			}
+		}
+		SN_CHECK_EQ(ibv_modify_qp(q, &a, mask), 0);
+		memset(&a, 0, sizeof(a));
+		a.qp_state = IBV_QPS_RTS;
+		a.sq_psn = 0x1234;
+		mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+		if (type == IBV_QPT_RC) {
+			a.timeout = timeout;
+			a.retry_cnt = retry_cnt;
+			a.rnr_retry = rnr_retry;
+			a.max_rd_atomic = 16;
+			mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				IBV_QP_MAX_QP_RD_ATOMIC;
+		}
+		SN_CHECK_EQ(ibv_modify_qp(q, &a, mask), 0);
+	}
+
+	void post_recv(uint64_t id, size_t off, uint32_t l, ibv_qp *q = nullptr)
+	{
+		ibv_sge s = { (uint64_t)(uintptr_t)(buf + off), l, mr->lkey };
+		ibv_recv_wr wr = {}, *bad;
+		wr.wr_id = id;
+		wr.sg_list = &s;
+		wr.num_sge = 1;
+		if (srq)
+			SN_CHECK_EQ(ibv_post_srq_recv(srq, &wr, &bad), 0);
+		else
+			SN_CHECK_EQ(ibv_post_recv(q ? q : qp, &wr, &bad), 0);
+	}
+
+	int post(ibv_wr_opcode op, uint64_t id, size_t off, uint32_t l,
+		 const SnInfo *r = nullptr, uint64_t roff = 0,
+		 unsigned flags = IBV_SEND_SIGNALED, uint32_t imm = 0,
+		 ibv_qp *q = nullptr)
+	{
+		ibv_sge s = { (uint64_t)(uintptr_t)(buf + off), l, mr->lkey };
+		ibv_send_wr wr = {}, *bad;
+		wr.wr_id = id;
+		wr.sg_list = &s;
+		wr.num_sge = 1;
+		wr.opcode = op;
+		wr.send_flags = flags;
+		wr.imm_data = htonl(imm);
+		if (r) {
+			wr.wr.rdma.remote_addr = r->addr + roff;
+			wr.wr.rdma.rkey = r->rkey;
+		}
+		return ibv_post_send(q ? q : qp, &wr, &bad);
+	}
+
+	ibv_wc wait1(int timeout_ms = 5000)
+	{
+		ibv_wc wc;
+		uint64_t end = sn_test_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+		for (;;) {
+			int n = ibv_poll_cq(cq, 1, &wc);
+			SN_CHECK(n >= 0);
+			if (n == 1)
+				return wc;
+			if (sn_test_now_ns() > end) {
+				fprintf(stderr, "[pid %d] no completion within %d ms\n",
+					(int)getpid(), timeout_ms);
+				_exit(3);
+			}
+			usleep(10);
+		}
+	}
+
+	bool none_within(int ms)
+	{
+		ibv_wc wc;
+		uint64_t end = sn_test_now_ns() + (uint64_t)ms * 1000000ull;
+		while (sn_test_now_ns() < end) {
+			if (ibv_poll_cq(cq, 1, &wc) != 0)
+				return false;
+			usleep(100);
+		}
+		return true;
+	}
+
+	ibv_qp_state state(ibv_qp *q = nullptr)
+	{
+		ibv_qp_attr a;
+		ibv_qp_init_attr ia;
+		SN_CHECK_EQ(ibv_query_qp(q ? q : qp, &a, IBV_QP_STATE, &ia), 0);
+		return a.qp_state;
+	}
+};
+
+#define SN_EXPECT_ENDS(r)           \
+	do {                        \
+		SnEnds _r = (r);    \
+		EXPECT_EQ(_r.a, 0); \
+		EXPECT_EQ(_r.b, 0); \
+	} while (0)
+
+#endif

@@ -1,0 +1,713 @@
+/*
+ * softnic_verbs_test - every opcode and QP type of softnic between two real
+ * processes: the bytes that arrive in the peer's own registered memory and
+ * the completions both ends see (opcode, byte_len, imm, status, qp numbers),
+ * plus inline data, WR chains, selective signaling, SRQ, completion
+ * channels, the ibv_wr_* API and extended CQs.
+ * Runs on softnic's libibverbs.so.1 (re-exec, see softnic_test_util.h).
+ */
+#include "tests/softnic_test_util.h"
+
+namespace
+{
+
+TEST(SoftnicDevice, AttributesProgramsCheck)
+{
+	SnNode n;
+	n.open();
+	ibv_device_attr da;
+	ASSERT_EQ(ibv_query_device(n.ctx, &da), 0);
+	EXPECT_GE(da.max_qp_rd_atom, 16);
+	EXPECT_NE(da.atomic_cap, IBV_ATOMIC_NONE);
+	EXPECT_NE(da.vendor_id, 0x02c9u); /* not Mellanox, not anyone */
+	EXPECT_GT(da.max_qp_wr, 1000);
+	ibv_port_attr pa;
+	ASSERT_EQ(ibv_query_port(n.ctx, 1, &pa), 0);
+	EXPECT_EQ(pa.state, IBV_PORT_ACTIVE);
+	EXPECT_EQ(pa.phys_state, 5);
+	EXPECT_EQ(pa.active_mtu, IBV_MTU_4096);
+	EXPECT_EQ(pa.link_layer, IBV_LINK_LAYER_INFINIBAND);
+	EXPECT_NE(pa.lid, 0);
+	union ibv_gid g;
+	ASSERT_EQ(ibv_query_gid(n.ctx, 1, 0, &g), 0);
+	EXPECT_NE(g.global.interface_id, 0u);
+	EXPECT_NE(ibv_query_gid(n.ctx, 1, 99, &g), 0);
+	ibv_device_attr_ex dx;
+	ASSERT_EQ(ibv_query_device_ex(n.ctx, nullptr, &dx), 0);
+	EXPECT_NE(dx.completion_timestamp_mask, 0u);
+	EXPECT_NE(dx.hca_core_clock, 0u);
+	EXPECT_NE(n.ctx->async_fd, -1);
+	/* a real blocking descriptor: nothing to read yet */
+	struct pollfd p = { n.ctx->async_fd, POLLIN, 0 };
+	EXPECT_EQ(::poll(&p, 1, 0), 0);
+}
+
+TEST(SoftnicRC, SendAndSendImmLandInPostedReceives)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			n.post_recv(1, 0, 100);
+			n.post_recv(2, 100, 4096);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			ibv_wc wc = n.wait1();
+			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			SN_CHECK_EQ(wc.wr_id, 1);
+			SN_CHECK_EQ(wc.opcode, IBV_WC_RECV);
+			SN_CHECK_EQ(wc.byte_len, 37);
+			SN_CHECK_EQ(wc.qp_num, n.qp->qp_num);
+			SN_CHECK_EQ(wc.src_qp, r.qpn);
+			SN_CHECK(!(wc.wc_flags & IBV_WC_WITH_IMM));
+			for (int i = 0; i < 37; i++)
+				SN_CHECK_EQ((unsigned char)n.buf[i],
+					    (unsigned char)(i * 7 + 1));
+			wc = n.wait1();
+			SN_CHECK_EQ(wc.wr_id, 2);
+			SN_CHECK_EQ(wc.byte_len, 4000);
+			SN_CHECK(wc.wc_flags & IBV_WC_WITH_IMM);
+			SN_CHECK_EQ(ntohl(wc.imm_data), 0xabcdef);
+			SN_CHECK_EQ((unsigned char)n.buf[100 + 3999], 0x5a);
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			for (int i = 0; i < 37; i++)
+				n.buf[i] = (char)(i * 7 + 1);
+			memset(n.buf + 1000, 0x5a, 4000);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			SN_CHECK_EQ(n.post(IBV_WR_SEND, 11, 0, 37), 0);
+			ibv_wc wc = n.wait1();
+			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			SN_CHECK_EQ(wc.wr_id, 11);
+			SN_CHECK_EQ(wc.opcode, IBV_WC_SEND);
+			SN_CHECK_EQ(wc.qp_num, n.qp->qp_num);
+			SN_CHECK_EQ(n.post(IBV_WR_SEND_WITH_IMM, 12, 1000, 4000, nullptr,
+					   0, IBV_SEND_SIGNALED, 0xabcdef),
+				    0);
+			wc = n.wait1();
+			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			SN_CHECK_EQ(wc.wr_id, 12);
+			sn_sync(fd);
+		}));
+}
+
+TEST(SoftnicRC, WriteReadAndAtomicsActOnPeerMemory)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			uint64_t *ctr = (uint64_t *)(n.buf + 8192);
+			*ctr = 100;
+			memset(n.buf + 16384, 0x77, 512);
+			n.post_recv(5, 4096, 64);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			/* the peer writes; we see bytes appear without any CQE */
+			sn_sync(fd);
+			for (int i = 0; i < 3000; i++)
+				SN_CHECK_EQ((unsigned char)n.buf[i],
+					    (unsigned char)(i % 251));
+			ibv_wc wc = n.wait1();
+			SN_CHECK_EQ(wc.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+			SN_CHECK_EQ(wc.wr_id, 5);
+			SN_CHECK_EQ(wc.byte_len, 16);
+			SN_CHECK_EQ(ntohl(wc.imm_data), 42);
+			SN_CHECK_EQ((unsigned char)n.buf[6000 + 15], 0x33);
+			sn_sync(fd);
+			/* atomics done */
+			SN_CHECK_EQ(*ctr, 1000 - 105);
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			for (int i = 0; i < 3000; i++)
+				n.buf[i] = (char)(i % 251);
+			memset(n.buf + 3000, 0x33, 16);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			SN_CHECK_EQ(n.post(IBV_WR_RDMA_WRITE, 1, 0, 3000, &r, 0), 0);
+			ibv_wc wc = n.wait1();
+			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			SN_CHECK_EQ(wc.opcode, IBV_WC_RDMA_WRITE);
+			SN_CHECK_EQ(n.post(IBV_WR_RDMA_WRITE_WITH_IMM, 2, 3000, 16, &r,
+					   6000, IBV_SEND_SIGNALED, 42),
+				    0);
+			wc = n.wait1();
+			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+			/* READ 512 bytes of 0x77 from the peer */
+			SN_CHECK_EQ(n.post(IBV_WR_RDMA_READ, 3, 20000, 512, &r, 16384),
+				    0);
+			wc = n.wait1();
+			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			SN_CHECK_EQ(wc.opcode, IBV_WC_RDMA_READ);
+			SN_CHECK_EQ(wc.byte_len, 512);
+			for (int i = 0; i < 512; i++)
+				SN_CHECK_EQ((unsigned char)n.buf[20000 + i], 0x77);
+			/* FETCH_ADD +5: returns 100 */
+			ibv_sge s = { (uint64_t)(uintptr_t)(n.buf + 30000), 8,
+				      n.mr->lkey };
+			ibv_send_wr wr = {}, *bad;
+			wr.wr_id = 4;
+			wr.sg_list = &s;
+			wr.num_sge = 1;
+			wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+			wr.send_flags = IBV_SEND_SIGNALED;
+			wr.wr.atomic.remote_addr = r.addr + 8192;
+			wr.wr.atomic.rkey = r.rkey;
+			wr.wr.atomic.compare_add = 5;
+			SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad), 0);
+			wc = n.wait1();
+			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			SN_CHECK_EQ(wc.opcode, IBV_WC_FETCH_ADD);
+			SN_CHECK_EQ(*(uint64_t *)(n.buf + 30000), 100);
+			/* CMP_SWP: 105 -> 1000 succeeds, returns 105 */
+			wr.wr_id = 5;
+			wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+			wr.wr.atomic.compare_add = 105;
+			wr.wr.atomic.swap = 1000;
+			SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad), 0);
+			wc = n.wait1();
+			SN_CHECK_EQ(wc.opcode, IBV_WC_COMP_SWAP);
+			SN_CHECK_EQ(*(uint64_t *)(n.buf + 30000), 105);
+			/* CMP_SWP with a wrong compare: no swap, returns 1000 */
+			wr.wr_id = 6;
+			wr.wr.atomic.compare_add = 1;
+			wr.wr.atomic.swap = 7;
+			SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad), 0);
+			wc = n.wait1();
+			SN_CHECK_EQ(*(uint64_t *)(n.buf + 30000), 1000);
+			/* and down by 105: the peer checks 895 */
+			wr.wr_id = 7;
+			wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+			wr.wr.atomic.compare_add = (uint64_t)-105;
+			SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad), 0);
+			wc = n.wait1();
+			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+			sn_sync(fd);
+		}));
+}
+
+TEST(SoftnicRC, InlineChainsAndSelectiveSignaling)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			for (int i = 0; i < 3; i++)
+				n.post_recv(100 + i, 1024 * i, 1024);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			for (int i = 0; i < 3; i++) {
+				ibv_wc wc = n.wait1();
+				SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+				SN_CHECK_EQ(wc.wr_id, 100 + i); /* in order */
+				SN_CHECK_EQ(wc.byte_len, 10 + i);
+				SN_CHECK_EQ(n.buf[1024 * i], 'a' + i);
+			}
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC, 65536, 64, false, 64);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			ibv_qp_attr qa;
+			ibv_qp_init_attr qi;
+			SN_CHECK_EQ(ibv_query_qp(n.qp, &qa, IBV_QP_CAP, &qi), 0);
+			SN_CHECK_EQ(qa.cap.max_inline_data, 64);
+			sn_sync(fd);
+			/* inline from a stack buffer that is not registered at all */
+			char msg[3][16];
+			ibv_sge s[3];
+			ibv_send_wr wr[3] = {}, *bad;
+			for (int i = 0; i < 3; i++) {
+				memset(msg[i], 'a' + i, sizeof(msg[i]));
+				s[i] = { (uint64_t)(uintptr_t)msg[i], (uint32_t)(10 + i),
+					 0 };
+				wr[i].wr_id = 200 + i;
+				wr[i].sg_list = &s[i];
+				wr[i].num_sge = 1;
+				wr[i].opcode = IBV_WR_SEND;
+				wr[i].send_flags = IBV_SEND_INLINE |
+						   (i == 2 ? IBV_SEND_SIGNALED : 0);
+				wr[i].next = i < 2 ? &wr[i + 1] : nullptr;
+			}
+			SN_CHECK_EQ(ibv_post_send(n.qp, wr, &bad), 0);
+			memset(msg, 0, sizeof(msg)); /* inline: ours again right away */
+			ibv_wc wc = n.wait1();
+			SN_CHECK_EQ(wc.wr_id, 202); /* only the signaled one */
+			SN_CHECK(n.none_within(20));
+			/* too much inline: EINVAL and bad_wr names it */
+			char big[200] = {};
+			ibv_sge bs = { (uint64_t)(uintptr_t)big, sizeof(big), 0 };
+			ibv_send_wr bw = {};
+			bw.sg_list = &bs;
+			bw.num_sge = 1;
+			bw.opcode = IBV_WR_SEND;
+			bw.send_flags = IBV_SEND_INLINE;
+			SN_CHECK_EQ(ibv_post_send(n.qp, &bw, &bad), EINVAL);
+			SN_CHECK(bad == &bw);
+			sn_sync(fd);
+		}));
+}
+
+TEST(SoftnicUC, SendAndWrite)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_UC);
+			n.post_recv(1, 0, 256);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			ibv_wc wc = n.wait1();
+			SN_CHECK_EQ(wc.opcode, IBV_WC_RECV);
+			SN_CHECK_EQ(wc.byte_len, 200);
+			SN_CHECK_EQ((unsigned char)n.buf[199], 0x11);
+			sn_sync(fd);
+			SN_CHECK_EQ((unsigned char)n.buf[5000 + 99], 0x22);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_UC);
+			memset(n.buf, 0x11, 200);
+			memset(n.buf + 1000, 0x22, 100);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 200), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			SN_CHECK_EQ(n.post(IBV_WR_RDMA_WRITE, 2, 1000, 100, &r, 5000), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			/* READ is not a UC operation */
+			SN_CHECK_EQ(n.post(IBV_WR_RDMA_READ, 3, 0, 8, &r, 0), EINVAL);
+			sn_sync(fd);
+		}));
+}
+
+TEST(SoftnicUD, SendWithGrhSpaceAndAddressHandle)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_UD);
+			n.post_recv(9, 0, 40 + 1000);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			ibv_wc wc = n.wait1();
+			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			SN_CHECK_EQ(wc.opcode, IBV_WC_RECV);
+			SN_CHECK_EQ(wc.byte_len, 40 + 500);
+			SN_CHECK_EQ(wc.src_qp, r.qpn);
+			SN_CHECK(wc.wc_flags & IBV_WC_WITH_IMM);
+			SN_CHECK_EQ(ntohl(wc.imm_data), 7);
+			SN_CHECK_EQ((unsigned char)n.buf[40], 0xcd);
+			SN_CHECK_EQ((unsigned char)n.buf[40 + 499], 0xcd);
+			SN_CHECK_EQ((unsigned char)n.buf[40 + 500], 0);
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_UD);
+			memset(n.buf, 0xcd, 500);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			ibv_ah_attr aa = {};
+			aa.dlid = r.lid;
+			aa.port_num = 1;
+			ibv_ah *ah = ibv_create_ah(n.pd, &aa);
+			SN_CHECK(ah);
+			sn_sync(fd);
+			ibv_sge s = { (uint64_t)(uintptr_t)n.buf, 500, n.mr->lkey };
+			ibv_send_wr wr = {}, *bad;
+			wr.wr_id = 1;
+			wr.sg_list = &s;
+			wr.num_sge = 1;
+			wr.opcode = IBV_WR_SEND_WITH_IMM;
+			wr.imm_data = htonl(7);
+			wr.send_flags = IBV_SEND_SIGNALED;
+			wr.wr.ud.ah = ah;
+			wr.wr.ud.remote_qpn = r.qpn;
+			wr.wr.ud.remote_qkey = 0x11111111;
+			SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			/* a wrong qkey is dropped silently: still a good completion */
+			wr.wr.ud.remote_qkey = 0x1;
+			SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+			ibv_destroy_ah(ah);
+		}));
+}
+
+TEST(SoftnicSRQ, TwoQpsShareOneSrq)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC, 65536, 16, false, 64, true);
+			ibv_qp *q2 = n.new_qp(IBV_QPT_RC, 16);
+			for (int i = 0; i < 4; i++)
+				n.post_recv(50 + i, 256 * i, 256);
+			SnInfo r1 = n.exchange(fd), r2 = n.exchange(fd, q2);
+			n.connect(r1);
+			n.connect(r2, q2);
+			sn_sync(fd);
+			uint32_t seen = 0;
+			for (int i = 0; i < 2; i++) {
+				ibv_wc wc = n.wait1();
+				SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+				SN_CHECK(wc.qp_num == n.qp->qp_num ||
+					 wc.qp_num == q2->qp_num);
+				seen |= wc.qp_num == n.qp->qp_num ? 1 : 2;
+				SN_CHECK_EQ(wc.byte_len, 16);
+			}
+			SN_CHECK_EQ(seen, 3);
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			ibv_qp *q2 = n.new_qp(IBV_QPT_RC, 16);
+			SnInfo r1 = n.exchange(fd), r2 = n.exchange(fd, q2);
+			n.connect(r1);
+			n.connect(r2, q2);
+			sn_sync(fd);
+			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 16), 0);
+			SN_CHECK_EQ(n.post(IBV_WR_SEND, 2, 0, 16, nullptr, 0,
+					   IBV_SEND_SIGNALED, 0, q2),
+				    0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+		}));
+}
+
+TEST(SoftnicChannel, BlockingCompletionEvent)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC, 65536, 64, true);
+			n.post_recv(1, 0, 64);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			SN_CHECK_EQ(ibv_req_notify_cq(n.cq, 0), 0);
+			sn_sync(fd);
+			/* the fd becomes readable only when the peer's SEND lands */
+			struct pollfd p = { n.ch->fd, POLLIN, 0 };
+			SN_CHECK_EQ(::poll(&p, 1, 5000), 1);
+			ibv_cq *ecq;
+			void *ectx;
+			SN_CHECK_EQ(ibv_get_cq_event(n.ch, &ecq, &ectx), 0);
+			SN_CHECK(ecq == n.cq);
+			ibv_ack_cq_events(ecq, 1);
+			ibv_wc wc;
+			SN_CHECK_EQ(ibv_poll_cq(n.cq, 1, &wc), 1);
+			SN_CHECK_EQ(wc.byte_len, 8);
+			/* not re-armed: no second event */
+			SN_CHECK_EQ(::poll(&p, 1, 20), 0);
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			usleep(20000); /* the peer is blocked in poll() by now */
+			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+		}));
+}
+
+TEST(SoftnicQpEx, WrApiSendAndWrite)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			n.post_recv(1, 0, 64);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			ibv_wc wc = n.wait1();
+			SN_CHECK_EQ(wc.byte_len, 32);
+			SN_CHECK_EQ(n.buf[31], 'q');
+			sn_sync(fd);
+			SN_CHECK_EQ(n.buf[8000 + 9], 'w');
+		},
+		[](int fd) {
+			SnNode n;
+			n.open();
+			n.type = IBV_QPT_RC;
+			n.len = 65536;
+			SN_CHECK(posix_memalign((void **)&n.buf, 4096, n.len) == 0);
+			memset(n.buf, 'q', 32);
+			memset(n.buf + 100, 'w', 10);
+			n.mr = ibv_reg_mr(n.pd, n.buf, n.len,
+					  IBV_ACCESS_LOCAL_WRITE |
+						  IBV_ACCESS_REMOTE_WRITE);
+			n.cq = ibv_create_cq(n.ctx, 64, nullptr, nullptr, 0);
+			ibv_qp_init_attr_ex ia = {};
+			ia.send_cq = n.cq;
+			ia.recv_cq = n.cq;
+			ia.qp_type = IBV_QPT_RC;
+			ia.cap.max_send_wr = 8;
+			ia.cap.max_recv_wr = 8;
+			ia.cap.max_send_sge = 1;
+			ia.cap.max_recv_sge = 1;
+			ia.cap.max_inline_data = 16;
+			ia.comp_mask =
+				IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+			ia.pd = n.pd;
+			ia.send_ops_flags =
+				IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
+			n.qp = ibv_create_qp_ex(n.ctx, &ia);
+			SN_CHECK(n.qp);
+			ibv_qp_ex *qx = ibv_qp_to_qp_ex(n.qp);
+			SN_CHECK(qx);
+			ibv_qp_attr a = {};
+			a.qp_state = IBV_QPS_INIT;
+			a.port_num = 1;
+			a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+			SN_CHECK_EQ(ibv_modify_qp(n.qp, &a,
+						  IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+							  IBV_QP_PORT |
+							  IBV_QP_ACCESS_FLAGS),
+				    0);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			ibv_wr_start(qx);
+			qx->wr_id = 7;
+			qx->wr_flags = IBV_SEND_SIGNALED;
+			ibv_wr_send(qx);
+			ibv_wr_set_sge(qx, n.mr->lkey, (uint64_t)(uintptr_t)n.buf, 32);
+			SN_CHECK_EQ(ibv_wr_complete(qx), 0);
+			ibv_wc wc = n.wait1();
+			SN_CHECK_EQ(wc.wr_id, 7);
+			SN_CHECK_EQ(wc.opcode, IBV_WC_SEND);
+			ibv_wr_start(qx);
+			qx->wr_id = 8;
+			ibv_wr_rdma_write(qx, r.rkey, r.addr + 8000);
+			ibv_wr_set_inline_data(qx, n.buf + 100, 10);
+			SN_CHECK_EQ(ibv_wr_complete(qx), 0);
+			wc = n.wait1();
+			SN_CHECK_EQ(wc.wr_id, 8);
+			SN_CHECK_EQ(wc.opcode, IBV_WC_RDMA_WRITE);
+			sn_sync(fd);
+		}));
+}
+
+TEST(SoftnicCqEx, CompletionTimestampsFromTheNicClock)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			for (int i = 0; i < 4; i++)
+				n.post_recv(i, 64 * i, 64);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.open();
+			n.type = IBV_QPT_RC;
+			n.len = 4096;
+			SN_CHECK(posix_memalign((void **)&n.buf, 4096, n.len) == 0);
+			n.mr = ibv_reg_mr(n.pd, n.buf, n.len, IBV_ACCESS_LOCAL_WRITE);
+			ibv_cq_init_attr_ex ca = {};
+			ca.cqe = 16;
+			ca.wc_flags = IBV_WC_STANDARD_FLAGS |
+				      IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+				      IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+			ibv_cq_ex *cx = ibv_create_cq_ex(n.ctx, &ca);
+			SN_CHECK(cx);
+			n.cq = ibv_cq_ex_to_cq(cx);
+			n.qp = n.new_qp(IBV_QPT_RC, 16);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			ibv_values_ex v = {};
+			v.comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+			SN_CHECK_EQ(ibv_query_rt_values_ex(n.ctx, &v), 0);
+			uint64_t t0 = (uint64_t)v.raw_clock.tv_nsec;
+			uint64_t host0 = sn_test_now_ns();
+			uint64_t prev = 0;
+			for (int i = 0; i < 4; i++) {
+				SN_CHECK_EQ(n.post(IBV_WR_SEND, 100 + i, 0, 16), 0);
+				ibv_poll_cq_attr pa = {};
+				int ret;
+				while ((ret = ibv_start_poll(cx, &pa)) == ENOENT)
+					;
+				SN_CHECK_EQ(ret, 0);
+				SN_CHECK_EQ(cx->status, IBV_WC_SUCCESS);
+				SN_CHECK_EQ(cx->wr_id, 100 + i);
+				SN_CHECK_EQ(ibv_wc_read_opcode(cx), IBV_WC_SEND);
+				uint64_t ts = ibv_wc_read_completion_ts(cx);
+				SN_CHECK(ts >= t0);
+				SN_CHECK(ts > prev);
+				prev = ts;
+				uint64_t wall = ibv_wc_read_completion_wallclock_ns(cx);
+				SN_CHECK(wall > 1600000000ull * 1000000000ull);
+				ibv_end_poll(cx);
+			}
+			/* NIC ticks are ns: the whole loop took about as long on both clocks,
+			 * and the NIC clock is not the host clock */
+			uint64_t host_el = sn_test_now_ns() - host0;
+			SN_CHECK(prev - t0 <= host_el + 1000000);
+			SN_CHECK(t0 > host0 + 1000000000ull ||
+				 t0 < host0 - 1000000000ull);
+			sn_sync(fd);
+		}));
+}
+
+/* MRs that share pages with other data and with each other, and a
+ * deregistered rkey: the peer's WRITEs land exactly where they should. */
+TEST(SoftnicMR, SharedPagesOverlapsAndDeregistration)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			/* two small heap buffers, likely on one page, plus an overlap */
+			char *a = (char *)malloc(100), *b = (char *)malloc(100);
+			char *big = (char *)malloc(20000);
+			memset(a, 'a', 100);
+			memset(b, 'b', 100);
+			memset(big, 'g', 20000);
+			int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+			ibv_mr *ma = ibv_reg_mr(n.pd, a, 100, acc);
+			ibv_mr *mb = ibv_reg_mr(n.pd, b, 100, acc);
+			ibv_mr *m1 = ibv_reg_mr(n.pd, big, 12000, acc);
+			ibv_mr *m2 = ibv_reg_mr(n.pd, big + 8000, 12000, acc);
+			SN_CHECK(ma && mb && m1 && m2);
+			/* registration kept the contents */
+			SN_CHECK_EQ(a[99], 'a');
+			SN_CHECK_EQ(big[19999], 'g');
+			uint64_t k[8] = { ma->rkey, (uint64_t)(uintptr_t)a, mb->rkey,
+					  (uint64_t)(uintptr_t)b, m1->rkey, (uint64_t)(uintptr_t)big,
+					  m2->rkey, (uint64_t)(uintptr_t)big + 8000 };
+			SnInfo r = n.exchange(fd);
+			sn_xwrite(fd, k, sizeof(k));
+			n.connect(r);
+			sn_sync(fd);
+			sn_sync(fd); /* the peer wrote */
+			SN_CHECK_EQ(a[0], 'A');
+			SN_CHECK_EQ(a[50], 'a');
+			SN_CHECK_EQ(b[0], 'B');
+			SN_CHECK_EQ(big[11000], '1'); /* through m1, in the overlap */
+			SN_CHECK_EQ(big[19000], '2'); /* through m2 */
+			SN_CHECK_EQ(big[7999], 'g');
+			/* deregister one of the overlapping MRs: the other still works,
+			 * the old rkey no longer does */
+			SN_CHECK_EQ(ibv_dereg_mr(m1), 0);
+			sn_sync(fd);
+			sn_sync(fd);
+			SN_CHECK_EQ(big[9000], '3');
+			SN_CHECK_EQ(big[100], 'g');
+			SN_CHECK_EQ(n.state(), IBV_QPS_ERR); /* the access error */
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			uint64_t k[8];
+			SnInfo r = n.exchange(fd);
+			sn_xread(fd, k, sizeof(k));
+			n.connect(r);
+			sn_sync(fd);
+			auto wr = [&](uint64_t rkey, uint64_t addr, char c, uint32_t len) {
+				memset(n.buf, c, len);
+				ibv_sge s = { (uint64_t)(uintptr_t)n.buf, len, n.mr->lkey };
+				ibv_send_wr w = {}, *bad;
+				w.sg_list = &s;
+				w.num_sge = 1;
+				w.opcode = IBV_WR_RDMA_WRITE;
+				w.send_flags = IBV_SEND_SIGNALED;
+				w.wr.rdma.remote_addr = addr;
+				w.wr.rdma.rkey = (uint32_t)rkey;
+				SN_CHECK_EQ(ibv_post_send(n.qp, &w, &bad), 0);
+				return n.wait1().status;
+			};
+			SN_CHECK_EQ(wr(k[0], k[1], 'A', 10), IBV_WC_SUCCESS);
+			SN_CHECK_EQ(wr(k[2], k[3], 'B', 10), IBV_WC_SUCCESS);
+			SN_CHECK_EQ(wr(k[4], k[5] + 10000, '1', 1500), IBV_WC_SUCCESS);
+			SN_CHECK_EQ(wr(k[6], k[7] + 11000, '2', 100), IBV_WC_SUCCESS);
+			/* beyond a's 100 bytes: refused */
+			sn_sync(fd);
+			sn_sync(fd);
+			SN_CHECK_EQ(wr(k[6], k[5] + 9000, '3', 10), IBV_WC_SUCCESS);
+			SN_CHECK_EQ(wr(k[4], k[5] + 100, 'x', 10), IBV_WC_REM_ACCESS_ERR);
+			sn_sync(fd);
+			sn_sync(fd);
+		}));
+}
+
+/* fork() gives the child its own copy of registered pages, as copy-on-write
+ * memory does; the parent's registration keeps working. */
+TEST(SoftnicMR, ForkChildGetsPrivateCopies)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int) {
+			SnNode n;
+			n.make(IBV_QPT_RC, 8192);
+			n.connect(n.info());
+			strcpy(n.buf, "parent");
+			int p[2];
+			SN_CHECK(pipe(p) == 0);
+			pid_t c = fork();
+			if (c == 0) {
+				char x;
+				strcpy(n.buf, "child!");
+				if (write(p[1], "x", 1) != 1)
+					_exit(2);
+				if (read(p[0], &x, 1) < 0)
+					_exit(3);
+				_exit(strcmp(n.buf, "child!") ? 4 : 0);
+			}
+			char x;
+			SN_CHECK(read(p[0], &x, 1) == 1);
+			SN_CHECK(!strcmp(n.buf, "parent"));
+			/* loopback WRITE in the parent still lands in the parent */
+			SN_CHECK_EQ(n.post(IBV_WR_RDMA_WRITE, 1, 0, 7, nullptr, 0), EINVAL);
+			SnInfo self = n.info();
+			SN_CHECK_EQ(n.post(IBV_WR_RDMA_WRITE, 1, 0, 7, &self, 4096), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			SN_CHECK(!strcmp(n.buf + 4096, "parent"));
+			SN_CHECK(write(p[1], "y", 1) == 1);
+			SN_CHECK_EQ(sn_wait_child(c), 0);
+		},
+		[](int) {}));
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	sn_test_setup_env(argc, argv);
+	::testing::InitGoogleTest(&argc, argv);
+	int r = RUN_ALL_TESTS();
+	sn_test_cleanup_fabric();
+	return r;
+}

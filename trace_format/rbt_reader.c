@@ -1,0 +1,680 @@
+/* rbt_reader.c - the streaming reader: one chunk in memory at a time, decoded
+ * event by event with the generic table-driven decoder.
+ *
+ * Input is untrusted (truncated by kill -9, damaged on disk, or a fuzzer's):
+ * every length is checked before use, memory stays bounded by RBT_MAX_RAW and
+ * RBT_MAX_EVENT_ARENA, and damage is skipped, counted and described, never fatal
+ * while intact chunks follow. Never abort, never print.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_getFrameContentSize is stable anyway */
+#include <zstd.h>
+
+#include "trace_format/rbt_internal.h"
+
+#ifdef RBT_FUZZING
+/* Let the fuzzer reach the decoder: checksums would reject nearly every input. */
+#define CRC_OK(a, b) ((void)(a), (void)(b), 1)
+#else
+#define CRC_OK(a, b) ((a) == (b))
+#endif
+
+struct arena_block {
+	struct arena_block *next;
+	size_t size, used;
+	max_align_t data[];
+};
+
+struct rbt_reader {
+	int fd; /* -1 for a memory reader */
+	const uint8_t *mem;
+	uint64_t size;
+	uint64_t off; /* where the next chunk starts */
+	int done;
+
+	uint8_t *scratch; /* fd readers: the compressed chunk */
+	size_t scratch_cap;
+	uint8_t *raw; /* the decoded chunk */
+	size_t raw_cap;
+	size_t raw_len, raw_pos;
+	uint64_t chunk_off;
+	struct rbt_chunk_hdr ch;
+	uint32_t decoded;
+	uint64_t prev_ts;
+	uint64_t slots[RBT_MAX_SLOTS];
+	ZSTD_DCtx *dctx;
+
+	struct rbt_header hdr;
+	uint8_t *hdr_body;
+	struct rbt_trailer trailer;
+	int have_trailer;
+
+	struct rbt_event ev;
+	struct arena_block *arena;
+	size_t arena_total;
+
+	struct rbt_reader_stats st;
+	int damaged;
+	char err[256];
+};
+
+static void damage(struct rbt_reader *r, uint64_t off, const char *fmt, ...)
+{
+	int n = snprintf(r->err, sizeof(r->err), "byte %llu: ", (unsigned long long)off);
+	va_list ap;
+	va_start(ap, fmt);
+	if (n > 0 && (size_t)n < sizeof(r->err))
+		vsnprintf(r->err + n, sizeof(r->err) - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (!r->damaged)
+		r->st.first_damage_offset = off;
+	r->damaged = 1;
+}
+
+/* ---- the byte source --------------------------------------------------------- */
+
+/* n bytes at off, or NULL when the file has fewer. */
+static const uint8_t *src_get(struct rbt_reader *r, uint64_t off, size_t n)
+{
+	if (off > r->size || n > r->size - off)
+		return NULL;
+	if (r->mem)
+		return r->mem + off;
+	if (n > r->scratch_cap) {
+		size_t cap = n < 65536 ? 65536 : n;
+		uint8_t *p = realloc(r->scratch, cap);
+		if (!p)
+			return NULL;
+		r->scratch = p;
+		r->scratch_cap = cap;
+	}
+	size_t got = 0;
+	while (got < n) {
+		ssize_t k = pread(r->fd, r->scratch + got, n - got, (off_t)(off + got));
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return NULL;
+		got += (size_t)k;
+	}
+	return r->scratch;
+}
+
+/* Is there a chunk header or a trailer with a good checksum at off? */
+static int valid_at(struct rbt_reader *r, uint64_t off)
+{
+	const uint8_t *p = src_get(r, off, 4);
+	if (!p)
+		return 0;
+	uint32_t m = rbt__get_le32(p);
+	struct rbt_chunk_hdr h;
+	struct rbt_trailer t;
+	if (m == RBT_CHUNK_MAGIC) {
+		p = src_get(r, off, RBT_CHUNK_HDR);
+		return p && !rbt__chunk_hdr_get(p, &h) && h.comp_len <= RBT_MAX_COMP &&
+		       h.raw_len <= RBT_MAX_RAW;
+	}
+	if (m == RBT_TRAILER_MAGIC) {
+		p = src_get(r, off, RBT_TRAILER_SIZE);
+		return p && !rbt__trailer_get(p, &t);
+	}
+	return 0;
+}
+
+/* The offset of the next valid chunk header or trailer at or after from, or the
+ * file size when there is none. */
+static uint64_t resync(struct rbt_reader *r, uint64_t from)
+{
+	const size_t win = 65536;
+	for (uint64_t base = from; base < r->size; base += win) {
+		size_t n = r->size - base < win + 3 ? (size_t)(r->size - base) : win + 3;
+		const uint8_t *p = src_get(r, base, n);
+		if (!p)
+			return r->size;
+		uint8_t *copy = malloc(n); /* src_get's buffer is reused by valid_at */
+		if (!copy)
+			return r->size;
+		memcpy(copy, p, n);
+		for (size_t i = 0; i + 4 <= n && i < win; i++) {
+			if (copy[i] != 'R' || copy[i + 1] != 'B')
+				continue;
+			if (!((copy[i + 2] == 'C' && copy[i + 3] == 'K') ||
+			      (copy[i + 2] == 'N' && copy[i + 3] == 'D')))
+				continue;
+			if (valid_at(r, base + i)) {
+				free(copy);
+				return base + i;
+			}
+		}
+		free(copy);
+	}
+	return r->size;
+}
+
+/* ---- per-event arena --------------------------------------------------------- */
+
+static void arena_reset(struct rbt_reader *r)
+{
+	struct arena_block *b = r->arena;
+	if (b && b->next) {
+		/* Several blocks: replace them by one that fits next time. */
+		size_t total = r->arena_total;
+		while (b) {
+			struct arena_block *n = b->next;
+			free(b);
+			b = n;
+		}
+		r->arena = malloc(sizeof(*b) + total);
+		if (r->arena) {
+			r->arena->next = NULL;
+			r->arena->size = total;
+		}
+		r->arena_total = r->arena ? total : 0;
+		b = r->arena;
+	}
+	if (b)
+		b->used = 0;
+}
+
+static void *arena_alloc(struct rbt_reader *r, size_t n)
+{
+	n = (n + 15) & ~(size_t)15;
+	struct arena_block *b = r->arena;
+	if (!b || b->size - b->used < n) {
+		size_t sz = b ? b->size * 2 : 4096;
+		if (sz < n)
+			sz = n;
+		if (r->arena_total + sz > RBT_MAX_EVENT_ARENA)
+			return NULL;
+		struct arena_block *nb = malloc(sizeof(*nb) + sz);
+		if (!nb)
+			return NULL;
+		nb->next = b;
+		nb->size = sz;
+		nb->used = 0;
+		r->arena = nb;
+		r->arena_total += sz;
+		b = nb;
+	}
+	void *p = (uint8_t *)b->data + b->used;
+	b->used += n;
+	return p;
+}
+
+/* ---- the generic decoder ----------------------------------------------------- */
+
+static const char empty_str[1];
+
+/* Decodes the fields of d from [q, end) into base: the presence bitmap, then the
+ * present fields in list order; absent fields are zero, strings empty, never NULL.
+ * Bitmap bits and bytes for fields this reader does not know are ignored
+ * (FORMAT.md "Fields"). */
+static int dec_fields(struct rbt_reader *r, const struct rbt_desc *d, uint8_t *base,
+		      const uint8_t *q, const uint8_t *end, uint64_t ts)
+{
+	memset(base, 0, d->size);
+	uint64_t mask = 0;
+	if (q < end) {
+		/* LEB128 groups of 7 field bits; a known list has at most 63 fields,
+		 * groups past the ninth only name fields from the future. */
+		unsigned shift = 0;
+		uint8_t b;
+		do {
+			if (q >= end)
+				return -1;
+			b = *q++;
+			if (shift < 63)
+				mask |= (uint64_t)(b & 0x7f) << shift;
+			shift += 7;
+		} while (b & 0x80);
+	}
+	if (d->nf < 64)
+		mask &= (1ull << d->nf) - 1;
+	uint64_t *slots = r->slots;
+	for (uint64_t m = mask; m; m &= m - 1) {
+		uint32_t i = (uint32_t)__builtin_ctzll(m);
+		const struct rbt_fdesc *f = &d->f[i];
+		uint8_t *fp = base + f->off;
+		uint64_t v;
+		if (__builtin_expect(q < end && *q < 0x80, 1))
+			v = *q++;
+		else if (!(q = rbt__get_varint(q, end, &v)))
+			return -1;
+		if (__builtin_expect(f->kind <= RBT_K_H, 1)) {
+			/* The branch-free scalar transform (struct rbt_fdesc). */
+			uint64_t delta = f->zz ? (uint64_t)rbt__unzigzag(v) : v;
+			if (f->kind == RBT_K_H) {
+				v = slots[f->slot] += delta;
+			} else {
+				v = delta + (ts & f->tmask);
+			}
+			memcpy(fp, &v, 8);
+			continue;
+		}
+		switch (f->kind) {
+		case RBT_K_S: {
+			const char *s = empty_str;
+			if (v) {
+				if (v >= (uint64_t)(end - q) || q[v] != 0)
+					return -1;
+				s = (const char *)q;
+				q += v + 1;
+			}
+			memcpy(fp, &s, sizeof(s));
+			break;
+		}
+		case RBT_K_B: {
+			struct rbt_blob b = { 0 };
+			if (v) {
+				if (v > (uint64_t)(end - q) || v > UINT32_MAX)
+					return -1;
+				b.data = q;
+				b.len = (uint32_t)v;
+				q += v;
+			}
+			memcpy(fp, &b, sizeof(b));
+			break;
+		}
+		case RBT_K_A: {
+			/* Every element takes at least its length byte. */
+			if (v > (uint64_t)(end - q))
+				return -1;
+			if (!v)
+				break;
+			const struct rbt_desc *rd = &rbt__rec[f->rec];
+			uint8_t *elems = arena_alloc(r, (size_t)v * rd->size);
+			if (!elems)
+				return -1;
+			for (uint64_t k = 0; k < v; k++) {
+				uint64_t len;
+				if (!(q = rbt__get_varint(q, end, &len)) ||
+				    len > (uint64_t)(end - q))
+					return -1;
+				if (dec_fields(r, rd, elems + k * rd->size, q, q + len,
+					       ts))
+					return -1;
+				q += len;
+			}
+			uint32_t n = (uint32_t)v;
+			memcpy(fp, &n, sizeof(n));
+			memcpy(base + f->off2, &elems, sizeof(elems));
+			break;
+		}
+		default:
+			return -1;
+		}
+	}
+	/* Strings that are absent are empty, never NULL. */
+	if (d->has_str)
+		for (uint32_t i = 0; i < d->nf; i++)
+			if (d->f[i].kind == RBT_K_S && !(mask >> i & 1))
+				memcpy(base + d->f[i].off, &(const char *){ empty_str },
+				       sizeof(char *));
+	return 0;
+}
+
+/* ---- open -------------------------------------------------------------------- */
+
+static int read_header(struct rbt_reader *r)
+{
+	if (r->size == 0)
+		return -ENODATA;
+	const uint8_t *p = src_get(r, 0, r->size < 8 ? (size_t)r->size : 8);
+	if (!p)
+		return -EIO;
+	if (memcmp(p, RBT_FILE_MAGIC, r->size < 8 ? (size_t)r->size : 8))
+		return -EILSEQ;
+	if (!(p = src_get(r, 0, RBT_FILE_PREFIX)))
+		return -ENOMSG;
+	uint8_t prefix[RBT_FILE_PREFIX];
+	memcpy(prefix, p, sizeof(prefix));
+	uint32_t version = rbt__get_le32(prefix + 8);
+	uint32_t min_reader = rbt__get_le32(prefix + 12);
+	uint32_t body_len = rbt__get_le32(prefix + 16);
+	uint32_t crc = rbt__get_le32(prefix + 20);
+	r->hdr.host = r->hdr.cmdline = r->hdr.tool = empty_str;
+	r->off = RBT_FILE_PREFIX;
+	p = NULL;
+	if (body_len <= RBT_MAX_HEADER_BODY)
+		p = src_get(r, RBT_FILE_PREFIX, body_len);
+	uint32_t got = 0;
+	if (p)
+		got = rbt__crc32c(rbt__crc32c(0, prefix, 20), p, body_len);
+	if (!p || !CRC_OK(got, crc)) {
+		/* Trust nothing of the header, not even its length or min_reader:
+		 * salvage the chunks that follow it. */
+		uint64_t next = resync(r, RBT_FILE_PREFIX);
+		if (!p && next >= r->size)
+			return -ENOMSG; /* most likely cut inside the header */
+		damage(r, RBT_FILE_PREFIX, "file header is damaged; skipped %llu bytes",
+		       (unsigned long long)(next - RBT_FILE_PREFIX));
+		r->st.bad_bytes += next;
+		r->off = next;
+		return 0;
+	}
+	if (min_reader > RBT_FORMAT_VERSION)
+		return -EPROTONOSUPPORT;
+	r->off = RBT_FILE_PREFIX + (uint64_t)body_len;
+	r->hdr_body = malloc(body_len ? body_len : 1);
+	if (!r->hdr_body)
+		return -ENOMEM;
+	memcpy(r->hdr_body, p, body_len);
+	struct rbt_header h;
+	if (dec_fields(r, &rbt__hdr_desc, (uint8_t *)&h, r->hdr_body,
+		       r->hdr_body + body_len, 0)) {
+		damage(r, RBT_FILE_PREFIX, "file header fields do not decode");
+		r->st.bad_bytes += body_len;
+		return 0;
+	}
+	h.version = version;
+	r->hdr = h;
+	return 0;
+}
+
+static int reader_init(struct rbt_reader *r)
+{
+	rbt__init();
+	r->dctx = ZSTD_createDCtx();
+	if (!r->dctx)
+		return -ENOMEM;
+	return read_header(r);
+}
+
+int rbt_reader_open_mem(const void *buf, size_t len, struct rbt_reader **out)
+{
+	*out = NULL;
+	if (!buf && len)
+		return -EINVAL;
+	struct rbt_reader *r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->fd = -1;
+	r->mem = buf ? buf : (const uint8_t *)empty_str;
+	r->size = len;
+	int err = reader_init(r);
+	if (err) {
+		rbt_reader_close(r);
+		return err;
+	}
+	*out = r;
+	return 0;
+}
+
+int rbt_reader_open(const char *path, struct rbt_reader **out)
+{
+	*out = NULL;
+	if (!path)
+		return -EINVAL;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(fd, &st)) {
+		int err = -errno;
+		close(fd);
+		return err;
+	}
+	if (S_ISDIR(st.st_mode) || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+	}
+	struct rbt_reader *r = calloc(1, sizeof(*r));
+	if (!r) {
+		close(fd);
+		return -ENOMEM;
+	}
+	r->fd = fd;
+	r->size = (uint64_t)st.st_size;
+	int err = reader_init(r);
+	if (err) {
+		rbt_reader_close(r);
+		return err;
+	}
+	*out = r;
+	return 0;
+}
+
+void rbt_reader_close(struct rbt_reader *r)
+{
+	if (!r)
+		return;
+	if (r->fd >= 0)
+		close(r->fd);
+	ZSTD_freeDCtx(r->dctx);
+	free(r->scratch);
+	free(r->raw);
+	free(r->hdr_body);
+	while (r->arena) {
+		struct arena_block *n = r->arena->next;
+		free(r->arena);
+		r->arena = n;
+	}
+	free(r);
+}
+
+/* ---- chunk by chunk ---------------------------------------------------------- */
+
+static void lose_chunk(struct rbt_reader *r, uint32_t events)
+{
+	r->st.bad_chunks++;
+	r->st.lost_events_in_bad_chunks += events;
+}
+
+/* Moves to the next chunk: 1 when one is loaded, 0 at the end. */
+static int load_chunk(struct rbt_reader *r)
+{
+	while (!r->done) {
+		uint64_t off = r->off;
+		if (off >= r->size) {
+			r->done = 1;
+			break;
+		}
+		uint64_t left = r->size - off;
+		const uint8_t *p = src_get(r, off, left < 4 ? (size_t)left : 4);
+		if (!p) {
+			damage(r, off, "read error");
+			r->done = 1;
+			break;
+		}
+		uint32_t magic = left >= 4 ? rbt__get_le32(p) : 0;
+		if (magic == RBT_TRAILER_MAGIC && left >= RBT_TRAILER_SIZE &&
+		    (p = src_get(r, off, RBT_TRAILER_SIZE)) &&
+		    !rbt__trailer_get(p, &r->trailer)) {
+			r->have_trailer = 1;
+			r->st.finished = 1;
+			if (left > RBT_TRAILER_SIZE)
+				damage(r, off + RBT_TRAILER_SIZE,
+				       "%llu unexpected bytes after the trailer",
+				       (unsigned long long)(left - RBT_TRAILER_SIZE));
+			r->done = 1;
+			break;
+		}
+		if (magic == RBT_TRAILER_MAGIC && left == RBT_TRAILER_SIZE) {
+			damage(r, off, "the trailer is damaged (no events lost)");
+			r->st.bad_bytes += left;
+			r->done = 1;
+			break;
+		}
+		if (magic == RBT_TRAILER_MAGIC && left < RBT_TRAILER_SIZE) {
+			damage(r, off, "file ends inside the trailer (no events lost)");
+			r->st.truncated = 1;
+			r->st.bad_bytes += left;
+			r->done = 1;
+			break;
+		}
+		struct rbt_chunk_hdr h;
+		if (left < RBT_CHUNK_HDR) {
+			damage(r, off, "file ends inside a chunk header (truncated)");
+			r->st.truncated = 1;
+			r->st.bad_bytes += left;
+			r->done = 1;
+			break;
+		}
+		p = src_get(r, off, RBT_CHUNK_HDR);
+		if (!p || rbt__chunk_hdr_get(p, &h) || h.comp_len > RBT_MAX_COMP ||
+		    h.raw_len > RBT_MAX_RAW) {
+			uint64_t next = resync(r, off + 1);
+			damage(r, off, "%s; skipped %llu bytes to %s",
+			       magic == RBT_CHUNK_MAGIC ? "chunk header is damaged"
+							: "no chunk starts here",
+			       (unsigned long long)(next - off),
+			       next < r->size ? "the next chunk" : "the end of the file");
+			r->st.bad_chunks++;
+			r->st.unreadable_regions++;
+			r->st.bad_bytes += next - off;
+			r->off = next;
+			continue;
+		}
+		uint64_t total = RBT_CHUNK_HDR + (uint64_t)h.comp_len;
+		if (total > left) {
+			damage(r, off,
+			       "file ends inside a chunk (truncated; %u events lost)",
+			       h.events);
+			r->st.truncated = 1;
+			r->st.lost_events_in_bad_chunks += h.events;
+			r->st.bad_bytes += left;
+			r->done = 1;
+			break;
+		}
+		r->off = off + total;
+		const uint8_t *frame = src_get(r, off + RBT_CHUNK_HDR, h.comp_len);
+		if (!frame || !CRC_OK(rbt__crc32c(0, frame, h.comp_len), h.data_crc)) {
+			damage(r, off, "chunk data checksum mismatch (%u events lost)",
+			       h.events);
+			lose_chunk(r, h.events);
+			r->st.bad_bytes += total;
+			continue;
+		}
+		unsigned long long csize = ZSTD_getFrameContentSize(frame, h.comp_len);
+		if (csize != h.raw_len) {
+			damage(r, off,
+			       "chunk frame size disagrees with its header "
+			       "(%u events lost)",
+			       h.events);
+			lose_chunk(r, h.events);
+			r->st.bad_bytes += total;
+			continue;
+		}
+		if (h.raw_len > r->raw_cap) {
+			uint8_t *n = realloc(r->raw, h.raw_len);
+			if (!n) {
+				damage(r, off, "out of memory");
+				lose_chunk(r, h.events);
+				continue;
+			}
+			r->raw = n;
+			r->raw_cap = h.raw_len;
+		}
+		size_t got = ZSTD_decompressDCtx(r->dctx, r->raw, r->raw_cap, frame,
+						 h.comp_len);
+		if (ZSTD_isError(got) || got != h.raw_len) {
+			damage(r, off, "chunk does not decompress (%u events lost)",
+			       h.events);
+			lose_chunk(r, h.events);
+			r->st.bad_bytes += total;
+			continue;
+		}
+		r->ch = h;
+		r->chunk_off = off;
+		r->raw_len = got;
+		r->raw_pos = 0;
+		r->decoded = 0;
+		r->prev_ts = h.first_ts;
+		memset(r->slots, 0, sizeof(r->slots[0]) * rbt__nslots);
+		r->st.chunks++;
+		return 1;
+	}
+	return 0;
+}
+
+static void end_chunk_early(struct rbt_reader *r, const char *why)
+{
+	uint32_t lost = r->ch.events > r->decoded ? r->ch.events - r->decoded : 0;
+	damage(r, r->chunk_off, "chunk event %u %s (%u events lost)", r->decoded, why,
+	       lost);
+	r->st.bad_chunks++;
+	r->st.lost_events_in_bad_chunks += lost;
+	r->raw_pos = r->raw_len;
+}
+
+int rbt_reader_next(struct rbt_reader *r, const struct rbt_event **out)
+{
+	*out = NULL;
+	if (!r)
+		return -EINVAL;
+	for (;;) {
+		if (r->raw_pos >= r->raw_len) {
+			if (r->raw_len && r->decoded < r->ch.events) {
+				end_chunk_early(r, "missing: chunk ends early");
+			}
+			r->raw_len = r->raw_pos = 0;
+			if (!load_chunk(r))
+				return 0;
+			continue;
+		}
+		const uint8_t *q = r->raw + r->raw_pos, *end = r->raw + r->raw_len;
+		uint64_t type, len;
+		if (!(q = rbt__get_varint(q, end, &type)) ||
+		    !(q = rbt__get_varint(q, end, &len)) || len > (uint64_t)(end - q)) {
+			end_chunk_early(r, "has a bad type or length");
+			continue;
+		}
+		const uint8_t *pend = q + len;
+		r->raw_pos = (size_t)(pend - r->raw);
+		uint64_t delta = 0;
+		if (q < pend && !(q = rbt__get_varint(q, pend, &delta))) {
+			end_chunk_early(r, "has a bad timestamp");
+			continue;
+		}
+		struct rbt_event *ev = &r->ev;
+		uint64_t ts = r->prev_ts + (uint64_t)rbt__unzigzag(delta);
+		r->prev_ts = ts;
+		arena_reset(r);
+		const struct rbt_desc *d = type <= RBT_EV_MAX_ID ? &rbt__ev[type] : NULL;
+		if (d && d->name) {
+			if (dec_fields(r, d, (uint8_t *)&ev->u, q, pend, ts)) {
+				end_chunk_early(r, "does not decode");
+				continue;
+			}
+		} else {
+			memset(&ev->u, 0, sizeof(ev->u));
+			r->st.unknown_events++;
+		}
+		ev->type = type > UINT32_MAX ? UINT32_MAX : (uint32_t)type;
+		ev->stream = r->ch.stream;
+		ev->ts = ts;
+		r->decoded++;
+		r->st.events++;
+		r->st.events_by_type[type <= RBT_EV_MAX_ID ? type : 0]++;
+		*out = ev;
+		return 1;
+	}
+}
+
+const struct rbt_header *rbt_reader_header(const struct rbt_reader *r)
+{
+	return r ? &r->hdr : NULL;
+}
+
+const struct rbt_trailer *rbt_reader_trailer(const struct rbt_reader *r)
+{
+	return r && r->have_trailer ? &r->trailer : NULL;
+}
+
+const struct rbt_reader_stats *rbt_reader_stats(const struct rbt_reader *r)
+{
+	return r ? &r->st : NULL;
+}
+
+const char *rbt_reader_error(const struct rbt_reader *r)
+{
+	return r ? r->err : "";
+}

@@ -1,0 +1,454 @@
+/* rbt_writer.c - encodes events into per-stream chunks, compresses each chunk into
+ * one zstd frame and writes it with its fixed header (FORMAT.md).
+ *
+ * One generic, table-driven encoder serves every event type. It runs on the
+ * recorder's background thread: it may allocate while a chunk grows, but it must
+ * never print, never exit and never leave a half-written chunk header behind a
+ * successful return.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <zstd.h>
+
+#include "trace_format/rbt_internal.h"
+
+struct rbt_writer {
+	int fd;
+	int err; /* first error; sticky */
+	uint64_t bytes;
+	size_t chunk_bytes;
+	int level;
+	ZSTD_CCtx *cctx;
+
+	uint8_t *raw; /* the open chunk, encoded, before compression */
+	size_t raw_cap;
+	size_t raw_len;
+	uint8_t *out; /* chunk header + compressed frame */
+	size_t out_cap;
+
+	int in_chunk;
+	uint32_t stream;
+	uint32_t nev;
+	uint64_t first_ts, last_ts, prev_ts;
+	uint64_t slots[RBT_MAX_SLOTS];
+
+	uint64_t events, lost;
+};
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+	while (n) {
+		ssize_t r = write(fd, p, n);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (r == 0)
+			return -EIO;
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static uint8_t *grow_slow(struct rbt_writer *w, uint8_t *p, size_t need)
+{
+	size_t off = (size_t)(p - w->raw);
+	size_t cap = w->raw_cap * 2;
+	while (cap < off + need)
+		cap *= 2;
+	uint8_t *n = realloc(w->raw, cap);
+	if (!n)
+		return NULL;
+	w->raw = n;
+	w->raw_cap = cap;
+	return n + off;
+}
+
+/* Makes room for need more bytes at p; returns the (possibly moved) p. */
+static inline uint8_t *grow(struct rbt_writer *w, uint8_t *p, size_t need)
+{
+	if (__builtin_expect((size_t)(p - w->raw) + need <= w->raw_cap, 1))
+		return p;
+	return grow_slow(w, p, need);
+}
+
+#define ENSURE(n)                    \
+	do {                         \
+		p = grow(w, p, (n)); \
+		if (!p)              \
+			return NULL; \
+	} while (0)
+
+/* Writes the length of the payload that starts at raw[start] and ends at p into
+ * the one byte reserved before it, moving the payload when the length needs a
+ * longer varint. Returns the new end. */
+static uint8_t *patch_len_slow(struct rbt_writer *w, size_t start, uint8_t *p)
+{
+	size_t len = (size_t)(p - (w->raw + start));
+	uint8_t tmp[10];
+	size_t k = (size_t)(rbt__put_varint(tmp, len) - tmp);
+	ENSURE(k);
+	memmove(w->raw + start - 1 + k, w->raw + start, len);
+	memcpy(w->raw + start - 1, tmp, k);
+	return p + k - 1;
+}
+
+static inline uint8_t *patch_len(struct rbt_writer *w, size_t start, uint8_t *p)
+{
+	size_t len = (size_t)(p - (w->raw + start));
+	if (__builtin_expect(len < 0x80, 1)) {
+		w->raw[start - 1] = (uint8_t)len;
+		return p;
+	}
+	return patch_len_slow(w, start, p);
+}
+
+/* Room for n scalar fields and a bitmap: at most 10 bytes each. */
+#define SCALARS(n) ((size_t)(n)*10 + 16)
+
+/* Which fields of d at base are present (not zero, not empty): bit i for field i. */
+static inline uint64_t presence(const struct rbt_desc *d, const uint8_t *base)
+{
+	uint64_t mask = 0;
+	for (uint32_t i = 0; i < d->nf; i++) {
+		const struct rbt_fdesc *f = &d->f[i];
+		const uint8_t *fp = base + f->off;
+		uint64_t v;
+		if (__builtin_expect(f->kind <= RBT_K_H, 1)) {
+			memcpy(&v, fp, 8);
+		} else if (f->kind == RBT_K_S) {
+			const char *s;
+			memcpy(&s, fp, sizeof(s));
+			v = s && *s;
+		} else if (f->kind == RBT_K_B) {
+			struct rbt_blob b;
+			memcpy(&b, fp, sizeof(b));
+			v = b.data && b.len;
+		} else {
+			uint32_t n;
+			const void *e;
+			memcpy(&n, fp, sizeof(n));
+			memcpy(&e, base + f->off2, sizeof(e));
+			v = e && n;
+		}
+		mask |= (uint64_t)(v != 0) << i;
+	}
+	return mask;
+}
+
+/* Encodes the fields of desc d found at base at p: the presence bitmap, then each
+ * present field in list order (FORMAT.md "Fields"). Nothing at all when no field
+ * is present.
+ *
+ * The hot path: zero fields cost one test in presence(); present scalars go
+ * through one branch-free transform (see struct rbt_fdesc); room is checked
+ * once per record and after each variable-size field, never per scalar. */
+static uint8_t *enc_fields(struct rbt_writer *w, const struct rbt_desc *d,
+			   const uint8_t *base, uint8_t *p, uint64_t ts)
+{
+	uint64_t mask = presence(d, base);
+	if (!mask)
+		return p;
+	uint64_t *slots = w->slots;
+	ENSURE(SCALARS(d->nf));
+	p = rbt__put_varint(p, mask);
+	for (uint64_t m = mask; m; m &= m - 1) {
+		uint32_t i = (uint32_t)__builtin_ctzll(m);
+		const struct rbt_fdesc *f = &d->f[i];
+		const uint8_t *fp = base + f->off;
+		if (__builtin_expect(f->kind <= RBT_K_H, 1)) {
+			uint64_t v;
+			memcpy(&v, fp, 8);
+			uint64_t delta;
+			if (f->kind == RBT_K_H) {
+				delta = v - slots[f->slot];
+				slots[f->slot] = v;
+			} else {
+				delta = v - (ts & f->tmask);
+			}
+			uint64_t z = (delta << 1) ^ (uint64_t)((int64_t)delta >> 63);
+			uint64_t e = f->zz ? z : delta;
+			if (__builtin_expect(e < 0x80, 1))
+				*p++ = (uint8_t)e;
+			else
+				p = rbt__put_varint(p, e);
+			continue;
+		}
+		switch (f->kind) {
+		case RBT_K_S: {
+			const char *s;
+			memcpy(&s, fp, sizeof(s));
+			size_t n = strlen(s);
+			ENSURE(n + SCALARS(d->nf - i));
+			p = rbt__put_varint(p, n);
+			memcpy(p, s, n);
+			p += n;
+			*p++ = 0;
+			break;
+		}
+		case RBT_K_B: {
+			struct rbt_blob b;
+			memcpy(&b, fp, sizeof(b));
+			ENSURE(b.len + SCALARS(d->nf - i));
+			p = rbt__put_varint(p, b.len);
+			memcpy(p, b.data, b.len);
+			p += b.len;
+			break;
+		}
+		case RBT_K_A: {
+			uint32_t n;
+			const uint8_t *elems;
+			memcpy(&n, fp, sizeof(n));
+			memcpy(&elems, base + f->off2, sizeof(elems));
+			p = rbt__put_varint(p, n);
+			const struct rbt_desc *rd = &rbt__rec[f->rec];
+			for (uint32_t k = 0; k < n; k++) {
+				ENSURE(SCALARS(rd->nf) + 1);
+				*p++ = 0; /* length, patched below */
+				size_t rs = (size_t)(p - w->raw);
+				p = enc_fields(w, rd, elems + (size_t)k * rd->size, p,
+					       ts);
+				if (!p)
+					return NULL;
+				p = patch_len(w, rs, p);
+				if (!p)
+					return NULL;
+			}
+			ENSURE(SCALARS(d->nf - i));
+			break;
+		}
+		default:
+			return NULL;
+		}
+	}
+	return p;
+}
+
+static int flush_chunk(struct rbt_writer *w)
+{
+	if (!w->nev)
+		return 0;
+	size_t bound = ZSTD_compressBound(w->raw_len) + RBT_CHUNK_HDR;
+	if (bound > w->out_cap) {
+		uint8_t *n = realloc(w->out, bound);
+		if (!n)
+			return -ENOMEM;
+		w->out = n;
+		w->out_cap = bound;
+	}
+	size_t c = ZSTD_compressCCtx(w->cctx, w->out + RBT_CHUNK_HDR,
+				     w->out_cap - RBT_CHUNK_HDR, w->raw, w->raw_len,
+				     w->level);
+	if (ZSTD_isError(c))
+		return -EIO;
+	struct rbt_chunk_hdr h = {
+		.comp_len = (uint32_t)c,
+		.raw_len = (uint32_t)w->raw_len,
+		.events = w->nev,
+		.stream = w->stream,
+		.first_ts = w->first_ts,
+		.last_ts = w->last_ts,
+		.data_crc = rbt__crc32c(0, w->out + RBT_CHUNK_HDR, c),
+	};
+	rbt__chunk_hdr_put(w->out, &h);
+	int err = write_all(w->fd, w->out, RBT_CHUNK_HDR + c);
+	if (err)
+		return err;
+	w->bytes += RBT_CHUNK_HDR + c;
+	w->raw_len = 0;
+	w->nev = 0;
+	memset(w->slots, 0, sizeof(w->slots[0]) * rbt__nslots);
+	return 0;
+}
+
+static int write_header(struct rbt_writer *w, const struct rbt_header *hdr)
+{
+	struct rbt_header h = *hdr;
+	uint8_t *p = w->raw + RBT_FILE_PREFIX;
+	p = enc_fields(w, &rbt__hdr_desc, (const uint8_t *)&h, p, 0);
+	if (!p)
+		return -ENOMEM;
+	size_t body = (size_t)(p - w->raw) - RBT_FILE_PREFIX;
+	if (body > RBT_MAX_HEADER_BODY)
+		return -E2BIG;
+	memcpy(w->raw, RBT_FILE_MAGIC, 8);
+	rbt__put_le32(w->raw + 8, RBT_FORMAT_VERSION);
+	rbt__put_le32(w->raw + 12, RBT_MIN_READER);
+	rbt__put_le32(w->raw + 16, (uint32_t)body);
+	/* One checksum over the prefix before it and the body after it. */
+	uint32_t crc = rbt__crc32c(0, w->raw, 20);
+	crc = rbt__crc32c(crc, w->raw + RBT_FILE_PREFIX, body);
+	rbt__put_le32(w->raw + 20, crc);
+	int err = write_all(w->fd, w->raw, RBT_FILE_PREFIX + body);
+	if (!err)
+		w->bytes += RBT_FILE_PREFIX + body;
+	return err;
+}
+
+int rbt_writer_open_fd(int fd, const struct rbt_header *hdr,
+		       const struct rbt_writer_opts *opts, struct rbt_writer **out)
+{
+	*out = NULL;
+	if (fd < 0 || !hdr) {
+		if (fd >= 0)
+			close(fd);
+		return -EINVAL;
+	}
+	rbt__init();
+	struct rbt_writer *w = calloc(1, sizeof(*w));
+	if (!w) {
+		close(fd);
+		return -ENOMEM;
+	}
+	w->fd = fd;
+	w->chunk_bytes = opts && opts->chunk_bytes ? opts->chunk_bytes : 256 << 10;
+	if (w->chunk_bytes > RBT_MAX_RAW / 2)
+		w->chunk_bytes = RBT_MAX_RAW / 2;
+	w->level = opts && opts->zstd_level ? opts->zstd_level : 3;
+	w->raw_cap = w->chunk_bytes + 4096;
+	w->raw = malloc(w->raw_cap);
+	w->cctx = ZSTD_createCCtx();
+	int err = -ENOMEM;
+	if (w->raw && w->cctx)
+		err = write_header(w, hdr);
+	if (err) {
+		rbt_writer_close(w, NULL);
+		return err;
+	}
+	*out = w;
+	return 0;
+}
+
+int rbt_writer_open(const char *path, const struct rbt_header *hdr,
+		    const struct rbt_writer_opts *opts, struct rbt_writer **out)
+{
+	*out = NULL;
+	if (!path)
+		return -EINVAL;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	return rbt_writer_open_fd(fd, hdr, opts, out);
+}
+
+int rbt_writer_begin_chunk(struct rbt_writer *w, uint32_t stream)
+{
+	if (!w)
+		return -EINVAL;
+	if (w->err)
+		return w->err;
+	if (w->in_chunk && w->stream != stream) {
+		int err = flush_chunk(w);
+		if (err)
+			return w->err = err;
+	}
+	w->in_chunk = 1;
+	w->stream = stream;
+	return 0;
+}
+
+int rbt_writer_append(struct rbt_writer *w, const struct rbt_event *ev)
+{
+	if (!w || !ev)
+		return -EINVAL;
+	if (w->err)
+		return w->err;
+	const struct rbt_desc *d = ev->type <= RBT_EV_MAX_ID ? &rbt__ev[ev->type] : NULL;
+	if (!d || !d->name)
+		return -EINVAL;
+	if (!w->in_chunk) {
+		w->in_chunk = 1;
+		w->stream = ev->stream;
+	}
+	if (!w->nev) {
+		w->first_ts = ev->ts;
+		w->prev_ts = ev->ts;
+	}
+	size_t at = w->raw_len;
+	uint8_t *p = grow(w, w->raw + at, 32);
+	if (!p)
+		return w->err = -ENOMEM;
+	*p++ = (uint8_t)ev->type; /* ids < 64: a one-byte varint */
+	*p++ = 0;		  /* payload length, patched below */
+	size_t start = (size_t)(p - w->raw);
+	p = rbt__put_varint(p, rbt__zigzag((int64_t)(ev->ts - w->prev_ts)));
+	p = enc_fields(w, d, (const uint8_t *)&ev->u, p, ev->ts);
+	/* A zero ts delta with no field after it is left out too. */
+	if (p && p == w->raw + start + 1 && w->raw[start] == 0)
+		p--;
+	if (p)
+		p = patch_len(w, start, p);
+	if (!p)
+		return w->err = -ENOMEM;
+	size_t len = (size_t)(p - w->raw);
+	if (len - at > RBT_MAX_RAW / 2) {
+		w->raw_len = at; /* drop it: no reader would accept the chunk */
+		return -E2BIG;
+	}
+	w->raw_len = len;
+	w->prev_ts = ev->ts;
+	w->last_ts = ev->ts;
+	w->nev++;
+	w->events++;
+	if (ev->type == RBT_EV_LOSS)
+		w->lost += ev->u.loss.events;
+	if (w->raw_len >= w->chunk_bytes) {
+		int err = flush_chunk(w);
+		if (err)
+			return w->err = err;
+	}
+	return 0;
+}
+
+int rbt_writer_end_chunk(struct rbt_writer *w)
+{
+	if (!w)
+		return -EINVAL;
+	if (w->err)
+		return w->err;
+	int err = flush_chunk(w);
+	if (err)
+		return w->err = err;
+	w->in_chunk = 0;
+	return 0;
+}
+
+int rbt_writer_close(struct rbt_writer *w, const struct rbt_trailer *trailer)
+{
+	if (!w)
+		return 0;
+	int err = w->err;
+	if (!err && w->cctx && w->raw)
+		err = rbt_writer_end_chunk(w);
+	if (!err && w->cctx && w->raw) {
+		struct rbt_trailer t = { 0 };
+		if (trailer)
+			t = *trailer;
+		t.events = w->events;
+		if (t.lost_events < w->lost)
+			t.lost_events = w->lost;
+		uint8_t buf[RBT_TRAILER_SIZE];
+		rbt__trailer_put(buf, &t);
+		err = write_all(w->fd, buf, sizeof(buf));
+		if (!err)
+			w->bytes += sizeof(buf);
+	}
+	if (w->fd >= 0 && close(w->fd) && !err)
+		err = -errno;
+	ZSTD_freeCCtx(w->cctx);
+	free(w->raw);
+	free(w->out);
+	free(w);
+	return err;
+}
+
+uint64_t rbt_writer_bytes(const struct rbt_writer *w)
+{
+	return w ? w->bytes : 0;
+}
