@@ -128,10 +128,22 @@ double an_aligned_ns(const struct an_trace *t, double ticks)
 	       (double)t->align_ns;
 }
 
+uint64_t an_aligned_u64(const struct an_trace *t, double ticks)
+{
+	double v = an_aligned_ns(t, ticks);
+	if (!(v > 0))
+		return 0;
+	if (v >= 9.2e18)
+		return (uint64_t)9.2e18;
+	return (uint64_t)v;
+}
+
 static uint64_t an_ns(const struct an_trace *t, double ticks)
 {
 	double v = ticks * t->ns_per_tick;
-	return v > 0 ? (uint64_t)(v + 0.5) : 0;
+	if (!(v > 0))
+		return 0;
+	return v < 9.2e18 ? (uint64_t)(v + 0.5) : (uint64_t)9.2e18;
 }
 
 /* ---- create / destroy ---- */
@@ -160,6 +172,7 @@ static void an_qp_free(struct an_qp *qp)
 	an_hist_free(&qp->rt_local_post);
 	an_hist_free(&qp->rt_remote_app);
 	an_hist_free(&qp->rt_nic_wire);
+	an_hist_free(&qp->late_recv);
 	free(qp);
 }
 
@@ -184,6 +197,8 @@ static void an_trace_free(struct an_trace *t)
 	{
 		struct an_thread *th = t->threads.vals[i];
 		free(th->name);
+		free(th->lane_end[0]);
+		free(th->lane_end[1]);
 		free(th);
 	}
 	an_map_free(&t->qps);
@@ -325,6 +340,7 @@ static struct an_qp *an_qp_new(struct an_trace *t, uint64_t handle, uint32_t qpn
 	qp->rt_wait.elem = sizeof(struct an_rt_wait);
 	qp->next = t->qp_list;
 	t->qp_list = qp;
+	t->c_qp = t->c_qpn = NULL;
 	if (handle)
 		an_map_put(&t->qps, handle, qp);
 	an_map_put(&t->qpns, qpn + 1ULL, qp);
@@ -335,11 +351,15 @@ static struct an_qp *an_qp_new(struct an_trace *t, uint64_t handle, uint32_t qpn
 static struct an_qp *an_qp_find(struct an_trace *t, uint64_t handle, uint32_t qpn,
 				bool create)
 {
+	if (t->c_qp && handle && t->c_qp->handle == handle)
+		return t->c_qp;
 	struct an_qp *qp = handle ? an_map_get(&t->qps, handle) : NULL;
 	if (!qp)
 		qp = an_map_get(&t->qpns, qpn + 1ULL);
 	if (!qp && create)
 		qp = an_qp_new(t, handle, qpn);
+	if (qp && handle && qp->handle == handle && !qp->destroyed)
+		t->c_qp = qp;
 	return qp;
 }
 
@@ -399,6 +419,11 @@ static void an_on_qp_create(struct rbt_analyzer *an, struct an_trace *t,
 	qp->scq = p->send_cq ? an_cq_get(t, p->send_cq) : NULL;
 	qp->rcq = p->recv_cq ? an_cq_get(t, p->recv_cq) : NULL;
 	qp->srq = p->srq ? an_map_get(&t->srqs, p->srq) : NULL;
+	for (int k = 0; k < 2; k++) {
+		struct an_cq *cq = k ? qp->rcq : qp->scq;
+		if (cq && (k == 0 || cq != qp->scq) && cq->n_qps < 4)
+			cq->qps[cq->n_qps++] = qp;
+	}
 	if (qp->scq)
 		qp->scq->capacity += p->max_send_wr;
 	if (qp->rcq && !qp->srq)
@@ -487,6 +512,11 @@ static void an_on_mr_reg(struct rbt_analyzer *an, struct an_trace *t,
 			return;
 		}
 	} else {
+		/* the handle registered again without a dereg we saw: drop its old keys */
+		if (an_map_get(&t->mr_lkeys, mr->lkey + 1ULL) == mr)
+			an_map_del(&t->mr_lkeys, mr->lkey + 1ULL);
+		if (an_map_get(&t->mr_rkeys, mr->rkey + 1ULL) == mr)
+			an_map_del(&t->mr_rkeys, mr->rkey + 1ULL);
 		memset(mr, 0, sizeof(*mr));
 	}
 	mr->handle = p->mr;
@@ -668,10 +698,19 @@ static bool an_consumes_recv(int op)
 }
 
 static void an_rt_delivered(struct an_qp *rx, const struct an_rt_msg *m,
-			    uint64_t poll_exit)
+			    uint64_t poll_exit, uint64_t recv_post_exit)
 {
 	struct an_trace *t = rx->t;
 	struct an_qp *tx = rx->peer;
+	/* a receive posted after the message was sent: the message waited for it (RNR
+	 * NAKs and retries on a real NIC) */
+	double late = an_aligned_ns(t, (double)recv_post_exit) -
+		      an_aligned_ns(tx->t, (double)(m->post_ts + m->post_dur));
+	an_hist_add(&rx->late_recv, late > 0 ? (uint64_t)late : 0);
+	if (late > rx->late_max_ns) {
+		rx->late_max_ns = late;
+		rx->late_max_ts = recv_post_exit;
+	}
 	/* one-way time on the aligned clocks: its minimum per direction refines the
 	 * alignment (NTP-style), see docs/report.md */
 	double ow = an_aligned_ns(t, (double)poll_exit) -
@@ -734,14 +773,15 @@ static void an_rt_send(struct an_qp *qp, uint64_t post_ts, uint64_t post_exit)
 			break;
 		uint64_t ws = w->seq, pe = w->poll_exit;
 		an_ring_drop(&peer->rt_wait, 1);
+		uint64_t rp = w->recv_post_exit;
 		if (ws == seq) {
-			an_rt_delivered(peer, m, pe);
+			an_rt_delivered(peer, m, pe, rp);
 			break;
 		}
 	}
 }
 
-static void an_rt_recv(struct an_qp *rx, uint64_t poll_exit)
+static void an_rt_recv(struct an_qp *rx, uint64_t poll_exit, uint64_t recv_post_exit)
 {
 	struct an_qp *tx = rx->peer;
 	if (!tx)
@@ -754,7 +794,7 @@ static void an_rt_recv(struct an_qp *rx, uint64_t poll_exit)
 		const struct an_rt_msg *m =
 			tx->rt_msgs ? &tx->rt_msgs[j % AN_RT_N] : NULL;
 		if (m && m->seq == j)
-			an_rt_delivered(rx, m, poll_exit);
+			an_rt_delivered(rx, m, poll_exit, recv_post_exit);
 		return;
 	}
 	if (rx->rt_wait.n >= AN_RT_MAX)
@@ -763,6 +803,7 @@ static void an_rt_recv(struct an_qp *rx, uint64_t poll_exit)
 	if (w) {
 		w->seq = j;
 		w->poll_exit = poll_exit;
+		w->recv_post_exit = recv_post_exit;
 	}
 }
 
@@ -878,8 +919,7 @@ static void an_attribute_send(struct rbt_analyzer *an, struct an_trace *t,
 		g->bounded += n;
 		an->counts.wrs_bounded += n;
 	}
-	an_rate_add(&t->rate, (uint64_t)an_aligned_ns(t, (double)c->poll_exit), n,
-		    w->bytes * n);
+	an_rate_add(&t->rate, an_aligned_u64(t, (double)c->poll_exit), n, w->bytes * n);
 	if (an->opts.perfetto)
 		an_pf_wr(an, t, qp, w, false, c);
 }
@@ -918,8 +958,7 @@ static void an_attribute_recv(struct rbt_analyzer *an, struct an_trace *t,
 			    an_ns(t, (double)(poll_exit - lo)));
 		g->bounded++;
 	}
-	an_rate_add(&t->rate, (uint64_t)an_aligned_ns(t, (double)c->poll_exit), 1,
-		    c->byte_len);
+	an_rate_add(&t->rate, an_aligned_u64(t, (double)c->poll_exit), 1, c->byte_len);
 	if (an->opts.perfetto) {
 		struct an_swr w = { .wr_id = r->wr_id,
 				    .post_ts = r->post_ts,
@@ -971,9 +1010,13 @@ static bool an_complete_send(struct rbt_analyzer *an, struct an_trace *t,
 {
 	struct an_ring *r = &qp->sq;
 	uint32_t i;
-	for (i = 0; i < r->n; i++)
-		if (((struct an_swr *)an_ring_at(r, i))->wr_id == c->wr_id)
+	/* only a signaled WR completes successfully: unsignaled ones with the same
+	 * wr_id (perftest uses one wr_id for all) are retired with it, not by it */
+	for (i = 0; i < r->n; i++) {
+		const struct an_swr *x = an_ring_at(r, i);
+		if (x->wr_id == c->wr_id && (x->signaled || c->status))
 			break;
+	}
 	if (i == r->n)
 		return false;
 	struct an_swr *w = an_ring_at(r, i);
@@ -1040,7 +1083,7 @@ static bool an_complete_recv(struct rbt_analyzer *an, struct an_trace *t,
 		qp->rq_empty_count++;
 	}
 	if (!c->status)
-		an_rt_recv(qp, c->poll_exit);
+		an_rt_recv(qp, c->poll_exit, rw.post_exit);
 	an_attribute_recv(an, t, qp, &rw, c);
 	return true;
 }
@@ -1053,9 +1096,39 @@ static bool an_in_ring_send(struct an_qp *qp, uint64_t wr_id)
 	return false;
 }
 
+static inline uint64_t an_park_bit(uint64_t wr_id)
+{
+	return 1ull << ((wr_id * 0x9e3779b97f4a7c15ull) >> 58);
+}
+
+static void an_park_mask(struct an_qp *qp)
+{
+	qp->park_mask = 0;
+	for (uint32_t i = 0; i < qp->n_parked; i++)
+		qp->park_mask |= an_park_bit(qp->parked[i].c.wr_id);
+}
+
+/* Parked completions whose post never came (lost events) would slow every post:
+ * the ones 10 s older than now are given up and counted as unmatched. */
+static void an_park_expire(struct rbt_analyzer *an, struct an_qp *qp, uint64_t now)
+{
+	uint64_t horizon = (uint64_t)(10e9 / qp->t->ns_per_tick);
+	for (uint32_t i = 0; i < qp->n_parked;) {
+		if (qp->parked[i].c.poll_exit + horizon < now) {
+			qp->parked[i] = qp->parked[--qp->n_parked];
+			an->counts.unmatched_completions++;
+			continue;
+		}
+		i++;
+	}
+	an_park_mask(qp);
+}
+
 static void an_park(struct rbt_analyzer *an, struct an_qp *qp, const struct an_comp *c,
 		    bool recv)
 {
+	if (qp->n_parked >= AN_PARK_MAX)
+		an_park_expire(an, qp, c->poll_ts);
 	if (qp->n_parked >= AN_PARK_MAX) {
 		an->counts.unmatched_completions++;
 		return;
@@ -1073,6 +1146,7 @@ static void an_park(struct rbt_analyzer *an, struct an_qp *qp, const struct an_c
 	qp->parked[qp->n_parked].c = *c;
 	qp->parked[qp->n_parked].recv = recv;
 	qp->n_parked++;
+	qp->park_mask |= an_park_bit(c->wr_id);
 }
 
 static void an_unpark(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp)
@@ -1087,6 +1161,7 @@ static void an_unpark(struct rbt_analyzer *an, struct an_trace *t, struct an_qp 
 		}
 		i++;
 	}
+	an_park_mask(qp);
 }
 
 static void an_on_post_send(struct rbt_analyzer *an, struct an_trace *t,
@@ -1133,6 +1208,7 @@ static void an_on_post_send(struct rbt_analyzer *an, struct an_trace *t,
 		qp->max_chain = posted;
 	if (qp->sq.n)
 		qp->posts_busy++;
+	uint64_t posted_bits = 0;
 	uint64_t share = (exit - ev->ts) / posted;
 	for (uint32_t i = 0; i < posted; i++) {
 		const struct rbt_send_wr *wr = &p->wrs[i];
@@ -1196,8 +1272,9 @@ static void an_on_post_send(struct rbt_analyzer *an, struct an_trace *t,
 			an->counts.peak_tracked_wrs = an->tracked_wrs;
 		if (an_consumes_recv(op))
 			an_rt_send(qp, ev->ts, exit);
+		posted_bits |= an_park_bit(wr->wr_id);
 	}
-	if (qp->n_parked)
+	if (qp->n_parked && (posted_bits & qp->park_mask))
 		an_unpark(an, t, qp);
 }
 
@@ -1258,7 +1335,10 @@ static void an_on_post_recv(struct rbt_analyzer *an, struct an_trace *t,
 	for (uint32_t i = 0; i < posted; i++)
 		an_cq_track(qp->rcq, 1, ev->ts);
 	an_push_recvs(an, &qp->rq, ev, p->wrs, posted, exit);
-	if (qp->n_parked)
+	uint64_t posted_bits = 0;
+	for (uint32_t i = 0; i < posted; i++)
+		posted_bits |= an_park_bit(p->wrs[i].wr_id);
+	if (qp->n_parked && (posted_bits & qp->park_mask))
 		an_unpark(an, t, qp);
 }
 
@@ -1281,13 +1361,35 @@ static void an_on_post_srq_recv(struct rbt_analyzer *an, struct an_trace *t,
 			an_unpark(an, t, qp);
 }
 
+static bool an_in_ring_send(struct an_qp *qp, uint64_t wr_id);
+
+/* A completion without a QP number (an extended poll that did not read it): the QP of
+ * its CQ, or among several the one with that wr_id outstanding. */
+static struct an_qp *an_cq_qp_for(struct an_cq *cq, uint64_t wr_id)
+{
+	if (cq->n_qps == 1)
+		return cq->qps[0];
+	for (uint32_t i = 0; i < cq->n_qps; i++) {
+		struct an_qp *qp = cq->qps[i];
+		if (an_in_ring_send(qp, wr_id))
+			return qp;
+		struct an_ring *r = qp->srq ? &qp->srq->rq : &qp->rq;
+		for (uint32_t k = 0; k < r->n; k++)
+			if (((struct an_rwr *)an_ring_at(r, k))->wr_id == wr_id)
+				return qp;
+	}
+	return NULL;
+}
+
 static void an_on_poll(struct rbt_analyzer *an, struct an_trace *t,
 		       const struct rbt_event *ev)
 {
 	const struct rbt_ev_poll_cq *p = &ev->u.poll_cq;
-	struct an_cq *cq = an_cq_get(t, p->cq);
+	struct an_cq *cq =
+		t->c_cq && t->c_cq->handle == p->cq ? t->c_cq : an_cq_get(t, p->cq);
 	if (!cq)
 		return;
+	t->c_cq = cq;
 	uint64_t exit = p->ts_exit >= ev->ts ? p->ts_exit : ev->ts;
 	uint64_t count = p->count ? p->count : 1;
 	if (p->n_wcs == 0) {
@@ -1339,7 +1441,12 @@ static void an_on_poll(struct rbt_analyzer *an, struct an_trace *t,
 			c.hw_ts = wc->hw_ts;
 			c.ctx = cq->ctx;
 		}
-		struct an_qp *qp = an_map_get(&t->qpns, wc->qp_num + 1ULL);
+		struct an_qp *qp = t->c_qpn && t->c_qpn->qpn == wc->qp_num
+					   ? t->c_qpn
+					   : an_map_get(&t->qpns, wc->qp_num + 1ULL);
+		t->c_qpn = qp;
+		if (!qp && !wc->qp_num)
+			qp = an_cq_qp_for(cq, wc->wr_id);
 		if (!qp) {
 			an->counts.unmatched_completions++;
 			continue;
@@ -1513,6 +1620,7 @@ int rbt_analyzer_feed(struct rbt_analyzer *an, int trace, const struct rbt_event
 		if (p->ret != 0)
 			break;
 		struct an_qp *qp = an_map_del(&t->qps, p->qp);
+		t->c_qp = t->c_qpn = NULL;
 		if (qp) {
 			qp->destroyed = true;
 			qp->destroy_ts = ev->ts;

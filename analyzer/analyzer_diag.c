@@ -661,8 +661,73 @@ void an_pair_qps(struct rbt_analyzer *an)
 	}
 }
 
+/* Messages that waited for a receive: counted beyond the refined clock offset plus a
+ * margin, so clock error alone never makes one. */
+static void an_diag_late_recvs(struct rbt_analyzer *an)
+{
+	char title[256], ev[1024];
+	for (int i = 0; i < an->n_traces; i++) {
+		struct an_trace *t = an->traces[i];
+		for (struct an_qp *qp = t->qp_list; qp; qp = qp->next) {
+			struct an_qp *tx = qp->peer;
+			if (!tx || !qp->late_recv.count)
+				continue;
+			double theta =
+				0; /* how far our aligned clock runs ahead of tx's */
+			if (qp->have_min_in && tx->have_min_in)
+				theta = (qp->min_in_ns - tx->min_in_ns) / 2;
+			double margin = (theta > 0 ? theta : -theta) + 5000;
+			uint64_t late = 0;
+			uint32_t idx = 0;
+			double lo, hi;
+			uint64_t n;
+			while (an_hist_next_bucket(&qp->late_recv, &idx, &lo, &hi, &n))
+				if (lo - theta > margin)
+					late += n;
+			uint64_t msgs = qp->late_recv.count;
+			if (late < 10 || late * 100 < msgs)
+				continue;
+			snprintf(title, sizeof(title),
+				 "receives posted late on QP 0x%x: %llu of %llu messages "
+				 "from QP "
+				 "0x%x were sent before their receive was posted",
+				 qp->qpn, (unsigned long long)late,
+				 (unsigned long long)msgs, tx->qpn);
+			snprintf(ev, sizeof(ev),
+				 "up to %.3f ms late: the receive posted at t=%.3f ms "
+				 "(trace %d) "
+				 "took a message sent that long before by QP 0x%x (trace "
+				 "%d); "
+				 "clock offset %.0f ns allowed for\n"
+				 "receiver QP 0x%x min_rnr_timer=%llu; sender QP 0x%x "
+				 "rnr_retry=%llu "
+				 "timeout=%llu\n"
+				 "receive queue of QP 0x%x ran empty %llu times\n",
+				 (qp->late_max_ns - theta) / 1e6,
+				 an_ticks_ns(t, qp->late_max_ts) / 1e6, t->idx, tx->qpn,
+				 tx->t->idx, margin - 5000, qp->qpn,
+				 (unsigned long long)qp->min_rnr_timer, tx->qpn,
+				 (unsigned long long)tx->rnr_retry,
+				 (unsigned long long)tx->timeout, qp->qpn,
+				 (unsigned long long)qp->rq_empty_count);
+			an_add_finding(an, RBT_SEV_WARNING, "rnr_late_receives", t->idx,
+				       qp->qpn, an_ticks_ns(t, qp->late_max_ts), title,
+				       ev,
+				       "A message that finds no receive is NAKed (RNR) "
+				       "and resent "
+				       "after min_rnr_timer, or fails once rnr_retry "
+				       "runs out: keep "
+				       "receives posted ahead of the peer's sends (post "
+				       "them before "
+				       "the request that triggers the answer, and refill "
+				       "early).");
+		}
+	}
+}
+
 void an_diagnose(struct rbt_analyzer *an)
 {
+	an_diag_late_recvs(an);
 	for (int i = 0; i < an->n_traces; i++)
 		an_diag_trace(an, an->traces[i]);
 	an_pair_qps(an);

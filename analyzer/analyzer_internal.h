@@ -164,6 +164,7 @@ struct an_rt_msg {
 };
 struct an_rt_wait {
 	uint64_t seq, poll_exit; /* a receive completion whose message is not seen yet */
+	uint64_t recv_post_exit; /* when the receive that took it was posted */
 };
 
 struct an_state_change {
@@ -198,6 +199,7 @@ struct an_qp {
 	struct an_ring sq, rq;
 	struct an_parked *parked;
 	uint32_t n_parked, cap_parked;
+	uint64_t park_mask; /* a bit per parked wr_id (hashed): posts skip the scan */
 
 	/* counters */
 	uint64_t posts, post_wrs, post_wrs_signaled, inlined, recv_posts, recv_wrs;
@@ -239,6 +241,12 @@ struct an_qp {
 	uint64_t rt_count;
 	double min_in_ns; /* least aligned one-way time of messages from the peer */
 	bool have_min_in;
+	/* messages from the peer that were sent before the receive that took them was
+	 * posted: how much earlier (aligned ns, 0 when not), judged at the end against
+	 * the refined clock offset */
+	struct an_hist late_recv;
+	uint64_t late_max_ts; /* receiver's ticks of the latest-posted receive */
+	double late_max_ns;
 	/* stats */
 	struct an_group *groups[16 * AN_SIZE_CLASSES]; /* [opcode slot][size class] */
 	struct an_qp *next;
@@ -277,6 +285,9 @@ struct an_cq {
 	bool overrun;
 	uint64_t overrun_ts;
 	bool destroyed;
+	/* the QPs on it, for extended polls whose completions carry no QP number */
+	struct an_qp *qps[4];
+	uint32_t n_qps;
 };
 
 struct an_mr {
@@ -290,8 +301,10 @@ struct an_thread {
 	uint32_t tid;
 	uint32_t idx;
 	char *name;
-	uint64_t lane_end[64]; /* Perfetto: when each WR lane is free (aligned ns) */
-	bool named_lanes[64];
+	/* Perfetto: WR lanes of this thread, [0] sends, [1] receives: when each is free
+	 * (aligned ns); as many as WRs were outstanding at once, up to AN_MAX_LANES */
+	uint64_t *lane_end[2];
+	uint32_t n_lanes[2];
 };
 
 struct an_finding_priv {
@@ -310,6 +323,9 @@ struct an_trace {
 
 	struct an_map qps, qpns, cqs, srqs, mrs, mr_lkeys, clocks, threads, mr_rkeys;
 	struct an_qp *qp_list;
+	/* the last lookups: the data path mostly repeats them (reset when QPs change) */
+	struct an_qp *c_qp, *c_qpn;
+	struct an_cq *c_cq;
 	uint32_t n_threads;
 	struct an_rate rate;
 
@@ -371,6 +387,8 @@ struct rbt_analyzer {
 /* analyzer_core.c */
 double an_ticks_ns(const struct an_trace *t, uint64_t ticks); /* since trace start */
 double an_aligned_ns(const struct an_trace *t, double ticks); /* since global origin */
+/* The same clamped to [0, 2^63): a damaged trace may put events anywhere. */
+uint64_t an_aligned_u64(const struct an_trace *t, double ticks);
 void an_sort_findings(struct rbt_analyzer *an);
 
 /* analyzer_diag.c */

@@ -252,9 +252,13 @@ static void an_text_trace(FILE *f, struct rbt_analyzer *an, struct an_trace *t)
 			fmt_ns(a[0], 32, fit.max_residual_ns),
 			fmt_ns(a[1], 32, fit.rms_residual_ns));
 	else
-		fprintf(f, "  NIC timestamps: none - NIC and poll phases are bounds [lo, "
-			   "hi] from "
-			   "the polls that came back empty\n");
+		fprintf(f,
+			"  NIC timestamps: %s - NIC and poll phases are bounds [lo, hi] "
+			"from the "
+			"polls that came back empty\n",
+			t->nic_unmapped ? "recorded, but no clock sample of their device "
+					  "maps them"
+					: "none");
 	if (t->nic_unmapped)
 		fprintf(f,
 			"  %llu NIC timestamps could not be mapped (no clock sample of "
@@ -274,6 +278,23 @@ static void an_text_trace(FILE *f, struct rbt_analyzer *an, struct an_trace *t)
 		t->polls ? 100.0 * (double)t->empty_polls / (double)t->polls : 0,
 		(unsigned long long)t->mr_regs, (unsigned long long)t->mr_regs_traffic,
 		(unsigned long long)t->mr_deregs_traffic);
+	uint64_t peak = 0, total = 0;
+	int bins = 0;
+	for (int i = 0; i < AN_RATE_BINS; i++) {
+		if (t->rate.wrs[i])
+			bins = i + 1;
+		total += t->rate.wrs[i];
+		if (t->rate.wrs[i] > peak)
+			peak = t->rate.wrs[i];
+	}
+	if (bins)
+		fprintf(f,
+			"  rate: %.3g WRs/s on average, %.3g at peak (bins of %s; the "
+			"JSON and HTML "
+			"have the series)\n",
+			(double)total * 1e9 / ((double)bins * (double)t->rate.width),
+			(double)peak * 1e9 / (double)t->rate.width,
+			fmt_ns(a[1], 32, (double)t->rate.width));
 	struct an_hist h[RBT_PHASE_COUNT];
 	an_trace_hists(an, t, NULL, h);
 	fprintf(f, "  all WRs of this process:\n");

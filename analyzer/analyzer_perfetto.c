@@ -7,11 +7,14 @@
  * a flow arrow goes from the post call to the poll call. Times are microseconds on the
  * aligned timeline (real time since the earliest trace start).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "analyzer/analyzer_internal.h"
 
-#define AN_LANE_BASE 1000000000u
+#define AN_LANE_BASE  1000000000u
+#define AN_MAX_LANES  4096u /* per thread and kind; beyond, slices share the last */
+#define AN_LANE_SPACE (2 * AN_MAX_LANES)
 
 static void an_pf_sep(struct rbt_analyzer *an)
 {
@@ -114,30 +117,51 @@ void an_pf_wr(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
 	double pe = (double)(w->post_exit < c->poll_exit ? w->post_exit : c->poll_exit);
 	if (pe < start)
 		pe = start;
-	/* a lane whose last slice ended before this one starts */
-	uint64_t s_ns = (uint64_t)an_aligned_ns(t, start),
-		 e_ns = (uint64_t)an_aligned_ns(t, end);
-	uint32_t lane = 0;
-	while (lane < 63 && th->lane_end[lane] > s_ns)
+	/* A lane whose last slice ended before this one starts: slices are emitted at
+	 * completion, not in start order, but a lane free at our start holds only
+	 * slices that ended before it, so none overlaps. */
+	uint64_t s_ns = an_aligned_u64(t, start), e_ns = an_aligned_u64(t, end);
+	int kind = recv ? 1 : 0;
+	uint32_t lane = 0, n = th->n_lanes[kind];
+	while (lane < n && th->lane_end[kind][lane] > s_ns)
 		lane++;
-	if (e_ns > th->lane_end[lane])
-		th->lane_end[lane] = e_ns;
-	uint32_t lane_tid = AN_LANE_BASE + th->idx * 64 + lane;
-	if (!th->named_lanes[lane]) {
-		th->named_lanes[lane] = true;
-		an_pf_sep(an);
-		fprintf(f,
-			"{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%u,\"tid\":%u,"
-			"\"args\":{"
-			"\"name\":\"WRs of thread %u #%u\"}}",
-			an_pf_pid(t), lane_tid, th->tid, lane);
-		an_pf_sep(an);
-		fprintf(f,
-			"{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%u,\"tid\":"
-			"%u,"
-			"\"args\":{\"sort_index\":%u}}",
-			an_pf_pid(t), lane_tid, 100 + th->idx * 64 + lane);
+	if (lane == n) {
+		if (n < AN_MAX_LANES) {
+			uint64_t *nl = realloc(th->lane_end[kind], (n + 1) * sizeof(*nl));
+			if (nl) {
+				th->lane_end[kind] = nl;
+				nl[n] = 0;
+				th->n_lanes[kind] = ++n;
+				uint32_t tid = AN_LANE_BASE + th->idx * AN_LANE_SPACE +
+					       kind * AN_MAX_LANES + lane;
+				an_pf_sep(an);
+				fprintf(f,
+					"{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%"
+					"u,"
+					"\"tid\":%u,\"args\":{\"name\":\"%s of thread %u "
+					"#%u\"}}",
+					an_pf_pid(t), tid, recv ? "receives" : "WRs",
+					th->tid, lane);
+				an_pf_sep(an);
+				fprintf(f,
+					"{\"ph\":\"M\",\"name\":\"thread_sort_index\","
+					"\"pid\":%u,"
+					"\"tid\":%u,\"args\":{\"sort_index\":%u}}",
+					an_pf_pid(t), tid,
+					100 + th->idx * AN_LANE_SPACE +
+						kind * AN_MAX_LANES + lane);
+			}
+		}
+		if (lane >= n) {
+			if (!n)
+				return;
+			lane = n - 1;
+		}
 	}
+	if (e_ns > th->lane_end[kind][lane])
+		th->lane_end[kind][lane] = e_ns;
+	uint32_t lane_tid =
+		AN_LANE_BASE + th->idx * AN_LANE_SPACE + kind * AN_MAX_LANES + lane;
 	/* the WR */
 	an_pf_sep(an);
 	fprintf(f,

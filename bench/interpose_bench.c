@@ -91,9 +91,10 @@ static void make_side(struct side *s, struct ibv_context *ctx)
 }
 
 enum op { OP_POST1, OP_POST8, OP_POLL0, OP_POLL1, OP_POLL16, OP_FLOOR, OP_N };
-static const char *op_name[OP_N] = { "post_send, 1 WR",	     "post_send, chain of 8",
-				     "poll_cq, empty",	     "poll_cq, 1 completion",
-				     "poll_cq, 16 completions", "floor: rdtsc + 64 B store" };
+static const char *op_name[OP_N] = {
+	"post_send, 1 WR",	 "post_send, chain of 8",   "poll_cq, empty",
+	"poll_cq, 1 completion", "poll_cq, 16 completions", "floor: rdtsc + 64 B store"
+};
 
 static uint8_t floor_ring[1 << 20] __attribute__((aligned(64)));
 
@@ -139,7 +140,8 @@ static double run_op(struct side *s, enum op op, long iters)
 	case OP_FLOOR:
 		for (long i = 0; i < iters; i++) {
 			uint64_t rec[8] = { __rdtsc(), (uint64_t)i, 1, 2, 3, 4, 5, 6 };
-			memcpy(floor_ring + ((i * 64) & (sizeof(floor_ring) - 1)), rec, 64);
+			memcpy(floor_ring + ((i * 64) & (sizeof(floor_ring) - 1)), rec,
+			       64);
 			__asm__ volatile("" ::: "memory");
 		}
 		break;
@@ -177,7 +179,8 @@ static void micro(void)
 	struct ibv_device **l = ibv_get_device_list(&n);
 
 	if (!l || n < 1) {
-		fprintf(stderr, "interpose_bench: no device (fake libibverbs not found?)\n");
+		fprintf(stderr,
+			"interpose_bench: no device (fake libibverbs not found?)\n");
 		exit(1);
 	}
 	/* Traced: through the shim's ibv_open_device, which patches the ops. */
@@ -196,7 +199,8 @@ static void micro(void)
 	int shim = c1->ops.post_send != c2->ops.post_send;
 
 	printf("interpose_bench: ns per call on the fake device (median of 31 bursts;\n"
-	       "burst = 5000 calls, 1000 for chains/16 completions), librbtrace.so %s\n\n",
+	       "burst = 5000 calls, 1000 for chains/16 completions), librbtrace.so "
+	       "%s\n\n",
 	       shim ? "active" : "NOT ACTIVE (traced == untraced)");
 	double fl = burst(&plain, OP_FLOOR);
 	printf("%-26s %10s %10s %10s %12s\n", "call", "untraced", "traced", "added",
@@ -210,7 +214,8 @@ static void micro(void)
 
 	/* Sustained: 2 M back-to-back posts; the ring fills and the application
 	 * waits for the background thread (the recorder's blocking policy). */
-	double u = run_op(&plain, OP_POST1, 2000000), t = run_op(&traced, OP_POST1, 2000000);
+	double u = run_op(&plain, OP_POST1, 2000000),
+	       t = run_op(&traced, OP_POST1, 2000000);
 	printf("sustained post_send, 1 WR, 2 M calls: untraced %.1f ns, traced %.1f ns "
 	       "(includes waiting for the writer thread)\n\n",
 	       u, t);
@@ -227,13 +232,17 @@ static double write_bw_rate(int traced, int port, const char *tmp)
 	snprintf(cmd, sizeof(cmd),
 		 "cd %s && export SOFTNIC_FABRIC=%s/fab LD_LIBRARY_PATH=%s/../softnic "
 		 "RBTRACE_OUTPUT=%s/; "
-		 "%s%s/../interpose/librbtrace.so timeout 60 ib_write_bw -s 64 -n 200000 -p %d "
+		 "%s%s/../interpose/librbtrace.so timeout 60 ib_write_bw -s 64 -n 200000 "
+		 "-p %d "
 		 ">/dev/null 2>&1 & "
-		 "for i in $(seq 200); do grep -qiE \":%04X [0-9A-F]+:0000 0A\" /proc/net/tcp "
+		 "for i in $(seq 200); do grep -qiE \":%04X [0-9A-F]+:0000 0A\" "
+		 "/proc/net/tcp "
 		 "/proc/net/tcp6 && break; sleep 0.05; done; "
-		 "%s%s/../interpose/librbtrace.so timeout 60 ib_write_bw -s 64 -n 200000 -p %d "
+		 "%s%s/../interpose/librbtrace.so timeout 60 ib_write_bw -s 64 -n 200000 "
+		 "-p %d "
 		 "localhost >%s 2>&1; wait",
-		 tmp, tmp, self_dir, tmp, pre, self_dir, port, port, pre, self_dir, port, out);
+		 tmp, tmp, self_dir, tmp, pre, self_dir, port, port, pre, self_dir, port,
+		 out);
 	if (system(cmd) != 0)
 		return -1;
 	FILE *f = fopen(out, "r");
@@ -246,7 +255,8 @@ static double write_bw_rate(int traced, int port, const char *tmp)
 			continue;
 		}
 		double b, it, peak, avg, mpps;
-		if (next && sscanf(line, "%lf %lf %lf %lf %lf", &b, &it, &peak, &avg, &mpps) == 5) {
+		if (next && sscanf(line, "%lf %lf %lf %lf %lf", &b, &it, &peak, &avg,
+				   &mpps) == 5) {
 			rate = mpps;
 			break;
 		}
@@ -262,22 +272,33 @@ static void perftest(void)
 
 	snprintf(so, sizeof(so), "%s/../softnic/libibverbs.so.1", self_dir);
 	if (access(so, R_OK) || system("command -v ib_write_bw >/dev/null 2>&1")) {
-		printf("ib_write_bw over softnic: skipped (softnic or perftest missing)\n");
+		printf("ib_write_bw over softnic: skipped (softnic or perftest "
+		       "missing)\n");
 		return;
 	}
 	if (!mkdtemp(tmp))
 		return;
 	int port = 40000 + getpid() % 10000;
-	double u[3], t[3];
-	for (int i = 0; i < 3; i++) {
+	enum { N = 5 };
+	double u[N], t[N];
+	printf("ib_write_bw -s 64 -n 200000 over softnic, message rate in Mpps "
+	       "(alternating runs):\n  untraced:");
+	for (int i = 0; i < N; i++) {
 		u[i] = write_bw_rate(0, port++, tmp);
 		t[i] = write_bw_rate(1, port++, tmp);
+		printf(" %.2f", u[i]);
 	}
-	qsort(u, 3, sizeof(double), cmp_d);
-	qsort(t, 3, sizeof(double), cmp_d);
-	printf("ib_write_bw -s 64 -n 200000 over softnic, message rate (median of 3):\n"
-	       "  untraced %.4f Mpps, traced %.4f Mpps, traced/untraced %.3f\n",
-	       u[1], t[1], u[1] > 0 ? t[1] / u[1] : 0);
+	printf("\n  traced:  ");
+	for (int i = 0; i < N; i++)
+		printf(" %.2f", t[i]);
+	qsort(u, N, sizeof(double), cmp_d);
+	qsort(t, N, sizeof(double), cmp_d);
+	double load[1] = { 0 };
+	getloadavg(load, 1);
+	printf("\n  median untraced %.3f, traced %.3f, traced/untraced %.3f "
+	       "(load average %.1f on %ld CPUs)\n",
+	       u[N / 2], t[N / 2], u[N / 2] > 0 ? t[N / 2] / u[N / 2] : 0, load[0],
+	       sysconf(_SC_NPROCESSORS_ONLN));
 	char rm[PATH_MAX + 16];
 	snprintf(rm, sizeof(rm), "rm -rf %s", tmp);
 	if (system(rm))
@@ -292,8 +313,9 @@ int main(int argc, char **argv)
 		snprintf(pre, sizeof(pre), "%s/../interpose/librbtrace.so", self_dir);
 		snprintf(lib, sizeof(lib), "%s/../tests/progs/fakeverbs", self_dir);
 		if (access(pre, R_OK) || access(lib, R_OK)) {
-			fprintf(stderr, "interpose_bench: build //interpose:librbtrace.so and "
-					"//tests:progs/fakeverbs/libibverbs.so.1 first\n");
+			fprintf(stderr,
+				"interpose_bench: build //interpose:librbtrace.so and "
+				"//tests:progs/fakeverbs/libibverbs.so.1 first\n");
 			return 1;
 		}
 		setenv("LD_PRELOAD", pre, 1);

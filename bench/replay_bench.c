@@ -57,8 +57,9 @@ int main(void)
 {
 	char self[PATH_MAX], fab[] = "/tmp/replay-bench-XXXXXX", cmd[4 * PATH_MAX], *o;
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	double orig_rate, plain_rate, wall, posts;
-	const int iters = 20000;
+	double orig_rate, plain_rate, wall, posts, best_replay;
+	int best_trace = 0;
+	const int iters = 100000;
 
 	if (n <= 0 || !mkdtemp(fab)) {
 		fprintf(stderr, "replay_bench: setup failed\n");
@@ -69,43 +70,57 @@ int main(void)
 	snprintf(env, sizeof(env), "SOFTNIC_FABRIC=%s LD_LIBRARY_PATH=%s/softnic", fab,
 		 bin);
 
-	/* 1. message rate: original (untraced, then traced) vs replay --timing=asap */
-	snprintf(cmd, sizeof(cmd), "%s/tests/replay_pacer --iters %d --interval-us 0",
-		 bin, iters);
-	o = run(cmd);
-	plain_rate = o && (o = strstr(o, "us (")) ? strtod(o + 4, NULL) : -1;
-	snprintf(cmd, sizeof(cmd),
-		 "LD_PRELOAD=%s/interpose/librbtrace.so RBTRACE_OUTPUT=%s/fast.rbt "
-		 "%s/tests/replay_pacer --iters %d --interval-us 0",
-		 bin, fab, bin, iters);
-	o = run(cmd);
-	if (!o || !(o = strstr(o, "us ("))) {
-		fprintf(stderr, "replay_bench: the pacer did not run: %s\n", o ? o : "");
-		return 1;
+	/* 1. message rate: original (untraced, then traced) vs replay --timing=asap.
+	 * The machine is shared: each is run 3 times, interleaved, best kept. */
+	plain_rate = orig_rate = 0;
+	best_replay = 0;
+	posts = -1;
+	for (int k = 0; k < 3; k++) {
+		double r;
+
+		snprintf(cmd, sizeof(cmd),
+			 "%s/tests/replay_pacer --iters %d --interval-us 0", bin, iters);
+		o = run(cmd);
+		r = o && (o = strstr(o, "us (")) ? strtod(o + 4, NULL) : -1;
+		if (r > plain_rate)
+			plain_rate = r;
+		snprintf(cmd, sizeof(cmd),
+			 "LD_PRELOAD=%s/interpose/librbtrace.so "
+			 "RBTRACE_OUTPUT=%s/fast%d.rbt "
+			 "%s/tests/replay_pacer --iters %d --interval-us 0",
+			 bin, fab, k, bin, iters);
+		o = run(cmd);
+		r = o && (o = strstr(o, "us (")) ? strtod(o + 4, NULL) : -1;
+		if (r > orig_rate) {
+			orig_rate = r;
+			best_trace = k;
+		}
 	}
-	orig_rate = strtod(o + 4, NULL);
-	snprintf(cmd, sizeof(cmd),
-		 "%s/cli/rbtrace replay --json --timing=asap %s/fast.rbt", bin, fab);
-	o = run(cmd);
-	wall = o ? json_num(o, NULL, "wall_ns") : -1;
-	posts = o ? json_num(o, "\"completions\"", "matched") : -1;
+	for (int k = 0; k < 3; k++) {
+		snprintf(cmd, sizeof(cmd),
+			 "%s/cli/rbtrace replay --json --timing=asap %s/fast%d.rbt", bin,
+			 fab, best_trace);
+		o = run(cmd);
+		wall = o ? json_num(o, NULL, "wall_ns") : -1;
+		posts = o ? json_num(o, "\"completions\"", "matched") : -1;
+		/* the span runs from the first to the last step: iters - 1 gaps */
+		if (wall > 0 && (iters - 1) / (wall / 1e9) > best_replay)
+			best_replay = (iters - 1) / (wall / 1e9);
+	}
 	printf("replay_bench: message rate, %d SENDs each polled to completion "
-	       "(softnic)\n",
+	       "(softnic), "
+	       "best of 3\n",
 	       iters);
 	printf("  original, untraced                 %10.0f msg/s\n", plain_rate);
 	printf("  original (recorded by librbtrace)  %10.0f msg/s\n", orig_rate);
-	if (wall > 0 && posts > 0) {
-		/* the span runs from the first to the last step: iters - 1 gaps */
-		double rate = (iters - 1) / (wall / 1e9);
-
+	if (best_replay > 0 && orig_rate > 0)
 		printf("  replay --timing=asap               %10.0f msg/s   ratio %.2f "
 		       "vs "
 		       "recorded, %.2f vs untraced  (%.0f of %d completions matched)\n",
-		       rate, rate / orig_rate, plain_rate > 0 ? rate / plain_rate : 0,
-		       posts, 2 * iters);
-	} else {
+		       best_replay, best_replay / orig_rate,
+		       plain_rate > 0 ? best_replay / plain_rate : 0, posts, 2 * iters);
+	else
 		printf("  replay --timing=asap failed: %s\n", o ? o : "");
-	}
 
 	/* 2. timing fidelity at one SEND every 50 us */
 	snprintf(cmd, sizeof(cmd),

@@ -180,6 +180,7 @@ static uint64_t write_trace(const char *path, uint64_t target)
 struct pass {
 	double secs;
 	long maxrss_kb;
+	double cpu; /* user + system seconds of the child: robust on a shared machine */
 	uint64_t events;
 };
 
@@ -233,6 +234,8 @@ static struct pass run_child(const char *path, int analyse)
 	close(fd[0]);
 	wait4(pid, &st, 0, &ru);
 	p.maxrss_kb = ru.ru_maxrss;
+	p.cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+		(double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 	if (!WIFEXITED(st) || WEXITSTATUS(st)) {
 		fprintf(stderr, "report_bench: pass failed\n");
 		exit(1);
@@ -256,9 +259,9 @@ int main(int argc, char **argv)
 	}
 	printf("report_bench: `rbtrace report` analysis vs a plain reader pass "
 	       "(baseline)\n");
-	printf("%10s %9s %13s %13s %7s %15s %12s %12s\n", "events", "file MiB",
-	       "reader ev/s", "report ev/s", "ratio", "analysis ev/s", "reader RSS",
-	       "report RSS");
+	printf("%10s %9s %5s %13s %13s %7s %15s %12s %12s\n", "events", "file MiB",
+	       "time", "reader ev/s", "report ev/s", "ratio", "analysis ev/s",
+	       "reader RSS", "report RSS");
 	char *s = strdup(sizes), *save = NULL;
 	for (char *tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		uint64_t target = strtoull(tok, NULL, 10) * 1000000ull;
@@ -288,17 +291,24 @@ int main(int argc, char **argv)
 		       re = (double)rep.events / rep.secs;
 		/* the analysis alone: report time minus the decoding it includes */
 		double ae = (double)n / (rep.secs - base.secs);
-		printf("%10llu %9.1f %11.2f M %11.2f M %6.2fx %13.2f M %8ld KiB %8ld "
+		printf("%10llu %9.1f %5s %11.2f M %11.2f M %6.2fx %13.2f M %8ld KiB %8ld "
 		       "KiB\n",
-		       (unsigned long long)n, (double)size / 1048576.0, be / 1e6,
+		       (unsigned long long)n, (double)size / 1048576.0, "wall", be / 1e6,
 		       re / 1e6, re / be, rep.secs > base.secs ? ae / 1e6 : 0.0,
 		       base.maxrss_kb, rep.maxrss_kb);
+		/* the same per CPU second (wall time includes waiting for the CPU) */
+		double bc = (double)n / base.cpu, rc = (double)n / rep.cpu;
+		double ac = (double)n / (rep.cpu - base.cpu);
+		printf("%10s %9s %5s %11.2f M %11.2f M %6.2fx %13.2f M\n", "", "", "cpu",
+		       bc / 1e6, rc / 1e6, rc / bc, rep.cpu > base.cpu ? ac / 1e6 : 0.0);
 		fflush(stdout);
 	}
 	free(s);
 	printf("ratio = report events/s / reader events/s (1.00x: analysis costs nothing "
 	       "beyond decoding); analysis ev/s = events / (report time - reader time);\n"
 	       "RSS = peak resident memory of that pass (flat when it does not grow with "
-	       "the trace's length).\n");
+	       "the trace's length).\n"
+	       "time: wall = elapsed; cpu = user+system CPU seconds of the pass (robust "
+	       "when the machine is shared).\n");
 	return 0;
 }

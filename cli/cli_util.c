@@ -159,7 +159,8 @@ struct rbt_reader *rbt_cli_open_trace(const char *cmd, const char *path)
 	struct rbt_reader *r;
 	int err = rbt_reader_open(path, &r);
 	if (err) {
-		rbt_cli_error(cmd, "%s: %s", path, rbt_strerror(err));
+		rbt_cli_error(cmd, "%s: %s", path,
+			      err == -EINVAL ? "not a regular file" : rbt_strerror(err));
 		return NULL;
 	}
 	return r;
@@ -181,6 +182,8 @@ int rbt_cli_trace_verdict(const char *cmd, const char *path, const struct rbt_re
 		if (t && t->events >= st->events)
 			snprintf(lost, sizeof(lost), "%llu lost",
 				 (unsigned long long)(t->events - st->events));
+		else if (st->unreadable_regions && !st->lost_events_in_bad_chunks)
+			snprintf(lost, sizeof(lost), "an unknown number lost");
 		else
 			snprintf(lost, sizeof(lost), "%s%llu lost",
 				 st->unreadable_regions ? "at least " : "",

@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -51,30 +52,41 @@ static const char *clock_name(uint32_t src)
 	}
 }
 
+/* The recording threads: stream ids, their names from thread events, and
+ * their event counts. */
+struct stream {
+	uint32_t id;
+	uint64_t events;
+	char name[32];
+};
+
 struct streams {
-	uint32_t *v;
+	struct stream *v;
 	size_t n, cap;
 };
 
-static void stream_add(struct streams *s, uint32_t id)
+static struct stream *stream_get(struct streams *s, uint32_t id)
 {
-	for (size_t i = 0; i < s->n; i++)
-		if (s->v[i] == id)
-			return;
+	for (size_t i = s->n; i-- > 0;)
+		if (s->v[i].id == id)
+			return &s->v[i];
 	if (s->n == s->cap) {
 		size_t cap = s->cap ? s->cap * 2 : 16;
-		uint32_t *v = realloc(s->v, cap * sizeof(*v));
+		struct stream *v = realloc(s->v, cap * sizeof(*v));
 		if (!v)
-			return;
+			return NULL;
 		s->v = v;
 		s->cap = cap;
 	}
-	s->v[s->n++] = id;
+	struct stream *t = &s->v[s->n++];
+	memset(t, 0, sizeof(*t));
+	t->id = id;
+	return t;
 }
 
-static int cmp_u32(const void *a, const void *b)
+static int cmp_stream(const void *a, const void *b)
 {
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	uint32_t x = ((const struct stream *)a)->id, y = ((const struct stream *)b)->id;
 	return x < y ? -1 : x > y;
 }
 
@@ -97,7 +109,12 @@ int rbt_cmd_info(int argc, char **argv)
 	const struct rbt_event *ev;
 	int err;
 	while ((err = rbt_reader_next(r, &ev)) > 0) {
-		stream_add(&streams, ev->stream);
+		struct stream *t = stream_get(&streams, ev->stream);
+		if (t)
+			t->events++;
+		if (ev->type == RBT_EV_THREAD && ev->u.thread.tid <= UINT32_MAX &&
+		    (t = stream_get(&streams, (uint32_t)ev->u.thread.tid)))
+			snprintf(t->name, sizeof(t->name), "%s", ev->u.thread.name);
 		if (!first_ts || ev->ts < first_ts)
 			first_ts = ev->ts;
 		if (ev->ts > last_ts)
@@ -143,11 +160,15 @@ int rbt_cmd_info(int argc, char **argv)
 		       (rbt_ticks_to_ns(h, last_ts) - rbt_ticks_to_ns(h, first_ts)) /
 			       1e9);
 	}
-	qsort(streams.v, streams.n, sizeof(*streams.v), cmp_u32);
+	qsort(streams.v, streams.n, sizeof(*streams.v), cmp_stream);
 	printf("streams:   %zu", streams.n);
 	for (size_t i = 0; i < streams.n && i < 16; i++)
-		printf("%s%u", i ? " " : " (", streams.v[i]);
+		printf("%s%u", i ? " " : " (", streams.v[i].id);
 	printf("%s\n", streams.n > 16 ? " ...)" : streams.n ? ")" : "");
+	for (size_t i = 0; i < streams.n && i < 16; i++)
+		printf("  %-10u %-16s %" PRIu64 " events\n", streams.v[i].id,
+		       streams.v[i].name[0] ? streams.v[i].name : "-",
+		       streams.v[i].events);
 	printf("chunks:    %" PRIu64 " intact, %" PRIu64 " damaged\n", st->chunks,
 	       st->bad_chunks);
 	printf("events:    %" PRIu64 "\n", st->events);
@@ -163,6 +184,8 @@ int rbt_cmd_info(int argc, char **argv)
 	if (st->bad_chunks || st->truncated) {
 		if (t && t->events >= st->events)
 			printf(", %" PRIu64 " in damaged chunks", t->events - st->events);
+		else if (st->unreadable_regions && !st->lost_events_in_bad_chunks)
+			printf(", an unknown number in damaged chunks");
 		else
 			printf(", %s%" PRIu64 " in damaged chunks",
 			       st->unreadable_regions ? "at least " : "",

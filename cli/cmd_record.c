@@ -87,13 +87,16 @@ static int beside_self(const char *rel, char *out, size_t len)
 	return access(out, F_OK) == 0 ? 0 : -1;
 }
 
-static int prepend_env(const char *name, const char *value, char sep)
+/* where: 0 puts value first, 1 last (LD_PRELOAD: a sanitizer runtime the user
+ * preloads must stay first). */
+static int add_env(const char *name, const char *value, char sep, int last)
 {
 	const char *old = getenv(name);
 	char *v;
 
 	if (old && *old) {
-		if (asprintf(&v, "%s%c%s", value, sep, old) < 0)
+		if ((last ? asprintf(&v, "%s%c%s", old, sep, value)
+			  : asprintf(&v, "%s%c%s", value, sep, old)) < 0)
 			return -1;
 	} else {
 		v = strdup(value);
@@ -292,8 +295,8 @@ int rbt_cmd_record(int argc, char **argv)
 		sigaction(SIGQUIT, &old_quit, NULL);
 		sigaction(SIGTERM, &old_term, NULL);
 		sigaction(SIGHUP, &old_hup, NULL);
-		if (prepend_env("LD_PRELOAD", lib, ':') ||
-		    (softnic && prepend_env("LD_LIBRARY_PATH", sndir, ':')) ||
+		if (add_env("LD_PRELOAD", lib, ':', 1) ||
+		    (softnic && add_env("LD_LIBRARY_PATH", sndir, ':', 0)) ||
 		    setenv(RBT_ENV_MANIFEST, manifest, 1) ||
 		    (out && setenv(RBT_ENV_OUTPUT, out, 1))) {
 			fprintf(stderr, "rbtrace record: environment: %s\n",

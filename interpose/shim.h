@@ -17,10 +17,10 @@
 
 #include "trace_format/rbt_format.h"
 
-#define RBT_EXPORT	 __attribute__((visibility("default")))
-#define RBT_LIKELY(x)	 __builtin_expect(!!(x), 1)
+#define RBT_EXPORT	__attribute__((visibility("default")))
+#define RBT_LIKELY(x)	__builtin_expect(!!(x), 1)
 #define RBT_UNLIKELY(x) __builtin_expect(!!(x), 0)
-#define RBT_TLS		 __thread __attribute__((tls_model("initial-exec")))
+#define RBT_TLS		__thread __attribute__((tls_model("initial-exec")))
 
 struct rbt_config {
 	size_t ring_bytes;    /* per thread, power of two */
@@ -134,6 +134,14 @@ struct rbt_raw_notify {
 };
 
 /* ---- per-thread ring ------------------------------------------------------- */
+/* A run of empty polls of one CQ: ts of the first entry, exit of the last. */
+struct rbt_fold {
+	void *cq;
+	uint64_t ts, exit, n;
+	uint32_t asked, api;
+};
+#define RBT_FOLDS 4 /* CQs one thread can poll in turn and still get folding */
+
 struct rbt_ring {
 	_Atomic uint64_t head; /* producer: bytes published */
 	char pad0[56];
@@ -144,10 +152,9 @@ struct rbt_ring {
 	uint64_t reserved; /* head after the record being written */
 	int dropping;	   /* waited in vain: drop until half empty */
 	uint64_t lost_events, lost_bytes, lost_first, lost_last;
-	/* folded run of empty polls not yet written */
-	struct ibv_cq *fold_cq;
-	uint64_t fold_ts, fold_exit, fold_n;
-	uint32_t fold_asked, fold_api;
+	/* folded runs of empty polls not yet written, one per CQ polled in turn */
+	struct rbt_fold folds[RBT_FOLDS];
+	uint32_t nfold;
 	/* shared */
 	uint64_t size, mask;
 	uint32_t tid;
@@ -177,7 +184,7 @@ static inline void *rbt_ring_reserve(struct rbt_ring *r, uint32_t len)
 {
 	uint64_t head, pos;
 
-	if (RBT_UNLIKELY(r->fold_n))
+	if (RBT_UNLIKELY(r->nfold))
 		rbt_fold_flush(r);
 	head = atomic_load_explicit(&r->head, memory_order_relaxed);
 	pos = head & r->mask;
@@ -228,12 +235,14 @@ int rbt_dp_contexts(struct ibv_context **out, int max);
 /* ---- resource records shared by both wrapper files (shim_verbs.c) ------------- */
 void rbt_rec_cq_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ctx,
 		       struct ibv_cq *cq, uint32_t cqe_asked, struct ibv_comp_channel *ch,
-		       uint32_t vec, int ex, uint64_t wc_flags, uint32_t flags, int ts_source);
+		       uint32_t vec, int ex, uint64_t wc_flags, uint32_t flags,
+		       int ts_source);
 void rbt_rec_qp_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ctx,
 		       struct ibv_qp *qp, const struct ibv_qp_init_attr_ex *a, int ex);
 void rbt_rec_srq_create(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
 			struct ibv_srq *srq, const struct ibv_srq_init_attr_ex *a);
-void rbt_rec_port_attr(struct ibv_context *ctx, uint8_t port, const struct ibv_port_attr *a);
+void rbt_rec_port_attr(struct ibv_context *ctx, uint8_t port,
+		       const struct ibv_port_attr *a);
 void rbt_rec_device_attr(struct ibv_context *ctx, const struct ibv_device_attr *a,
 			 uint64_t ts_mask, uint64_t core_clock);
 

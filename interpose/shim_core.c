@@ -199,7 +199,7 @@ static uint64_t rbt_calibrate(const struct rbt_clock_pair *from, unsigned ms)
 
 /* ---- recorder state ----------------------------------------------------------- */
 static pthread_mutex_t rbt_start_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t rbt_reg_lock = PTHREAD_MUTEX_INITIALIZER;	 /* ring list */
+static pthread_mutex_t rbt_reg_lock = PTHREAD_MUTEX_INITIALIZER;    /* ring list */
 static pthread_mutex_t rbt_writer_lock = PTHREAD_MUTEX_INITIALIZER; /* drain passes */
 static struct rbt_ring *rbt_rings;
 static pthread_key_t rbt_ring_key;
@@ -227,7 +227,7 @@ static void rbt_ring_thread_exit(void *arg)
 {
 	struct rbt_ring *r = arg;
 
-	if (r->fold_n)
+	if (r->nfold)
 		rbt_fold_flush(r);
 	rbt_tls_ring = NULL;
 	atomic_store_explicit(&r->dead, 1, memory_order_release);
@@ -256,6 +256,9 @@ struct rbt_ring *rbt_ring_create(void)
 		free(r);
 		goto fail;
 	}
+	/* Touch every page now: page faults on the post/poll path would cost more
+	 * than the recording itself. */
+	memset(r->buf, 0, rbt_cfg.ring_bytes);
 	r->size = rbt_cfg.ring_bytes;
 	r->mask = r->size - 1;
 	r->tid = rbt_gettid();
@@ -387,8 +390,10 @@ void *rbt_ring_reserve_slow(struct rbt_ring *r, uint32_t len)
 			break;
 		uint64_t now = rbt_now();
 		if (!deadline)
-			deadline = now + rbt_cfg.block_ms * (rbt_tsc_hz ? rbt_tsc_hz : 3000000000ull) /
-						 1000;
+			deadline =
+				now + rbt_cfg.block_ms *
+					      (rbt_tsc_hz ? rbt_tsc_hz : 3000000000ull) /
+					      1000;
 		else if (now > deadline) {
 			r->dropping = 1;
 			break;
@@ -406,26 +411,28 @@ void *rbt_ring_reserve_slow(struct rbt_ring *r, uint32_t len)
 
 void rbt_fold_flush(struct rbt_ring *r)
 {
-	struct rbt_raw_poll *p;
-	uint64_t n = r->fold_n;
+	uint32_t nf = r->nfold;
 
-	r->fold_n = 0; /* first: reserve below re-enters through here otherwise */
-	p = rbt_ring_reserve(r, sizeof(*p));
-	if (!p)
-		return;
-	p->h.len = sizeof(*p);
-	p->h.kind = RBT_RAW_POLL;
-	p->h.flags = 0;
-	p->ts = r->fold_ts;
-	p->ts_exit = r->fold_exit;
-	p->cq = (uintptr_t)r->fold_cq;
-	p->ret = 0;
-	p->asked = r->fold_asked;
-	p->api = r->fold_api;
-	p->count = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
-	p->nwc = 0;
-	p->pad = 0;
-	rbt_ring_commit(r);
+	r->nfold = 0; /* first: reserve below re-enters through here otherwise */
+	for (uint32_t i = 0; i < nf; i++) {
+		const struct rbt_fold *f = &r->folds[i];
+		struct rbt_raw_poll *p = rbt_ring_reserve(r, sizeof(*p));
+		if (!p)
+			continue;
+		p->h.len = sizeof(*p);
+		p->h.kind = RBT_RAW_POLL;
+		p->h.flags = 0;
+		p->ts = f->ts;
+		p->ts_exit = f->exit;
+		p->cq = (uintptr_t)f->cq;
+		p->ret = 0;
+		p->asked = f->asked;
+		p->api = f->api;
+		p->count = f->n > UINT32_MAX ? UINT32_MAX : (uint32_t)f->n;
+		p->nwc = 0;
+		p->pad = 0;
+		rbt_ring_commit(r);
+	}
 }
 
 /* ---- generic events ------------------------------------------------------------- */
@@ -436,39 +443,40 @@ void rbt_fold_flush(struct rbt_ring *r)
 #define RBT_SZ_I(x)
 #define RBT_SZ_T(x)
 #define RBT_SZ_H(x)
-#define RBT_SZ_S(x) sz += RBT_ALIGN8((x) ? strlen(x) + 1 : 0);
-#define RBT_SZ_B(x) sz += RBT_ALIGN8((x).len);
+#define RBT_SZ_S(x)	     sz += RBT_ALIGN8((x) ? strlen(x) + 1 : 0);
+#define RBT_SZ_B(x)	     sz += RBT_ALIGN8((x).len);
 #define RBT_SZ_F(kind, name) RBT_SZ_##kind(e->name)
-#define RBT_SZ_A(rec, name) sz += RBT_ALIGN8((size_t)e->n_##name * sizeof(struct rbt_##rec));
+#define RBT_SZ_A(rec, name) \
+	sz += RBT_ALIGN8((size_t)e->n_##name * sizeof(struct rbt_##rec));
 
 #define RBT_CP_U(x)
 #define RBT_CP_I(x)
 #define RBT_CP_T(x)
 #define RBT_CP_H(x)
-#define RBT_CP_S(x)                                            \
-	if (x) {                                               \
-		size_t l_ = strlen(x) + 1;                     \
-		memcpy(base + off, (x), l_);                   \
-		(x) = (const char *)(uintptr_t)off;            \
-		off += RBT_ALIGN8(l_);                         \
+#define RBT_CP_S(x)                                 \
+	if (x) {                                    \
+		size_t l_ = strlen(x) + 1;          \
+		memcpy(base + off, (x), l_);        \
+		(x) = (const char *)(uintptr_t)off; \
+		off += RBT_ALIGN8(l_);              \
 	}
-#define RBT_CP_B(x)                                            \
-	if ((x).len) {                                         \
-		memcpy(base + off, (x).data, (x).len);         \
-		(x).data = (const uint8_t *)(uintptr_t)off;    \
-		off += RBT_ALIGN8((x).len);                    \
-	} else {                                               \
-		(x).data = NULL;                               \
+#define RBT_CP_B(x)                                         \
+	if ((x).len) {                                      \
+		memcpy(base + off, (x).data, (x).len);      \
+		(x).data = (const uint8_t *)(uintptr_t)off; \
+		off += RBT_ALIGN8((x).len);                 \
+	} else {                                            \
+		(x).data = NULL;                            \
 	}
 #define RBT_CP_F(kind, name) RBT_CP_##kind(e->name)
-#define RBT_CP_A(rec, name)                                                    \
-	if (e->n_##name) {                                                     \
-		size_t l_ = (size_t)e->n_##name * sizeof(struct rbt_##rec);    \
-		memcpy(base + off, e->name, l_);                               \
-		e->name = (const struct rbt_##rec *)(uintptr_t)off;            \
-		off += RBT_ALIGN8(l_);                                         \
-	} else {                                                               \
-		e->name = NULL;                                                \
+#define RBT_CP_A(rec, name)                                                 \
+	if (e->n_##name) {                                                  \
+		size_t l_ = (size_t)e->n_##name * sizeof(struct rbt_##rec); \
+		memcpy(base + off, e->name, l_);                            \
+		e->name = (const struct rbt_##rec *)(uintptr_t)off;         \
+		off += RBT_ALIGN8(l_);                                      \
+	} else {                                                            \
+		e->name = NULL;                                             \
 	}
 
 #define RBT_FX_U(x)
@@ -476,7 +484,7 @@ void rbt_fold_flush(struct rbt_ring *r)
 #define RBT_FX_T(x)
 #define RBT_FX_H(x)
 #define RBT_FX_S(x) (x) = (x) ? (const char *)(base + (uintptr_t)(x)) : "";
-#define RBT_FX_B(x) \
+#define RBT_FX_B(x)  \
 	if ((x).len) \
 		(x).data = base + (uintptr_t)(x).data;
 #define RBT_FX_F(kind, name) RBT_FX_##kind(e->name)
@@ -489,11 +497,11 @@ static size_t rbt_event_extra(const struct rbt_event *ev)
 	size_t sz = 0;
 
 	switch (ev->type) {
-#define RBT__SZ_CASE(NAME, id, lname)                             \
-	case RBT_EV_##NAME: {                                     \
-		const struct rbt_ev_##lname *e = &ev->u.lname;    \
-		(void)e;                                          \
-		RBT_EV_##lname(RBT_SZ_F, RBT_SZ_A) break;         \
+#define RBT__SZ_CASE(NAME, id, lname)                          \
+	case RBT_EV_##NAME: {                                  \
+		const struct rbt_ev_##lname *e = &ev->u.lname; \
+		(void)e;                                       \
+		RBT_EV_##lname(RBT_SZ_F, RBT_SZ_A) break;      \
 	}
 		RBT_EVENT_LIST(RBT__SZ_CASE)
 	default:
@@ -505,11 +513,11 @@ static size_t rbt_event_extra(const struct rbt_event *ev)
 static void rbt_event_pack(struct rbt_event *copy, uint8_t *base, size_t off)
 {
 	switch (copy->type) {
-#define RBT__CP_CASE(NAME, id, lname)                       \
-	case RBT_EV_##NAME: {                               \
-		struct rbt_ev_##lname *e = &copy->u.lname;  \
-		(void)e;                                    \
-		RBT_EV_##lname(RBT_CP_F, RBT_CP_A) break;   \
+#define RBT__CP_CASE(NAME, id, lname)                      \
+	case RBT_EV_##NAME: {                              \
+		struct rbt_ev_##lname *e = &copy->u.lname; \
+		(void)e;                                   \
+		RBT_EV_##lname(RBT_CP_F, RBT_CP_A) break;  \
 	}
 		RBT_EVENT_LIST(RBT__CP_CASE)
 	default:
@@ -520,11 +528,11 @@ static void rbt_event_pack(struct rbt_event *copy, uint8_t *base, size_t off)
 static void rbt_event_unpack(struct rbt_event *ev, const uint8_t *base)
 {
 	switch (ev->type) {
-#define RBT__FX_CASE(NAME, id, lname)                      \
-	case RBT_EV_##NAME: {                              \
-		struct rbt_ev_##lname *e = &ev->u.lname;   \
-		(void)e;                                   \
-		RBT_EV_##lname(RBT_FX_F, RBT_FX_A) break;  \
+#define RBT__FX_CASE(NAME, id, lname)                     \
+	case RBT_EV_##NAME: {                             \
+		struct rbt_ev_##lname *e = &ev->u.lname;  \
+		(void)e;                                  \
+		RBT_EV_##lname(RBT_FX_F, RBT_FX_A) break; \
 	}
 		RBT_EVENT_LIST(RBT__FX_CASE)
 	default:
@@ -587,8 +595,10 @@ static void rbt_build_id(const struct dl_phdr_info *info, char *out, size_t outl
 			if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 &&
 			    !memcmp(name, "GNU", 4)) {
 				size_t k = 0;
-				for (uint32_t j = 0; j < n->n_descsz && k + 3 < outlen; j++)
-					k += snprintf(out + k, outlen - k, "%02x", desc[j]);
+				for (uint32_t j = 0; j < n->n_descsz && k + 3 < outlen;
+				     j++)
+					k += snprintf(out + k, outlen - k, "%02x",
+						      desc[j]);
 				return;
 			}
 			p = desc + ((n->n_descsz + 3u) & ~3u);
@@ -638,7 +648,8 @@ static int rbt_module_cb(struct dl_phdr_info *info, size_t size, void *arg)
 static int rbt_adds_cb(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs))
-		*(unsigned long long *)arg = info->dlpi_adds + info->dlpi_subs * 1000003ull;
+		*(unsigned long long *)arg =
+			info->dlpi_adds + info->dlpi_subs * 1000003ull;
 	return 1;
 }
 
@@ -745,8 +756,8 @@ static void rbt_append(struct rbt_event *ev, uint32_t stream)
 	err = rbt_writer_append(rbt_writer, ev);
 	if (err < 0) {
 		rbt_writer_failed = 1;
-		rbt_warn("cannot write trace %s: %s; the program runs on untraced", rbt_path,
-			 rbt_strerror(err));
+		rbt_warn("cannot write trace %s: %s; the program runs on untraced",
+			 rbt_path, rbt_strerror(err));
 		atomic_store(&rbt_state, 2);
 		return;
 	}
@@ -759,27 +770,15 @@ static void rbt_decode_post(const struct rbt_raw_hdr *h, uint32_t stream)
 {
 	const struct rbt_raw_post *p = (const void *)h;
 	const uint8_t *q = (const uint8_t *)(p + 1);
-	const uint8_t *end = (const uint8_t *)h + h->len;
 	struct rbt_event ev = { .ts = p->ts };
-	size_t nsge = 0;
-
-	/* First pass: count sges for the scratch arrays. */
-	const uint8_t *s = q;
-	for (uint32_t i = 0; i < p->nwr && s < end; i++) {
-		if (h->kind == RBT_RAW_POST_SEND) {
-			const struct rbt_raw_swr *w = (const void *)s;
-			nsge += w->nsge;
-			s += sizeof(*w) + w->nsge * sizeof(struct rbt_raw_sge) +
-			     RBT_ALIGN8(w->payload_len);
-		} else {
-			const struct rbt_raw_rwr *w = (const void *)s;
-			nsge += w->nsge;
-			s += sizeof(*w) + w->nsge * sizeof(struct rbt_raw_sge);
-		}
-	}
-	struct rbt_sge *sges = rbt_scratch(&rbt_sc_sge, (nsge + 1) * sizeof(struct rbt_sge));
+	/* Every sge takes 16 bytes of the record: that bounds their number without
+	 * a counting pass. */
+	size_t nsge = h->len / sizeof(struct rbt_raw_sge);
+	const uint8_t *s;
+	struct rbt_sge *sges =
+		rbt_scratch(&rbt_sc_sge, (nsge + 1) * sizeof(struct rbt_sge));
 	size_t wsz = h->kind == RBT_RAW_POST_SEND ? sizeof(struct rbt_send_wr)
-						 : sizeof(struct rbt_recv_wr);
+						  : sizeof(struct rbt_recv_wr);
 	void *wrs = rbt_scratch(&rbt_sc_wr, (p->nwr + 1) * wsz);
 	if (!sges || !wrs)
 		return;
@@ -791,7 +790,6 @@ static void rbt_decode_post(const struct rbt_raw_hdr *h, uint32_t stream)
 		if (h->kind == RBT_RAW_POST_SEND) {
 			const struct rbt_raw_swr *w = (const void *)s;
 			struct rbt_send_wr *o = (struct rbt_send_wr *)wrs + i;
-			memset(o, 0, sizeof(*o));
 			o->wr_id = w->wr_id;
 			o->opcode = w->opcode;
 			o->send_flags = w->send_flags;
@@ -808,13 +806,15 @@ static void rbt_decode_post(const struct rbt_raw_hdr *h, uint32_t stream)
 			o->n_sges = n;
 			o->sges = sges + k;
 			o->payload.len = w->payload_len;
-			o->payload.data = w->payload_len ? (const uint8_t *)(rs + n) : NULL;
+			o->payload.data =
+				w->payload_len ? (const uint8_t *)(rs + n) : NULL;
 			s = (const uint8_t *)(rs + n) + RBT_ALIGN8(w->payload_len);
 		} else {
 			const struct rbt_raw_rwr *w = (const void *)s;
 			struct rbt_recv_wr *o = (struct rbt_recv_wr *)wrs + i;
-			memset(o, 0, sizeof(*o));
 			o->wr_id = w->wr_id;
+			o->payload.data = NULL;
+			o->payload.len = 0;
 			n = w->nsge;
 			rs = (const void *)(w + 1);
 			o->n_sges = n;
@@ -866,7 +866,8 @@ static void rbt_decode_poll(const struct rbt_raw_hdr *h, uint32_t stream)
 {
 	const struct rbt_raw_poll *p = (const void *)h;
 	struct rbt_event ev = { .type = RBT_EV_POLL_CQ, .ts = p->ts };
-	struct rbt_wc *wcs = rbt_scratch(&rbt_sc_wc, (p->nwc + 1) * sizeof(struct rbt_wc));
+	struct rbt_wc *wcs =
+		rbt_scratch(&rbt_sc_wc, (p->nwc + 1) * sizeof(struct rbt_wc));
 
 	if (!wcs)
 		return;
@@ -874,7 +875,8 @@ static void rbt_decode_poll(const struct rbt_raw_hdr *h, uint32_t stream)
 		const struct ibv_wc *w;
 		uint64_t hw = 0;
 		if (h->flags & RBT_POLL_WCX) {
-			const struct rbt_raw_wcx *x = (const struct rbt_raw_wcx *)(p + 1) + i;
+			const struct rbt_raw_wcx *x =
+				(const struct rbt_raw_wcx *)(p + 1) + i;
 			w = &x->wc;
 			hw = x->hw_ts;
 		} else {
@@ -974,8 +976,9 @@ static void rbt_drain_ring(struct rbt_ring *r)
 		int err = rbt_writer_end_chunk(rbt_writer);
 		if (err < 0) {
 			rbt_writer_failed = 1;
-			rbt_warn("cannot write trace %s: %s; the program runs on untraced",
-				 rbt_path, rbt_strerror(err));
+			rbt_warn(
+				"cannot write trace %s: %s; the program runs on untraced",
+				rbt_path, rbt_strerror(err));
 			atomic_store(&rbt_state, 2);
 		}
 	}
@@ -1044,9 +1047,10 @@ static void rbt_write_pending_loss(struct rbt_ring *r)
 
 /* One pass over all rings. all: drain every ring with data (flush time); else only
  * those at least a quarter full or whose thread is gone. */
-static void rbt_drain_pass(int all)
+static uint64_t rbt_drain_pass(int all)
 {
 	struct rbt_ring *r, **pp;
+	uint64_t seen = 0;
 
 	pthread_mutex_lock(&rbt_writer_lock);
 	pthread_mutex_lock(&rbt_reg_lock);
@@ -1057,6 +1061,7 @@ static void rbt_drain_pass(int all)
 	for (; r; r = r->next) {
 		uint64_t used = atomic_load_explicit(&r->head, memory_order_acquire) -
 				atomic_load_explicit(&r->tail, memory_order_relaxed);
+		seen += used;
 		if (used && (all || used >= r->size / 4 || atomic_load(&r->dead)))
 			rbt_drain_ring(r);
 	}
@@ -1074,6 +1079,7 @@ static void rbt_drain_pass(int all)
 	}
 	pthread_mutex_unlock(&rbt_reg_lock);
 	pthread_mutex_unlock(&rbt_writer_lock);
+	return seen;
 }
 
 static void rbt_read_cmdline(char *buf, size_t len)
@@ -1119,8 +1125,8 @@ static int rbt_open_writer(void)
 	if (err < 0) {
 		rbt_writer = NULL;
 		rbt_writer_failed = 1;
-		rbt_warn("cannot write trace %s: %s; the program runs on untraced", rbt_path,
-			 rbt_strerror(err));
+		rbt_warn("cannot write trace %s: %s; the program runs on untraced",
+			 rbt_path, rbt_strerror(err));
 		atomic_store(&rbt_state, 2);
 		return err;
 	}
@@ -1141,7 +1147,8 @@ static void rbt_close_writer(void)
 		rbt_warn("cannot finish trace %s: %s", rbt_path, rbt_strerror(err));
 	rbt_writer = NULL;
 	rbt_log("trace %s: %llu events, %llu lost", rbt_path,
-		(unsigned long long)rbt_events_appended, (unsigned long long)rbt_lost_total);
+		(unsigned long long)rbt_events_appended,
+		(unsigned long long)rbt_lost_total);
 }
 
 /* Losses still pending in producers when recording ends are written by the
@@ -1177,16 +1184,17 @@ static void *rbt_drainer_main(void *arg)
 	pthread_mutex_unlock(&rbt_writer_lock);
 	next_flush = rbt_now() + rbt_cfg.flush_ticks;
 	next_sample = rbt_now() + rbt_tsc_hz;
+	int wait_ms = tick;
 	while (!atomic_load(&rbt_stop_req)) {
 		struct pollfd pfd = { .fd = rbt_wake_pipe[0], .events = POLLIN };
 		char junk[64];
-		if (poll(&pfd, 1, tick) > 0) {
+		if (poll(&pfd, 1, wait_ms) > 0) {
 			ssize_t n = read(rbt_wake_pipe[0], junk, sizeof(junk));
 			(void)n;
 		}
 		uint64_t now = rbt_now();
 		int all = now >= next_flush;
-		rbt_drain_pass(all);
+		uint64_t seen = rbt_drain_pass(all);
 		if (all)
 			next_flush = now + rbt_cfg.flush_ticks;
 		if (now >= next_sample) {
@@ -1194,7 +1202,20 @@ static void *rbt_drainer_main(void *arg)
 			rbt_clock_sample(me);
 			pthread_mutex_unlock(&rbt_writer_lock);
 			/* NIC clock samples feed the analyzer's clock model: 10 a second. */
-			next_sample = now + (rbt_cfg.nic_ts ? rbt_tsc_hz / 10 : rbt_tsc_hz);
+			next_sample =
+				now + (rbt_cfg.nic_ts ? rbt_tsc_hz / 10 : rbt_tsc_hz);
+		}
+		/* Busy: look again soon, before a ring fills. Idle: sleep until the next
+		 * flush or sample (a producer with a full ring wakes us early). */
+		if (seen) {
+			wait_ms = tick;
+		} else {
+			uint64_t next =
+				next_flush < next_sample ? next_flush : next_sample;
+			uint64_t t = rbt_now();
+			uint64_t ms =
+				next > t ? (next - t) / (rbt_tsc_hz / 1000 + 1) + 1 : 1;
+			wait_ms = ms > 1000 ? 1000 : (int)ms;
 		}
 	}
 	rbt_drain_pass(1);
@@ -1208,11 +1229,11 @@ static void *rbt_drainer_main(void *arg)
 }
 
 /* Paths that do not fit are cut short, and then simply fail to open. */
-#define RBT_PATHF(buf, ...)                                         \
-	do {                                                        \
-		int n_ = snprintf(buf, sizeof(buf), __VA_ARGS__);   \
-		if (n_ < 0 || n_ >= (int)sizeof(buf))               \
-			buf[0] = 0;                                 \
+#define RBT_PATHF(buf, ...)                                       \
+	do {                                                      \
+		int n_ = snprintf(buf, sizeof(buf), __VA_ARGS__); \
+		if (n_ < 0 || n_ >= (int)sizeof(buf))             \
+			buf[0] = 0;                               \
 	} while (0)
 
 /* ---- output file ------------------------------------------------------------------ */
@@ -1240,7 +1261,7 @@ static int rbt_open_output(void)
 		const char *dir = *out ? out : ".";
 		size_t n = strlen(dir);
 		RBT_PATHF(rbt_path, "%s%srbtrace-%s-%d.rbt", dir,
-			 n && dir[n - 1] == '/' ? "" : "/", prog, (int)getpid());
+			  n && dir[n - 1] == '/' ? "" : "/", prog, (int)getpid());
 	} else if (!rbt_fork_gen && !getenv(RBT_ENV_CLAIMED)) {
 		/* The first process of the tree takes the file name itself; forked
 		 * children and exec'd programs that inherit the setting write beside
@@ -1272,18 +1293,23 @@ static int rbt_open_output(void)
 		fd = open(rbt_path, flags, 0600);
 	}
 	if (fd < 0) {
-		rbt_warn("cannot create trace %s: %s; the program runs on untraced", rbt_path,
-			 strerror(errno));
+		rbt_warn("cannot create trace %s: %s; the program runs on untraced",
+			 rbt_path, strerror(errno));
 		return -1;
 	}
-	fchmod(fd, 0600);
+	/* An existing file keeps its mode through O_TRUNC: make it private too (but
+	 * never change a device node such as /dev/null). */
+	struct stat st;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+		fchmod(fd, 0600);
 	if (rbt_cfg.manifest[0]) {
 		int mfd = open(rbt_cfg.manifest, O_WRONLY | O_APPEND | O_CLOEXEC);
 		if (mfd >= 0) {
 			char line[3 * PATH_MAX], cwd[PATH_MAX] = "";
 			int l;
 			if (rbt_path[0] != '/' && getcwd(cwd, sizeof(cwd)))
-				l = snprintf(line, sizeof(line), "%s/%s\n", cwd, rbt_path);
+				l = snprintf(line, sizeof(line), "%s/%s\n", cwd,
+					     rbt_path);
 			else
 				l = snprintf(line, sizeof(line), "%s\n", rbt_path);
 			if (l < 0 || l >= (int)sizeof(line))
@@ -1405,7 +1431,7 @@ static void rbt_fork_child(void)
 		atomic_store(&mine->tail, h);
 		mine->cached_tail = h;
 		mine->lost_events = mine->lost_bytes = 0;
-		mine->fold_n = 0;
+		mine->nfold = 0;
 		mine->dropping = 0;
 		mine->tid = rbt_gettid();
 		mine->next = NULL;
@@ -1444,7 +1470,7 @@ static void rbt_finish(int from_signal)
 		return;
 	if (atomic_load(&rbt_drainer_tid) == rbt_gettid())
 		return;
-	if (rbt_tls_ring && rbt_tls_ring->fold_n && rbt_tls_inside == 0) {
+	if (rbt_tls_ring && rbt_tls_ring->nfold && rbt_tls_inside == 0) {
 		rbt_tls_inside++;
 		rbt_fold_flush(rbt_tls_ring);
 		rbt_tls_inside--;
@@ -1464,19 +1490,23 @@ static void rbt_finish(int from_signal)
 }
 
 static const int rbt_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGSEGV,
-				   SIGBUS, SIGILL, SIGFPE, SIGABRT };
+				   SIGBUS, SIGILL,  SIGFPE, SIGABRT };
 
-static void rbt_on_signal(int sig)
+static void rbt_on_signal(int sig, siginfo_t *si, void *uc)
 {
 	int saved = errno;
 	struct sigaction dfl = { .sa_handler = SIG_DFL };
 
+	(void)uc;
 	rbt_finish(1);
 	sigemptyset(&dfl.sa_mask);
 	sigaction(sig, &dfl, NULL);
-	/* Synchronous faults re-fire on return; the others are raised again and
+	/* A fault (SEGV, BUS, ILL, FPE raised by an instruction) fires again when
+	 * the handler returns; a signal that was sent is raised again and
 	 * delivered, with the default action, once this handler returns. */
-	if (sig != SIGSEGV && sig != SIGBUS && sig != SIGILL && sig != SIGFPE)
+	int fault = (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE) &&
+		    si && si->si_code > 0;
+	if (!fault)
 		raise(sig);
 	errno = saved;
 }
@@ -1491,13 +1521,13 @@ static void rbt_install_signals(void)
 	if (done++)
 		return;
 	for (size_t i = 0; i < sizeof(rbt_signals) / sizeof(rbt_signals[0]); i++) {
-		struct sigaction old, sa = { .sa_handler = rbt_on_signal };
+		struct sigaction old, sa = { .sa_sigaction = rbt_on_signal };
 		if (sigaction(rbt_signals[i], NULL, &old))
 			continue;
 		if (old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO))
 			continue;
 		sigemptyset(&sa.sa_mask);
-		sa.sa_flags = SA_RESTART | SA_ONSTACK;
+		sa.sa_flags = SA_RESTART | SA_ONSTACK | SA_SIGINFO;
 		sigaction(rbt_signals[i], &sa, NULL);
 	}
 }

@@ -31,10 +31,12 @@ _Static_assert(offsetof(struct verbs_context, context) + sizeof(struct ibv_conte
 _Static_assert(offsetof(struct verbs_context, sz) + sizeof(size_t) ==
 		       offsetof(struct verbs_context, context),
 	       "verbs_context: sz no longer right before context");
-_Static_assert(RBT_VEND(context) == 328 && RBT_VEND(sz) == 336, "verbs_context tail moved");
+_Static_assert(RBT_VEND(context) == 328 && RBT_VEND(sz) == 336,
+	       "verbs_context tail moved");
 _Static_assert(RBT_VEND(close_xrcd) == 352 && RBT_VEND(open_xrcd) == 360 &&
 		       RBT_VEND(create_srq_ex) == 368 && RBT_VEND(create_qp_ex) == 384 &&
-		       RBT_VEND(query_device_ex) == 432 && RBT_VEND(create_cq_ex) == 448 &&
+		       RBT_VEND(query_device_ex) == 432 &&
+		       RBT_VEND(create_cq_ex) == 448 &&
 		       RBT_VEND(query_rt_values) == 456 && RBT_VEND(query_port) == 648,
 	       "verbs_context: extended op offsets differ from the ABI the shim knows");
 _Static_assert(offsetof(struct ibv_context, ops.post_send) == 208 &&
@@ -63,19 +65,24 @@ struct rbt_ctx_ent {
 	struct verbs_context *vctx; /* NULL: not extended, or layout refused */
 	int (*post_send)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **);
 	int (*post_recv)(struct ibv_qp *, struct ibv_recv_wr *, struct ibv_recv_wr **);
-	int (*post_srq_recv)(struct ibv_srq *, struct ibv_recv_wr *, struct ibv_recv_wr **);
+	int (*post_srq_recv)(struct ibv_srq *, struct ibv_recv_wr *,
+			     struct ibv_recv_wr **);
 	int (*poll_cq)(struct ibv_cq *, int, struct ibv_wc *);
 	int (*req_notify_cq)(struct ibv_cq *, int);
 	struct ibv_mw *(*alloc_mw)(struct ibv_pd *, enum ibv_mw_type);
 	int (*dealloc_mw)(struct ibv_mw *);
 	int (*bind_mw)(struct ibv_qp *, struct ibv_mw *, struct ibv_mw_bind *);
 	int (*query_port)(struct ibv_context *, uint8_t, struct ibv_port_attr *, size_t);
-	struct ibv_cq_ex *(*create_cq_ex)(struct ibv_context *, struct ibv_cq_init_attr_ex *);
-	struct ibv_qp *(*create_qp_ex)(struct ibv_context *, struct ibv_qp_init_attr_ex *);
-	struct ibv_srq *(*create_srq_ex)(struct ibv_context *, struct ibv_srq_init_attr_ex *);
+	struct ibv_cq_ex *(*create_cq_ex)(struct ibv_context *,
+					  struct ibv_cq_init_attr_ex *);
+	struct ibv_qp *(*create_qp_ex)(struct ibv_context *,
+				       struct ibv_qp_init_attr_ex *);
+	struct ibv_srq *(*create_srq_ex)(struct ibv_context *,
+					 struct ibv_srq_init_attr_ex *);
 	struct ibv_xrcd *(*open_xrcd)(struct ibv_context *, struct ibv_xrcd_init_attr *);
 	int (*close_xrcd)(struct ibv_xrcd *);
-	int (*query_device_ex)(struct ibv_context *, const struct ibv_query_device_ex_input *,
+	int (*query_device_ex)(struct ibv_context *,
+			       const struct ibv_query_device_ex_input *,
 			       struct ibv_device_attr_ex *, size_t);
 	int (*query_rt_values)(struct ibv_context *, struct ibv_values_ex *);
 	uint64_t ts_mask; /* completion_timestamp_mask of the device */
@@ -139,9 +146,11 @@ static inline void *rbt_obj_find(const void *key)
 	unsigned h = rbt_obj_hash(key);
 
 	for (unsigned i = 0; i < RBT_OBJ_SLOTS; i++, h = (h + 1) & (RBT_OBJ_SLOTS - 1)) {
-		const void *k = atomic_load_explicit(&rbt_obj_key[h], memory_order_acquire);
+		const void *k =
+			atomic_load_explicit(&rbt_obj_key[h], memory_order_acquire);
 		if (k == key)
-			return atomic_load_explicit(&rbt_obj_val[h], memory_order_relaxed);
+			return atomic_load_explicit(&rbt_obj_val[h],
+						    memory_order_relaxed);
 		if (!k)
 			return NULL;
 	}
@@ -187,13 +196,14 @@ void rbt_dp_forget_obj(const void *key)
 }
 
 /* ---- post_send ---------------------------------------------------------------------- */
-#define RBT_MAX_SGE	64  /* sges recorded per WR (more: the first 64) */
-#define RBT_SEG_WRS	256 /* WRs per record; longer chains take several */
+#define RBT_MAX_SGE 64	/* sges recorded per WR (more: the first 64) */
+#define RBT_SEG_WRS 256 /* WRs per record; longer chains take several */
 
 static inline int rbt_wr_has_payload(enum ibv_wr_opcode op)
 {
-	return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
-	       op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_SEND_WITH_INV;
+	return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM ||
+	       op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM ||
+	       op == IBV_WR_SEND_WITH_INV;
 }
 
 static uint32_t rbt_payload_len(const struct ibv_send_wr *w, uint32_t nsge)
@@ -243,7 +253,8 @@ static void rbt_rec_send(struct ibv_qp *qp, struct ibv_send_wr *wr, int ret,
 
 		for (w = wr; w && w != stop && n < RBT_SEG_WRS; w = w->next, n++) {
 			uint32_t ns = rbt_nsge(w->num_sge);
-			len += sizeof(struct rbt_raw_swr) + ns * sizeof(struct rbt_raw_sge) +
+			len += sizeof(struct rbt_raw_swr) +
+			       ns * sizeof(struct rbt_raw_sge) +
 			       ((rbt_payload_len(w, ns) + 7u) & ~7u);
 		}
 		struct rbt_raw_post *p = rbt_ring_reserve(r, (uint32_t)len);
@@ -268,8 +279,9 @@ static void rbt_rec_send(struct ibv_qp *qp, struct ibv_send_wr *wr, int ret,
 				o->wr_id = w->wr_id;
 				o->opcode = w->opcode;
 				o->send_flags = w->send_flags;
-				o->imm = w->opcode == IBV_WR_SEND_WITH_INV ? w->invalidate_rkey
-									    : be32toh(w->imm_data);
+				o->imm = w->opcode == IBV_WR_SEND_WITH_INV
+						 ? w->invalidate_rkey
+						 : be32toh(w->imm_data);
 				o->remote_qpn = 0;
 				o->remote_qkey = 0;
 				o->ah = 0;
@@ -416,32 +428,40 @@ static int rbt_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 	uint64_t t0 = rbt_now();
 	int ret = c->post_srq_recv(srq, wr, bad_wr);
 	uint64_t t1 = rbt_now();
-	rbt_rec_recv(RBT_RAW_POST_SRQ, srq, 0, wr, ret, ret && bad_wr ? *bad_wr : NULL, t0,
-		     t1);
+	rbt_rec_recv(RBT_RAW_POST_SRQ, srq, 0, wr, ret, ret && bad_wr ? *bad_wr : NULL,
+		     t0, t1);
 	return ret;
 }
 
 /* ---- polling ------------------------------------------------------------------------- */
 /* Runs of empty polls on one CQ become one record (count = N, ts = first entry,
  * ts_exit = last exit), kept in the ring struct until something else is
- * recorded, the run is a flush interval old, or the thread ends. */
+ * recorded, the run is a flush interval old, or the thread ends. Up to
+ * RBT_FOLDS CQs polled in turn (send CQ, receive CQ, ...) fold at once. */
 static inline void rbt_rec_empty_poll(struct rbt_ring *r, void *cq, uint32_t asked,
 				      uint32_t api, uint64_t t0, uint64_t t1)
 {
-	if (r->fold_n && r->fold_cq == cq && r->fold_asked == asked && r->fold_api == api &&
-	    t1 - r->fold_ts < rbt_cfg.flush_ticks) {
-		r->fold_n++;
-		r->fold_exit = t1;
-		return;
+	struct rbt_fold *f = r->folds;
+
+	for (uint32_t i = 0; i < r->nfold; i++, f++) {
+		if (f->cq == cq && f->asked == asked && f->api == api) {
+			if (t1 - f->ts < rbt_cfg.flush_ticks) {
+				f->n++;
+				f->exit = t1;
+				return;
+			}
+			break; /* a flush interval old: write it and start again */
+		}
 	}
-	if (r->fold_n)
+	if (f != r->folds + r->nfold || r->nfold == RBT_FOLDS)
 		rbt_fold_flush(r);
-	r->fold_cq = cq;
-	r->fold_ts = t0;
-	r->fold_exit = t1;
-	r->fold_asked = asked;
-	r->fold_api = api;
-	r->fold_n = 1;
+	f = &r->folds[r->nfold++];
+	f->cq = cq;
+	f->ts = t0;
+	f->exit = t1;
+	f->n = 1;
+	f->asked = asked;
+	f->api = api;
 }
 
 static void rbt_rec_poll(struct ibv_cq *cq, int asked, int ret, const struct ibv_wc *wc,
@@ -564,7 +584,8 @@ static void rbt_cqx_capture(struct rbt_cqx_ent *e, struct ibv_cq_ex *cq,
 		x->wc.wc_flags = cq->read_wc_flags(cq);
 	if ((f & IBV_WC_EX_WITH_BYTE_LEN) && cq->read_byte_len)
 		x->wc.byte_len = cq->read_byte_len(cq);
-	if ((f & IBV_WC_EX_WITH_IMM) && cq->read_imm_data && (x->wc.wc_flags & IBV_WC_WITH_IMM))
+	if ((f & IBV_WC_EX_WITH_IMM) && cq->read_imm_data &&
+	    (x->wc.wc_flags & IBV_WC_WITH_IMM))
 		x->wc.imm_data = cq->read_imm_data(cq);
 	if ((f & IBV_WC_EX_WITH_SRC_QP) && cq->read_src_qp)
 		x->wc.src_qp = cq->read_src_qp(cq);
@@ -661,7 +682,8 @@ static void rbt_cqx_end_poll(struct ibv_cq_ex *cq)
 		rbt_cqx_emit(e, e->n, e->ts, rbt_now());
 }
 
-static struct rbt_cqx_ent *rbt_wrap_cqx(struct ibv_cq_ex *cq, uint64_t wc_flags, int emulated)
+static struct rbt_cqx_ent *rbt_wrap_cqx(struct ibv_cq_ex *cq, uint64_t wc_flags,
+					int emulated)
 {
 	struct rbt_cqx_ent *e;
 
@@ -734,7 +756,8 @@ static int rbt_poll_emulated(struct rbt_cqx_ent *e, struct ibv_cq *cq, int n,
 	if (rec) {
 		/* api 0: to the program this was an ordinary ibv_poll_cq. */
 		struct rbt_ring *r = rbt_ring_get();
-		uint32_t len = sizeof(struct rbt_raw_poll) + e->n * sizeof(struct rbt_raw_wcx);
+		uint32_t len =
+			sizeof(struct rbt_raw_poll) + e->n * sizeof(struct rbt_raw_wcx);
 		struct rbt_raw_poll *p = rbt_ring_reserve(r, len);
 		if (p) {
 			p->h.len = len;
@@ -784,16 +807,17 @@ struct ibv_cq *rbt_dp_create_ts_cq(struct ibv_context *ctx, int cqe, void *cq_co
 }
 
 /* ---- ibv_qp_ex: ibv_wr_* ------------------------------------------------------------ */
-#define RBT_QPX_OPS(X)                                                              \
-	X(wr_atomic_cmp_swp)                                                        \
-	X(wr_atomic_fetch_add) X(wr_bind_mw) X(wr_local_inv) X(wr_rdma_read)        \
-		X(wr_rdma_write) X(wr_rdma_write_imm) X(wr_send) X(wr_send_imm)     \
-			X(wr_send_inv) X(wr_send_tso) X(wr_set_ud_addr)             \
-				X(wr_set_xrc_srqn) X(wr_set_inline_data)            \
-					X(wr_set_inline_data_list) X(wr_set_sge)    \
-						X(wr_set_sge_list) X(wr_start)      \
-							X(wr_complete) X(wr_abort)  \
-								X(wr_atomic_write)
+#define RBT_QPX_OPS(X)                                                                 \
+	X(wr_atomic_cmp_swp)                                                           \
+	X(wr_atomic_fetch_add)                                                         \
+	X(wr_bind_mw)                                                                  \
+	X(wr_local_inv)                                                                \
+	X(wr_rdma_read)                                                                \
+	X(wr_rdma_write) X(wr_rdma_write_imm) X(wr_send) X(wr_send_imm) X(wr_send_inv) \
+		X(wr_send_tso) X(wr_set_ud_addr) X(wr_set_xrc_srqn)                    \
+			X(wr_set_inline_data) X(wr_set_inline_data_list) X(wr_set_sge) \
+				X(wr_set_sge_list) X(wr_start) X(wr_complete)          \
+					X(wr_abort) X(wr_atomic_write)
 
 #define RBT_QPX_WRS  32
 #define RBT_QPX_SGES 8
@@ -818,7 +842,8 @@ static void rbt_qpx_emit(struct rbt_qpx_ent *e, int ret, uint64_t t1)
 	struct rbt_raw_post *p;
 
 	for (uint32_t i = 0; i < e->n; i++)
-		len += sizeof(struct rbt_raw_swr) + e->wrs[i].w.nsge * sizeof(struct rbt_raw_sge);
+		len += sizeof(struct rbt_raw_swr) +
+		       e->wrs[i].w.nsge * sizeof(struct rbt_raw_sge);
 	p = rbt_ring_reserve(r, (uint32_t)len);
 	if (p) {
 		p->h.len = (uint32_t)len;
@@ -880,9 +905,9 @@ static inline void rbt_qpx_add_sge(struct rbt_qpx_wr *c, uint64_t addr, uint32_t
 	}
 }
 
-#define RBT_QPX_ENT(q)                                   \
-	struct rbt_qpx_ent *e = rbt_obj_find(q);         \
-	if (RBT_UNLIKELY(!e))                            \
+#define RBT_QPX_ENT(q)                           \
+	struct rbt_qpx_ent *e = rbt_obj_find(q); \
+	if (RBT_UNLIKELY(!e))                    \
 		return;
 
 static void rbt_wr_atomic_cmp_swp(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra,
@@ -1050,12 +1075,14 @@ static void rbt_wr_set_inline_data_list(struct ibv_qp_ex *q, size_t n,
 	if (c) {
 		c->w.send_flags |= IBV_SEND_INLINE;
 		for (size_t i = 0; i < n; i++)
-			rbt_qpx_add_sge(c, (uintptr_t)bufs[i].addr, (uint32_t)bufs[i].length, 0);
+			rbt_qpx_add_sge(c, (uintptr_t)bufs[i].addr,
+					(uint32_t)bufs[i].length, 0);
 	}
 	e->wr_set_inline_data_list(q, n, bufs);
 }
 
-static void rbt_wr_set_sge(struct ibv_qp_ex *q, uint32_t lkey, uint64_t addr, uint32_t len)
+static void rbt_wr_set_sge(struct ibv_qp_ex *q, uint32_t lkey, uint64_t addr,
+			   uint32_t len)
 {
 	RBT_QPX_ENT(q);
 	struct rbt_qpx_wr *c = rbt_qpx_cur(e);
@@ -1126,10 +1153,10 @@ static void rbt_qpx_recheck(struct rbt_qpx_ent *e)
 {
 	struct ibv_qp_ex *q = e->qpx;
 
-#define RBT_QPX_REWRAP(f)                                   \
-	if (q->f && q->f != rbt_##f) {                      \
-		e->f = q->f;                                \
-		q->f = rbt_##f;                             \
+#define RBT_QPX_REWRAP(f)              \
+	if (q->f && q->f != rbt_##f) { \
+		e->f = q->f;           \
+		q->f = rbt_##f;        \
 	}
 	RBT_QPX_OPS(RBT_QPX_REWRAP)
 }
@@ -1199,16 +1226,18 @@ static struct ibv_cq_ex *rbt_create_cq_ex(struct ibv_context *ctx,
 	int err = cq ? 0 : errno;
 	uint64_t t1 = rbt_now();
 	int ts_src = (a->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) ? 1 : 0;
-	rbt_rec_cq_create(t0, t1, err, ctx, cq ? ibv_cq_ex_to_cq(cq) : NULL, cqe, a->channel,
-			  a->comp_vector, 1, a->wc_flags,
-			  (a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) ? a->flags : 0, ts_src);
+	rbt_rec_cq_create(t0, t1, err, ctx, cq ? ibv_cq_ex_to_cq(cq) : NULL, cqe,
+			  a->channel, a->comp_vector, 1, a->wc_flags,
+			  (a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) ? a->flags : 0,
+			  ts_src);
 	if (cq)
 		rbt_wrap_cqx(cq, a->wc_flags, 0);
 	errno = err ? err : errno;
 	return cq;
 }
 
-static struct ibv_qp *rbt_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a)
+static struct ibv_qp *rbt_create_qp_ex(struct ibv_context *ctx,
+				       struct ibv_qp_init_attr_ex *a)
 {
 	struct rbt_ctx_ent *c = rbt_ctx_find(ctx);
 
@@ -1251,13 +1280,14 @@ static struct ibv_srq *rbt_create_srq_ex(struct ibv_context *ctx,
 	rbt_tls_inside--;
 	int err = srq ? 0 : errno;
 	uint64_t t1 = rbt_now();
-	rbt_rec_srq_create(t0, t1, err, (a->comp_mask & IBV_SRQ_INIT_ATTR_PD) ? a->pd : NULL,
-			   srq, a);
+	rbt_rec_srq_create(t0, t1, err,
+			   (a->comp_mask & IBV_SRQ_INIT_ATTR_PD) ? a->pd : NULL, srq, a);
 	errno = err ? err : errno;
 	return srq;
 }
 
-static struct ibv_xrcd *rbt_open_xrcd(struct ibv_context *ctx, struct ibv_xrcd_init_attr *a)
+static struct ibv_xrcd *rbt_open_xrcd(struct ibv_context *ctx,
+				      struct ibv_xrcd_init_attr *a)
 {
 	struct rbt_ctx_ent *c = rbt_ctx_find(ctx);
 
@@ -1278,8 +1308,10 @@ static struct ibv_xrcd *rbt_open_xrcd(struct ibv_context *ctx, struct ibv_xrcd_i
 	ev.u.xrcd_open.err = err;
 	ev.u.xrcd_open.ctx = (uintptr_t)ctx;
 	ev.u.xrcd_open.xrcd = (uintptr_t)x;
-	ev.u.xrcd_open.fd = (a->comp_mask & IBV_XRCD_INIT_ATTR_FD) ? (uint64_t)a->fd : ~0ull;
-	ev.u.xrcd_open.oflags = (a->comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS) ? a->oflags : 0;
+	ev.u.xrcd_open.fd =
+		(a->comp_mask & IBV_XRCD_INIT_ATTR_FD) ? (uint64_t)a->fd : ~0ull;
+	ev.u.xrcd_open.oflags =
+		(a->comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS) ? a->oflags : 0;
 	rbt_emit(&ev);
 	rbt_emit_stack(RBT_EV_XRCD_OPEN);
 	errno = err ? err : errno;
@@ -1322,14 +1354,14 @@ static int rbt_query_device_ex(struct ibv_context *ctx,
 	rbt_tls_inside--;
 	int saved = errno;
 	if (!ret)
-		rbt_rec_device_attr(ctx, &attr->orig_attr,
-				    sz >= offsetof(struct ibv_device_attr_ex, hca_core_clock) +
-						    8
-					    ? attr->completion_timestamp_mask
-					    : 0,
-				    sz >= offsetof(struct ibv_device_attr_ex, hca_core_clock) + 8
-					    ? attr->hca_core_clock
-					    : 0);
+		rbt_rec_device_attr(
+			ctx, &attr->orig_attr,
+			sz >= offsetof(struct ibv_device_attr_ex, hca_core_clock) + 8
+				? attr->completion_timestamp_mask
+				: 0,
+			sz >= offsetof(struct ibv_device_attr_ex, hca_core_clock) + 8
+				? attr->hca_core_clock
+				: 0);
 	errno = saved;
 	return ret;
 }
@@ -1348,18 +1380,19 @@ static int rbt_query_rt_values(struct ibv_context *ctx, struct ibv_values_ex *v)
 	int saved = errno;
 	if (!ret && (v->comp_mask & IBV_VALUES_MASK_RAW_CLOCK)) {
 		/* The program's own clock readings are samples for the model too. */
-		struct rbt_event ev = { .type = RBT_EV_CLOCK_SAMPLE, .ts = t0 + (t1 - t0) / 2 };
+		struct rbt_event ev = { .type = RBT_EV_CLOCK_SAMPLE,
+					.ts = t0 + (t1 - t0) / 2 };
 		ev.u.clock_sample.ctx = (uintptr_t)ctx;
-		ev.u.clock_sample.nic_ts =
-			(uint64_t)v->raw_clock.tv_sec * 1000000000ull + v->raw_clock.tv_nsec;
+		ev.u.clock_sample.nic_ts = (uint64_t)v->raw_clock.tv_sec * 1000000000ull +
+					   v->raw_clock.tv_nsec;
 		rbt_emit(&ev);
 	}
 	errno = saved;
 	return ret;
 }
 
-static int rbt_query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *a,
-			     size_t len)
+static int rbt_query_port_ex(struct ibv_context *ctx, uint8_t port,
+			     struct ibv_port_attr *a, size_t len)
 {
 	struct rbt_ctx_ent *c = rbt_ctx_find(ctx);
 
@@ -1474,7 +1507,8 @@ static void rbt_probe_device(struct rbt_ctx_ent *c)
 		if (c->query_port) {
 			r = c->query_port(ctx, p, &pa, sizeof(pa));
 		} else {
-			static int (*qp)(struct ibv_context *, uint8_t, struct ibv_port_attr *);
+			static int (*qp)(struct ibv_context *, uint8_t,
+					 struct ibv_port_attr *);
 			if (!qp)
 				qp = rbt_real("ibv_query_port", "IBVERBS_1.1");
 			if (qp)
@@ -1503,7 +1537,9 @@ void rbt_dp_patch_context(struct ibv_context *ctx)
 		c = &rbt_ctxs[n];
 	if (!c) {
 		pthread_mutex_unlock(&rbt_ctx_lock);
-		rbt_note(1, "more than 64 device contexts: data path of the rest not traced");
+		rbt_note(
+			1,
+			"more than 64 device contexts: data path of the rest not traced");
 		return;
 	}
 	struct rbt_ctx_ent fresh = { .ctx = ctx };
@@ -1513,15 +1549,17 @@ void rbt_dp_patch_context(struct ibv_context *ctx)
 		 * anything outside what the shim knows how to read is refused. */
 		if (v->sz < RBT_VEND(sz) || v->sz > 65536) {
 			snprintf(note, sizeof(note),
-				 "device context layout not recognised (verbs_context sz=%zu): "
+				 "device context layout not recognised (verbs_context "
+				 "sz=%zu): "
 				 "extended verbs not traced",
 				 v->sz);
 			v = NULL;
 		}
 	} else {
-		snprintf(note, sizeof(note),
-			 "device context is not an extended verbs_context: extended verbs "
-			 "not traced");
+		snprintf(
+			note, sizeof(note),
+			"device context is not an extended verbs_context: extended verbs "
+			"not traced");
 	}
 	fresh.vctx = v;
 	fresh.post_send = ctx->ops.post_send;
@@ -1565,8 +1603,8 @@ void rbt_dp_patch_context(struct ibv_context *ctx)
 	if (fresh.bind_mw)
 		ctx->ops.bind_mw = rbt_bind_mw;
 	if (v) {
-#define RBT_PATCH(f, w)          \
-	if (fresh.f)             \
+#define RBT_PATCH(f, w) \
+	if (fresh.f)    \
 		v->f = w;
 		RBT_PATCH(query_port, rbt_query_port_ex)
 		RBT_PATCH(create_cq_ex, rbt_create_cq_ex)

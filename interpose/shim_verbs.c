@@ -21,19 +21,19 @@
 #undef ibv_query_port
 #undef ibv_get_device_list
 
-#define RBT_RESOLVE(name, ver)                                              \
-	static __typeof__(&name) real;                                      \
-	if (RBT_UNLIKELY(!real))                                            \
+#define RBT_RESOLVE(name, ver)         \
+	static __typeof__(&name) real; \
+	if (RBT_UNLIKELY(!real))       \
 		real = (__typeof__(&name))rbt_real(#name, ver);
 
 /* Calls the real function with the tracer flag set; t0/t1 around it and the
  * errno it left in rerrno. */
-#define RBT_CALL(lhs, expr)                \
-	uint64_t t0 = rbt_now();           \
-	rbt_tls_inside++;                  \
-	lhs = expr;                        \
-	rbt_tls_inside--;                  \
-	int rerrno = errno;                \
+#define RBT_CALL(lhs, expr)      \
+	uint64_t t0 = rbt_now(); \
+	rbt_tls_inside++;        \
+	lhs = expr;              \
+	rbt_tls_inside--;        \
+	int rerrno = errno;      \
 	uint64_t t1 = rbt_now();
 
 #define RBT_PERR(p) ((p) ? 0 : rerrno)
@@ -42,7 +42,8 @@
 /* ---- record helpers shared with shim_datapath.c ----------------------------------- */
 void rbt_rec_cq_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ctx,
 		       struct ibv_cq *cq, uint32_t cqe_asked, struct ibv_comp_channel *ch,
-		       uint32_t vec, int ex, uint64_t wc_flags, uint32_t flags, int ts_source)
+		       uint32_t vec, int ex, uint64_t wc_flags, uint32_t flags,
+		       int ts_source)
 {
 	struct rbt_event ev = { .type = RBT_EV_CQ_CREATE, .ts = t0 };
 	struct rbt_ev_cq_create *e = &ev.u.cq_create;
@@ -89,7 +90,8 @@ void rbt_rec_qp_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ct
 	e->max_inline_data = a->cap.max_inline_data;
 	e->sq_sig_all = a->sq_sig_all;
 	e->ex = ex;
-	e->create_flags = (a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) ? a->create_flags : 0;
+	e->create_flags =
+		(a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) ? a->create_flags : 0;
 	e->send_ops_flags =
 		(a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? a->send_ops_flags : 0;
 	rbt_emit(&ev);
@@ -110,11 +112,12 @@ void rbt_rec_srq_create(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
 	e->max_wr = a->attr.max_wr;
 	e->max_sge = a->attr.max_sge;
 	e->srq_limit = a->attr.srq_limit;
-	e->srq_type = (a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? a->srq_type : IBV_SRQT_BASIC;
+	e->srq_type =
+		(a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? a->srq_type : IBV_SRQT_BASIC;
 	e->xrcd = (uintptr_t)((a->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) ? a->xrcd : NULL);
 	e->cq = (uintptr_t)((a->comp_mask & IBV_SRQ_INIT_ATTR_CQ) ? a->cq : NULL);
-	if (srq && e->srq_type == IBV_SRQT_XRC && srq->context->abi_compat ==
-							    __VERBS_ABI_IS_EXTENDED) {
+	if (srq && e->srq_type == IBV_SRQT_XRC &&
+	    srq->context->abi_compat == __VERBS_ABI_IS_EXTENDED) {
 		uint32_t n = 0;
 		struct verbs_context *v = verbs_get_ctx(srq->context);
 		if (v->sz >= sizeof(struct verbs_context) -
@@ -126,7 +129,8 @@ void rbt_rec_srq_create(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
 	rbt_emit_stack(RBT_EV_SRQ_CREATE);
 }
 
-void rbt_rec_port_attr(struct ibv_context *ctx, uint8_t port, const struct ibv_port_attr *a)
+void rbt_rec_port_attr(struct ibv_context *ctx, uint8_t port,
+		       const struct ibv_port_attr *a)
 {
 	struct rbt_event ev = { .type = RBT_EV_PORT_ATTR, .ts = rbt_now() };
 	struct rbt_ev_port_attr *e = &ev.u.port_attr;
@@ -145,7 +149,8 @@ void rbt_rec_port_attr(struct ibv_context *ctx, uint8_t port, const struct ibv_p
 	e->active_speed = a->active_speed;
 	e->active_width = a->active_width;
 	if (!qgid)
-		qgid = (__typeof__(&ibv_query_gid))rbt_real("ibv_query_gid", "IBVERBS_1.1");
+		qgid = (__typeof__(&ibv_query_gid))rbt_real("ibv_query_gid",
+							    "IBVERBS_1.1");
 	rbt_tls_inside++;
 	if (qgid && a->gid_tbl_len > 0 && !qgid(ctx, port, 0, &gid)) {
 		e->gid0.data = gid.raw;
@@ -198,7 +203,7 @@ RBT_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 	if (!rbt_recording())
 		return real(num);
 	int n = 0;
-	RBT_CALL(struct ibv_device **list, real(&n));
+	RBT_CALL(struct ibv_device * *list, real(&n));
 	if (num)
 		*num = n;
 	struct rbt_event ev = { .type = RBT_EV_DEVICE_LIST, .ts = t0 };
@@ -225,13 +230,13 @@ RBT_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
 	}
 	if (!rbt_recording())
 		return real(dev);
-	RBT_CALL(struct ibv_context *ctx, real(dev));
+	RBT_CALL(struct ibv_context * ctx, real(dev));
 	struct rbt_event ev = { .type = RBT_EV_DEVICE_OPEN, .ts = t0 };
 	struct rbt_ev_device_open *e = &ev.u.device_open;
 	static __typeof__(&ibv_get_device_guid) guid;
 	if (!guid)
 		guid = (__typeof__(&ibv_get_device_guid))rbt_real("ibv_get_device_guid",
-								   "IBVERBS_1.1");
+								  "IBVERBS_1.1");
 	e->ts_exit = t1;
 	e->ret = ctx ? 0 : -rerrno;
 	e->err = RBT_PERR(ctx);
@@ -322,7 +327,7 @@ RBT_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
 	}
 	if (!rbt_recording())
 		return real(ctx);
-	RBT_CALL(struct ibv_pd *pd, real(ctx));
+	RBT_CALL(struct ibv_pd * pd, real(ctx));
 	struct rbt_event ev = { .type = RBT_EV_PD_ALLOC, .ts = t0 };
 	ev.u.pd_alloc.ts_exit = t1;
 	ev.u.pd_alloc.ret = pd ? 0 : -rerrno;
@@ -353,9 +358,9 @@ RBT_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 	return ret;
 }
 
-static void rbt_rec_mr(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd, struct ibv_mr *mr,
-		       void *addr, size_t len, uint64_t iova, unsigned access, int api, int fd,
-		       uint64_t off)
+static void rbt_rec_mr(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
+		       struct ibv_mr *mr, void *addr, size_t len, uint64_t iova,
+		       unsigned access, int api, int fd, uint64_t off)
 {
 	struct rbt_event ev = { .type = RBT_EV_MR_REG, .ts = t0 };
 	struct rbt_ev_mr_reg *e = &ev.u.mr_reg;
@@ -378,7 +383,8 @@ static void rbt_rec_mr(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd, str
 	rbt_emit_stack(RBT_EV_MR_REG);
 }
 
-RBT_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
+RBT_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
+				     int access)
 {
 	RBT_RESOLVE(ibv_reg_mr, "IBVERBS_1.1");
 	if (!real) {
@@ -387,8 +393,9 @@ RBT_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, 
 	}
 	if (!rbt_recording())
 		return real(pd, addr, len, access);
-	RBT_CALL(struct ibv_mr *mr, real(pd, addr, len, access));
-	rbt_rec_mr(t0, t1, RBT_PERR(mr), pd, mr, addr, len, (uintptr_t)addr, access, 0, -1, 0);
+	RBT_CALL(struct ibv_mr * mr, real(pd, addr, len, access));
+	rbt_rec_mr(t0, t1, RBT_PERR(mr), pd, mr, addr, len, (uintptr_t)addr, access, 0,
+		   -1, 0);
 	errno = rerrno;
 	return mr;
 }
@@ -403,7 +410,7 @@ RBT_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t 
 	}
 	if (!rbt_recording())
 		return real(pd, addr, len, iova, access);
-	RBT_CALL(struct ibv_mr *mr, real(pd, addr, len, iova, access));
+	RBT_CALL(struct ibv_mr * mr, real(pd, addr, len, iova, access));
 	rbt_rec_mr(t0, t1, RBT_PERR(mr), pd, mr, addr, len, iova, access, 1, -1, 0);
 	errno = rerrno;
 	return mr;
@@ -419,14 +426,14 @@ RBT_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t
 	}
 	if (!rbt_recording())
 		return real(pd, addr, len, iova, access);
-	RBT_CALL(struct ibv_mr *mr, real(pd, addr, len, iova, access));
+	RBT_CALL(struct ibv_mr * mr, real(pd, addr, len, iova, access));
 	rbt_rec_mr(t0, t1, RBT_PERR(mr), pd, mr, addr, len, iova, access, 2, -1, 0);
 	errno = rerrno;
 	return mr;
 }
 
-RBT_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len,
-					    uint64_t iova, int fd, int access)
+RBT_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
+					    size_t len, uint64_t iova, int fd, int access)
 {
 	RBT_RESOLVE(ibv_reg_dmabuf_mr, "IBVERBS_1.12");
 	if (!real) {
@@ -435,7 +442,7 @@ RBT_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, 
 	}
 	if (!rbt_recording())
 		return real(pd, offset, len, iova, fd, access);
-	RBT_CALL(struct ibv_mr *mr, real(pd, offset, len, iova, fd, access));
+	RBT_CALL(struct ibv_mr * mr, real(pd, offset, len, iova, fd, access));
 	rbt_rec_mr(t0, t1, RBT_PERR(mr), pd, mr, NULL, len, iova, access, 3, fd, offset);
 	errno = rerrno;
 	return mr;
@@ -497,7 +504,7 @@ RBT_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *
 	}
 	if (!rbt_recording())
 		return real(ctx);
-	RBT_CALL(struct ibv_comp_channel *ch, real(ctx));
+	RBT_CALL(struct ibv_comp_channel * ch, real(ctx));
 	struct rbt_event ev = { .type = RBT_EV_CHANNEL_CREATE, .ts = t0 };
 	ev.u.channel_create.ts_exit = t1;
 	ev.u.channel_create.ret = ch ? 0 : -rerrno;
@@ -529,7 +536,8 @@ RBT_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
 	return ret;
 }
 
-RBT_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+RBT_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe,
+					void *cq_context,
 					struct ibv_comp_channel *channel, int comp_vector)
 {
 	RBT_RESOLVE(ibv_create_cq, "IBVERBS_1.1");
@@ -549,8 +557,9 @@ RBT_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *
 		if (cq)
 			ts_source = 2;
 		else
-			rbt_note(0, "RBTRACE_NIC_TS: device gives no completion timestamps; "
-				    "CQ created without");
+			rbt_note(0,
+				 "RBTRACE_NIC_TS: device gives no completion timestamps; "
+				 "CQ created without");
 	}
 	if (!cq) {
 		rbt_tls_inside++;
@@ -560,7 +569,8 @@ RBT_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *
 	int rerrno = errno;
 	uint64_t t1 = rbt_now();
 	rbt_rec_cq_create(t0, t1, RBT_PERR(cq), ctx, cq, cqe, channel, comp_vector, 0,
-			  ts_source ? IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
+			  ts_source ? IBV_WC_STANDARD_FLAGS |
+					      IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
 				    : 0,
 			  0, ts_source);
 	errno = rerrno;
@@ -651,7 +661,8 @@ RBT_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 }
 
 /* ---- SRQ ------------------------------------------------------------------------------- */
-RBT_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+RBT_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd,
+					  struct ibv_srq_init_attr *attr)
 {
 	RBT_RESOLVE(ibv_create_srq, "IBVERBS_1.1");
 	if (!real) {
@@ -660,7 +671,7 @@ RBT_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init
 	}
 	if (!rbt_recording())
 		return real(pd, attr);
-	RBT_CALL(struct ibv_srq *srq, real(pd, attr));
+	RBT_CALL(struct ibv_srq * srq, real(pd, attr));
 	struct ibv_srq_init_attr_ex a = { 0 };
 	a.attr = attr->attr;
 	a.comp_mask = IBV_SRQ_INIT_ATTR_PD;
@@ -719,7 +730,7 @@ RBT_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_at
 	}
 	if (!rbt_recording())
 		return real(pd, attr);
-	RBT_CALL(struct ibv_qp *qp, real(pd, attr));
+	RBT_CALL(struct ibv_qp * qp, real(pd, attr));
 	struct ibv_qp_init_attr_ex a = { 0 };
 	a.send_cq = attr->send_cq;
 	a.recv_cq = attr->recv_cq;
@@ -750,18 +761,18 @@ RBT_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
 
 static void rbt_fill_ah(struct rbt_event *ev, const struct ibv_ah_attr *a, int modify)
 {
-#define RBT_AH_SET(dst)                                                     \
-	dst.ah_dlid = a->dlid;                                              \
-	dst.ah_sl = a->sl;                                                  \
-	dst.ah_src_path_bits = a->src_path_bits;                            \
-	dst.ah_static_rate = a->static_rate;                                \
-	dst.ah_is_global = a->is_global;                                    \
-	dst.ah_dgid.data = a->is_global ? a->grh.dgid.raw : NULL;           \
-	dst.ah_dgid.len = a->is_global ? sizeof(a->grh.dgid.raw) : 0;       \
-	dst.ah_flow_label = a->grh.flow_label;                              \
-	dst.ah_sgid_index = a->grh.sgid_index;                              \
-	dst.ah_hop_limit = a->grh.hop_limit;                                \
-	dst.ah_traffic_class = a->grh.traffic_class;                        \
+#define RBT_AH_SET(dst)                                               \
+	dst.ah_dlid = a->dlid;                                        \
+	dst.ah_sl = a->sl;                                            \
+	dst.ah_src_path_bits = a->src_path_bits;                      \
+	dst.ah_static_rate = a->static_rate;                          \
+	dst.ah_is_global = a->is_global;                              \
+	dst.ah_dgid.data = a->is_global ? a->grh.dgid.raw : NULL;     \
+	dst.ah_dgid.len = a->is_global ? sizeof(a->grh.dgid.raw) : 0; \
+	dst.ah_flow_label = a->grh.flow_label;                        \
+	dst.ah_sgid_index = a->grh.sgid_index;                        \
+	dst.ah_hop_limit = a->grh.hop_limit;                          \
+	dst.ah_traffic_class = a->grh.traffic_class;                  \
 	dst.ah_port_num = a->port_num;
 	if (modify) {
 		RBT_AH_SET(ev->u.qp_modify)
@@ -873,7 +884,7 @@ RBT_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *a
 	}
 	if (!rbt_recording())
 		return real(pd, attr);
-	RBT_CALL(struct ibv_ah *ah, real(pd, attr));
+	RBT_CALL(struct ibv_ah * ah, real(pd, attr));
 	struct rbt_event ev = { .type = RBT_EV_AH_CREATE, .ts = t0 };
 	ev.u.ah_create.ts_exit = t1;
 	ev.u.ah_create.ret = ah ? 0 : -rerrno;
@@ -881,6 +892,41 @@ RBT_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *a
 	ev.u.ah_create.pd = (uintptr_t)pd;
 	ev.u.ah_create.ah = (uintptr_t)ah;
 	rbt_fill_ah(&ev, attr, 0);
+	rbt_emit(&ev);
+	rbt_emit_stack(RBT_EV_AH_CREATE);
+	errno = rerrno;
+	return ah;
+}
+
+RBT_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc,
+						struct ibv_grh *grh, uint8_t port)
+{
+	RBT_RESOLVE(ibv_create_ah_from_wc, "IBVERBS_1.1");
+	if (!real) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	if (!rbt_recording())
+		return real(pd, wc, grh, port);
+	RBT_CALL(struct ibv_ah * ah, real(pd, wc, grh, port));
+	struct rbt_event ev = { .type = RBT_EV_AH_CREATE, .ts = t0 };
+	ev.u.ah_create.ts_exit = t1;
+	ev.u.ah_create.ret = ah ? 0 : -rerrno;
+	ev.u.ah_create.err = RBT_PERR(ah);
+	ev.u.ah_create.pd = (uintptr_t)pd;
+	ev.u.ah_create.ah = (uintptr_t)ah;
+	/* The attributes the library derived from the completion, derived again
+	 * the same (side-effect free) way. */
+	static __typeof__(&ibv_init_ah_from_wc) init;
+	struct ibv_ah_attr attr;
+	if (!init)
+		init = (__typeof__(&ibv_init_ah_from_wc))rbt_real("ibv_init_ah_from_wc",
+								  "IBVERBS_1.1");
+	memset(&attr, 0, sizeof(attr));
+	rbt_tls_inside++;
+	if (ah && init && !init(pd->context, port, wc, grh, &attr))
+		rbt_fill_ah(&ev, &attr, 0);
+	rbt_tls_inside--;
 	rbt_emit(&ev);
 	rbt_emit_stack(RBT_EV_AH_CREATE);
 	errno = rerrno;
@@ -971,20 +1017,20 @@ static void rbt_dv_note(const char *fn)
 	rbt_note(1, text);
 }
 
-#define RBT_DV(ret_t, name, ver, params, args)                               \
-	RBT_EXPORT ret_t name params                                         \
-	{                                                                    \
-		static ret_t(*real) params;                                  \
-		if (!real)                                                   \
-			real = (ret_t(*) params)rbt_real(#name, ver);        \
-		int saved = errno;                                           \
-		rbt_dv_note(#name);                                          \
-		errno = saved;                                               \
-		if (!real) {                                                 \
-			errno = EOPNOTSUPP;                                  \
-			return (ret_t)0;                                     \
-		}                                                            \
-		return real args;                                            \
+#define RBT_DV(ret_t, name, ver, params, args)                        \
+	RBT_EXPORT ret_t name params                                  \
+	{                                                             \
+		static ret_t(*real) params;                           \
+		if (!real)                                            \
+			real = (ret_t(*) params)rbt_real(#name, ver); \
+		int saved = errno;                                    \
+		rbt_dv_note(#name);                                   \
+		errno = saved;                                        \
+		if (!real) {                                          \
+			errno = EOPNOTSUPP;                           \
+			return (ret_t)0;                              \
+		}                                                     \
+		return real args;                                     \
 	}
 
 RBT_DV(int, mlx5dv_init_obj, "MLX5_1.2", (void *obj, uint64_t type), (obj, type))

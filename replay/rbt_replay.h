@@ -30,9 +30,9 @@ struct rbt_replay_opts {
 	const char *listen;  /* "PORT": wait for the peer replayer/responder */
 	const char *connect; /* "HOST:PORT" */
 	int responder;	     /* stand in for a missing peer (no trace) */
-	const char *out;     /* record the replay here (per trace: out, out.1, ...) */
-	int allow_damaged;   /* replay the intact part of a damaged trace */
-	int json;	     /* fidelity report as JSON */
+	const char *out;   /* record the replay here (several traces: X.0.rbt, X.1.rbt) */
+	int allow_damaged; /* replay the intact part of a damaged trace */
+	int json;	   /* fidelity report as JSON */
 	int poll_timeout_ms; /* how long a poll waits for recorded completions; 0=5000 */
 	int realtime;	     /* run timelines SCHED_FIFO (needs privilege) */
 	FILE *log;	     /* messages and the report; NULL = stderr */

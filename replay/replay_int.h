@@ -53,6 +53,11 @@ struct rp_wcrec {
 	uint8_t no_len; /* byte_len was not recorded */
 };
 
+struct rp_idset {
+	uint64_t *v;
+	uint32_t n, cap;
+};
+
 struct rp_wclist {
 	struct rp_wcrec *v;
 	uint32_t n, cap;
@@ -61,6 +66,7 @@ struct rp_wclist {
 struct rp_qp {
 	uint64_t h;
 	struct rbt_ev_qp_create rec;
+	int scq, rcq, srqi;    /* 1 + index of its CQs and SRQ, resolved at create */
 	uint32_t rec_dest_qpn; /* from the RTR modify, 0 if none */
 	int has_dest;
 	uint32_t rec_final_state; /* last modified state, ERR after an error wc */
@@ -74,6 +80,7 @@ struct rp_qp {
 	int peer_dir; /* index into dir.qps, -1 */
 	/* completions: [0] send queue, [1] receive queue */
 	struct rp_wclist rec_wc[2], rep_wc[2];
+	struct rp_idset send_ids, recv_ids; /* wr_ids posted to each queue */
 	uint32_t replay_state;
 };
 
@@ -90,6 +97,7 @@ struct rp_step {
 	struct rp_cq *cq;
 	struct rp_srq *srq;
 	uint32_t nwr;
+	int obj; /* 1 + index of its QP/CQ/SRQ, resolved when read (handles get reused) */
 	/* results */
 	int64_t ret;
 	uint64_t t_issue, t_exit, deadline;

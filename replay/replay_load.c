@@ -131,13 +131,66 @@ struct ibv_pd *rp_pd_by_h(struct rp_side *s, uint64_t h)
 	return NULL;
 }
 
+/* 1 + the index of the object a step names, as of the moment it is read: a
+ * handle (a pointer in the recording process) is reused once its object is
+ * destroyed, so the latest object created with it is the one meant. */
+static int rp_resolve(struct rp_side *s, const struct rbt_event *e)
+{
+	uint64_t h = 0;
+	int kind = 0; /* 1 QP, 2 CQ, 3 SRQ */
+
+	switch (e->type) {
+	case RBT_EV_QP_MODIFY:
+		h = e->u.qp_modify.qp, kind = 1;
+		break;
+	case RBT_EV_QP_QUERY:
+		h = e->u.qp_query.qp, kind = 1;
+		break;
+	case RBT_EV_ASYNC_EVENT:
+		h = e->u.async_event.element, kind = 1;
+		break;
+	case RBT_EV_POST_SEND:
+		h = e->u.post_send.qp, kind = 1;
+		break;
+	case RBT_EV_POST_RECV:
+		h = e->u.post_recv.qp, kind = 1;
+		break;
+	case RBT_EV_POST_SRQ_RECV:
+		h = e->u.post_srq_recv.srq, kind = 3;
+		break;
+	case RBT_EV_POLL_CQ:
+		h = e->u.poll_cq.cq, kind = 2;
+		break;
+	case RBT_EV_REQ_NOTIFY:
+		h = e->u.req_notify.cq, kind = 2;
+		break;
+	case RBT_EV_GET_CQ_EVENT:
+		h = e->u.get_cq_event.cq, kind = 2;
+		break;
+	}
+	if (kind == 1) {
+		for (int i = s->nqp - 1; i >= 0; i--)
+			if (s->qp[i].h == h)
+				return i + 1;
+	} else if (kind == 2) {
+		for (int i = s->ncq - 1; i >= 0; i--)
+			if (s->cq[i].h == h)
+				return i + 1;
+	} else if (kind == 3) {
+		for (int i = s->nsrq - 1; i >= 0; i--)
+			if (s->srq[i].h == h)
+				return i + 1;
+	}
+	return 0;
+}
+
 /* The QP a CQ serves, when it serves exactly one. */
-static struct rp_qp *rp_only_qp_of_cq(struct rp_side *s, uint64_t cq)
+static struct rp_qp *rp_only_qp_of_cq(struct rp_side *s, int cq)
 {
 	struct rp_qp *only = NULL;
 
 	for (int i = 0; i < s->nqp; i++)
-		if (s->qp[i].rec.send_cq == cq || s->qp[i].rec.recv_cq == cq) {
+		if (s->qp[i].scq == cq || s->qp[i].rcq == cq) {
 			if (only)
 				return NULL;
 			only = &s->qp[i];
@@ -147,13 +200,57 @@ static struct rp_qp *rp_only_qp_of_cq(struct rp_side *s, uint64_t cq)
 
 /* Error completions carry no valid opcode, so the queue they came from is told by
  * the wr_id: was it posted as a receive on this QP (or its SRQ)? */
+static int rp_cmp_id(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int rp_has_id(const struct rp_idset *set, uint64_t id)
+{
+	return set->n && bsearch(&id, set->v, set->n, sizeof(id), rp_cmp_id) != NULL;
+}
+
+static void rp_idset_add(struct rp_idset *set, uint64_t id)
+{
+	if (set->n == set->cap) {
+		uint32_t cap = set->cap ? 2 * set->cap : 16;
+		uint64_t *v = realloc(set->v, cap * sizeof(*v));
+
+		if (!v)
+			return;
+		set->v = v;
+		set->cap = cap;
+	}
+	set->v[set->n++] = id;
+}
+
+static void rp_idset_seal(struct rp_idset *set)
+{
+	uint32_t k = 0;
+
+	if (!set->n)
+		return;
+	qsort(set->v, set->n, sizeof(*set->v), rp_cmp_id);
+	for (uint32_t i = 0; i < set->n; i++)
+		if (!k || set->v[k - 1] != set->v[i])
+			set->v[k++] = set->v[i];
+	set->n = k;
+}
+
+/* The queue a completion came from. An error completion's opcode is undefined on
+ * hardware, so its wr_id decides when it was posted to one queue only. */
 int rp_wc_is_recv(const struct rp_qp *q, uint32_t status, uint32_t opcode, uint64_t wr_id)
 {
-	(void)wr_id;
+	int in_r, in_s;
+
 	if (status == IBV_WC_SUCCESS)
 		return (opcode & IBV_WC_RECV) != 0;
-	/* A send-side error is what a replay of a failure is about; flushed
-	 * receives are told apart by the flush status on a QP with receives. */
+	in_r = rp_has_id(&q->recv_ids, wr_id);
+	in_s = rp_has_id(&q->send_ids, wr_id);
+	if (in_r != in_s)
+		return in_r;
 	if (status == IBV_WC_WR_FLUSH_ERR)
 		return opcode & IBV_WC_RECV ? 1 : 0;
 	return 0;
@@ -362,6 +459,15 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 			q = &s->qp[s->nqp++];
 			q->h = p->qp;
 			q->rec = *p;
+			for (int k = s->ncq - 1; k >= 0 && !q->scq; k--)
+				if (s->cq[k].h == p->send_cq)
+					q->scq = k + 1;
+			for (int k = s->ncq - 1; k >= 0 && !q->rcq; k--)
+				if (s->cq[k].h == p->recv_cq)
+					q->rcq = k + 1;
+			for (int k = s->nsrq - 1; k >= 0 && p->srq && !q->srqi; k--)
+				if (s->srq[k].h == p->srq)
+					q->srqi = k + 1;
 			q->rec_final_state = IBV_QPS_RESET;
 			q->port = 1;
 			q->rel_side = -1;
@@ -406,6 +512,7 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 				goto nomem;
 			st->rec_ns = rp_abs_ns(s, ev->ts);
 			st->t_issue = seq++;
+			st->obj = rp_resolve(s, ev);
 			/* An extended poll session (start_poll .. end_poll) may post in
 			 * between, as ibv_rc_pingpong -t does: only its first completion
 			 * is known to precede those posts; the rest are collected at
@@ -465,6 +572,34 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 	/* Recorded time order; streams (threads) were written chunk by chunk. */
 	if (s->nstep)
 		qsort(s->step, (size_t)s->nstep, sizeof(*s->step), rp_step_cmp);
+	/* which wr_ids each QP posted to which queue (SRQ receives: every QP on it) */
+	for (int i = 0; i < s->nstep; i++) {
+		const struct rp_step *st = &s->step[i];
+		const struct rbt_event *e = &st->ev;
+
+		if (!st->obj)
+			continue;
+		if (e->type == RBT_EV_POST_SEND)
+			for (uint32_t k = 0; k < e->u.post_send.n_wrs; k++)
+				rp_idset_add(&s->qp[st->obj - 1].send_ids,
+					     e->u.post_send.wrs[k].wr_id);
+		else if (e->type == RBT_EV_POST_RECV)
+			for (uint32_t k = 0; k < e->u.post_recv.n_wrs; k++)
+				rp_idset_add(&s->qp[st->obj - 1].recv_ids,
+					     e->u.post_recv.wrs[k].wr_id);
+		else if (e->type == RBT_EV_POST_SRQ_RECV)
+			for (int q = 0; q < s->nqp; q++)
+				if (s->qp[q].srqi == st->obj)
+					for (uint32_t k = 0; k < e->u.post_srq_recv.n_wrs;
+					     k++)
+						rp_idset_add(
+							&s->qp[q].recv_ids,
+							e->u.post_srq_recv.wrs[k].wr_id);
+	}
+	for (int q = 0; q < s->nqp; q++) {
+		rp_idset_seal(&s->qp[q].send_ids);
+		rp_idset_seal(&s->qp[q].recv_ids);
+	}
 	for (int i = 0; i < s->nstep; i++) {
 		struct rp_step *st = &s->step[i];
 		const struct rbt_event *e = &st->ev;
@@ -473,7 +608,7 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 		switch (e->type) {
 		case RBT_EV_QP_MODIFY: {
 			const struct rbt_ev_qp_modify *m = &e->u.qp_modify;
-			struct rp_qp *q = rp_qp_by_h(s, m->qp);
+			struct rp_qp *q = st->obj ? &s->qp[st->obj - 1] : NULL;
 
 			st->qp = q;
 			st->rec_exit_ns = rp_abs_ns(s, m->ts_exit);
@@ -507,7 +642,7 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 		case RBT_EV_POST_SEND: {
 			const struct rbt_ev_post_send *p = &e->u.post_send;
 
-			st->qp = rp_qp_by_h(s, p->qp);
+			st->qp = st->obj ? &s->qp[st->obj - 1] : NULL;
 			st->rec_exit_ns = rp_abs_ns(s, p->ts_exit);
 			for (uint32_t k = 0; k < p->n_wrs; k++)
 				if (p->wrs[k].opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
@@ -516,17 +651,17 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 			break;
 		}
 		case RBT_EV_POST_RECV:
-			st->qp = rp_qp_by_h(s, e->u.post_recv.qp);
+			st->qp = st->obj ? &s->qp[st->obj - 1] : NULL;
 			st->rec_exit_ns = rp_abs_ns(s, e->u.post_recv.ts_exit);
 			break;
 		case RBT_EV_POST_SRQ_RECV:
-			st->srq = rp_srq_by_h(s, e->u.post_srq_recv.srq);
+			st->srq = st->obj ? &s->srq[st->obj - 1] : NULL;
 			st->rec_exit_ns = rp_abs_ns(s, e->u.post_srq_recv.ts_exit);
 			break;
 		case RBT_EV_POLL_CQ: {
 			const struct rbt_ev_poll_cq *p = &e->u.poll_cq;
 
-			st->cq = rp_cq_by_h(s, p->cq);
+			st->cq = st->obj ? &s->cq[st->obj - 1] : NULL;
 			st->rec_exit_ns = rp_abs_ns(s, p->ts_exit);
 			for (uint32_t k = 0; k < p->n_wcs; k++) {
 				const struct rbt_wc *w = &p->wcs[k];
@@ -547,7 +682,7 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 
 				/* ... nor the QP number: a CQ of one QP says it */
 				if (!q && st->cq)
-					q = rp_only_qp_of_cq(s, st->cq->h);
+					q = rp_only_qp_of_cq(s, st->obj);
 				if (!q)
 					continue;
 				rp_wclist_push(
@@ -563,12 +698,12 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 			break;
 		}
 		case RBT_EV_REQ_NOTIFY:
-			st->cq = rp_cq_by_h(s, e->u.req_notify.cq);
+			st->cq = st->obj ? &s->cq[st->obj - 1] : NULL;
 			break;
 		case RBT_EV_QP_QUERY: {
 			/* what the device said the state was: evidence, never reissued */
 			const struct rbt_ev_qp_query *qq = &e->u.qp_query;
-			struct rp_qp *q = rp_qp_by_h(s, qq->qp);
+			struct rp_qp *q = st->obj ? &s->qp[st->obj - 1] : NULL;
 
 			st->skipped = 1;
 			if (q && qq->ret == 0 && (qq->attr_mask & IBV_QP_STATE))
@@ -578,7 +713,7 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 		case RBT_EV_ASYNC_EVENT: {
 			/* only evidence of a QP's fate: never reissued */
 			uint64_t t = e->u.async_event.event_type;
-			struct rp_qp *q = rp_qp_by_h(s, e->u.async_event.element);
+			struct rp_qp *q = st->obj ? &s->qp[st->obj - 1] : NULL;
 
 			st->skipped = 1;
 			if (q && (t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR ||
@@ -587,7 +722,7 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 			break;
 		}
 		case RBT_EV_GET_CQ_EVENT:
-			st->cq = rp_cq_by_h(s, e->u.get_cq_event.cq);
+			st->cq = st->obj ? &s->cq[st->obj - 1] : NULL;
 			st->rec_exit_ns = rp_abs_ns(s, e->u.get_cq_event.ts_exit);
 			break;
 		}
@@ -616,11 +751,14 @@ void rp_side_free(struct rp_side *s)
 	for (size_t i = 0; i < s->nallocs; i++)
 		free(s->allocs[i]);
 	free(s->allocs);
-	for (int i = 0; i < s->nqp; i++)
+	for (int i = 0; i < s->nqp; i++) {
 		for (int k = 0; k < 2; k++) {
 			free(s->qp[i].rec_wc[k].v);
 			free(s->qp[i].rep_wc[k].v);
 		}
+		free(s->qp[i].send_ids.v);
+		free(s->qp[i].recv_ids.v);
+	}
 	for (int i = 0; i < s->nstep; i++)
 		free(s->step[i].wcs);
 	free(s->pd_h);

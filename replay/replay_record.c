@@ -130,9 +130,9 @@ int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path)
 	}
 	for (int i = 0; i < s->nqp && !rc; i++) {
 		struct rp_qp *q = &s->qp[i];
-		struct rp_cq *sc = rp_cq_by_h(s, q->rec.send_cq),
-			     *rcq = rp_cq_by_h(s, q->rec.recv_cq);
-		struct rp_srq *srq = q->rec.srq ? rp_srq_by_h(s, q->rec.srq) : NULL;
+		struct rp_cq *sc = (q->scq ? &s->cq[q->scq - 1] : NULL),
+			     *rcq = (q->rcq ? &s->cq[q->rcq - 1] : NULL);
+		struct rp_srq *srq = q->srqi ? &s->srq[q->srqi - 1] : NULL;
 
 		memset(&ev, 0, sizeof(ev));
 		ev.type = RBT_EV_QP_CREATE;

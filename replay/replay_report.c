@@ -194,10 +194,20 @@ void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum)
 			if (getenv("RBTRACE_REPLAY_DEBUG") &&
 			    st->t_issue > st->deadline + 5000)
 				fprintf(j->log,
-					"late: %s step %d %s by %.2f us (prev step %s)\n",
+					"late: %s step %d %s by %.2f us (step before: "
+					"%s, took "
+					"%.2f us, recorded %.2f us)\n",
 					s->path, i, rbt_event_name(t),
 					(double)(st->t_issue - st->deadline) / 1e3,
-					i ? rbt_event_name(s->step[i - 1].ev.type) : "-");
+					i ? rbt_event_name(s->step[i - 1].ev.type) : "-",
+					i ? (double)(s->step[i - 1].t_exit -
+						     s->step[i - 1].t_issue) /
+							1e3
+					  : 0,
+					i ? (double)(s->step[i - 1].rec_exit_ns -
+						     s->step[i - 1].rec_ns) /
+							1e3
+					  : 0);
 			{
 				uint64_t from = st->ready > st->deadline ? st->ready
 									 : st->deadline;
@@ -251,6 +261,23 @@ void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum)
 		fprintf(f,
 			"\"own_lateness_ns\":{\"p50\":%.0f,\"p99\":%.0f,\"max\":%.0f},",
 			sum->own_p50_ns, sum->own_p99_ns, sum->own_max_ns);
+		fprintf(f, "\"sides\":[");
+		for (int si = 0; si < j->nside; si++) {
+			struct rp_side *s = &j->side[si];
+
+			fprintf(f, "%s{\"trace\":", si ? "," : "");
+			rp_json_str(f, s->path);
+			fprintf(f,
+				",\"posts_timed\":%zu,\"lateness_ns\":{\"p50\":%.0f,"
+				"\"p99\":%.0f,"
+				"\"max\":%.0f},\"own_lateness_ns\":{\"p50\":%.0f,\"p99\":"
+				"%.0f,"
+				"\"max\":%.0f},\"cq_events_missed\":%llu}",
+				s->late_to - s->late_from, s->late_p50, s->late_p99,
+				s->late_max, s->own_p50, s->own_p99, s->own_max,
+				(unsigned long long)s->cq_events_missed);
+		}
+		fprintf(f, "],");
 		fprintf(f, "\"wall_ns\":%.0f,\"recorded_wall_ns\":%.0f,", sum->wall_ns,
 			sum->rec_wall_ns);
 		fprintf(f,

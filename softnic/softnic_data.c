@@ -32,17 +32,22 @@ struct sn_seg {
 
 #define SN_MAX_SEGS (SN_MAX_SGE * SN_MAX_RUNS + 2)
 
-void sn_qp_lock(struct sn_qp *qp)
+void sn_spin_lock(_Atomic int *l)
 {
 	int spins = 0;
 
-	while (atomic_exchange_explicit(&qp->lock, 1, memory_order_acquire)) {
-		while (atomic_load_explicit(&qp->lock, memory_order_relaxed))
+	while (atomic_exchange_explicit(l, 1, memory_order_acquire)) {
+		while (atomic_load_explicit(l, memory_order_relaxed))
 			if (++spins > 200) {
 				sched_yield();
 				spins = 0;
 			}
 	}
+}
+
+void sn_qp_lock(struct sn_qp *qp)
+{
+	sn_spin_lock(&qp->lock);
 }
 
 void sn_qp_unlock(struct sn_qp *qp)
@@ -152,6 +157,15 @@ static _Atomic int sn_npending;
  * then sleeps on the CQ (a futex in the CQ file that every producer wakes)
  * for at most 200 us per poll call: on an oversubscribed host the peer it
  * waits for needs that core, and a wake-up hands it back at once. */
+/* A wait ended with a completion: if spinning alone got it, allow more. */
+static void sn_spin_done(struct sn_cq *cq)
+{
+	if (!cq->slept && cq->spin_budget < 4096)
+		cq->spin_budget *= 2;
+	cq->slept = false;
+	cq->empty_polls = 0;
+}
+
 static void sn_empty_poll(struct sn_cq *cq)
 {
 	struct sn_cq_shm *s = cq->shm;
@@ -160,8 +174,19 @@ static void sn_empty_poll(struct sn_cq *cq)
 	struct sn_cqe *e;
 	struct timespec ts;
 
-	if (SN_LIKELY(n < 4096))
+	if (SN_LIKELY(n < cq->spin_budget)) {
+		/* a peer runnable on our own core gets it at once */
+		if (SN_UNLIKELY(!(n & 63)))
+			sched_yield();
 		return;
+	}
+	if (atomic_load_explicit(&sn_npending, memory_order_relaxed)) {
+		/* our own WRs wait for a peer's receive: keep retrying them
+		 * (each poll does), only stepping aside now and then */
+		if (!(n & 15))
+			sched_yield();
+		return;
+	}
 	seq = atomic_load(&s->wake_seq);
 	atomic_fetch_add(&s->sleepers, 1);
 	cons = atomic_load_explicit(&s->cons, memory_order_relaxed);
@@ -179,13 +204,17 @@ static void sn_empty_poll(struct sn_cq *cq)
 		ts.tv_sec = 0;
 		ts.tv_nsec = (long)wait;
 		syscall(SYS_futex, &s->wake_seq, FUTEX_WAIT, seq, &ts, NULL, 0);
+		/* spinning did not pay: spin less next time (the peer likely
+		 * shares our core) */
+		if (!cq->slept && cq->spin_budget > 1024)
+			cq->spin_budget /= 2;
+		cq->slept = true;
 	}
 	atomic_fetch_sub(&s->sleepers, 1);
 }
 
-int sn_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
+static inline int sn_poll_cq_body(struct sn_cq *cq, int n, struct ibv_wc *wc)
 {
-	struct sn_cq *cq = sn_cq_of(ibcq);
 	struct sn_cq_shm *s = cq->shm;
 	uint64_t cons = atomic_load_explicit(&s->cons, memory_order_relaxed);
 	uint64_t now = 0;
@@ -227,10 +256,26 @@ int sn_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 					      e->sq_idx + 1, memory_order_release);
 	}
 	atomic_store_explicit(&s->cons, cons, memory_order_release);
+	return got;
+}
+
+int sn_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
+{
+	struct sn_cq *cq = sn_cq_of(ibcq);
+	int got;
+
+	if (SN_LIKELY(cq->single_threaded)) {
+		got = sn_poll_cq_body(cq, n, wc);
+	} else {
+		sn_spin_lock(&cq->poll_lock);
+		got = sn_poll_cq_body(cq, n, wc);
+		sn_spin_unlock(&cq->poll_lock);
+	}
+	/* outside the lock: this may sleep */
 	if (SN_UNLIKELY(!got))
 		sn_empty_poll(cq);
-	else
-		cq->empty_polls = 0;
+	else if (SN_UNLIKELY(cq->empty_polls))
+		sn_spin_done(cq);
 	return got;
 }
 
@@ -359,11 +404,13 @@ int sn_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr
 	uint32_t st = atomic_load_explicit(&qp->shm->state, memory_order_relaxed);
 	int ret;
 
-	if (SN_UNLIKELY(qp->srq || st == IBV_QPS_RESET)) {
+	if (SN_UNLIKELY(qp->srq || st == IBV_QPS_RESET || !qp->rcq)) {
 		*bad = wr;
-		return EINVAL;
+		return EINVAL; /* on an SRQ, XRC, or too early */
 	}
+	sn_spin_lock(&qp->rq_lock);
 	ret = sn_rq_post(&qp->shm->rq, wr, bad);
+	sn_spin_unlock(&qp->rq_lock);
 	/* a QP in ERR flushes what it is given, also if it got there while
 	 * we were posting */
 	if (SN_UNLIKELY(atomic_load(&qp->shm->state) == IBV_QPS_ERR))
@@ -375,8 +422,12 @@ int sn_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
 		     struct ibv_recv_wr **bad)
 {
 	struct sn_srq *srq = (struct sn_srq *)ibsrq;
+	int ret;
 
-	return sn_rq_post(&srq->shm->rq, wr, bad);
+	sn_spin_lock(&srq->lock);
+	ret = sn_rq_post(&srq->shm->rq, wr, bad);
+	sn_spin_unlock(&srq->lock);
+	return ret;
 }
 
 /* ---------------- moving data ---------------- */
@@ -580,6 +631,20 @@ static uint32_t sn_send_wc_opcode(uint32_t op)
 	}
 }
 
+/* An RC/UC responder has one requester: no locked instruction needed. */
+static inline void sn_count_rx(struct sn_rqp *peer, struct sn_qp *qp, uint64_t len)
+{
+	if (SN_LIKELY(qp->qpx.qp_base.qp_type != IBV_QPT_UD)) {
+		SN_ADD1(peer->shm->cnt.rx_pkts, 1);
+		SN_ADD1(peer->shm->cnt.rx_bytes, len);
+	} else {
+		atomic_fetch_add_explicit(&peer->shm->cnt.rx_pkts, 1,
+					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&peer->shm->cnt.rx_bytes, len,
+					  memory_order_relaxed);
+	}
+}
+
 static void sn_push_recv(struct sn_rqp *peer, struct sn_qp *qp, struct sn_swr *w,
 			 struct sn_rwqe *rw, uint32_t status, uint32_t len,
 			 uint32_t flags, uint64_t vis)
@@ -607,13 +672,9 @@ static void sn_push_recv(struct sn_rqp *peer, struct sn_qp *qp, struct sn_swr *w
 	c.visible_ns = vis;
 	c.ts = sn_cqe_time(peer->rcq, &now, vis);
 	if (peer->rcq && !sn_cq_push(peer->rcq, &c, &peer->chan_fd))
-		sn_remote_err(peer, 0);
-	if (status == IBV_WC_SUCCESS) {
-		atomic_fetch_add_explicit(&peer->shm->cnt.rx_pkts, 1,
-					  memory_order_relaxed);
-		atomic_fetch_add_explicit(&peer->shm->cnt.rx_bytes, len,
-					  memory_order_relaxed);
-	}
+		sn_remote_err(peer, IBV_EVENT_QP_FATAL); /* its CQ overflowed */
+	if (status == IBV_WC_SUCCESS)
+		sn_count_rx(peer, qp, len);
 }
 
 /* Execute one WR against its responder. SN_DONE with *st the requester's
@@ -624,7 +685,8 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 	unsigned char rwbuf[sizeof(struct sn_rwqe) + SN_MAX_SGE * sizeof(struct ibv_sge)];
 	struct sn_rwqe *rw = (struct sn_rwqe *)rwbuf;
 	uint32_t type = qp->qpx.qp_base.qp_type, op = w->opcode;
-	bool rc = type == IBV_QPT_RC, ud = type == IBV_QPT_UD;
+	bool rc = type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND, ud = type == IBV_QPT_UD;
+	uint32_t ptype = type == IBV_QPT_XRC_SEND ? IBV_QPT_XRC_RECV : type;
 	int nl = 0, nr = 0;
 	uint64_t total = 0, vis = 0;
 	struct sn_rqp *peer;
@@ -653,6 +715,8 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 			*st = IBV_WC_LOC_QP_OP_ERR;
 			return SN_DONE;
 		}
+		if (SN_UNLIKELY(!w->ah || ((struct sn_ah *)w->ah)->path_bad))
+			goto sent; /* addressed to nobody here: lost */
 		peer = sn_rqp_get(w->rqpn);
 		qkey = (w->rqkey & 0x80000000u) ? qp->attr.qkey : w->rqkey;
 		if (!peer || !sn_rqp_alive(peer) || peer->shm->qp_type != IBV_QPT_UD ||
@@ -674,7 +738,7 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 			for (i = 0; i < rw->num_sge; i++)
 				if (sn_xlate(peer->proc, rw->sge[i].lkey, rw->sge[i].addr,
 					     rw->sge[i].length, IBV_ACCESS_LOCAL_WRITE,
-					     peer->shm->pd_id, rsegs, &nr)) {
+					     peer->pd_id, rsegs, &nr)) {
 					sn_push_recv(peer, qp, w, rw, IBV_WC_LOC_PROT_ERR,
 						     0, 0, vis);
 					goto sent;
@@ -727,6 +791,12 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 	}
 
 	/* RC / UC */
+	if (SN_UNLIKELY(qp->path_bad)) {
+		/* a LID/GID of no port here: no response ever comes */
+		if (!rc)
+			goto sent;
+		return SN_RETRY_PEER;
+	}
 	peer = qp->peer;
 	if (SN_UNLIKELY(!peer || peer->dead)) {
 		peer = qp->peer = sn_rqp_get(qp->attr.dest_qp_num);
@@ -741,7 +811,7 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 			atomic_load_explicit(&peer->shm->state, memory_order_relaxed);
 
 		if (SN_UNLIKELY(pst < IBV_QPS_RTR || pst == IBV_QPS_ERR ||
-				peer->shm->qp_type != type)) {
+				peer->shm->qp_type != ptype)) {
 			if (!rc)
 				goto sent;
 			return SN_RETRY_PEER;
@@ -752,6 +822,12 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 				goto sent;
 			return SN_RETRY_PEER;
 		}
+		/* the first request reaching a responder still in RTR */
+		if (SN_UNLIKELY(pst == IBV_QPS_RTR) &&
+		    !atomic_load(&peer->shm->comm_est) &&
+		    !atomic_exchange(&peer->shm->comm_est, 1))
+			sn_async_event(peer->shm->async_path, &peer->async_fd,
+				       IBV_EVENT_COMM_EST, peer->shm->cookie);
 	}
 
 	/* PSNs: a request the responder does not expect is dropped there; RC
@@ -773,6 +849,17 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 			goto sent;
 		}
 		w->npk = npk;
+	}
+	if (type == IBV_QPT_XRC_SEND) {
+		/* XRC: the TGT QP hands the request to the SRQ it names */
+		struct sn_rqp *v = sn_rqp_xrc(peer, w->xsrqn);
+
+		if (!v) {
+			sn_remote_err(peer, 0);
+			*st = IBV_WC_REM_INV_REQ_ERR;
+			return SN_DONE;
+		}
+		peer = v;
 	}
 
 	switch (op) {
@@ -796,8 +883,7 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 			if (!l)
 				continue;
 			if (sn_xlate(peer->proc, rw->sge[i].lkey, rw->sge[i].addr, l,
-				     IBV_ACCESS_LOCAL_WRITE, peer->shm->pd_id, rsegs,
-				     &nr)) {
+				     IBV_ACCESS_LOCAL_WRITE, peer->pd_id, rsegs, &nr)) {
 				sn_push_recv(peer, qp, w, rw, IBV_WC_LOC_PROT_ERR, 0, 0,
 					     vis);
 				if (rc) {
@@ -825,7 +911,7 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 		if (!(peer->shm->access & IBV_ACCESS_REMOTE_WRITE) ||
 		    (total &&
 		     sn_xlate(peer->proc, w->rkey, w->raddr, total,
-			      IBV_ACCESS_REMOTE_WRITE, peer->shm->pd_id, rsegs, &nr))) {
+			      IBV_ACCESS_REMOTE_WRITE, peer->pd_id, rsegs, &nr))) {
 			if (!rc)
 				goto sent;
 			sn_remote_err(peer, IBV_EVENT_QP_ACCESS_ERR);
@@ -843,12 +929,8 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 		if (op == IBV_WR_RDMA_WRITE_WITH_IMM)
 			sn_push_recv(peer, qp, w, rw, IBV_WC_SUCCESS, (uint32_t)total, 0,
 				     vis);
-		else {
-			atomic_fetch_add_explicit(&peer->shm->cnt.rx_pkts, 1,
-						  memory_order_relaxed);
-			atomic_fetch_add_explicit(&peer->shm->cnt.rx_bytes, total,
-						  memory_order_relaxed);
-		}
+		else
+			sn_count_rx(peer, qp, total);
 		break;
 	case IBV_WR_RDMA_READ:
 		if (!rc) {
@@ -858,7 +940,7 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 		if (!(peer->shm->access & IBV_ACCESS_REMOTE_READ) ||
 		    (total &&
 		     sn_xlate(peer->proc, w->rkey, w->raddr, total,
-			      IBV_ACCESS_REMOTE_READ, peer->shm->pd_id, rsegs, &nr))) {
+			      IBV_ACCESS_REMOTE_READ, peer->pd_id, rsegs, &nr))) {
 			sn_remote_err(peer, IBV_EVENT_QP_ACCESS_ERR);
 			*st = IBV_WC_REM_ACCESS_ERR;
 			return SN_DONE;
@@ -884,7 +966,7 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 		}
 		if (!(peer->shm->access & IBV_ACCESS_REMOTE_ATOMIC) ||
 		    sn_xlate(peer->proc, w->rkey, w->raddr, 8, IBV_ACCESS_REMOTE_ATOMIC,
-			     peer->shm->pd_id, rsegs, &nr) ||
+			     peer->pd_id, rsegs, &nr) ||
 		    nr != 1) {
 			sn_remote_err(peer, IBV_EVENT_QP_ACCESS_ERR);
 			*st = IBV_WC_REM_ACCESS_ERR;
@@ -935,8 +1017,12 @@ static void sn_complete(struct sn_qp *qp, struct sn_swr *w, uint32_t st)
 	c.visible_ns = st == IBV_WC_SUCCESS ? w->vis_ns : 0;
 	c.ts = sn_cqe_time(qp->scq->shm, &now, c.visible_ns);
 	if (!sn_cq_push(qp->scq->shm, &c, &qp->scq->chan_wfd) &&
-	    st != IBV_WC_WR_FLUSH_ERR)
+	    st != IBV_WC_WR_FLUSH_ERR) {
+		if (atomic_load(&qp->shm->state) != IBV_QPS_ERR)
+			sn_async_event(qp->shm->async_path, NULL, IBV_EVENT_QP_FATAL,
+				       qp->shm->cookie);
 		sn_qp_to_err(qp);
+	}
 	if (st != IBV_WC_SUCCESS && st != IBV_WC_WR_FLUSH_ERR) {
 		SN_ADD1(qp->shm->cnt.errors, 1);
 		sn_qp_to_err(qp);
@@ -983,7 +1069,7 @@ static void sn_qp_to_err(struct sn_qp *qp)
 	if (old == IBV_QPS_ERR && !qp->pend_head)
 		return;
 	sn_pend_pop_flush(qp);
-	if (!qp->srq)
+	if (!qp->srq && qp->rcq)
 		sn_rq_flush(&qp->shm->rq, qp->rcq->shm, qp->shm->qpn, &qp->rcq->chan_wfd);
 	else if (old != IBV_QPS_ERR)
 		sn_async_event(qp->shm->async_path, NULL, IBV_EVENT_QP_LAST_WQE_REACHED,
@@ -1233,10 +1319,43 @@ static void *sn_helper_main(void *arg)
 	return NULL;
 }
 
+/* fork: the helper thread does not follow into the child, and its mutex
+ * must not be copied while held */
+static pid_t sn_hpid;
+
+static void sn_hm_prepare(void)
+{
+	/* the helper's order: its mutex, then the global one */
+	pthread_mutex_lock(&sn_hm);
+	pthread_mutex_lock(&sn_g.lock);
+}
+
+static void sn_hm_parent(void)
+{
+	pthread_mutex_unlock(&sn_g.lock);
+	pthread_mutex_unlock(&sn_hm);
+}
+
+static void sn_hm_child(void)
+{
+	sn_fabric_atfork_child();
+	pthread_mutex_unlock(&sn_g.lock);
+	pthread_mutex_unlock(&sn_hm);
+	sn_hstarted = false;
+	sn_hlist = NULL;
+	sn_dnotes = NULL; /* leaked: they were the parent's */
+	atomic_store(&sn_npending, 0);
+}
+
+__attribute__((constructor)) static void sn_data_init(void)
+{
+	pthread_atfork(sn_hm_prepare, sn_hm_parent, sn_hm_child);
+}
+
 void sn_helper_kick(struct sn_qp *qp)
 {
 	pthread_mutex_lock(&sn_hm);
-	if (!sn_hstarted || sn_g.pid != getpid()) {
+	if (!sn_hstarted || sn_hpid != getpid()) {
 		pthread_condattr_t a;
 		pthread_attr_t ta;
 		pthread_t t;
@@ -1246,8 +1365,10 @@ void sn_helper_kick(struct sn_qp *qp)
 		pthread_cond_init(&sn_hc, &a);
 		pthread_attr_init(&ta);
 		pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
-		if (pthread_create(&t, &ta, sn_helper_main, NULL) == 0)
+		if (pthread_create(&t, &ta, sn_helper_main, NULL) == 0) {
 			sn_hstarted = true;
+			sn_hpid = getpid();
+		}
 		pthread_attr_destroy(&ta);
 	}
 	if (qp && !qp->on_helper) {
@@ -1323,6 +1444,8 @@ static void sn_progress_all(void)
 
 static int sn_check_op(uint32_t type, uint32_t op)
 {
+	if (type == IBV_QPT_XRC_RECV)
+		return EINVAL; /* a TGT QP has no send queue */
 	switch (op) {
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM:
@@ -1333,7 +1456,7 @@ static int sn_check_op(uint32_t type, uint32_t op)
 	case IBV_WR_RDMA_READ:
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
-		return type == IBV_QPT_RC ? 0 : EINVAL;
+		return type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND ? 0 : EINVAL;
 	default:
 		return EINVAL;
 	}
@@ -1390,6 +1513,7 @@ int sn_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 		w.ah = NULL;
 		w.byte_len = 0;
 		w.vis_ns = 0;
+		w.xsrqn = type == IBV_QPT_XRC_SEND ? wr->qp_type.xrc.remote_srqn : 0;
 		if (type == IBV_QPT_UD) {
 			w.ah = wr->wr.ud.ah;
 			w.rqpn = wr->wr.ud.remote_qpn;
@@ -1561,7 +1685,10 @@ static void sn_wr_send_tso(struct ibv_qp_ex *qx, void *hdr, uint16_t hsz, uint16
 
 static void sn_wr_set_xrc_srqn(struct ibv_qp_ex *qx, uint32_t srqn)
 {
-	sn_wr_unsupported(qx);
+	struct sn_swr *w = sn_wr_cur(sn_qpx(qx));
+
+	if (w)
+		w->xsrqn = srqn;
 }
 
 static void sn_wr_atomic_write(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t raddr,
@@ -1734,11 +1861,8 @@ static int sn_next_poll(struct ibv_cq_ex *cx)
 {
 	struct sn_cq *cq = (struct sn_cq *)cx;
 
-	if (!sn_cq_pull(cq, &cq->cur)) {
-		sn_empty_poll(cq);
+	if (!sn_cq_pull(cq, &cq->cur))
 		return ENOENT;
-	}
-	cq->empty_polls = 0;
 	cx->wr_id = cq->cur.wr_id;
 	cx->status = cq->cur.status;
 	return 0;
@@ -1748,13 +1872,31 @@ static int sn_start_poll(struct ibv_cq_ex *cx, struct ibv_poll_cq_attr *attr)
 {
 	if (attr && attr->comp_mask)
 		return EINVAL;
+	struct sn_cq *cq = (struct sn_cq *)cx;
+	int ret;
+
 	if (SN_UNLIKELY(atomic_load_explicit(&sn_npending, memory_order_relaxed)))
 		sn_progress_all();
-	return sn_next_poll(cx);
+	/* the CQ is ours from start_poll to end_poll (not after ENOENT) */
+	if (!cq->single_threaded)
+		sn_spin_lock(&cq->poll_lock);
+	ret = sn_next_poll(cx);
+	if (ret) {
+		if (!cq->single_threaded)
+			sn_spin_unlock(&cq->poll_lock);
+		sn_empty_poll(cq); /* outside the lock: this may sleep */
+	} else if (SN_UNLIKELY(cq->empty_polls)) {
+		sn_spin_done(cq);
+	}
+	return ret;
 }
 
 static void sn_end_poll(struct ibv_cq_ex *cx)
 {
+	struct sn_cq *cq = (struct sn_cq *)cx;
+
+	if (!cq->single_threaded)
+		sn_spin_unlock(&cq->poll_lock);
 }
 
 #define SN_CUR(cx) (((struct sn_cq *)(cx))->cur)

@@ -209,6 +209,20 @@ static void sn_cleanup_dead(void)
 				procid[sizeof(procid) - 1] = 0;
 			}
 			close(fd);
+		} else if (!strncmp(n, "xsrq-", 5)) {
+			struct sn_srq_shm h;
+			int fd;
+
+			sn_path(p, sizeof(p), n);
+			fd = open(p, O_RDONLY | O_CLOEXEC);
+			if (fd < 0)
+				continue;
+			if (pread(fd, &h, offsetof(struct sn_srq_shm, async_path), 0) ==
+			    (ssize_t)offsetof(struct sn_srq_shm, async_path)) {
+				memcpy(procid, h.procid, sizeof(procid));
+				procid[sizeof(procid) - 1] = 0;
+			}
+			close(fd);
 		} else if (!sn_name_procid(n, procid, sizeof(procid))) {
 			continue;
 		}
@@ -322,7 +336,9 @@ struct sn_run {
 static struct sn_run **sn_runs;
 static int sn_nruns, sn_runs_cap;
 
-static void sn_atfork_child(void)
+/* Runs in the child of fork() (from softnic_data.c's handler, with the
+ * global lock held across the fork). */
+void sn_fabric_atfork_child(void)
 {
 	int i;
 
@@ -346,12 +362,10 @@ static void sn_atfork_child(void)
 	sn_g.cqs = NULL;
 	sn_g.qps = NULL;
 	sn_g.srqs = NULL;
-	pthread_mutex_init(&sn_g.lock, NULL);
 }
 
 int sn_init(void)
 {
-	static bool atfork_done;
 	const char *dir, *v;
 	char name[64];
 	uid_t uid = getuid();
@@ -361,10 +375,6 @@ int sn_init(void)
 	pthread_mutex_lock(&sn_g.lock);
 	if (sn_g.inited)
 		goto out;
-	if (!atfork_done) {
-		pthread_atfork(NULL, NULL, sn_atfork_child);
-		atfork_done = true;
-	}
 	sn_g.pid = getpid();
 	dir = getenv("SOFTNIC_FABRIC");
 	if (dir && *dir)
@@ -412,6 +422,35 @@ int sn_init(void)
 			goto out;
 		}
 		sn_g.fab = m;
+		{
+			/* every process of a fabric must share these layouts */
+			uint64_t want = SN_FAB_MAGIC ^
+					((uint64_t)sizeof(struct sn_qp_shm) << 40) ^
+					((uint64_t)sizeof(struct sn_cq_shm) << 28) ^
+					((uint64_t)sizeof(struct sn_cqe) << 20) ^
+					((uint64_t)sizeof(struct sn_mrt_ent) << 8) ^
+					sizeof(struct sn_srq_shm);
+			uint64_t have = 0;
+
+			if (!atomic_compare_exchange_strong(&sn_g.fab->magic, &have,
+							    want) &&
+			    have != want) {
+				static bool said;
+
+				if (!said)
+					fprintf(stderr,
+						"softnic: %s: fabric made by another "
+						"softnic build; "
+						"set SOFTNIC_FABRIC to a fresh "
+						"directory\n",
+						sn_g.dir);
+				said = true;
+				munmap(m, sizeof(struct sn_fabric_shm));
+				sn_g.fab = NULL;
+				ret = -EPROTO;
+				goto out;
+			}
+		}
 	}
 	{
 		char p[512];
@@ -496,11 +535,20 @@ static uint64_t sn_run_next_start(uint64_t va)
 	return best;
 }
 
+__attribute__((no_sanitize("address"))) static void
+sn_copy_pages(void *dst, const void *src, size_t len)
+{
+	const volatile uint64_t *s = src;
+	uint64_t *d = dst;
+
+	for (size_t i = 0; i < len / 8; i++)
+		d[i] = s[i];
+}
+
 static struct sn_run *sn_run_new(uint64_t va, uint64_t len)
 {
 	char name[96], p[512];
 	struct sn_run *r;
-	uint64_t done = 0;
 	int fd;
 	void *m;
 
@@ -524,13 +572,26 @@ static struct sn_run *sn_run_new(uint64_t va, uint64_t len)
 		goto fail;
 	if (ftruncate(fd, (off_t)len) < 0)
 		goto fail_fd;
-	/* copy what the process has there now; EFAULT = not all mapped */
-	while (done < len) {
-		ssize_t n = pwrite(fd, (char *)va + done, len - done, (off_t)done);
+	/* copy what the process has there now (whole pages: more than the
+	 * caller's buffer, so a sanitizer must not look) */
+	{
+		unsigned char *vec = malloc(len / 4096 + 1);
+		void *tmp;
+		int bad;
 
-		if (n <= 0)
+		if (!vec)
 			goto fail_fd;
-		done += (uint64_t)n;
+		bad = mincore((void *)va, len, vec); /* ENOMEM: not all mapped */
+		free(vec);
+		if (bad) {
+			errno = EFAULT;
+			goto fail_fd;
+		}
+		tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (tmp == MAP_FAILED)
+			goto fail_fd;
+		sn_copy_pages(tmp, (const void *)va, len);
+		munmap(tmp, len);
 	}
 	m = mmap((void *)va, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
 	if (m == MAP_FAILED)
@@ -802,6 +863,7 @@ static struct sn_rqp *sn_rqp_open(uint32_t qpn)
 	r->proc = sn_rproc_get(r->shm->procid);
 	if (!r->proc)
 		goto fail;
+	r->pd_id = r->srq ? r->srq->pd_id : r->shm->pd_id;
 	return r;
 fail:
 	free(r); /* mappings are leaked on purpose: cheap and rare */
@@ -843,6 +905,53 @@ uint64_t sn_coarse_ns(void)
 
 /* Cheap enough for every post: a shared flag, and a look at the peer's
  * liveness lock at most every few milliseconds. */
+/* XRC: a view of TGT QP tgt that delivers into XRC SRQ srqn (same domain
+ * only): the SRQ's ring, CQ, PD and owner process. Cached forever. */
+struct sn_rqp *sn_rqp_xrc(struct sn_rqp *tgt, uint32_t srqn)
+{
+	static struct sn_rqp *views;
+	struct sn_rqp *v;
+	char name[64];
+	void *m;
+	size_t len;
+
+	pthread_mutex_lock(&sn_g.lock);
+	for (v = views; v; v = v->hnext)
+		if (v->qpn == tgt->qpn && v->xsrqn == srqn && v->shm == tgt->shm)
+			break;
+	pthread_mutex_unlock(&sn_g.lock);
+	if (v)
+		return v;
+	v = calloc(1, sizeof(*v));
+	if (!v)
+		return NULL;
+	*v = *tgt;
+	v->chan_fd = v->async_fd = -1;
+	v->xsrqn = srqn;
+	snprintf(name, sizeof(name), "xsrq-%u", srqn);
+	if (sn_shm_map(name, &m, &len))
+		goto fail;
+	v->srq = m;
+	if (!v->srq->xrcd_id || v->srq->xrcd_id != tgt->shm->xrcd_id)
+		goto fail; /* not an XRC SRQ of the TGT's domain */
+	v->rq = &v->srq->rq;
+	if (sn_shm_map(v->srq->cq_name, &m, &len))
+		goto fail;
+	v->rcq = m;
+	v->proc = sn_rproc_get(v->srq->procid);
+	if (!v->proc)
+		goto fail;
+	v->pd_id = v->srq->pd_id;
+	pthread_mutex_lock(&sn_g.lock);
+	v->hnext = views;
+	views = v;
+	pthread_mutex_unlock(&sn_g.lock);
+	return v;
+fail:
+	free(v);
+	return NULL;
+}
+
 bool sn_rqp_alive(struct sn_rqp *r)
 {
 	uint64_t now;

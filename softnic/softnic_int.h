@@ -46,7 +46,7 @@ struct sn_counters {
 };
 
 struct sn_fabric_shm {
-	uint64_t magic;
+	_Atomic uint64_t magic; /* SN_FAB_MAGIC ^ layout fingerprint */
 	_Atomic uint32_t next_qpn;
 	_Atomic uint32_t next_srqn;
 	struct sn_counters port; /* port 1, whole host */
@@ -109,7 +109,9 @@ struct sn_srq_shm {
 	char procid[32];
 	char async_path[SN_NAME];
 	uint64_t cookie;
-	struct sn_rq_shm rq; /* must be last */
+	uint64_t xrcd_id;      /* XRC SRQ: its domain, 0 for a basic SRQ */
+	char cq_name[SN_NAME]; /* XRC SRQ: where its completions go */
+	struct sn_rq_shm rq;   /* must be last */
 };
 
 struct sn_qp_shm {
@@ -121,9 +123,10 @@ struct sn_qp_shm {
 	_Atomic uint32_t destroyed;
 	uint32_t qkey, access, pd_id, port, dest_qpn, path_mtu;
 	uint32_t min_rnr_timer, has_srq, rq_psn, sq_psn;
-	_Atomic uint32_t exp_psn; /* responder: PSN of the next expected request */
-	uint32_t pad2;
-	uint64_t cookie; /* owner's struct sn_qp* (async events) */
+	_Atomic uint32_t exp_psn;  /* responder: PSN of the next expected request */
+	_Atomic uint32_t comm_est; /* IBV_EVENT_COMM_EST raised (first packet in RTR) */
+	uint64_t cookie;	   /* owner's struct sn_qp* (async events) */
+	uint64_t xrcd_id;	   /* XRC_RECV: its domain */
 	char rcq_name[SN_NAME];
 	char srq_name[SN_NAME];
 	char async_path[SN_NAME];
@@ -162,6 +165,8 @@ struct sn_rqp { /* our view of a remote (or local) QP */
 	struct sn_cq_shm *rcq;
 	struct sn_rproc *proc;
 	int chan_fd, async_fd;
+	uint32_t pd_id; /* PD the responder checks keys against */
+	uint32_t xsrqn; /* XRC: this view targets that SRQ through the TGT QP */
 	uint64_t next_alive_ns;
 	bool dead;
 	struct sn_rqp *hnext;
@@ -203,6 +208,10 @@ struct sn_cq {
 	bool polling;
 	int chan_wfd; /* our own write end for self-notification */
 	uint32_t empty_polls;
+	_Atomic int poll_lock; /* consumers of one CQ take turns, as in mlx5 */
+	bool single_threaded;  /* IBV_CREATE_CQ_ATTR_SINGLE_THREADED: no lock */
+	uint32_t spin_budget;  /* adaptive: empty polls before sleeping */
+	bool slept;
 	struct sn_cq *next_live;
 };
 
@@ -215,6 +224,7 @@ struct sn_swr { /* one send WR in our own words */
 	uint64_t cmp_add, swap;
 	struct ibv_ah *ah;
 	uint32_t rqpn, rqkey;
+	uint32_t xsrqn; /* XRC_SEND: the remote SRQ */
 	struct ibv_sge *sge;
 	void *inl; /* owned copy of inline data (pending WRs) */
 	uint32_t inl_len;
@@ -244,11 +254,13 @@ struct sn_qp {
 	uint32_t max_inline;
 	bool sig_all, has_ex;
 	_Atomic int lock;
+	_Atomic int rq_lock; /* posters of receives take turns */
 	uint32_t sq_head;
 	_Atomic uint32_t sq_tail;
 	uint32_t next_psn;	 /* requester: PSN of our next request */
 	struct ibv_qp_attr attr; /* what modify_qp was told */
 	struct sn_rqp *peer;	 /* RC/UC destination, resolved lazily */
+	bool path_bad;		 /* the AV names no port of this fabric */
 	/* pending send queue (RNR, peer not ready): progressed by posts,
 	 * polls and the helper thread */
 	struct sn_pend *pend_head, *pend_tail;
@@ -265,6 +277,7 @@ struct sn_qp {
 
 struct sn_srq {
 	struct ibv_srq srq;
+	_Atomic int lock;
 	struct sn_srq_shm *shm;
 	size_t shm_len;
 	char name[SN_NAME];
@@ -275,7 +288,11 @@ struct sn_srq {
 struct sn_ah {
 	struct ibv_ah ah;
 	struct ibv_ah_attr attr;
+	bool path_bad;
 };
+
+/* Does an address vector reach this fabric's port (LID, or a GID of it)? */
+bool sn_av_reaches(const struct ibv_ah_attr *ah);
 
 /* ---------------- globals and helpers ---------------- */
 
@@ -308,6 +325,7 @@ struct sn_global {
 extern struct sn_global sn_g;
 
 int sn_init(void);
+void sn_fabric_atfork_child(void);
 uint64_t sn_now_ns(void);
 uint64_t sn_nic_ticks(uint64_t host_ns);
 int sn_shm_create(const char *name, size_t len, void **out);
@@ -326,6 +344,12 @@ struct sn_mrt_shm *sn_rproc_mrt(struct sn_rproc *p);
 
 /* remote QPs */
 struct sn_rqp *sn_rqp_get(uint32_t qpn);
+struct sn_rqp *sn_rqp_xrc(struct sn_rqp *tgt, uint32_t srqn);
+
+struct sn_xrcd {
+	struct ibv_xrcd xrcd;
+	uint64_t id;
+};
 void sn_rqp_put(struct sn_rqp *r);
 bool sn_rqp_alive(struct sn_rqp *r);
 bool sn_proc_alive(const char *procid);
@@ -350,6 +374,11 @@ void sn_helper_kick(struct sn_qp *qp);
 void sn_helper_forget(struct sn_qp *qp);
 void sn_dnotes_forget(struct sn_cq_shm *cq);
 void sn_qp_lock(struct sn_qp *qp);
+void sn_spin_lock(_Atomic int *l);
+static inline void sn_spin_unlock(_Atomic int *l)
+{
+	atomic_store_explicit(l, 0, memory_order_release);
+}
 void sn_qp_unlock(struct sn_qp *qp);
 void sn_pend_free_all(struct sn_qp *qp);
 

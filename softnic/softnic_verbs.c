@@ -122,6 +122,8 @@ static int sn_query_rt_values(struct ibv_context *c, struct ibv_values_ex *v);
 static struct ibv_srq *sn_create_srq_ex(struct ibv_context *c,
 					struct ibv_srq_init_attr_ex *a);
 static int sn_get_srq_num(struct ibv_srq *srq, uint32_t *num);
+static struct ibv_xrcd *sn_open_xrcd(struct ibv_context *c, struct ibv_xrcd_init_attr *a);
+static int sn_close_xrcd(struct ibv_xrcd *x);
 
 SN_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
@@ -153,6 +155,8 @@ SN_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	v->query_rt_values = sn_query_rt_values;
 	v->create_srq_ex = sn_create_srq_ex;
 	v->get_srq_num = sn_get_srq_num;
+	v->open_xrcd = sn_open_xrcd;
+	v->close_xrcd = sn_close_xrcd;
 	v->context.device = device;
 	v->context.ops = sn_ops_template;
 	v->context.cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -530,6 +534,7 @@ static struct sn_cq *sn_cq_create(struct ibv_context *context, int cqe, void *cq
 	snprintf(cq->shm->async_path, sizeof(cq->shm->async_path), "%s",
 		 sn_ctx_of(context)->async_path);
 	cq->chan_wfd = -1;
+	cq->spin_budget = 1024;
 	cq->wc_flags = wc_flags;
 	cq->cq.context = context;
 	cq->cq.channel = channel;
@@ -580,6 +585,9 @@ static struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *c,
 		return NULL;
 	}
 	cq = sn_cq_create(c, (int)a->cqe, a->cq_context, a->channel, a->wc_flags);
+	if (cq && (a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+	    (a->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED))
+		cq->single_threaded = true;
 	return cq ? &cq->cq : NULL;
 }
 
@@ -697,7 +705,8 @@ SN_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 /* ---------------- SRQ ---------------- */
 
 static struct ibv_srq *sn_srq_create(struct ibv_pd *pd, struct ibv_srq_attr *attr,
-				     void *srq_context)
+				     void *srq_context, struct sn_xrcd *xrcd,
+				     struct sn_cq *xcq)
 {
 	struct sn_srq *srq;
 	uint32_t ring, stride, sge;
@@ -717,16 +726,50 @@ static struct ibv_srq *sn_srq_create(struct ibv_pd *pd, struct ibv_srq_attr *att
 	sge = attr->max_sge ? attr->max_sge : 1;
 	ring = sn_pow2(attr->max_wr);
 	stride = (uint32_t)(sizeof(struct sn_rwqe) + sge * sizeof(struct ibv_sge));
-	snprintf(srq->name, sizeof(srq->name), "srq-%s-%u", sn_g.procid, sn_next_id());
-	srq->shm_len = sizeof(struct sn_srq_shm) + (size_t)ring * stride;
-	ret = sn_shm_create(srq->name, srq->shm_len, &m);
-	if (ret) {
-		free(srq);
-		errno = -ret;
-		return NULL;
+	{
+		uint32_t srqn = atomic_fetch_add(&sn_g.fab->next_srqn, 1) + 1;
+
+		/* XRC SRQs are found by number (xsrq-<srqn>): built hidden,
+		 * published by rename below */
+		if (xrcd)
+			snprintf(srq->name, sizeof(srq->name), ".xsrq-%u", srqn);
+		else
+			snprintf(srq->name, sizeof(srq->name), "srq-%s-%u", sn_g.procid,
+				 sn_next_id());
+		srq->shm_len = sizeof(struct sn_srq_shm) + (size_t)ring * stride;
+		ret = sn_shm_create(srq->name, srq->shm_len, &m);
+		if (ret) {
+			free(srq);
+			errno = -ret;
+			return NULL;
+		}
+		srq->shm = m;
+		srq->shm->srqn = srqn;
 	}
-	srq->shm = m;
-	srq->shm->srqn = atomic_fetch_add(&sn_g.fab->next_srqn, 1) + 1;
+	if (xrcd) {
+		char from[512], to[512];
+
+		srq->shm->xrcd_id = xrcd->id;
+		snprintf(srq->shm->cq_name, sizeof(srq->shm->cq_name), "%s", xcq->name);
+		sn_path(from, sizeof(from), srq->name);
+		snprintf(srq->name, sizeof(srq->name), "xsrq-%u", srq->shm->srqn);
+		sn_path(to, sizeof(to), srq->name);
+		/* fill the rest first: rename happens after the header is done */
+		srq->shm->pd_id = ((struct sn_pd *)pd)->id;
+		srq->shm->pid = getpid();
+		snprintf(srq->shm->procid, sizeof(srq->shm->procid), "%s", sn_g.procid);
+		srq->shm->rq.ring = ring;
+		srq->shm->rq.max_wr = attr->max_wr;
+		srq->shm->rq.max_sge = sge;
+		srq->shm->rq.stride = stride;
+		if (rename(from, to) < 0) {
+			unlink(from);
+			munmap(m, srq->shm_len);
+			free(srq);
+			errno = EIO;
+			return NULL;
+		}
+	}
 	srq->shm->pd_id = ((struct sn_pd *)pd)->id;
 	srq->shm->pid = getpid();
 	snprintf(srq->shm->procid, sizeof(srq->shm->procid), "%s", sn_g.procid);
@@ -756,23 +799,70 @@ static struct ibv_srq *sn_srq_create(struct ibv_pd *pd, struct ibv_srq_attr *att
 SN_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd,
 					 struct ibv_srq_init_attr *init)
 {
-	return sn_srq_create(pd, &init->attr, init->srq_context);
+	return sn_srq_create(pd, &init->attr, init->srq_context, NULL, NULL);
 }
 
 static struct ibv_srq *sn_create_srq_ex(struct ibv_context *c,
 					struct ibv_srq_init_attr_ex *a)
 {
-	if (!(a->comp_mask & IBV_SRQ_INIT_ATTR_PD) ||
-	    ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && a->srq_type != IBV_SRQT_BASIC)) {
+	bool xrc = (a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && a->srq_type == IBV_SRQT_XRC;
+
+	if (!(a->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !a->pd ||
+	    ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && a->srq_type != IBV_SRQT_BASIC &&
+	     a->srq_type != IBV_SRQT_XRC)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	return sn_srq_create(a->pd, &a->attr, a->srq_context);
+	if (xrc && (!(a->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !a->xrcd ||
+		    !(a->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || !a->cq)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return sn_srq_create(a->pd, &a->attr, a->srq_context,
+			     xrc ? (struct sn_xrcd *)a->xrcd : NULL,
+			     xrc ? sn_cq_of(a->cq) : NULL);
 }
 
 static int sn_get_srq_num(struct ibv_srq *srq, uint32_t *num)
 {
 	*num = ((struct sn_srq *)srq)->shm->srqn;
+	return 0;
+}
+
+/* An XRC domain: processes that open it through the same file share it
+ * (its id is the file's device and inode); without a file it is private. */
+static struct ibv_xrcd *sn_open_xrcd(struct ibv_context *c, struct ibv_xrcd_init_attr *a)
+{
+	struct sn_xrcd *x;
+	struct stat st;
+
+	if (!(a->comp_mask & IBV_XRCD_INIT_ATTR_FD) ||
+	    !(a->comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS) ||
+	    (a->oflags & ~(O_CREAT | O_EXCL))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	x = calloc(1, sizeof(*x));
+	if (!x) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (a->fd >= 0) {
+		if (fstat(a->fd, &st) < 0) {
+			free(x);
+			return NULL;
+		}
+		x->id = ((uint64_t)st.st_dev << 40) ^ (uint64_t)st.st_ino ^ 1;
+	} else {
+		x->id = ((uint64_t)getpid() << 32) | (sn_next_id() | 0x80000000u);
+	}
+	x->xrcd.context = c;
+	return &x->xrcd;
+}
+
+static int sn_close_xrcd(struct ibv_xrcd *x)
+{
+	free(x);
 	return 0;
 }
 
@@ -829,22 +919,25 @@ SN_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
 
 static struct ibv_qp *sn_qp_create(struct ibv_context *c, struct ibv_qp_init_attr_ex *a)
 {
+	bool xini = a->qp_type == IBV_QPT_XRC_SEND, xtgt = a->qp_type == IBV_QPT_XRC_RECV;
 	struct ibv_qp_cap *cap = &a->cap;
 	uint32_t ring, stride, rsge, qpn;
 	struct sn_qp *qp;
 	void *m;
 	int ret;
 
-	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || !a->send_cq ||
-	    (!a->recv_cq && !a->srq) ||
+	if ((!xtgt && (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || !a->send_cq)) ||
+	    (!xini && !xtgt && !a->recv_cq && !a->srq) ||
+	    (xtgt && (!(a->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !a->xrcd)) ||
 	    (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC &&
-	     a->qp_type != IBV_QPT_UD) ||
+	     a->qp_type != IBV_QPT_UD && !xini && !xtgt) ||
 	    cap->max_send_wr > SN_MAX_QP_WR || cap->max_send_sge > SN_MAX_SGE ||
 	    cap->max_inline_data > SN_MAX_INLINE ||
 	    (!a->srq &&
 	     (cap->max_recv_wr > SN_MAX_QP_WR || cap->max_recv_sge > SN_MAX_SGE)) ||
 	    (a->comp_mask &
-	     ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) ||
+	     ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+			 IBV_QP_INIT_ATTR_XRCD)) ||
 	    ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
 	     (a->send_ops_flags &
 	      ~(uint64_t)(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
@@ -859,7 +952,12 @@ static struct ibv_qp *sn_qp_create(struct ibv_context *c, struct ibv_qp_init_att
 		errno = ENOMEM;
 		return NULL;
 	}
-	if (a->srq) {
+	if (xtgt) {
+		cap->max_send_wr = 0;
+		cap->max_send_sge = 0;
+		cap->max_inline_data = 0;
+	}
+	if (a->srq || xini || xtgt) {
 		cap->max_recv_wr = 0;
 		cap->max_recv_sge = 0;
 	}
@@ -885,7 +983,9 @@ static struct ibv_qp *sn_qp_create(struct ibv_context *c, struct ibv_qp_init_att
 	qp->shm->pid = getpid();
 	snprintf(qp->shm->procid, sizeof(qp->shm->procid), "%s", sn_g.procid);
 	qp->shm->qp_type = a->qp_type;
-	qp->shm->pd_id = ((struct sn_pd *)a->pd)->id;
+	qp->shm->pd_id = a->pd ? ((struct sn_pd *)a->pd)->id : 0;
+	if (xtgt)
+		qp->shm->xrcd_id = ((struct sn_xrcd *)a->xrcd)->id;
 	qp->shm->port = 1;
 	qp->shm->path_mtu = IBV_MTU_4096;
 	qp->shm->min_rnr_timer = 12;
@@ -896,7 +996,7 @@ static struct ibv_qp *sn_qp_create(struct ibv_context *c, struct ibv_qp_init_att
 	qp->shm->rq.stride = stride;
 	snprintf(qp->shm->async_path, sizeof(qp->shm->async_path), "%s",
 		 sn_ctx_of(c)->async_path);
-	if (a->recv_cq)
+	if (a->recv_cq && !xini && !xtgt)
 		snprintf(qp->shm->rcq_name, sizeof(qp->shm->rcq_name), "%s",
 			 sn_cq_of(a->recv_cq)->name);
 	if (a->srq) {
@@ -921,8 +1021,8 @@ static struct ibv_qp *sn_qp_create(struct ibv_context *c, struct ibv_qp_init_att
 		}
 	}
 	qp->ctx = sn_ctx_of(c);
-	qp->scq = sn_cq_of(a->send_cq);
-	qp->rcq = a->recv_cq ? sn_cq_of(a->recv_cq) : NULL;
+	qp->scq = a->send_cq ? sn_cq_of(a->send_cq) : NULL;
+	qp->rcq = a->recv_cq && !xini && !xtgt ? sn_cq_of(a->recv_cq) : NULL;
 	qp->pd_id = qp->shm->pd_id;
 	qp->max_send_wr = cap->max_send_wr ? cap->max_send_wr : 1;
 	qp->max_recv_wr = cap->max_recv_wr;
@@ -989,11 +1089,11 @@ SN_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *ibqp)
 	return qp->has_ex ? &qp->qpx : NULL;
 }
 
-enum { SN_T_UD, SN_T_UC, SN_T_RC };
+enum { SN_T_UD, SN_T_UC, SN_T_RC, SN_T_XI, SN_T_XT, SN_T_N };
 
 struct sn_trans {
 	bool ok;
-	uint32_t req[3], opt[3];
+	uint32_t req[SN_T_N], opt[SN_T_N];
 };
 
 #define S_(x) IBV_QP_##x
@@ -1007,6 +1107,8 @@ static const struct sn_trans sn_qp_table[7][7] = {
 				[SN_T_UD] = S_(PKEY_INDEX) | S_(PORT) | S_(QKEY),
 				[SN_T_UC] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
 				[SN_T_RC] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
+[SN_T_XI] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
+[SN_T_XT] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
 			},
 		},
 	},
@@ -1019,6 +1121,8 @@ static const struct sn_trans sn_qp_table[7][7] = {
 				[SN_T_UD] = S_(PKEY_INDEX) | S_(PORT) | S_(QKEY),
 				[SN_T_UC] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
 				[SN_T_RC] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
+[SN_T_XI] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
+[SN_T_XT] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
 			},
 		},
 		[IBV_QPS_RTR] = {
@@ -1027,11 +1131,16 @@ static const struct sn_trans sn_qp_table[7][7] = {
 				[SN_T_UC] = S_(AV) | S_(PATH_MTU) | S_(DEST_QPN) | S_(RQ_PSN),
 				[SN_T_RC] = S_(AV) | S_(PATH_MTU) | S_(DEST_QPN) | S_(RQ_PSN) |
 					    S_(MAX_DEST_RD_ATOMIC) | S_(MIN_RNR_TIMER),
+[SN_T_XI] = S_(AV) | S_(PATH_MTU) | S_(DEST_QPN) | S_(RQ_PSN),
+[SN_T_XT] = S_(AV) | S_(PATH_MTU) | S_(DEST_QPN) | S_(RQ_PSN) |
+					    S_(MAX_DEST_RD_ATOMIC) | S_(MIN_RNR_TIMER),
 			},
 			.opt = {
 				[SN_T_UD] = S_(PKEY_INDEX) | S_(QKEY),
 				[SN_T_UC] = S_(ALT_PATH) | S_(ACCESS_FLAGS) | S_(PKEY_INDEX),
 				[SN_T_RC] = S_(ALT_PATH) | S_(ACCESS_FLAGS) | S_(PKEY_INDEX),
+[SN_T_XI] = S_(ALT_PATH) | S_(ACCESS_FLAGS) | S_(PKEY_INDEX),
+[SN_T_XT] = S_(ALT_PATH) | S_(ACCESS_FLAGS) | S_(PKEY_INDEX),
 			},
 		},
 	},
@@ -1045,12 +1154,19 @@ static const struct sn_trans sn_qp_table[7][7] = {
 				[SN_T_UC] = S_(SQ_PSN),
 				[SN_T_RC] = S_(TIMEOUT) | S_(RETRY_CNT) | S_(RNR_RETRY) | S_(SQ_PSN) |
 					    S_(MAX_QP_RD_ATOMIC),
+[SN_T_XI] = S_(TIMEOUT) | S_(RETRY_CNT) | S_(RNR_RETRY) | S_(SQ_PSN) |
+					    S_(MAX_QP_RD_ATOMIC),
+[SN_T_XT] = S_(TIMEOUT) | S_(SQ_PSN),
 			},
 			.opt = {
 				[SN_T_UD] = S_(CUR_STATE) | S_(QKEY),
 				[SN_T_UC] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
 					    S_(PATH_MIG_STATE),
 				[SN_T_RC] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
+					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
+[SN_T_XI] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
+					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
+[SN_T_XT] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
 					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
 			},
 		},
@@ -1066,6 +1182,10 @@ static const struct sn_trans sn_qp_table[7][7] = {
 					    S_(PATH_MIG_STATE),
 				[SN_T_RC] = S_(CUR_STATE) | S_(ACCESS_FLAGS) | S_(ALT_PATH) |
 					    S_(PATH_MIG_STATE) | S_(MIN_RNR_TIMER),
+[SN_T_XI] = S_(CUR_STATE) | S_(ACCESS_FLAGS) | S_(ALT_PATH) |
+					    S_(PATH_MIG_STATE) | S_(MIN_RNR_TIMER),
+[SN_T_XT] = S_(CUR_STATE) | S_(ACCESS_FLAGS) | S_(ALT_PATH) |
+					    S_(PATH_MIG_STATE) | S_(MIN_RNR_TIMER),
 			},
 		},
 		[IBV_QPS_SQD] = {
@@ -1074,6 +1194,8 @@ static const struct sn_trans sn_qp_table[7][7] = {
 				[SN_T_UD] = S_(EN_SQD_ASYNC_NOTIFY),
 				[SN_T_UC] = S_(EN_SQD_ASYNC_NOTIFY),
 				[SN_T_RC] = S_(EN_SQD_ASYNC_NOTIFY),
+[SN_T_XI] = S_(EN_SQD_ASYNC_NOTIFY),
+[SN_T_XT] = S_(EN_SQD_ASYNC_NOTIFY),
 			},
 		},
 	},
@@ -1088,6 +1210,10 @@ static const struct sn_trans sn_qp_table[7][7] = {
 					    S_(PATH_MIG_STATE),
 				[SN_T_RC] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
 					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
+[SN_T_XI] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
+					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
+[SN_T_XT] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
+					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
 			},
 		},
 		[IBV_QPS_SQD] = {
@@ -1097,6 +1223,16 @@ static const struct sn_trans sn_qp_table[7][7] = {
 				[SN_T_UC] = S_(AV) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
 					    S_(PKEY_INDEX) | S_(PATH_MIG_STATE),
 				[SN_T_RC] = S_(PORT) | S_(AV) | S_(TIMEOUT) | S_(RETRY_CNT) |
+					    S_(RNR_RETRY) | S_(MAX_QP_RD_ATOMIC) |
+					    S_(MAX_DEST_RD_ATOMIC) | S_(ALT_PATH) |
+					    S_(ACCESS_FLAGS) | S_(PKEY_INDEX) |
+					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
+[SN_T_XI] = S_(PORT) | S_(AV) | S_(TIMEOUT) | S_(RETRY_CNT) |
+					    S_(RNR_RETRY) | S_(MAX_QP_RD_ATOMIC) |
+					    S_(MAX_DEST_RD_ATOMIC) | S_(ALT_PATH) |
+					    S_(ACCESS_FLAGS) | S_(PKEY_INDEX) |
+					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
+[SN_T_XT] = S_(PORT) | S_(AV) | S_(TIMEOUT) | S_(RETRY_CNT) |
 					    S_(RNR_RETRY) | S_(MAX_QP_RD_ATOMIC) |
 					    S_(MAX_DEST_RD_ATOMIC) | S_(ALT_PATH) |
 					    S_(ACCESS_FLAGS) | S_(PKEY_INDEX) |
@@ -1122,6 +1258,17 @@ static const struct sn_trans sn_qp_table[7][7] = {
 };
 #undef S_
 
+bool sn_av_reaches(const struct ibv_ah_attr *ah)
+{
+	if (ah->is_global) {
+		for (int i = 0; i < sn_g.ngid; i++)
+			if (!memcmp(&ah->grh.dgid, &sn_g.gid[i], sizeof(union ibv_gid)))
+				return true;
+		return false;
+	}
+	return !sn_g.eth && ah->dlid == sn_g.lid;
+}
+
 static int sn_check_av(const struct ibv_ah_attr *ah)
 {
 	if (ah->port_num > 1)
@@ -1139,9 +1286,22 @@ SN_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int m
 	uint32_t cur = atomic_load(&qp->shm->state), next, t, m = (uint32_t)mask;
 	const struct sn_trans *tr;
 
-	t = ibqp->qp_type == IBV_QPT_UD	  ? SN_T_UD
-	    : ibqp->qp_type == IBV_QPT_UC ? SN_T_UC
-					  : SN_T_RC;
+	switch (ibqp->qp_type) {
+	case IBV_QPT_UD:
+		t = SN_T_UD;
+		break;
+	case IBV_QPT_UC:
+		t = SN_T_UC;
+		break;
+	case IBV_QPT_XRC_SEND:
+		t = SN_T_XI;
+		break;
+	case IBV_QPT_XRC_RECV:
+		t = SN_T_XT;
+		break;
+	default:
+		t = SN_T_RC;
+	}
 	if (m & IBV_QP_CUR_STATE) {
 		if (attr->cur_qp_state > IBV_QPS_ERR)
 			return EINVAL;
@@ -1182,8 +1342,10 @@ SN_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int m
 		qp->attr.qp_access_flags = attr->qp_access_flags;
 		qp->shm->access = attr->qp_access_flags;
 	}
-	if (m & IBV_QP_AV)
+	if (m & IBV_QP_AV) {
 		qp->attr.ah_attr = attr->ah_attr;
+		qp->path_bad = !sn_av_reaches(&attr->ah_attr);
+	}
 	if (m & IBV_QP_ALT_PATH) {
 		qp->attr.alt_ah_attr = attr->alt_ah_attr;
 		qp->attr.alt_pkey_index = attr->alt_pkey_index;
@@ -1236,7 +1398,8 @@ SN_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int m
 		sn_qp_lock(qp);
 		sn_pend_free_all(qp);
 		atomic_store(&qp->shm->rq.cons, atomic_load(&qp->shm->rq.prod));
-		sn_cq_clean(qp->scq, (uint64_t)(uintptr_t)qp, qp->shm->qpn);
+		if (qp->scq)
+			sn_cq_clean(qp->scq, (uint64_t)(uintptr_t)qp, qp->shm->qpn);
 		if (qp->rcq)
 			sn_cq_clean(qp->rcq, 0, qp->shm->qpn);
 		qp->sq_head = 0;
@@ -1245,7 +1408,15 @@ SN_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int m
 		atomic_store(&qp->shm->state, IBV_QPS_RESET);
 		sn_qp_unlock(qp);
 	} else {
+		if (next == IBV_QPS_RTR && cur != IBV_QPS_RTR)
+			atomic_store(&qp->shm->comm_est, 0);
 		atomic_store(&qp->shm->state, next);
+		/* our send queue never holds work in flight beyond the pending
+		 * queue: SQD is reached as soon as that is empty */
+		if (next == IBV_QPS_SQD && (m & IBV_QP_EN_SQD_ASYNC_NOTIFY) &&
+		    attr->en_sqd_async_notify && !qp->pend_head)
+			sn_async_event(qp->shm->async_path, NULL, IBV_EVENT_SQ_DRAINED,
+				       qp->shm->cookie);
 	}
 	ibqp->state = next;
 	return 0;
@@ -1308,7 +1479,8 @@ SN_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 	sn_qp_lock(qp);
 	sn_pend_free_all(qp);
 	sn_qp_unlock(qp);
-	sn_cq_clean(qp->scq, (uint64_t)(uintptr_t)qp, qp->shm->qpn);
+	if (qp->scq)
+		sn_cq_clean(qp->scq, (uint64_t)(uintptr_t)qp, qp->shm->qpn);
 	if (qp->rcq)
 		sn_cq_clean(qp->rcq, 0, qp->shm->qpn);
 	sn_unlink(qp->name);
@@ -1339,6 +1511,7 @@ SN_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *at
 	ah->ah.pd = pd;
 	ah->ah.handle = sn_next_id();
 	ah->attr = *attr;
+	ah->path_bad = !sn_av_reaches(attr);
 	return &ah->ah;
 }
 

@@ -430,6 +430,33 @@ TEST(Analyzer, UnsignaledCompleteWithNextSignaled)
 	EXPECT_NEAR(100 + 2700, e2e.p50, 2800 * 0.02);
 }
 
+// perftest: one wr_id for every WR, every 100th signaled.
+TEST(Analyzer, UnsignaledWithTheSameWrId)
+{
+	Fixture fx;
+	Trace &c = fx.t[0];
+	c.cq(1000, CQ, 256);
+	c.qp(2000, QP, QPN, CQ, CQ);
+	c.connect(3000, QP, PEER);
+	uint64_t t = 10000;
+	for (int i = 0; i < 1000; i++) {
+		bool sig = i % 100 == 99;
+		c.post(t, t + 100, QP, QPN,
+		       { swr(0, IBV_WR_SEND,
+			     sig ? IBV_SEND_SIGNALED | IBV_SEND_INLINE
+				 : IBV_SEND_INLINE) },
+		       fx.sges);
+		if (sig)
+			c.poll(t + 1000, t + 1100, CQ, { wc(0, QPN) });
+		t += 2000;
+	}
+	fx.finish();
+	struct rbt_analyzer_counts cnt;
+	rbt_analyzer_counts(fx.an, &cnt);
+	EXPECT_EQ(1000u, cnt.wrs_completed);
+	EXPECT_EQ(0u, cnt.outstanding_at_end);
+}
+
 TEST(Analyzer, ReceiveWaitReportedApart)
 {
 	Fixture fx;
@@ -747,6 +774,89 @@ TEST(Diagnose, MtuPsnAndDestQpnAcrossTraces)
 	EXPECT_EQ(0x33u, d->qp_num);
 }
 
+TEST(Diagnose, CqOverrunAsyncEvent)
+{
+	Fixture fx;
+	Trace &c = fx.t[0];
+	c.cq(1000, CQ, 256);
+	rbt_event ev{};
+	ev.type = RBT_EV_ASYNC_EVENT;
+	ev.u.async_event.ts_exit = 5100;
+	ev.u.async_event.event_type = IBV_EVENT_CQ_ERR;
+	ev.u.async_event.element = CQ;
+	c.put(ev, 5000);
+	fx.finish();
+	const rbt_finding *f = fx.find("cq_overrun");
+	ASSERT_TRUE(f);
+	EXPECT_NEAR(5000, f->time_ns, 1);
+}
+
+// The recorder may take its first clock sample of a device only after completions
+// with NIC timestamps were polled: they wait for it instead of becoming bounds.
+TEST(Analyzer, NicTimestampsBeforeTheFirstClockSample)
+{
+	Fixture fx;
+	Trace &c = fx.t[0];
+	c.cq(1000, CQ, 256);
+	c.qp(2000, QP, QPN, CQ, CQ);
+	c.connect(3000, QP, PEER);
+	auto nic_of = [](uint64_t host) { return host + 5000000; };
+	uint64_t t = 10000;
+	for (int i = 0; i < 50; i++) {
+		c.post(t, t + 100, QP, QPN, { swr(i) }, fx.sges);
+		c.poll(t + 4000, t + 4100, CQ,
+		       { wc(i, QPN, 0, IBV_WC_SEND, nic_of(t + 100 + 3000)) });
+		t += 5000;
+	}
+	c.clock(t, nic_of(t), 1000000000);
+	fx.finish();
+	struct rbt_analyzer_counts cnt;
+	rbt_analyzer_counts(fx.an, &cnt);
+	EXPECT_EQ(50u, cnt.wrs_nic_exact);
+	EXPECT_NEAR(3000, fx.phase(RBT_PHASE_NIC).p50, 3000 * 0.02);
+	EXPECT_NEAR(1000, fx.phase(RBT_PHASE_POLL).p50, 1000 * 0.02);
+}
+
+// Extended polls (start_poll/next_poll) where the application never read the QP
+// number: the QPs of the CQ are searched for the wr_id.
+TEST(Analyzer, CompletionsWithoutQpNumber)
+{
+	Fixture fx;
+	Trace &c = fx.t[0];
+	c.cq(1000, CQ, 256);
+	c.qp(2000, QP, QPN, CQ, CQ);
+	c.qp(2100, QP + 1, QPN + 1, CQ, CQ);
+	c.connect(3000, QP, PEER);
+	c.connect(3000, QP + 1, PEER + 1);
+	c.post(10000, 10100, QP, QPN, { swr(5) }, fx.sges);
+	c.post(11000, 11100, QP + 1, QPN + 1, { swr(6) }, fx.sges);
+	c.poll(15000, 15100, CQ, { wc(6, 0), wc(5, 0) });
+	fx.finish();
+	struct rbt_analyzer_counts cnt;
+	rbt_analyzer_counts(fx.an, &cnt);
+	EXPECT_EQ(2u, cnt.wrs_completed);
+	EXPECT_EQ(0u, cnt.unmatched_completions);
+	rbt_phase_summary s{};
+	ASSERT_EQ(0, rbt_analyzer_phase(fx.an, 0, QPN + 1, -1, RBT_PHASE_E2E, &s));
+	EXPECT_NEAR(4100, s.p50, 4100 * 0.02);
+}
+
+TEST(Diagnose, LocalProtectionErrorNamesTheLkey)
+{
+	Fixture fx;
+	Trace &c = fx.t[0];
+	c.cq(1000, CQ, 256);
+	c.mr(1500, 0xe0, 0x10000, 4096, 0x77);
+	c.qp(2000, QP, QPN, CQ, CQ);
+	c.connect(3000, QP, PEER);
+	c.post(10000, 10100, QP, QPN, { swr(1) }, fx.sges); // lkey 0x42: not registered
+	c.poll(12000, 12100, CQ, { wc(1, QPN, IBV_WC_LOC_PROT_ERR) });
+	fx.finish();
+	const rbt_finding *f = fx.find("qp_error");
+	ASSERT_TRUE(f);
+	EXPECT_NE(nullptr, strstr(f->evidence, "lkey 0x42 matches no registered MR"));
+}
+
 // A healthy ping-pong between two traced processes: no warnings, and the round trip
 // splits into its known parts.
 void pingpong(Fixture &fx, int iters)
@@ -813,6 +923,107 @@ TEST(Analyzer, MemoryIsFlatInTraceLength)
 	}
 	EXPECT_EQ(peak[0], peak[1]);
 	EXPECT_EQ(1u, peak[1]);
+}
+
+std::string slurp(FILE *f);
+
+// Garbage in (what a damaged trace could decode to): no crash, no hang, outputs intact.
+TEST(Analyzer, RandomEventsNeverCrash)
+{
+	FILE *pf = tmpfile();
+	Fixture fx(2, pf);
+	uint64_t x = 88172645463325252ull;
+	auto rnd = [&x]() {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		return x;
+	};
+	auto small = [&rnd]() { return rnd() % 4 == 0 ? rnd() : rnd() % 8; };
+	std::vector<rbt_send_wr> swrs(4);
+	std::vector<rbt_recv_wr> rwrs(4);
+	std::vector<rbt_wc> wcs(4);
+	std::vector<rbt_sge> sges(2);
+	for (int i = 0; i < 200000; i++) {
+		rbt_event ev{};
+		const uint32_t types[] = {
+			RBT_EV_POST_SEND,    RBT_EV_POST_RECV,	   RBT_EV_POLL_CQ,
+			RBT_EV_QP_CREATE,    RBT_EV_QP_MODIFY,	   RBT_EV_CQ_CREATE,
+			RBT_EV_MR_REG,	     RBT_EV_MR_DEREG,	   RBT_EV_QP_DESTROY,
+			RBT_EV_CLOCK_SAMPLE, RBT_EV_ASYNC_EVENT,   RBT_EV_THREAD,
+			RBT_EV_SRQ_CREATE,   RBT_EV_POST_SRQ_RECV, 63
+		};
+		ev.type = types[rnd() % (sizeof(types) / sizeof(types[0]))];
+		ev.stream = (uint32_t)(rnd() % 3);
+		uint64_t *f = (uint64_t *)&ev.u;
+		for (size_t k = 0; k < sizeof(ev.u) / 8; k++)
+			f[k] = small();
+		for (auto &s : sges) {
+			s.addr = rnd();
+			s.length = small();
+			s.lkey = small();
+		}
+		for (auto &w : swrs) {
+			w = rbt_send_wr{};
+			w.wr_id = small();
+			w.opcode = small();
+			w.send_flags = small();
+			w.remote_addr = rnd();
+			w.n_sges = (uint32_t)(rnd() % 3);
+			w.sges = sges.data();
+		}
+		for (auto &w : rwrs) {
+			w = rbt_recv_wr{};
+			w.wr_id = small();
+		}
+		for (auto &c : wcs) {
+			c = rbt_wc{};
+			c.wr_id = small();
+			c.qp_num = small();
+			c.status = small();
+			c.opcode = rnd() % 2 ? 128 : small();
+			c.hw_ts = rnd() % 2 ? rnd() : 0;
+		}
+		switch (ev.type) {
+		case RBT_EV_POST_SEND:
+			ev.u.post_send.n_wrs = (uint32_t)(rnd() % 5);
+			ev.u.post_send.wrs = swrs.data();
+			break;
+		case RBT_EV_POST_RECV:
+			ev.u.post_recv.n_wrs = (uint32_t)(rnd() % 5);
+			ev.u.post_recv.wrs = rwrs.data();
+			break;
+		case RBT_EV_POST_SRQ_RECV:
+			ev.u.post_srq_recv.n_wrs = (uint32_t)(rnd() % 5);
+			ev.u.post_srq_recv.wrs = rwrs.data();
+			break;
+		case RBT_EV_POLL_CQ:
+			ev.u.poll_cq.n_wcs = (uint32_t)(rnd() % 5);
+			ev.u.poll_cq.wcs = wcs.data();
+			break;
+		case RBT_EV_THREAD:
+			ev.u.thread.name = "t";
+			break;
+		case RBT_EV_QP_CREATE:
+		case RBT_EV_QP_MODIFY:
+		case RBT_EV_CQ_CREATE:
+		case RBT_EV_MR_REG:
+			break;
+		default:
+			break;
+		}
+		ev.ts = rnd() % 2 ? rnd() : (uint64_t)i * 1000;
+		ASSERT_EQ(0, rbt_analyzer_feed(fx.an, (int)(rnd() % 2), &ev));
+	}
+	fx.finish();
+	FILE *o = tmpfile();
+	EXPECT_EQ(0, rbt_analyzer_write_text(fx.an, o));
+	EXPECT_EQ(0, rbt_analyzer_write_json(fx.an, o));
+	EXPECT_EQ(0, rbt_analyzer_write_html(fx.an, o));
+	fclose(o);
+	std::string p = slurp(pf);
+	fclose(pf);
+	EXPECT_NE(std::string::npos, p.rfind("]}"));
 }
 
 // ---- outputs ----

@@ -299,3 +299,34 @@ TEST(FormatDamage, TruncatedHeader)
 			EXPECT_EQ(-ENOMSG, res.open_err) << len;
 	}
 }
+
+// The file reader (pread, one chunk in memory) resynchronises across more garbage
+// than its scan window, exactly like the memory reader.
+TEST(FormatDamage, FileReaderSkipsLongGarbage)
+{
+	Trace t = make_trace(6, 25);
+	std::vector<uint8_t> b(t.bytes.begin(), t.bytes.begin() + (long)t.chunk_off[3]);
+	std::mt19937 rng(3);
+	for (int i = 0; i < 200000; i++)
+		b.push_back(i % 1000 == 0 ? 'R' : (uint8_t)rng());
+	b.insert(b.end(), t.bytes.begin() + (long)t.chunk_off[3], t.bytes.end());
+	std::string path =
+		std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
+		"/long.rbt";
+	FILE *f = fopen(path.c_str(), "wb");
+	ASSERT_NE(nullptr, f);
+	ASSERT_EQ(b.size(), fwrite(b.data(), 1, b.size(), f));
+	fclose(f);
+	rbt_reader *r;
+	ASSERT_EQ(0, rbt_reader_open(path.c_str(), &r));
+	std::vector<std::string> got;
+	const rbt_event *ev;
+	while (rbt_reader_next(r, &ev) > 0)
+		got.push_back(json(rbt_reader_header(r), ev));
+	EXPECT_EQ(expected(t, t.bytes.size(), -1), got);
+	EXPECT_EQ(200000u, rbt_reader_stats(r)->bad_bytes);
+	EXPECT_EQ(t.chunk_off[3], rbt_reader_stats(r)->first_damage_offset);
+	EXPECT_TRUE(rbt_reader_stats(r)->finished);
+	rbt_reader_close(r);
+	unlink(path.c_str());
+}

@@ -415,6 +415,24 @@ TEST(Format, WriterOnFdAndFileMode)
 	unlink(path.c_str());
 }
 
+// Write errors come back as -errno, stick, and never crash or leak.
+TEST(Format, WriterErrors)
+{
+	rbt_header h = test_header();
+	rbt_writer *w = (rbt_writer *)1;
+	EXPECT_EQ(-ENOENT, rbt_writer_open("/nonexistent/dir/x.rbt", &h, nullptr, &w));
+	EXPECT_EQ(nullptr, w);
+	int fd = open("/dev/null", O_RDONLY);
+	ASSERT_GE(fd, 0);
+	EXPECT_EQ(-EBADF, rbt_writer_open_fd(fd, &h, nullptr, &w));
+	EXPECT_EQ(-EBADF, fcntl(fd, F_GETFD) == -1 ? -errno : 0); // the writer closed it
+	if (access("/dev/full", W_OK) == 0) {
+		EXPECT_EQ(-ENOSPC, rbt_writer_open("/dev/full", &h, nullptr, &w));
+	}
+	EXPECT_EQ(-EINVAL, rbt_writer_open_fd(-1, &h, nullptr, &w));
+	EXPECT_EQ(-EINVAL, rbt_writer_append(nullptr, nullptr));
+}
+
 TEST(Format, OpenErrorsAreNamed)
 {
 	rbt_reader *r = nullptr;
@@ -684,6 +702,50 @@ TEST(Format, LargeEvents)
 	unlink(path.c_str());
 }
 
+// An event too big for any chunk is refused, and the events around it survive
+// (handles stay in step although the refused one had been half encoded).
+TEST(Format, OversizedEventIsRefusedCleanly)
+{
+	std::string path = tmp_path("oversized.rbt");
+	rbt_header h = test_header();
+	rbt_writer *w;
+	ASSERT_EQ(0, rbt_writer_open(path.c_str(), &h, nullptr, &w));
+	rbt_event ev = {};
+	ev.type = RBT_EV_PD_ALLOC;
+	ev.ts = 10;
+	ev.u.pd_alloc.pd = 0x1000;
+	ASSERT_EQ(0, rbt_writer_append(w, &ev));
+	std::vector<uint8_t> huge(33u << 20, 0xab);
+	rbt_recv_wr wr = {};
+	wr.payload = rbt_blob{ huge.data(), (uint32_t)huge.size() };
+	rbt_event big = {};
+	big.type = RBT_EV_POST_SRQ_RECV;
+	big.ts = 11;
+	big.u.post_srq_recv.srq = 0x5000;
+	big.u.post_srq_recv.n_wrs = 1;
+	big.u.post_srq_recv.wrs = &wr;
+	EXPECT_EQ(-E2BIG, rbt_writer_append(w, &big));
+	big.u.post_srq_recv.n_wrs = 0; // the same event, small now
+	ASSERT_EQ(0, rbt_writer_append(w, &big));
+	ev.ts = 12;
+	ev.u.pd_alloc.pd = 0x2000;
+	ASSERT_EQ(0, rbt_writer_append(w, &ev));
+	ASSERT_EQ(0, rbt_writer_close(w, nullptr));
+	rbt_reader *r;
+	ASSERT_EQ(0, rbt_reader_open(path.c_str(), &r));
+	const rbt_event *e;
+	ASSERT_EQ(1, rbt_reader_next(r, &e));
+	EXPECT_EQ(0x1000u, e->u.pd_alloc.pd);
+	ASSERT_EQ(1, rbt_reader_next(r, &e));
+	EXPECT_EQ(0x5000u, e->u.post_srq_recv.srq);
+	ASSERT_EQ(1, rbt_reader_next(r, &e));
+	EXPECT_EQ(0x2000u, e->u.pd_alloc.pd);
+	EXPECT_EQ(0, rbt_reader_next(r, &e));
+	EXPECT_EQ(0u, rbt_reader_stats(r)->bad_chunks);
+	rbt_reader_close(r);
+	unlink(path.c_str());
+}
+
 TEST(Format, TextAndJsonPrinters)
 {
 	rbt_header h = test_header();
@@ -709,9 +771,17 @@ TEST(Format, TextAndJsonPrinters)
 	rbt_event_format_text(&h, &ev, buf, sizeof(buf));
 	EXPECT_STREQ(
 		"0.000001000 [7] post_send ts_exit=+0.250us ret=0 qp=0xabc0 qp_num=17 "
-		"wrs=[{wr_id=99 opcode=0 send_flags=2 sges=[{addr=0x7f0000001000 "
-		"length=64 lkey=4660}]}]",
+		"wrs=[{wr_id=99 opcode=RDMA_WRITE send_flags=SIGNALED "
+		"sges=[{addr=0x7f0000001000 length=64 lkey=4660}]}]",
 		buf);
+	// Flags print by name, unknown bits and values as numbers.
+	wr.send_flags = 2 | 8 | 0x100;
+	wr.opcode = 99;
+	rbt_event_format_text(&h, &ev, buf, sizeof(buf));
+	EXPECT_NE(nullptr, strstr(buf, "opcode=99 send_flags=SIGNALED|INLINE|0x100"))
+		<< buf;
+	wr.send_flags = 2;
+	wr.opcode = 0;
 	rbt_event_format_json(&h, &ev, buf, sizeof(buf));
 	EXPECT_NE(nullptr,
 		  strstr(buf, "{\"type\":\"post_send\",\"stream\":7,\"ts\":1000,"));

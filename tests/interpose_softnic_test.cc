@@ -11,7 +11,8 @@
 
 using namespace rbt_test;
 
-namespace {
+namespace
+{
 
 int next_port()
 {
@@ -33,17 +34,22 @@ pair_result record_pair(const std::string &tag, const std::string &server,
 	int port = next_port();
 	char hexport[16];
 	snprintf(hexport, sizeof(hexport), ":%04X", port);
-	std::string rec = env + " SOFTNIC_FABRIC=" + d + "/fab RBTRACE_LIB=" +
-			  runfile("interpose/librbtrace.so") + " RBTRACE_SOFTNIC_DIR=" +
-			  runfile("softnic") + " " + runfile("cli/rbtrace") + " record --softnic ";
+	std::string asan = asan_runtime_for(runfile("interpose/librbtrace.so"));
+	std::string rec = env +
+			  (asan.empty() ? "" : " " + asan_env() + "LD_PRELOAD=" + asan) +
+			  " SOFTNIC_FABRIC=" + d +
+			  "/fab RBTRACE_LIB=" + runfile("interpose/librbtrace.so") +
+			  " RBTRACE_SOFTNIC_DIR=" + runfile("softnic") + " " +
+			  runfile("cli/rbtrace") + " record --softnic ";
 	std::string p = " -p " + std::to_string(port) + " ";
-	std::string cmd = rec + "-o " + d + "/s.rbt -- " + server + p + " >" + d +
-			  "/s.out 2>&1 & spid=$!; for i in $(seq 200); do grep -qiE \"" +
-			  std::string(hexport) +
-			  " [0-9A-F]+:0000 0A\" /proc/net/tcp /proc/net/tcp6 && break; sleep 0.05; "
-			  "done; " +
-			  rec + "-o " + d + "/c.rbt -- " + client + p + " localhost >" + d +
-			  "/c.out 2>&1; c=$?; wait $spid; s=$?; echo $c $s";
+	std::string cmd =
+		rec + "-o " + d + "/s.rbt -- " + server + p + " >" + d +
+		"/s.out 2>&1 & spid=$!; for i in $(seq 200); do grep -qiE \"" +
+		std::string(hexport) +
+		" [0-9A-F]+:0000 0A\" /proc/net/tcp /proc/net/tcp6 && break; sleep 0.05; "
+		"done; " +
+		rec + "-o " + d + "/c.rbt -- " + client + p + " localhost >" + d +
+		"/c.out 2>&1; c=$?; wait $spid; s=$?; echo $c $s";
 	pair_result r;
 	r.both = run(cmd, 120);
 	r.server_out = slurp(d + "/s.out");
@@ -61,16 +67,19 @@ void expect_clean(const summary &s, const std::string &who)
 	EXPECT_EQ(s.lost, 0u) << who;
 	EXPECT_EQ(s.wc_bad, 0u) << who;
 	EXPECT_EQ(s.post_send_failed, 0u) << who;
-	EXPECT_EQ(s.by_type.count(RBT_EV_DEVICE_OPEN) ? s.by_type.at(RBT_EV_DEVICE_OPEN) : 0,
+	EXPECT_EQ(s.by_type.count(RBT_EV_DEVICE_OPEN) ? s.by_type.at(RBT_EV_DEVICE_OPEN)
+						      : 0,
 		  1u)
 		<< who;
-	EXPECT_GE(s.by_type.count(RBT_EV_QP_MODIFY) ? s.by_type.at(RBT_EV_QP_MODIFY) : 0, 2u)
+	EXPECT_GE(s.by_type.count(RBT_EV_QP_MODIFY) ? s.by_type.at(RBT_EV_QP_MODIFY) : 0,
+		  2u)
 		<< who;
 }
 
 // ibv_rc_pingpong -n 1000: each side sends 1000 WRs and gets 1000 successful send
 // and 1000 successful receive completions; the program says "1000 iters".
-void rc_pingpong(const std::string &tag, const std::string &opt, const std::string &env = "")
+void rc_pingpong(const std::string &tag, const std::string &opt,
+		 const std::string &env = "")
 {
 	pair_result r = record_pair(tag, "ibv_rc_pingpong -n 1000 " + opt,
 				    "ibv_rc_pingpong -n 1000 " + opt, env);
@@ -137,7 +146,8 @@ TEST(InterposeSoftnic, RcPingpongRecorderAddsNicTimestamps)
 // few more than 1000; what one side received never exceeds what the other sent.
 TEST(InterposeSoftnic, SrqPingpong)
 {
-	pair_result r = record_pair("srq", "ibv_srq_pingpong -n 1000", "ibv_srq_pingpong -n 1000");
+	pair_result r = record_pair("srq", "ibv_srq_pingpong -n 1000",
+				    "ibv_srq_pingpong -n 1000");
 	ASSERT_EQ(r.both.out, "0 0\n") << r.server_out << r.client_out;
 	ASSERT_NE(r.client_out.find("1000 iters in"), std::string::npos);
 	for (summary *s : { &r.s, &r.c }) {
@@ -164,14 +174,16 @@ long long perftest_iters(const std::string &out)
 		return -1;
 	p = out.find('\n', p);
 	long long bytes = 0, iters = -1;
-	if (p == std::string::npos || sscanf(out.c_str() + p + 1, "%lld %lld", &bytes, &iters) != 2)
+	if (p == std::string::npos ||
+	    sscanf(out.c_str() + p + 1, "%lld %lld", &bytes, &iters) != 2)
 		return -1;
 	return iters;
 }
 
 TEST(InterposeSoftnic, IbSendLat)
 {
-	pair_result r = record_pair("send_lat", "ib_send_lat -n 1000", "ib_send_lat -n 1000");
+	pair_result r =
+		record_pair("send_lat", "ib_send_lat -n 1000", "ib_send_lat -n 1000");
 	ASSERT_EQ(r.both.out, "0 0\n") << r.server_out << r.client_out;
 	ASSERT_EQ(perftest_iters(r.client_out), 1000) << r.client_out;
 	for (summary *s : { &r.s, &r.c }) {
@@ -185,7 +197,8 @@ TEST(InterposeSoftnic, IbSendLat)
 
 TEST(InterposeSoftnic, IbWriteBw)
 {
-	pair_result r = record_pair("write_bw", "ib_write_bw -n 1000", "ib_write_bw -n 1000");
+	pair_result r =
+		record_pair("write_bw", "ib_write_bw -n 1000", "ib_write_bw -n 1000");
 	ASSERT_EQ(r.both.out, "0 0\n") << r.server_out << r.client_out;
 	ASSERT_EQ(perftest_iters(r.client_out), 1000) << r.client_out;
 	expect_clean(r.c, "write_bw client");
@@ -202,7 +215,8 @@ TEST(InterposeSoftnic, IbWriteBw)
 
 TEST(InterposeSoftnic, IbReadLat)
 {
-	pair_result r = record_pair("read_lat", "ib_read_lat -n 1000", "ib_read_lat -n 1000");
+	pair_result r =
+		record_pair("read_lat", "ib_read_lat -n 1000", "ib_read_lat -n 1000");
 	ASSERT_EQ(r.both.out, "0 0\n") << r.server_out << r.client_out;
 	ASSERT_EQ(perftest_iters(r.client_out), 1000) << r.client_out;
 	expect_clean(r.c, "read_lat client");

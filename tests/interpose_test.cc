@@ -12,13 +12,21 @@
 
 using namespace rbt_test;
 
-namespace {
+namespace
+{
 
 std::string env_prefix(const std::string &out)
 {
-	return "LD_PRELOAD=" + runfile("interpose/librbtrace.so") +
-	       " LD_LIBRARY_PATH=" + runfile("tests/progs/fakeverbs") + " RBTRACE_OUTPUT=" + out +
-	       " ";
+	return asan_env() + "LD_PRELOAD=" + shim_preload() +
+	       " LD_LIBRARY_PATH=" + runfile("tests/progs/fakeverbs") +
+	       " RBTRACE_OUTPUT=" + out + " ";
+}
+
+// For `rbtrace record`, which adds the shim after whatever LD_PRELOAD holds.
+std::string asan_preload()
+{
+	std::string a = asan_runtime_for(runfile("interpose/librbtrace.so"));
+	return a.empty() ? std::string() : asan_env() + "LD_PRELOAD=" + a + " ";
 }
 
 std::string prog()
@@ -39,8 +47,9 @@ std::string strip_pid(std::string s)
 TEST(Interpose, BasicCountsMatchTheProgram)
 {
 	std::string d = tmpdir("basic");
-	run_result plain = run("LD_LIBRARY_PATH=" + runfile("tests/progs/fakeverbs") + " " +
-			       prog() + " basic 1000");
+	run_result plain =
+		run(asan_env() + "LD_LIBRARY_PATH=" + runfile("tests/progs/fakeverbs") +
+		    " " + prog() + " basic 1000");
 	run_result r = run(env_prefix(d + "/") + prog() + " basic 1000");
 	ASSERT_EQ(r.status, 0) << r.err;
 	// The program behaves the same traced: same output, same errno checks.
@@ -121,8 +130,8 @@ TEST(Interpose, FourThreadsOfHundredThousandLoseNothing)
 TEST(Interpose, DroppedRecordsAreCountedExactly)
 {
 	std::string d = tmpdir("loss");
-	run_result r = run("RBTRACE_BUFFER_KB=64 RBTRACE_BLOCK_MS=0 " + env_prefix(d + "/") +
-				   prog() + " threads 4 100000",
+	run_result r = run("RBTRACE_BUFFER_KB=64 RBTRACE_BLOCK_MS=0 " +
+				   env_prefix(d + "/") + prog() + " threads 4 100000",
 			   300);
 	ASSERT_EQ(r.status, 0) << r.err;
 	ASSERT_EQ(field(r.out, "posted"), 400000);
@@ -172,9 +181,10 @@ TEST(Interpose, KillNineLeavesAReadableTrace)
 	std::string d = tmpdir("kill");
 	// The program prints "ready" after 5000 sends; 0.4 s later (4 flush
 	// intervals of 100 ms) it is killed: those sends must be in the file.
-	std::string cmd = env_prefix(d + "/out.rbt") + prog() + " spin 5000 > " + d +
-			  "/o & pid=$!; for i in $(seq 100); do grep -q ready " + d +
-			  "/o && break; sleep 0.1; done; sleep 0.4; kill -9 $pid; wait $pid";
+	std::string cmd =
+		env_prefix(d + "/out.rbt") + prog() + " spin 5000 > " + d +
+		"/o & pid=$!; for i in $(seq 100); do grep -q ready " + d +
+		"/o && break; sleep 0.1; done; sleep 0.4; kill -9 $pid; wait $pid";
 	run_result r = run(cmd);
 	EXPECT_EQ(r.status, 128 + SIGKILL) << r.err; // what wait reports
 	summary s = summarize(d + "/out.rbt");
@@ -202,6 +212,102 @@ TEST(Interpose, SigtermFinishesTheTraceAndKeepsTheSignal)
 	EXPECT_GE(s.send_wrs, 2000u);
 }
 
+// Empty polls of two CQs polled in turn fold per CQ: every empty poll is counted
+// in a handful of events.
+TEST(Interpose, EmptyPollsOfTwoCqsInTurnFold)
+{
+	std::string d = tmpdir("twocq");
+	run_result r = run(env_prefix(d + "/") + prog() + " twocq 100000");
+	ASSERT_EQ(r.status, 0) << r.err;
+	ASSERT_EQ(field(r.out, "empty"), 200000);
+	std::vector<std::string> t = list_traces(d);
+	ASSERT_EQ(t.size(), 1u);
+	summary s = summarize(t[0]);
+	EXPECT_EQ(s.empty_polls, 200000u);
+	EXPECT_LE(s.by_type[RBT_EV_POLL_CQ], 200u);
+}
+
+// ibv_wr_* sessions are recorded even though the provider reinstalls its wr_*
+// pointers on every move to RTS (once after create, once halfway).
+TEST(Interpose, WrApiStaysWrappedAcrossProviderRewrites)
+{
+	std::string d = tmpdir("wrapi");
+	run_result r = run(env_prefix(d + "/") + prog() + " wrapi 1000");
+	ASSERT_EQ(r.status, 0) << r.err;
+	ASSERT_EQ(field(r.out, "posted"), 1000) << r.out;
+	ASSERT_EQ(field(r.out, "completions"), 1000) << r.out;
+	std::vector<std::string> t = list_traces(d);
+	ASSERT_EQ(t.size(), 1u);
+	summary s = summarize(t[0]);
+	EXPECT_TRUE(s.finished);
+	EXPECT_EQ(s.api1_posts, 1000u);
+	EXPECT_EQ(s.send_wrs, 1000u);
+	EXPECT_EQ(s.wc_ok, 1000u);
+}
+
+// A context whose verbs_context size the shim does not know: extended ops are
+// left alone (one warning, one NOTE), the classic data path is still recorded.
+TEST(Interpose, UnknownContextLayoutIsRefusedWithOneWarning)
+{
+	std::string d = tmpdir("layout");
+	run_result r =
+		run("FAKEVERBS_SZ=16 " + env_prefix(d + "/") + prog() + " basic 100");
+	ASSERT_EQ(r.status, 0) << r.err;
+	EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+	EXPECT_NE(r.err.find("not recognised"), std::string::npos) << r.err;
+	std::vector<std::string> t = list_traces(d);
+	ASSERT_EQ(t.size(), 1u);
+	summary s = summarize(t[0]);
+	EXPECT_EQ(s.notes, 1u);
+	EXPECT_EQ(s.send_wrs, 108u);
+	EXPECT_EQ(s.wc_ok, 108u);
+}
+
+// A fatal signal: what was recorded is flushed and the trace finished, then the
+// program dies of the same signal.
+TEST(Interpose, CrashFlushesThenDiesOfTheSameSignal)
+{
+	std::string d = tmpdir("crash");
+	run_result r = run(env_prefix(d + "/out.rbt") + prog() + " crash 500");
+	EXPECT_EQ(r.status, 128 + SIGSEGV) << r.err;
+	summary s = summarize(d + "/out.rbt");
+	ASSERT_EQ(s.open_err, 0);
+	EXPECT_TRUE(s.finished);
+	EXPECT_EQ(s.send_wrs, 508u);
+	EXPECT_EQ(s.wc_ok, 508u);
+}
+
+// A full disk: the program runs on, with one warning.
+TEST(Interpose, FullDiskCostsOneWarning)
+{
+	struct stat st;
+	if (stat("/dev/full", &st) != 0)
+		GTEST_SKIP() << "no /dev/full here";
+	run_result plain =
+		run(asan_env() + "LD_LIBRARY_PATH=" + runfile("tests/progs/fakeverbs") +
+		    " " + prog() + " basic 20000");
+	run_result r = run(env_prefix("/dev/full") + prog() + " basic 20000");
+	EXPECT_EQ(r.status, plain.status);
+	EXPECT_EQ(strip_pid(r.out), strip_pid(plain.out));
+	EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+	EXPECT_NE(r.err.find("/dev/full"), std::string::npos) << r.err;
+}
+
+// SIGSEGV sent by another process (not a fault): flushed, finished, and the
+// process still dies of it.
+TEST(Interpose, SentSigsegvStillKills)
+{
+	std::string d = tmpdir("segv");
+	std::string cmd = env_prefix(d + "/out.rbt") + prog() + " spin 1000 > " + d +
+			  "/o & pid=$!; for i in $(seq 100); do grep -q ready " + d +
+			  "/o && break; sleep 0.1; done; kill -SEGV $pid; wait $pid";
+	run_result r = run(cmd);
+	EXPECT_EQ(r.status, 128 + SIGSEGV) << r.err;
+	summary s = summarize(d + "/out.rbt");
+	EXPECT_TRUE(s.finished);
+	EXPECT_GE(s.send_wrs, 1000u);
+}
+
 // exec: the trace of the image before exec is finished, the new image writes
 // its own file (same pid: a distinct name), nothing overwritten.
 TEST(Interpose, ExecFinishesTheTraceAndTheNewImageWritesItsOwn)
@@ -223,9 +329,11 @@ TEST(Interpose, ExecFinishesTheTraceAndTheNewImageWritesItsOwn)
 
 TEST(Interpose, UnwritableOutputCostsOneWarning)
 {
-	run_result plain = run("LD_LIBRARY_PATH=" + runfile("tests/progs/fakeverbs") + " " +
-			       prog() + " basic 100");
-	run_result r = run(env_prefix("/nonexistent/rbtrace-dir/") + prog() + " basic 100");
+	run_result plain =
+		run(asan_env() + "LD_LIBRARY_PATH=" + runfile("tests/progs/fakeverbs") +
+		    " " + prog() + " basic 100");
+	run_result r =
+		run(env_prefix("/nonexistent/rbtrace-dir/") + prog() + " basic 100");
 	EXPECT_EQ(r.status, plain.status);
 	EXPECT_EQ(strip_pid(r.out), strip_pid(plain.out));
 	// Exactly one line on stderr, from the recorder.
@@ -250,10 +358,11 @@ TEST(Interpose, InertWithoutVerbs)
 TEST(Interpose, RecordCommandReportsEachTrace)
 {
 	std::string d = tmpdir("rec");
-	run_result r = run("RBTRACE_SOFTNIC_DIR=" + runfile("tests/progs/fakeverbs") +
+	run_result r = run(asan_preload() +
+			   "RBTRACE_SOFTNIC_DIR=" + runfile("tests/progs/fakeverbs") +
 			   " RBTRACE_LIB=" + runfile("interpose/librbtrace.so") + " " +
-			   runfile("cli/rbtrace") + " record --softnic -o " + d + "/x.rbt -- " +
-			   prog() + " fork 50");
+			   runfile("cli/rbtrace") + " record --softnic -o " + d +
+			   "/x.rbt -- " + prog() + " fork 50");
 	ASSERT_EQ(r.status, 0) << r.err;
 	// Parent writes x.rbt, the forked child x-<pid>.rbt; both listed.
 	EXPECT_NE(r.err.find(d + "/x.rbt: "), std::string::npos) << r.err;
@@ -261,7 +370,8 @@ TEST(Interpose, RecordCommandReportsEachTrace)
 	EXPECT_NE(r.err.find(" 0 lost"), std::string::npos) << r.err;
 	EXPECT_EQ(list_traces(d).size(), 2u);
 	// The exit code is the program's.
-	run_result bad = run(runfile("cli/rbtrace") + " record -o " + d + "/y.rbt -- sh -c \"exit 7\"");
+	run_result bad = run(asan_preload() + runfile("cli/rbtrace") + " record -o " + d +
+			     "/y.rbt -- sh -c \"exit 7\"");
 	EXPECT_EQ(bad.status, 7) << bad.err;
 	run_result none = run(runfile("cli/rbtrace") + " record");
 	EXPECT_EQ(none.status, 2);

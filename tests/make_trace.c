@@ -43,8 +43,8 @@ __attribute__((noinline)) void make_trace_create_qp(uint64_t *frames, int *n)
 	frames[(*n)++] = (uint64_t)(uintptr_t)&make_trace_create_qp + 8;
 }
 
-/* This executable as the recorder describes a module (see module_map in
- * rbt_format.h): the first dl_iterate_phdr entry is the main program. */
+/* The loaded modules as the recorder describes them (see module_map in
+ * rbt_format.h); the first dl_iterate_phdr entry is the main program. */
 static int module_cb(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	uint64_t lo = UINT64_MAX, hi = 0;
@@ -58,18 +58,22 @@ static int module_cb(struct dl_phdr_info *info, size_t size, void *arg)
 		if (ph->p_vaddr + ph->p_memsz > hi)
 			hi = ph->p_vaddr + ph->p_memsz;
 	}
-	char exe[4096];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (lo == UINT64_MAX || n <= 0)
-		return 1;
-	exe[n] = 0;
+	char path[4096];
+	if (info->dlpi_name && info->dlpi_name[0]) {
+		snprintf(path, sizeof(path), "%s", info->dlpi_name);
+	} else {
+		ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+		path[n > 0 ? n : 0] = 0;
+	}
+	if (lo == UINT64_MAX || !path[0])
+		return 0;
 	struct rbt_event ev = { .type = RBT_EV_MODULE_MAP };
 	ev.u.module_map.base = info->dlpi_addr + lo;
 	ev.u.module_map.size = hi - lo;
 	ev.u.module_map.offset = lo;
-	ev.u.module_map.path = exe;
+	ev.u.module_map.path = path;
 	put(*(uint32_t *)arg, &ev);
-	return 1; /* the main program only */
+	return 0;
 }
 
 static void module_maps(uint32_t stream)
@@ -167,6 +171,8 @@ int main(int argc, char **argv)
 	int nf = 0;
 	make_trace_create_qp(frames_ip, &nf);
 	frames_ip[nf++] = (uint64_t)(uintptr_t)&main + 16;
+	/* A frame in libc, named from its .dynsym (Debian strips .symtab). */
+	frames_ip[nf++] = (uint64_t)(uintptr_t)&getpid + 2;
 	struct rbt_frame frames[4];
 	for (int i = 0; i < nf; i++)
 		frames[i].ip = frames_ip[i];

@@ -161,6 +161,17 @@ class ReplaySoftnic : public ::testing::Test
 	std::string env_;
 };
 
+TEST_F(ReplaySoftnic, DeviceLimitsAreRefusedBeforeTraffic)
+{
+	std::string d = Synth("limits", "--send-wr 1000000");
+	std::string out;
+	EXPECT_EQ(1,
+		  Sh(env_ + kRbtrace + " replay " + d + "/a.rbt " + d + "/b.rbt", &out));
+	EXPECT_NE(std::string::npos, out.find("QP 100 needs 1000000 send")) << out;
+	EXPECT_NE(std::string::npos, out.find("the device allows")) << out;
+	EXPECT_EQ(std::string::npos, out.find("completions matched")) << out;
+}
+
 TEST_F(ReplaySoftnic, BothEndsInOneProcessMatchEveryCompletion)
 {
 	std::string d = Synth("pp1", "--iters 200");
@@ -173,9 +184,9 @@ TEST_F(ReplaySoftnic, BothEndsInOneProcessMatchEveryCompletion)
 	EXPECT_NE(std::string::npos, out.find("completions matched: 802 of 802")) << out;
 	EXPECT_NE(std::string::npos, out.find("no divergence")) << out;
 	// The replay recorded itself; each end compares equal to its original.
-	EXPECT_EQ(0, Sh(kRbtrace + " diff " + d + "/a.rbt " + d + "/r.rbt.0", &out))
+	EXPECT_EQ(0, Sh(kRbtrace + " diff " + d + "/a.rbt " + d + "/r.0.rbt", &out))
 		<< out;
-	EXPECT_EQ(0, Sh(kRbtrace + " diff " + d + "/b.rbt " + d + "/r.rbt.1", &out))
+	EXPECT_EQ(0, Sh(kRbtrace + " diff " + d + "/b.rbt " + d + "/r.1.rbt", &out))
 		<< out;
 }
 

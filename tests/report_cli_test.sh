@@ -69,6 +69,14 @@ python3 "$CHECK" json "$tmp/bad.json" finding=qp_error finding=dest_qpn_unmatche
 "$RBTRACE" report "$tmp/c3.rbt" "$tmp/s3.rbt" | grep -q "\[error\] qp_error: QP 0x11 went to ERR: first error completion RETRY_EXC_ERR" ||
 	fail "text finding"
 
+echo "== a truncated trace: reported as far as it goes, with a warning"
+cp "$tmp/c2.rbt" "$tmp/cut.rbt"
+truncate -s $(($(stat -c %s "$tmp/cut.rbt") * 2 / 3)) "$tmp/cut.rbt"
+"$RBTRACE" report "$tmp/cut.rbt" >"$tmp/cut.txt" 2>"$tmp/cut.err" || fail "truncated trace: exit $?"
+grep -q "trace_incomplete" "$tmp/cut.txt" || fail "truncation not reported"
+grep -q "warning: trace .*cut.rbt is incomplete" "$tmp/cut.err" || fail "no warning on stderr"
+grep -q "send WRs" "$tmp/cut.txt" || fail "nothing reported"
+
 echo "== errors"
 set +e
 "$RBTRACE" report "$tmp/nope.rbt" 2>"$tmp/err"

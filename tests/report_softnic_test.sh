@@ -45,7 +45,7 @@ assert d["counts"]["wrs_nic_exact"] == 0 and d["counts"]["wrs_bounded"] == 300, 
 PY
 
 echo "== each diagnosis, provoked"
-for p in rnr:rnr_retry_exceeded cqsmall:cq_too_small notrts:post_not_rts \
+for p in rnr:rnr_retry_exceeded latercv:rnr_late_receives cqsmall:cq_too_small notrts:post_not_rts \
 	mrdereg:mr_dereg_before_qp badrkey:qp_error noinline:not_inlined \
 	unaligned:unaligned_buffer mrreg:mr_on_datapath allsig:all_signaled \
 	mtu:mtu_mismatch psn:psn_mismatch; do
@@ -84,6 +84,9 @@ assert rt and rt[0]["count"] >= 490, rt
 assert d["counts"]["unmatched_completions"] == 0, d["counts"]
 print("  paired, %d round trips, p50 %.1f us" % (rt[0]["count"], rt[0]["rtt"]["p50"] / 1e3))
 PY
+
+"$RBTRACE" report --format=perfetto -o "$tmp/pp_trace.json" "$tmp/pp_c.rbt" "$tmp/pp_s.rbt"
+python3 "$CHECK" perfetto "$tmp/pp_trace.json"
 
 echo "== healthy: ib_write_bw, both ends"
 port=$((20000 + RANDOM % 20000))

@@ -117,11 +117,13 @@ TEST(SoftnicQpStateMachine, MasksTransitionsAndValues)
 	EXPECT_EQ(ibv_destroy_cq(n.cq), EBUSY);
 	EXPECT_EQ(ibv_destroy_qp(qp2), 0);
 	EXPECT_EQ(ibv_destroy_cq(n.cq), 0);
+	n.cq = nullptr;
 	/* remote write needs local write */
 	static char mem[4096];
 	errno = 0;
 	EXPECT_EQ(ibv_reg_mr(n.pd, mem, sizeof(mem), IBV_ACCESS_REMOTE_WRITE), nullptr);
 	EXPECT_EQ(errno, EINVAL);
+	n.close();
 }
 
 /* One process, a QP connected to itself: queue overrun, bad lkey, flushes. */
@@ -443,7 +445,7 @@ TEST(SoftnicRemote, MismatchedPsnRcRetriesOutUcResyncs)
 		}));
 }
 
-TEST(SoftnicRemote, MissingDestQpnIsRetryExceeded)
+TEST(SoftnicRemote, MissingDestQpnOrWrongLidIsRetryExceeded)
 {
 	SN_EXPECT_ENDS(sn_run2([](int) {},
 			       [](int) {
@@ -454,6 +456,18 @@ TEST(SoftnicRemote, MissingDestQpnIsRetryExceeded)
 				       n.connect(r, nullptr, 7, 8, 2);
 				       SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
 				       ibv_wc wc = n.wait1();
+				       SN_CHECK_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
+				       /* a LID no port has: the same, on a QP that exists */
+				       ibv_qp *q2 = n.new_qp(IBV_QPT_RC, 4);
+				       SnInfo self = n.info(q2);
+				       self.lid = 77;
+				       n.connect(self, q2, 7, 8, 2);
+				       n.post_recv(5, 0, 64, q2);
+				       SN_CHECK_EQ(n.post(IBV_WR_SEND, 2, 0, 8, nullptr,
+							  0, IBV_SEND_SIGNALED, 0, q2),
+						   0);
+				       wc = n.wait1();
+				       SN_CHECK_EQ(wc.wr_id, 2);
 				       SN_CHECK_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
 			       }));
 }
@@ -470,9 +484,13 @@ TEST(SoftnicRemote, CqOverflowRaisesCqErrAndErrsTheQp)
 			SnInfo r = n.exchange(fd);
 			n.connect(r);
 			sn_sync(fd);
+			/* the CQ's error, and the QP whose completion did not fit */
 			ibv_async_event ev = wait_async(n.ctx);
 			SN_CHECK_EQ(ev.event_type, IBV_EVENT_CQ_ERR);
 			SN_CHECK(ev.element.cq == n.cq);
+			ev = wait_async(n.ctx);
+			SN_CHECK_EQ(ev.event_type, IBV_EVENT_QP_FATAL);
+			SN_CHECK(ev.element.qp == n.qp);
 			sn_sync(fd);
 			SN_CHECK_EQ(n.state(), IBV_QPS_ERR);
 		},
@@ -485,6 +503,73 @@ TEST(SoftnicRemote, CqOverflowRaisesCqErrAndErrsTheQp)
 			for (int i = 0; i < 4; i++)
 				SN_CHECK_EQ(n.post(IBV_WR_SEND, i, 0, 8, nullptr, 0, 0),
 					    0);
+			sn_sync(fd);
+		}));
+}
+
+TEST(SoftnicEvents, CommEstablishedAndSqDrained)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			n.post_recv(1, 0, 64);
+			SnInfo r = n.exchange(fd);
+			/* RTR only: a responder that has not gone to RTS yet */
+			ibv_qp_attr a = {};
+			a.qp_state = IBV_QPS_RTR;
+			a.path_mtu = IBV_MTU_4096;
+			a.dest_qp_num = r.qpn;
+			a.rq_psn = r.psn;
+			a.ah_attr.dlid = r.lid;
+			a.ah_attr.port_num = 1;
+			a.max_dest_rd_atomic = 1;
+			a.min_rnr_timer = 1;
+			SN_CHECK_EQ(
+				ibv_modify_qp(n.qp, &a,
+					      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+						      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+						      IBV_QP_MAX_DEST_RD_ATOMIC |
+						      IBV_QP_MIN_RNR_TIMER),
+				0);
+			sn_sync(fd);
+			ibv_async_event ev = wait_async(n.ctx);
+			SN_CHECK_EQ(ev.event_type, IBV_EVENT_COMM_EST);
+			SN_CHECK(ev.element.qp == n.qp);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			a = {};
+			a.qp_state = IBV_QPS_RTS;
+			a.timeout = 14;
+			a.retry_cnt = 7;
+			a.rnr_retry = 7;
+			a.sq_psn = 0x1234;
+			a.max_rd_atomic = 1;
+			SN_CHECK_EQ(ibv_modify_qp(n.qp, &a,
+						  IBV_QP_STATE | IBV_QP_TIMEOUT |
+							  IBV_QP_RETRY_CNT |
+							  IBV_QP_RNR_RETRY |
+							  IBV_QP_SQ_PSN |
+							  IBV_QP_MAX_QP_RD_ATOMIC),
+				    0);
+			a = {};
+			a.qp_state = IBV_QPS_SQD;
+			a.en_sqd_async_notify = 1;
+			SN_CHECK_EQ(
+				ibv_modify_qp(n.qp, &a,
+					      IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY),
+				0);
+			ev = wait_async(n.ctx);
+			SN_CHECK_EQ(ev.event_type, IBV_EVENT_SQ_DRAINED);
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
 			sn_sync(fd);
 		}));
 }

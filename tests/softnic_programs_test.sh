@@ -25,7 +25,8 @@ fi
 export SOFTNIC_FABRIC=$(mktemp -d /dev/shm/softnic-progtest-XXXXXX)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp" "$SOFTNIC_FABRIC"' EXIT
-port=$((20000 + ($$ % 20000)))
+# random base: parallel runs in PID namespaces share the network namespace
+port=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000))
 fails=0
 
 # pair NAME EXPECT_REGEX CMD ARGS... : server and client of the same program.
@@ -34,20 +35,24 @@ fails=0
 pair() {
 	local name=$1 expect=$2 squiet=${SERVER_QUIET:-0}
 	shift 2
-	port=$((port + 1))
-	local s=$tmp/$name.srv c=$tmp/$name.cli
-	timeout 60 "$@" -p $port >"$s" 2>&1 &
-	local spid=$!
-	local crc=1
-	for try in 1 2 3 4 5 6 7 8 9 10; do
-		sleep 0.2
-		timeout 60 "$@" -p $port localhost >"$c" 2>&1
-		crc=$?
-		# the server may not listen yet: retry only on a refused connection
-		grep -qi "couldn't connect\|Unable to connect\|Connection refused" "$c" || break
+	local s=$tmp/$name.srv c=$tmp/$name.cli crc=1 src=1
+	for attempt in 1 2 3; do
+		port=$((port + 1))
+		timeout 60 "$@" -p $port >"$s" 2>&1 &
+		local spid=$!
+		for try in 1 2 3 4 5 6 7 8 9 10; do
+			sleep 0.2
+			timeout 60 "$@" -p $port localhost >"$c" 2>&1
+			crc=$?
+			# the server may not listen yet: retry only a refused connection
+			grep -qi "couldn't connect\|Unable to connect\|Connection refused" "$c" || break
+			kill -0 $spid 2>/dev/null || break
+		done
+		wait $spid
+		src=$?
+		# someone else holds the port: take another one
+		grep -qi "couldn't listen\|Couldn't bind\|Address already in use" "$s" || break
 	done
-	wait $spid
-	local src=$?
 	if [ $crc -ne 0 ] || [ $src -ne 0 ] || ! grep -Eq "$expect" "$c" ||
 		{ [ "$squiet" = 0 ] && ! grep -Eq "$expect" "$s"; }; then
 		echo "FAIL $name (client rc=$crc, server rc=$src)"
@@ -69,6 +74,8 @@ SOFTNIC_LINK=eth pair rc_pingpong_g0_eth "$pp" ibv_rc_pingpong -n 200 -g 0
 pair uc_pingpong "$pp" ibv_uc_pingpong -n 200
 pair ud_pingpong "$pp" ibv_ud_pingpong -n 200
 pair srq_pingpong "$pp" ibv_srq_pingpong -n 200
+pair xsrq_pingpong "^success" ibv_xsrq_pingpong -n 50
+pair xsrq_pingpong_e "^success" ibv_xsrq_pingpong -n 50 -e
 pair ib_send_lat "$lat" ib_send_lat -n 1000
 pair ib_write_bw "$bw" ib_write_bw -n 2000
 SERVER_QUIET=1 pair ib_read_lat "$lat" ib_read_lat -n 1000

@@ -395,6 +395,27 @@ struct SnNode {
 		return true;
 	}
 
+	/* for tests in the gtest process itself (forked ends just _exit) */
+	void close()
+	{
+		if (qp)
+			ibv_destroy_qp(qp);
+		if (srq)
+			ibv_destroy_srq(srq);
+		if (cq)
+			ibv_destroy_cq(cq);
+		if (ch)
+			ibv_destroy_comp_channel(ch);
+		if (mr)
+			ibv_dereg_mr(mr);
+		if (pd)
+			ibv_dealloc_pd(pd);
+		if (ctx)
+			ibv_close_device(ctx);
+		free(buf);
+		*this = SnNode();
+	}
+
 	ibv_qp_state state(ibv_qp *q = nullptr)
 	{
 		ibv_qp_attr a;

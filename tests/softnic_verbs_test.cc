@@ -6,6 +6,10 @@
  * channels, the ibv_wr_* API and extended CQs.
  * Runs on softnic's libibverbs.so.1 (re-exec, see softnic_test_util.h).
  */
+#include <pthread.h>
+
+#include <atomic>
+
 #include "tests/softnic_test_util.h"
 
 namespace
@@ -40,6 +44,7 @@ TEST(SoftnicDevice, AttributesProgramsCheck)
 	/* a real blocking descriptor: nothing to read yet */
 	struct pollfd p = { n.ctx->async_fd, POLLIN, 0 };
 	EXPECT_EQ(::poll(&p, 1, 0), 0);
+	n.close();
 }
 
 TEST(SoftnicRC, SendAndSendImmLandInPostedReceives)
@@ -582,6 +587,192 @@ TEST(SoftnicCqEx, CompletionTimestampsFromTheNicClock)
 		}));
 }
 
+static void xrc_modify(ibv_qp *q, bool tgt, uint32_t dest, uint16_t lid)
+{
+	ibv_qp_attr a = {};
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	SN_CHECK_EQ(ibv_modify_qp(q, &a,
+				  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					  IBV_QP_ACCESS_FLAGS),
+		    0);
+	a = {};
+	a.qp_state = IBV_QPS_RTR;
+	a.dest_qp_num = dest;
+	a.path_mtu = IBV_MTU_1024;
+	a.min_rnr_timer = 1;
+	a.ah_attr.dlid = lid;
+	a.ah_attr.port_num = 1;
+	int m = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+		IBV_QP_RQ_PSN;
+	if (tgt)
+		m |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	SN_CHECK_EQ(ibv_modify_qp(q, &a, m), 0);
+	a = {};
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 8;
+	a.retry_cnt = 1;
+	a.rnr_retry = 1;
+	m = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_SQ_PSN;
+	if (!tgt)
+		m |= IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+	SN_CHECK_EQ(ibv_modify_qp(q, &a, m), 0);
+}
+
+/* XRC: an initiator QP sends through the peer's target QP into the XRC SRQ
+ * it names; an SRQ number of no domain of that target is an error. */
+TEST(SoftnicXRC, SendThroughTargetIntoNamedSrq)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			ibv_xrcd_init_attr xa = {};
+			xa.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+			xa.fd = -1;
+			xa.oflags = O_CREAT;
+			ibv_xrcd *x = ibv_open_xrcd(n.ctx, &xa);
+			SN_CHECK(x);
+			ibv_cq *xcq = ibv_create_cq(n.ctx, 8, nullptr, nullptr, 0);
+			ibv_srq_init_attr_ex sa = {};
+			sa.attr.max_wr = 4;
+			sa.attr.max_sge = 1;
+			sa.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_XRCD |
+				       IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_PD;
+			sa.srq_type = IBV_SRQT_XRC;
+			sa.xrcd = x;
+			sa.cq = xcq;
+			sa.pd = n.pd;
+			ibv_srq *srq = ibv_create_srq_ex(n.ctx, &sa);
+			SN_CHECK(srq);
+			uint32_t srqn = 0;
+			SN_CHECK_EQ(ibv_get_srq_num(srq, &srqn), 0);
+			ibv_sge s = { (uint64_t)(uintptr_t)n.buf, 256, n.mr->lkey };
+			ibv_recv_wr rw = {}, *rbad;
+			rw.wr_id = 42;
+			rw.sg_list = &s;
+			rw.num_sge = 1;
+			SN_CHECK_EQ(ibv_post_srq_recv(srq, &rw, &rbad), 0);
+			ibv_qp_init_attr_ex ia = {};
+			ia.qp_type = IBV_QPT_XRC_RECV;
+			ia.comp_mask = IBV_QP_INIT_ATTR_XRCD;
+			ia.xrcd = x;
+			ibv_qp *tgt = ibv_create_qp_ex(n.ctx, &ia);
+			SN_CHECK(tgt);
+			uint32_t mine[2] = { tgt->qp_num, srqn }, ini;
+			sn_xwrite(fd, mine, sizeof(mine));
+			sn_xread(fd, &ini, sizeof(ini));
+			xrc_modify(tgt, true, ini, 1);
+			sn_sync(fd);
+			ibv_wc wc;
+			uint64_t end = sn_test_now_ns() + 5000000000ull;
+			while (ibv_poll_cq(xcq, 1, &wc) == 0)
+				SN_CHECK(sn_test_now_ns() < end);
+			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			SN_CHECK_EQ(wc.wr_id, 42);
+			SN_CHECK_EQ(wc.qp_num, tgt->qp_num);
+			SN_CHECK_EQ(wc.byte_len, 100);
+			SN_CHECK_EQ(n.buf[99], 'x');
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			memset(n.buf, 'x', 100);
+			ibv_qp_init_attr_ex ia = {};
+			ia.qp_type = IBV_QPT_XRC_SEND;
+			ia.send_cq = n.cq;
+			ia.cap.max_send_wr = 4;
+			ia.cap.max_send_sge = 1;
+			ia.comp_mask = IBV_QP_INIT_ATTR_PD;
+			ia.pd = n.pd;
+			ibv_qp *ini = ibv_create_qp_ex(n.ctx, &ia);
+			SN_CHECK(ini);
+			uint32_t theirs[2];
+			sn_xread(fd, theirs, sizeof(theirs));
+			sn_xwrite(fd, &ini->qp_num, sizeof(uint32_t));
+			xrc_modify(ini, false, theirs[0], 1);
+			sn_sync(fd);
+			ibv_sge s = { (uint64_t)(uintptr_t)n.buf, 100, n.mr->lkey };
+			ibv_send_wr wr = {}, *bad;
+			wr.wr_id = 7;
+			wr.sg_list = &s;
+			wr.num_sge = 1;
+			wr.opcode = IBV_WR_SEND;
+			wr.send_flags = IBV_SEND_SIGNALED;
+			wr.qp_type.xrc.remote_srqn = theirs[1];
+			SN_CHECK_EQ(ibv_post_send(ini, &wr, &bad), 0);
+			ibv_wc wc = n.wait1();
+			SN_CHECK_EQ(wc.wr_id, 7);
+			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			wr.wr_id = 8;
+			wr.qp_type.xrc.remote_srqn = theirs[1] + 1000; /* no such SRQ */
+			SN_CHECK_EQ(ibv_post_send(ini, &wr, &bad), 0);
+			wc = n.wait1();
+			SN_CHECK_EQ(wc.wr_id, 8);
+			SN_CHECK_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR);
+			sn_sync(fd);
+		}));
+}
+
+/* Two threads polling one CQ: every completion is handed out exactly once. */
+TEST(SoftnicCQ, ConcurrentPollersSeeEachCompletionOnce)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			const int N = 2000;
+			SnNode n;
+			n.make(IBV_QPT_RC, 65536, 4096, false, 64, false, 4096);
+			for (int i = 0; i < N; i++)
+				n.post_recv((uint64_t)i, 0, 64);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			static std::atomic<int> total;
+			static unsigned char seen[2000];
+			total = 0;
+			memset(seen, 0, sizeof(seen));
+			auto poller = [](void *arg) -> void * {
+				ibv_cq *cq = (ibv_cq *)arg;
+				ibv_wc wc[8];
+				while (total.load() < 2000) {
+					int k = ibv_poll_cq(cq, 8, wc);
+					for (int j = 0; j < k; j++) {
+						if (wc[j].status != IBV_WC_SUCCESS ||
+						    wc[j].wr_id >= 2000)
+							_exit(5);
+						seen[wc[j].wr_id]++;
+					}
+					total += k;
+				}
+				return nullptr;
+			};
+			pthread_t t1, t2;
+			pthread_create(&t1, nullptr, poller, n.cq);
+			pthread_create(&t2, nullptr, poller, n.cq);
+			sn_sync(fd);
+			pthread_join(t1, nullptr);
+			pthread_join(t2, nullptr);
+			SN_CHECK_EQ(total.load(), N);
+			for (int i = 0; i < N; i++)
+				SN_CHECK_EQ(seen[i], 1);
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC, 65536, 4096, false, 64, false, 4096);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			for (int i = 0; i < 2000; i++)
+				SN_CHECK_EQ(
+					n.post(IBV_WR_SEND, (uint64_t)i, 0, 8, nullptr, 0,
+					       (i % 64) == 63 ? IBV_SEND_SIGNALED : 0),
+					0);
+			sn_sync(fd);
+		}));
+}
+
 /* MRs that share pages with other data and with each other, and a
  * deregistered rkey: the peer's WRITEs land exactly where they should. */
 TEST(SoftnicMR, SharedPagesOverlapsAndDeregistration)
@@ -605,8 +796,9 @@ TEST(SoftnicMR, SharedPagesOverlapsAndDeregistration)
 			/* registration kept the contents */
 			SN_CHECK_EQ(a[99], 'a');
 			SN_CHECK_EQ(big[19999], 'g');
-			uint64_t k[8] = { ma->rkey, (uint64_t)(uintptr_t)a, mb->rkey,
-					  (uint64_t)(uintptr_t)b, m1->rkey, (uint64_t)(uintptr_t)big,
+			uint64_t k[8] = { ma->rkey, (uint64_t)(uintptr_t)a,
+					  mb->rkey, (uint64_t)(uintptr_t)b,
+					  m1->rkey, (uint64_t)(uintptr_t)big,
 					  m2->rkey, (uint64_t)(uintptr_t)big + 8000 };
 			SnInfo r = n.exchange(fd);
 			sn_xwrite(fd, k, sizeof(k));
@@ -637,9 +829,11 @@ TEST(SoftnicMR, SharedPagesOverlapsAndDeregistration)
 			sn_xread(fd, k, sizeof(k));
 			n.connect(r);
 			sn_sync(fd);
-			auto wr = [&](uint64_t rkey, uint64_t addr, char c, uint32_t len) {
+			auto wr = [&](uint64_t rkey, uint64_t addr, char c,
+				      uint32_t len) {
 				memset(n.buf, c, len);
-				ibv_sge s = { (uint64_t)(uintptr_t)n.buf, len, n.mr->lkey };
+				ibv_sge s = { (uint64_t)(uintptr_t)n.buf, len,
+					      n.mr->lkey };
 				ibv_send_wr w = {}, *bad;
 				w.sg_list = &s;
 				w.num_sge = 1;
@@ -674,28 +868,32 @@ TEST(SoftnicMR, ForkChildGetsPrivateCopies)
 			n.make(IBV_QPT_RC, 8192);
 			n.connect(n.info());
 			strcpy(n.buf, "parent");
-			int p[2];
-			SN_CHECK(pipe(p) == 0);
+			int up[2], down[2];
+			SN_CHECK(pipe(up) == 0 && pipe(down) == 0);
 			pid_t c = fork();
 			if (c == 0) {
 				char x;
+				close(up[0]);
+				close(down[1]);
+				alarm(10);
 				strcpy(n.buf, "child!");
-				if (write(p[1], "x", 1) != 1)
+				if (write(up[1], "x", 1) != 1)
 					_exit(2);
-				if (read(p[0], &x, 1) < 0)
+				if (read(down[0], &x, 1) < 0)
 					_exit(3);
 				_exit(strcmp(n.buf, "child!") ? 4 : 0);
 			}
+			close(up[1]);
+			close(down[0]);
 			char x;
-			SN_CHECK(read(p[0], &x, 1) == 1);
+			SN_CHECK(read(up[0], &x, 1) == 1);
 			SN_CHECK(!strcmp(n.buf, "parent"));
 			/* loopback WRITE in the parent still lands in the parent */
-			SN_CHECK_EQ(n.post(IBV_WR_RDMA_WRITE, 1, 0, 7, nullptr, 0), EINVAL);
 			SnInfo self = n.info();
 			SN_CHECK_EQ(n.post(IBV_WR_RDMA_WRITE, 1, 0, 7, &self, 4096), 0);
 			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
 			SN_CHECK(!strcmp(n.buf + 4096, "parent"));
-			SN_CHECK(write(p[1], "y", 1) == 1);
+			SN_CHECK(write(down[1], "y", 1) == 1);
 			SN_CHECK_EQ(sn_wait_child(c), 0);
 		},
 		[](int) {}));

@@ -8,7 +8,7 @@
  * below. They generate the C structs here and, inside trace_format/, the encoder,
  * the decoder, the names and the text/JSON printers. Adding an event is one line in
  * RBT_EVENT_LIST plus its field list; adding a field is one line at the END of a
- * field list (older readers skip it, see FORMAT.md "Compatibility").
+ * field list (older readers skip it, see FORMAT.md "Versioning and compatibility").
  *
  * Conventions of the decoded form:
  * - every integer field is a uint64_t (or int64_t for kind I); handles are the
@@ -461,9 +461,17 @@ struct rbt_trailer {
 
 /* ---- writer -------------------------------------------------------------------
  * Not thread-safe: one thread (the recorder's background thread) owns a writer.
- * Events go into the open chunk of the stream named at rbt_writer_begin_chunk();
- * a chunk is compressed and written at rbt_writer_end_chunk() or when it reaches
- * the chunk size. Files are created with mode 0600.
+ * Events go into the open chunk of the stream named at rbt_writer_begin_chunk()
+ * (an append with no chunk open opens one for ev->stream; a decoded event's stream
+ * is always its chunk's); a chunk is compressed and written at
+ * rbt_writer_end_chunk(), at a begin_chunk() for another stream, or when it
+ * reaches the chunk size. Bigger chunks compress better: end a chunk when a batch
+ * must be on disk, not after every few events. The header is written at open, so
+ * a killed writer leaves a readable file. Files are created with mode 0600.
+ * Strings may be NULL (read back as ""); arrays with a NULL pointer are empty.
+ * append() refuses unknown types (-EINVAL) and events over 32 MiB (-E2BIG).
+ * Nothing here is async-signal-safe (malloc, zstd): never call it from a signal
+ * handler that may have interrupted the writer's owner.
  */
 struct rbt_writer;
 
@@ -509,6 +517,10 @@ struct rbt_reader_stats {
 	uint64_t unreadable_regions;
 };
 
+/* Errors: -ENOENT etc. from open(2); -EISDIR (a directory), -EINVAL (not a
+ * regular file), -ENODATA (empty file), -EILSEQ (not a trace: bad magic), -ENOMSG
+ * (cut inside the file header), -EPROTONOSUPPORT (needs a newer reader). Damage
+ * after the header never fails the open: see rbt_reader_stats(). */
 int rbt_reader_open(const char *path, struct rbt_reader **out);
 /* From memory (fuzzers, tests); the buffer must outlive the reader. */
 int rbt_reader_open_mem(const void *buf, size_t len, struct rbt_reader **out);

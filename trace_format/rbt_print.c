@@ -74,6 +74,146 @@ static int always_shown(const char *name)
 	return 0;
 }
 
+/* Symbolic names of verbs enums and flags in the text form (the JSON keeps the
+ * numbers). The values are libibverbs ABI and never change. */
+struct rbt_sym {
+	uint32_t v;
+	const char *name;
+};
+
+static const struct rbt_sym wr_opcodes[] = {
+	{ 0, "RDMA_WRITE" },
+	{ 1, "RDMA_WRITE_WITH_IMM" },
+	{ 2, "SEND" },
+	{ 3, "SEND_WITH_IMM" },
+	{ 4, "RDMA_READ" },
+	{ 5, "ATOMIC_CMP_AND_SWP" },
+	{ 6, "ATOMIC_FETCH_AND_ADD" },
+	{ 7, "LOCAL_INV" },
+	{ 8, "BIND_MW" },
+	{ 9, "SEND_WITH_INV" },
+	{ 10, "TSO" },
+	{ 11, "DRIVER1" },
+	{ 15, "ATOMIC_WRITE" },
+	{ 0, NULL },
+};
+static const struct rbt_sym wc_opcodes[] = {
+	{ 0, "SEND" },
+	{ 1, "RDMA_WRITE" },
+	{ 2, "RDMA_READ" },
+	{ 3, "COMP_SWAP" },
+	{ 4, "FETCH_ADD" },
+	{ 5, "BIND_MW" },
+	{ 6, "LOCAL_INV" },
+	{ 7, "TSO" },
+	{ 9, "ATOMIC_WRITE" },
+	{ 128, "RECV" },
+	{ 129, "RECV_RDMA_WITH_IMM" },
+	{ 130, "TM_ADD" },
+	{ 131, "TM_DEL" },
+	{ 132, "TM_SYNC" },
+	{ 133, "TM_RECV" },
+	{ 134, "TM_NO_TAG" },
+	{ 135, "DRIVER1" },
+	{ 0, NULL },
+};
+static const struct rbt_sym wc_status[] = {
+	{ 0, "SUCCESS" },
+	{ 1, "LOC_LEN_ERR" },
+	{ 2, "LOC_QP_OP_ERR" },
+	{ 3, "LOC_EEC_OP_ERR" },
+	{ 4, "LOC_PROT_ERR" },
+	{ 5, "WR_FLUSH_ERR" },
+	{ 6, "MW_BIND_ERR" },
+	{ 7, "BAD_RESP_ERR" },
+	{ 8, "LOC_ACCESS_ERR" },
+	{ 9, "REM_INV_REQ_ERR" },
+	{ 10, "REM_ACCESS_ERR" },
+	{ 11, "REM_OP_ERR" },
+	{ 12, "RETRY_EXC_ERR" },
+	{ 13, "RNR_RETRY_EXC_ERR" },
+	{ 14, "LOC_RDD_VIOL_ERR" },
+	{ 15, "REM_INV_RD_REQ_ERR" },
+	{ 16, "REM_ABORT_ERR" },
+	{ 17, "INV_EECN_ERR" },
+	{ 18, "INV_EEC_STATE_ERR" },
+	{ 19, "FATAL_ERR" },
+	{ 20, "RESP_TIMEOUT_ERR" },
+	{ 21, "GENERAL_ERR" },
+	{ 0, NULL },
+};
+static const struct rbt_sym qp_states[] = {
+	{ 0, "RESET" }, { 1, "INIT" }, { 2, "RTR" },	 { 3, "RTS" }, { 4, "SQD" },
+	{ 5, "SQE" },	{ 6, "ERR" },  { 7, "UNKNOWN" }, { 0, NULL },
+};
+static const struct rbt_sym qp_types[] = {
+	{ 2, "RC" },	   { 3, "UC" },	       { 4, "UD" },	  { 8, "RAW_PACKET" },
+	{ 9, "XRC_SEND" }, { 10, "XRC_RECV" }, { 255, "DRIVER" }, { 0, NULL },
+};
+static const struct rbt_sym send_flags[] = {
+	{ 1, "FENCE" },	 { 2, "SIGNALED" }, { 4, "SOLICITED" },
+	{ 8, "INLINE" }, { 16, "IP_CSUM" }, { 0, NULL },
+};
+static const struct rbt_sym wc_flags[] = {
+	{ 1, "GRH" },
+	{ 2, "WITH_IMM" },
+	{ 4, "IP_CSUM_OK" },
+	{ 8, "WITH_INV" },
+	{ 16, "TM_SYNC_REQ" },
+	{ 32, "TM_MATCH" },
+	{ 64, "TM_DATA_VALID" },
+	{ 0, NULL },
+};
+
+static const struct {
+	const char *owner, *field; /* desc name (event or record), field name */
+	const struct rbt_sym *syms;
+	int flags; /* a bit set, printed A|B */
+} sym_fields[] = {
+	{ "send_wr", "opcode", wr_opcodes, 0 },
+	{ "send_wr", "send_flags", send_flags, 1 },
+	{ "wc", "opcode", wc_opcodes, 0 },
+	{ "wc", "status", wc_status, 0 },
+	{ "wc", "wc_flags", wc_flags, 1 },
+	{ "qp_modify", "qp_state", qp_states, 0 },
+	{ "qp_modify", "cur_qp_state", qp_states, 0 },
+	{ "qp_query", "qp_state", qp_states, 0 },
+	{ "qp_create", "qp_type", qp_types, 0 },
+};
+
+/* Prints v by name when the field has names and v is one of them (or, for flags,
+ * any bits); returns 0 to let the caller print the number. */
+static int put_sym(struct out *o, const char *owner, const char *field, uint64_t v)
+{
+	for (size_t i = 0; i < RBT_ARRAY_SIZE(sym_fields); i++) {
+		if (strcmp(sym_fields[i].owner, owner) ||
+		    strcmp(sym_fields[i].field, field))
+			continue;
+		const struct rbt_sym *y = sym_fields[i].syms;
+		if (!sym_fields[i].flags) {
+			for (; y->name; y++)
+				if (y->v == v) {
+					put(o, "%s", y->name);
+					return 1;
+				}
+			return 0;
+		}
+		if (!v)
+			return 0;
+		const char *sep = "";
+		for (; y->name; y++)
+			if (v & y->v) {
+				put(o, "%s%s", sep, y->name);
+				sep = "|";
+				v &= ~(uint64_t)y->v;
+			}
+		if (v)
+			put(o, "%s0x%" PRIx64, sep, v);
+		return 1;
+	}
+	return 0;
+}
+
 static double ticks_us(const struct rbt_header *h, int64_t d)
 {
 	if (!h || !h->clock_hz)
@@ -127,6 +267,8 @@ static void text_fields(struct out *o, const struct rbt_header *h,
 		put(o, "%s=", f->name);
 		switch (f->kind) {
 		case RBT_K_U:
+			if (put_sym(o, d->name, f->name, v))
+				break;
 			if (v > 0xffff &&
 			    (strstr(f->name, "addr") || strstr(f->name, "base")))
 				put(o, "0x%" PRIx64, v);

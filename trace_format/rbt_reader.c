@@ -213,6 +213,18 @@ static void *arena_alloc(struct rbt_reader *r, size_t n)
 
 static const char empty_str[1];
 
+/* Zeroes a decoded struct (a multiple of 8 bytes, at most a few hundred): inline
+ * stores beat a call to memset for these sizes, and the empty asm keeps the
+ * compiler from turning the loop back into one. */
+static inline void rbt_zero(uint8_t *p, uint32_t n)
+{
+	for (uint32_t k = 0; k < n; k += 8) {
+		uint64_t z = 0;
+		memcpy(p + k, &z, 8);
+		__asm__("" : "+r"(p));
+	}
+}
+
 /* Decodes the fields of d from [q, end) into base: the presence bitmap, then the
  * present fields in list order; absent fields are zero, strings empty, never NULL.
  * Bitmap bits and bytes for fields this reader does not know are ignored
@@ -220,9 +232,11 @@ static const char empty_str[1];
 static int dec_fields(struct rbt_reader *r, const struct rbt_desc *d, uint8_t *base,
 		      const uint8_t *q, const uint8_t *end, uint64_t ts)
 {
-	memset(base, 0, d->size);
+	rbt_zero(base, d->size);
 	uint64_t mask = 0;
-	if (q < end) {
+	if (q < end && *q < 0x80) {
+		mask = *q++;
+	} else if (q < end) {
 		/* LEB128 groups of 7 field bits; a known list has at most 63 fields,
 		 * groups past the ninth only name fields from the future. */
 		unsigned shift = 0;
@@ -490,10 +504,12 @@ static int load_chunk(struct rbt_reader *r)
 		    !rbt__trailer_get(p, &r->trailer)) {
 			r->have_trailer = 1;
 			r->st.finished = 1;
-			if (left > RBT_TRAILER_SIZE)
+			if (left > RBT_TRAILER_SIZE) {
 				damage(r, off + RBT_TRAILER_SIZE,
 				       "%llu unexpected bytes after the trailer",
 				       (unsigned long long)(left - RBT_TRAILER_SIZE));
+				r->st.bad_bytes += left - RBT_TRAILER_SIZE;
+			}
 			r->done = 1;
 			break;
 		}
@@ -514,6 +530,7 @@ static int load_chunk(struct rbt_reader *r)
 		if (left < RBT_CHUNK_HDR) {
 			damage(r, off, "file ends inside a chunk header (truncated)");
 			r->st.truncated = 1;
+			r->st.unreadable_regions++;
 			r->st.bad_bytes += left;
 			r->done = 1;
 			break;

@@ -318,6 +318,7 @@ int rbt_writer_open_fd(int fd, const struct rbt_header *hdr,
 	if (w->raw && w->cctx)
 		err = write_header(w, hdr);
 	if (err) {
+		w->err = err; /* close only releases: no trailer after a failed open */
 		rbt_writer_close(w, NULL);
 		return err;
 	}
@@ -388,7 +389,13 @@ int rbt_writer_append(struct rbt_writer *w, const struct rbt_event *ev)
 		return w->err = -ENOMEM;
 	size_t len = (size_t)(p - w->raw);
 	if (len - at > RBT_MAX_RAW / 2) {
-		w->raw_len = at; /* drop it: no reader would accept the chunk */
+		/* Drop it (no reader would accept the chunk). Its handles are already
+		 * in the slots, so end the chunk here: the next one starts afresh. */
+		w->raw_len = at;
+		int err = flush_chunk(w);
+		if (err)
+			return w->err = err;
+		memset(w->slots, 0, sizeof(w->slots[0]) * rbt__nslots);
 		return -E2BIG;
 	}
 	w->raw_len = len;

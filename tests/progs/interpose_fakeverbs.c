@@ -8,7 +8,10 @@
  * 1000000 is a benchmark CQ: every poll returns min(num_entries, cqe - 1000000)
  * completions without any state. Calls fail like a real provider would where the
  * tests need failures: ibv_reg_mr with length 0 and ibv_modify_qp with an empty
- * mask return EINVAL. Never use it for anything but tests.
+ * mask return EINVAL. QPs made by ibv_create_qp_ex with send_ops_flags support
+ * ibv_wr_start/wr_send/wr_set_sge/wr_complete, and every move to RTS installs
+ * another set of those pointers (as mlx5 does). FAKEVERBS_SZ=N makes the
+ * verbs_context report size N. Never use it for anything but tests.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -41,7 +44,13 @@ struct fake_qp {
 	struct ibv_qp_ex qpx;
 	int sig_all;
 	uint64_t recvs;
+	int ex;		   /* made by create_qp_ex with the ibv_wr_* API */
+	unsigned n;	   /* WRs of the open wr_start session */
+	uint64_t ids[64];  /* their wr_ids (signaled ones) */
+	unsigned rewrites; /* times modify_qp reinstalled the wr_* ops */
 };
+
+static int push_completion(struct fake_cq *cq, uint64_t wr_id, uint32_t qpn);
 
 static struct ibv_device fake_dev = {
 	.node_type = IBV_NODE_CA,
@@ -54,7 +63,8 @@ static struct ibv_device fake_dev = {
 static struct ibv_device *fake_list[2] = { &fake_dev, NULL };
 static _Atomic uint32_t next_qpn = 100;
 
-static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
+			  struct ibv_send_wr **bad)
 {
 	struct fake_qp *q = (struct fake_qp *)qp;
 	struct fake_cq *cq = (struct fake_cq *)qp->send_cq;
@@ -82,7 +92,126 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 	return 0;
 }
 
-static int fake_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+static int push_completion(struct fake_cq *cq, uint64_t wr_id, uint32_t qpn)
+{
+	int ret = 0;
+
+	if (cq->bench)
+		return 0;
+	pthread_spin_lock(&cq->lock);
+	if (cq->head - cq->tail >= cq->cap)
+		ret = ENOMEM;
+	else
+		cq->ring[cq->head++ % cq->cap] = wr_id;
+	cq->qpn = qpn;
+	pthread_spin_unlock(&cq->lock);
+	return ret;
+}
+
+/* The ibv_wr_* API, in two sets of ops: modify_qp swaps them, as mlx5 does
+ * when a QP moves to RTS, so that a tracer that wrapped them at create time
+ * loses them unless it re-wraps. */
+static void fake_wr_start(struct ibv_qp_ex *q)
+{
+	((struct fake_qp *)q)->n = 0;
+}
+
+static void fake_wr_send(struct ibv_qp_ex *q)
+{
+	struct fake_qp *f = (struct fake_qp *)q;
+
+	if (f->n < 64 && (f->sig_all || (q->wr_flags & IBV_SEND_SIGNALED)))
+		f->ids[f->n++] = q->wr_id;
+}
+
+static void fake_wr_set_sge(struct ibv_qp_ex *q, uint32_t lkey, uint64_t addr,
+			    uint32_t len)
+{
+	(void)q;
+	(void)lkey;
+	(void)addr;
+	(void)len;
+}
+
+static int fake_wr_complete(struct ibv_qp_ex *q)
+{
+	struct fake_qp *f = (struct fake_qp *)q;
+	int ret = 0;
+
+	for (unsigned i = 0; i < f->n && !ret; i++)
+		ret = push_completion((struct fake_cq *)q->qp_base.send_cq, f->ids[i],
+				      q->qp_base.qp_num);
+	f->n = 0;
+	return ret;
+}
+
+static void fake_wr_abort(struct ibv_qp_ex *q)
+{
+	((struct fake_qp *)q)->n = 0;
+}
+
+/* The second set: same behaviour, different addresses. */
+static void fake_wr_start2(struct ibv_qp_ex *q)
+{
+	fake_wr_start(q);
+}
+
+static void fake_wr_send2(struct ibv_qp_ex *q)
+{
+	fake_wr_send(q);
+}
+
+static void fake_wr_set_sge2(struct ibv_qp_ex *q, uint32_t lkey, uint64_t addr,
+			     uint32_t len)
+{
+	fake_wr_set_sge(q, lkey, addr, len);
+}
+
+static int fake_wr_complete2(struct ibv_qp_ex *q)
+{
+	return fake_wr_complete(q);
+}
+
+static void fake_install_wr_ops(struct fake_qp *f)
+{
+	int second = f->rewrites++ & 1;
+
+	f->qpx.wr_start = second ? fake_wr_start2 : fake_wr_start;
+	f->qpx.wr_send = second ? fake_wr_send2 : fake_wr_send;
+	f->qpx.wr_set_sge = second ? fake_wr_set_sge2 : fake_wr_set_sge;
+	f->qpx.wr_complete = second ? fake_wr_complete2 : fake_wr_complete;
+	f->qpx.wr_abort = fake_wr_abort;
+}
+
+static struct ibv_qp *fake_create_qp_ex(struct ibv_context *ctx,
+					struct ibv_qp_init_attr_ex *a)
+{
+	struct ibv_qp_init_attr ia = { 0 };
+	struct ibv_qp *qp;
+
+	(void)ctx;
+	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ia.send_cq = a->send_cq;
+	ia.recv_cq = a->recv_cq;
+	ia.srq = a->srq;
+	ia.qp_type = a->qp_type;
+	ia.sq_sig_all = a->sq_sig_all;
+	ia.cap = a->cap;
+	qp = ibv_create_qp(a->pd, &ia);
+	if (qp && (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
+		struct fake_qp *f = (struct fake_qp *)qp;
+		f->ex = 1;
+		fake_install_wr_ops(f);
+	}
+	a->cap = ia.cap;
+	return qp;
+}
+
+static int fake_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
+			  struct ibv_recv_wr **bad)
 {
 	struct fake_qp *q = (struct fake_qp *)qp;
 
@@ -126,8 +255,8 @@ static int fake_req_notify(struct ibv_cq *cq, int solicited)
 	return 0;
 }
 
-static int fake_query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *a,
-			      size_t len)
+static int fake_query_port_ex(struct ibv_context *ctx, uint8_t port,
+			      struct ibv_port_attr *a, size_t len)
 {
 	(void)ctx;
 	if (port != 1)
@@ -142,7 +271,8 @@ static int fake_query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_
 	return 0;
 }
 
-static int fake_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *in,
+static int fake_query_device_ex(struct ibv_context *ctx,
+				const struct ibv_query_device_ex_input *in,
 				struct ibv_device_attr_ex *a, size_t sz)
 {
 	(void)ctx;
@@ -199,6 +329,10 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *d)
 	v->context.ops.req_notify_cq = fake_req_notify;
 	v->query_port = fake_query_port_ex;
 	v->query_device_ex = fake_query_device_ex;
+	v->create_qp_ex = fake_create_qp_ex;
+	/* FAKEVERBS_SZ: pretend to be a provider with another verbs_context size. */
+	if (getenv("FAKEVERBS_SZ"))
+		v->sz = strtoul(getenv("FAKEVERBS_SZ"), NULL, 0);
 	return &v->context;
 }
 
@@ -228,7 +362,8 @@ EXPORT int ibv_query_port(struct ibv_context *ctx, uint8_t port,
 	return ret;
 }
 
-EXPORT int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid)
+EXPORT int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index,
+			 union ibv_gid *gid)
 {
 	(void)ctx;
 	(void)port;
@@ -373,7 +508,15 @@ EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 		return EINVAL;
 	if (mask & IBV_QP_STATE)
 		qp->state = attr->qp_state;
+	if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTS &&
+	    ((struct fake_qp *)qp)->ex)
+		fake_install_wr_ops((struct fake_qp *)qp);
 	return 0;
+}
+
+EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+	return ((struct fake_qp *)qp)->ex ? (struct ibv_qp_ex *)qp : NULL;
 }
 
 EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,

@@ -9,6 +9,10 @@
  *   interpose_prog spin N         basic N, prints "ready", then posts and polls
  *                                 until killed
  *   interpose_prog exec N         basic N, then exec itself to run basic N again
+ *   interpose_prog wrapi N        N sends through ibv_wr_*, QP re-moved to RTS
+ *                                 halfway (the provider rewrites its wr_* ops)
+ *   interpose_prog twocq N        N empty polls on each of two CQs, in turn
+ *   interpose_prog crash N        basic N, then dies of SIGSEGV
  *   interpose_prog none           never calls a verb
  *
  * Runs on any device (the tests use their fake libibverbs). Never hangs: every
@@ -20,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -78,8 +83,9 @@ static void setup(struct res *r, struct ibv_context *ctx, int cqe)
 	}
 	qa.qp_state = IBV_QPS_INIT;
 	qa.port_num = 1;
-	ibv_modify_qp(r->qp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-					  IBV_QP_ACCESS_FLAGS);
+	ibv_modify_qp(r->qp, &qa,
+		      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			      IBV_QP_ACCESS_FLAGS);
 	qa.qp_state = IBV_QPS_RTR;
 	ibv_modify_qp(r->qp, &qa, IBV_QP_STATE);
 	qa.qp_state = IBV_QPS_RTS;
@@ -181,9 +187,62 @@ static void basic(long n, const char *who)
 	done += run_chain(&r, &posted);
 	int ok = check_errors(&r);
 	teardown(&r);
-	printf("%s pid=%d posted=%ld completions=%ld errno_ok=%d\n", who, (int)getpid(), posted,
-	       done, ok);
+	printf("%s pid=%d posted=%ld completions=%ld errno_ok=%d\n", who, (int)getpid(),
+	       posted, done, ok);
 	fflush(stdout);
+}
+
+/* n sends through the ibv_wr_* API; halfway the QP is moved to RTS again, on
+ * which the provider reinstalls its wr_* pointers. */
+static void wrapi(long n)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	static char buf[4096];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 1024, NULL, NULL, 0);
+	struct ibv_qp_init_attr_ex a = { 0 };
+	struct ibv_qp_attr qa = { 0 };
+	struct ibv_wc wc[16];
+	long done = 0, posted = 0;
+
+	a.send_cq = a.recv_cq = cq;
+	a.qp_type = IBV_QPT_RC;
+	a.cap.max_send_wr = 64;
+	a.cap.max_send_sge = 1;
+	a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	a.pd = pd;
+	a.send_ops_flags = IBV_QP_EX_WITH_SEND;
+	struct ibv_qp *qp = ibv_create_qp_ex(ctx, &a);
+	struct ibv_qp_ex *qpx = qp ? ibv_qp_to_qp_ex(qp) : NULL;
+	if (!pd || !mr || !cq || !qpx) {
+		fprintf(stderr, "wrapi setup failed\n");
+		exit(2);
+	}
+	int states[] = { IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS };
+	for (int i = 0; i < 3; i++) {
+		qa.qp_state = states[i];
+		ibv_modify_qp(qp, &qa, IBV_QP_STATE);
+	}
+	for (long i = 0; i < n; i++) {
+		if (i == n / 2) {
+			qa.qp_state = IBV_QPS_RTS;
+			ibv_modify_qp(qp, &qa, IBV_QP_STATE);
+		}
+		ibv_wr_start(qpx);
+		qpx->wr_id = i;
+		qpx->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_send(qpx);
+		ibv_wr_set_sge(qpx, mr->lkey, (uintptr_t)buf, 64);
+		if (ibv_wr_complete(qpx)) {
+			fprintf(stderr, "wr_complete failed\n");
+			exit(3);
+		}
+		posted++;
+		for (long spins = 0; done < posted && spins < 1000000; spins++)
+			done += ibv_poll_cq(cq, 16, wc);
+	}
+	printf("wrapi posted=%ld completions=%ld\n", posted, done);
 }
 
 struct targ {
@@ -227,6 +286,33 @@ int main(int argc, char **argv)
 		waitpid(pid, &st, 0);
 		basic(n, "parent-after");
 		return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+	}
+	if (!strcmp(mode, "twocq")) {
+		/* Empty polls of two CQs in turn, as a loop over send and receive
+		 * CQs does: both runs must fold. */
+		long n = argc > 2 ? atol(argv[2]) : 1000, empty = 0;
+		struct ibv_context *ctx = open_ctx();
+		struct ibv_cq *a = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+		struct ibv_cq *b = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+		struct ibv_wc wc[4];
+		for (long i = 0; i < n; i++) {
+			empty += ibv_poll_cq(a, 4, wc) == 0;
+			empty += ibv_poll_cq(b, 4, wc) == 0;
+		}
+		printf("twocq empty=%ld\n", empty);
+		return 0;
+	}
+	if (!strcmp(mode, "wrapi")) {
+		wrapi(argc > 2 ? atol(argv[2]) : 1000);
+		return 0;
+	}
+	if (!strcmp(mode, "crash")) {
+		basic(argc > 2 ? atol(argv[2]) : 1000, "before-crash");
+		/* A real fault: a store into a read-only page. */
+		volatile int *p =
+			mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		*p = 1;
+		return 0;
 	}
 	if (!strcmp(mode, "exec")) {
 		const char *n = argc > 2 ? argv[2] : "1000";

@@ -3,7 +3,7 @@
  * not depend on the recorder. Each end: device, PD, one MR, one CQ, one RC QP
  * connected to the other end's, receives pre-posted.
  *
- * usage: replay_synth OUTDIR [--iters N] [--interval-us U] [--scenario S]
+ * usage: replay_synth OUTDIR [--iters N] [--interval-us U] [--scenario S] [--send-wr N]
  *   S = pingpong (default; SENDs both ways, then one RDMA WRITE and one READ),
  *       stream   (the client posts a SEND every U us, the server only receives),
  *       rnr      (the client sends, the server never posted a receive, rnr_retry 0),
@@ -24,6 +24,8 @@
 #define A_BASE 0x7f0000010000ull
 #define B_BASE 0x7f0000020000ull
 #define MR_LEN 8192u
+
+static uint64_t send_wr = 32; /* the QPs' max_send_wr (--send-wr) */
 
 struct end {
 	struct rbt_writer *w;
@@ -105,7 +107,7 @@ static void open_end(struct end *e, const char *path, uint64_t t0, uint64_t mono
 	ev.u.qp_create.qp_type = IBV_QPT_RC;
 	ev.u.qp_create.send_cq = e->cq;
 	ev.u.qp_create.recv_cq = e->cq;
-	ev.u.qp_create.max_send_wr = 32;
+	ev.u.qp_create.max_send_wr = send_wr;
 	ev.u.qp_create.max_recv_wr = 32;
 	ev.u.qp_create.max_send_sge = 1;
 	ev.u.qp_create.max_recv_sge = 1;
@@ -245,6 +247,8 @@ int main(int argc, char **argv)
 			interval = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--scenario"))
 			scen = argv[i + 1];
+		else if (!strcmp(argv[i], "--send-wr"))
+			send_wr = strtoull(argv[i + 1], NULL, 0);
 	}
 	snprintf(pa, sizeof(pa), "%s/a.rbt", argv[1]);
 	snprintf(pb, sizeof(pb), "%s/b.rbt", argv[1]);

@@ -8,8 +8,8 @@
  * is known, so the poll phase is too.
  *
  * usage: report_waiter [--iters N] [--wait-us W] [--mode wait|spin] [--problem P]
- * P: none, rnr, cqsmall, notrts, mrdereg, badrkey, noinline, unaligned, mrreg,
- *    allsig, mtu, psn
+ * P: none, rnr, latercv, cqsmall, notrts, mrdereg, badrkey, noinline, unaligned,
+ *    mrreg, allsig, mtu, psn
  * Test fixture only; it exits 0 when the scenario ran as intended (an expected error
  * completion included) and prints one line on failure.
  */
@@ -223,7 +223,7 @@ int main(int argc, char **argv)
 	to_rtr_rts(&c, c.a, c.b->qp_num, IBV_MTU_1024, 0, P("psn") ? 77 : 0,
 		   P("rnr") ? 0 : 7);
 	to_rtr_rts(&c, c.b, c.a->qp_num, P("mtu") ? IBV_MTU_4096 : IBV_MTU_1024, 0, 0, 7);
-	int recvs = P("rnr") ? 0 : iters + 8;
+	int recvs = P("rnr") || P("latercv") ? 0 : iters + 8;
 	if (recvs > 60)
 		recvs = 60;
 	for (int i = 0; i < recvs; i++)
@@ -282,12 +282,17 @@ int main(int argc, char **argv)
 		if (post_send(&c, c.a, i, op, len, flags, off, c.mr->rkey))
 			die("ibv_post_send");
 		uint64_t ret = now_ns();
+		if (P("latercv")) {
+			/* the receive comes 200 us after the message was sent */
+			spin_until(ret + 200000);
+			post_recv(&c, c.b, 1000 + i);
+		}
 		if (!strcmp(mode, "wait"))
 			spin_until(ret + (uint64_t)wait_us * 1000);
 		status |= poll_n(c.cqa, n, deadline);
 		if (op == IBV_WR_SEND) {
 			status |= poll_n(c.cqb, 1, deadline);
-			if (posted_recv < iters + 8)
+			if (posted_recv < iters + 8 && !P("latercv"))
 				post_recv(&c, c.b, 1000 + posted_recv++);
 		}
 	}

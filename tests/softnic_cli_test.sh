@@ -1,0 +1,42 @@
+#!/bin/bash
+# softnic_cli_test.sh - `rbtrace softnic`: runs a verbs program on softnic
+# (finding ../softnic next to rbtrace), prints the fabric's counters, and
+# rejects bad arguments with one line and exit code 2.
+set -u
+if [ -n "${TEST_SRCDIR:-}" ]; then
+	root=$TEST_SRCDIR/${TEST_WORKSPACE:-rbtrace}
+else
+	root=$(dirname "$0")/../bazel-bin
+fi
+rbtrace=$root/cli/rbtrace
+export SOFTNIC_FABRIC=$(mktemp -d /dev/shm/softnic-clitest-XXXXXX)
+trap 'rm -rf "$SOFTNIC_FABRIC"' EXIT
+fails=0
+check() { # name, expected exit, regex, command...
+	local name=$1 want=$2 re=$3
+	shift 3
+	out=$("$@" 2>&1)
+	rc=$?
+	if [ $rc -ne "$want" ] || ! grep -Eq -- "$re" <<<"$out"; then
+		echo "FAIL $name (rc=$rc, want $want)"; echo "$out"; fails=$((fails + 1))
+	else
+		echo "ok   $name"
+	fi
+}
+unset LD_LIBRARY_PATH
+check devices 0 "softnic0" "$rbtrace" softnic -- ibv_devices
+check devinfo_eth 0 "link_layer:.*Ethernet" "$rbtrace" softnic --link eth -- ibv_devinfo
+check counters_empty_fabric 0 "port_xmit_packets" "$rbtrace" softnic --counters
+check bad_link 2 "--link" "$rbtrace" softnic --link carrier-pigeon -- true
+check bad_latency 2 "not a number" "$rbtrace" softnic --latency soon -- true
+check no_command 2 "no command" "$rbtrace" softnic
+check missing_program 127 "no-such-program" "$rbtrace" softnic -- no-such-program
+check help 0 "example" "$rbtrace" softnic --help
+# a real exchange, then its counters
+port=$((30000 + ($$ % 20000)))
+"$rbtrace" softnic -- ibv_rc_pingpong -p $port -n 50 >/dev/null 2>&1 &
+sleep 0.5
+check pingpong 0 "50 iters" timeout 30 "$rbtrace" softnic -- ibv_rc_pingpong -p $port -n 50 localhost
+wait
+check counters_after 0 "port_xmit_packets [1-9]" "$rbtrace" softnic --counters
+exit $fails
