@@ -4,9 +4,10 @@
 # against the original. Run through `./dev demo` (which builds first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rbtrace=bazel-bin/cli/rbtrace
+rbtrace=${RBTRACE:-bazel-bin/cli/rbtrace}
 out=${RBTRACE_DEMO_DIR:-$(mktemp -d /tmp/rbtrace-demo.XXXXXX)}
 port=$((20000 + RANDOM % 20000))
+mkdir -p "$out"
 export SOFTNIC_FABRIC="$out/fabric"
 
 echo "== recording both ends of ibv_rc_pingpong over softnic (traces in $out)"
