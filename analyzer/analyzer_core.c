@@ -835,7 +835,7 @@ static bool an_defer(struct an_trace *t, struct an_qp *qp, const struct an_swr *
 
 static void an_attribute_send(struct rbt_analyzer *an, struct an_trace *t,
 			      struct an_qp *qp, const struct an_swr *w,
-			      const struct an_comp *c, uint32_t n);
+			      const struct an_comp *c, uint32_t n, uint32_t nsig);
 static void an_attribute_recv(struct rbt_analyzer *an, struct an_trace *t,
 			      struct an_qp *qp, const struct an_rwr *r,
 			      const struct an_comp *c);
@@ -859,15 +859,16 @@ static void an_drain_deferred(struct rbt_analyzer *an, struct an_trace *t, bool 
 		if (d.recv)
 			an_attribute_recv(an, t, d.qp, &d.r, &d.c);
 		else
-			an_attribute_send(an, t, d.qp, &d.w, &d.c, 1);
+			an_attribute_send(an, t, d.qp, &d.w, &d.c, 1, d.w.signaled);
 	}
 }
 
 static void an_attribute_send(struct rbt_analyzer *an, struct an_trace *t,
 			      struct an_qp *qp, const struct an_swr *w,
-			      const struct an_comp *c, uint32_t n)
+			      const struct an_comp *c, uint32_t n, uint32_t nsig)
 {
-	/* n: identical WRs of one chain retired by one completion (same phases) */
+	/* n: identical WRs of one chain retired by one completion (same phases), nsig
+	 * of them signaled (they differ in nothing else; never when deferred) */
 	if (!c->exact && c->hw_ts) {
 		uint32_t k = 0;
 		while (k < n && an_defer(t, qp, w, NULL, c))
@@ -882,7 +883,7 @@ static void an_attribute_send(struct rbt_analyzer *an, struct an_trace *t,
 		return;
 	g->wrs += n;
 	g->bytes += w->bytes * n;
-	g->signaled += w->signaled * n;
+	g->signaled += nsig;
 	g->inlined += w->inl * n;
 	if (c->status)
 		g->errors += n;
@@ -1030,6 +1031,10 @@ static bool an_complete_send(struct rbt_analyzer *an, struct an_trace *t,
 			all_unsig = false;
 	struct an_comp cu = *c;
 	cu.status = c->status == IBV_WC_SUCCESS ? 0 : c->status;
+	/* A chain's unsignaled WRs and the signaled one that completes them are
+	 * attributed together (one call, not two), unless they may be deferred one by
+	 * one to wait for a clock sample (an_defer keeps each WR's own flags). */
+	bool may_defer = !cu.exact && cu.hw_ts;
 	for (uint32_t k = 0; k <= i;) {
 		struct an_swr *x = an_ring_at(r, k);
 		if (k < i && x->signaled) {
@@ -1038,16 +1043,18 @@ static bool an_complete_send(struct rbt_analyzer *an, struct an_trace *t,
 		}
 		/* the WRs of one chain alike in every phase are attributed at once (not
 		 * with a timeline: each WR is a slice there) */
-		uint32_t m = 1;
+		uint32_t m = 1, nsig = x->signaled;
 		while (!an->opts.perfetto && k + m <= i) {
 			struct an_swr *y = an_ring_at(r, k + m);
 			if (y->post_ts != x->post_ts || y->opcode != x->opcode ||
-			    y->bytes != x->bytes || y->signaled != x->signaled ||
-			    y->inl != x->inl || (y->signaled && k + m < i))
+			    y->bytes != x->bytes || y->inl != x->inl ||
+			    (y->signaled && k + m < i) ||
+			    (y->signaled != x->signaled && may_defer))
 				break;
+			nsig += y->signaled;
 			m++;
 		}
-		an_attribute_send(an, t, qp, x, &cu, m);
+		an_attribute_send(an, t, qp, x, &cu, m, nsig);
 		k += m;
 	}
 	if (all_unsig) {

@@ -52,7 +52,30 @@ struct an_hist {
 	uint64_t count, sum, min, max;
 	uint64_t *oct[AN_HIST_OCT]; /* allocated on first use of an octave */
 };
-void an_hist_add_n(struct an_hist *h, uint64_t v, uint64_t n);
+/* Adds n samples of value v. The fast path (octave already allocated) is inline:
+ * the data path adds several samples per completion. */
+void an_hist_add_slow(struct an_hist *h, uint64_t v, uint64_t n);
+static inline void an_hist_add_n(struct an_hist *h, uint64_t v, uint64_t n)
+{
+	uint32_t o = 0, s = (uint32_t)v;
+	if (v >= AN_HIST_SUB) {
+		uint32_t e = 63 - (uint32_t)__builtin_clzll(v); /* >= SUB_BITS */
+		o = e - AN_HIST_SUB_BITS + 1;
+		s = (uint32_t)(v >> (e - AN_HIST_SUB_BITS)) - AN_HIST_SUB;
+	}
+	uint64_t *oct = h->oct[o];
+	if (__builtin_expect(!oct, 0)) {
+		an_hist_add_slow(h, v, n);
+		return;
+	}
+	oct[s] += n;
+	if (v < h->min || !h->count)
+		h->min = v;
+	if (v > h->max)
+		h->max = v;
+	h->count += n;
+	h->sum += v * n;
+}
 static inline void an_hist_add(struct an_hist *h, uint64_t v)
 {
 	an_hist_add_n(h, v, 1);
@@ -121,8 +144,17 @@ struct an_ring {
 	void *v;
 	uint32_t elem, cap, head, n; /* cap power of two */
 };
-void *an_ring_at(struct an_ring *r, uint32_t i);
-void *an_ring_push(struct an_ring *r);
+static inline void *an_ring_at(struct an_ring *r, uint32_t i)
+{
+	return (char *)r->v + (size_t)((r->head + i) & (r->cap - 1)) * r->elem;
+}
+void *an_ring_grow(struct an_ring *r); /* push into a full ring */
+static inline void *an_ring_push(struct an_ring *r)
+{
+	if (__builtin_expect(r->n == r->cap, 0))
+		return an_ring_grow(r);
+	return an_ring_at(r, r->n++);
+}
 void an_ring_drop(struct an_ring *r, uint32_t n); /* from the head */
 void an_ring_remove(struct an_ring *r, uint32_t i);
 

@@ -169,7 +169,8 @@ static void an_text_qp(FILE *f, const struct rbt_analyzer *an, const struct an_t
 				struct rbt_phase_summary w;
 				an_hist_summary(&g->h[RBT_PHASE_RECV_WAIT], &w);
 				fprintf(f,
-					"    RECV %-7s %8llu  wait for peer p50 %s p99 "
+					"    RECV         %-7s %8llu  wait for peer p50 "
+					"%s p99 "
 					"%s\n",
 					an_size_class_name[sc],
 					(unsigned long long)g->wrs,
@@ -690,8 +691,9 @@ static const char an_html_script[] =
 	"g.font='12px sans-serif';g.fillText(title,60,14);for(var i=0;i<=4;i++){var "
 	"v=logx?"
 	"Math.exp(Math.log(x0)+(Math.log(x1)-Math.log(x0))*i/4):x0+(x1-x0)*i/4;"
-	"g.fillText(logx?fmt(v):(v/1e6).toFixed(1)+'ms',50+(c.width-70)*i/"
-	"4-10,c.height-12);}return g;}\n"
+	"g.textAlign=i==4?'right':i==0?'left':'center';"
+	"g.fillText(logx?fmt(v):(v/1e6).toFixed(1)+'ms',50+(c.width-70)*i/4,"
+	"c.height-12);}g.textAlign='left';return g;}\n"
 	"function xpos(c,v,x0,x1){return 50+(c.width-70)*(Math.log(v)-Math.log(x0))/"
 	"(Math.log(x1)-Math.log(x0));}\n"
 	"var drawn=0;\n"

@@ -120,28 +120,19 @@ void an_map_free(struct an_map *m)
 
 /* ---- rings ---- */
 
-void *an_ring_at(struct an_ring *r, uint32_t i)
+void *an_ring_grow(struct an_ring *r)
 {
-	return (char *)r->v + (size_t)((r->head + i) & (r->cap - 1)) * r->elem;
-}
-
-void *an_ring_push(struct an_ring *r)
-{
-	if (r->n == r->cap) {
-		uint32_t ncap = r->cap ? r->cap * 2 : 16;
-		char *nv = malloc((size_t)ncap * r->elem);
-		if (!nv)
-			return NULL;
-		for (uint32_t i = 0; i < r->n; i++)
-			memcpy(nv + (size_t)i * r->elem, an_ring_at(r, i), r->elem);
-		free(r->v);
-		r->v = nv;
-		r->cap = ncap;
-		r->head = 0;
-	}
-	void *slot = an_ring_at(r, r->n);
-	r->n++;
-	return slot;
+	uint32_t ncap = r->cap ? r->cap * 2 : 16;
+	char *nv = malloc((size_t)ncap * r->elem);
+	if (!nv)
+		return NULL;
+	for (uint32_t i = 0; i < r->n; i++)
+		memcpy(nv + (size_t)i * r->elem, an_ring_at(r, i), r->elem);
+	free(r->v);
+	r->v = nv;
+	r->cap = ncap;
+	r->head = 0;
+	return an_ring_at(r, r->n++);
 }
 
 void an_ring_drop(struct an_ring *r, uint32_t n)
@@ -254,7 +245,8 @@ static void an_hist_range(uint32_t oct, uint32_t sub, double *lo, double *hi)
 	*hi = *lo + w;
 }
 
-void an_hist_add_n(struct an_hist *h, uint64_t v, uint64_t n)
+/* an_hist_add_n() when the octave of v has no buckets yet. */
+void an_hist_add_slow(struct an_hist *h, uint64_t v, uint64_t n)
 {
 	uint32_t o, s;
 	an_hist_index(v, &o, &s);

@@ -715,12 +715,18 @@ void sn_mr_unregister(struct sn_mr *mr)
 
 /* ---------------- peers ---------------- */
 
+struct sn_maptab {
+	uint32_t n;
+	_Atomic(void *) slot[];
+};
+
 struct sn_rproc {
 	char procid[32];
 	bool self;
 	struct sn_mrt_shm *mrt;
-	_Atomic(void *) *maps; /* indexed by file_id */
-	uint32_t nmaps;
+	/* mappings of its memory files, indexed by file_id; read without the
+	 * lock, so the table and its size are published together */
+	_Atomic(struct sn_maptab *) maps;
 	struct sn_rproc *next;
 };
 
@@ -767,37 +773,44 @@ struct sn_mrt_shm *sn_rproc_mrt(struct sn_rproc *p)
 
 static void *sn_rproc_map(struct sn_rproc *p, uint32_t file_id)
 {
+	struct sn_maptab *t = atomic_load_explicit(&p->maps, memory_order_acquire);
 	void *m = NULL;
 	char name[96];
 	size_t len;
 
-	if (file_id < p->nmaps) {
-		m = atomic_load_explicit(&p->maps[file_id], memory_order_acquire);
+	if (t && file_id < t->n) {
+		m = atomic_load_explicit(&t->slot[file_id], memory_order_acquire);
 		if (m)
 			return m;
 	}
 	pthread_mutex_lock(&sn_g.lock);
-	if (file_id >= p->nmaps) {
-		uint32_t n = p->nmaps ? p->nmaps : 64;
-		_Atomic(void *) *nm;
+	t = atomic_load_explicit(&p->maps, memory_order_relaxed);
+	if (!t || file_id >= t->n) {
+		uint32_t n = t ? t->n : 64;
+		struct sn_maptab *nt;
 
 		while (n <= file_id)
 			n *= 2;
-		/* old arrays are leaked, not freed: a racing reader may
-		 * still be looking at them */
-		nm = calloc(n, sizeof(*nm));
-		if (!nm)
+		/* Another thread (the helper, or a post on another QP) may be
+		 * reading the old table right now: it is leaked, never freed,
+		 * and the new one is published whole, its size with it. */
+		nt = calloc(1, sizeof(*nt) + n * sizeof(nt->slot[0]));
+		if (!nt)
 			goto out;
-		for (uint32_t i = 0; i < p->nmaps; i++)
-			atomic_store(&nm[i], atomic_load(&p->maps[i]));
-		p->maps = nm;
-		p->nmaps = n;
+		nt->n = n;
+		for (uint32_t i = 0; t && i < t->n; i++)
+			atomic_store_explicit(
+				&nt->slot[i],
+				atomic_load_explicit(&t->slot[i], memory_order_relaxed),
+				memory_order_relaxed);
+		atomic_store_explicit(&p->maps, nt, memory_order_release);
+		t = nt;
 	}
-	m = atomic_load(&p->maps[file_id]);
+	m = atomic_load_explicit(&t->slot[file_id], memory_order_relaxed);
 	if (!m) {
 		snprintf(name, sizeof(name), "m-%s-%u", p->procid, file_id);
 		if (sn_shm_map(name, &m, &len) == 0)
-			atomic_store_explicit(&p->maps[file_id], m, memory_order_release);
+			atomic_store_explicit(&t->slot[file_id], m, memory_order_release);
 		else
 			m = NULL;
 	}

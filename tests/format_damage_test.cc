@@ -330,3 +330,62 @@ TEST(FormatDamage, FileReaderSkipsLongGarbage)
 	rbt_reader_close(r);
 	unlink(path.c_str());
 }
+
+// The file reader reads the file in windows (RD_WINDOW, 256 KiB): chunks that
+// straddle a window's end, garbage spanning several windows and a damaged chunk
+// just past a boundary read exactly as from memory.
+TEST(FormatDamage, FileReaderWindowsMatchTheMemoryReader)
+{
+	Trace t = make_trace(400, 120);
+	std::vector<uint8_t> b;
+	std::mt19937 rng(11);
+	size_t ncopied = 0;
+	for (size_t c = 0; c + 1 < t.chunk_off.size(); c++) {
+		// garbage of 1..300 KiB before a few chunks, one bit flipped in others
+		if (c % 97 == 5)
+			for (size_t i = 0, n = 1024 + rng() % (300u << 10); i < n; i++)
+				b.push_back(i % 4096 == 0 ? 'R' : (uint8_t)rng());
+		size_t at = b.size();
+		b.insert(b.end(), t.bytes.begin() + (long)t.chunk_off[c],
+			 t.bytes.begin() + (long)t.chunk_off[c + 1]);
+		if (c % 53 == 7)
+			b[at + 48 + rng() % (t.chunk_off[c + 1] - t.chunk_off[c] - 48)] ^=
+				4;
+		ncopied++;
+	}
+	// file header first, trailer last
+	b.insert(b.begin(), t.bytes.begin(), t.bytes.begin() + (long)t.chunk_off[0]);
+	b.insert(b.end(), t.bytes.begin() + (long)t.chunk_off.back(), t.bytes.end());
+	ASSERT_GT(b.size(), 3u * (256u << 10)); // several windows
+	std::string path =
+		std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
+		"/windows.rbt";
+	FILE *f = fopen(path.c_str(), "wb");
+	ASSERT_NE(nullptr, f);
+	ASSERT_EQ(b.size(), fwrite(b.data(), 1, b.size(), f));
+	fclose(f);
+
+	Result mem = read_all(b.data(), b.size());
+	rbt_reader *r;
+	ASSERT_EQ(0, rbt_reader_open(path.c_str(), &r));
+	std::vector<std::string> got;
+	const rbt_event *ev;
+	while (rbt_reader_next(r, &ev) > 0)
+		got.push_back(json(rbt_reader_header(r), ev));
+	const struct rbt_reader_stats *st = rbt_reader_stats(r);
+	EXPECT_EQ(mem.events, got);
+	EXPECT_EQ(mem.st.chunks, st->chunks);
+	EXPECT_EQ(mem.st.bad_chunks, st->bad_chunks);
+	EXPECT_EQ(mem.st.bad_bytes, st->bad_bytes);
+	EXPECT_EQ(mem.st.first_damage_offset, st->first_damage_offset);
+	EXPECT_TRUE(st->finished);
+	EXPECT_EQ(mem.error, rbt_reader_error(r));
+	// every chunk whose bytes were not flipped is there, in order
+	size_t flipped = 0;
+	for (size_t c = 0; c < ncopied; c++)
+		flipped += c % 53 == 7;
+	EXPECT_EQ((ncopied - flipped) * 120, got.size());
+	EXPECT_EQ(ncopied - flipped, st->chunks);
+	rbt_reader_close(r);
+	unlink(path.c_str());
+}

@@ -651,6 +651,217 @@ TEST(Format, SecondEncoderFromTheSpecAndCompatibility)
 
 // An event larger than the chunk size, long strings (multi-byte length prefixes)
 // and many WRs in one post.
+// The writer's bytes, checked against FORMAT.md by hand for the events the
+// recorder writes most (its per-type encoders are generated from the lists and
+// must produce exactly what the spec says): handle slots per (list, field), T
+// fields relative to the event's ts, absent zero fields, records behind their
+// lengths, a ts that steps back, a string and an empty payload.
+TEST(Format, WriterBytesFollowTheSpec)
+{
+	std::string path = tmp_path("spec_bytes.rbt");
+	rbt_header h = test_header();
+	rbt_writer *w;
+	ASSERT_EQ(0, rbt_writer_open(path.c_str(), &h, nullptr, &w));
+	ASSERT_EQ(0, rbt_writer_begin_chunk(w, 31));
+
+	rbt_sge sg[2] = { { 0x7f0000002000, 64, 0x2f01 }, { 0x7f0000003000, 0, 0 } };
+	rbt_send_wr sw[2];
+	memset(sw, 0, sizeof(sw));
+	sw[0].wr_id = 7;
+	sw[0].opcode = 2;
+	sw[0].send_flags = 2;
+	sw[0].remote_addr = 0x7f0000001000;
+	sw[0].rkey = 0x1234;
+	sw[0].n_sges = 2;
+	sw[0].sges = sg;
+	static const uint8_t hi[] = { 'h', 'i' };
+	sw[1].wr_id = 8;
+	sw[1].opcode = 2;
+	sw[1].ah = 0x9000;
+	sw[1].remote_qpn = 77;
+	sw[1].remote_qkey = 0x11111111;
+	sw[1].payload = { hi, 2 };
+	rbt_event e;
+	memset(&e, 0, sizeof(e));
+	e.type = RBT_EV_POST_SEND;
+	e.stream = 31;
+	e.ts = 1000;
+	e.u.post_send.ts_exit = 1050;
+	e.u.post_send.qp = 0x5000;
+	e.u.post_send.qp_num = 0x1a2;
+	e.u.post_send.n_wrs = 2;
+	e.u.post_send.wrs = sw;
+	ASSERT_EQ(0, rbt_writer_append(w, &e));
+
+	rbt_wc wc;
+	memset(&wc, 0, sizeof(wc));
+	wc.wr_id = 7;
+	wc.byte_len = 64;
+	wc.qp_num = 0x1a2;
+	wc.hw_ts = 123456789;
+	memset(&e, 0, sizeof(e));
+	e.type = RBT_EV_POLL_CQ;
+	e.stream = 31;
+	e.ts = 1100;
+	e.u.poll_cq.ts_exit = 1130;
+	e.u.poll_cq.ret = 1;
+	e.u.poll_cq.cq = 0x6000;
+	e.u.poll_cq.asked = 16;
+	e.u.poll_cq.count = 1;
+	e.u.poll_cq.n_wcs = 1;
+	e.u.poll_cq.wcs = &wc;
+	ASSERT_EQ(0, rbt_writer_append(w, &e));
+
+	rbt_send_wr sw2;
+	memset(&sw2, 0, sizeof(sw2));
+	sw2.wr_id = 9;
+	sw2.ah = 0x9010;
+	memset(&e, 0, sizeof(e));
+	e.type = RBT_EV_POST_SEND;
+	e.stream = 31;
+	e.ts = 1090; // steps back
+	e.u.post_send.ts_exit = 1090;
+	e.u.post_send.ret = -12;
+	e.u.post_send.qp = 0x5000; // same handle: delta 0, still present
+	e.u.post_send.qp_num = 0x1a2;
+	e.u.post_send.n_wrs = 1;
+	e.u.post_send.wrs = &sw2;
+	ASSERT_EQ(0, rbt_writer_append(w, &e));
+
+	memset(&e, 0, sizeof(e));
+	e.type = RBT_EV_THREAD;
+	e.stream = 31;
+	e.ts = 1090;
+	e.u.thread.tid = 4242;
+	e.u.thread.name = "main";
+	ASSERT_EQ(0, rbt_writer_append(w, &e));
+
+	memset(&e, 0, sizeof(e));
+	e.type = RBT_EV_PD_DEALLOC;
+	e.stream = 31;
+	e.ts = 1090;
+	ASSERT_EQ(0, rbt_writer_append(w, &e));
+	ASSERT_EQ(0, rbt_writer_close(w, nullptr));
+
+	std::vector<uint8_t> want, p, r, s;
+	// post_send: ts delta 0; ts_exit, qp, qp_num, wrs present.
+	p = {};
+	varint(p, zz(0));
+	varint(p, 1 << 0 | 1 << 2 | 1 << 3 | 1 << 6);
+	varint(p, zz(50));
+	varint(p, zz(0x5000));
+	varint(p, 0x1a2);
+	varint(p, 2);
+	r = {}; // wr 0: wr_id, opcode, send_flags, remote_addr, rkey, sges
+	varint(r, 1 << 0 | 1 << 1 | 1 << 2 | 1 << 4 | 1 << 5 | 1 << 11);
+	varint(r, 7);
+	varint(r, 2);
+	varint(r, 2);
+	varint(r, 0x7f0000001000);
+	varint(r, 0x1234);
+	varint(r, 2);
+	s = {};
+	varint(s, 7);
+	varint(s, 0x7f0000002000);
+	varint(s, 64);
+	varint(s, 0x2f01);
+	varint(r, s.size());
+	r.insert(r.end(), s.begin(), s.end());
+	s = {};
+	varint(s, 1);
+	varint(s, 0x7f0000003000);
+	varint(r, s.size());
+	r.insert(r.end(), s.begin(), s.end());
+	varint(p, r.size());
+	p.insert(p.end(), r.begin(), r.end());
+	r = {}; // wr 1: wr_id, opcode, ah (slot send_wr.ah), remote_qpn, qkey, payload
+	varint(r, 1 << 0 | 1 << 1 | 1 << 8 | 1 << 9 | 1 << 10 | 1 << 12);
+	varint(r, 8);
+	varint(r, 2);
+	varint(r, zz(0x9000));
+	varint(r, 77);
+	varint(r, 0x11111111);
+	varint(r, 2);
+	r.insert(r.end(), { 'h', 'i' });
+	varint(p, r.size());
+	p.insert(p.end(), r.begin(), r.end());
+	event(want, RBT_EV_POST_SEND, p);
+	// poll_cq: +100; ts_exit, ret, cq, asked, count, wcs.
+	p = {};
+	varint(p, zz(100));
+	varint(p, 1 << 0 | 1 << 1 | 1 << 2 | 1 << 3 | 1 << 5 | 1 << 6);
+	varint(p, zz(30));
+	varint(p, zz(1));
+	varint(p, zz(0x6000));
+	varint(p, 16);
+	varint(p, 1);
+	varint(p, 1);
+	r = {}; // wr_id, byte_len, qp_num, hw_ts
+	varint(r, 1 << 0 | 1 << 4 | 1 << 6 | 1 << 13);
+	varint(r, 7);
+	varint(r, 64);
+	varint(r, 0x1a2);
+	varint(r, 123456789);
+	varint(p, r.size());
+	p.insert(p.end(), r.begin(), r.end());
+	event(want, RBT_EV_POLL_CQ, p);
+	// post_send: -10; ts_exit (delta 0), ret, qp (delta 0), qp_num, wrs.
+	p = {};
+	varint(p, zz(-10));
+	varint(p, 1 << 0 | 1 << 1 | 1 << 2 | 1 << 3 | 1 << 6);
+	varint(p, zz(0));
+	varint(p, zz(-12));
+	varint(p, zz(0));
+	varint(p, 0x1a2);
+	varint(p, 1);
+	r = {}; // wr_id, ah: +0x10 from the slot
+	varint(r, 1 << 0 | 1 << 8);
+	varint(r, 9);
+	varint(r, zz(0x10));
+	varint(p, r.size());
+	p.insert(p.end(), r.begin(), r.end());
+	event(want, RBT_EV_POST_SEND, p);
+	// thread: +0; tid, name.
+	p = {};
+	varint(p, zz(0));
+	varint(p, 3);
+	varint(p, 4242);
+	varint(p, 4);
+	p.insert(p.end(), { 'm', 'a', 'i', 'n', 0 });
+	event(want, RBT_EV_THREAD, p);
+	// pd_dealloc: +0 and nothing present: an empty payload.
+	event(want, RBT_EV_PD_DEALLOC, {});
+
+	FILE *f = fopen(path.c_str(), "rb");
+	ASSERT_NE(nullptr, f);
+	std::vector<uint8_t> file;
+	uint8_t buf[4096];
+	size_t n;
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		file.insert(file.end(), buf, buf + n);
+	fclose(f);
+	unlink(path.c_str());
+	auto le = [&](size_t off) {
+		return (uint32_t)file[off] | (uint32_t)file[off + 1] << 8 |
+		       (uint32_t)file[off + 2] << 16 | (uint32_t)file[off + 3] << 24;
+	};
+	ASSERT_GT(file.size(), 24u);
+	size_t off = 24 + le(16);
+	ASSERT_LE(off + 48, file.size());
+	EXPECT_EQ(0x4b434252u, le(off));
+	uint32_t comp = le(off + 4), raw = le(off + 8);
+	EXPECT_EQ(5u, le(off + 12));  // events
+	EXPECT_EQ(31u, le(off + 16)); // stream
+	EXPECT_EQ(1000u, le(off + 24));
+	EXPECT_EQ(1090u, le(off + 32));
+	ASSERT_LE(off + 48 + comp, file.size());
+	std::vector<uint8_t> got(raw);
+	size_t d = ZSTD_decompress(got.data(), got.size(), &file[off + 48], comp);
+	ASSERT_FALSE(ZSTD_isError(d));
+	got.resize(d);
+	EXPECT_EQ(want, got);
+}
+
 TEST(Format, LargeEvents)
 {
 	std::string path = tmp_path("large.rbt");

@@ -58,6 +58,7 @@ struct rbt_desc {
 	uint32_t size;	  /* sizeof the decoded struct */
 	uint32_t has_var; /* any S, B or A field */
 	uint32_t has_str; /* any S field: absent ones must read as "" */
+	uint32_t slot0;	  /* slot of the first H field; the others follow it */
 	struct rbt_fdesc *f;
 };
 

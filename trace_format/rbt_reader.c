@@ -1,5 +1,6 @@
 /* rbt_reader.c - the streaming reader: one chunk in memory at a time, decoded
- * event by event with the generic table-driven decoder.
+ * event by event with per-type decoders generated from the X-macro lists (the
+ * header body, read once, uses the generic table-driven decoder).
  *
  * Input is untrusted (truncated by kill -9, damaged on disk, or a fuzzer's):
  * every length is checked before use, memory stays bounded by RBT_MAX_RAW and
@@ -27,6 +28,35 @@
 #define CRC_OK(a, b) ((a) == (b))
 #endif
 
+/* The previous value of every H field, per (event or record type, field): the
+ * delta base of FORMAT.md "Field slots". Zeroed at each chunk. */
+#define SL_F(k, n) SL_F_##k(n)
+#define SL_F_U(n)
+#define SL_F_I(n)
+#define SL_F_T(n)
+#define SL_F_S(n)
+#define SL_F_B(n)
+#define SL_F_H(n) uint64_t n;
+#define SL_A(rec, n)
+#define SL_EV(NAME, id, lname)             \
+	struct {                           \
+		uint64_t unused_;          \
+		RBT_EV_##lname(SL_F, SL_A) \
+	} lname;
+#define SL_REC(lname)                       \
+	struct {                            \
+		uint64_t unused_;           \
+		RBT_REC_##lname(SL_F, SL_A) \
+	} rec_##lname;
+struct rd_slots {
+	RBT_EVENT_LIST(SL_EV)
+	SL_REC(sge)
+	SL_REC(send_wr)
+	SL_REC(recv_wr)
+	SL_REC(wc)
+	SL_REC(frame)
+};
+
 struct arena_block {
 	struct arena_block *next;
 	size_t size, used;
@@ -40,8 +70,10 @@ struct rbt_reader {
 	uint64_t off; /* where the next chunk starts */
 	int done;
 
-	uint8_t *scratch; /* fd readers: the compressed chunk */
+	uint8_t *scratch; /* fd readers: a window of the file, [win_off, +win_len) */
 	size_t scratch_cap;
+	uint64_t win_off;
+	size_t win_len;
 	uint8_t *raw; /* the decoded chunk */
 	size_t raw_cap;
 	size_t raw_len, raw_pos;
@@ -49,7 +81,8 @@ struct rbt_reader {
 	struct rbt_chunk_hdr ch;
 	uint32_t decoded;
 	uint64_t prev_ts;
-	uint64_t slots[RBT_MAX_SLOTS];
+	struct rd_slots sl;	       /* H fields' delta bases, per chunk */
+	uint64_t slots[RBT_MAX_SLOTS]; /* the generic decoder's (header only) */
 	ZSTD_DCtx *dctx;
 
 	struct rbt_header hdr;
@@ -81,32 +114,77 @@ static void damage(struct rbt_reader *r, uint64_t off, const char *fmt, ...)
 
 /* ---- the byte source --------------------------------------------------------- */
 
-/* n bytes at off, or NULL when the file has fewer. */
+/* fd readers read the file in windows of this size (or one chunk when bigger):
+ * one pread per many small chunks instead of three per chunk. */
+#define RD_WINDOW (256u << 10)
+
+/* n bytes at off, or NULL when the file has fewer. The pointer is valid until the
+ * next call. */
 static const uint8_t *src_get(struct rbt_reader *r, uint64_t off, size_t n)
 {
 	if (off > r->size || n > r->size - off)
 		return NULL;
 	if (r->mem)
 		return r->mem + off;
-	if (n > r->scratch_cap) {
-		size_t cap = n < 65536 ? 65536 : n;
-		uint8_t *p = realloc(r->scratch, cap);
+	if (r->win_len && off >= r->win_off && n <= r->win_len &&
+	    off - r->win_off <= r->win_len - n)
+		return r->scratch + (off - r->win_off);
+	size_t want = n > RD_WINDOW ? n : RD_WINDOW;
+	if (want > r->size - off)
+		want = (size_t)(r->size - off);
+	if (want > r->scratch_cap) {
+		uint8_t *p = realloc(r->scratch, want);
 		if (!p)
 			return NULL;
 		r->scratch = p;
-		r->scratch_cap = cap;
+		r->scratch_cap = want;
 	}
+	r->win_len = 0;
 	size_t got = 0;
-	while (got < n) {
-		ssize_t k = pread(r->fd, r->scratch + got, n - got, (off_t)(off + got));
+	while (got < want) {
+		ssize_t k =
+			pread(r->fd, r->scratch + got, want - got, (off_t)(off + got));
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k <= 0)
-			return NULL;
+			break;
 		got += (size_t)k;
 	}
+	if (got < n)
+		return NULL;
+	r->win_off = off;
+	r->win_len = got;
 	return r->scratch;
 }
+
+/* CRC-32C of the chunk data: the SSE4.2 crc32 instruction computes exactly this
+ * CRC (Castagnoli, reflected), several times faster than the tables of
+ * rbt__crc32c(), which stays the reference and the fallback. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("sse4.2"))) static uint32_t
+rd_crc32c_hw(uint32_t crc, const uint8_t *p, size_t len)
+{
+	uint64_t c = (uint32_t)~crc;
+	for (; len >= 8; p += 8, len -= 8) {
+		uint64_t v;
+		memcpy(&v, p, 8);
+		c = __builtin_ia32_crc32di(c, v);
+	}
+	uint32_t c32 = (uint32_t)c;
+	while (len--)
+		c32 = __builtin_ia32_crc32qi(c32, *p++);
+	return ~c32;
+}
+
+static uint32_t rd_crc32c(uint32_t crc, const uint8_t *p, size_t len)
+{
+	if (__builtin_cpu_supports("sse4.2"))
+		return rd_crc32c_hw(crc, p, len);
+	return rbt__crc32c(crc, p, len);
+}
+#else
+#define rd_crc32c rbt__crc32c
+#endif
 
 /* Is there a chunk header or a trailer with a good checksum at off? */
 static int valid_at(struct rbt_reader *r, uint64_t off)
@@ -184,32 +262,38 @@ static void arena_reset(struct rbt_reader *r)
 		b->used = 0;
 }
 
-static void *arena_alloc(struct rbt_reader *r, size_t n)
+/* A new block, twice the last one, when the current block is full. */
+static void *arena_alloc_slow(struct rbt_reader *r, size_t n)
+{
+	struct arena_block *b = r->arena;
+	size_t sz = b ? b->size * 2 : 4096;
+	if (sz < n)
+		sz = n;
+	if (r->arena_total + sz > RBT_MAX_EVENT_ARENA)
+		return NULL;
+	struct arena_block *nb = malloc(sizeof(*nb) + sz);
+	if (!nb)
+		return NULL;
+	nb->next = b;
+	nb->size = sz;
+	nb->used = n;
+	r->arena = nb;
+	r->arena_total += sz;
+	return nb->data;
+}
+
+static inline void *arena_alloc(struct rbt_reader *r, size_t n)
 {
 	n = (n + 15) & ~(size_t)15;
 	struct arena_block *b = r->arena;
-	if (!b || b->size - b->used < n) {
-		size_t sz = b ? b->size * 2 : 4096;
-		if (sz < n)
-			sz = n;
-		if (r->arena_total + sz > RBT_MAX_EVENT_ARENA)
-			return NULL;
-		struct arena_block *nb = malloc(sizeof(*nb) + sz);
-		if (!nb)
-			return NULL;
-		nb->next = b;
-		nb->size = sz;
-		nb->used = 0;
-		r->arena = nb;
-		r->arena_total += sz;
-		b = nb;
-	}
+	if (__builtin_expect(!b || b->size - b->used < n, 0))
+		return arena_alloc_slow(r, n);
 	void *p = (uint8_t *)b->data + b->used;
 	b->used += n;
 	return p;
 }
 
-/* ---- the generic decoder ----------------------------------------------------- */
+/* ---- the generic decoder (the header body) ----------------------------------------------------- */
 
 static const char empty_str[1];
 
@@ -334,6 +418,266 @@ static int dec_fields(struct rbt_reader *r, const struct rbt_desc *d, uint8_t *b
 				       sizeof(char *));
 	return 0;
 }
+
+/* ---- the generated per-type decoders ------------------------------------------
+ *
+ * One function per event type and per record type, expanded from the same X-macro
+ * lists as the structs (one list, many uses): the presence bitmap is shifted one
+ * field at a time, so every field's offset, kind and slot are constants and no
+ * descriptor is looked up per field. Each field is either decoded or set to its
+ * absent value (0, "", empty), so the struct needs no separate zeroing. Bitmap
+ * bits past the known fields and the bytes after them are ignored (FORMAT.md
+ * "Fields"); every read is bounded by end.
+ */
+
+/* The decoded chunk is followed by RD_SLACK zeroed bytes (load_chunk), so the
+ * varint decoders may load 8 bytes at any position up to the end of the chunk and
+ * check the length found against end afterwards. */
+#define RD_SLACK 16
+
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+/* A varint of 2 to 8 bytes without a loop: find the last byte (the first with its
+ * high bit clear) in one 8-byte load, then squeeze the 7-bit groups together.
+ * Returns 0 when the varint is longer than 8 bytes. */
+static inline __attribute__((always_inline)) size_t rd_varint8(const uint8_t *p,
+							       uint64_t *out)
+{
+	uint64_t x;
+	memcpy(&x, p, 8);
+	uint64_t stop = ~x & 0x8080808080808080ull;
+	if (!stop)
+		return 0;
+	unsigned bits = (unsigned)__builtin_ctzll(stop) + 1; /* 8, 16, ... 64 */
+	if (bits < 64)
+		x &= (1ull << bits) - 1;
+	x &= 0x7f7f7f7f7f7f7f7full;
+	x = ((x & 0x7f007f007f007f00ull) >> 1) | (x & 0x007f007f007f007full);
+	x = ((x & 0x3fff00003fff0000ull) >> 2) | (x & 0x00003fff00003fffull);
+	x = ((x & 0x0fffffff00000000ull) >> 4) | (x & 0x000000000fffffffull);
+	*out = x;
+	return bits >> 3;
+}
+#else
+static inline size_t rd_varint8(const uint8_t *p, uint64_t *out)
+{
+	(void)p;
+	(void)out;
+	return 0;
+}
+#endif
+
+/* Multi-byte varints; the one-byte case is inlined by rd_varint. */
+static const uint8_t *rd_varint_slow(const uint8_t *p, const uint8_t *end, uint64_t *out)
+{
+	if (p >= end)
+		return NULL;
+	if (end - p >= 3 && p[1] >= 0x80 && p[2] < 0x80) {
+		*out = (uint64_t)(p[0] & 0x7f) | (uint64_t)(p[1] & 0x7f) << 7 |
+		       (uint64_t)p[2] << 14;
+		return p + 3;
+	}
+	size_t n = rd_varint8(p, out);
+	if (n)
+		return n <= (size_t)(end - p) ? p + n : NULL;
+	return rbt__get_varint(p, end, out);
+}
+
+static inline __attribute__((always_inline)) const uint8_t *
+rd_varint(const uint8_t *p, const uint8_t *end, uint64_t *out)
+{
+	if (__builtin_expect(p < end && *p < 0x80, 1)) {
+		*out = *p;
+		return p + 1;
+	}
+	/* Two bytes: timestamps deltas, lengths, small ids. */
+	if (__builtin_expect(end - p >= 2 && p[1] < 0x80, 1)) {
+		*out = (uint64_t)(p[0] & 0x7f) | (uint64_t)p[1] << 7;
+		return p + 2;
+	}
+	return rd_varint_slow(p, end, out);
+}
+
+/* The presence bitmap: any number of LEB128 bytes; bits from the 64th on name
+ * fields from the future and are dropped. An empty field set has no bitmap. */
+static const uint8_t *rd_mask_slow(const uint8_t *q, const uint8_t *end, uint64_t *mask)
+{
+	uint64_t m = 0;
+	if (q < end) {
+		size_t n = rd_varint8(q, &m);
+		if (n) {
+			*mask = m;
+			return n <= (size_t)(end - q) ? q + n : NULL;
+		}
+		unsigned shift = 0;
+		uint8_t b;
+		do {
+			if (q >= end)
+				return NULL;
+			b = *q++;
+			if (shift < 63)
+				m |= (uint64_t)(b & 0x7f) << shift;
+			shift += 7;
+		} while (b & 0x80);
+	}
+	*mask = m;
+	return q;
+}
+
+static inline __attribute__((always_inline)) const uint8_t *
+rd_mask(const uint8_t *q, const uint8_t *end, uint64_t *mask)
+{
+	if (__builtin_expect(q < end && *q < 0x80, 1)) {
+		*mask = *q;
+		return q + 1;
+	}
+	if (__builtin_expect(end - q >= 2 && q[1] < 0x80, 1)) {
+		*mask = (uint64_t)(q[0] & 0x7f) | (uint64_t)q[1] << 7;
+		return q + 2;
+	}
+	return rd_mask_slow(q, end, mask);
+}
+
+#define RD_GET(v)                                   \
+	do {                                        \
+		if (!(q = rd_varint(q, end, &(v)))) \
+			return -1;                  \
+	} while (0)
+
+/* The bitmap is shifted right after each field: bit 0 is always the current
+ * field's (measured faster than testing constant bits of an unshifted mask). */
+#define RD_BIT(n) (m & 1)
+
+#define RD_F(k, n)   RD_F_##k(n) m >>= 1;
+#define RD_A(rec, n) RD_A_(rec, n) m >>= 1;
+#define RD_F_U(n)          \
+	if (RD_BIT(n)) {   \
+		RD_GET(v); \
+		o->n = v;  \
+	} else {           \
+		o->n = 0;  \
+	}
+#define RD_F_I(n)                        \
+	if (RD_BIT(n)) {                 \
+		RD_GET(v);               \
+		o->n = rbt__unzigzag(v); \
+	} else {                         \
+		o->n = 0;                \
+	}
+#define RD_F_T(n)                                       \
+	if (RD_BIT(n)) {                                \
+		RD_GET(v);                              \
+		o->n = ts + (uint64_t)rbt__unzigzag(v); \
+	} else {                                        \
+		o->n = 0;                               \
+	}
+#define RD_F_H(n)                                           \
+	if (RD_BIT(n)) {                                    \
+		RD_GET(v);                                  \
+		o->n = sl->n += (uint64_t)rbt__unzigzag(v); \
+	} else {                                            \
+		o->n = 0;                                   \
+	}
+#define RD_F_S(n)                                                  \
+	o->n = empty_str;                                          \
+	if (RD_BIT(n)) {                                           \
+		RD_GET(v);                                         \
+		if (v) {                                           \
+			if (v >= (uint64_t)(end - q) || q[v] != 0) \
+				return -1;                         \
+			o->n = (const char *)q;                    \
+			q += v + 1;                                \
+		}                                                  \
+	}
+#define RD_F_B(n)                                                      \
+	o->n = (struct rbt_blob){ 0 };                                 \
+	if (RD_BIT(n)) {                                               \
+		RD_GET(v);                                             \
+		if (v) {                                               \
+			if (v > (uint64_t)(end - q) || v > UINT32_MAX) \
+				return -1;                             \
+			o->n.data = q;                                 \
+			o->n.len = (uint32_t)v;                        \
+			q += v;                                        \
+		}                                                      \
+	}
+/* Every element takes at least its length byte, which bounds the count. */
+#define RD_A_(rec, n)                                                                   \
+	o->n_##n = 0;                                                                   \
+	o->n = NULL;                                                                    \
+	if (RD_BIT(n)) {                                                                \
+		RD_GET(v);                                                              \
+		if (v > (uint64_t)(end - q))                                            \
+			return -1;                                                      \
+		if (v) {                                                                \
+			struct rbt_##rec *el = arena_alloc(r, (size_t)v * sizeof(*el)); \
+			if (!el)                                                        \
+				return -1;                                              \
+			for (uint64_t k = 0; k < v; k++) {                              \
+				uint64_t len;                                           \
+				RD_GET(len);                                            \
+				if (len > (uint64_t)(end - q) ||                        \
+				    rd_rec_##rec(r, &el[k], q, q + len, ts))            \
+					return -1;                                      \
+				q += len;                                               \
+			}                                                               \
+			o->n_##n = (uint32_t)v;                                         \
+			o->n = el;                                                      \
+		}                                                                       \
+	}
+
+#define RD_PROTO(lname)                                                        \
+	static inline __attribute__((always_inline)) int rd_rec_##lname(       \
+		struct rbt_reader *r, struct rbt_##lname *o, const uint8_t *q, \
+		const uint8_t *end, uint64_t ts);
+RD_PROTO(sge)
+RD_PROTO(send_wr)
+RD_PROTO(recv_wr)
+RD_PROTO(wc)
+RD_PROTO(frame)
+
+/* The body shared by records and events; unused-variable casts keep -Wextra
+ * quiet for lists without arrays, strings or handles. Bits past the known
+ * fields are never tested: they name fields from the future. */
+#define RD_BODY(list, slots)              \
+	uint64_t m, v;                    \
+	(void)v;                          \
+	(void)ts;                         \
+	(void)r;                          \
+	__typeof__(slots) *sl = &(slots); \
+	(void)sl;                         \
+	if (!(q = rd_mask(q, end, &m)))   \
+		return -1;                \
+	list(RD_F, RD_A) return 0;
+
+#define RD_REC(lname)                                                          \
+	static inline __attribute__((always_inline)) int rd_rec_##lname(       \
+		struct rbt_reader *r, struct rbt_##lname *o, const uint8_t *q, \
+		const uint8_t *end, uint64_t ts)                               \
+	{                                                                      \
+		RD_BODY(RBT_REC_##lname, r->sl.rec_##lname)                    \
+	}
+RD_REC(sge)
+RD_REC(send_wr)
+RD_REC(recv_wr)
+RD_REC(wc)
+RD_REC(frame)
+
+typedef int (*rd_ev_fn)(struct rbt_reader *r, struct rbt_event *ev, const uint8_t *q,
+			const uint8_t *end, uint64_t ts);
+
+#define RD_EV(NAME, id, lname)                                                      \
+	static int rd_ev_##lname(struct rbt_reader *r, struct rbt_event *ev,        \
+				 const uint8_t *q, const uint8_t *end, uint64_t ts) \
+	{                                                                           \
+		struct rbt_ev_##lname *o = &ev->u.lname;                            \
+		RD_BODY(RBT_EV_##lname, r->sl.lname)                                \
+	}
+RBT_EVENT_LIST(RD_EV)
+
+static const rd_ev_fn rd_ev_tab[RBT_EV_MAX_ID + 1] = {
+#define RD_TAB(NAME, id, lname) [id] = rd_ev_##lname,
+	RBT_EVENT_LIST(RD_TAB)
+};
 
 /* ---- open -------------------------------------------------------------------- */
 
@@ -563,7 +907,7 @@ static int load_chunk(struct rbt_reader *r)
 		}
 		r->off = off + total;
 		const uint8_t *frame = src_get(r, off + RBT_CHUNK_HDR, h.comp_len);
-		if (!frame || !CRC_OK(rbt__crc32c(0, frame, h.comp_len), h.data_crc)) {
+		if (!frame || !CRC_OK(rd_crc32c(0, frame, h.comp_len), h.data_crc)) {
 			damage(r, off, "chunk data checksum mismatch (%u events lost)",
 			       h.events);
 			lose_chunk(r, h.events);
@@ -581,7 +925,7 @@ static int load_chunk(struct rbt_reader *r)
 			continue;
 		}
 		if (h.raw_len > r->raw_cap) {
-			uint8_t *n = realloc(r->raw, h.raw_len);
+			uint8_t *n = realloc(r->raw, (size_t)h.raw_len + RD_SLACK);
 			if (!n) {
 				damage(r, off, "out of memory");
 				lose_chunk(r, h.events);
@@ -589,6 +933,10 @@ static int load_chunk(struct rbt_reader *r)
 			}
 			r->raw = n;
 			r->raw_cap = h.raw_len;
+			/* All of it, not just the slack: a chunk that fails to
+			 * decompress may leave bytes that a smaller one after it
+			 * would then have past its end, read by rd_varint8(). */
+			memset(n, 0, (size_t)h.raw_len + RD_SLACK);
 		}
 		size_t got = ZSTD_decompressDCtx(r->dctx, r->raw, r->raw_cap, frame,
 						 h.comp_len);
@@ -605,7 +953,7 @@ static int load_chunk(struct rbt_reader *r)
 		r->raw_pos = 0;
 		r->decoded = 0;
 		r->prev_ts = h.first_ts;
-		memset(r->slots, 0, sizeof(r->slots[0]) * rbt__nslots);
+		memset(&r->sl, 0, sizeof(r->sl));
 		r->st.chunks++;
 		return 1;
 	}
@@ -639,15 +987,15 @@ int rbt_reader_next(struct rbt_reader *r, const struct rbt_event **out)
 		}
 		const uint8_t *q = r->raw + r->raw_pos, *end = r->raw + r->raw_len;
 		uint64_t type, len;
-		if (!(q = rbt__get_varint(q, end, &type)) ||
-		    !(q = rbt__get_varint(q, end, &len)) || len > (uint64_t)(end - q)) {
+		if (!(q = rd_varint(q, end, &type)) || !(q = rd_varint(q, end, &len)) ||
+		    len > (uint64_t)(end - q)) {
 			end_chunk_early(r, "has a bad type or length");
 			continue;
 		}
 		const uint8_t *pend = q + len;
 		r->raw_pos = (size_t)(pend - r->raw);
 		uint64_t delta = 0;
-		if (q < pend && !(q = rbt__get_varint(q, pend, &delta))) {
+		if (q < pend && !(q = rd_varint(q, pend, &delta))) {
 			end_chunk_early(r, "has a bad timestamp");
 			continue;
 		}
@@ -655,9 +1003,9 @@ int rbt_reader_next(struct rbt_reader *r, const struct rbt_event **out)
 		uint64_t ts = r->prev_ts + (uint64_t)rbt__unzigzag(delta);
 		r->prev_ts = ts;
 		arena_reset(r);
-		const struct rbt_desc *d = type <= RBT_EV_MAX_ID ? &rbt__ev[type] : NULL;
-		if (d && d->name) {
-			if (dec_fields(r, d, (uint8_t *)&ev->u, q, pend, ts)) {
+		rd_ev_fn fn = type <= RBT_EV_MAX_ID ? rd_ev_tab[type] : NULL;
+		if (fn) {
+			if (fn(r, ev, q, pend, ts)) {
 				end_chunk_early(r, "does not decode");
 				continue;
 			}

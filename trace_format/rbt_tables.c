@@ -32,6 +32,8 @@ static void set_desc(struct rbt_desc *d, const char *name, struct rbt_fdesc *f, 
 	d->f = f;
 	d->has_var = 0;
 	d->has_str = 0;
+	/* The writer's generated encoders count H fields from here, in list order. */
+	d->slot0 = rbt__nslots;
 	for (size_t i = 0; i < nf; i++) {
 		f[i].zz = f[i].kind == RBT_K_I || f[i].kind == RBT_K_T ||
 			  f[i].kind == RBT_K_H;

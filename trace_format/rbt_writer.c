@@ -1,10 +1,12 @@
 /* rbt_writer.c - encodes events into per-stream chunks, compresses each chunk into
  * one zstd frame and writes it with its fixed header (FORMAT.md).
  *
- * One generic, table-driven encoder serves every event type. It runs on the
- * recorder's background thread: it may allocate while a chunk grows, but it must
- * never print, never exit and never leave a half-written chunk header behind a
- * successful return.
+ * Each event type and record has its own encoder, generated from its X-macro list
+ * (so the field kinds, offsets and presence tests are compile-time constants); a
+ * generic, table-driven encoder serves the file header. It runs on the recorder's
+ * background thread: it may allocate while a chunk grows, but it must never print,
+ * never exit and never leave a half-written chunk header behind a successful
+ * return.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -230,6 +232,187 @@ static uint8_t *enc_fields(struct rbt_writer *w, const struct rbt_desc *d,
 	return p;
 }
 
+/* ---- generated encoders ----------------------------------------------------------
+ * One function per list, expanded from the X-macros of rbt_format.h: the same
+ * bytes as enc_fields() (FORMAT.md "Fields"), but the loop over the fields is
+ * unrolled at compile time. The field index i and the H-field index h are
+ * counters the compiler folds into constants; h counts H fields in list order
+ * from the list's slot0, exactly as rbt_tables.c numbers the slots.
+ */
+static inline uint8_t *put_v(uint8_t *p, uint64_t v)
+{
+	if (__builtin_expect(v < 0x80, 1)) {
+		*p = (uint8_t)v;
+		return p + 1;
+	}
+	if (v < 0x4000) {
+		p[0] = (uint8_t)(v | 0x80);
+		p[1] = (uint8_t)(v >> 7);
+		return p + 2;
+	}
+	return rbt__put_varint(p, v);
+}
+
+#define ZZ(d) (((uint64_t)(d) << 1) ^ (uint64_t)((int64_t)(d) >> 63))
+
+/* Is the field present (FORMAT.md: writers leave out exactly the zero values)? */
+#define PRES_U(x) ((x) != 0)
+#define PRES_I(x) ((x) != 0)
+#define PRES_T(x) ((x) != 0)
+#define PRES_H(x) ((x) != 0)
+#define PRES_S(x) ((x) != NULL && (x)[0] != 0)
+#define PRES_B(x) ((x).data != NULL && (x).len != 0)
+#define GP_F(k, n)                                    \
+	m |= (uint64_t)(PRES_##k(s->n) ? 1 : 0) << i; \
+	i++;
+#define GP_A(r, n)                                                   \
+	m |= (uint64_t)(s->n != NULL && s->n_##n != 0 ? 1 : 0) << i; \
+	i++;
+
+#define ISH_U 0
+#define ISH_I 0
+#define ISH_T 0
+#define ISH_H 1
+#define ISH_S 0
+#define ISH_B 0
+
+/* Encoders of one present field. Scalars need no room check: the list's
+ * SCALARS(NF) was ensured before its bitmap and after every variable field. */
+#define ENC_U(n) p = put_v(p, s->n);
+#define ENC_I(n) p = put_v(p, ZZ(s->n));
+#define ENC_T(n) p = put_v(p, ZZ(s->n - ts));
+#define ENC_H(n)                              \
+	{                                     \
+		uint64_t v_ = s->n;           \
+		p = put_v(p, ZZ(v_ - sl[h])); \
+		sl[h] = v_;                   \
+	}
+#define ENC_S(n)                                          \
+	{                                                 \
+		p = enc_str(w, p, s->n, SCALARS(NF - i)); \
+		if (!p)                                   \
+			return NULL;                      \
+	}
+#define ENC_B(n)                                           \
+	{                                                  \
+		p = enc_blob(w, p, s->n, SCALARS(NF - i)); \
+		if (!p)                                    \
+			return NULL;                       \
+	}
+#define GE_F(k, n)         \
+	if (m >> i & 1) {  \
+		ENC_##k(n) \
+	}                  \
+	i++;               \
+	h += ISH_##k;
+#define GE_A(r, n)                                         \
+	if (m >> i & 1) {                                  \
+		p = enc_arr_##r(w, p, s->n_##n, s->n, ts); \
+		if (!p)                                    \
+			return NULL;                       \
+		ENSURE(SCALARS(NF - i));                   \
+	}                                                  \
+	i++;
+
+#define ONE_F(k, n) +1
+#define ONE_A(r, n) +1
+
+static uint8_t *enc_str(struct rbt_writer *w, uint8_t *p, const char *str, size_t after)
+{
+	size_t n = strlen(str);
+	ENSURE(n + after);
+	p = rbt__put_varint(p, n);
+	memcpy(p, str, n);
+	p += n;
+	*p++ = 0;
+	return p;
+}
+
+static uint8_t *enc_blob(struct rbt_writer *w, uint8_t *p, struct rbt_blob b,
+			 size_t after)
+{
+	ENSURE(b.len + after);
+	p = rbt__put_varint(p, b.len);
+	memcpy(p, b.data, b.len);
+	return p + b.len;
+}
+
+/* The body of one list's encoder: s points at its struct, sl at its slots. */
+#define GEN_BODY(LIST)                      \
+	enum { NF = 0 LIST(ONE_F, ONE_A) }; \
+	uint64_t m = 0;                     \
+	unsigned i = 0, h = 0;              \
+	(void)h;                            \
+	(void)sl;                           \
+	(void)ts;                           \
+	LIST(GP_F, GP_A)                    \
+	if (!m)                             \
+		return p;                   \
+	ENSURE(SCALARS(NF));                \
+	p = put_v(p, m);                    \
+	i = 0;                              \
+	LIST(GE_F, GE_A)                    \
+	return p;
+
+/* A record list: its field-set encoder, then the A-field encoder for arrays of
+ * it (count, then each record behind a length byte patched afterwards). */
+#define GEN_REC(lname)                                                                  \
+	static inline uint8_t *enc_rec_##lname(struct rbt_writer *w,                    \
+					       const struct rbt_##lname *s, uint8_t *p, \
+					       uint64_t ts)                             \
+	{                                                                               \
+		uint64_t *sl = w->slots + rbt__rec[RBT_RECID_##lname].slot0;            \
+		GEN_BODY(RBT_REC_##lname)                                               \
+	}                                                                               \
+	static uint8_t *enc_arr_##lname(struct rbt_writer *w, uint8_t *p, uint32_t n,   \
+					const struct rbt_##lname *e, uint64_t ts)       \
+	{                                                                               \
+		enum { NF = 0 RBT_REC_##lname(ONE_F, ONE_A) };                          \
+		p = put_v(p, n);                                                        \
+		for (uint32_t k = 0; k < n; k++) {                                      \
+			ENSURE(SCALARS(NF) + 1);                                        \
+			*p++ = 0; /* length, patched below */                           \
+			size_t rs = (size_t)(p - w->raw);                               \
+			p = enc_rec_##lname(w, e + k, p, ts);                           \
+			if (!p)                                                         \
+				return NULL;                                            \
+			p = patch_len(w, rs, p);                                        \
+			if (!p)                                                         \
+				return NULL;                                            \
+		}                                                                       \
+		return p;                                                               \
+	}
+/* In dependency order: send_wr and recv_wr hold sges. */
+GEN_REC(sge)
+GEN_REC(frame)
+GEN_REC(wc)
+GEN_REC(send_wr)
+GEN_REC(recv_wr)
+
+#define GEN_EV(NAME, id, lname)                                               \
+	static inline uint8_t *enc_ev_##lname(struct rbt_writer *w,           \
+					      const struct rbt_ev_##lname *s, \
+					      uint8_t *p, uint64_t ts)        \
+	{                                                                     \
+		uint64_t *sl = w->slots + rbt__ev[id].slot0;                  \
+		GEN_BODY(RBT_EV_##lname)                                      \
+	}
+RBT_EVENT_LIST(GEN_EV)
+
+/* The fields of ev, by its type's generated encoder; NULL when memory ran out. */
+static uint8_t *enc_event(struct rbt_writer *w, const struct rbt_event *ev, uint8_t *p)
+{
+	switch (ev->type) {
+#define ENC_CASE(NAME, id, lname) \
+	case id:                  \
+		return enc_ev_##lname(w, &ev->u.lname, p, ev->ts);
+		RBT_EVENT_LIST(ENC_CASE)
+#undef ENC_CASE
+	default:
+		return NULL;
+	}
+}
+
 static int flush_chunk(struct rbt_writer *w)
 {
 	if (!w->nev)
@@ -378,8 +561,8 @@ int rbt_writer_append(struct rbt_writer *w, const struct rbt_event *ev)
 	*p++ = (uint8_t)ev->type; /* ids < 64: a one-byte varint */
 	*p++ = 0;		  /* payload length, patched below */
 	size_t start = (size_t)(p - w->raw);
-	p = rbt__put_varint(p, rbt__zigzag((int64_t)(ev->ts - w->prev_ts)));
-	p = enc_fields(w, d, (const uint8_t *)&ev->u, p, ev->ts);
+	p = put_v(p, rbt__zigzag((int64_t)(ev->ts - w->prev_ts)));
+	p = enc_event(w, ev, p);
 	/* A zero ts delta with no field after it is left out too. */
 	if (p && p == w->raw + start + 1 && w->raw[start] == 0)
 		p--;
