@@ -364,6 +364,25 @@ void sn_fabric_atfork_child(void)
 	sn_g.srqs = NULL;
 }
 
+/* mkdir -p: SOFTNIC_FABRIC may name a directory whose parents do not exist yet. */
+static int sn_mkdirs(const char *dir)
+{
+	char p[sizeof(sn_g.dir)];
+
+	snprintf(p, sizeof(p), "%s", dir);
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = 0;
+		if (mkdir(p, 0700) < 0 && errno != EEXIST)
+			return -1;
+		*s = '/';
+	}
+	if (mkdir(p, 0700) < 0 && errno != EEXIST)
+		return -1;
+	return 0;
+}
+
 int sn_init(void)
 {
 	const char *dir, *v;
@@ -384,7 +403,7 @@ int sn_init(void)
 			 (unsigned)uid);
 	else
 		snprintf(sn_g.dir, sizeof(sn_g.dir), "/tmp/softnic-%u", (unsigned)uid);
-	if (mkdir(sn_g.dir, 0700) < 0 && errno != EEXIST) {
+	if (sn_mkdirs(sn_g.dir) < 0) {
 		ret = -errno;
 		goto out;
 	}
@@ -508,6 +527,12 @@ int sn_init(void)
 	}
 	sn_g.inited = true;
 out:
+	if (ret && ret != -EPROTO && !sn_g.said_init_error) {
+		/* without this line a program only sees "no devices" (ENOSYS) */
+		fprintf(stderr, "softnic: cannot use fabric directory %s: %s\n", sn_g.dir,
+			strerror(-ret));
+		sn_g.said_init_error = true;
+	}
 	pthread_mutex_unlock(&sn_g.lock);
 	return ret;
 }

@@ -299,6 +299,7 @@ bool sn_av_reaches(const struct ibv_ah_attr *ah);
 struct sn_global {
 	pthread_mutex_t lock;
 	bool inited;
+	bool said_init_error; /* the fabric failure was told on stderr */
 	pid_t pid;
 	int alive_fd;
 	char dir[200];

@@ -32,6 +32,12 @@ check bad_latency 2 "not a number" "$rbtrace" softnic --latency soon -- true
 check no_command 2 "no command" "$rbtrace" softnic
 check missing_program 127 "no-such-program" "$rbtrace" softnic -- no-such-program
 check help 0 "example" "$rbtrace" softnic --help
+# a fabric directory that cannot be made: one line naming it, no device
+check bad_fabric 1 "softnic: cannot use fabric directory /proc/no-such-dir/fabric: " \
+	env SOFTNIC_FABRIC=/proc/no-such-dir/fabric "$rbtrace" softnic -- ibv_devices
+# missing parents are created
+check nested_fabric 0 "softnic0" \
+	env SOFTNIC_FABRIC="$SOFTNIC_FABRIC/a/b" "$rbtrace" softnic -- ibv_devices
 # a real exchange, then its counters
 port=$((30000 + ($$ % 20000)))
 "$rbtrace" softnic -- ibv_rc_pingpong -p $port -n 50 >/dev/null 2>&1 &
