@@ -1,5 +1,7 @@
-/* format_bench.c - the trace format's speed and size on a realistic stream: a
- * ping-pong of posts and polls with steady timestamps and repeating ids.
+/* format_bench.c - the trace format's speed and size on realistic streams: a
+ * ping-pong of posts and polls with steady timestamps and repeating ids, and an
+ * ib_write_bw-like stream of 1-WR RDMA writes whose local and remote addresses
+ * walk through a 4 KiB ring in 64-byte steps (as recorded from ib_write_bw -s 64).
  *
  * Prints encode+compress rate, compressed bytes per event and decode rate, each
  * beside a memcpy of the same raw bytes (the decoded events) measured in the same
@@ -38,6 +40,7 @@ static double raw_bytes; /* decoded size of all events generated */
 static struct gen {
 	uint64_t ts, seed, i;
 	unsigned jitter;
+	int write_bw; /* the write_bw stream instead of the ping-pong */
 } g;
 
 static double now(void)
@@ -50,10 +53,16 @@ static double now(void)
 /* One round trip is six events: the ping (post_send), an empty poll, its send
  * completion, the receive posted again, an empty poll, the pong's receive
  * completion. jitter: the largest random deviation of each timestamp, in ticks. */
+static void make_write_bw(void);
+
 static void make_events(void)
 {
 	const uint64_t qp = 0x55d4c0a01230, cq = 0x55d4c0a00f00, buf = 0x7f31c8000000;
 	uint64_t ts = g.ts, seed = g.seed;
+	if (g.write_bw) {
+		make_write_bw();
+		return;
+	}
 	for (int k = 0; k < WINDOW; k++) {
 		uint64_t i = g.i++;
 		struct rbt_event *ev = &events[k];
@@ -131,6 +140,62 @@ static void make_events(void)
 	g.seed = seed;
 }
 
+/* ib_write_bw -s 64 as recorded: RDMA writes of 64 bytes, the local and remote
+ * addresses stepping by 64 through a 4 KiB ring, every 20th signaled and followed
+ * by a poll that reaps its completion; posts 70-90 ticks apart. */
+static void make_write_bw(void)
+{
+	const uint64_t qp = 0x556d712be500, cq = 0x556d712bd100, lbuf = 0x556d712bc000,
+		       rbuf = 0x55912453c000;
+	uint64_t ts = g.ts, seed = g.seed;
+	for (int k = 0; k < WINDOW; k++) {
+		uint64_t i = g.i++;
+		struct rbt_event *ev = &events[k];
+		struct storage *s = &store[k];
+		memset(ev, 0, sizeof(*ev));
+		memset(s, 0, sizeof(*s));
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		uint64_t j = g.jitter ? (seed >> 33) % (g.jitter + 1) : 0;
+		ev->stream = 31337;
+		raw_bytes += 16; /* type, stream, ts */
+		if (i % 21 == 20) {
+			ts += 60 + j;
+			ev->type = RBT_EV_POLL_CQ;
+			s->wc.opcode = 1; /* IBV_WC_RDMA_WRITE */
+			s->wc.qp_num = 525;
+			ev->u.poll_cq.ts_exit = ts + 40 + j;
+			ev->u.poll_cq.ret = 1;
+			ev->u.poll_cq.cq = cq;
+			ev->u.poll_cq.asked = 16;
+			ev->u.poll_cq.count = 1;
+			ev->u.poll_cq.n_wcs = 1;
+			ev->u.poll_cq.wcs = &s->wc;
+			raw_bytes += sizeof(struct rbt_ev_poll_cq) + sizeof(s->wc);
+		} else {
+			uint64_t n = i - i / 21; /* posts so far */
+			ts += 70 + j;
+			ev->type = RBT_EV_POST_SEND;
+			s->sge = (struct rbt_sge){ lbuf + n % 64 * 64, 64, 309 };
+			s->swr.opcode = 0; /* IBV_WR_RDMA_WRITE */
+			s->swr.send_flags = i % 21 == 19 ? 2 : 0;
+			s->swr.remote_addr = rbuf + n % 64 * 64;
+			s->swr.rkey = 309;
+			s->swr.n_sges = 1;
+			s->swr.sges = &s->sge;
+			ev->u.post_send.ts_exit = ts + 50 + j;
+			ev->u.post_send.qp = qp;
+			ev->u.post_send.qp_num = 525;
+			ev->u.post_send.n_wrs = 1;
+			ev->u.post_send.wrs = &s->swr;
+			raw_bytes += sizeof(struct rbt_ev_post_send) + sizeof(s->swr) +
+				     sizeof(s->sge);
+		}
+		ev->ts = ts;
+	}
+	g.ts = ts;
+	g.seed = seed;
+}
+
 /* Seconds to memcpy the raw bytes of PASSES windows, in 256 KiB pieces (the
  * recorder's chunk size) from a buffer larger than the caches. */
 static double memcpy_seconds(double bytes)
@@ -185,9 +250,13 @@ static double best(double a, double b)
 	return a < b ? a : b;
 }
 
+static int write_bw; /* the stream run() measures */
+
 static void gen_reset(unsigned jitter)
 {
-	g = (struct gen){ .ts = 1ull << 40, .seed = 12345, .jitter = jitter };
+	g = (struct gen){
+		.ts = 1ull << 40, .seed = 12345, .jitter = jitter, .write_bw = write_bw
+	};
 	raw_bytes = 0;
 }
 
@@ -270,5 +339,7 @@ int main(void)
 	run("ping-pong, steady timestamps, repeating ids", 0, 1);
 	run("ping-pong, timestamps jittering by up to 15 ticks", 15, 3);
 	run("ping-pong, timestamps jittering by up to 255 ticks", 255, 3);
+	write_bw = 1;
+	run("write_bw (ib_write_bw -s 64 as recorded), jitter up to 15 ticks", 15, 3);
 	return 0;
 }

@@ -223,14 +223,32 @@ void rbt_dp_forget_context(struct ibv_context *ctx);
 void rbt_dp_wrap_qpx(struct ibv_qp *qp);
 void rbt_dp_recheck_qpx(struct ibv_qp *qp);
 void rbt_dp_forget_obj(const void *obj);
-/* Reads the NIC clock of ctx through its original query_rt_values (0 or -1). */
-int rbt_dp_query_rt(struct ibv_context *ctx, uint64_t *nic_ts, uint64_t *nic_hz);
+/* NIC clock samples (host ticks at the midpoint of the read, NIC raw clock) of
+ * contexts whose CQs carry completion timestamps. */
+struct rbt_nic_sample {
+	struct ibv_context *ctx;
+	uint64_t ts, mono_ns, real_ns, nic_ts, nic_hz;
+};
+void rbt_dp_nic_event(const struct rbt_nic_sample *s, struct rbt_event *ev);
+/* A CQ with completion timestamps was made on ctx: emits a sample and starts
+ * periodic sampling of ctx by the writer thread. */
+void rbt_dp_nic_cq_created(struct ibv_context *ctx);
+/* Writer thread: the samples due (all: of every sampled context), at most max;
+ * *next_due = ticks when the next one is due (UINT64_MAX: none sampled). */
+int rbt_dp_nic_samples(struct rbt_nic_sample *out, int max, uint64_t ms_ticks, int all,
+		       uint64_t *next_due);
+/* ibv_close_device: begin stops sampling ctx (after it returns no read of ctx is
+ * running or will start) and takes the last sample (1 when *last was filled); end
+ * says whether the close failed (sampling resumes) or not. */
+int rbt_dp_close_begin(struct ibv_context *ctx, struct rbt_nic_sample *last);
+void rbt_dp_close_end(struct ibv_context *ctx, int ret);
+void rbt_dp_fork_child(void);
+/* Wakes the writer thread (a system call: never from the post/poll path). */
+void rbt_wake_writer(void);
 /* With RBTRACE_NIC_TS: a CQ made through create_cq_ex with completion
  * timestamps, standing in for a plain ibv_create_cq (NULL when not possible). */
 struct ibv_cq *rbt_dp_create_ts_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 				   struct ibv_comp_channel *channel, int comp_vector);
-/* Contexts recorded so far, for the drainer's clock samples. */
-int rbt_dp_contexts(struct ibv_context **out, int max);
 
 /* ---- resource records shared by both wrapper files (shim_verbs.c) ------------- */
 void rbt_rec_cq_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ctx,

@@ -295,6 +295,16 @@ static void rbt_wake_drainer(void)
 	errno = saved;
 }
 
+/* Set when a context starts NIC clock sampling, so the writer samples it on its
+ * next wake-up instead of after its current (possibly long) idle wait. */
+static _Atomic int rbt_nic_started;
+
+void rbt_wake_writer(void)
+{
+	atomic_store(&rbt_nic_started, 1);
+	rbt_wake_drainer();
+}
+
 /* Space for len bytes without any loss bookkeeping, padding at the ring's end. */
 static void *rbt_ring_take(struct rbt_ring *r, uint32_t len)
 {
@@ -443,6 +453,7 @@ void rbt_fold_flush(struct rbt_ring *r)
 #define RBT_SZ_I(x)
 #define RBT_SZ_T(x)
 #define RBT_SZ_H(x)
+#define RBT_SZ_D(x)
 #define RBT_SZ_S(x)	     sz += RBT_ALIGN8((x) ? strlen(x) + 1 : 0);
 #define RBT_SZ_B(x)	     sz += RBT_ALIGN8((x).len);
 #define RBT_SZ_F(kind, name) RBT_SZ_##kind(e->name)
@@ -453,6 +464,7 @@ void rbt_fold_flush(struct rbt_ring *r)
 #define RBT_CP_I(x)
 #define RBT_CP_T(x)
 #define RBT_CP_H(x)
+#define RBT_CP_D(x)
 #define RBT_CP_S(x)                                 \
 	if (x) {                                    \
 		size_t l_ = strlen(x) + 1;          \
@@ -483,6 +495,7 @@ void rbt_fold_flush(struct rbt_ring *r)
 #define RBT_FX_I(x)
 #define RBT_FX_T(x)
 #define RBT_FX_H(x)
+#define RBT_FX_D(x)
 #define RBT_FX_S(x) (x) = (x) ? (const char *)(base + (uintptr_t)(x)) : "";
 #define RBT_FX_B(x)  \
 	if ((x).len) \
@@ -993,7 +1006,6 @@ static void rbt_drain_ring(struct rbt_ring *r)
 
 static void rbt_clock_sample_into(uint32_t stream)
 {
-	struct ibv_context *ctxs[16];
 	struct rbt_event ev = { .type = RBT_EV_CLOCK_SAMPLE };
 	struct rbt_clock_pair p;
 
@@ -1002,23 +1014,28 @@ static void rbt_clock_sample_into(uint32_t stream)
 	ev.u.clock_sample.mono_ns = p.mono_ns;
 	ev.u.clock_sample.real_ns = p.real_ns;
 	rbt_append(&ev, stream);
-	if (!rbt_cfg.nic_ts)
-		return;
-	int n = rbt_dp_contexts(ctxs, 16);
+}
+
+/* NIC clock samples of the contexts with timestamped CQs that are due (all: of
+ * every one, at the end). Returns when the next is due (UINT64_MAX: none). With
+ * rbt_writer_lock held. */
+static uint64_t rbt_nic_sample_pass(uint32_t stream, int all)
+{
+	struct rbt_nic_sample s[16];
+	struct rbt_event ev;
+	uint64_t next;
+	int n = rbt_dp_nic_samples(s, 16, rbt_tsc_hz / 1000 + 1, all, &next);
+
+	if (!n || !rbt_writer || rbt_writer_failed)
+		return next;
+	if (rbt_writer_begin_chunk(rbt_writer, stream) < 0)
+		return next;
 	for (int i = 0; i < n; i++) {
-		uint64_t nic, hz;
-		memset(&ev.u, 0, sizeof(ev.u));
-		ev.ts = rbt_now();
-		if (rbt_dp_query_rt(ctxs[i], &nic, &hz))
-			continue;
-		uint64_t t1 = rbt_now();
-		ev.ts = ev.ts + (t1 - ev.ts) / 2;
-		ev.u.clock_sample.ctx = (uintptr_t)ctxs[i];
-		ev.u.clock_sample.nic_ts = nic;
-		ev.u.clock_sample.nic_hz = hz;
-		ev.u.clock_sample.mono_ns = rbt_clock_ns(CLOCK_MONOTONIC);
+		rbt_dp_nic_event(&s[i], &ev);
 		rbt_append(&ev, stream);
 	}
+	rbt_writer_end_chunk(rbt_writer);
+	return next;
 }
 
 static void rbt_clock_sample(uint32_t stream)
@@ -1171,7 +1188,7 @@ static void rbt_final_losses(void)
 static void *rbt_drainer_main(void *arg)
 {
 	uint32_t me = rbt_gettid();
-	uint64_t next_flush, next_sample;
+	uint64_t next_flush, next_sample, next_nic = 0;
 	unsigned tick = rbt_cfg.flush_ms < 20 ? rbt_cfg.flush_ms : 5;
 	sigset_t all;
 
@@ -1210,9 +1227,14 @@ static void *rbt_drainer_main(void *arg)
 			pthread_mutex_lock(&rbt_writer_lock);
 			rbt_clock_sample(me);
 			pthread_mutex_unlock(&rbt_writer_lock);
-			/* NIC clock samples feed the analyzer's clock model: 10 a second. */
-			next_sample =
-				now + (rbt_cfg.nic_ts ? rbt_tsc_hz / 10 : rbt_tsc_hz);
+			next_sample = now + rbt_tsc_hz;
+		}
+		/* NIC clock samples feed the analyzer's clock model. Checked every
+		 * wake-up: a context that just got a timestamped CQ wakes us. */
+		if (now >= next_nic || atomic_exchange(&rbt_nic_started, 0)) {
+			pthread_mutex_lock(&rbt_writer_lock);
+			next_nic = rbt_nic_sample_pass(me, 0);
+			pthread_mutex_unlock(&rbt_writer_lock);
 		}
 		/* Busy: look again soon, before a ring fills. Idle: sleep until the next
 		 * flush or sample (a producer with a full ring wakes us early). */
@@ -1221,6 +1243,8 @@ static void *rbt_drainer_main(void *arg)
 		} else {
 			uint64_t next =
 				next_flush < next_sample ? next_flush : next_sample;
+			if (next_nic < next)
+				next = next_nic;
 			uint64_t t = rbt_now();
 			uint64_t ms =
 				next > t ? (next - t) / (rbt_tsc_hz / 1000 + 1) + 1 : 1;
@@ -1230,6 +1254,7 @@ static void *rbt_drainer_main(void *arg)
 	rbt_drain_pass(1);
 	pthread_mutex_lock(&rbt_writer_lock);
 	rbt_final_losses();
+	rbt_nic_sample_pass(me, 1);
 	rbt_clock_sample(me);
 	rbt_close_writer();
 	pthread_mutex_unlock(&rbt_writer_lock);
@@ -1436,6 +1461,7 @@ static void rbt_fork_child(void)
 	pthread_mutex_init(&rbt_start_lock, NULL);
 	pthread_mutex_init(&rbt_modules_lock, NULL);
 	rbt_modules_adds = ~0ull;
+	rbt_dp_fork_child();
 	for (r = rbt_rings; r; r = next) {
 		next = r->next;
 		if (r != mine) {

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "interpose/shim.h"
 
@@ -87,12 +88,24 @@ struct rbt_ctx_ent {
 	int (*query_rt_values)(struct ibv_context *, struct ibv_values_ex *);
 	uint64_t ts_mask; /* completion_timestamp_mask of the device */
 	uint64_t nic_hz;  /* hca_core_clock (kHz) * 1000, 0 = unknown */
+	/* NIC clock sampling, under rbt_sample_lock: the writer thread reads the
+	 * clock of a context only while sampling == RBT_SAMPLING_ON, and
+	 * ibv_close_device turns it off before the provider frees the context. */
+	int sampling;
+	uint64_t sample_since, sample_last; /* ticks */
 };
+
+enum { RBT_SAMPLING_OFF, RBT_SAMPLING_ON, RBT_SAMPLING_CLOSING };
 
 #define RBT_MAX_CTX 64
 static struct rbt_ctx_ent rbt_ctxs[RBT_MAX_CTX];
 static _Atomic int rbt_nctx;
 static pthread_mutex_t rbt_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Held around every NIC clock read of the sampler and around turning sampling off
+ * at close, so no read can overlap ibv_close_device. Taken after rbt_ctx_lock and
+ * after the core's writer lock; nothing is emitted while it is held (emitting can
+ * wait for the writer thread). */
+static pthread_mutex_t rbt_sample_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static inline struct rbt_ctx_ent *rbt_ctx_find(struct ibv_context *ctx)
 {
@@ -104,26 +117,168 @@ static inline struct rbt_ctx_ent *rbt_ctx_find(struct ibv_context *ctx)
 	return NULL;
 }
 
-int rbt_dp_contexts(struct ibv_context **out, int max)
-{
-	int n = atomic_load(&rbt_nctx), k = 0;
+/* ---- NIC clock samples ------------------------------------------------------------
+ * A context whose CQs carry completion timestamps (asked by the program or added by
+ * RBTRACE_NIC_TS) gets (host ticks, NIC clock) samples: one when each such CQ is
+ * created, then from the writer thread every RBT_NIC_DENSE_MS for its first
+ * RBT_NIC_DENSE_FOR_MS (short programs still get several points for the fit),
+ * every RBT_NIC_EVERY_MS after, and a last one at ibv_close_device or exit. */
+#define RBT_NIC_DENSE_MS     10
+#define RBT_NIC_DENSE_FOR_MS 100
+#define RBT_NIC_EVERY_MS     100
 
-	for (int i = 0; i < n && k < max; i++)
-		if (rbt_ctxs[i].ctx && rbt_ctxs[i].query_rt_values)
-			out[k++] = rbt_ctxs[i].ctx;
+static uint64_t rbt_clock_ns_of(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Reads the NIC clock through the provider's own op (not our wrapper, which would
+ * record it again), between two TSC reads; 0, or -1 when the read failed or the
+ * device does not give its raw clock. Leaves errno alone. */
+static int rbt_nic_read(struct rbt_ctx_ent *c, struct rbt_nic_sample *s)
+{
+	uint64_t best = UINT64_MAX;
+	int saved = errno;
+
+	/* Three reads, keeping the one with the narrowest TSC window: a read the
+	 * scheduler interrupted would put the midpoint microseconds off. */
+	for (int i = 0; i < 3; i++) {
+		struct ibv_values_ex v = { .comp_mask = IBV_VALUES_MASK_RAW_CLOCK };
+		uint64_t t0 = rbt_now();
+		int ret = c->query_rt_values(c->ctx, &v);
+		uint64_t t1 = rbt_now();
+		if (ret || !(v.comp_mask & IBV_VALUES_MASK_RAW_CLOCK))
+			break;
+		if (t1 - t0 < best) {
+			best = t1 - t0;
+			s->ts = t0 + (t1 - t0) / 2;
+			s->nic_ts = (uint64_t)v.raw_clock.tv_sec * 1000000000ull +
+				    (uint64_t)v.raw_clock.tv_nsec;
+		}
+	}
+	errno = saved;
+	if (best == UINT64_MAX)
+		return -1;
+	s->ctx = c->ctx;
+	s->mono_ns = rbt_clock_ns_of(CLOCK_MONOTONIC);
+	s->real_ns = rbt_clock_ns_of(CLOCK_REALTIME);
+	errno = saved;
+	s->nic_hz = c->nic_hz;
+	return 0;
+}
+
+void rbt_dp_nic_event(const struct rbt_nic_sample *s, struct rbt_event *ev)
+{
+	memset(ev, 0, sizeof(*ev));
+	ev->type = RBT_EV_CLOCK_SAMPLE;
+	ev->ts = s->ts;
+	ev->u.clock_sample.ctx = (uintptr_t)s->ctx;
+	ev->u.clock_sample.mono_ns = s->mono_ns;
+	ev->u.clock_sample.real_ns = s->real_ns;
+	ev->u.clock_sample.nic_ts = s->nic_ts;
+	ev->u.clock_sample.nic_hz = s->nic_hz;
+}
+
+/* A CQ with completion timestamps now exists on ctx: a sample right away, and the
+ * writer samples the context from now on. Emitted into the calling thread's ring
+ * after the lock is dropped. */
+void rbt_dp_nic_cq_created(struct ibv_context *ctx)
+{
+	struct rbt_ctx_ent *c = rbt_ctx_find(ctx);
+	struct rbt_nic_sample s;
+	int tried = 0, got = 0, started = 0;
+
+	if (!c)
+		return;
+	pthread_mutex_lock(&rbt_sample_lock);
+	if (c->ctx == ctx && c->query_rt_values && c->sampling != RBT_SAMPLING_CLOSING) {
+		tried = 1;
+		got = rbt_nic_read(c, &s) == 0;
+		/* A device without a readable clock is not sampled again. */
+		if (got && c->sampling == RBT_SAMPLING_OFF) {
+			c->sampling = RBT_SAMPLING_ON;
+			c->sample_since = c->sample_last = s.ts;
+			started = 1;
+		}
+	}
+	pthread_mutex_unlock(&rbt_sample_lock);
+	if (got) {
+		struct rbt_event ev;
+		rbt_dp_nic_event(&s, &ev);
+		rbt_emit(&ev);
+	} else if (tried || !c->query_rt_values) {
+		rbt_note(0, "completion timestamps without a readable NIC clock "
+			    "(query_rt_values): no NIC clock samples");
+	}
+	if (started)
+		rbt_wake_writer(); /* its dense first samples are due soon */
+}
+
+int rbt_dp_nic_samples(struct rbt_nic_sample *out, int max, uint64_t ms_ticks, int all,
+		       uint64_t *next_due)
+{
+	int k = 0;
+
+	*next_due = UINT64_MAX;
+	pthread_mutex_lock(&rbt_sample_lock);
+	int n = atomic_load(&rbt_nctx);
+	for (int i = 0; i < n; i++) {
+		struct rbt_ctx_ent *c = &rbt_ctxs[i];
+		if (c->sampling != RBT_SAMPLING_ON)
+			continue;
+		uint64_t now = rbt_now();
+		uint64_t dense = c->sample_since + RBT_NIC_DENSE_FOR_MS * ms_ticks;
+		uint64_t ival =
+			(now < dense ? RBT_NIC_DENSE_MS : RBT_NIC_EVERY_MS) * ms_ticks;
+		/* Beyond max per pass the rest stay due and go in the next pass. */
+		if ((all || now >= c->sample_last + ival) && k < max) {
+			if (rbt_nic_read(c, &out[k]) == 0)
+				k++;
+			c->sample_last = now;
+		}
+		uint64_t due = c->sample_last + ival;
+		if (due < *next_due)
+			*next_due = due;
+	}
+	pthread_mutex_unlock(&rbt_sample_lock);
 	return k;
 }
 
-int rbt_dp_query_rt(struct ibv_context *ctx, uint64_t *nic_ts, uint64_t *nic_hz)
+int rbt_dp_close_begin(struct ibv_context *ctx, struct rbt_nic_sample *last)
 {
 	struct rbt_ctx_ent *c = rbt_ctx_find(ctx);
-	struct ibv_values_ex v = { .comp_mask = IBV_VALUES_MASK_RAW_CLOCK };
+	int got = 0;
 
-	if (!c || !c->query_rt_values || c->query_rt_values(ctx, &v))
-		return -1;
-	*nic_ts = (uint64_t)v.raw_clock.tv_sec * 1000000000ull + v.raw_clock.tv_nsec;
-	*nic_hz = c->nic_hz;
-	return 0;
+	if (!c)
+		return 0;
+	pthread_mutex_lock(&rbt_sample_lock);
+	if (c->ctx == ctx && c->sampling == RBT_SAMPLING_ON) {
+		got = rbt_nic_read(c, last) == 0;
+		c->sampling = RBT_SAMPLING_CLOSING;
+	}
+	pthread_mutex_unlock(&rbt_sample_lock);
+	return got;
+}
+
+void rbt_dp_fork_child(void)
+{
+	/* Another thread of the parent may have held it at fork. */
+	pthread_mutex_init(&rbt_sample_lock, NULL);
+}
+
+void rbt_dp_close_end(struct ibv_context *ctx, int ret)
+{
+	struct rbt_ctx_ent *c = rbt_ctx_find(ctx);
+
+	if (!c)
+		return;
+	pthread_mutex_lock(&rbt_sample_lock);
+	if (c->ctx == ctx && c->sampling == RBT_SAMPLING_CLOSING)
+		c->sampling = ret ? RBT_SAMPLING_ON : RBT_SAMPLING_OFF;
+	pthread_mutex_unlock(&rbt_sample_lock);
 }
 
 /* ---- per-object table (ibv_cq_ex, ibv_qp_ex) ---------------------------------------
@@ -807,17 +962,18 @@ struct ibv_cq *rbt_dp_create_ts_cq(struct ibv_context *ctx, int cqe, void *cq_co
 }
 
 /* ---- ibv_qp_ex: ibv_wr_* ------------------------------------------------------------ */
-#define RBT_QPX_OPS(X)                                                                 \
-	X(wr_atomic_cmp_swp)                                                           \
-	X(wr_atomic_fetch_add)                                                         \
-	X(wr_bind_mw)                                                                  \
-	X(wr_local_inv)                                                                \
-	X(wr_rdma_read)                                                                \
-	X(wr_rdma_write) X(wr_rdma_write_imm) X(wr_send) X(wr_send_imm) X(wr_send_inv) \
-		X(wr_send_tso) X(wr_set_ud_addr) X(wr_set_xrc_srqn)                    \
-			X(wr_set_inline_data) X(wr_set_inline_data_list) X(wr_set_sge) \
-				X(wr_set_sge_list) X(wr_start) X(wr_complete)          \
-					X(wr_abort) X(wr_atomic_write)
+#define RBT_QPX_OPS(X)                                                               \
+	X(wr_atomic_cmp_swp)                                                         \
+	X(wr_atomic_fetch_add)                                                       \
+	X(wr_bind_mw)                                                                \
+	X(wr_local_inv)                                                              \
+	X(wr_rdma_read)                                                              \
+	X(wr_rdma_write)                                                             \
+	X(wr_rdma_write_imm) X(wr_send) X(wr_send_imm) X(wr_send_inv) X(wr_send_tso) \
+		X(wr_set_ud_addr) X(wr_set_xrc_srqn) X(wr_set_inline_data)           \
+			X(wr_set_inline_data_list) X(wr_set_sge) X(wr_set_sge_list)  \
+				X(wr_start) X(wr_complete) X(wr_abort)               \
+					X(wr_atomic_write)
 
 #define RBT_QPX_WRS  32
 #define RBT_QPX_SGES 8
@@ -1232,6 +1388,8 @@ static struct ibv_cq_ex *rbt_create_cq_ex(struct ibv_context *ctx,
 			  ts_src);
 	if (cq)
 		rbt_wrap_cqx(cq, a->wc_flags, 0);
+	if (cq && ts_src)
+		rbt_dp_nic_cq_created(ctx);
 	errno = err ? err : errno;
 	return cq;
 }
@@ -1383,6 +1541,7 @@ static int rbt_query_rt_values(struct ibv_context *ctx, struct ibv_values_ex *v)
 		struct rbt_event ev = { .type = RBT_EV_CLOCK_SAMPLE,
 					.ts = t0 + (t1 - t0) / 2 };
 		ev.u.clock_sample.ctx = (uintptr_t)ctx;
+		ev.u.clock_sample.nic_hz = c->nic_hz;
 		ev.u.clock_sample.nic_ts = (uint64_t)v->raw_clock.tv_sec * 1000000000ull +
 					   v->raw_clock.tv_nsec;
 		rbt_emit(&ev);
@@ -1581,7 +1740,9 @@ void rbt_dp_patch_context(struct ibv_context *ctx)
 		RBT_TAKE(query_device_ex)
 		RBT_TAKE(query_rt_values)
 	}
+	pthread_mutex_lock(&rbt_sample_lock); /* the writer may be sampling others */
 	*c = fresh;
+	pthread_mutex_unlock(&rbt_sample_lock);
 	if (c == &rbt_ctxs[n])
 		atomic_store_explicit(&rbt_nctx, n + 1, memory_order_release);
 	/* Publish the originals before any wrapper can run. */
@@ -1626,6 +1787,7 @@ void rbt_dp_patch_context(struct ibv_context *ctx)
 void rbt_dp_forget_context(struct ibv_context *ctx)
 {
 	/* The entry stays: a context at the same address later is re-patched and
-	 * overwrites it, and nothing can call through a closed context. */
+	 * overwrites it, and nothing can call through a closed context (sampling was
+	 * turned off by rbt_dp_close_begin/end). */
 	(void)ctx;
 }

@@ -264,9 +264,24 @@ RBT_EXPORT int ibv_close_device(struct ibv_context *ctx)
 	RBT_RESOLVE(ibv_close_device, "IBVERBS_1.1");
 	if (!real)
 		return -1;
-	if (!rbt_recording())
-		return real(ctx);
+	/* Always, recording or not: the writer thread must stop reading this
+	 * context's clock before the provider frees it. */
+	struct rbt_nic_sample last;
+	int have_last = rbt_dp_close_begin(ctx, &last);
+	if (!rbt_recording()) {
+		int r = real(ctx);
+		int e = errno;
+		rbt_dp_close_end(ctx, r);
+		errno = e;
+		return r;
+	}
+	if (have_last) {
+		struct rbt_event cs;
+		rbt_dp_nic_event(&last, &cs);
+		rbt_emit(&cs);
+	}
 	RBT_CALL(int ret, real(ctx));
+	rbt_dp_close_end(ctx, ret);
 	struct rbt_event ev = { .type = RBT_EV_DEVICE_CLOSE, .ts = t0 };
 	ev.u.device_close.ts_exit = t1;
 	ev.u.device_close.ret = ret;
@@ -573,6 +588,8 @@ RBT_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe,
 					      IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
 				    : 0,
 			  0, ts_source);
+	if (ts_source)
+		rbt_dp_nic_cq_created(ctx);
 	errno = rerrno;
 	return cq;
 }

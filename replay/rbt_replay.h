@@ -43,6 +43,9 @@ struct rbt_replay_summary {
 	uint64_t posts;
 	uint64_t completions_expected;
 	uint64_t completions_matched;
+	/* successful completions beyond the recorded ones on a QP: work the replay
+	 * posted as recorded whose completion the program never polled */
+	uint64_t completions_unpolled;
 	uint64_t divergences;
 	double late_p50_ns, late_p99_ns, late_max_ns;
 	/* the replayer's own overshoot: issue time - max(deadline, the moment the

@@ -50,7 +50,8 @@ struct rp_ah {
 struct rp_wcrec {
 	uint64_t wr_id;
 	uint32_t status, opcode, byte_len, imm, wc_flags;
-	uint8_t no_len; /* byte_len was not recorded */
+	uint8_t no_len;	  /* byte_len was not recorded */
+	uint8_t unpolled; /* replay: taken off the CQ after the last poll step */
 };
 
 struct rp_idset {

@@ -99,6 +99,11 @@ void fill(uint64_t &v, char kind, Gen &g)
 	case 'H':
 		v = g.pick(3) == 0 ? 0 : g.pick(3) ? g.handles[g.pick(4)] : g.rng();
 		break;
+	case 'D': // addresses in small strides around a base, or anything at all
+		v = g.pick(4) == 0 ? 0
+		    : g.pick(4)	   ? g.handles[g.pick(4)] + g.pick(64) * 64 - 2048
+				   : g.number();
+		break;
 	default:
 		v = g.number();
 	}
@@ -588,8 +593,30 @@ TEST(Format, SecondEncoderFromTheSpecAndCompatibility)
 	varint(p, 1 << 3);
 	varint(p, zz(0));
 	event(raw, RBT_EV_PD_ALLOC, p);
+	// mr_reg (ts_exit, ret, err, pd, mr, addr D, length, iova D, ...): addr and
+	// iova 0x7f0000000000 from their zero slots, length 4096.
+	p = {};
+	varint(p, zz(0));
+	varint(p, 1 << 5 | 1 << 6 | 1 << 7);
+	varint(p, zz(0x7f0000000000));
+	varint(p, 4096);
+	varint(p, zz(0x7f0000000000));
+	event(raw, RBT_EV_MR_REG, p);
+	// mr_reg: addr 0x1000 below its slot; iova absent reads as 0 and leaves its
+	// slot alone.
+	p = {};
+	varint(p, zz(0));
+	varint(p, 1 << 5);
+	varint(p, zz(-0x1000));
+	event(raw, RBT_EV_MR_REG, p);
+	// mr_reg: iova +0x2000 from the slot it kept.
+	p = {};
+	varint(p, zz(0));
+	varint(p, 1 << 7);
+	varint(p, zz(0x2000));
+	event(raw, RBT_EV_MR_REG, p);
 
-	std::vector<uint8_t> f = file(1, raw, 6, true);
+	std::vector<uint8_t> f = file(1, raw, 9, true);
 	rbt_reader *r;
 	ASSERT_EQ(0, rbt_reader_open_mem(f.data(), f.size(), &r));
 	EXPECT_EQ(4321u, rbt_reader_header(r)->pid);
@@ -624,26 +651,45 @@ TEST(Format, SecondEncoderFromTheSpecAndCompatibility)
 	ASSERT_EQ(1, rbt_reader_next(r, &e));
 	EXPECT_EQ(0x1000u, e->u.pd_alloc.ctx);
 	EXPECT_EQ(0u, e->u.pd_alloc.pd);
+	ASSERT_EQ(1, rbt_reader_next(r, &e));
+	ASSERT_EQ((uint32_t)RBT_EV_MR_REG, e->type);
+	EXPECT_EQ(0x7f0000000000u, e->u.mr_reg.addr);
+	EXPECT_EQ(4096u, e->u.mr_reg.length);
+	EXPECT_EQ(0x7f0000000000u, e->u.mr_reg.iova);
+	ASSERT_EQ(1, rbt_reader_next(r, &e));
+	EXPECT_EQ(0x7efffffff000u, e->u.mr_reg.addr);
+	EXPECT_EQ(0u, e->u.mr_reg.iova);
+	// Printed as the plain number it is (D is stored as a delta only): in
+	// JSON a decimal like every U field, in text hex like other addresses.
+	char buf[1024];
+	rbt_event_format_json(rbt_reader_header(r), e, buf, sizeof(buf));
+	EXPECT_NE(nullptr, strstr(buf, "\"addr\":139637976723456,")) << buf;
+	EXPECT_NE(nullptr, strstr(buf, "\"iova\":0,")) << buf;
+	rbt_event_format_text(rbt_reader_header(r), e, buf, sizeof(buf));
+	EXPECT_NE(nullptr, strstr(buf, " addr=0x7efffffff000")) << buf;
+	ASSERT_EQ(1, rbt_reader_next(r, &e));
+	EXPECT_EQ(0u, e->u.mr_reg.addr);
+	EXPECT_EQ(0x7f0000002000u, e->u.mr_reg.iova);
 	EXPECT_EQ(0, rbt_reader_next(r, &e));
 	const struct rbt_reader_stats *st = rbt_reader_stats(r);
 	EXPECT_EQ(1u, st->unknown_events);
 	EXPECT_EQ(1u, st->events_by_type[60]);
-	EXPECT_EQ(6u, st->events);
+	EXPECT_EQ(9u, st->events);
 	EXPECT_TRUE(st->finished);
 	EXPECT_EQ(0u, st->bad_chunks);
 	rbt_reader_close(r);
 
 	// A file that says it needs a newer reader is refused, by name.
-	f = file(RBT_FORMAT_VERSION + 1, raw, 6, true);
+	f = file(RBT_FORMAT_VERSION + 1, raw, 9, true);
 	EXPECT_EQ(-EPROTONOSUPPORT, rbt_reader_open_mem(f.data(), f.size(), &r));
 
 	// Without a trailer: every event, but not finished.
-	f = file(1, raw, 6, false);
+	f = file(1, raw, 9, false);
 	ASSERT_EQ(0, rbt_reader_open_mem(f.data(), f.size(), &r));
 	int n = 0;
 	while (rbt_reader_next(r, &e) > 0)
 		n++;
-	EXPECT_EQ(6, n);
+	EXPECT_EQ(9, n);
 	EXPECT_FALSE(rbt_reader_stats(r)->finished);
 	EXPECT_EQ(nullptr, rbt_reader_trailer(r));
 	rbt_reader_close(r);
@@ -712,10 +758,14 @@ TEST(Format, WriterBytesFollowTheSpec)
 	e.u.poll_cq.wcs = &wc;
 	ASSERT_EQ(0, rbt_writer_append(w, &e));
 
+	rbt_sge sg3 = { 0x7f0000002040, 64, 0 };
 	rbt_send_wr sw2;
 	memset(&sw2, 0, sizeof(sw2));
 	sw2.wr_id = 9;
+	sw2.remote_addr = 0x7f0000001040;
 	sw2.ah = 0x9010;
+	sw2.n_sges = 1;
+	sw2.sges = &sg3;
 	memset(&e, 0, sizeof(e));
 	e.type = RBT_EV_POST_SEND;
 	e.stream = 31;
@@ -757,19 +807,19 @@ TEST(Format, WriterBytesFollowTheSpec)
 	varint(r, 7);
 	varint(r, 2);
 	varint(r, 2);
-	varint(r, 0x7f0000001000);
+	varint(r, zz(0x7f0000001000)); // D: a delta from its slot, 0 at first
 	varint(r, 0x1234);
 	varint(r, 2);
 	s = {};
 	varint(s, 7);
-	varint(s, 0x7f0000002000);
+	varint(s, zz(0x7f0000002000)); // slot sge.addr
 	varint(s, 64);
 	varint(s, 0x2f01);
 	varint(r, s.size());
 	r.insert(r.end(), s.begin(), s.end());
 	s = {};
 	varint(s, 1);
-	varint(s, 0x7f0000003000);
+	varint(s, zz(0x1000)); // from the previous sge.addr, in the same event
 	varint(r, s.size());
 	r.insert(r.end(), s.begin(), s.end());
 	varint(p, r.size());
@@ -801,7 +851,7 @@ TEST(Format, WriterBytesFollowTheSpec)
 	varint(r, 7);
 	varint(r, 64);
 	varint(r, 0x1a2);
-	varint(r, 123456789);
+	varint(r, zz(123456789)); // hw_ts is D too
 	varint(p, r.size());
 	p.insert(p.end(), r.begin(), r.end());
 	event(want, RBT_EV_POLL_CQ, p);
@@ -814,10 +864,18 @@ TEST(Format, WriterBytesFollowTheSpec)
 	varint(p, zz(0));
 	varint(p, 0x1a2);
 	varint(p, 1);
-	r = {}; // wr_id, ah: +0x10 from the slot
-	varint(r, 1 << 0 | 1 << 8);
+	r = {}; // wr_id, remote_addr: +0x40, ah: +0x10 from the slot, sges
+	varint(r, 1 << 0 | 1 << 4 | 1 << 8 | 1 << 11);
 	varint(r, 9);
+	varint(r, zz(0x40));
 	varint(r, zz(0x10));
+	varint(r, 1);
+	s = {}; // addr steps back from the last sge.addr (0x...3000), length
+	varint(s, 1 | 2);
+	varint(s, zz(0x2040 - 0x3000));
+	varint(s, 64);
+	varint(r, s.size());
+	r.insert(r.end(), s.begin(), s.end());
 	varint(p, r.size());
 	p.insert(p.end(), r.begin(), r.end());
 	event(want, RBT_EV_POST_SEND, p);

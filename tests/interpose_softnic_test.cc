@@ -3,6 +3,7 @@
 // reader API that every WR and completion the programs made is in the traces,
 // cross-checked against what the programs print about themselves.
 #include <gtest/gtest.h>
+#include <random>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,7 +17,9 @@ namespace
 
 int next_port()
 {
-	static int base = 30000 + (getpid() * 7) % 9000;
+	// Not from the pid alone: sandboxed runs of this test in parallel
+	// (--runs_per_test) each have their own pid namespace, hence the same pid.
+	static int base = 30000 + (int)((getpid() * 7 + std::random_device{}()) % 9000);
 	return base++;
 }
 
@@ -98,6 +101,20 @@ void rc_pingpong(const std::string &tag, const std::string &opt,
 	if (opt == "-N") {
 		EXPECT_EQ(r.c.api1_posts, 1000u);
 		EXPECT_EQ(r.s.api1_posts, 1000u);
+	}
+	if (opt == "-t" || !env.empty()) {
+		// NIC clock samples of the timestamped CQ's context: at its creation,
+		// from the writer thread, and at ibv_close_device (so at least two
+		// even for a run shorter than the sampling period).
+		for (summary *s : { &r.s, &r.c }) {
+			EXPECT_EQ(s->ts_cq_ctxs.size(), 1u) << tag;
+			EXPECT_GE(s->nic_samples_on_ts_ctx, 2u) << tag;
+			EXPECT_EQ(s->nic_samples_elsewhere, 0u) << tag;
+		}
+	} else {
+		// No timestamped CQ: the NIC clock is never read.
+		EXPECT_EQ(r.c.clock_samples_nic, 0u) << tag;
+		EXPECT_EQ(r.s.clock_samples_nic, 0u) << tag;
 	}
 	if (opt == "-t") {
 		EXPECT_GT(r.c.api1_polls, 0u);
@@ -225,6 +242,78 @@ TEST(InterposeSoftnic, IbReadLat)
 	EXPECT_EQ(r.c.send_wrs_by_opcode[4 /* IBV_WR_RDMA_READ */], 1000u);
 	EXPECT_EQ(r.c.wc_rdma_ok, 1000u);
 	EXPECT_EQ(r.s.send_wrs, 0u);
+}
+
+// A program that opens a device, creates a CQ with completion timestamps, waits
+// 25 ms and closes it, 12 times, while the writer thread samples the NIC clock of
+// each context: every context gets a sample at its CQ's creation and one at its
+// close, and no sample of a context is taken between its close and the next open
+// (the writer never reads a closed context's clock; under --config=asan a read of
+// the freed context would also be reported).
+TEST(InterposeSoftnic, NicClockSamplesStopAtClose)
+{
+	std::string d = tmpdir("tsclose");
+	std::string asan = asan_runtime_for(runfile("interpose/librbtrace.so"));
+	run_result r =
+		run((asan.empty() ? "" : asan_env() + "LD_PRELOAD=" + asan + " ") +
+		    "SOFTNIC_FABRIC=" + d +
+		    "/fab RBTRACE_LIB=" + runfile("interpose/librbtrace.so") +
+		    " RBTRACE_SOFTNIC_DIR=" + runfile("softnic") + " " +
+		    runfile("cli/rbtrace") + " record --softnic -o " + d + "/t.rbt -- " +
+		    runfile("tests/interpose_prog") + " tsclose 12");
+	ASSERT_EQ(r.status, 0) << r.out << r.err;
+	ASSERT_NE(r.out.find("tsclose cycles=12"), std::string::npos) << r.out;
+	summary s = summarize(d + "/t.rbt");
+	EXPECT_TRUE(s.finished);
+	EXPECT_FALSE(s.damaged);
+	EXPECT_EQ(s.by_type[RBT_EV_DEVICE_OPEN], 12u);
+	EXPECT_EQ(s.by_type[RBT_EV_DEVICE_CLOSE], 12u);
+	EXPECT_EQ(s.nic_samples_elsewhere, 0u);
+	// creation + close of each, and the writer's periodic ones in between
+	EXPECT_GE(s.nic_samples_on_ts_ctx, 2u * 12 + 4);
+
+	// Per context (addresses may be reused): open/close intervals vs samples.
+	struct rbt_reader *rd = nullptr;
+	ASSERT_EQ(rbt_reader_open((d + "/t.rbt").c_str(), &rd), 0);
+	std::vector<std::pair<uint64_t, uint64_t>> samples; // (ts, ctx)
+	std::map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> closed;
+	std::map<uint64_t, std::vector<uint64_t>> opens;
+	const struct rbt_event *ev;
+	uint64_t ms = rbt_reader_header(rd)->clock_hz / 1000;
+	while (rbt_reader_next(rd, &ev) > 0) {
+		if (ev->type == RBT_EV_CLOCK_SAMPLE && ev->u.clock_sample.ctx)
+			samples.push_back({ ev->ts, ev->u.clock_sample.ctx });
+		else if (ev->type == RBT_EV_DEVICE_OPEN)
+			opens[ev->u.device_open.ctx].push_back(ev->ts);
+		else if (ev->type == RBT_EV_DEVICE_CLOSE)
+			closed[ev->u.device_close.ctx].push_back(
+				{ ev->ts, ev->u.device_close.ts_exit });
+	}
+	rbt_reader_close(rd);
+	size_t checked = 0;
+	for (auto &cs : closed) {
+		for (auto &c : cs.second) {
+			// the context is gone from the close call's entry until the next
+			// open that returned the same address (if any)
+			uint64_t until = UINT64_MAX;
+			for (uint64_t o : opens[cs.first])
+				if (o > c.first && o < until)
+					until = o;
+			bool last_before = false;
+			for (auto &smp : samples) {
+				if (smp.second != cs.first)
+					continue;
+				EXPECT_FALSE(smp.first >= c.first && smp.first < until)
+					<< "sample of a closed context";
+				// the one ibv_close_device takes, right before closing
+				if (smp.first < c.first && c.first - smp.first < ms)
+					last_before = true;
+			}
+			EXPECT_TRUE(last_before);
+			checked++;
+		}
+	}
+	EXPECT_EQ(checked, 12u);
 }
 
 } // namespace

@@ -146,6 +146,11 @@ struct summary {
 	std::set<uint32_t> post_streams;
 	uint64_t failed_calls = 0; // resource events with ret < 0 or err != 0
 	uint64_t notes = 0, stacks = 0, clock_samples_nic = 0, recorder_ts_cqs = 0;
+	// NIC clock samples whose ctx is that of a CQ with completion timestamps
+	// (what the analyzer pairs them by), and of other contexts.
+	uint64_t nic_samples_on_ts_ctx = 0, nic_samples_elsewhere = 0;
+	std::set<uint64_t> ts_cq_ctxs;
+	std::vector<uint64_t> nic_sample_ctxs;
 };
 
 inline summary summarize(const std::string &path)
@@ -213,12 +218,16 @@ inline summary summarize(const std::string &path)
 			s.stacks++;
 			break;
 		case RBT_EV_CLOCK_SAMPLE:
-			if (ev->u.clock_sample.ctx)
+			if (ev->u.clock_sample.ctx) {
 				s.clock_samples_nic++;
+				s.nic_sample_ctxs.push_back(ev->u.clock_sample.ctx);
+			}
 			break;
 		case RBT_EV_CQ_CREATE:
 			if (ev->u.cq_create.ts_source == 2)
 				s.recorder_ts_cqs++;
+			if (ev->u.cq_create.ts_source && ev->u.cq_create.ret == 0)
+				s.ts_cq_ctxs.insert(ev->u.cq_create.ctx);
 			break;
 		case RBT_EV_MR_REG:
 			if (ev->u.mr_reg.ret < 0)
@@ -232,6 +241,9 @@ inline summary summarize(const std::string &path)
 			break;
 		}
 	}
+	for (uint64_t c : s.nic_sample_ctxs)
+		(s.ts_cq_ctxs.count(c) ? s.nic_samples_on_ts_ctx
+				       : s.nic_samples_elsewhere)++;
 	const struct rbt_reader_stats *st = rbt_reader_stats(r);
 	s.finished = rbt_reader_trailer(r) != nullptr;
 	s.damaged = err < 0 || st->bad_chunks || st->truncated;

@@ -321,6 +321,45 @@ TEST_F(ReplaySoftnic, ADivergenceIsReportedAndFailsTheRun)
 			&out))
 		<< out;
 	EXPECT_NE(std::string::npos, out.find("divergences")) << out;
+	// A wrong status is named as such (not hidden by whole-run matching).
+	EXPECT_NE(std::string::npos,
+		  out.find("QP 100 send completion #0: recorded status RNR retry counter "
+			   "exceeded"))
+		<< out;
+}
+
+// A CQ shared by a QP's two queues, a program that never polled its SEND's
+// completion: the replay's one poll takes that SEND completion (queued 1 ms
+// before the answer), not the recorded receive. Completions are matched per QP
+// and queue over the whole run, and the replayer keeps polling for the receive
+// it owes, so the replay is faithful; the extra successful SEND completion is
+// reported as never polled by the program. (Per poll step this diverged.)
+TEST_F(ReplaySoftnic, CompletionTheProgramNeverPolledIsNotADivergence)
+{
+	std::string d = Synth("unpolled", "--scenario unpolled");
+	std::string out;
+	EXPECT_EQ(0, Sh(env_ + kRbtrace + " replay --poll-timeout 2000 " + d + "/a.rbt " +
+				d + "/b.rbt",
+			&out))
+		<< out;
+	EXPECT_NE(std::string::npos, out.find("completions matched: 3 of 3")) << out;
+	EXPECT_NE(std::string::npos, out.find("no divergence")) << out;
+}
+
+// The same, but the answer never comes: the recorded receive is missing, and
+// that stays a divergence after the replayer polled for it until the timeout.
+TEST_F(ReplaySoftnic, MissingCompletionOnASharedCqStillDiverges)
+{
+	std::string d = Synth("unpolled_lost", "--scenario unpolled-lost");
+	std::string out;
+	EXPECT_EQ(1, Sh(env_ + kRbtrace + " replay --poll-timeout 300 " + d + "/a.rbt " +
+				d + "/b.rbt",
+			&out))
+		<< out;
+	EXPECT_NE(std::string::npos,
+		  out.find("QP 100 recv: recorded 1 completions, replay 0"))
+		<< out;
+	EXPECT_NE(std::string::npos, out.find("completions matched: 1 of 2")) << out;
 }
 
 // ---- traces recorded by librbtrace from real verbs programs over softnic ----

@@ -6,7 +6,10 @@
 #   the truth without them;
 # - each diagnosis, provoked by tests/progs/report_waiter.c, is named;
 # - healthy runs (ibv_rc_pingpong, ib_write_bw, both ends recorded) have no warning or
-#   error.
+#   error;
+# - ibv_rc_pingpong -t (completion timestamps the program asked for): every WR is
+#   attributed from NIC timestamps through the recorded NIC clock samples, with the
+#   fit's residual stated.
 set -euo pipefail
 root=$PWD
 RBTRACE=$root/cli/rbtrace
@@ -87,6 +90,45 @@ PY
 
 "$RBTRACE" report --format=perfetto -o "$tmp/pp_trace.json" "$tmp/pp_c.rbt" "$tmp/pp_s.rbt"
 python3 "$CHECK" perfetto "$tmp/pp_trace.json"
+
+echo "== ibv_rc_pingpong -t (the program's own completion timestamps), both ends"
+# The recorder samples the NIC clock of a context with a timestamped CQ (at the CQ's
+# creation, periodically, at close): the report maps every completion from its NIC
+# timestamp, states the fit's residual, and never falls back to bounds.
+port=$((20000 + RANDOM % 20000))
+run "$tmp/ppt_s.rbt" ibv_rc_pingpong -t -p $port -n 1000 >"$tmp/ppt_s.log" 2>&1 &
+srv=$!
+sleep 0.5
+run "$tmp/ppt_c.rbt" ibv_rc_pingpong -t -p $port -n 1000 localhost >"$tmp/ppt_c.log" 2>&1 ||
+	{ cat "$tmp/ppt_c.log"; fail "ibv_rc_pingpong -t client"; }
+wait $srv || fail "ibv_rc_pingpong -t server"
+"$RBTRACE" report --format=json -o "$tmp/ppt.json" "$tmp/ppt_c.rbt" "$tmp/ppt_s.rbt"
+python3 "$CHECK" json "$tmp/ppt.json" serious=0
+python3 - "$tmp/ppt.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+c = d["counts"]
+assert c["wrs_completed"] == 2000 and c["wrs_nic_exact"] == 2000 and c["wrs_bounded"] == 0, c
+# a wrong clock model would put NIC times outside [post, poll] (clamped and counted)
+assert c["nic_outside_bound"] <= 40, c
+total = 0
+for t in d["traces"]:
+    k = t["nic_clock"]
+    assert k is not None, "no NIC clock model for " + t["name"]
+    # creation and close at least; the server also lives long enough for the
+    # writer thread's periodic samples
+    assert k["samples"] >= 2, (t["name"], k)
+    assert 0.99 < k["ns_per_nic_tick"] < 1.01, k  # softnic's NIC clock runs in ns
+    assert 0 <= k["max_residual_ns"] < 20000, k
+    total += k["samples"]
+    ph = t["phases"]
+    assert "nic" in ph and "poll" in ph, sorted(ph)
+    assert "nic_lo" not in ph and "poll_hi" not in ph, sorted(ph)
+    print("  %s: %d NIC clock samples, max residual %.0f ns, NIC p50 %.0f ns, poll p50 %.0f ns"
+          % (t["name"].rsplit("/", 1)[-1], k["samples"], k["max_residual_ns"],
+             ph["nic"]["p50"], ph["poll"]["p50"]))
+assert total >= 5, total
+PY
 
 echo "== healthy: ib_write_bw, both ends"
 port=$((20000 + RANDOM % 20000))

@@ -37,6 +37,9 @@ extern "C" {
  * T  timestamp, uint64_t ticks, stored as a signed delta from the event's ts
  * H  handle (recorded pointer), uint64_t, stored as a delta from the previous
  *    handle of the same field in the chunk (zigzag varint)
+ * D  unsigned integer, uint64_t, stored like H (zigzag delta from the previous
+ *    value of the same field in the chunk) but a number like U to every reader:
+ *    for addresses and clocks that repeat or advance in small steps
  * S  string, const char *, varint length + bytes
  * B  blob, struct rbt_blob, varint length + bytes
  * A  array of records of a sub-list, struct { uint32_t n; const T *v; }
@@ -50,7 +53,7 @@ struct rbt_blob {
  * F(kind, name) a scalar/string/blob field; A(subrecord, name) an array.
  */
 #define RBT_REC_sge(F, A) \
-	F(U, addr)        \
+	F(D, addr)        \
 	F(U, length)      \
 	F(U, lkey)
 
@@ -60,7 +63,7 @@ struct rbt_blob {
 	F(U, opcode) /* enum ibv_wr_opcode */                              \
 	F(U, send_flags)                                                   \
 	F(U, imm_data) /* host order; invalidate_rkey for SEND_WITH_INV */ \
-	F(U, remote_addr)                                                  \
+	F(D, remote_addr)                                                  \
 	F(U, rkey)                                                         \
 	F(U, compare_add)                                                  \
 	F(U, swap)                                                         \
@@ -90,7 +93,7 @@ struct rbt_blob {
 	F(U, slid)                                    \
 	F(U, sl)                                      \
 	F(U, dlid_path_bits)                          \
-	F(U, hw_ts)   /* NIC clock ticks, 0 = none */ \
+	F(D, hw_ts)   /* NIC clock ticks, 0 = none */ \
 	F(B, payload) /* received bytes, capture only */
 
 /* A stack frame: an instruction address; module_map events name the modules. */
@@ -194,50 +197,53 @@ struct rbt_blob {
 
 #define RBT_EV_device_list(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(S, names)
 
-#define RBT_EV_device_open(F, A)                                               \
-	F(T, ts_exit)                                                          \
-	F(I, ret)                                                              \
-	F(U, err)                                                              \
-	F(H, ctx)                                                              \
-	F(S, name)                                                             \
-	F(U, node_guid) F(U, transport) F(U, node_type) F(U, num_comp_vectors) \
-		F(U, async_fd)
+#define RBT_EV_device_open(F, A) \
+	F(T, ts_exit)            \
+	F(I, ret)                \
+	F(U, err)                \
+	F(H, ctx)                \
+	F(S, name)               \
+	F(U, node_guid)          \
+	F(U, transport) F(U, node_type) F(U, num_comp_vectors) F(U, async_fd)
 
 #define RBT_EV_device_close(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, ctx)
 
 /* From ibv_query_device(_ex), recorded once per context (and on each query). */
-#define RBT_EV_device_attr(F, A)                                                         \
-	F(H, ctx)                                                                        \
-	F(S, fw_ver)                                                                     \
-	F(U, vendor_id)                                                                  \
-	F(U, vendor_part_id)                                                             \
-	F(U, max_mr_size)                                                                \
-	F(U, max_qp) F(U, max_qp_wr) F(U, max_sge) F(U, max_cq) F(U, max_cqe)            \
-		F(U, max_mr) F(U, max_pd) F(U, max_qp_rd_atom) F(U, max_qp_init_rd_atom) \
-			F(U, max_srq) F(U, max_srq_wr) F(U, atomic_cap)                  \
-				F(U, phys_port_cnt) F(U, completion_timestamp_mask)      \
+#define RBT_EV_device_attr(F, A)                                                    \
+	F(H, ctx)                                                                   \
+	F(S, fw_ver)                                                                \
+	F(U, vendor_id)                                                             \
+	F(U, vendor_part_id)                                                        \
+	F(U, max_mr_size)                                                           \
+	F(U, max_qp)                                                                \
+	F(U, max_qp_wr) F(U, max_sge) F(U, max_cq) F(U, max_cqe) F(U, max_mr)       \
+		F(U, max_pd) F(U, max_qp_rd_atom) F(U, max_qp_init_rd_atom)         \
+			F(U, max_srq) F(U, max_srq_wr) F(U, atomic_cap)             \
+				F(U, phys_port_cnt) F(U, completion_timestamp_mask) \
 					F(U, hca_core_clock) F(U, max_inline_data)
 
-#define RBT_EV_port_attr(F, A)                                                       \
-	F(H, ctx)                                                                    \
-	F(U, port)                                                                   \
-	F(U, state)                                                                  \
-	F(U, max_mtu)                                                                \
-	F(U, active_mtu)                                                             \
-	F(U, lid) F(U, sm_lid) F(U, link_layer) F(U, gid_tbl_len) F(U, active_speed) \
+#define RBT_EV_port_attr(F, A)                                             \
+	F(H, ctx)                                                          \
+	F(U, port)                                                         \
+	F(U, state)                                                        \
+	F(U, max_mtu)                                                      \
+	F(U, active_mtu)                                                   \
+	F(U, lid)                                                          \
+	F(U, sm_lid) F(U, link_layer) F(U, gid_tbl_len) F(U, active_speed) \
 		F(U, active_width) F(B, gid0)
 
 #define RBT_EV_pd_alloc(F, A)	F(T, ts_exit) F(I, ret) F(U, err) F(H, ctx) F(H, pd)
 #define RBT_EV_pd_dealloc(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, pd)
 
 /* api: 0 ibv_reg_mr, 1 _iova, 2 _iova2, 3 dmabuf, 4 reg_dm_mr */
-#define RBT_EV_mr_reg(F, A)                                                             \
-	F(T, ts_exit)                                                                   \
-	F(I, ret)                                                                       \
-	F(U, err)                                                                       \
-	F(H, pd)                                                                        \
-	F(H, mr)                                                                        \
-	F(U, addr) F(U, length) F(U, iova) F(U, access) F(U, lkey) F(U, rkey) F(U, api) \
+#define RBT_EV_mr_reg(F, A)                                                  \
+	F(T, ts_exit)                                                        \
+	F(I, ret)                                                            \
+	F(U, err)                                                            \
+	F(H, pd)                                                             \
+	F(H, mr)                                                             \
+	F(D, addr)                                                           \
+	F(U, length) F(D, iova) F(U, access) F(U, lkey) F(U, rkey) F(U, api) \
 		F(U, dmabuf_fd) F(U, dmabuf_offset)
 
 #define RBT_EV_mr_rereg(F, A) \
@@ -245,7 +251,7 @@ struct rbt_blob {
 	F(I, ret)             \
 	F(U, err)             \
 	F(H, mr)              \
-	F(U, flags) F(H, pd) F(U, addr) F(U, length) F(U, access) F(U, lkey) F(U, rkey)
+	F(U, flags) F(H, pd) F(D, addr) F(U, length) F(U, access) F(U, lkey) F(U, rkey)
 
 #define RBT_EV_mr_dereg(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, mr)
 
@@ -264,27 +270,28 @@ struct rbt_blob {
 /* ex: created with ibv_create_cq_ex (wc_flags as asked). ts_source: how hw_ts
  * of this CQ's completions is obtained, 0 none, 1 the app asked for completion
  * timestamps, 2 the recorder added them (RBTRACE_NIC_TS). */
-#define RBT_EV_cq_create(F, A)                                             \
-	F(T, ts_exit)                                                      \
-	F(I, ret)                                                          \
-	F(U, err)                                                          \
-	F(H, ctx)                                                          \
-	F(H, cq)                                                           \
-	F(U, cqe_asked) F(U, cqe) F(H, channel) F(U, comp_vector) F(U, ex) \
-		F(U, wc_flags) F(U, flags) F(U, ts_source)
+#define RBT_EV_cq_create(F, A)                                                        \
+	F(T, ts_exit)                                                                 \
+	F(I, ret)                                                                     \
+	F(U, err)                                                                     \
+	F(H, ctx)                                                                     \
+	F(H, cq)                                                                      \
+	F(U, cqe_asked)                                                               \
+	F(U, cqe) F(H, channel) F(U, comp_vector) F(U, ex) F(U, wc_flags) F(U, flags) \
+		F(U, ts_source)
 
 #define RBT_EV_cq_resize(F, A)	F(T, ts_exit) F(I, ret) F(U, err) F(H, cq) F(U, cqe)
 #define RBT_EV_cq_destroy(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, cq)
 
 /* srq_type: enum ibv_srq_type; srqn for XRC SRQs. */
-#define RBT_EV_srq_create(F, A)                                                       \
-	F(T, ts_exit)                                                                 \
-	F(I, ret)                                                                     \
-	F(U, err)                                                                     \
-	F(H, pd)                                                                      \
-	F(H, srq)                                                                     \
-	F(U, max_wr) F(U, max_sge) F(U, srq_limit) F(U, srq_type) F(H, xrcd) F(H, cq) \
-		F(U, srqn)
+#define RBT_EV_srq_create(F, A) \
+	F(T, ts_exit)           \
+	F(I, ret)               \
+	F(U, err)               \
+	F(H, pd)                \
+	F(H, srq)               \
+	F(U, max_wr)            \
+	F(U, max_sge) F(U, srq_limit) F(U, srq_type) F(H, xrcd) F(H, cq) F(U, srqn)
 
 #define RBT_EV_srq_modify(F, A) \
 	F(T, ts_exit)           \
@@ -293,31 +300,33 @@ struct rbt_blob {
 
 /* Caps are what the device granted (read back from the init attr). ex: made by
  * ibv_create_qp_ex; send_ops_flags when it uses the ibv_wr_* API. */
-#define RBT_EV_qp_create(F, A)                                                    \
-	F(T, ts_exit)                                                             \
-	F(I, ret)                                                                 \
-	F(U, err)                                                                 \
-	F(H, ctx)                                                                 \
-	F(H, pd)                                                                  \
-	F(H, qp) F(U, qp_num) F(U, qp_type) F(H, send_cq) F(H, recv_cq) F(H, srq) \
-		F(H, xrcd) F(U, max_send_wr) F(U, max_recv_wr) F(U, max_send_sge) \
-			F(U, max_recv_sge) F(U, max_inline_data) F(U, sq_sig_all) \
+#define RBT_EV_qp_create(F, A)                                                      \
+	F(T, ts_exit)                                                               \
+	F(I, ret)                                                                   \
+	F(U, err)                                                                   \
+	F(H, ctx)                                                                   \
+	F(H, pd)                                                                    \
+	F(H, qp)                                                                    \
+	F(U, qp_num) F(U, qp_type) F(H, send_cq) F(H, recv_cq) F(H, srq) F(H, xrcd) \
+		F(U, max_send_wr) F(U, max_recv_wr) F(U, max_send_sge)              \
+			F(U, max_recv_sge) F(U, max_inline_data) F(U, sq_sig_all)   \
 				F(U, ex) F(U, create_flags) F(U, send_ops_flags)
 
 /* Every ibv_modify_qp: the mask and all attributes (only those in the mask mean
  * anything). */
-#define RBT_EV_qp_modify(F, A)                                                        \
-	F(T, ts_exit)                                                                 \
-	F(I, ret)                                                                     \
-	F(U, err)                                                                     \
-	F(H, qp)                                                                      \
-	F(U, attr_mask)                                                               \
-	F(U, qp_state) F(U, cur_qp_state) F(U, path_mtu) F(U, qkey) F(U, rq_psn)      \
-		F(U, sq_psn) F(U, dest_qp_num) F(U, qp_access_flags) F(U, pkey_index) \
-			F(U, port_num) F(U, max_rd_atomic) F(U, max_dest_rd_atomic)   \
-				F(U, min_rnr_timer) F(U, timeout) F(U, retry_cnt)     \
-					F(U, rnr_retry) F(U, sq_draining)             \
-						F(U, rate_limit) RBT_AH_FIELDS(F)
+#define RBT_EV_qp_modify(F, A)                                                           \
+	F(T, ts_exit)                                                                    \
+	F(I, ret)                                                                        \
+	F(U, err)                                                                        \
+	F(H, qp)                                                                         \
+	F(U, attr_mask)                                                                  \
+	F(U, qp_state)                                                                   \
+	F(U, cur_qp_state) F(U, path_mtu) F(U, qkey) F(U, rq_psn) F(U, sq_psn)           \
+		F(U, dest_qp_num) F(U, qp_access_flags) F(U, pkey_index) F(U, port_num)  \
+			F(U, max_rd_atomic) F(U, max_dest_rd_atomic) F(U, min_rnr_timer) \
+				F(U, timeout) F(U, retry_cnt) F(U, rnr_retry)            \
+					F(U, sq_draining) F(U, rate_limit)               \
+						RBT_AH_FIELDS(F)
 
 /* ibv_query_qp: state and caps as the device reports them. */
 #define RBT_EV_qp_query(F, A) \
@@ -370,6 +379,7 @@ struct rbt_blob {
 #define RBT__CTYPE_I	       int64_t
 #define RBT__CTYPE_T	       uint64_t
 #define RBT__CTYPE_H	       uint64_t
+#define RBT__CTYPE_D	       uint64_t
 #define RBT__CTYPE_S	       const char *
 #define RBT__CTYPE_B	       struct rbt_blob
 #define RBT__FIELD(kind, name) RBT__CTYPE_##kind name;

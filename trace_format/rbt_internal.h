@@ -29,7 +29,18 @@
 #define RBT_MAX_EVENT_ARENA (64u << 20)
 
 /* ---- field descriptors --------------------------------------------------- */
-enum rbt_kind { RBT_K_U, RBT_K_I, RBT_K_T, RBT_K_H, RBT_K_S, RBT_K_B, RBT_K_A };
+/* The scalar kinds come first (RBT_K_SCALAR ends them): they are all one
+ * uint64_t in the decoded struct and one varint on disk. H and D are coded
+ * alike, as deltas in a slot (FORMAT.md "Field slots"); they differ only in how
+ * they print (H is an identity, D a number like U). */
+enum rbt_kind { RBT_K_U, RBT_K_I, RBT_K_T, RBT_K_H, RBT_K_D, RBT_K_S, RBT_K_B, RBT_K_A };
+#define RBT_K_SCALAR RBT_K_D /* kinds <= this are scalars */
+
+/* Does a field of this kind have a slot (a delta base)? */
+static inline int rbt__slotted(unsigned kind)
+{
+	return kind == RBT_K_H || kind == RBT_K_D;
+}
 
 enum rbt_rec_id {
 	RBT_RECID_sge,
@@ -43,10 +54,10 @@ enum rbt_rec_id {
 struct rbt_fdesc {
 	uint8_t kind;	/* enum rbt_kind */
 	uint8_t rec;	/* A: enum rbt_rec_id of the elements */
-	uint8_t zz;	/* I, T, H: the varint holds a zigzag value */
+	uint8_t zz;	/* I, T, H, D: the varint holds a zigzag value */
 	uint16_t off;	/* offset of the value (A: of the count n_<name>) */
 	uint16_t off2;	/* A: offset of the element pointer */
-	uint16_t slot;	/* H: index of this field's previous-value slot */
+	uint16_t slot;	/* H, D: index of this field's previous-value slot */
 	uint64_t tmask; /* all ones for T: value = delta + (ts & tmask) */
 	const char *name;
 };
@@ -58,13 +69,13 @@ struct rbt_desc {
 	uint32_t size;	  /* sizeof the decoded struct */
 	uint32_t has_var; /* any S, B or A field */
 	uint32_t has_str; /* any S field: absent ones must read as "" */
-	uint32_t slot0;	  /* slot of the first H field; the others follow it */
+	uint32_t slot0;	  /* slot of the first H or D field; the others follow it */
 	struct rbt_fdesc *f;
 };
 
 extern struct rbt_desc rbt__ev[RBT_EV_MAX_ID + 1];
 extern struct rbt_desc rbt__rec[RBT_REC_COUNT];
-extern uint32_t rbt__nslots; /* 1 + the H fields of all events and records */
+extern uint32_t rbt__nslots; /* 1 + the H and D fields of all events and records */
 #define RBT_MAX_SLOTS 1024
 
 /* Fills the tables once; every public entry point that uses them calls it. */

@@ -229,12 +229,13 @@ static void text_fields(struct out *o, const struct rbt_header *h,
 		const struct rbt_fdesc *f = &d->f[i];
 		const uint8_t *fp = base + f->off;
 		uint64_t v = 0;
-		if (f->kind <= RBT_K_H)
+		if (f->kind <= RBT_K_SCALAR)
 			memcpy(&v, fp, 8);
 		switch (f->kind) {
 		case RBT_K_U:
 		case RBT_K_I:
 		case RBT_K_H:
+		case RBT_K_D:
 		case RBT_K_T:
 			if (!v && !always_shown(f->name))
 				continue;
@@ -267,6 +268,7 @@ static void text_fields(struct out *o, const struct rbt_header *h,
 		put(o, "%s=", f->name);
 		switch (f->kind) {
 		case RBT_K_U:
+		case RBT_K_D: /* stored as a delta, printed as the number it is */
 			if (put_sym(o, d->name, f->name, v))
 				break;
 			if (v > 0xffff &&
@@ -323,11 +325,12 @@ static void json_fields(struct out *o, const struct rbt_desc *d, const uint8_t *
 		const struct rbt_fdesc *f = &d->f[i];
 		const uint8_t *fp = base + f->off;
 		uint64_t v = 0;
-		if (f->kind <= RBT_K_H)
+		if (f->kind <= RBT_K_SCALAR)
 			memcpy(&v, fp, 8);
 		put(o, "%s\"%s\":", i ? "," : "", f->name);
 		switch (f->kind) {
 		case RBT_K_U:
+		case RBT_K_D:
 		case RBT_K_T:
 			put(o, "%" PRIu64, v);
 			break;

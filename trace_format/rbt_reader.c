@@ -28,7 +28,7 @@
 #define CRC_OK(a, b) ((a) == (b))
 #endif
 
-/* The previous value of every H field, per (event or record type, field): the
+/* The previous value of every H and D field, per (event or record type, field): the
  * delta base of FORMAT.md "Field slots". Zeroed at each chunk. */
 #define SL_F(k, n) SL_F_##k(n)
 #define SL_F_U(n)
@@ -37,6 +37,7 @@
 #define SL_F_S(n)
 #define SL_F_B(n)
 #define SL_F_H(n) uint64_t n;
+#define SL_F_D(n) uint64_t n;
 #define SL_A(rec, n)
 #define SL_EV(NAME, id, lname)             \
 	struct {                           \
@@ -346,10 +347,10 @@ static int dec_fields(struct rbt_reader *r, const struct rbt_desc *d, uint8_t *b
 			v = *q++;
 		else if (!(q = rbt__get_varint(q, end, &v)))
 			return -1;
-		if (__builtin_expect(f->kind <= RBT_K_H, 1)) {
+		if (__builtin_expect(f->kind <= RBT_K_SCALAR, 1)) {
 			/* The branch-free scalar transform (struct rbt_fdesc). */
 			uint64_t delta = f->zz ? (uint64_t)rbt__unzigzag(v) : v;
-			if (f->kind == RBT_K_H) {
+			if (rbt__slotted(f->kind)) {
 				v = slots[f->slot] += delta;
 			} else {
 				v = delta + (ts & f->tmask);
@@ -577,6 +578,7 @@ rd_mask(const uint8_t *q, const uint8_t *end, uint64_t *mask)
 	} else {                                            \
 		o->n = 0;                                   \
 	}
+#define RD_F_D(n) RD_F_H(n) /* the same bytes as H */
 #define RD_F_S(n)                                                  \
 	o->n = empty_str;                                          \
 	if (RD_BIT(n)) {                                           \

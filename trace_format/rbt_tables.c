@@ -32,14 +32,15 @@ static void set_desc(struct rbt_desc *d, const char *name, struct rbt_fdesc *f, 
 	d->f = f;
 	d->has_var = 0;
 	d->has_str = 0;
-	/* The writer's generated encoders count H fields from here, in list order. */
+	/* The writer's generated encoders count H and D fields from here, in list
+	 * order. */
 	d->slot0 = rbt__nslots;
 	for (size_t i = 0; i < nf; i++) {
 		f[i].zz = f[i].kind == RBT_K_I || f[i].kind == RBT_K_T ||
-			  f[i].kind == RBT_K_H;
+			  rbt__slotted(f[i].kind);
 		f[i].tmask = f[i].kind == RBT_K_T ? ~0ull : 0;
 		f[i].slot = 0;
-		if (f[i].kind == RBT_K_H)
+		if (rbt__slotted(f[i].kind))
 			f[i].slot = (uint16_t)rbt__nslots++;
 		if (f[i].kind == RBT_K_S || f[i].kind == RBT_K_B || f[i].kind == RBT_K_A)
 			d->has_var = 1;
@@ -101,12 +102,13 @@ static struct rbt_fdesc hdr_fields[] = {
 };
 struct rbt_desc rbt__hdr_desc;
 
-/* The slots must fit: count the scalar fields (a bound on the H fields) of
+/* The slots must fit: count the scalar fields (a bound on the H and D fields) of
  * every list at compile time. */
 #define RBT__ISX_U		     1
 #define RBT__ISX_I		     1
 #define RBT__ISX_T		     1
 #define RBT__ISX_H		     1
+#define RBT__ISX_D		     1
 #define RBT__ISX_S		     0
 #define RBT__ISX_B		     0
 #define RBT__CNT_F(k, n)	     +RBT__ISX_##k

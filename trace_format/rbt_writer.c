@@ -122,7 +122,7 @@ static inline uint64_t presence(const struct rbt_desc *d, const uint8_t *base)
 		const struct rbt_fdesc *f = &d->f[i];
 		const uint8_t *fp = base + f->off;
 		uint64_t v;
-		if (__builtin_expect(f->kind <= RBT_K_H, 1)) {
+		if (__builtin_expect(f->kind <= RBT_K_SCALAR, 1)) {
 			memcpy(&v, fp, 8);
 		} else if (f->kind == RBT_K_S) {
 			const char *s;
@@ -164,11 +164,11 @@ static uint8_t *enc_fields(struct rbt_writer *w, const struct rbt_desc *d,
 		uint32_t i = (uint32_t)__builtin_ctzll(m);
 		const struct rbt_fdesc *f = &d->f[i];
 		const uint8_t *fp = base + f->off;
-		if (__builtin_expect(f->kind <= RBT_K_H, 1)) {
+		if (__builtin_expect(f->kind <= RBT_K_SCALAR, 1)) {
 			uint64_t v;
 			memcpy(&v, fp, 8);
 			uint64_t delta;
-			if (f->kind == RBT_K_H) {
+			if (rbt__slotted(f->kind)) {
 				delta = v - slots[f->slot];
 				slots[f->slot] = v;
 			} else {
@@ -235,9 +235,9 @@ static uint8_t *enc_fields(struct rbt_writer *w, const struct rbt_desc *d,
 /* ---- generated encoders ----------------------------------------------------------
  * One function per list, expanded from the X-macros of rbt_format.h: the same
  * bytes as enc_fields() (FORMAT.md "Fields"), but the loop over the fields is
- * unrolled at compile time. The field index i and the H-field index h are
- * counters the compiler folds into constants; h counts H fields in list order
- * from the list's slot0, exactly as rbt_tables.c numbers the slots.
+ * unrolled at compile time. The field index i and the slot index h are
+ * counters the compiler folds into constants; h counts H and D fields in list
+ * order from the list's slot0, exactly as rbt_tables.c numbers the slots.
  */
 static inline uint8_t *put_v(uint8_t *p, uint64_t v)
 {
@@ -260,6 +260,7 @@ static inline uint8_t *put_v(uint8_t *p, uint64_t v)
 #define PRES_I(x) ((x) != 0)
 #define PRES_T(x) ((x) != 0)
 #define PRES_H(x) ((x) != 0)
+#define PRES_D(x) ((x) != 0)
 #define PRES_S(x) ((x) != NULL && (x)[0] != 0)
 #define PRES_B(x) ((x).data != NULL && (x).len != 0)
 #define GP_F(k, n)                                    \
@@ -273,6 +274,7 @@ static inline uint8_t *put_v(uint8_t *p, uint64_t v)
 #define ISH_I 0
 #define ISH_T 0
 #define ISH_H 1
+#define ISH_D 1
 #define ISH_S 0
 #define ISH_B 0
 
@@ -287,6 +289,7 @@ static inline uint8_t *put_v(uint8_t *p, uint64_t v)
 		p = put_v(p, ZZ(v_ - sl[h])); \
 		sl[h] = v_;                   \
 	}
+#define ENC_D(n) ENC_H(n) /* the same bytes; D differs only in print */
 #define ENC_S(n)                                          \
 	{                                                 \
 		p = enc_str(w, p, s->n, SCALARS(NF - i)); \

@@ -14,6 +14,10 @@
  *   interpose_prog twocq N        N empty polls on each of two CQs, in turn
  *   interpose_prog crash N        basic N, then dies of SIGSEGV
  *   interpose_prog none           never calls a verb
+ *   interpose_prog tsclose N      N times: open the device, create a CQ with
+ *                                 completion timestamps, wait 25 ms (the
+ *                                 recorder's writer samples the NIC clock),
+ *                                 close it; prints "tsclose cycles=N"
  *
  * Runs on any device (the tests use their fake libibverbs). Never hangs: every
  * poll loop is bounded.
@@ -26,6 +30,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -341,6 +346,33 @@ int main(int argc, char **argv)
 			done += t[i].done;
 		}
 		printf("threads posted=%ld completions=%ld\n", posted, done);
+		return 0;
+	}
+	if (!strcmp(mode, "tsclose")) {
+		/* Contexts closed while the recorder samples their NIC clock. */
+		long n = argc > 2 ? atol(argv[2]) : 10, ok = 0;
+		for (long i = 0; i < n; i++) {
+			struct ibv_context *ctx = open_ctx();
+			struct ibv_cq_init_attr_ex a = {
+				.cqe = 16,
+				.wc_flags = IBV_WC_STANDARD_FLAGS |
+					    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP,
+			};
+			struct ibv_cq_ex *cq = ibv_create_cq_ex(ctx, &a);
+			if (!cq) {
+				perror("ibv_create_cq_ex");
+				return 1;
+			}
+			struct timespec d = { 0, 25000000 };
+			nanosleep(&d, NULL);
+			if (ibv_destroy_cq(ibv_cq_ex_to_cq(cq)) ||
+			    ibv_close_device(ctx)) {
+				perror("destroy/close");
+				return 1;
+			}
+			ok++;
+		}
+		printf("tsclose cycles=%ld\n", ok);
 		return 0;
 	}
 	if (!strcmp(mode, "spin")) {

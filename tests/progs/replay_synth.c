@@ -7,7 +7,9 @@
  *   S = pingpong (default; SENDs both ways, then one RDMA WRITE and one READ),
  *       stream   (the client posts a SEND every U us, the server only receives),
  *       rnr      (the client sends, the server never posted a receive, rnr_retry 0),
- *       rkey     (the client writes with an rkey the server never had)
+ *       rkey     (the client writes with an rkey the server never had),
+ *       unpolled (one CQ per QP; the client never polls its SEND's completion),
+ *       unpolled-lost (the same, but the answer the client polled never comes)
  * Writes OUTDIR/a.rbt (client, QP 100) and OUTDIR/b.rbt (server, QP 200).
  * Test fixture only: it never touches a verbs device.
  */
@@ -237,7 +239,7 @@ int main(int argc, char **argv)
 	if (argc < 2) {
 		fprintf(stderr,
 			"usage: replay_synth OUTDIR [--iters N] [--interval-us U] "
-			"[--scenario pingpong|stream|rnr|rkey]\n");
+			"[--scenario pingpong|stream|rnr|rkey|unpolled|unpolled-lost]\n");
 		return 2;
 	}
 	for (int i = 2; i + 1 < argc; i += 2) {
@@ -320,6 +322,24 @@ int main(int argc, char **argv)
 			if (i + 32 < iters)
 				post_recv(&b, 0x10 + (uint64_t)(i % 32), 64);
 		}
+	} else if (!strncmp(scen, "unpolled", 8)) {
+		/* One CQ serves both queues of each QP. The client sends, the
+		 * server answers 1 ms later; the client's one poll is recorded as
+		 * returning the answer, and it never polls its SEND's completion
+		 * (a replay's poll finds that one queued first). "unpolled-lost":
+		 * the server never answers - the recorded receive cannot come. */
+		a.t = start;
+		post_send(&a, 0x20, IBV_WR_SEND, 64, 0, 0);
+		b.t = start + 500000;
+		poll1(&b, 0x10, IBV_WC_SUCCESS, IBV_WC_RECV, 64);
+		if (strcmp(scen, "unpolled-lost")) {
+			b.t = start + 1000000;
+			post_send(&b, 0x21, IBV_WR_SEND, 64, 0, 0);
+			b.t += 10000;
+			poll1(&b, 0x21, IBV_WC_SUCCESS, IBV_WC_SEND, 64);
+		}
+		a.t = start + 2000000;
+		poll1(&a, 0x10, IBV_WC_SUCCESS, IBV_WC_RECV, 64);
 	} else if (!strcmp(scen, "rnr")) {
 		a.t = start;
 		post_send(&a, 0x20, IBV_WR_SEND, 64, 0, 0);
