@@ -1778,9 +1778,15 @@ int rbt_analyzer_finish(struct rbt_analyzer *an)
 			for (uint32_t k = 0; k < qp->n_parked; k++)
 				an_note_error(qp, &qp->parked[k].c, NULL);
 			an->counts.outstanding_at_end += qp->sq.n + qp->rq.n;
+			an->counts.recvs_outstanding_at_end += qp->rq.n;
 		}
 		AN_MAP_FOREACH(&t->srqs, k)
-		an->counts.outstanding_at_end += ((struct an_srq *)t->srqs.vals[k])->rq.n;
+		{
+			uint64_t n = ((struct an_srq *)t->srqs.vals[k])->rq.n;
+
+			an->counts.outstanding_at_end += n;
+			an->counts.recvs_outstanding_at_end += n;
+		}
 	}
 	an_diagnose(an);
 	an_sort_findings(an);

@@ -337,13 +337,19 @@ int rbt_analyzer_write_text(struct rbt_analyzer *an, FILE *f)
 		(unsigned long long)an->counts.recvs_completed);
 	for (int i = 0; i < an->n_traces; i++)
 		an_text_trace(f, an, an->traces[i]);
-	if (an->counts.unmatched_completions || an->counts.outstanding_at_end)
+	if (an->counts.unmatched_completions || an->counts.outstanding_at_end) {
+		const struct rbt_analyzer_counts *c = &an->counts;
+
+		/* receives left posted at exit are normal; sends left are not */
 		fprintf(f,
-			"%llu completions matched no recorded post; %llu posted WRs "
-			"never "
-			"completed\n\n",
-			(unsigned long long)an->counts.unmatched_completions,
-			(unsigned long long)an->counts.outstanding_at_end);
+			"%llu completions matched no recorded post; at the end %llu send "
+			"WRs "
+			"had not completed and %llu receives were still posted\n\n",
+			(unsigned long long)c->unmatched_completions,
+			(unsigned long long)(c->outstanding_at_end -
+					     c->recvs_outstanding_at_end),
+			(unsigned long long)c->recvs_outstanding_at_end);
+	}
 	fprintf(f, "== findings: %d\n", an->n_findings);
 	for (int i = 0; i < an->n_findings; i++) {
 		const struct rbt_finding *fd = &an->findings[i].f;
@@ -614,12 +620,14 @@ int rbt_analyzer_write_json(struct rbt_analyzer *an, FILE *f)
 		"llu,"
 		"\"wrs_nic_exact\":%llu,\"wrs_bounded\":%llu,\"recvs_completed\":%llu,"
 		"\"unmatched_completions\":%llu,\"outstanding_at_end\":%llu,"
+		"\"recvs_outstanding_at_end\":%llu,"
 		"\"nic_outside_bound\":%llu,\"peak_tracked_wrs\":%llu},\n\"traces\":[",
 		(unsigned long long)c->events, (unsigned long long)c->wrs_completed,
 		(unsigned long long)c->wrs_nic_exact, (unsigned long long)c->wrs_bounded,
 		(unsigned long long)c->recvs_completed,
 		(unsigned long long)c->unmatched_completions,
 		(unsigned long long)c->outstanding_at_end,
+		(unsigned long long)c->recvs_outstanding_at_end,
 		(unsigned long long)c->nic_outside_bound,
 		(unsigned long long)c->peak_tracked_wrs);
 	for (int i = 0; i < an->n_traces; i++) {

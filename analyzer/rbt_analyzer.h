@@ -119,8 +119,10 @@ struct rbt_analyzer_counts {
 	uint64_t recvs_completed;
 	uint64_t unmatched_completions; /* completions whose post was never seen */
 	uint64_t outstanding_at_end;	/* posted WRs never completed */
-	uint64_t nic_outside_bound;	/* NIC ts mapped outside [post, poll] */
-	uint64_t peak_tracked_wrs;	/* most WRs held at once (memory) */
+	uint64_t
+		recvs_outstanding_at_end; /* ... of them receives (still posted at exit) */
+	uint64_t nic_outside_bound;	  /* NIC ts mapped outside [post, poll] */
+	uint64_t peak_tracked_wrs;	  /* most WRs held at once (memory) */
 };
 void rbt_analyzer_counts(const struct rbt_analyzer *an, struct rbt_analyzer_counts *out);
 

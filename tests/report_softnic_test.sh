@@ -85,6 +85,9 @@ assert any(x["peer"] is not None for x in q), "ends not paired"
 rt = [x["roundtrips"] for x in q if x["roundtrips"]]
 assert rt and rt[0]["count"] >= 490, rt
 assert d["counts"]["unmatched_completions"] == 0, d["counts"]
+# every send completed; what is left are receives the program kept posted
+c = d["counts"]
+assert c["outstanding_at_end"] == c["recvs_outstanding_at_end"] > 0, c
 print("  paired, %d round trips, p50 %.1f us" % (rt[0]["count"], rt[0]["rtt"]["p50"] / 1e3))
 PY
 
