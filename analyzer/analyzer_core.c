@@ -40,67 +40,27 @@ int an_size_class(uint64_t b)
 	return 5;
 }
 
+/* 128 is the analyzer's own slot for receives (not an ibv_wr_opcode). */
 const char *an_wr_opcode_name(int op)
 {
-	static const char *const n[] = { "RDMA_WRITE",
-					 "RDMA_WRITE_WITH_IMM",
-					 "SEND",
-					 "SEND_WITH_IMM",
-					 "RDMA_READ",
-					 "ATOMIC_CMP_AND_SWP",
-					 "ATOMIC_FETCH_AND_ADD",
-					 "LOCAL_INV",
-					 "BIND_MW",
-					 "SEND_WITH_INV",
-					 "TSO",
-					 "DRIVER1" };
-	if (op >= 0 && op < (int)(sizeof(n) / sizeof(n[0])))
-		return n[op];
-	if (op == 128)
-		return "RECV";
-	return "OTHER";
+	const char *n =
+		op >= 0 ? rbt_verbs_name(RBT_NAMES_WR_OPCODE, (uint64_t)op) : NULL;
+
+	return n ? n : op == 128 ? "RECV" : "OTHER";
 }
 
 const char *an_wc_status_name(uint64_t st)
 {
-	static const char *const n[] = {
-		"SUCCESS",
-		"LOC_LEN_ERR",
-		"LOC_QP_OP_ERR",
-		"LOC_EEC_OP_ERR",
-		"LOC_PROT_ERR",
-		"WR_FLUSH_ERR",
-		"MW_BIND_ERR",
-		"BAD_RESP_ERR",
-		"LOC_ACCESS_ERR",
-		"REM_INV_REQ_ERR",
-		"REM_ACCESS_ERR",
-		"REM_OP_ERR",
-		"RETRY_EXC_ERR",
-		"RNR_RETRY_EXC_ERR",
-		"LOC_RDD_VIOL_ERR",
-		"REM_INV_RD_REQ_ERR",
-		"REM_ABORT_ERR",
-		"INV_EECN_ERR",
-		"INV_EEC_STATE_ERR",
-		"FATAL_ERR",
-		"RESP_TIMEOUT_ERR",
-		"GENERAL_ERR",
-		"TM_ERR",
-		"TM_RNDV_INCOMPLETE",
-	};
-	if (st < sizeof(n) / sizeof(n[0]))
-		return n[st];
-	return "UNKNOWN_STATUS";
+	const char *n = rbt_verbs_name(RBT_NAMES_WC_STATUS, st);
+
+	return n ? n : "UNKNOWN_STATUS";
 }
 
 const char *an_qp_state_name(uint64_t st)
 {
-	static const char *const n[] = { "RESET", "INIT", "RTR", "RTS",
-					 "SQD",	  "SQE",  "ERR" };
-	if (st < 7)
-		return n[st];
-	return "UNKNOWN";
+	const char *n = st < 7 ? rbt_verbs_name(RBT_NAMES_QP_STATE, st) : NULL;
+
+	return n ? n : "UNKNOWN";
 }
 
 static int an_opcode_slot(int op)

@@ -25,22 +25,9 @@ static const char *an_sev_name(int s)
 
 static const char *an_qp_type_name(uint32_t t)
 {
-	switch (t) {
-	case IBV_QPT_RC:
-		return "RC";
-	case IBV_QPT_UC:
-		return "UC";
-	case IBV_QPT_UD:
-		return "UD";
-	case IBV_QPT_RAW_PACKET:
-		return "RAW";
-	case IBV_QPT_XRC_SEND:
-		return "XRC_SEND";
-	case IBV_QPT_XRC_RECV:
-		return "XRC_RECV";
-	default:
-		return "?";
-	}
+	const char *n = rbt_verbs_name(RBT_NAMES_QP_TYPE, t);
+
+	return n ? n : "?";
 }
 
 static const char *fmt_ns(char *buf, size_t n, double ns)

@@ -245,20 +245,10 @@ static double df_pct(struct df_lat *l, double p)
 
 static const char *df_wr_name(int op)
 {
-	static const char *n[] = { "RDMA_WRITE",
-				   "RDMA_WRITE_WITH_IMM",
-				   "SEND",
-				   "SEND_WITH_IMM",
-				   "RDMA_READ",
-				   "ATOMIC_CMP_AND_SWP",
-				   "ATOMIC_FETCH_AND_ADD",
-				   "LOCAL_INV",
-				   "BIND_MW",
-				   "SEND_WITH_INV",
-				   "TSO",
-				   "DRIVER1" };
+	const char *n =
+		op >= 0 ? rbt_verbs_name(RBT_NAMES_WR_OPCODE, (uint64_t)op) : NULL;
 
-	return op < (int)(sizeof(n) / sizeof(n[0])) ? n[op] : "OTHER";
+	return n ? n : "OTHER";
 }
 
 static const char *df_wc_name(int op)

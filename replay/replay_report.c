@@ -48,9 +48,9 @@ void rp_diverge(struct rp_job *j, const char *fmt, ...)
 
 static const char *rp_state_name(uint32_t s)
 {
-	static const char *n[] = { "RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR" };
+	const char *n = s < 7 ? rbt_verbs_name(RBT_NAMES_QP_STATE, s) : NULL;
 
-	return s < 7 ? n[s] : "?";
+	return n ? n : "?";
 }
 
 static int rp_wc_equal(const struct rp_wcrec *a, const struct rp_wcrec *b)

@@ -136,21 +136,9 @@ int rp_open_device(struct rp_job *j, struct rp_side *s, struct ibv_context **ctx
 /* ---- refusals: everything the device must offer, checked before any resource -- */
 static const char *rp_qpt_name(uint64_t t)
 {
-	switch (t) {
-	case IBV_QPT_RC:
-		return "RC";
-	case IBV_QPT_UC:
-		return "UC";
-	case IBV_QPT_UD:
-		return "UD";
-	case IBV_QPT_XRC_SEND:
-		return "XRC_SEND";
-	case IBV_QPT_XRC_RECV:
-		return "XRC_RECV";
-	case IBV_QPT_RAW_PACKET:
-		return "RAW_PACKET";
-	}
-	return "unknown";
+	const char *n = rbt_verbs_name(RBT_NAMES_QP_TYPE, t);
+
+	return n ? n : "unknown";
 }
 
 static int rp_check_side(struct rp_job *j, struct rp_side *s)

@@ -52,9 +52,11 @@ struct rbt_blob {
 /* ---- sub-records (array elements) ------------------------------------------
  * F(kind, name) a scalar/string/blob field; A(subrecord, name) an array.
  */
-#define RBT_REC_sge(F, A) \
-	F(D, addr)        \
-	F(U, length)      \
+/* The lists read best one field per line: clang-format leaves them alone. */
+/* clang-format off */
+#define RBT_REC_sge(F, A)               \
+	F(D, addr)                      \
+	F(U, length)                    \
 	F(U, lkey)
 
 /* One send work request, classic or built with the ibv_wr_* API. */
@@ -73,44 +75,45 @@ struct rbt_blob {
 	A(sge, sges)                                                       \
 	F(B, payload) /* only with payload capture on */
 
-#define RBT_REC_recv_wr(F, A) \
-	F(U, wr_id)           \
-	A(sge, sges)          \
+#define RBT_REC_recv_wr(F, A)                                                \
+	F(U, wr_id)                                                          \
+	A(sge, sges)                                                         \
 	F(B, payload) /* unused today: received bytes are captured in wcs */
 
 /* One completion. hw_ts is the NIC clock (0 when the CQ has none). */
-#define RBT_REC_wc(F, A)                              \
-	F(U, wr_id)                                   \
-	F(U, status) /* enum ibv_wc_status */         \
-	F(U, opcode) /* enum ibv_wc_opcode */         \
-	F(U, vendor_err)                              \
-	F(U, byte_len)                                \
-	F(U, imm_data) /* host order */               \
-	F(U, qp_num)                                  \
-	F(U, src_qp)                                  \
-	F(U, wc_flags)                                \
-	F(U, pkey_index)                              \
-	F(U, slid)                                    \
-	F(U, sl)                                      \
-	F(U, dlid_path_bits)                          \
-	F(D, hw_ts)   /* NIC clock ticks, 0 = none */ \
+#define RBT_REC_wc(F, A)                                 \
+	F(U, wr_id)                                      \
+	F(U, status) /* enum ibv_wc_status */            \
+	F(U, opcode) /* enum ibv_wc_opcode */            \
+	F(U, vendor_err)                                 \
+	F(U, byte_len)                                   \
+	F(U, imm_data) /* host order */                  \
+	F(U, qp_num)                                     \
+	F(U, src_qp)                                     \
+	F(U, wc_flags)                                   \
+	F(U, pkey_index)                                 \
+	F(U, slid)                                       \
+	F(U, sl)                                         \
+	F(U, dlid_path_bits)                             \
+	F(D, hw_ts) /* NIC clock ticks, 0 = none */      \
 	F(B, payload) /* received bytes, capture only */
 
 /* A stack frame: an instruction address; module_map events name the modules. */
-#define RBT_REC_frame(F, A) F(U, ip)
+#define RBT_REC_frame(F, A)             \
+	F(U, ip)
 
 /* Address vector, as in struct ibv_ah_attr (+ GRH). */
-#define RBT_AH_FIELDS(F)       \
-	F(U, ah_dlid)          \
-	F(U, ah_sl)            \
-	F(U, ah_src_path_bits) \
-	F(U, ah_static_rate)   \
-	F(U, ah_is_global)     \
-	F(B, ah_dgid)          \
-	F(U, ah_flow_label)    \
-	F(U, ah_sgid_index)    \
-	F(U, ah_hop_limit)     \
-	F(U, ah_traffic_class) \
+#define RBT_AH_FIELDS(F)                \
+	F(U, ah_dlid)                   \
+	F(U, ah_sl)                     \
+	F(U, ah_src_path_bits)          \
+	F(U, ah_static_rate)            \
+	F(U, ah_is_global)              \
+	F(B, ah_dgid)                   \
+	F(U, ah_flow_label)             \
+	F(U, ah_sgid_index)             \
+	F(U, ah_hop_limit)              \
+	F(U, ah_traffic_class)          \
 	F(U, ah_port_num)
 
 /* ---- events ---------------------------------------------------------------
@@ -166,7 +169,9 @@ struct rbt_blob {
 	X(ASYNC_EVENT, 57, async_event)
 
 /* A thread of the recording process (stream ids are these tids). */
-#define RBT_EV_thread(F, A) F(U, tid) F(S, name)
+#define RBT_EV_thread(F, A)             \
+	F(U, tid)                       \
+	F(S, name)
 
 /* The executable modules mapped at the time, for symbolising stacks. One event per
  * module; emitted before the first stack that needs it. The module's code is at
@@ -174,205 +179,404 @@ struct rbt_blob {
  * link-time virtual address of ip, the one the module's ELF symbol tables use
  * (from dl_iterate_phdr: base = dlpi_addr + the first PT_LOAD's p_vaddr, offset =
  * that p_vaddr). */
-#define RBT_EV_module_map(F, A) \
-	F(U, base) F(U, size) F(U, offset) F(S, path) F(S, build_id)
+#define RBT_EV_module_map(F, A)         \
+	F(U, base)                      \
+	F(U, size)                      \
+	F(U, offset)                    \
+	F(S, path)                      \
+	F(S, build_id)
 
 /* A call stack, attached to the event just before it in the same stream whose type
  * is ref_type. */
-#define RBT_EV_stack(F, A) F(U, ref_type) A(frame, frames)
+#define RBT_EV_stack(F, A)              \
+	F(U, ref_type)                  \
+	A(frame, frames)
 
 /* A pair of clock readings taken back to back: host ticks (the event ts), host
  * CLOCK_MONOTONIC and CLOCK_REALTIME in ns, and the NIC clock of a device when
  * one was read (ctx != 0, from ibv_query_rt_values_ex). */
-#define RBT_EV_clock_sample(F, A) \
-	F(H, ctx) F(U, mono_ns) F(U, real_ns) F(U, nic_ts) F(U, nic_hz)
+#define RBT_EV_clock_sample(F, A)       \
+	F(H, ctx)                       \
+	F(U, mono_ns)                   \
+	F(U, real_ns)                   \
+	F(U, nic_ts)                    \
+	F(U, nic_hz)
 
 /* Events that the recorder could not keep (exact counts, per stream). */
-#define RBT_EV_loss(F, A) \
-	F(U, lost_stream) F(U, events) F(U, bytes) F(T, first_ts) F(T, last_ts)
+#define RBT_EV_loss(F, A)               \
+	F(U, lost_stream)               \
+	F(U, events)                    \
+	F(U, bytes)                     \
+	F(T, first_ts)                  \
+	F(T, last_ts)
 
 /* Something the recorder wants a reader to know (e.g. "mlx5dv data path not
  * traced", "context layout not recognised"). level: 0 info, 1 warning. */
-#define RBT_EV_note(F, A) F(U, level) F(S, text)
+#define RBT_EV_note(F, A)               \
+	F(U, level)                     \
+	F(S, text)
 
-#define RBT_EV_device_list(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(S, names)
+#define RBT_EV_device_list(F, A)        \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(S, names)
 
-#define RBT_EV_device_open(F, A) \
-	F(T, ts_exit)            \
-	F(I, ret)                \
-	F(U, err)                \
-	F(H, ctx)                \
-	F(S, name)               \
-	F(U, node_guid)          \
-	F(U, transport) F(U, node_type) F(U, num_comp_vectors) F(U, async_fd)
+#define RBT_EV_device_open(F, A)        \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, ctx)                       \
+	F(S, name)                      \
+	F(U, node_guid)                 \
+	F(U, transport)                 \
+	F(U, node_type)                 \
+	F(U, num_comp_vectors)          \
+	F(U, async_fd)
 
-#define RBT_EV_device_close(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, ctx)
+#define RBT_EV_device_close(F, A)       \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, ctx)
 
 /* From ibv_query_device(_ex), recorded once per context (and on each query). */
-#define RBT_EV_device_attr(F, A)                                                    \
-	F(H, ctx)                                                                   \
-	F(S, fw_ver)                                                                \
-	F(U, vendor_id)                                                             \
-	F(U, vendor_part_id)                                                        \
-	F(U, max_mr_size)                                                           \
-	F(U, max_qp)                                                                \
-	F(U, max_qp_wr) F(U, max_sge) F(U, max_cq) F(U, max_cqe) F(U, max_mr)       \
-		F(U, max_pd) F(U, max_qp_rd_atom) F(U, max_qp_init_rd_atom)         \
-			F(U, max_srq) F(U, max_srq_wr) F(U, atomic_cap)             \
-				F(U, phys_port_cnt) F(U, completion_timestamp_mask) \
-					F(U, hca_core_clock) F(U, max_inline_data)
+#define RBT_EV_device_attr(F, A)        \
+	F(H, ctx)                       \
+	F(S, fw_ver)                    \
+	F(U, vendor_id)                 \
+	F(U, vendor_part_id)            \
+	F(U, max_mr_size)               \
+	F(U, max_qp)                    \
+	F(U, max_qp_wr)                 \
+	F(U, max_sge)                   \
+	F(U, max_cq)                    \
+	F(U, max_cqe)                   \
+	F(U, max_mr)                    \
+	F(U, max_pd)                    \
+	F(U, max_qp_rd_atom)            \
+	F(U, max_qp_init_rd_atom)       \
+	F(U, max_srq)                   \
+	F(U, max_srq_wr)                \
+	F(U, atomic_cap)                \
+	F(U, phys_port_cnt)             \
+	F(U, completion_timestamp_mask) \
+	F(U, hca_core_clock)            \
+	F(U, max_inline_data)
 
-#define RBT_EV_port_attr(F, A)                                             \
-	F(H, ctx)                                                          \
-	F(U, port)                                                         \
-	F(U, state)                                                        \
-	F(U, max_mtu)                                                      \
-	F(U, active_mtu)                                                   \
-	F(U, lid)                                                          \
-	F(U, sm_lid) F(U, link_layer) F(U, gid_tbl_len) F(U, active_speed) \
-		F(U, active_width) F(B, gid0)
+#define RBT_EV_port_attr(F, A)          \
+	F(H, ctx)                       \
+	F(U, port)                      \
+	F(U, state)                     \
+	F(U, max_mtu)                   \
+	F(U, active_mtu)                \
+	F(U, lid)                       \
+	F(U, sm_lid)                    \
+	F(U, link_layer)                \
+	F(U, gid_tbl_len)               \
+	F(U, active_speed)              \
+	F(U, active_width)              \
+	F(B, gid0)
 
-#define RBT_EV_pd_alloc(F, A)	F(T, ts_exit) F(I, ret) F(U, err) F(H, ctx) F(H, pd)
-#define RBT_EV_pd_dealloc(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, pd)
+#define RBT_EV_pd_alloc(F, A)           \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, ctx)                       \
+	F(H, pd)
+#define RBT_EV_pd_dealloc(F, A)         \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, pd)
 
 /* api: 0 ibv_reg_mr, 1 _iova, 2 _iova2, 3 dmabuf, 4 reg_dm_mr */
-#define RBT_EV_mr_reg(F, A)                                                  \
-	F(T, ts_exit)                                                        \
-	F(I, ret)                                                            \
-	F(U, err)                                                            \
-	F(H, pd)                                                             \
-	F(H, mr)                                                             \
-	F(D, addr)                                                           \
-	F(U, length) F(D, iova) F(U, access) F(U, lkey) F(U, rkey) F(U, api) \
-		F(U, dmabuf_fd) F(U, dmabuf_offset)
+#define RBT_EV_mr_reg(F, A)             \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, pd)                        \
+	F(H, mr)                        \
+	F(D, addr)                      \
+	F(U, length)                    \
+	F(D, iova)                      \
+	F(U, access)                    \
+	F(U, lkey)                      \
+	F(U, rkey)                      \
+	F(U, api)                       \
+	F(U, dmabuf_fd)                 \
+	F(U, dmabuf_offset)
 
-#define RBT_EV_mr_rereg(F, A) \
-	F(T, ts_exit)         \
-	F(I, ret)             \
-	F(U, err)             \
-	F(H, mr)              \
-	F(U, flags) F(H, pd) F(D, addr) F(U, length) F(U, access) F(U, lkey) F(U, rkey)
+#define RBT_EV_mr_rereg(F, A)           \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, mr)                        \
+	F(U, flags)                     \
+	F(H, pd)                        \
+	F(D, addr)                      \
+	F(U, length)                    \
+	F(U, access)                    \
+	F(U, lkey)                      \
+	F(U, rkey)
 
-#define RBT_EV_mr_dereg(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, mr)
+#define RBT_EV_mr_dereg(F, A)           \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, mr)
 
-#define RBT_EV_mw_alloc(F, A) \
-	F(T, ts_exit) F(I, ret) F(U, err) F(H, pd) F(H, mw) F(U, mw_type) F(U, rkey)
-#define RBT_EV_mw_dealloc(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, mw)
+#define RBT_EV_mw_alloc(F, A)           \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, pd)                        \
+	F(H, mw)                        \
+	F(U, mw_type)                   \
+	F(U, rkey)
+#define RBT_EV_mw_dealloc(F, A)         \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, mw)
 
-#define RBT_EV_xrcd_open(F, A) \
-	F(T, ts_exit) F(I, ret) F(U, err) F(H, ctx) F(H, xrcd) F(U, fd) F(U, oflags)
-#define RBT_EV_xrcd_close(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, xrcd)
+#define RBT_EV_xrcd_open(F, A)          \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, ctx)                       \
+	F(H, xrcd)                      \
+	F(U, fd)                        \
+	F(U, oflags)
+#define RBT_EV_xrcd_close(F, A)         \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, xrcd)
 
-#define RBT_EV_channel_create(F, A) \
-	F(T, ts_exit) F(I, ret) F(U, err) F(H, ctx) F(H, channel) F(U, fd)
-#define RBT_EV_channel_destroy(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, channel)
+#define RBT_EV_channel_create(F, A)     \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, ctx)                       \
+	F(H, channel)                   \
+	F(U, fd)
+#define RBT_EV_channel_destroy(F, A)    \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, channel)
 
 /* ex: created with ibv_create_cq_ex (wc_flags as asked). ts_source: how hw_ts
  * of this CQ's completions is obtained, 0 none, 1 the app asked for completion
  * timestamps, 2 the recorder added them (RBTRACE_NIC_TS). */
-#define RBT_EV_cq_create(F, A)                                                        \
-	F(T, ts_exit)                                                                 \
-	F(I, ret)                                                                     \
-	F(U, err)                                                                     \
-	F(H, ctx)                                                                     \
-	F(H, cq)                                                                      \
-	F(U, cqe_asked)                                                               \
-	F(U, cqe) F(H, channel) F(U, comp_vector) F(U, ex) F(U, wc_flags) F(U, flags) \
-		F(U, ts_source)
+#define RBT_EV_cq_create(F, A)          \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, ctx)                       \
+	F(H, cq)                        \
+	F(U, cqe_asked)                 \
+	F(U, cqe)                       \
+	F(H, channel)                   \
+	F(U, comp_vector)               \
+	F(U, ex)                        \
+	F(U, wc_flags)                  \
+	F(U, flags)                     \
+	F(U, ts_source)
 
-#define RBT_EV_cq_resize(F, A)	F(T, ts_exit) F(I, ret) F(U, err) F(H, cq) F(U, cqe)
-#define RBT_EV_cq_destroy(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, cq)
+#define RBT_EV_cq_resize(F, A)          \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, cq)                        \
+	F(U, cqe)
+#define RBT_EV_cq_destroy(F, A)         \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, cq)
 
 /* srq_type: enum ibv_srq_type; srqn for XRC SRQs. */
-#define RBT_EV_srq_create(F, A) \
-	F(T, ts_exit)           \
-	F(I, ret)               \
-	F(U, err)               \
-	F(H, pd)                \
-	F(H, srq)               \
-	F(U, max_wr)            \
-	F(U, max_sge) F(U, srq_limit) F(U, srq_type) F(H, xrcd) F(H, cq) F(U, srqn)
+#define RBT_EV_srq_create(F, A)         \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, pd)                        \
+	F(H, srq)                       \
+	F(U, max_wr)                    \
+	F(U, max_sge)                   \
+	F(U, srq_limit)                 \
+	F(U, srq_type)                  \
+	F(H, xrcd)                      \
+	F(H, cq)                        \
+	F(U, srqn)
 
-#define RBT_EV_srq_modify(F, A) \
-	F(T, ts_exit)           \
-	F(I, ret) F(U, err) F(H, srq) F(U, attr_mask) F(U, max_wr) F(U, srq_limit)
-#define RBT_EV_srq_destroy(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, srq)
+#define RBT_EV_srq_modify(F, A)         \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, srq)                       \
+	F(U, attr_mask)                 \
+	F(U, max_wr)                    \
+	F(U, srq_limit)
+#define RBT_EV_srq_destroy(F, A)        \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, srq)
 
 /* Caps are what the device granted (read back from the init attr). ex: made by
  * ibv_create_qp_ex; send_ops_flags when it uses the ibv_wr_* API. */
-#define RBT_EV_qp_create(F, A)                                                      \
-	F(T, ts_exit)                                                               \
-	F(I, ret)                                                                   \
-	F(U, err)                                                                   \
-	F(H, ctx)                                                                   \
-	F(H, pd)                                                                    \
-	F(H, qp)                                                                    \
-	F(U, qp_num) F(U, qp_type) F(H, send_cq) F(H, recv_cq) F(H, srq) F(H, xrcd) \
-		F(U, max_send_wr) F(U, max_recv_wr) F(U, max_send_sge)              \
-			F(U, max_recv_sge) F(U, max_inline_data) F(U, sq_sig_all)   \
-				F(U, ex) F(U, create_flags) F(U, send_ops_flags)
+#define RBT_EV_qp_create(F, A)          \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, ctx)                       \
+	F(H, pd)                        \
+	F(H, qp)                        \
+	F(U, qp_num)                    \
+	F(U, qp_type)                   \
+	F(H, send_cq)                   \
+	F(H, recv_cq)                   \
+	F(H, srq)                       \
+	F(H, xrcd)                      \
+	F(U, max_send_wr)               \
+	F(U, max_recv_wr)               \
+	F(U, max_send_sge)              \
+	F(U, max_recv_sge)              \
+	F(U, max_inline_data)           \
+	F(U, sq_sig_all)                \
+	F(U, ex)                        \
+	F(U, create_flags)              \
+	F(U, send_ops_flags)
 
 /* Every ibv_modify_qp: the mask and all attributes (only those in the mask mean
  * anything). */
-#define RBT_EV_qp_modify(F, A)                                                           \
-	F(T, ts_exit)                                                                    \
-	F(I, ret)                                                                        \
-	F(U, err)                                                                        \
-	F(H, qp)                                                                         \
-	F(U, attr_mask)                                                                  \
-	F(U, qp_state)                                                                   \
-	F(U, cur_qp_state) F(U, path_mtu) F(U, qkey) F(U, rq_psn) F(U, sq_psn)           \
-		F(U, dest_qp_num) F(U, qp_access_flags) F(U, pkey_index) F(U, port_num)  \
-			F(U, max_rd_atomic) F(U, max_dest_rd_atomic) F(U, min_rnr_timer) \
-				F(U, timeout) F(U, retry_cnt) F(U, rnr_retry)            \
-					F(U, sq_draining) F(U, rate_limit)               \
-						RBT_AH_FIELDS(F)
+#define RBT_EV_qp_modify(F, A)          \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, qp)                        \
+	F(U, attr_mask)                 \
+	F(U, qp_state)                  \
+	F(U, cur_qp_state)              \
+	F(U, path_mtu)                  \
+	F(U, qkey)                      \
+	F(U, rq_psn)                    \
+	F(U, sq_psn)                    \
+	F(U, dest_qp_num)               \
+	F(U, qp_access_flags)           \
+	F(U, pkey_index)                \
+	F(U, port_num)                  \
+	F(U, max_rd_atomic)             \
+	F(U, max_dest_rd_atomic)        \
+	F(U, min_rnr_timer)             \
+	F(U, timeout)                   \
+	F(U, retry_cnt)                 \
+	F(U, rnr_retry)                 \
+	F(U, sq_draining)               \
+	F(U, rate_limit)                \
+	RBT_AH_FIELDS(F)
 
 /* ibv_query_qp: state and caps as the device reports them. */
-#define RBT_EV_qp_query(F, A) \
-	F(T, ts_exit)         \
-	F(I, ret)             \
-	F(U, err)             \
-	F(H, qp)              \
-	F(U, attr_mask)       \
-	F(U, qp_state) F(U, max_inline_data) F(U, dest_qp_num) F(U, path_mtu)
+#define RBT_EV_qp_query(F, A)           \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, qp)                        \
+	F(U, attr_mask)                 \
+	F(U, qp_state)                  \
+	F(U, max_inline_data)           \
+	F(U, dest_qp_num)               \
+	F(U, path_mtu)
 
-#define RBT_EV_qp_destroy(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, qp)
+#define RBT_EV_qp_destroy(F, A)         \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, qp)
 
-#define RBT_EV_ah_create(F, A) \
-	F(T, ts_exit) F(I, ret) F(U, err) F(H, pd) F(H, ah) RBT_AH_FIELDS(F)
-#define RBT_EV_ah_destroy(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, ah)
+#define RBT_EV_ah_create(F, A)          \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, pd)                        \
+	F(H, ah)                        \
+	RBT_AH_FIELDS(F)
+#define RBT_EV_ah_destroy(F, A)         \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, ah)
 
 /* ret: what ibv_post_send returned (0 or an errno); bad_wr: index of *bad_wr in
  * wrs when ret != 0. api: 0 classic post_send, 1 ibv_wr_* (wr_start ..
  * wr_complete; ts is wr_start, ts_exit is wr_complete's return). */
-#define RBT_EV_post_send(F, A) \
-	F(T, ts_exit)          \
-	F(I, ret) F(H, qp) F(U, qp_num) F(U, bad_wr) F(U, api) A(send_wr, wrs)
+#define RBT_EV_post_send(F, A)          \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(H, qp)                        \
+	F(U, qp_num)                    \
+	F(U, bad_wr)                    \
+	F(U, api)                       \
+	A(send_wr, wrs)
 
-#define RBT_EV_post_recv(F, A) \
-	F(T, ts_exit) F(I, ret) F(H, qp) F(U, qp_num) F(U, bad_wr) A(recv_wr, wrs)
+#define RBT_EV_post_recv(F, A)          \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(H, qp)                        \
+	F(U, qp_num)                    \
+	F(U, bad_wr)                    \
+	A(recv_wr, wrs)
 
-#define RBT_EV_post_srq_recv(F, A) \
-	F(T, ts_exit) F(I, ret) F(H, srq) F(U, bad_wr) A(recv_wr, wrs)
+#define RBT_EV_post_srq_recv(F, A)      \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(H, srq)                       \
+	F(U, bad_wr)                    \
+	A(recv_wr, wrs)
 
 /* One ibv_poll_cq (asked = num_entries, ret = its return), or one extended poll
  * session start_poll .. end_poll (api 1; asked 0; ret = completions or -errno).
  * Empty polls are recorded too (the analyzer bounds completion times with them);
  * consecutive empty polls of one CQ are folded into one event with count = N. */
-#define RBT_EV_poll_cq(F, A) \
-	F(T, ts_exit) F(I, ret) F(H, cq) F(U, asked) F(U, api) F(U, count) A(wc, wcs)
+#define RBT_EV_poll_cq(F, A)            \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(H, cq)                        \
+	F(U, asked)                     \
+	F(U, api)                       \
+	F(U, count)                     \
+	A(wc, wcs)
 
-#define RBT_EV_req_notify(F, A) F(T, ts_exit) F(I, ret) F(H, cq) F(U, solicited_only)
+#define RBT_EV_req_notify(F, A)         \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(H, cq)                        \
+	F(U, solicited_only)
 
-#define RBT_EV_get_cq_event(F, A) F(T, ts_exit) F(I, ret) F(U, err) F(H, channel) F(H, cq)
+#define RBT_EV_get_cq_event(F, A)       \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(H, channel)                   \
+	F(H, cq)
 
-#define RBT_EV_ack_cq_events(F, A) F(H, cq) F(U, nevents)
+#define RBT_EV_ack_cq_events(F, A)      \
+	F(H, cq)                        \
+	F(U, nevents)
 
 /* ibv_get_async_event: event_type (enum ibv_event_type) and its element (a
  * QP/CQ/SRQ handle, or the port number). */
-#define RBT_EV_async_event(F, A) \
-	F(T, ts_exit) F(I, ret) F(H, ctx) F(U, event_type) F(H, element) F(U, port)
+#define RBT_EV_async_event(F, A)        \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(H, ctx)                       \
+	F(U, event_type)                \
+	F(H, element)                   \
+	F(U, port)
+/* clang-format on */
 
 /* ---- generated structs ------------------------------------------------------ */
 #define RBT__CTYPE_U	       uint64_t
@@ -551,6 +755,18 @@ const char *rbt_reader_error(const struct rbt_reader *r);
 const char *rbt_strerror(int err);
 /* Ticks to ns since the header's start pair, using clock_hz. */
 double rbt_ticks_to_ns(const struct rbt_header *h, uint64_t ticks);
+
+/* The libibverbs names of the verbs enums a trace stores as numbers ("SEND",
+ * "WR_FLUSH_ERR", "RTS", "RC"): NULL for a value the enum does not name. The
+ * values are libibverbs ABI and never change. */
+enum rbt_verbs_enum {
+	RBT_NAMES_WR_OPCODE, /* enum ibv_wr_opcode */
+	RBT_NAMES_WC_OPCODE, /* enum ibv_wc_opcode */
+	RBT_NAMES_WC_STATUS, /* enum ibv_wc_status */
+	RBT_NAMES_QP_STATE,  /* enum ibv_qp_state */
+	RBT_NAMES_QP_TYPE,   /* enum ibv_qp_type */
+};
+const char *rbt_verbs_name(enum rbt_verbs_enum which, uint64_t v);
 
 /* Printers, generated from the lists: one line of text (no newline) or one JSON
  * object, into buf; return the length they needed (snprintf-like). */

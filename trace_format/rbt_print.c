@@ -140,6 +140,8 @@ static const struct rbt_sym wc_status[] = {
 	{ 19, "FATAL_ERR" },
 	{ 20, "RESP_TIMEOUT_ERR" },
 	{ 21, "GENERAL_ERR" },
+	{ 22, "TM_ERR" },
+	{ 23, "TM_RNDV_INCOMPLETE" },
 	{ 0, NULL },
 };
 static const struct rbt_sym qp_states[] = {
@@ -164,6 +166,22 @@ static const struct rbt_sym wc_flags[] = {
 	{ 64, "TM_DATA_VALID" },
 	{ 0, NULL },
 };
+
+const char *rbt_verbs_name(enum rbt_verbs_enum which, uint64_t v)
+{
+	static const struct rbt_sym *const tables[] = {
+		[RBT_NAMES_WR_OPCODE] = wr_opcodes, [RBT_NAMES_WC_OPCODE] = wc_opcodes,
+		[RBT_NAMES_WC_STATUS] = wc_status,  [RBT_NAMES_QP_STATE] = qp_states,
+		[RBT_NAMES_QP_TYPE] = qp_types,
+	};
+
+	if ((unsigned)which >= RBT_ARRAY_SIZE(tables))
+		return NULL;
+	for (const struct rbt_sym *y = tables[which]; y->name; y++)
+		if (y->v == v)
+			return y->name;
+	return NULL;
+}
 
 static const struct {
 	const char *owner, *field; /* desc name (event or record), field name */
