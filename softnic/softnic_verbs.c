@@ -1107,8 +1107,8 @@ static const struct sn_trans sn_qp_table[7][7] = {
 				[SN_T_UD] = S_(PKEY_INDEX) | S_(PORT) | S_(QKEY),
 				[SN_T_UC] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
 				[SN_T_RC] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
-[SN_T_XI] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
-[SN_T_XT] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
+				[SN_T_XI] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
+				[SN_T_XT] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
 			},
 		},
 	},
@@ -1121,8 +1121,8 @@ static const struct sn_trans sn_qp_table[7][7] = {
 				[SN_T_UD] = S_(PKEY_INDEX) | S_(PORT) | S_(QKEY),
 				[SN_T_UC] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
 				[SN_T_RC] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
-[SN_T_XI] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
-[SN_T_XT] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
+				[SN_T_XI] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
+				[SN_T_XT] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
 			},
 		},
 		[IBV_QPS_RTR] = {
@@ -1131,16 +1131,16 @@ static const struct sn_trans sn_qp_table[7][7] = {
 				[SN_T_UC] = S_(AV) | S_(PATH_MTU) | S_(DEST_QPN) | S_(RQ_PSN),
 				[SN_T_RC] = S_(AV) | S_(PATH_MTU) | S_(DEST_QPN) | S_(RQ_PSN) |
 					    S_(MAX_DEST_RD_ATOMIC) | S_(MIN_RNR_TIMER),
-[SN_T_XI] = S_(AV) | S_(PATH_MTU) | S_(DEST_QPN) | S_(RQ_PSN),
-[SN_T_XT] = S_(AV) | S_(PATH_MTU) | S_(DEST_QPN) | S_(RQ_PSN) |
+				[SN_T_XI] = S_(AV) | S_(PATH_MTU) | S_(DEST_QPN) | S_(RQ_PSN),
+				[SN_T_XT] = S_(AV) | S_(PATH_MTU) | S_(DEST_QPN) | S_(RQ_PSN) |
 					    S_(MAX_DEST_RD_ATOMIC) | S_(MIN_RNR_TIMER),
 			},
 			.opt = {
 				[SN_T_UD] = S_(PKEY_INDEX) | S_(QKEY),
 				[SN_T_UC] = S_(ALT_PATH) | S_(ACCESS_FLAGS) | S_(PKEY_INDEX),
 				[SN_T_RC] = S_(ALT_PATH) | S_(ACCESS_FLAGS) | S_(PKEY_INDEX),
-[SN_T_XI] = S_(ALT_PATH) | S_(ACCESS_FLAGS) | S_(PKEY_INDEX),
-[SN_T_XT] = S_(ALT_PATH) | S_(ACCESS_FLAGS) | S_(PKEY_INDEX),
+				[SN_T_XI] = S_(ALT_PATH) | S_(ACCESS_FLAGS) | S_(PKEY_INDEX),
+				[SN_T_XT] = S_(ALT_PATH) | S_(ACCESS_FLAGS) | S_(PKEY_INDEX),
 			},
 		},
 	},
@@ -1154,9 +1154,9 @@ static const struct sn_trans sn_qp_table[7][7] = {
 				[SN_T_UC] = S_(SQ_PSN),
 				[SN_T_RC] = S_(TIMEOUT) | S_(RETRY_CNT) | S_(RNR_RETRY) | S_(SQ_PSN) |
 					    S_(MAX_QP_RD_ATOMIC),
-[SN_T_XI] = S_(TIMEOUT) | S_(RETRY_CNT) | S_(RNR_RETRY) | S_(SQ_PSN) |
+				[SN_T_XI] = S_(TIMEOUT) | S_(RETRY_CNT) | S_(RNR_RETRY) | S_(SQ_PSN) |
 					    S_(MAX_QP_RD_ATOMIC),
-[SN_T_XT] = S_(TIMEOUT) | S_(SQ_PSN),
+				[SN_T_XT] = S_(TIMEOUT) | S_(SQ_PSN),
 			},
 			.opt = {
 				[SN_T_UD] = S_(CUR_STATE) | S_(QKEY),
@@ -1164,9 +1164,9 @@ static const struct sn_trans sn_qp_table[7][7] = {
 					    S_(PATH_MIG_STATE),
 				[SN_T_RC] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
 					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
-[SN_T_XI] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
+				[SN_T_XI] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
 					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
-[SN_T_XT] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
+				[SN_T_XT] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
 					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
 			},
 		},
@@ -1182,9 +1182,9 @@ static const struct sn_trans sn_qp_table[7][7] = {
 					    S_(PATH_MIG_STATE),
 				[SN_T_RC] = S_(CUR_STATE) | S_(ACCESS_FLAGS) | S_(ALT_PATH) |
 					    S_(PATH_MIG_STATE) | S_(MIN_RNR_TIMER),
-[SN_T_XI] = S_(CUR_STATE) | S_(ACCESS_FLAGS) | S_(ALT_PATH) |
+				[SN_T_XI] = S_(CUR_STATE) | S_(ACCESS_FLAGS) | S_(ALT_PATH) |
 					    S_(PATH_MIG_STATE) | S_(MIN_RNR_TIMER),
-[SN_T_XT] = S_(CUR_STATE) | S_(ACCESS_FLAGS) | S_(ALT_PATH) |
+				[SN_T_XT] = S_(CUR_STATE) | S_(ACCESS_FLAGS) | S_(ALT_PATH) |
 					    S_(PATH_MIG_STATE) | S_(MIN_RNR_TIMER),
 			},
 		},
@@ -1194,8 +1194,8 @@ static const struct sn_trans sn_qp_table[7][7] = {
 				[SN_T_UD] = S_(EN_SQD_ASYNC_NOTIFY),
 				[SN_T_UC] = S_(EN_SQD_ASYNC_NOTIFY),
 				[SN_T_RC] = S_(EN_SQD_ASYNC_NOTIFY),
-[SN_T_XI] = S_(EN_SQD_ASYNC_NOTIFY),
-[SN_T_XT] = S_(EN_SQD_ASYNC_NOTIFY),
+				[SN_T_XI] = S_(EN_SQD_ASYNC_NOTIFY),
+				[SN_T_XT] = S_(EN_SQD_ASYNC_NOTIFY),
 			},
 		},
 	},
@@ -1210,9 +1210,9 @@ static const struct sn_trans sn_qp_table[7][7] = {
 					    S_(PATH_MIG_STATE),
 				[SN_T_RC] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
 					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
-[SN_T_XI] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
+				[SN_T_XI] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
 					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
-[SN_T_XT] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
+				[SN_T_XT] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
 					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
 			},
 		},
@@ -1227,12 +1227,12 @@ static const struct sn_trans sn_qp_table[7][7] = {
 					    S_(MAX_DEST_RD_ATOMIC) | S_(ALT_PATH) |
 					    S_(ACCESS_FLAGS) | S_(PKEY_INDEX) |
 					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
-[SN_T_XI] = S_(PORT) | S_(AV) | S_(TIMEOUT) | S_(RETRY_CNT) |
+				[SN_T_XI] = S_(PORT) | S_(AV) | S_(TIMEOUT) | S_(RETRY_CNT) |
 					    S_(RNR_RETRY) | S_(MAX_QP_RD_ATOMIC) |
 					    S_(MAX_DEST_RD_ATOMIC) | S_(ALT_PATH) |
 					    S_(ACCESS_FLAGS) | S_(PKEY_INDEX) |
 					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
-[SN_T_XT] = S_(PORT) | S_(AV) | S_(TIMEOUT) | S_(RETRY_CNT) |
+				[SN_T_XT] = S_(PORT) | S_(AV) | S_(TIMEOUT) | S_(RETRY_CNT) |
 					    S_(RNR_RETRY) | S_(MAX_QP_RD_ATOMIC) |
 					    S_(MAX_DEST_RD_ATOMIC) | S_(ALT_PATH) |
 					    S_(ACCESS_FLAGS) | S_(PKEY_INDEX) |
