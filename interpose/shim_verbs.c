@@ -192,6 +192,50 @@ void rbt_rec_device_attr(struct ibv_context *ctx, const struct ibv_device_attr *
 	rbt_emit(&ev);
 }
 
+/* ---- one-handle releases ----------------------------------------------------------- */
+/* The verbs that release one object and return 0 or an errno all record the same
+ * shape (ts_exit, ret, err, the handle), so they are written once. Columns: symbol,
+ * version, handle type, event, its union member, its handle field, and whether the
+ * data path keeps state for the object (forgotten once the release succeeded, after
+ * the event so the event still names a live object). */
+#define RBT_RELEASE_VERBS(X)                                                             \
+	X(ibv_dealloc_pd, "IBVERBS_1.1", struct ibv_pd, PD_DEALLOC, pd_dealloc, pd, 0)   \
+	X(ibv_dereg_mr, "IBVERBS_1.1", struct ibv_mr, MR_DEREG, mr_dereg, mr, 0)         \
+	X(ibv_destroy_comp_channel, "IBVERBS_1.0", struct ibv_comp_channel,              \
+	  CHANNEL_DESTROY, channel_destroy, channel, 0)                                  \
+	X(ibv_destroy_cq, "IBVERBS_1.1", struct ibv_cq, CQ_DESTROY, cq_destroy, cq, 1)   \
+	X(ibv_destroy_srq, "IBVERBS_1.1", struct ibv_srq, SRQ_DESTROY, srq_destroy, srq, \
+	  0)                                                                             \
+	X(ibv_destroy_qp, "IBVERBS_1.1", struct ibv_qp, QP_DESTROY, qp_destroy, qp, 1)   \
+	X(ibv_destroy_ah, "IBVERBS_1.1", struct ibv_ah, AH_DESTROY, ah_destroy, ah, 0)
+
+#define RBT_RELEASE_WRAPPER(name, ver, htype, EV, lname, field, forget)  \
+	RBT_EXPORT int name(htype *obj)                                  \
+	{                                                                \
+		RBT_RESOLVE(name, ver);                                  \
+		if (!real)                                               \
+			return ENOSYS;                                   \
+		if (!rbt_recording()) {                                  \
+			int ret = real(obj);                             \
+			if ((forget) && !ret)                            \
+				rbt_dp_forget_obj(obj);                  \
+			return ret;                                      \
+		}                                                        \
+		RBT_CALL(int ret, real(obj));                            \
+		struct rbt_event ev = { .type = RBT_EV_##EV, .ts = t0 }; \
+		ev.u.lname.ts_exit = t1;                                 \
+		ev.u.lname.ret = ret;                                    \
+		ev.u.lname.err = RBT_IERR(ret);                          \
+		ev.u.lname.field = (uintptr_t)obj;                       \
+		rbt_emit(&ev);                                           \
+		if ((forget) && !ret)                                    \
+			rbt_dp_forget_obj(obj);                          \
+		errno = rerrno;                                          \
+		return ret;                                              \
+	}
+
+RBT_RELEASE_VERBS(RBT_RELEASE_WRAPPER)
+
 /* ---- devices ----------------------------------------------------------------------- */
 RBT_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 {
@@ -355,24 +399,6 @@ RBT_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
 	return pd;
 }
 
-RBT_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
-{
-	RBT_RESOLVE(ibv_dealloc_pd, "IBVERBS_1.1");
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(pd);
-	RBT_CALL(int ret, real(pd));
-	struct rbt_event ev = { .type = RBT_EV_PD_DEALLOC, .ts = t0 };
-	ev.u.pd_dealloc.ts_exit = t1;
-	ev.u.pd_dealloc.ret = ret;
-	ev.u.pd_dealloc.err = RBT_IERR(ret);
-	ev.u.pd_dealloc.pd = (uintptr_t)pd;
-	rbt_emit(&ev);
-	errno = rerrno;
-	return ret;
-}
-
 static void rbt_rec_mr(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
 		       struct ibv_mr *mr, void *addr, size_t len, uint64_t iova,
 		       unsigned access, int api, int fd, uint64_t off)
@@ -398,70 +424,42 @@ static void rbt_rec_mr(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
 	rbt_emit_stack(RBT_EV_MR_REG);
 }
 
-RBT_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
-				     int access)
-{
-	RBT_RESOLVE(ibv_reg_mr, "IBVERBS_1.1");
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(pd, addr, len, access);
-	RBT_CALL(struct ibv_mr * mr, real(pd, addr, len, access));
-	rbt_rec_mr(t0, t1, RBT_PERR(mr), pd, mr, addr, len, (uintptr_t)addr, access, 0,
-		   -1, 0);
-	errno = rerrno;
-	return mr;
-}
+/* The registrations differ only in their arguments and in what they tell rbt_rec_mr:
+ * address, length, iova, access, which call (api), dma-buf fd and offset. */
+#define RBT_REG_MR_VERBS(X)                                                        \
+	X(ibv_reg_mr, "IBVERBS_1.1",                                               \
+	  (struct ibv_pd * pd, void *addr, size_t len, int access),                \
+	  (pd, addr, len, access), (addr, len, (uintptr_t)addr, access, 0, -1, 0)) \
+	X(ibv_reg_mr_iova, "IBVERBS_1.7",                                          \
+	  (struct ibv_pd * pd, void *addr, size_t len, uint64_t iova, int access), \
+	  (pd, addr, len, iova, access), (addr, len, iova, access, 1, -1, 0))      \
+	X(ibv_reg_mr_iova2, "IBVERBS_1.8",                                         \
+	  (struct ibv_pd * pd, void *addr, size_t len, uint64_t iova,              \
+	   unsigned int access),                                                   \
+	  (pd, addr, len, iova, access), (addr, len, iova, access, 2, -1, 0))      \
+	X(ibv_reg_dmabuf_mr, "IBVERBS_1.12",                                       \
+	  (struct ibv_pd * pd, uint64_t offset, size_t len, uint64_t iova, int fd, \
+	   int access),                                                            \
+	  (pd, offset, len, iova, fd, access), (NULL, len, iova, access, 3, fd, offset))
 
-RBT_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t len,
-					  uint64_t iova, int access)
-{
-	RBT_RESOLVE(ibv_reg_mr_iova, "IBVERBS_1.7");
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
+#define RBT_ARGS(...) __VA_ARGS__
+#define RBT_REG_MR_WRAPPER(name, ver, params, args, rec)                \
+	RBT_EXPORT struct ibv_mr *name params                           \
+	{                                                               \
+		RBT_RESOLVE(name, ver);                                 \
+		if (!real) {                                            \
+			errno = ENOSYS;                                 \
+			return NULL;                                    \
+		}                                                       \
+		if (!rbt_recording())                                   \
+			return real args;                               \
+		RBT_CALL(struct ibv_mr *mr, real args);                 \
+		rbt_rec_mr(t0, t1, RBT_PERR(mr), pd, mr, RBT_ARGS rec); \
+		errno = rerrno;                                         \
+		return mr;                                              \
 	}
-	if (!rbt_recording())
-		return real(pd, addr, len, iova, access);
-	RBT_CALL(struct ibv_mr * mr, real(pd, addr, len, iova, access));
-	rbt_rec_mr(t0, t1, RBT_PERR(mr), pd, mr, addr, len, iova, access, 1, -1, 0);
-	errno = rerrno;
-	return mr;
-}
 
-RBT_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len,
-					   uint64_t iova, unsigned int access)
-{
-	RBT_RESOLVE(ibv_reg_mr_iova2, "IBVERBS_1.8");
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(pd, addr, len, iova, access);
-	RBT_CALL(struct ibv_mr * mr, real(pd, addr, len, iova, access));
-	rbt_rec_mr(t0, t1, RBT_PERR(mr), pd, mr, addr, len, iova, access, 2, -1, 0);
-	errno = rerrno;
-	return mr;
-}
-
-RBT_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
-					    size_t len, uint64_t iova, int fd, int access)
-{
-	RBT_RESOLVE(ibv_reg_dmabuf_mr, "IBVERBS_1.12");
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(pd, offset, len, iova, fd, access);
-	RBT_CALL(struct ibv_mr * mr, real(pd, offset, len, iova, fd, access));
-	rbt_rec_mr(t0, t1, RBT_PERR(mr), pd, mr, NULL, len, iova, access, 3, fd, offset);
-	errno = rerrno;
-	return mr;
-}
+RBT_REG_MR_VERBS(RBT_REG_MR_WRAPPER)
 
 RBT_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
 			    size_t len, int access)
@@ -491,24 +489,6 @@ RBT_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, voi
 	return ret;
 }
 
-RBT_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
-{
-	RBT_RESOLVE(ibv_dereg_mr, "IBVERBS_1.1");
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(mr);
-	RBT_CALL(int ret, real(mr));
-	struct rbt_event ev = { .type = RBT_EV_MR_DEREG, .ts = t0 };
-	ev.u.mr_dereg.ts_exit = t1;
-	ev.u.mr_dereg.ret = ret;
-	ev.u.mr_dereg.err = RBT_IERR(ret);
-	ev.u.mr_dereg.mr = (uintptr_t)mr;
-	rbt_emit(&ev);
-	errno = rerrno;
-	return ret;
-}
-
 /* ---- completion channels and CQs ------------------------------------------------------ */
 RBT_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
 {
@@ -531,24 +511,6 @@ RBT_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *
 	rbt_emit_stack(RBT_EV_CHANNEL_CREATE);
 	errno = rerrno;
 	return ch;
-}
-
-RBT_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
-{
-	RBT_RESOLVE(ibv_destroy_comp_channel, "IBVERBS_1.0");
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(ch);
-	RBT_CALL(int ret, real(ch));
-	struct rbt_event ev = { .type = RBT_EV_CHANNEL_DESTROY, .ts = t0 };
-	ev.u.channel_destroy.ts_exit = t1;
-	ev.u.channel_destroy.ret = ret;
-	ev.u.channel_destroy.err = RBT_IERR(ret);
-	ev.u.channel_destroy.channel = (uintptr_t)ch;
-	rbt_emit(&ev);
-	errno = rerrno;
-	return ret;
 }
 
 RBT_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe,
@@ -609,30 +571,6 @@ RBT_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 	ev.u.cq_resize.cq = (uintptr_t)cq;
 	ev.u.cq_resize.cqe = ret ? (uint64_t)cqe : (uint64_t)cq->cqe;
 	rbt_emit(&ev);
-	errno = rerrno;
-	return ret;
-}
-
-RBT_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
-{
-	RBT_RESOLVE(ibv_destroy_cq, "IBVERBS_1.1");
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording()) {
-		int ret = real(cq);
-		if (!ret)
-			rbt_dp_forget_obj(cq);
-		return ret;
-	}
-	RBT_CALL(int ret, real(cq));
-	struct rbt_event ev = { .type = RBT_EV_CQ_DESTROY, .ts = t0 };
-	ev.u.cq_destroy.ts_exit = t1;
-	ev.u.cq_destroy.ret = ret;
-	ev.u.cq_destroy.err = RBT_IERR(ret);
-	ev.u.cq_destroy.cq = (uintptr_t)cq;
-	rbt_emit(&ev);
-	if (!ret)
-		rbt_dp_forget_obj(cq);
 	errno = rerrno;
 	return ret;
 }
@@ -714,24 +652,6 @@ RBT_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, in
 	ev.u.srq_modify.attr_mask = mask;
 	ev.u.srq_modify.max_wr = attr->max_wr;
 	ev.u.srq_modify.srq_limit = attr->srq_limit;
-	rbt_emit(&ev);
-	errno = rerrno;
-	return ret;
-}
-
-RBT_EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
-{
-	RBT_RESOLVE(ibv_destroy_srq, "IBVERBS_1.1");
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(srq);
-	RBT_CALL(int ret, real(srq));
-	struct rbt_event ev = { .type = RBT_EV_SRQ_DESTROY, .ts = t0 };
-	ev.u.srq_destroy.ts_exit = t1;
-	ev.u.srq_destroy.ret = ret;
-	ev.u.srq_destroy.err = RBT_IERR(ret);
-	ev.u.srq_destroy.srq = (uintptr_t)srq;
 	rbt_emit(&ev);
 	errno = rerrno;
 	return ret;
@@ -867,30 +787,6 @@ RBT_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mas
 	return ret;
 }
 
-RBT_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
-{
-	RBT_RESOLVE(ibv_destroy_qp, "IBVERBS_1.1");
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording()) {
-		int ret = real(qp);
-		if (!ret)
-			rbt_dp_forget_obj(qp);
-		return ret;
-	}
-	RBT_CALL(int ret, real(qp));
-	struct rbt_event ev = { .type = RBT_EV_QP_DESTROY, .ts = t0 };
-	ev.u.qp_destroy.ts_exit = t1;
-	ev.u.qp_destroy.ret = ret;
-	ev.u.qp_destroy.err = RBT_IERR(ret);
-	ev.u.qp_destroy.qp = (uintptr_t)qp;
-	rbt_emit(&ev);
-	if (!ret)
-		rbt_dp_forget_obj(qp);
-	errno = rerrno;
-	return ret;
-}
-
 /* ---- AH ------------------------------------------------------------------------------------ */
 RBT_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
@@ -948,24 +844,6 @@ RBT_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc
 	rbt_emit_stack(RBT_EV_AH_CREATE);
 	errno = rerrno;
 	return ah;
-}
-
-RBT_EXPORT int ibv_destroy_ah(struct ibv_ah *ah)
-{
-	RBT_RESOLVE(ibv_destroy_ah, "IBVERBS_1.1");
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(ah);
-	RBT_CALL(int ret, real(ah));
-	struct rbt_event ev = { .type = RBT_EV_AH_DESTROY, .ts = t0 };
-	ev.u.ah_destroy.ts_exit = t1;
-	ev.u.ah_destroy.ret = ret;
-	ev.u.ah_destroy.err = RBT_IERR(ret);
-	ev.u.ah_destroy.ah = (uintptr_t)ah;
-	rbt_emit(&ev);
-	errno = rerrno;
-	return ret;
 }
 
 /* ---- async events ----------------------------------------------------------------------- */
