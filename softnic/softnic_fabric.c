@@ -25,6 +25,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -74,9 +75,10 @@ int sn_shm_create(const char *name, size_t len, void **out)
 	fd = open(p, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
-	if (ftruncate(fd, (off_t)len) < 0) {
-		int e = errno;
-
+	/* reserve the pages now: a full tmpfs must fail here with ENOSPC, not
+	 * later with SIGBUS in whichever process touches the page first */
+	int e = posix_fallocate(fd, 0, (off_t)len);
+	if (e) {
 		close(fd);
 		unlink(p);
 		return -e;
@@ -364,6 +366,16 @@ void sn_fabric_atfork_child(void)
 	sn_g.srqs = NULL;
 }
 
+/* The fabric holds a copy of every registered MR: /dev/shm (memory) when it is
+ * writable and roomy, else /tmp. Containers often give /dev/shm only 64 MiB. */
+static bool sn_shm_roomy(const char *dir)
+{
+	struct statvfs v;
+
+	return access(dir, W_OK) == 0 && statvfs(dir, &v) == 0 &&
+	       (uint64_t)v.f_bavail * v.f_frsize >= (512ull << 20);
+}
+
 /* mkdir -p: SOFTNIC_FABRIC may name a directory whose parents do not exist yet. */
 static int sn_mkdirs(const char *dir)
 {
@@ -398,7 +410,7 @@ int sn_init(void)
 	dir = getenv("SOFTNIC_FABRIC");
 	if (dir && *dir)
 		snprintf(sn_g.dir, sizeof(sn_g.dir), "%s", dir);
-	else if (access("/dev/shm", W_OK) == 0)
+	else if (sn_shm_roomy("/dev/shm"))
 		snprintf(sn_g.dir, sizeof(sn_g.dir), "/dev/shm/softnic-%u",
 			 (unsigned)uid);
 	else
@@ -595,8 +607,8 @@ static struct sn_run *sn_run_new(uint64_t va, uint64_t len)
 	fd = open(p, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0)
 		goto fail;
-	if (ftruncate(fd, (off_t)len) < 0)
-		goto fail_fd;
+	if ((errno = posix_fallocate(fd, 0, (off_t)len)) != 0)
+		goto fail_fd; /* ENOSPC on a full fabric: the registration fails */
 	/* copy what the process has there now (whole pages: more than the
 	 * caller's buffer, so a sanitizer must not look) */
 	{
