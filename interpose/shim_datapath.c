@@ -962,18 +962,30 @@ struct ibv_cq *rbt_dp_create_ts_cq(struct ibv_context *ctx, int cqe, void *cq_co
 }
 
 /* ---- ibv_qp_ex: ibv_wr_* ------------------------------------------------------------ */
-#define RBT_QPX_OPS(X)                                                               \
-	X(wr_atomic_cmp_swp)                                                         \
-	X(wr_atomic_fetch_add)                                                       \
-	X(wr_bind_mw)                                                                \
-	X(wr_local_inv)                                                              \
-	X(wr_rdma_read)                                                              \
-	X(wr_rdma_write)                                                             \
-	X(wr_rdma_write_imm) X(wr_send) X(wr_send_imm) X(wr_send_inv) X(wr_send_tso) \
-		X(wr_set_ud_addr) X(wr_set_xrc_srqn) X(wr_set_inline_data)           \
-			X(wr_set_inline_data_list) X(wr_set_sge) X(wr_set_sge_list)  \
-				X(wr_start) X(wr_complete) X(wr_abort)               \
-					X(wr_atomic_write)
+/* clang-format off */
+#define RBT_QPX_OPS(X)             \
+	X(wr_atomic_cmp_swp)       \
+	X(wr_atomic_fetch_add)     \
+	X(wr_bind_mw)              \
+	X(wr_local_inv)            \
+	X(wr_rdma_read)            \
+	X(wr_rdma_write)           \
+	X(wr_rdma_write_imm)       \
+	X(wr_send)                 \
+	X(wr_send_imm)             \
+	X(wr_send_inv)             \
+	X(wr_send_tso)             \
+	X(wr_set_ud_addr)          \
+	X(wr_set_xrc_srqn)         \
+	X(wr_set_inline_data)      \
+	X(wr_set_inline_data_list) \
+	X(wr_set_sge)              \
+	X(wr_set_sge_list)         \
+	X(wr_start)                \
+	X(wr_complete)             \
+	X(wr_abort)                \
+	X(wr_atomic_write)
+/* clang-format on */
 
 #define RBT_QPX_WRS  32
 #define RBT_QPX_SGES 8
