@@ -516,28 +516,13 @@ TEST(SoftnicEvents, CommEstablishedAndSqDrained)
 			n.post_recv(1, 0, 64);
 			SnInfo r = n.exchange(fd);
 			/* RTR only: a responder that has not gone to RTS yet */
-			ibv_qp_attr a = {};
-			a.qp_state = IBV_QPS_RTR;
-			a.path_mtu = IBV_MTU_4096;
-			a.dest_qp_num = r.qpn;
-			a.rq_psn = r.psn;
-			a.ah_attr.dlid = r.lid;
-			a.ah_attr.port_num = 1;
-			a.max_dest_rd_atomic = 1;
-			a.min_rnr_timer = 1;
-			SN_CHECK_EQ(
-				ibv_modify_qp(n.qp, &a,
-					      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-						      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-						      IBV_QP_MAX_DEST_RD_ATOMIC |
-						      IBV_QP_MIN_RNR_TIMER),
-				0);
+			n.to_rtr(r);
 			sn_sync(fd);
 			ibv_async_event ev = wait_async(n.ctx);
 			SN_CHECK_EQ(ev.event_type, IBV_EVENT_COMM_EST);
 			SN_CHECK(ev.element.qp == n.qp);
 			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
-			a = {};
+			ibv_qp_attr a = {};
 			a.qp_state = IBV_QPS_RTS;
 			a.timeout = 14;
 			a.retry_cnt = 7;

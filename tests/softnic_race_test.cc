@@ -60,25 +60,10 @@ SnEnds FreshPair(uint64_t *first_send_ns_max)
 			n.make(IBV_QPT_RC, 4096, 4);
 			SnInfo peer = n.exchange(fd);
 			n.post_recv(7, 0, 64);
-			ibv_qp_attr a = {};
-			a.qp_state = IBV_QPS_RTR;
-			a.path_mtu = IBV_MTU_4096;
-			a.dest_qp_num = peer.qpn;
-			a.rq_psn = peer.psn;
-			a.ah_attr.dlid = peer.lid;
-			a.ah_attr.port_num = 1;
-			a.max_dest_rd_atomic = 1;
-			a.min_rnr_timer = 1;
-			SN_CHECK_EQ(
-				ibv_modify_qp(n.qp, &a,
-					      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-						      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-						      IBV_QP_MAX_DEST_RD_ATOMIC |
-						      IBV_QP_MIN_RNR_TIMER),
-				0);
+			n.to_rtr(peer);
 			char c = 'r';
 			sn_xwrite(fd, &c, 1);
-			memset(&a, 0, sizeof(a));
+			ibv_qp_attr a = {};
 			a.qp_state = IBV_QPS_RTS;
 			a.sq_psn = 0x1234;
 			a.timeout = 14;

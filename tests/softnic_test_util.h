@@ -295,8 +295,8 @@ struct SnNode {
 		return theirs;
 	}
 
-	void connect(const SnInfo &r, ibv_qp *q = nullptr, uint8_t rnr_retry = 7,
-		     uint8_t timeout = 14, uint8_t retry_cnt = 7, uint8_t min_rnr = 1)
+	/* INIT -> RTR towards r: a responder that can receive but not yet send. */
+	void to_rtr(const SnInfo &r, ibv_qp *q = nullptr, uint8_t min_rnr = 1)
 	{
 		q = q ? q : qp;
 		ibv_qp_attr a = {};
@@ -317,10 +317,17 @@ struct SnNode {
 			}
 		}
 		SN_CHECK_EQ(ibv_modify_qp(q, &a, mask), 0);
-		memset(&a, 0, sizeof(a));
+	}
+
+	void connect(const SnInfo &r, ibv_qp *q = nullptr, uint8_t rnr_retry = 7,
+		     uint8_t timeout = 14, uint8_t retry_cnt = 7, uint8_t min_rnr = 1)
+	{
+		q = q ? q : qp;
+		to_rtr(r, q, min_rnr);
+		ibv_qp_attr a = {};
 		a.qp_state = IBV_QPS_RTS;
 		a.sq_psn = 0x1234;
-		mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+		int mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
 		if (type == IBV_QPT_RC) {
 			a.timeout = timeout;
 			a.retry_cnt = retry_cnt;
