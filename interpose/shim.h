@@ -21,6 +21,7 @@
 #define RBT_LIKELY(x)	__builtin_expect(!!(x), 1)
 #define RBT_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define RBT_TLS		__thread __attribute__((tls_model("initial-exec")))
+#define RBT_ALIGN8(x)	(((x) + 7u) & ~(size_t)7u)
 
 struct rbt_config {
 	size_t ring_bytes;    /* per thread, power of two */
@@ -99,8 +100,8 @@ struct rbt_raw_swr {
 	uint64_t wr_id, remote_addr, compare_add, swap, ah;
 	uint32_t opcode, send_flags, imm, rkey, remote_qpn, remote_qkey;
 	uint16_t nsge;
-	uint16_t payload_len; /* bytes after the sges, padded to 8 */
-	uint32_t pad;
+	uint16_t pad;
+	uint32_t payload_len; /* bytes after the sges, padded to 8 */
 	/* struct rbt_raw_sge sge[nsge]; uint8_t payload[payload_len] */
 };
 

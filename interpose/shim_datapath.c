@@ -994,14 +994,54 @@ struct rbt_qpx_wr {
 	struct rbt_raw_sge sge[RBT_QPX_SGES];
 };
 
+/* Inline data is copied by the provider when it is set, and the application may
+ * reuse its buffer at once: with payload capture on, it is kept here (up to this
+ * much per WR; more inline data than this is unusual on any device). */
+#define RBT_QPX_INLINE_MAX 1024
+
 struct rbt_qpx_ent {
 	struct ibv_qp_ex *qpx;
 #define RBT_QPX_FIELD(f) __typeof__(((struct ibv_qp_ex *)0)->f) f;
 	RBT_QPX_OPS(RBT_QPX_FIELD)
 	uint64_t ts;
 	uint32_t n;
+	uint32_t inl_cap; /* bytes of inl per WR; 0 = payload capture off */
+	uint8_t *inl;	  /* RBT_QPX_WRS * inl_cap: inline payloads of the session */
 	struct rbt_qpx_wr wrs[RBT_QPX_WRS];
 };
+
+/* Payload bytes WR i of the session carries in the record: the inline data kept
+ * when it was set, or (capture on, sge-based) the start of its buffers. */
+static uint32_t rbt_qpx_payload_len(const struct rbt_qpx_ent *e, uint32_t i)
+{
+	const struct rbt_qpx_wr *c = &e->wrs[i];
+	uint64_t n = 0;
+
+	if (!e->inl_cap || !rbt_wr_has_payload(c->w.opcode))
+		return 0;
+	if (c->w.send_flags & IBV_SEND_INLINE)
+		return c->w.payload_len;
+	for (uint32_t k = 0; k < c->w.nsge; k++)
+		n += c->sge[k].length;
+	return n > rbt_cfg.payload ? rbt_cfg.payload : (uint32_t)n;
+}
+
+static void rbt_qpx_copy_payload(const struct rbt_qpx_ent *e, uint32_t i, uint8_t *dst,
+				 uint32_t len)
+{
+	const struct rbt_qpx_wr *c = &e->wrs[i];
+
+	if (c->w.send_flags & IBV_SEND_INLINE) {
+		memcpy(dst, e->inl + (size_t)i * e->inl_cap, len);
+		return;
+	}
+	for (uint32_t k = 0; k < c->w.nsge && len; k++) {
+		uint32_t l = c->sge[k].length < len ? c->sge[k].length : len;
+		memcpy(dst, (const void *)(uintptr_t)c->sge[k].addr, l);
+		dst += l;
+		len -= l;
+	}
+}
 
 static void rbt_qpx_emit(struct rbt_qpx_ent *e, int ret, uint64_t t1)
 {
@@ -1009,9 +1049,12 @@ static void rbt_qpx_emit(struct rbt_qpx_ent *e, int ret, uint64_t t1)
 	size_t len = sizeof(struct rbt_raw_post);
 	struct rbt_raw_post *p;
 
-	for (uint32_t i = 0; i < e->n; i++)
+	for (uint32_t i = 0; i < e->n; i++) {
+		e->wrs[i].w.payload_len = rbt_qpx_payload_len(e, i);
 		len += sizeof(struct rbt_raw_swr) +
-		       e->wrs[i].w.nsge * sizeof(struct rbt_raw_sge);
+		       e->wrs[i].w.nsge * sizeof(struct rbt_raw_sge) +
+		       RBT_ALIGN8(e->wrs[i].w.payload_len);
+	}
 	p = rbt_ring_reserve(r, (uint32_t)len);
 	if (p) {
 		p->h.len = (uint32_t)len;
@@ -1032,6 +1075,11 @@ static void rbt_qpx_emit(struct rbt_qpx_ent *e, int ret, uint64_t t1)
 				   e->wrs[i].w.nsge * sizeof(struct rbt_raw_sge);
 			memcpy(o, &e->wrs[i], l);
 			o += l;
+			uint32_t pl = e->wrs[i].w.payload_len;
+			if (pl) {
+				rbt_qpx_copy_payload(e, i, o, pl);
+				o += RBT_ALIGN8(pl);
+			}
 		}
 		rbt_ring_commit(r);
 	}
@@ -1224,6 +1272,20 @@ static void rbt_wr_set_xrc_srqn(struct ibv_qp_ex *q, uint32_t srqn)
 	e->wr_set_xrc_srqn(q, srqn);
 }
 
+/* Appends inline data of the current WR to its kept payload (capture on). */
+static void rbt_qpx_keep_inline(struct rbt_qpx_ent *e, struct rbt_qpx_wr *c,
+				const void *addr, size_t len)
+{
+	uint32_t cap = e->inl_cap < rbt_cfg.payload ? e->inl_cap : rbt_cfg.payload;
+	uint32_t have = c->w.payload_len;
+
+	if (!e->inl || have >= cap)
+		return;
+	size_t n = len < cap - have ? len : cap - have;
+	memcpy(e->inl + (size_t)(c - e->wrs) * e->inl_cap + have, addr, n);
+	c->w.payload_len = (uint32_t)(have + n);
+}
+
 static void rbt_wr_set_inline_data(struct ibv_qp_ex *q, void *addr, size_t len)
 {
 	RBT_QPX_ENT(q);
@@ -1231,6 +1293,7 @@ static void rbt_wr_set_inline_data(struct ibv_qp_ex *q, void *addr, size_t len)
 	if (c) {
 		c->w.send_flags |= IBV_SEND_INLINE;
 		rbt_qpx_add_sge(c, (uintptr_t)addr, (uint32_t)len, 0);
+		rbt_qpx_keep_inline(e, c, addr, len);
 	}
 	e->wr_set_inline_data(q, addr, len);
 }
@@ -1242,9 +1305,11 @@ static void rbt_wr_set_inline_data_list(struct ibv_qp_ex *q, size_t n,
 	struct rbt_qpx_wr *c = rbt_qpx_cur(e);
 	if (c) {
 		c->w.send_flags |= IBV_SEND_INLINE;
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; i < n; i++) {
 			rbt_qpx_add_sge(c, (uintptr_t)bufs[i].addr,
 					(uint32_t)bufs[i].length, 0);
+			rbt_qpx_keep_inline(e, c, bufs[i].addr, bufs[i].length);
+		}
 	}
 	e->wr_set_inline_data_list(q, n, bufs);
 }
@@ -1357,8 +1422,16 @@ void rbt_dp_wrap_qpx(struct ibv_qp *qp)
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return;
+	if (rbt_cfg.payload) {
+		e->inl_cap = rbt_cfg.payload < RBT_QPX_INLINE_MAX ? rbt_cfg.payload
+								  : RBT_QPX_INLINE_MAX;
+		e->inl = malloc((size_t)RBT_QPX_WRS * e->inl_cap);
+		if (!e->inl)
+			e->inl_cap = 0;
+	}
 	e->qpx = q;
 	if (rbt_obj_insert(qp, e) < 0) {
+		free(e->inl);
 		free(e);
 		rbt_note(1, "ibv_wr_* API of a QP not traced (too many QPs)");
 		return;

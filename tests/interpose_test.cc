@@ -245,6 +245,70 @@ TEST(Interpose, WrApiStaysWrappedAcrossProviderRewrites)
 	EXPECT_EQ(s.wc_ok, 1000u);
 }
 
+// The payloads of the send WRs of `interpose_prog payload`, in post order.
+std::vector<std::string> recorded_payloads(const std::string &path)
+{
+	std::vector<std::string> out;
+	struct rbt_reader *r = nullptr;
+	if (rbt_reader_open(path.c_str(), &r) < 0)
+		return out;
+	const struct rbt_event *ev;
+	while (rbt_reader_next(r, &ev) > 0) {
+		if (ev->type != RBT_EV_POST_SEND)
+			continue;
+		for (uint32_t i = 0; i < ev->u.post_send.n_wrs; i++) {
+			const struct rbt_blob &b = ev->u.post_send.wrs[i].payload;
+			out.emplace_back((const char *)b.data, b.len);
+		}
+	}
+	rbt_reader_close(r);
+	return out;
+}
+
+std::string pattern(size_t from, size_t n) // the program's buf[i] = i * 7 + 1
+{
+	std::string s;
+	for (size_t i = from; i < from + n; i++)
+		s += (char)(uint8_t)(i * 7 + 1);
+	return s;
+}
+
+std::string cycle(char first, int period, size_t n)
+{
+	std::string s;
+	for (size_t i = 0; i < n; i++)
+		s += (char)(first + (int)(i % period));
+	return s;
+}
+
+// RBTRACE_PAYLOAD keeps the first N bytes of every send's data, through both
+// post APIs; inline data set through ibv_wr_set_inline_data* is kept as it was
+// when set (the program overwrites its buffers before ibv_wr_complete). A read
+// carries none, and without the setting nothing is kept.
+TEST(Interpose, PayloadCaptureCoversClassicAndWrApiSends)
+{
+	std::string d = tmpdir("payload");
+	run_result r = run("RBTRACE_PAYLOAD=45 " + env_prefix(d + "/on.rbt") + prog() +
+			   " payload");
+	ASSERT_EQ(r.status, 0) << r.err;
+	ASSERT_EQ(field(r.out, "posted"), 6) << r.out;
+	std::vector<std::string> p = recorded_payloads(d + "/on.rbt");
+	ASSERT_EQ(p.size(), 6u);
+	EXPECT_EQ(p[0], pattern(0, 45));			  // classic, sge
+	EXPECT_EQ(p[1], cycle('A', 26, 40));			  // classic, inline
+	EXPECT_EQ(p[2], pattern(100, 45));			  // wr_set_sge
+	EXPECT_EQ(p[3], cycle('a', 26, 45));			  // wr_set_inline_data
+	EXPECT_EQ(p[4], cycle('0', 10, 20) + cycle('K', 10, 25)); // inline list
+	EXPECT_EQ(p[5], "");					  // RDMA read
+
+	r = run(env_prefix(d + "/off.rbt") + prog() + " payload");
+	ASSERT_EQ(r.status, 0) << r.err;
+	p = recorded_payloads(d + "/off.rbt");
+	ASSERT_EQ(p.size(), 6u);
+	for (const std::string &s : p)
+		EXPECT_EQ(s, "");
+}
+
 // A context whose verbs_context size the shim does not know: extended ops are
 // left alone (one warning, one NOTE), the classic data path is still recorded.
 TEST(Interpose, UnknownContextLayoutIsRefusedWithOneWarning)

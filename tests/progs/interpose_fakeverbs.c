@@ -133,6 +133,21 @@ static void fake_wr_set_sge(struct ibv_qp_ex *q, uint32_t lkey, uint64_t addr,
 	(void)len;
 }
 
+static void fake_wr_set_inline_data(struct ibv_qp_ex *q, void *addr, size_t len)
+{
+	(void)q;
+	(void)addr;
+	(void)len;
+}
+
+static void fake_wr_set_inline_data_list(struct ibv_qp_ex *q, size_t n,
+					 const struct ibv_data_buf *bufs)
+{
+	(void)q;
+	(void)n;
+	(void)bufs;
+}
+
 static int fake_wr_complete(struct ibv_qp_ex *q)
 {
 	struct fake_qp *f = (struct fake_qp *)q;
@@ -181,6 +196,8 @@ static void fake_install_wr_ops(struct fake_qp *f)
 	f->qpx.wr_set_sge = second ? fake_wr_set_sge2 : fake_wr_set_sge;
 	f->qpx.wr_complete = second ? fake_wr_complete2 : fake_wr_complete;
 	f->qpx.wr_abort = fake_wr_abort;
+	f->qpx.wr_set_inline_data = fake_wr_set_inline_data;
+	f->qpx.wr_set_inline_data_list = fake_wr_set_inline_data_list;
 }
 
 static struct ibv_qp *fake_create_qp_ex(struct ibv_context *ctx,

@@ -12,6 +12,10 @@
  *   interpose_prog wrapi N        N sends through ibv_wr_*, QP re-moved to RTS
  *                                 halfway (the provider rewrites its wr_* ops)
  *   interpose_prog twocq N        N empty polls on each of two CQs, in turn
+ *   interpose_prog payload        six sends with known payloads: classic sge,
+ *                                 classic inline, ibv_wr_* sge, inline data
+ *                                 (buffer changed before wr_complete), inline
+ *                                 data list, and an RDMA read (no payload)
  *   interpose_prog crash N        basic N, then dies of SIGSEGV
  *   interpose_prog none           never calls a verb
  *   interpose_prog tsclose N      N times: open the device, create a CQ with
@@ -250,6 +254,92 @@ static void wrapi(long n)
 	printf("wrapi posted=%ld completions=%ld\n", posted, done);
 }
 
+/* Sends whose payloads the recorder's test knows: buf[i] = i * 7 + 1, inline
+ * buffers 'A'.., 'a'.., '0'.., each overwritten with 'X' once posted. */
+static void payload(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	static uint8_t buf[4096];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 1024, NULL, NULL, 0);
+	struct ibv_qp_init_attr_ex a = { 0 };
+	struct ibv_qp_attr qa = { 0 };
+	char inl[64], l1[32], l2[32];
+	int posted = 0;
+
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 7 + 1);
+	a.send_cq = a.recv_cq = cq;
+	a.qp_type = IBV_QPT_RC;
+	a.cap.max_send_wr = 64;
+	a.cap.max_send_sge = 2;
+	a.cap.max_inline_data = 64;
+	a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	a.pd = pd;
+	a.send_ops_flags = IBV_QP_EX_WITH_SEND;
+	struct ibv_qp *qp = ibv_create_qp_ex(ctx, &a);
+	struct ibv_qp_ex *qpx = qp ? ibv_qp_to_qp_ex(qp) : NULL;
+	if (!pd || !mr || !cq || !qpx) {
+		fprintf(stderr, "payload setup failed\n");
+		exit(2);
+	}
+	int states[] = { IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS };
+	for (int i = 0; i < 3; i++) {
+		qa.qp_state = states[i];
+		ibv_modify_qp(qp, &qa, IBV_QP_STATE);
+	}
+	struct ibv_sge sge = { (uintptr_t)buf, 300, mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 }, *bad;
+	wr.opcode = IBV_WR_SEND;
+	posted += !ibv_post_send(qp, &wr, &bad);
+	memset(inl, 'A', sizeof(inl));
+	for (int i = 0; i < 40; i++)
+		inl[i] = (char)('A' + i % 26);
+	struct ibv_sge isge = { (uintptr_t)inl, 40, 0 };
+	wr.wr_id = 2;
+	wr.sg_list = &isge;
+	wr.send_flags = IBV_SEND_INLINE;
+	posted += !ibv_post_send(qp, &wr, &bad);
+	memset(inl, 'X', sizeof(inl));
+
+	ibv_wr_start(qpx);
+	qpx->wr_id = 3;
+	qpx->wr_flags = 0;
+	ibv_wr_send(qpx);
+	ibv_wr_set_sge(qpx, mr->lkey, (uintptr_t)buf + 100, 200);
+	posted += !ibv_wr_complete(qpx);
+
+	for (int i = 0; i < 50; i++)
+		inl[i] = (char)('a' + i % 26);
+	ibv_wr_start(qpx);
+	qpx->wr_id = 4;
+	qpx->wr_flags = IBV_SEND_INLINE;
+	ibv_wr_send(qpx);
+	ibv_wr_set_inline_data(qpx, inl, 50);
+	memset(inl, 'X', sizeof(inl)); /* the provider has copied it already */
+	for (int i = 0; i < 32; i++) {
+		l1[i] = (char)('0' + i % 10);
+		l2[i] = (char)('K' + i % 10);
+	}
+	struct ibv_data_buf list[2] = { { l1, 20 }, { l2, 30 } };
+	qpx->wr_id = 5;
+	ibv_wr_send(qpx);
+	ibv_wr_set_inline_data_list(qpx, 2, list);
+	memset(l1, 'X', sizeof(l1));
+	memset(l2, 'X', sizeof(l2));
+	posted += 2 * !ibv_wr_complete(qpx);
+
+	wr.wr_id = 6;
+	wr.sg_list = &sge;
+	wr.send_flags = 0;
+	wr.opcode = IBV_WR_RDMA_READ;
+	wr.wr.rdma.remote_addr = 0x1000;
+	wr.wr.rdma.rkey = 7;
+	posted += !ibv_post_send(qp, &wr, &bad);
+	printf("payload posted=%d\n", posted);
+}
+
 struct targ {
 	struct ibv_context *ctx;
 	long n, posted, done;
@@ -305,6 +395,10 @@ int main(int argc, char **argv)
 			empty += ibv_poll_cq(b, 4, wc) == 0;
 		}
 		printf("twocq empty=%ld\n", empty);
+		return 0;
+	}
+	if (!strcmp(mode, "payload")) {
+		payload();
 		return 0;
 	}
 	if (!strcmp(mode, "wrapi")) {
