@@ -38,8 +38,6 @@ _Atomic int rbt_state;
 RBT_TLS int rbt_tls_inside;
 RBT_TLS struct rbt_ring *rbt_tls_ring;
 
-#define RBT_ALIGN8(x) (((x) + 7u) & ~(size_t)7u)
-
 /* ---- logging ------------------------------------------------------------------ */
 static void rbt_vlog(const char *fmt, va_list ap)
 {
@@ -370,7 +368,7 @@ static int rbt_write_loss(struct rbt_ring *r)
 
 void *rbt_ring_reserve_slow(struct rbt_ring *r, uint32_t len)
 {
-	uint64_t deadline = 0;
+	uint64_t deadline = 0, spin_until = 0;
 	int woke = 0;
 
 	if (!r->size || len > r->size / 2) {
@@ -408,8 +406,19 @@ void *rbt_ring_reserve_slow(struct rbt_ring *r, uint32_t len)
 			r->dropping = 1;
 			break;
 		}
-		if (!woke++)
+		if (!woke++) {
 			rbt_wake_drainer();
+			spin_until =
+				now + (rbt_tsc_hz ? rbt_tsc_hz : 3000000000ull) / 10000;
+		}
+		/* The writer frees space record by record as it drains: spin a
+		 * little (100 us) before sleeping, since a sleep is 50 us at best
+		 * and the ring refills in less. */
+		if (now < spin_until) {
+			for (int i = 0; i < 64; i++)
+				_mm_pause();
+			continue;
+		}
 		struct timespec d = { 0, 50000 };
 		int saved = errno;
 		nanosleep(&d, NULL);
@@ -962,12 +971,15 @@ static void rbt_decode(const struct rbt_raw_hdr *h, uint32_t stream)
 	}
 }
 
-/* Moves everything published in r into one chunk of its stream. Called with
- * rbt_writer_lock held, on the background thread (or at exit). */
-static void rbt_drain_ring(struct rbt_ring *r)
+/* Moves what r held when called into one chunk of its stream, and returns its
+ * size in bytes. It does not chase records published meanwhile: reading right
+ * behind the producer would pull the lines it is writing away from its core.
+ * Called with rbt_writer_lock held, on the background thread (or at exit). */
+static uint64_t rbt_drain_ring(struct rbt_ring *r)
 {
 	uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
 	uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+	uint64_t start = tail;
 	int chunk = 0;
 
 	while (tail != head) {
@@ -988,8 +1000,6 @@ static void rbt_drain_ring(struct rbt_ring *r)
 		}
 		tail += h->len;
 		atomic_store_explicit(&r->tail, tail, memory_order_release);
-		if (tail == head)
-			head = atomic_load_explicit(&r->head, memory_order_acquire);
 	}
 	atomic_store_explicit(&r->tail, tail, memory_order_release);
 	if (chunk && rbt_writer && !rbt_writer_failed) {
@@ -1002,6 +1012,7 @@ static void rbt_drain_ring(struct rbt_ring *r)
 			atomic_store(&rbt_state, 2);
 		}
 	}
+	return tail - start;
 }
 
 static void rbt_clock_sample_into(uint32_t stream)
@@ -1071,10 +1082,12 @@ static void rbt_write_pending_loss(struct rbt_ring *r)
 
 /* One pass over all rings. all: drain every ring with data (flush time); else only
  * those at least a quarter full or whose thread is gone. */
-static uint64_t rbt_drain_pass(int all)
+static uint64_t rbt_drain_pass(int all, uint64_t *drained)
 {
 	struct rbt_ring *r, **pp;
 	uint64_t seen = 0;
+
+	*drained = 0;
 
 	pthread_mutex_lock(&rbt_writer_lock);
 	pthread_mutex_lock(&rbt_reg_lock);
@@ -1087,7 +1100,7 @@ static uint64_t rbt_drain_pass(int all)
 				atomic_load_explicit(&r->tail, memory_order_relaxed);
 		seen += used;
 		if (used && (all || used >= r->size / 4 || atomic_load(&r->dead)))
-			rbt_drain_ring(r);
+			*drained += rbt_drain_ring(r);
 	}
 	pthread_mutex_lock(&rbt_reg_lock);
 	for (pp = &rbt_rings; (r = *pp);) {
@@ -1220,7 +1233,8 @@ static void *rbt_drainer_main(void *arg)
 		}
 		uint64_t now = rbt_now();
 		int all = now >= next_flush;
-		uint64_t seen = rbt_drain_pass(all);
+		uint64_t drained;
+		uint64_t seen = rbt_drain_pass(all, &drained);
 		if (all)
 			next_flush = now + rbt_cfg.flush_ticks;
 		if (now >= next_sample) {
@@ -1236,9 +1250,15 @@ static void *rbt_drainer_main(void *arg)
 			next_nic = rbt_nic_sample_pass(me, 0);
 			pthread_mutex_unlock(&rbt_writer_lock);
 		}
-		/* Busy: look again soon, before a ring fills. Idle: sleep until the next
-		 * flush or sample (a producer with a full ring wakes us early). */
-		if (seen) {
+		/* Drained a ring that was a quarter full: data comes at least that
+		 * fast, look again at once. Busy: look again soon, before a ring
+		 * fills (sooner when it fills fast). Idle: sleep until the next flush or sample (a producer with
+		 * a full ring wakes us early). */
+		if (drained) {
+			wait_ms = 0;
+		} else if (seen >= (64 << 10)) {
+			wait_ms = 1;
+		} else if (seen) {
 			wait_ms = tick;
 		} else {
 			uint64_t next =
@@ -1251,7 +1271,8 @@ static void *rbt_drainer_main(void *arg)
 			wait_ms = ms > 1000 ? 1000 : (int)ms;
 		}
 	}
-	rbt_drain_pass(1);
+	uint64_t drained;
+	rbt_drain_pass(1, &drained);
 	pthread_mutex_lock(&rbt_writer_lock);
 	rbt_final_losses();
 	rbt_nic_sample_pass(me, 1);
