@@ -86,9 +86,8 @@ struct rbt_raw_post {
 	int32_t ret;
 	uint32_t qp_num;
 	uint32_t bad_wr;
-	uint32_t api;
-	uint32_t nwr;
-	uint32_t pad;
+	uint16_t api;
+	uint16_t nwr; /* at most RBT_SEG_WRS: longer chains take several records */
 };
 
 struct rbt_raw_sge {
@@ -96,13 +95,24 @@ struct rbt_raw_sge {
 	uint32_t length, lkey;
 };
 
+/* A send WR in 40 bytes: what an RC/UC send, write or read needs. Atomics, UD
+ * and XRC sends add the 32 bytes of rbt_raw_swr_ext (ext = 1). Every byte here
+ * is written by the application's thread on its post path: keep it small. */
 struct rbt_raw_swr {
-	uint64_t wr_id, remote_addr, compare_add, swap, ah;
-	uint32_t opcode, send_flags, imm, rkey, remote_qpn, remote_qkey;
-	uint16_t nsge;
-	uint16_t pad;
+	uint64_t wr_id, remote_addr;
+	uint32_t rkey, imm, send_flags;
 	uint32_t payload_len; /* bytes after the sges, padded to 8 */
-	/* struct rbt_raw_sge sge[nsge]; uint8_t payload[payload_len] */
+	uint8_t opcode;
+	uint8_t ext;
+	uint16_t nsge;
+	uint32_t pad;
+	/* [struct rbt_raw_swr_ext]; struct rbt_raw_sge sge[nsge];
+	 * uint8_t payload[payload_len] */
+};
+
+struct rbt_raw_swr_ext {
+	uint64_t compare_add, swap, ah;
+	uint32_t remote_qpn, remote_qkey;
 };
 
 struct rbt_raw_rwr {

@@ -822,13 +822,23 @@ static void rbt_decode_post(const struct rbt_raw_hdr *h, uint32_t stream)
 			o->imm_data = w->imm;
 			o->remote_addr = w->remote_addr;
 			o->rkey = w->rkey;
-			o->compare_add = w->compare_add;
-			o->swap = w->swap;
-			o->ah = w->ah;
-			o->remote_qpn = w->remote_qpn;
-			o->remote_qkey = w->remote_qkey;
+			if (w->ext) {
+				const struct rbt_raw_swr_ext *x = (const void *)(w + 1);
+				o->compare_add = x->compare_add;
+				o->swap = x->swap;
+				o->ah = x->ah;
+				o->remote_qpn = x->remote_qpn;
+				o->remote_qkey = x->remote_qkey;
+				rs = (const void *)(x + 1);
+			} else {
+				o->compare_add = 0;
+				o->swap = 0;
+				o->ah = 0;
+				o->remote_qpn = 0;
+				o->remote_qkey = 0;
+				rs = (const void *)(w + 1);
+			}
 			n = w->nsge;
-			rs = (const void *)(w + 1);
 			o->n_sges = n;
 			o->sges = sges + k;
 			o->payload.len = w->payload_len;

@@ -388,11 +388,19 @@ static inline uint32_t rbt_nsge(int n)
 	return n <= 0 ? 0 : n > RBT_MAX_SGE ? RBT_MAX_SGE : (uint32_t)n;
 }
 
+/* Whether a send WR on a QP of this type needs rbt_raw_swr_ext. */
+static inline int rbt_swr_ext(enum ibv_qp_type t, enum ibv_wr_opcode op)
+{
+	return t == IBV_QPT_UD || t == IBV_QPT_XRC_SEND ||
+	       op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
 /* WRs after *bad_wr were never posted and may be half-built: they are not read. */
 static void rbt_rec_send(struct ibv_qp *qp, struct ibv_send_wr *wr, int ret,
 			 struct ibv_send_wr *bad, uint64_t t0, uint64_t t1)
 {
 	struct rbt_ring *r = rbt_ring_get();
+	enum ibv_qp_type qpt = qp->qp_type;
 	uint32_t bad_idx = 0;
 	struct ibv_send_wr *stop = NULL;
 
@@ -409,8 +417,11 @@ static void rbt_rec_send(struct ibv_qp *qp, struct ibv_send_wr *wr, int ret,
 		for (w = wr; w && w != stop && n < RBT_SEG_WRS; w = w->next, n++) {
 			uint32_t ns = rbt_nsge(w->num_sge);
 			len += sizeof(struct rbt_raw_swr) +
-			       ns * sizeof(struct rbt_raw_sge) +
-			       ((rbt_payload_len(w, ns) + 7u) & ~7u);
+			       ns * sizeof(struct rbt_raw_sge);
+			if (RBT_UNLIKELY(rbt_swr_ext(qpt, w->opcode)))
+				len += sizeof(struct rbt_raw_swr_ext);
+			if (RBT_UNLIKELY(rbt_cfg.payload))
+				len += RBT_ALIGN8(rbt_payload_len(w, ns));
 		}
 		struct rbt_raw_post *p = rbt_ring_reserve(r, (uint32_t)len);
 		if (p) {
@@ -424,55 +435,62 @@ static void rbt_rec_send(struct ibv_qp *qp, struct ibv_send_wr *wr, int ret,
 			p->qp_num = qp->qp_num;
 			p->bad_wr = ret ? bad_idx : 0;
 			p->api = 0;
-			p->nwr = n;
-			p->pad = 0;
-			struct rbt_raw_swr *o = (void *)(p + 1);
+			p->nwr = (uint16_t)n;
+			uint8_t *o = (uint8_t *)(p + 1);
 			uint32_t k = n;
 			for (w = wr; k--; w = w->next) {
+				struct rbt_raw_swr *h = (void *)o;
 				uint32_t ns = rbt_nsge(w->num_sge);
-				uint32_t pl = rbt_payload_len(w, ns);
-				o->wr_id = w->wr_id;
-				o->opcode = w->opcode;
-				o->send_flags = w->send_flags;
-				o->imm = w->opcode == IBV_WR_SEND_WITH_INV
+				h->wr_id = w->wr_id;
+				h->remote_addr = w->wr.rdma.remote_addr;
+				h->rkey = w->wr.rdma.rkey;
+				h->imm = w->opcode == IBV_WR_SEND_WITH_INV
 						 ? w->invalidate_rkey
 						 : be32toh(w->imm_data);
-				o->remote_qpn = 0;
-				o->remote_qkey = 0;
-				o->ah = 0;
-				if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-				    w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-					o->remote_addr = w->wr.atomic.remote_addr;
-					o->rkey = w->wr.atomic.rkey;
-					o->compare_add = w->wr.atomic.compare_add;
-					o->swap = w->wr.atomic.swap;
-				} else {
-					o->remote_addr = w->wr.rdma.remote_addr;
-					o->rkey = w->wr.rdma.rkey;
-					o->compare_add = 0;
-					o->swap = 0;
+				h->send_flags = w->send_flags;
+				h->payload_len = 0;
+				h->opcode = (uint8_t)w->opcode;
+				h->ext = 0;
+				h->nsge = (uint16_t)ns;
+				h->pad = 0;
+				o += sizeof(*h);
+				if (RBT_UNLIKELY(rbt_swr_ext(qpt, w->opcode))) {
+					struct rbt_raw_swr_ext *x = (void *)o;
+					memset(x, 0, sizeof(*x));
+					h->ext = 1;
+					if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+					    w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+						h->remote_addr = w->wr.atomic.remote_addr;
+						h->rkey = w->wr.atomic.rkey;
+						x->compare_add = w->wr.atomic.compare_add;
+						x->swap = w->wr.atomic.swap;
+					}
+					if (qpt == IBV_QPT_UD) {
+						x->ah = (uintptr_t)w->wr.ud.ah;
+						x->remote_qpn = w->wr.ud.remote_qpn;
+						x->remote_qkey = w->wr.ud.remote_qkey;
+						h->remote_addr = 0;
+						h->rkey = 0;
+					} else if (qpt == IBV_QPT_XRC_SEND) {
+						x->remote_qpn =
+							w->qp_type.xrc.remote_srqn;
+					}
+					o += sizeof(*x);
 				}
-				if (qp->qp_type == IBV_QPT_UD) {
-					o->ah = (uintptr_t)w->wr.ud.ah;
-					o->remote_qpn = w->wr.ud.remote_qpn;
-					o->remote_qkey = w->wr.ud.remote_qkey;
-					o->remote_addr = 0;
-					o->rkey = 0;
-				} else if (qp->qp_type == IBV_QPT_XRC_SEND) {
-					o->remote_qpn = w->qp_type.xrc.remote_srqn;
-				}
-				o->nsge = ns;
-				o->payload_len = pl;
-				o->pad = 0;
-				struct rbt_raw_sge *s = (void *)(o + 1);
+				struct rbt_raw_sge *sg = (void *)o;
 				for (uint32_t i = 0; i < ns; i++) {
-					s[i].addr = w->sg_list[i].addr;
-					s[i].length = w->sg_list[i].length;
-					s[i].lkey = w->sg_list[i].lkey;
+					sg[i].addr = w->sg_list[i].addr;
+					sg[i].length = w->sg_list[i].length;
+					sg[i].lkey = w->sg_list[i].lkey;
 				}
-				if (pl)
-					rbt_copy_payload((uint8_t *)(s + ns), w, ns, pl);
-				o = (void *)((uint8_t *)(s + ns) + ((pl + 7u) & ~7u));
+				o += ns * sizeof(*sg);
+				if (RBT_UNLIKELY(rbt_cfg.payload)) {
+					uint32_t pl = rbt_payload_len(w, ns);
+					h->payload_len = pl;
+					if (pl)
+						rbt_copy_payload(o, w, ns, pl);
+					o += RBT_ALIGN8(pl);
+				}
 			}
 			rbt_ring_commit(r);
 		}
@@ -513,8 +531,7 @@ static void rbt_rec_recv(uint16_t kind, void *obj, uint32_t qpn, struct ibv_recv
 			p->qp_num = qpn;
 			p->bad_wr = ret ? bad_idx : 0;
 			p->api = 0;
-			p->nwr = n;
-			p->pad = 0;
+			p->nwr = (uint16_t)n;
 			struct rbt_raw_rwr *o = (void *)(p + 1);
 			uint32_t k = n;
 			for (w = wr; k--; w = w->next) {
@@ -989,8 +1006,15 @@ struct ibv_cq *rbt_dp_create_ts_cq(struct ibv_context *ctx, int cqe, void *cq_co
 
 #define RBT_QPX_WRS  32
 #define RBT_QPX_SGES 8
+/* A WR of an open session, built call by call: every field a WR can have. */
+struct rbt_qpx_swr {
+	uint64_t wr_id, remote_addr, compare_add, swap, ah;
+	uint32_t opcode, send_flags, imm, rkey, remote_qpn, remote_qkey;
+	uint32_t nsge, payload_len;
+};
+
 struct rbt_qpx_wr {
-	struct rbt_raw_swr w;
+	struct rbt_qpx_swr w;
 	struct rbt_raw_sge sge[RBT_QPX_SGES];
 };
 
@@ -1043,6 +1067,12 @@ static void rbt_qpx_copy_payload(const struct rbt_qpx_ent *e, uint32_t i, uint8_
 	}
 }
 
+/* Whether WR c needs the ring record's rbt_raw_swr_ext. */
+static inline int rbt_qpx_ext(const struct rbt_qpx_swr *w)
+{
+	return (w->compare_add | w->swap | w->ah | w->remote_qpn | w->remote_qkey) != 0;
+}
+
 static void rbt_qpx_emit(struct rbt_qpx_ent *e, int ret, uint64_t t1)
 {
 	struct rbt_ring *r = rbt_ring_get();
@@ -1050,10 +1080,12 @@ static void rbt_qpx_emit(struct rbt_qpx_ent *e, int ret, uint64_t t1)
 	struct rbt_raw_post *p;
 
 	for (uint32_t i = 0; i < e->n; i++) {
-		e->wrs[i].w.payload_len = rbt_qpx_payload_len(e, i);
-		len += sizeof(struct rbt_raw_swr) +
-		       e->wrs[i].w.nsge * sizeof(struct rbt_raw_sge) +
-		       RBT_ALIGN8(e->wrs[i].w.payload_len);
+		struct rbt_qpx_swr *w = &e->wrs[i].w;
+		w->payload_len = rbt_qpx_payload_len(e, i);
+		len += sizeof(struct rbt_raw_swr) + w->nsge * sizeof(struct rbt_raw_sge) +
+		       RBT_ALIGN8(w->payload_len);
+		if (rbt_qpx_ext(w))
+			len += sizeof(struct rbt_raw_swr_ext);
 	}
 	p = rbt_ring_reserve(r, (uint32_t)len);
 	if (p) {
@@ -1067,18 +1099,36 @@ static void rbt_qpx_emit(struct rbt_qpx_ent *e, int ret, uint64_t t1)
 		p->qp_num = e->qpx->qp_base.qp_num;
 		p->bad_wr = 0;
 		p->api = 1;
-		p->nwr = e->n;
-		p->pad = 0;
+		p->nwr = (uint16_t)e->n;
 		uint8_t *o = (uint8_t *)(p + 1);
 		for (uint32_t i = 0; i < e->n; i++) {
-			size_t l = sizeof(struct rbt_raw_swr) +
-				   e->wrs[i].w.nsge * sizeof(struct rbt_raw_sge);
-			memcpy(o, &e->wrs[i], l);
-			o += l;
-			uint32_t pl = e->wrs[i].w.payload_len;
-			if (pl) {
-				rbt_qpx_copy_payload(e, i, o, pl);
-				o += RBT_ALIGN8(pl);
+			const struct rbt_qpx_swr *w = &e->wrs[i].w;
+			struct rbt_raw_swr *h = (void *)o;
+			h->wr_id = w->wr_id;
+			h->remote_addr = w->remote_addr;
+			h->rkey = w->rkey;
+			h->imm = w->imm;
+			h->send_flags = w->send_flags;
+			h->payload_len = w->payload_len;
+			h->opcode = (uint8_t)w->opcode;
+			h->ext = (uint8_t)rbt_qpx_ext(w);
+			h->nsge = (uint16_t)w->nsge;
+			h->pad = 0;
+			o += sizeof(*h);
+			if (h->ext) {
+				struct rbt_raw_swr_ext *x = (void *)o;
+				x->compare_add = w->compare_add;
+				x->swap = w->swap;
+				x->ah = w->ah;
+				x->remote_qpn = w->remote_qpn;
+				x->remote_qkey = w->remote_qkey;
+				o += sizeof(*x);
+			}
+			memcpy(o, e->wrs[i].sge, w->nsge * sizeof(struct rbt_raw_sge));
+			o += w->nsge * sizeof(struct rbt_raw_sge);
+			if (w->payload_len) {
+				rbt_qpx_copy_payload(e, i, o, w->payload_len);
+				o += RBT_ALIGN8(w->payload_len);
 			}
 		}
 		rbt_ring_commit(r);
@@ -1087,7 +1137,7 @@ static void rbt_qpx_emit(struct rbt_qpx_ent *e, int ret, uint64_t t1)
 }
 
 /* Starts a new WR in the session from the qp_ex's wr_id/wr_flags. */
-static inline struct rbt_raw_swr *rbt_qpx_new(struct rbt_qpx_ent *e, struct ibv_qp_ex *q,
+static inline struct rbt_qpx_swr *rbt_qpx_new(struct rbt_qpx_ent *e, struct ibv_qp_ex *q,
 					      uint32_t opcode)
 {
 	if (!rbt_recording())
@@ -1097,7 +1147,7 @@ static inline struct rbt_raw_swr *rbt_qpx_new(struct rbt_qpx_ent *e, struct ibv_
 		rbt_qpx_emit(e, 0, t);
 		e->ts = t;
 	}
-	struct rbt_raw_swr *w = &e->wrs[e->n++].w;
+	struct rbt_qpx_swr *w = &e->wrs[e->n++].w;
 	memset(w, 0, sizeof(*w));
 	w->wr_id = q->wr_id;
 	w->send_flags = q->wr_flags;
@@ -1130,7 +1180,7 @@ static void rbt_wr_atomic_cmp_swp(struct ibv_qp_ex *q, uint32_t rkey, uint64_t r
 				  uint64_t cmp, uint64_t swap)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_raw_swr *w = rbt_qpx_new(e, q, IBV_WR_ATOMIC_CMP_AND_SWP);
+	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_ATOMIC_CMP_AND_SWP);
 	if (w) {
 		w->rkey = rkey;
 		w->remote_addr = ra;
@@ -1144,7 +1194,7 @@ static void rbt_wr_atomic_fetch_add(struct ibv_qp_ex *q, uint32_t rkey, uint64_t
 				    uint64_t add)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_raw_swr *w = rbt_qpx_new(e, q, IBV_WR_ATOMIC_FETCH_AND_ADD);
+	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_ATOMIC_FETCH_AND_ADD);
 	if (w) {
 		w->rkey = rkey;
 		w->remote_addr = ra;
@@ -1157,7 +1207,7 @@ static void rbt_wr_bind_mw(struct ibv_qp_ex *q, struct ibv_mw *mw, uint32_t rkey
 			   const struct ibv_mw_bind_info *bi)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_raw_swr *w = rbt_qpx_new(e, q, IBV_WR_BIND_MW);
+	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_BIND_MW);
 	if (w) {
 		w->rkey = rkey;
 		w->ah = (uintptr_t)mw;
@@ -1172,7 +1222,7 @@ static void rbt_wr_bind_mw(struct ibv_qp_ex *q, struct ibv_mw *mw, uint32_t rkey
 static void rbt_wr_local_inv(struct ibv_qp_ex *q, uint32_t rkey)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_raw_swr *w = rbt_qpx_new(e, q, IBV_WR_LOCAL_INV);
+	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_LOCAL_INV);
 	if (w)
 		w->imm = rkey;
 	e->wr_local_inv(q, rkey);
@@ -1181,7 +1231,7 @@ static void rbt_wr_local_inv(struct ibv_qp_ex *q, uint32_t rkey)
 static void rbt_wr_rdma_read(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_raw_swr *w = rbt_qpx_new(e, q, IBV_WR_RDMA_READ);
+	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_RDMA_READ);
 	if (w) {
 		w->rkey = rkey;
 		w->remote_addr = ra;
@@ -1192,7 +1242,7 @@ static void rbt_wr_rdma_read(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra)
 static void rbt_wr_rdma_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_raw_swr *w = rbt_qpx_new(e, q, IBV_WR_RDMA_WRITE);
+	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_RDMA_WRITE);
 	if (w) {
 		w->rkey = rkey;
 		w->remote_addr = ra;
@@ -1204,7 +1254,7 @@ static void rbt_wr_rdma_write_imm(struct ibv_qp_ex *q, uint32_t rkey, uint64_t r
 				  __be32 imm)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_raw_swr *w = rbt_qpx_new(e, q, IBV_WR_RDMA_WRITE_WITH_IMM);
+	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_RDMA_WRITE_WITH_IMM);
 	if (w) {
 		w->rkey = rkey;
 		w->remote_addr = ra;
@@ -1223,7 +1273,7 @@ static void rbt_wr_send(struct ibv_qp_ex *q)
 static void rbt_wr_send_imm(struct ibv_qp_ex *q, __be32 imm)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_raw_swr *w = rbt_qpx_new(e, q, IBV_WR_SEND_WITH_IMM);
+	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_SEND_WITH_IMM);
 	if (w)
 		w->imm = be32toh(imm);
 	e->wr_send_imm(q, imm);
@@ -1232,7 +1282,7 @@ static void rbt_wr_send_imm(struct ibv_qp_ex *q, __be32 imm)
 static void rbt_wr_send_inv(struct ibv_qp_ex *q, uint32_t rkey)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_raw_swr *w = rbt_qpx_new(e, q, IBV_WR_SEND_WITH_INV);
+	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_SEND_WITH_INV);
 	if (w)
 		w->imm = rkey;
 	e->wr_send_inv(q, rkey);
@@ -1241,7 +1291,7 @@ static void rbt_wr_send_inv(struct ibv_qp_ex *q, uint32_t rkey)
 static void rbt_wr_send_tso(struct ibv_qp_ex *q, void *hdr, uint16_t hdr_sz, uint16_t mss)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_raw_swr *w = rbt_qpx_new(e, q, IBV_WR_TSO);
+	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_TSO);
 	if (w) {
 		w->remote_addr = (uintptr_t)hdr;
 		w->compare_add = hdr_sz;
@@ -1338,7 +1388,7 @@ static void rbt_wr_atomic_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra,
 				const void *data)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_raw_swr *w = rbt_qpx_new(e, q, IBV_WR_ATOMIC_WRITE);
+	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_ATOMIC_WRITE);
 	if (w) {
 		w->rkey = rkey;
 		w->remote_addr = ra;

@@ -245,8 +245,10 @@ TEST(Interpose, WrApiStaysWrappedAcrossProviderRewrites)
 	EXPECT_EQ(s.wc_ok, 1000u);
 }
 
-// The payloads of the send WRs of `interpose_prog payload`, in post order.
-std::vector<std::string> recorded_payloads(const std::string &path)
+// The payloads of the send WRs of `interpose_prog payload`, in post order; the
+// last WR (a compare-and-swap) in *atomic.
+std::vector<std::string> recorded_payloads(const std::string &path,
+					   struct rbt_send_wr *atomic = nullptr)
 {
 	std::vector<std::string> out;
 	struct rbt_reader *r = nullptr;
@@ -259,6 +261,11 @@ std::vector<std::string> recorded_payloads(const std::string &path)
 		for (uint32_t i = 0; i < ev->u.post_send.n_wrs; i++) {
 			const struct rbt_blob &b = ev->u.post_send.wrs[i].payload;
 			out.emplace_back((const char *)b.data, b.len);
+			if (atomic && ev->u.post_send.wrs[i].opcode ==
+					      5 /* IBV_WR_ATOMIC_CMP_AND_SWP */) {
+				*atomic = ev->u.post_send.wrs[i];
+				atomic->sges = nullptr;
+			}
 		}
 	}
 	rbt_reader_close(r);
@@ -284,16 +291,24 @@ std::string cycle(char first, int period, size_t n)
 // RBTRACE_PAYLOAD keeps the first N bytes of every send's data, through both
 // post APIs; inline data set through ibv_wr_set_inline_data* is kept as it was
 // when set (the program overwrites its buffers before ibv_wr_complete). A read
-// carries none, and without the setting nothing is kept.
+// or an atomic carries none, and without the setting nothing is kept. The
+// atomic's operands come through the record's extension.
 TEST(Interpose, PayloadCaptureCoversClassicAndWrApiSends)
 {
 	std::string d = tmpdir("payload");
 	run_result r = run("RBTRACE_PAYLOAD=45 " + env_prefix(d + "/on.rbt") + prog() +
 			   " payload");
 	ASSERT_EQ(r.status, 0) << r.err;
-	ASSERT_EQ(field(r.out, "posted"), 6) << r.out;
-	std::vector<std::string> p = recorded_payloads(d + "/on.rbt");
-	ASSERT_EQ(p.size(), 6u);
+	ASSERT_EQ(field(r.out, "posted"), 7) << r.out;
+	struct rbt_send_wr at = {};
+	std::vector<std::string> p = recorded_payloads(d + "/on.rbt", &at);
+	ASSERT_EQ(p.size(), 7u);
+	EXPECT_EQ(at.wr_id, 7u);
+	EXPECT_EQ(at.remote_addr, 0x3000u);
+	EXPECT_EQ(at.rkey, 9u);
+	EXPECT_EQ(at.compare_add, 0x1111u);
+	EXPECT_EQ(at.swap, 0x2222u);
+	EXPECT_EQ(p[6], "");
 	EXPECT_EQ(p[0], pattern(0, 45));			  // classic, sge
 	EXPECT_EQ(p[1], cycle('A', 26, 40));			  // classic, inline
 	EXPECT_EQ(p[2], pattern(100, 45));			  // wr_set_sge
@@ -304,7 +319,7 @@ TEST(Interpose, PayloadCaptureCoversClassicAndWrApiSends)
 	r = run(env_prefix(d + "/off.rbt") + prog() + " payload");
 	ASSERT_EQ(r.status, 0) << r.err;
 	p = recorded_payloads(d + "/off.rbt");
-	ASSERT_EQ(p.size(), 6u);
+	ASSERT_EQ(p.size(), 7u);
 	for (const std::string &s : p)
 		EXPECT_EQ(s, "");
 }

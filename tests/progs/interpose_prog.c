@@ -15,7 +15,8 @@
  *   interpose_prog payload        six sends with known payloads: classic sge,
  *                                 classic inline, ibv_wr_* sge, inline data
  *                                 (buffer changed before wr_complete), inline
- *                                 data list, and an RDMA read (no payload)
+ *                                 data list, an RDMA read (no payload) and a
+ *                                 compare-and-swap (its operands)
  *   interpose_prog crash N        basic N, then dies of SIGSEGV
  *   interpose_prog none           never calls a verb
  *   interpose_prog tsclose N      N times: open the device, create a CQ with
@@ -336,6 +337,16 @@ static void payload(void)
 	wr.opcode = IBV_WR_RDMA_READ;
 	wr.wr.rdma.remote_addr = 0x1000;
 	wr.wr.rdma.rkey = 7;
+	posted += !ibv_post_send(qp, &wr, &bad);
+
+	struct ibv_sge asge = { (uintptr_t)buf, 8, mr->lkey };
+	wr.wr_id = 7;
+	wr.sg_list = &asge;
+	wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+	wr.wr.atomic.remote_addr = 0x3000;
+	wr.wr.atomic.rkey = 9;
+	wr.wr.atomic.compare_add = 0x1111;
+	wr.wr.atomic.swap = 0x2222;
 	posted += !ibv_post_send(qp, &wr, &bad);
 	printf("payload posted=%d\n", posted);
 }
