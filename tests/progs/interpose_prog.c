@@ -202,38 +202,61 @@ static void basic(long n, const char *who)
 	fflush(stdout);
 }
 
-/* n sends through the ibv_wr_* API; halfway the QP is moved to RTS again, on
- * which the provider reinstalls its wr_* pointers. */
-static void wrapi(long n)
+/* An RC QP with the ibv_wr_* API (sends only), moved to RTS, on a fresh
+ * context with one CQ and one registered buffer; exits when anything fails. */
+struct wrqp {
+	struct ibv_cq *cq;
+	struct ibv_mr *mr;
+	struct ibv_qp *qp;
+	struct ibv_qp_ex *qpx;
+};
+
+static struct wrqp make_wrqp(void *buf, size_t len, const char *who)
 {
 	struct ibv_context *ctx = open_ctx();
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
-	static char buf[4096];
-	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
-	struct ibv_cq *cq = ibv_create_cq(ctx, 1024, NULL, NULL, 0);
 	struct ibv_qp_init_attr_ex a = { 0 };
 	struct ibv_qp_attr qa = { 0 };
-	struct ibv_wc wc[16];
-	long done = 0, posted = 0;
+	struct wrqp w = { 0 };
 
-	a.send_cq = a.recv_cq = cq;
+	w.mr = ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE);
+	w.cq = ibv_create_cq(ctx, 1024, NULL, NULL, 0);
+	a.send_cq = a.recv_cq = w.cq;
 	a.qp_type = IBV_QPT_RC;
 	a.cap.max_send_wr = 64;
-	a.cap.max_send_sge = 1;
+	a.cap.max_send_sge = 2;
+	a.cap.max_inline_data = 64;
 	a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 	a.pd = pd;
 	a.send_ops_flags = IBV_QP_EX_WITH_SEND;
-	struct ibv_qp *qp = ibv_create_qp_ex(ctx, &a);
-	struct ibv_qp_ex *qpx = qp ? ibv_qp_to_qp_ex(qp) : NULL;
-	if (!pd || !mr || !cq || !qpx) {
-		fprintf(stderr, "wrapi setup failed\n");
+	w.qp = ibv_create_qp_ex(ctx, &a);
+	w.qpx = w.qp ? ibv_qp_to_qp_ex(w.qp) : NULL;
+	if (!pd || !w.mr || !w.cq || !w.qpx) {
+		fprintf(stderr, "%s setup failed\n", who);
 		exit(2);
 	}
 	int states[] = { IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS };
 	for (int i = 0; i < 3; i++) {
 		qa.qp_state = states[i];
-		ibv_modify_qp(qp, &qa, IBV_QP_STATE);
+		ibv_modify_qp(w.qp, &qa, IBV_QP_STATE);
 	}
+	return w;
+}
+
+/* n sends through the ibv_wr_* API; halfway the QP is moved to RTS again, on
+ * which the provider reinstalls its wr_* pointers. */
+static void wrapi(long n)
+{
+	static char buf[4096];
+	struct wrqp q = make_wrqp(buf, sizeof(buf), "wrapi");
+	struct ibv_qp *qp = q.qp;
+	struct ibv_qp_ex *qpx = q.qpx;
+	struct ibv_mr *mr = q.mr;
+	struct ibv_cq *cq = q.cq;
+	struct ibv_qp_attr qa = { 0 };
+	struct ibv_wc wc[16];
+	long done = 0, posted = 0;
+
 	for (long i = 0; i < n; i++) {
 		if (i == n / 2) {
 			qa.qp_state = IBV_QPS_RTS;
@@ -259,37 +282,16 @@ static void wrapi(long n)
  * buffers 'A'.., 'a'.., '0'.., each overwritten with 'X' once posted. */
 static void payload(void)
 {
-	struct ibv_context *ctx = open_ctx();
-	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	static uint8_t buf[4096];
-	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
-	struct ibv_cq *cq = ibv_create_cq(ctx, 1024, NULL, NULL, 0);
-	struct ibv_qp_init_attr_ex a = { 0 };
-	struct ibv_qp_attr qa = { 0 };
 	char inl[64], l1[32], l2[32];
 	int posted = 0;
 
 	for (size_t i = 0; i < sizeof(buf); i++)
 		buf[i] = (uint8_t)(i * 7 + 1);
-	a.send_cq = a.recv_cq = cq;
-	a.qp_type = IBV_QPT_RC;
-	a.cap.max_send_wr = 64;
-	a.cap.max_send_sge = 2;
-	a.cap.max_inline_data = 64;
-	a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-	a.pd = pd;
-	a.send_ops_flags = IBV_QP_EX_WITH_SEND;
-	struct ibv_qp *qp = ibv_create_qp_ex(ctx, &a);
-	struct ibv_qp_ex *qpx = qp ? ibv_qp_to_qp_ex(qp) : NULL;
-	if (!pd || !mr || !cq || !qpx) {
-		fprintf(stderr, "payload setup failed\n");
-		exit(2);
-	}
-	int states[] = { IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS };
-	for (int i = 0; i < 3; i++) {
-		qa.qp_state = states[i];
-		ibv_modify_qp(qp, &qa, IBV_QP_STATE);
-	}
+	struct wrqp q = make_wrqp(buf, sizeof(buf), "payload");
+	struct ibv_qp *qp = q.qp;
+	struct ibv_qp_ex *qpx = q.qpx;
+	struct ibv_mr *mr = q.mr;
 	struct ibv_sge sge = { (uintptr_t)buf, 300, mr->lkey };
 	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 }, *bad;
 	wr.opcode = IBV_WR_SEND;
