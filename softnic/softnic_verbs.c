@@ -194,8 +194,11 @@ static void sn_fill_dev_attr(struct ibv_device_attr *a)
 	a->hw_ver = 1;
 	a->max_qp = 65536;
 	a->max_qp_wr = SN_MAX_QP_WR;
+	/* What softnic implements, so that programs (and rbtrace replay) that
+	 * check a capability before using it find it. */
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
-			      IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_SHUTDOWN_PORT;
+			      IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_SHUTDOWN_PORT |
+			      IBV_DEVICE_XRC;
 	a->max_sge = SN_MAX_SGE;
 	a->max_sge_rd = SN_MAX_SGE;
 	a->max_cq = 65536;
