@@ -1,8 +1,8 @@
 /* interpose_bench.c - what librbtrace.so adds to a post and a poll, in ns per call,
  * against the same loop untraced in the same process and beside the floor (one
  * TSC read and one 64-byte store); the recorder's writer thread's CPU per event
- * under 2 M back-to-back posts; then ib_write_bw's message rate over softnic,
- * traced vs untraced.
+ * under 2 M back-to-back posts; then, over softnic, ib_write_bw's message rate
+ * and ib_send_lat's typical latency, traced vs untraced.
  *
  * The device is tests/progs/interpose_fakeverbs (a libibverbs.so.1 whose post and
  * poll return at once), so that the shim's own cost shows. One context is opened
@@ -280,49 +280,48 @@ static void micro(void)
 	fflush(stdout);
 }
 
-/* ib_write_bw over softnic: message rate traced vs untraced, alternating runs. */
-static double write_bw_rate(int traced, int port, const char *tmp)
+/* One perftest run over softnic (server and client, both traced or neither):
+ * the fifth number of the result row, below the header line holding `col`
+ * (MsgRate for the bandwidth tests, t_typical for the latency tests). */
+static double perftest_run(const char *args, const char *col, int traced, int port,
+			   const char *tmp)
 {
 	char cmd[8 * PATH_MAX], out[PATH_MAX + 64];
 	const char *pre = traced ? "LD_PRELOAD=" : "RBT_UNUSED=";
 
-	snprintf(out, sizeof(out), "%s/bw.out", tmp);
+	snprintf(out, sizeof(out), "%s/pt.out", tmp);
 	snprintf(
 		cmd, sizeof(cmd),
 		"cd %s && export SOFTNIC_FABRIC=%s/fab LD_LIBRARY_PATH=%s/../softnic "
 		"RBTRACE_OUTPUT=%s/; "
-		"%s%s/../interpose/librbtrace.so timeout 60 ib_write_bw -s 64 -n 2000000 "
-		"-p %d "
-		">/dev/null 2>&1 & "
+		"%s%s/../interpose/librbtrace.so timeout 60 %s -p %d >/dev/null 2>&1 & "
 		"for i in $(seq 200); do grep -qiE \":%04X [0-9A-F]+:0000 0A\" "
-		"/proc/net/tcp "
-		"/proc/net/tcp6 && break; sleep 0.05; done; "
-		"%s%s/../interpose/librbtrace.so timeout 60 ib_write_bw -s 64 -n 2000000 "
-		"-p %d "
-		"localhost >%s 2>&1; wait",
-		tmp, tmp, self_dir, tmp, pre, self_dir, port, port, pre, self_dir, port,
-		out);
+		"/proc/net/tcp /proc/net/tcp6 && break; sleep 0.05; done; "
+		"%s%s/../interpose/librbtrace.so timeout 60 %s -p %d localhost >%s 2>&1; "
+		"wait; rm -f %s/*.rbt",
+		tmp, tmp, self_dir, tmp, pre, self_dir, args, port, port, pre, self_dir,
+		args, port, out, tmp);
 	if (system(cmd) != 0)
 		return -1;
 	FILE *f = fopen(out, "r");
 	char line[512];
-	double rate = -1;
+	double v = -1;
 	int next = 0;
 	while (f && fgets(line, sizeof(line), f)) {
-		if (strstr(line, "MsgRate")) {
+		if (strstr(line, col)) {
 			next = 1;
 			continue;
 		}
-		double b, it, peak, avg, mpps;
-		if (next && sscanf(line, "%lf %lf %lf %lf %lf", &b, &it, &peak, &avg,
-				   &mpps) == 5) {
-			rate = mpps;
+		double a, b, c, d, e;
+		if (next &&
+		    sscanf(line, "%lf %lf %lf %lf %lf", &a, &b, &c, &d, &e) == 5) {
+			v = e;
 			break;
 		}
 	}
 	if (f)
 		fclose(f);
-	return rate;
+	return v;
 }
 
 static void perftest(void)
@@ -343,8 +342,10 @@ static void perftest(void)
 	printf("ib_write_bw -s 64 -n 2000000 over softnic, message rate in Mpps "
 	       "(alternating runs):\n  untraced:");
 	for (int i = 0; i < N; i++) {
-		u[i] = write_bw_rate(0, port++, tmp);
-		t[i] = write_bw_rate(1, port++, tmp);
+		u[i] = perftest_run("ib_write_bw -s 64 -n 2000000", "MsgRate", 0, port++,
+				    tmp);
+		t[i] = perftest_run("ib_write_bw -s 64 -n 2000000", "MsgRate", 1, port++,
+				    tmp);
 		printf(" %.2f", u[i]);
 	}
 	printf("\n  traced:  ");
@@ -363,6 +364,27 @@ static void perftest(void)
 	if (u[N / 2] > 0 && t[N / 2] > 0)
 		printf("  per message: untraced %.1f ns, traced %.1f ns, added %.1f ns\n",
 		       1e3 / u[N / 2], 1e3 / t[N / 2], 1e3 / t[N / 2] - 1e3 / u[N / 2]);
+
+	/* A latency-bound program: each iteration is a post and a poll on each
+	 * side. What tracing adds to its typical half round trip. */
+	printf("ib_send_lat -s 8 -n 100000 over softnic, typical latency in us "
+	       "(alternating runs):\n  untraced:");
+	for (int i = 0; i < N; i++) {
+		u[i] = perftest_run("ib_send_lat -s 8 -n 100000", "t_typical", 0, port++,
+				    tmp);
+		t[i] = perftest_run("ib_send_lat -s 8 -n 100000", "t_typical", 1, port++,
+				    tmp);
+		printf(" %.3f", u[i]);
+	}
+	printf("\n  traced:  ");
+	for (int i = 0; i < N; i++)
+		printf(" %.3f", t[i]);
+	qsort(u, N, sizeof(double), cmp_d);
+	qsort(t, N, sizeof(double), cmp_d);
+	printf("\n  median untraced %.3f us, traced %.3f us, added %.0f ns "
+	       "(traced/untraced %.3f)\n",
+	       u[N / 2], t[N / 2], (t[N / 2] - u[N / 2]) * 1e3,
+	       u[N / 2] > 0 ? t[N / 2] / u[N / 2] : 0);
 	char rm[PATH_MAX + 16];
 	snprintf(rm, sizeof(rm), "rm -rf %s", tmp);
 	if (system(rm))
