@@ -392,7 +392,23 @@ static inline uint32_t rbt_nsge(int n)
 static inline int rbt_swr_ext(enum ibv_qp_type t, enum ibv_wr_opcode op)
 {
 	return t == IBV_QPT_UD || t == IBV_QPT_XRC_SEND ||
-	       op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+	       op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+	       op == IBV_WR_BIND_MW || op == IBV_WR_TSO;
+}
+
+/* The imm_data field of the trace (see RBT_REC_send_wr). */
+static inline uint32_t rbt_swr_imm(const struct ibv_send_wr *w)
+{
+	switch (w->opcode) {
+	case IBV_WR_SEND_WITH_IMM:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		return be32toh(w->imm_data);
+	case IBV_WR_SEND_WITH_INV:
+	case IBV_WR_LOCAL_INV:
+		return w->invalidate_rkey;
+	default:
+		return 0;
+	}
 }
 
 /* WRs after *bad_wr were never posted and may be half-built: they are not read. */
@@ -444,9 +460,7 @@ static void rbt_rec_send(struct ibv_qp *qp, struct ibv_send_wr *wr, int ret,
 				h->wr_id = w->wr_id;
 				h->remote_addr = w->wr.rdma.remote_addr;
 				h->rkey = w->wr.rdma.rkey;
-				h->imm = w->opcode == IBV_WR_SEND_WITH_INV
-						 ? w->invalidate_rkey
-						 : be32toh(w->imm_data);
+				h->imm = rbt_swr_imm(w);
 				h->send_flags = w->send_flags;
 				h->payload_len = 0;
 				h->opcode = (uint8_t)w->opcode;
@@ -464,6 +478,17 @@ static void rbt_rec_send(struct ibv_qp *qp, struct ibv_send_wr *wr, int ret,
 						h->rkey = w->wr.atomic.rkey;
 						x->compare_add = w->wr.atomic.compare_add;
 						x->swap = w->wr.atomic.swap;
+					} else if (w->opcode == IBV_WR_BIND_MW) {
+						const struct ibv_mw_bind_info *bi =
+							&w->bind_mw.bind_info;
+						h->remote_addr = bi->addr;
+						h->rkey = w->bind_mw.rkey;
+						x->compare_add = bi->length;
+						x->swap = bi->mw_access_flags;
+						x->ah = (uintptr_t)w->bind_mw.mw;
+					} else if (w->opcode == IBV_WR_TSO) {
+						x->compare_add = w->tso.hdr_sz;
+						x->swap = w->tso.mss;
 					}
 					if (qpt == IBV_QPT_UD) {
 						x->ah = (uintptr_t)w->wr.ud.ah;
@@ -1214,6 +1239,7 @@ static void rbt_wr_bind_mw(struct ibv_qp_ex *q, struct ibv_mw *mw, uint32_t rkey
 		if (bi) {
 			w->remote_addr = bi->addr;
 			w->compare_add = bi->length;
+			w->swap = bi->mw_access_flags;
 		}
 	}
 	e->wr_bind_mw(q, mw, rkey, bi);

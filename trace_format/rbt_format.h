@@ -60,19 +60,26 @@ struct rbt_blob {
 	F(U, lkey)
 
 /* One send work request, classic or built with the ibv_wr_* API. */
-#define RBT_REC_send_wr(F, A)                                              \
-	F(U, wr_id)                                                        \
-	F(U, opcode) /* enum ibv_wr_opcode */                              \
-	F(U, send_flags)                                                   \
-	F(U, imm_data) /* host order; invalidate_rkey for SEND_WITH_INV */ \
-	F(D, remote_addr)                                                  \
-	F(U, rkey)                                                         \
-	F(U, compare_add)                                                  \
-	F(U, swap)                                                         \
-	F(H, ah) /* UD */                                                  \
-	F(U, remote_qpn)                                                   \
-	F(U, remote_qkey)                                                  \
-	A(sge, sges)                                                       \
+/* Fields by opcode: imm_data is the immediate (host order) of *_WITH_IMM and
+ * the rkey to invalidate of SEND_WITH_INV and LOCAL_INV, else 0. remote_addr
+ * and rkey: RDMA and atomics; BIND_MW: the address bound and the window's new
+ * rkey. compare_add and swap: atomics (ATOMIC_WRITE: compare_add holds the 8
+ * bytes); BIND_MW: the length bound and the access flags; TSO: hdr_sz and mss.
+ * ah: UD's address handle; BIND_MW: the window. remote_qpn: UD's destination
+ * QP, XRC's destination SRQ number. */
+#define RBT_REC_send_wr(F, A)                                                 \
+	F(U, wr_id)                                                           \
+	F(U, opcode) /* enum ibv_wr_opcode */                                 \
+	F(U, send_flags)                                                      \
+	F(U, imm_data)                                                        \
+	F(D, remote_addr)                                                     \
+	F(U, rkey)                                                            \
+	F(U, compare_add)                                                     \
+	F(U, swap)                                                            \
+	F(H, ah)                                                              \
+	F(U, remote_qpn)                                                      \
+	F(U, remote_qkey)                                                     \
+	A(sge, sges)                                                          \
 	F(B, payload) /* only with payload capture on */
 
 #define RBT_REC_recv_wr(F, A)                                                \
