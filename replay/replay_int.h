@@ -34,10 +34,25 @@ struct rp_cq {
 	uint32_t stash_head, stash_n, stash_cap;
 };
 
+/* An XRC domain. One the program opened through a file may have been shared
+ * with the other processes of the job that opened the same file (an XRC_SEND
+ * then reaches their SRQs through any TGT QP of the domain, as
+ * ibv_xsrq_pingpong -c 2 does): it is rebuilt through a file of the
+ * replayer's shared by all sides recorded on the same host. One opened without
+ * a file stays private. */
+struct rp_xrcd {
+	uint64_t h;
+	int shared; /* recorded through a file */
+	int fd;	    /* the descriptor it was opened through (closed since) */
+	struct ibv_xrcd *xrcd;
+};
+
 struct rp_srq {
 	uint64_t h, pd;
 	struct rbt_ev_srq_create rec;
+	int xrcdi, cqi; /* XRC SRQ: 1 + index of its XRCD and CQ, resolved at create */
 	struct ibv_srq *srq;
+	uint32_t new_srqn; /* XRC SRQ: its number on the replay device */
 };
 
 struct rp_ah {
@@ -68,6 +83,7 @@ struct rp_qp {
 	uint64_t h;
 	struct rbt_ev_qp_create rec;
 	int scq, rcq, srqi;    /* 1 + index of its CQs and SRQ, resolved at create */
+	int xrcdi;	       /* XRC_RECV: 1 + index of its XRCD */
 	uint32_t rec_dest_qpn; /* from the RTR modify, 0 if none */
 	int has_dest;
 	uint32_t rec_final_state; /* last modified state, ERR after an error wc */
@@ -83,6 +99,8 @@ struct rp_qp {
 	struct rp_wclist rec_wc[2], rep_wc[2];
 	struct rp_idset send_ids, recv_ids; /* wr_ids posted to each queue */
 	uint32_t replay_state;
+	/* in rp_side.xqp: another process's TGT QP, known only by number */
+	uint32_t foreign_new_qpn;
 };
 
 /* One step of the timeline: a recorded event the replayer reissues in order. */
@@ -117,6 +135,7 @@ struct rp_side {
 	struct rbt_reader_stats stats;
 	/* recorded resources */
 	char devname[64];
+	const char *mw_use; /* the first use of a memory window, or NULL */
 	uint64_t rec_lid;
 	uint8_t rec_gid[16];
 	uint32_t rec_active_mtu;
@@ -130,10 +149,18 @@ struct rp_side {
 	int nch;
 	struct rp_cq *cq;
 	int ncq;
+	struct rp_xrcd *xrcd;
+	int nxrcd;
+	char xrcd_path[256]; /* the shared domain file this side opened, or "" */
 	struct rp_srq *srq;
 	int nsrq;
 	struct rp_qp *qp;
 	int nqp;
+	/* TGT QPs of other processes through which this side's XRC SRQs received
+	 * (they shared the XRC domain): the receive completions on this side's
+	 * CQs that name them are matched per such QP, like those of our own */
+	struct rp_qp *xqp;
+	int nxqp;
 	struct rp_ah *ah;
 	int nah;
 	struct rp_step *step;
@@ -172,11 +199,18 @@ struct rp_dir_mr {
 	uint64_t rec_addr, len, new_addr;
 	uint32_t rec_rkey, new_rkey;
 };
+/* An XRC SRQ: an XRC_SEND names the peer's SRQ by number in every send. */
+struct rp_dir_srq {
+	int side;
+	uint32_t rec_srqn, new_srqn;
+};
 struct rp_dir {
 	struct rp_dir_qp *qps;
 	int nqp, capqp;
 	struct rp_dir_mr *mrs;
 	int nmr, capmr;
+	struct rp_dir_srq *srqs;
+	int nsrq, capsrq;
 };
 
 /* ---- the divergence list --------------------------------------------------- */
@@ -201,7 +235,31 @@ struct rp_job {
 	int peer_is_responder;
 	pthread_barrier_t bar;
 	int poll_timeout_ms;
+	/* XRC domains opened through a file in the recording are rebuilt through
+	 * one file per recorded host, PREFIX.<host hash>, shared by every side of
+	 * the job (both replayer processes: the listener names it) */
+	char xrcd_prefix[200];
 };
+
+/* Room for one more element of a growable array: doubles cap (zeroing the
+ * new part) when n reached it; 0 when memory ran out. */
+#define RP_GROW(arr, n, cap)                                                    \
+	({                                                                      \
+		int _ok = 1;                                                    \
+		if ((n) == (cap)) {                                             \
+			int _c = (cap) ? 2 * (cap) : 16;                        \
+			void *_p = realloc((arr), (size_t)_c * sizeof(*(arr))); \
+			if (_p) {                                               \
+				(arr) = _p;                                     \
+				memset((arr) + (cap), 0,                        \
+				       (size_t)(_c - (cap)) * sizeof(*(arr)));  \
+				(cap) = _c;                                     \
+			} else {                                                \
+				_ok = 0;                                        \
+			}                                                       \
+		}                                                               \
+		_ok;                                                            \
+	})
 
 /* replay_load.c */
 int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path);
@@ -217,6 +275,8 @@ struct ibv_pd *rp_pd_by_h(struct rp_side *s, uint64_t h);
 void rp_wclist_push(struct rp_wclist *l, const struct rp_wcrec *w);
 int rp_wc_is_recv(const struct rp_qp *q, uint32_t status, uint32_t opcode,
 		  uint64_t wr_id);
+int rp_is_xrc(uint64_t qp_type);
+int rp_qp_recv_on_cq(const struct rp_side *s, const struct rp_qp *q, int cq);
 
 /* replay_report.c */
 void rp_diverge(struct rp_job *j, const char *fmt, ...)
@@ -233,6 +293,7 @@ int rp_net_agree_t0(struct rp_job *j, uint64_t *t0);
 int rp_responder_run(const struct rbt_replay_opts *o);
 int rp_dir_add_qp(struct rp_dir *d, const struct rp_dir_qp *q);
 int rp_dir_add_mr(struct rp_dir *d, const struct rp_dir_mr *m);
+int rp_dir_add_srq(struct rp_dir *d, const struct rp_dir_srq *r);
 
 /* replay_run.c */
 uint64_t rp_now_ns(void);

@@ -1,7 +1,7 @@
 /* replay_load.c - reads one trace into the replayer's model: the resources it
- * created (PDs, MRs, channels, CQs, SRQs, QPs, AHs), the timeline of steps to
- * reissue (modifies, posts, polls, notifications) in recorded time order, and the
- * completions the program saw, per QP and queue.
+ * created (PDs, MRs, channels, CQs, XRC domains, SRQs, QPs, AHs), the timeline
+ * of steps to reissue (modifies, posts, polls, notifications) in recorded time
+ * order, and the completions the program saw, per QP and queue.
  *
  * Must never issue a verb: loading happens before the replayer decides whether it
  * can replay at all. Everything the reader hands out is copied (it is only valid
@@ -42,23 +42,22 @@ static void *rp_dup(struct rp_side *s, const void *src, size_t n)
 	return p;
 }
 
-#define RP_GROW(arr, n, cap)                                                    \
-	({                                                                      \
-		int _ok = 1;                                                    \
-		if ((n) == (cap)) {                                             \
-			int _c = (cap) ? 2 * (cap) : 16;                        \
-			void *_p = realloc((arr), (size_t)_c * sizeof(*(arr))); \
-			if (_p) {                                               \
-				(arr) = _p;                                     \
-				memset((arr) + (cap), 0,                        \
-				       (size_t)(_c - (cap)) * sizeof(*(arr)));  \
-				(cap) = _c;                                     \
-			} else {                                                \
-				_ok = 0;                                        \
-			}                                                       \
-		}                                                               \
-		_ok;                                                            \
-	})
+/* The name of a memory-window opcode among the WRs of p, or NULL. */
+static const char *rp_mw_opcode(const struct rbt_ev_post_send *p)
+{
+	for (uint32_t i = 0; i < p->n_wrs; i++)
+		switch (p->wrs[i].opcode) {
+		case IBV_WR_BIND_MW:
+			return "a BIND_MW work request";
+		case IBV_WR_LOCAL_INV:
+			return "a LOCAL_INV work request";
+		case IBV_WR_SEND_WITH_INV:
+			return "a SEND_WITH_INV work request";
+		default:
+			break;
+		}
+	return NULL;
+}
 
 void rp_wclist_push(struct rp_wclist *l, const struct rp_wcrec *w)
 {
@@ -184,13 +183,33 @@ static int rp_resolve(struct rp_side *s, const struct rbt_event *e)
 	return 0;
 }
 
+int rp_is_xrc(uint64_t qp_type)
+{
+	return qp_type == IBV_QPT_XRC_SEND || qp_type == IBV_QPT_XRC_RECV;
+}
+
+/* Whether receive completions of QP q can arrive on CQ cq (1 + index): its own
+ * receive CQ, or - for an XRC_RECV QP, which has none - the CQ of any XRC SRQ of
+ * its domain, since the sender picks the SRQ (and so the CQ) in each send. */
+int rp_qp_recv_on_cq(const struct rp_side *s, const struct rp_qp *q, int cq)
+{
+	if (q->rcq == cq)
+		return 1;
+	if (q->rec.qp_type != IBV_QPT_XRC_RECV || !q->xrcdi)
+		return 0;
+	for (int i = 0; i < s->nsrq; i++)
+		if (s->srq[i].xrcdi == q->xrcdi && s->srq[i].cqi == cq)
+			return 1;
+	return 0;
+}
+
 /* The QP a CQ serves, when it serves exactly one. */
 static struct rp_qp *rp_only_qp_of_cq(struct rp_side *s, int cq)
 {
 	struct rp_qp *only = NULL;
 
 	for (int i = 0; i < s->nqp; i++)
-		if (s->qp[i].scq == cq || s->qp[i].rcq == cq) {
+		if (s->qp[i].scq == cq || rp_qp_recv_on_cq(s, &s->qp[i], cq)) {
 			if (only)
 				return NULL;
 			only = &s->qp[i];
@@ -245,6 +264,9 @@ int rp_wc_is_recv(const struct rp_qp *q, uint32_t status, uint32_t opcode, uint6
 {
 	int in_r, in_s;
 
+	/* an XRC TGT QP has no send queue */
+	if (q->rec.qp_type == IBV_QPT_XRC_RECV)
+		return 1;
 	if (status == IBV_WC_SUCCESS)
 		return (opcode & IBV_WC_RECV) != 0;
 	in_r = rp_has_id(&q->recv_ids, wr_id);
@@ -254,6 +276,35 @@ int rp_wc_is_recv(const struct rp_qp *q, uint32_t status, uint32_t opcode, uint6
 	if (status == IBV_WC_WR_FLUSH_ERR)
 		return opcode & IBV_WC_RECV ? 1 : 0;
 	return 0;
+}
+
+/* The stand-in for TGT QP qpn of another process, whose receives arrived on CQ
+ * cq (1 + index) through one of our XRC SRQs; NULL when cq is no XRC SRQ's. */
+static struct rp_qp *rp_xqp_get(struct rp_side *s, int cq, uint32_t qpn)
+{
+	struct rp_qp *q, *v;
+	int xrc = 0;
+
+	for (int i = 0; i < s->nsrq; i++)
+		if (s->srq[i].rec.srq_type == IBV_SRQT_XRC && s->srq[i].cqi == cq)
+			xrc = 1;
+	if (!xrc)
+		return NULL;
+	for (int i = 0; i < s->nxqp; i++)
+		if ((uint32_t)s->xqp[i].rec.qp_num == qpn)
+			return &s->xqp[i];
+	v = realloc(s->xqp, (size_t)(s->nxqp + 1) * sizeof(*v));
+	if (!v)
+		return NULL;
+	s->xqp = v;
+	q = &s->xqp[s->nxqp++];
+	memset(q, 0, sizeof(*q));
+	q->rec.qp_num = qpn;
+	q->rec.qp_type = IBV_QPT_XRC_RECV;
+	q->rcq = cq;
+	q->rel_side = -1;
+	q->peer_dir = -1;
+	return q;
 }
 
 /* Copies the arrays of an event into the side's arena. */
@@ -353,7 +404,7 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 	struct rbt_reader *r = NULL;
 	const struct rbt_event *ev;
 	int rc, capmr = 0, cappd = 0, capch = 0, capcq = 0, capsrq = 0, capqp = 0,
-		capah = 0, capstep = 0;
+		capah = 0, capstep = 0, capxrcd = 0;
 	uint64_t seq = 0;
 
 	s->path = path;
@@ -436,16 +487,36 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 			s->cq[s->ncq++].rec = *p;
 			break;
 		}
+		case RBT_EV_XRCD_OPEN: {
+			const struct rbt_ev_xrcd_open *p = &ev->u.xrcd_open;
+
+			if (!rp_is_create_ok(p->ret, p->err, p->xrcd))
+				break;
+			if (!RP_GROW(s->xrcd, s->nxrcd, capxrcd))
+				goto nomem;
+			s->xrcd[s->nxrcd].shared = (int)(int32_t)p->fd >= 0;
+			s->xrcd[s->nxrcd++].h = p->xrcd;
+			break;
+		}
 		case RBT_EV_SRQ_CREATE: {
 			const struct rbt_ev_srq_create *p = &ev->u.srq_create;
+			struct rp_srq *r;
 
 			if (!rp_is_create_ok(p->ret, p->err, p->srq))
 				break;
 			if (!RP_GROW(s->srq, s->nsrq, capsrq))
 				goto nomem;
-			s->srq[s->nsrq].h = p->srq;
-			s->srq[s->nsrq].pd = p->pd;
-			s->srq[s->nsrq++].rec = *p;
+			r = &s->srq[s->nsrq++];
+			r->h = p->srq;
+			r->pd = p->pd;
+			r->rec = *p;
+			/* the latest object of a handle is the one meant */
+			for (int k = s->nxrcd - 1; k >= 0 && p->xrcd && !r->xrcdi; k--)
+				if (s->xrcd[k].h == p->xrcd)
+					r->xrcdi = k + 1;
+			for (int k = s->ncq - 1; k >= 0 && p->cq && !r->cqi; k--)
+				if (s->cq[k].h == p->cq)
+					r->cqi = k + 1;
 			break;
 		}
 		case RBT_EV_QP_CREATE: {
@@ -468,6 +539,9 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 			for (int k = s->nsrq - 1; k >= 0 && p->srq && !q->srqi; k--)
 				if (s->srq[k].h == p->srq)
 					q->srqi = k + 1;
+			for (int k = s->nxrcd - 1; k >= 0 && p->xrcd && !q->xrcdi; k--)
+				if (s->xrcd[k].h == p->xrcd)
+					q->xrcdi = k + 1;
 			q->rec_final_state = IBV_QPS_RESET;
 			q->port = 1;
 			q->rel_side = -1;
@@ -491,6 +565,10 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 			a->rec.ah_dgid.data = NULL;
 			break;
 		}
+		case RBT_EV_MW_ALLOC:
+			if (!s->mw_use)
+				s->mw_use = "ibv_alloc_mw";
+			break;
 		case RBT_EV_QP_MODIFY:
 		case RBT_EV_POST_SEND:
 		case RBT_EV_POST_RECV:
@@ -501,6 +579,9 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 		case RBT_EV_ASYNC_EVENT:
 		case RBT_EV_QP_QUERY: {
 			struct rp_step *st;
+
+			if (ev->type == RBT_EV_POST_SEND && !s->mw_use)
+				s->mw_use = rp_mw_opcode(&ev->u.post_send);
 
 			/* Empty and failed polls only spun: nothing to reissue. */
 			if (ev->type == RBT_EV_POLL_CQ && ev->u.poll_cq.n_wcs == 0)
@@ -589,7 +670,10 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 					     e->u.post_recv.wrs[k].wr_id);
 		else if (e->type == RBT_EV_POST_SRQ_RECV)
 			for (int q = 0; q < s->nqp; q++)
-				if (s->qp[q].srqi == st->obj)
+				if (s->qp[q].srqi == st->obj ||
+				    (s->qp[q].rec.qp_type == IBV_QPT_XRC_RECV &&
+				     s->qp[q].xrcdi &&
+				     s->qp[q].xrcdi == s->srq[st->obj - 1].xrcdi))
 					for (uint32_t k = 0; k < e->u.post_srq_recv.n_wrs;
 					     k++)
 						rp_idset_add(
@@ -680,6 +764,14 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 							    !w->byte_len),
 				};
 
+				/* a TGT QP of another process in our XRC domain */
+				if (!q && st->cq && w->qp_num) {
+					q = rp_xqp_get(s, st->obj, (uint32_t)w->qp_num);
+					if (q) {
+						rp_wclist_push(&q->rec_wc[1], &wr);
+						continue;
+					}
+				}
 				/* ... nor the QP number: a CQ of one QP says it */
 				if (!q && st->cq)
 					q = rp_only_qp_of_cq(s, st->obj);
@@ -769,7 +861,14 @@ void rp_side_free(struct rp_side *s)
 	for (int i = 0; i < s->ncq; i++)
 		free(s->cq[i].stash);
 	free(s->cq);
+	for (int i = 0; i < s->nxqp; i++)
+		for (int k = 0; k < 2; k++) {
+			free(s->xqp[i].rec_wc[k].v);
+			free(s->xqp[i].rep_wc[k].v);
+		}
+	free(s->xqp);
 	free(s->srq);
+	free(s->xrcd);
 	free(s->qp);
 	free(s->ah);
 	free(s->step);

@@ -28,31 +28,25 @@
 
 int rp_dir_add_qp(struct rp_dir *d, const struct rp_dir_qp *q)
 {
-	if (d->nqp == d->capqp) {
-		int cap = d->capqp ? 2 * d->capqp : 16;
-		struct rp_dir_qp *v = realloc(d->qps, (size_t)cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		d->qps = v;
-		d->capqp = cap;
-	}
+	if (!RP_GROW(d->qps, d->nqp, d->capqp))
+		return -ENOMEM;
 	d->qps[d->nqp++] = *q;
 	return 0;
 }
 
 int rp_dir_add_mr(struct rp_dir *d, const struct rp_dir_mr *m)
 {
-	if (d->nmr == d->capmr) {
-		int cap = d->capmr ? 2 * d->capmr : 16;
-		struct rp_dir_mr *v = realloc(d->mrs, (size_t)cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		d->mrs = v;
-		d->capmr = cap;
-	}
+	if (!RP_GROW(d->mrs, d->nmr, d->capmr))
+		return -ENOMEM;
 	d->mrs[d->nmr++] = *m;
+	return 0;
+}
+
+int rp_dir_add_srq(struct rp_dir *d, const struct rp_dir_srq *r)
+{
+	if (!RP_GROW(d->srqs, d->nsrq, d->capsrq))
+		return -ENOMEM;
+	d->srqs[d->nsrq++] = *r;
 	return 0;
 }
 
@@ -239,6 +233,17 @@ int rp_net_open(struct rp_job *j)
 			line);
 		return -EPROTO;
 	}
+	/* The listener names the files of shared XRC domains; on one machine both
+	 * replayers then open the same ones (on two, nothing is shared anyway). */
+	if (j->o->listen) {
+		if (rp_sendf(fd, "XD %s\n", j->xrcd_prefix))
+			return -EPIPE;
+	} else if (rp_readline(fd, line, sizeof(line), RP_NET_TIMEOUT_MS) < 0 ||
+		   sscanf(line, "XD %199s", j->xrcd_prefix) != 1) {
+		fprintf(j->log, "rbtrace replay: the peer replayer did not name its "
+				"XRC domain files\n");
+		return -EPROTO;
+	}
 	/* Same host: both recordings share CLOCK_MONOTONIC, keep their offset. */
 	if (j->same_clock && !strcmp(host, j->side[0].host)) {
 		if (epoch && epoch < j->rec_epoch)
@@ -272,6 +277,14 @@ static int rp_send_dir(struct rp_job *j)
 		if (rp_sendf(fd, "M %d %llu %llu %llu %u %u\n", m->side,
 			     (unsigned long long)m->rec_addr, (unsigned long long)m->len,
 			     (unsigned long long)m->new_addr, m->rec_rkey, m->new_rkey))
+			return -EPIPE;
+	}
+	for (int i = 0; i < j->dir.nsrq; i++) {
+		const struct rp_dir_srq *r = &j->dir.srqs[i];
+
+		if (r->side >= RP_MAX_SIDES)
+			continue;
+		if (rp_sendf(fd, "S %d %u %u\n", r->side, r->rec_srqn, r->new_srqn))
 			return -EPIPE;
 	}
 	return rp_sendf(fd, "E\n");
@@ -315,6 +328,15 @@ static int rp_recv_dir(struct rp_job *j)
 			m.len = l;
 			m.new_addr = na;
 			if (rp_dir_add_mr(&j->dir, &m))
+				return -ENOMEM;
+		} else if (line[0] == 'S') {
+			struct rp_dir_srq r = { 0 };
+
+			if (sscanf(line, "S %d %u %u", &r.side, &r.rec_srqn,
+				   &r.new_srqn) != 3)
+				goto bad;
+			r.side += RP_MAX_SIDES;
+			if (rp_dir_add_srq(&j->dir, &r))
 				return -ENOMEM;
 		} else if (line[0] == 'X') {
 			fprintf(j->log, "rbtrace replay: the peer refused: %s\n",

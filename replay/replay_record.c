@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -117,15 +118,29 @@ int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path)
 		ev.u.cq_create.ex = 0;
 		rc = rr_put(w, &ev, t0);
 	}
+	for (int i = 0; i < s->nxrcd && !rc; i++) {
+		memset(&ev, 0, sizeof(ev));
+		ev.type = RBT_EV_XRCD_OPEN;
+		ev.u.xrcd_open.ts_exit = t0;
+		ev.u.xrcd_open.ctx = H(s->ctx);
+		ev.u.xrcd_open.xrcd = H(s->xrcd[i].xrcd);
+		/* through a file when shared, as the program did (see rp_xrcd) */
+		ev.u.xrcd_open.fd = s->xrcd[i].shared ? (uint64_t)s->xrcd[i].fd : ~0ull;
+		ev.u.xrcd_open.oflags = O_CREAT;
+		rc = rr_put(w, &ev, t0);
+	}
 	for (int i = 0; i < s->nsrq && !rc; i++) {
+		const struct rp_srq *r = &s->srq[i];
+
 		memset(&ev, 0, sizeof(ev));
 		ev.type = RBT_EV_SRQ_CREATE;
-		ev.u.srq_create = s->srq[i].rec;
+		ev.u.srq_create = r->rec;
 		ev.u.srq_create.ts_exit = t0;
-		ev.u.srq_create.pd = H(rp_pd_by_h(s, s->srq[i].pd));
-		ev.u.srq_create.srq = H(s->srq[i].srq);
-		ev.u.srq_create.cq = 0;
-		ev.u.srq_create.xrcd = 0;
+		ev.u.srq_create.pd = H(rp_pd_by_h(s, r->pd));
+		ev.u.srq_create.srq = H(r->srq);
+		ev.u.srq_create.cq = H(r->cqi ? s->cq[r->cqi - 1].cq : NULL);
+		ev.u.srq_create.xrcd = H(r->xrcdi ? s->xrcd[r->xrcdi - 1].xrcd : NULL);
+		ev.u.srq_create.srqn = r->new_srqn;
 		rc = rr_put(w, &ev, t0);
 	}
 	for (int i = 0; i < s->nqp && !rc; i++) {
@@ -145,8 +160,8 @@ int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path)
 		ev.u.qp_create.send_cq = H(sc ? sc->cq : NULL);
 		ev.u.qp_create.recv_cq = H(rcq ? rcq->cq : NULL);
 		ev.u.qp_create.srq = H(srq ? srq->srq : NULL);
-		ev.u.qp_create.xrcd = 0;
-		ev.u.qp_create.ex = 0;
+		ev.u.qp_create.xrcd = H(q->xrcdi ? s->xrcd[q->xrcdi - 1].xrcd : NULL);
+		ev.u.qp_create.ex = rp_is_xrc(q->rec.qp_type);
 		rc = rr_put(w, &ev, t0);
 	}
 	for (int i = 0; i < s->nah && !rc; i++) {
@@ -214,6 +229,8 @@ int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path)
 					wr[k].remote_addr = o->wr.atomic.remote_addr;
 					wr[k].rkey = o->wr.atomic.rkey;
 				}
+				if (st->qp->rec.qp_type == IBV_QPT_XRC_SEND)
+					wr[k].remote_qpn = o->qp_type.xrc.remote_srqn;
 				if (st->qp->rec.qp_type == IBV_QPT_UD) {
 					wr[k].ah = H(o->wr.ud.ah);
 					wr[k].remote_qpn = o->wr.ud.remote_qpn;

@@ -53,6 +53,13 @@ static const char *rp_state_name(uint32_t s)
 	return n ? n : "?";
 }
 
+static const char *rp_qp_type_name(uint64_t t)
+{
+	const char *n = rbt_verbs_name(RBT_NAMES_QP_TYPE, t);
+
+	return n ? n : "?";
+}
+
 static int rp_wc_equal(const struct rp_wcrec *a, const struct rp_wcrec *b)
 {
 	if (a->status != b->status)
@@ -106,8 +113,10 @@ void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum)
 		struct rp_side *s = &j->side[si];
 
 		s->late_from = nlate;
-		for (int qi = 0; qi < s->nqp; qi++) {
-			struct rp_qp *q = &s->qp[qi];
+		/* our QPs, then other processes' TGT QPs our XRC SRQs received
+		 * through (no state of ours to compare) */
+		for (int qi = 0; qi < s->nqp + s->nxqp; qi++) {
+			struct rp_qp *q = qi < s->nqp ? &s->qp[qi] : &s->xqp[qi - s->nqp];
 
 			for (int d = 0; d < 2; d++) {
 				struct rp_wclist *r = &q->rec_wc[d], *p = &q->rep_wc[d];
@@ -171,7 +180,7 @@ void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum)
 						ibv_wc_status_str(p->v[k].status));
 				}
 			}
-			if (q->replay_state != q->rec_final_state)
+			if (qi < s->nqp && q->replay_state != q->rec_final_state)
 				rp_diverge(j, "%s: QP %llu ends in state %s, recorded %s",
 					   s->path, (unsigned long long)q->rec.qp_num,
 					   rp_state_name(q->replay_state),
@@ -318,12 +327,29 @@ void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum)
 					"\"replayed\":%u},\"recv\":{\"recorded\":%u,"
 					"\"replayed\":%u},"
 					"\"state\":{\"recorded\":\"%s\",\"replayed\":\"%"
-					"s\"}}",
+					"s\"},\"type\":\"%s\"}",
 					(unsigned long long)q->rec.qp_num,
 					q->qp ? q->qp->qp_num : 0, q->rec_wc[0].n,
 					q->rep_wc[0].n, q->rec_wc[1].n, q->rep_wc[1].n,
 					rp_state_name(q->rec_final_state),
-					rp_state_name(q->replay_state));
+					rp_state_name(q->replay_state),
+					rp_qp_type_name(q->rec.qp_type));
+			}
+		/* another process's TGT QP our XRC SRQs received through */
+		for (int si = 0; si < j->nside; si++)
+			for (int qi = 0; qi < j->side[si].nxqp; qi++) {
+				struct rp_qp *q = &j->side[si].xqp[qi];
+
+				fprintf(f, ",{\"trace\":");
+				rp_json_str(f, j->side[si].path);
+				fprintf(f,
+					",\"qp_num\":%llu,\"replay_qp_num\":%u,"
+					"\"other_process\":true,\"type\":\"XRC_RECV\","
+					"\"send\":{\"recorded\":0,\"replayed\":0},"
+					"\"recv\":{\"recorded\":%u,\"replayed\":%u}}",
+					(unsigned long long)q->rec.qp_num,
+					q->foreign_new_qpn, q->rec_wc[1].n,
+					q->rep_wc[1].n);
 			}
 		fprintf(f, "],\"divergences\":[");
 		for (int i = 0; i < j->rep.ndiv; i++) {
@@ -394,6 +420,19 @@ void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum)
 					q->rec_wc[0].n, q->rep_wc[1].n, q->rec_wc[1].n,
 					rp_state_name(q->replay_state),
 					rp_state_name(q->rec_final_state));
+			}
+		for (int si = 0; si < j->nside; si++)
+			for (int qi = 0; qi < j->side[si].nxqp; qi++) {
+				struct rp_qp *q = &j->side[si].xqp[qi];
+
+				fprintf(f,
+					"  %s XRC receives through QP %llu -> %u of "
+					"another trace: recv %u/%u completions "
+					"(replayed/recorded)\n",
+					j->side[si].path,
+					(unsigned long long)q->rec.qp_num,
+					q->foreign_new_qpn, q->rep_wc[1].n,
+					q->rec_wc[1].n);
 			}
 		fprintf(f, "completions matched: %llu of %llu\n",
 			(unsigned long long)sum->completions_matched,

@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -154,11 +155,18 @@ static int rp_check_side(struct rp_job *j, struct rp_side *s)
 			p);
 		return -EINVAL;
 	}
+	if (s->mw_use) {
+		fprintf(j->log,
+			"rbtrace replay: %s: the trace uses memory windows (%s), which "
+			"the replayer does not rebuild\n",
+			p, s->mw_use);
+		return -ENOTSUP;
+	}
 	for (int i = 0; i < s->nqp; i++) {
 		const struct rbt_ev_qp_create *c = &s->qp[i].rec;
 
 		if (c->qp_type != IBV_QPT_RC && c->qp_type != IBV_QPT_UC &&
-		    c->qp_type != IBV_QPT_UD) {
+		    c->qp_type != IBV_QPT_UD && !rp_is_xrc(c->qp_type)) {
 			fprintf(j->log,
 				"rbtrace replay: %s: QP %llu is of type %s, which the "
 				"replayer "
@@ -166,6 +174,13 @@ static int rp_check_side(struct rp_job *j, struct rp_side *s)
 				p, (unsigned long long)c->qp_num,
 				rp_qpt_name(c->qp_type));
 			return -ENOTSUP;
+		}
+		if (c->qp_type == IBV_QPT_XRC_RECV && !s->qp[i].xrcdi) {
+			fprintf(j->log,
+				"rbtrace replay: %s: QP %llu (XRC_RECV) names an XRC "
+				"domain the trace never opened\n",
+				p, (unsigned long long)c->qp_num);
+			return -EINVAL;
 		}
 		if (c->max_send_wr > (uint64_t)d->max_qp_wr ||
 		    c->max_recv_wr > (uint64_t)d->max_qp_wr) {
@@ -201,6 +216,25 @@ static int rp_check_side(struct rp_job *j, struct rp_side *s)
 				d->max_cqe);
 			return -ENOTSUP;
 		}
+	for (int i = 0; i < s->nsrq; i++) {
+		const struct rp_srq *r = &s->srq[i];
+
+		if (r->rec.srq_type != IBV_SRQT_BASIC &&
+		    r->rec.srq_type != IBV_SRQT_XRC) {
+			fprintf(j->log,
+				"rbtrace replay: %s: SRQ %d is of type %llu (tag "
+				"matching?), which the replayer cannot rebuild\n",
+				p, i, (unsigned long long)r->rec.srq_type);
+			return -ENOTSUP;
+		}
+		if (r->rec.srq_type == IBV_SRQT_XRC && (!r->xrcdi || !r->cqi)) {
+			fprintf(j->log,
+				"rbtrace replay: %s: XRC SRQ %llu names an XRC domain "
+				"or CQ the trace never created\n",
+				p, (unsigned long long)r->rec.srqn);
+			return -EINVAL;
+		}
+	}
 	for (int i = 0; i < s->nsrq; i++)
 		if (s->srq[i].rec.max_wr > (uint64_t)d->max_srq_wr || d->max_srq == 0) {
 			fprintf(j->log,
@@ -282,6 +316,16 @@ static int rp_check_pairs(struct rp_job *j)
 
 				if (o && o != q)
 					found = 1;
+			}
+			if (!found && j->peer_is_responder && rp_is_xrc(q->rec.qp_type)) {
+				fprintf(j->log,
+					"rbtrace replay: %s: QP %llu is of type %s; the "
+					"responder stands in for RC/UC peers only: give "
+					"the "
+					"trace of QP %u's end too\n",
+					s->path, (unsigned long long)q->rec.qp_num,
+					rp_qpt_name(q->rec.qp_type), q->rec_dest_qpn);
+				return -ENOTSUP;
 			}
 			if (!found && j->net_fd < 0) {
 				fprintf(j->log,
@@ -370,18 +414,85 @@ static int rp_build_side(struct rp_job *j, struct rp_side *s)
 				return -ENOMEM;
 		}
 	}
+	for (int i = 0; i < s->nxrcd; i++) {
+		/* shared through a file, or private (fd -1): see struct rp_xrcd */
+		struct ibv_xrcd_init_attr xa = {
+			.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+			.fd = -1,
+			.oflags = O_CREAT,
+		};
+		uint32_t hh = 2166136261u;
+
+		if (s->xrcd[i].shared) {
+			for (const char *c = s->host; *c; c++)
+				hh = (hh ^ (uint8_t)*c) * 16777619u;
+			snprintf(s->xrcd_path, sizeof(s->xrcd_path), "%s.%08x",
+				 j->xrcd_prefix, hh);
+			xa.fd = open(s->xrcd_path, O_RDONLY | O_CREAT | O_CLOEXEC, 0600);
+			if (xa.fd < 0) {
+				int e = errno;
+
+				fprintf(j->log,
+					"rbtrace replay: %s: cannot create the XRC "
+					"domain "
+					"file %s: %s\n",
+					s->path, s->xrcd_path, strerror(e));
+				s->xrcd_path[0] = 0;
+				return -e;
+			}
+		}
+		s->xrcd[i].xrcd = ibv_open_xrcd(s->ctx, &xa);
+		s->xrcd[i].fd = xa.fd;
+		if (xa.fd >= 0) {
+			int e = errno;
+
+			close(xa.fd); /* the domain holds the file, not the fd */
+			errno = e;
+		}
+		if (!s->xrcd[i].xrcd) {
+			int e = errno ? errno : ENOTSUP;
+
+			fprintf(j->log,
+				"rbtrace replay: %s: the device cannot open an XRC "
+				"domain: %s\n",
+				s->path, strerror(e));
+			return -e;
+		}
+	}
 	for (int i = 0; i < s->nsrq; i++) {
 		struct rp_srq *r = &s->srq[i];
-		struct ibv_srq_init_attr a = {
+		struct ibv_srq_init_attr_ex a = {
 			.attr = { .max_wr = (uint32_t)r->rec.max_wr,
 				  .max_sge = (uint32_t)r->rec.max_sge,
 				  .srq_limit = (uint32_t)r->rec.srq_limit },
 		};
 		struct ibv_pd *pd = rp_pd_by_h(s, r->pd);
 
-		r->srq = pd ? ibv_create_srq(pd, &a) : NULL;
-		if (!r->srq)
-			goto fail;
+		if (r->rec.srq_type != IBV_SRQT_XRC) {
+			struct ibv_srq_init_attr b = { .attr = a.attr };
+
+			r->srq = pd ? ibv_create_srq(pd, &b) : NULL;
+			if (!r->srq)
+				goto fail;
+			continue;
+		}
+		a.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
+			      IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+		a.srq_type = IBV_SRQT_XRC;
+		a.pd = pd;
+		a.xrcd = s->xrcd[r->xrcdi - 1].xrcd;
+		a.cq = s->cq[r->cqi - 1].cq;
+		r->srq = pd ? ibv_create_srq_ex(s->ctx, &a) : NULL;
+		if (!r->srq || ibv_get_srq_num(r->srq, &r->new_srqn)) {
+			int e = errno ? errno : ENOTSUP;
+
+			fprintf(j->log,
+				"rbtrace replay: %s: the device refused XRC SRQ %llu "
+				"(%llu WRs): %s\n",
+				s->path, (unsigned long long)r->rec.srqn,
+				(unsigned long long)r->rec.max_wr, strerror(e));
+			return -e;
+		}
 	}
 	for (int i = 0; i < s->nqp; i++) {
 		struct rp_qp *q = &s->qp[i];
@@ -402,7 +513,12 @@ static int rp_build_side(struct rp_job *j, struct rp_side *s)
 			.sq_sig_all = (int)q->rec.sq_sig_all,
 		};
 
-		if (!pd || !a.send_cq || !a.recv_cq) {
+		/* an XRC_SEND has only a send queue, an XRC_RECV no queue at all */
+		if (q->rec.qp_type == IBV_QPT_XRC_RECV
+			    ? !q->xrcdi
+			    : !pd || !a.send_cq ||
+				      (q->rec.qp_type != IBV_QPT_XRC_SEND &&
+				       !a.recv_cq)) {
 			fprintf(j->log,
 				"rbtrace replay: %s: QP %llu refers to a PD or CQ the "
 				"trace "
@@ -410,7 +526,27 @@ static int rp_build_side(struct rp_job *j, struct rp_side *s)
 				s->path, (unsigned long long)q->rec.qp_num);
 			return -EINVAL;
 		}
-		q->qp = ibv_create_qp(pd, &a);
+		if (rp_is_xrc(q->rec.qp_type)) {
+			struct ibv_qp_init_attr_ex x = {
+				.send_cq = a.send_cq,
+				.recv_cq = a.recv_cq,
+				.cap = a.cap,
+				.qp_type = a.qp_type,
+				.sq_sig_all = a.sq_sig_all,
+			};
+
+			if (q->rec.qp_type == IBV_QPT_XRC_RECV) {
+				x.comp_mask = IBV_QP_INIT_ATTR_XRCD;
+				x.xrcd = s->xrcd[q->xrcdi - 1].xrcd;
+			} else {
+				x.comp_mask = IBV_QP_INIT_ATTR_PD;
+				x.pd = pd;
+			}
+			q->qp = ibv_create_qp_ex(s->ctx, &x);
+			a.cap = x.cap;
+		} else {
+			q->qp = ibv_create_qp(pd, &a);
+		}
 		if (!q->qp) {
 			fprintf(j->log,
 				"rbtrace replay: %s: the device refused QP %llu (%s, "
@@ -455,6 +591,13 @@ static void rp_teardown_side(struct rp_side *s)
 	for (int i = 0; i < s->nsrq; i++)
 		if (s->srq[i].srq)
 			ibv_destroy_srq(s->srq[i].srq);
+	for (int i = 0; i < s->nxrcd; i++)
+		if (s->xrcd[i].xrcd)
+			ibv_close_xrcd(s->xrcd[i].xrcd);
+	/* both replayers opened it before DONE: the name is no longer needed */
+	if (s->xrcd_path[0])
+		unlink(s->xrcd_path);
+	s->xrcd_path[0] = 0;
 	for (int i = 0; i < s->ncq; i++)
 		if (s->cq[i].cq)
 			ibv_destroy_cq(s->cq[i].cq);
@@ -506,7 +649,57 @@ static int rp_publish_side(struct rp_job *j, struct rp_side *s)
 		if (rp_dir_add_mr(&j->dir, &d) < 0)
 			return -ENOMEM;
 	}
+	for (int i = 0; i < s->nsrq; i++) {
+		struct rp_dir_srq d = {
+			.side = s->idx,
+			.rec_srqn = (uint32_t)s->srq[i].rec.srqn,
+			.new_srqn = s->srq[i].new_srqn,
+		};
+
+		if (s->srq[i].rec.srq_type != IBV_SRQT_XRC)
+			continue;
+		if (rp_dir_add_srq(&j->dir, &d) < 0)
+			return -ENOMEM;
+	}
 	return 0;
+}
+
+/* An XRC_SEND names the receiving SRQ by its number on the peer: the one of the
+ * side its QP is connected to (SRQ numbers of two hosts can coincide), else
+ * any side's. A number no trace has is replaced by one no replayed SRQ has, so
+ * the device refuses the send as it did in the recording. */
+static uint32_t rp_map_srqn(struct rp_job *j, struct rp_side *s, const struct rp_qp *q,
+			    uint32_t rec_srqn, int post_idx)
+{
+	const struct rp_dir_srq *any = NULL;
+	uint32_t n;
+
+	for (int i = 0; i < j->dir.nsrq; i++) {
+		const struct rp_dir_srq *d = &j->dir.srqs[i];
+
+		if (d->rec_srqn != rec_srqn)
+			continue;
+		if (d->side == q->rel_side)
+			return d->new_srqn;
+		if (!any)
+			any = d;
+	}
+	if (any)
+		return any->new_srqn;
+	n = 0xfff000u | (rec_srqn & 0xfffu);
+	for (int again = 1; again;) {
+		again = 0;
+		for (int i = 0; i < j->dir.nsrq; i++)
+			if (j->dir.srqs[i].new_srqn == n) {
+				n = ((n + 1) & 0xfffu) | 0xfff000u;
+				again = 1;
+			}
+	}
+	fprintf(j->log,
+		"rbtrace replay: %s: step %d: XRC send to SRQ %u, which is in no trace: "
+		"replayed to SRQ %u, which does not exist either\n",
+		s->path, post_idx, rec_srqn, n);
+	return n;
 }
 
 /* The peer of a connected QP: the directory QP whose recorded number is our
@@ -741,6 +934,25 @@ static int rp_prepare_side(struct rp_job *j, struct rp_side *s)
 		}
 		q->rel_side = j->dir.qps[q->peer_dir].side;
 	}
+	/* TGT QPs of other processes that delivered into our XRC SRQs */
+	for (int i = 0; i < s->nxqp; i++) {
+		struct rp_qp *x = &s->xqp[i];
+
+		for (int k = 0; k < j->dir.nqp && x->peer_dir < 0; k++)
+			if (j->dir.qps[k].side != s->idx &&
+			    j->dir.qps[k].type == IBV_QPT_XRC_RECV &&
+			    j->dir.qps[k].rec_qpn == (uint32_t)x->rec.qp_num)
+				x->peer_dir = k;
+		if (x->peer_dir < 0) {
+			fprintf(j->log,
+				"rbtrace replay: %s: XRC receives came through QP %llu "
+				"of another process, which is in no trace\n",
+				s->path, (unsigned long long)x->rec.qp_num);
+			return -EINVAL;
+		}
+		x->foreign_new_qpn = j->dir.qps[x->peer_dir].new_qpn;
+		x->rel_side = j->dir.qps[x->peer_dir].side;
+	}
 	/* address handles (UD) */
 	for (int i = 0; i < s->nah; i++) {
 		struct rp_ah *a = &s->ah[i];
@@ -832,6 +1044,9 @@ static int rp_prepare_side(struct rp_job *j, struct rp_side *s)
 				default:
 					break;
 				}
+				if (st->qp->rec.qp_type == IBV_QPT_XRC_SEND)
+					o->qp_type.xrc.remote_srqn = rp_map_srqn(
+						j, s, st->qp, (uint32_t)r->remote_qpn, i);
 				if (st->qp->rec.qp_type == IBV_QPT_UD) {
 					struct rp_ah *a = rp_ah_by_h(s, r->ah);
 					const struct rp_dir_qp *d = rp_dir_qp_by_rec(
@@ -913,6 +1128,9 @@ static struct rp_qp *rp_qp_by_new_qpn(struct rp_side *s, uint32_t qpn)
 	for (int i = 0; i < s->nqp; i++)
 		if (s->qp[i].qp && s->qp[i].qp->qp_num == qpn)
 			return &s->qp[i];
+	for (int i = 0; i < s->nxqp; i++)
+		if (s->xqp[i].peer_dir >= 0 && s->xqp[i].foreign_new_qpn == qpn)
+			return &s->xqp[i];
 	return NULL;
 }
 
@@ -1265,9 +1483,15 @@ static uint32_t rp_cq_owed(const struct rp_side *s, int ci)
 		const struct rp_qp *q = &s->qp[i];
 
 		for (int d = 0; d < 2; d++)
-			if ((d ? q->rcq : q->scq) == ci + 1 &&
+			if ((d ? rp_qp_recv_on_cq(s, q, ci + 1) : q->scq == ci + 1) &&
 			    q->rep_wc[d].n < q->rec_wc[d].n)
 				owed += q->rec_wc[d].n - q->rep_wc[d].n;
+	}
+	for (int i = 0; i < s->nxqp; i++) {
+		const struct rp_qp *q = &s->xqp[i];
+
+		if (q->rcq == ci + 1 && q->rep_wc[1].n < q->rec_wc[1].n)
+			owed += q->rec_wc[1].n - q->rep_wc[1].n;
 	}
 	return owed;
 }
@@ -1412,6 +1636,13 @@ int rbt_replay_run(const char *const *traces, int ntraces,
 		if (j->side[i].nstep && j->side[i].rec_epoch_ns < j->rec_epoch)
 			j->rec_epoch = j->side[i].rec_epoch_ns;
 	}
+	{
+		const char *tmp = getenv("TMPDIR");
+
+		snprintf(j->xrcd_prefix, sizeof(j->xrcd_prefix),
+			 "%s/rbtrace-xrcd-%d-%llx", tmp && *tmp ? tmp : "/tmp",
+			 (int)getpid(), (unsigned long long)rp_now_ns());
+	}
 	/* Network peer first: whether QPs pair up depends on it. */
 	if (o->listen || o->connect) {
 		rc = rp_net_open(j);
@@ -1530,6 +1761,7 @@ out:
 	free(j->rep.div);
 	free(j->dir.qps);
 	free(j->dir.mrs);
+	free(j->dir.srqs);
 	pthread_mutex_destroy(&j->rep.lock);
 	free(j);
 	return rc;
