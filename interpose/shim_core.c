@@ -925,7 +925,8 @@ static void rbt_decode_poll(const struct rbt_raw_hdr *h, uint32_t stream)
 		wcs[i].opcode = w->opcode;
 		wcs[i].vendor_err = w->vendor_err;
 		wcs[i].byte_len = w->byte_len;
-		wcs[i].imm_data = be32toh(w->imm_data);
+		wcs[i].imm_data = w->wc_flags & IBV_WC_WITH_INV ? w->invalidated_rkey
+								: be32toh(w->imm_data);
 		wcs[i].qp_num = w->qp_num;
 		wcs[i].src_qp = w->src_qp;
 		wcs[i].wc_flags = w->wc_flags;

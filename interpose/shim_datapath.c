@@ -781,8 +781,9 @@ static void rbt_cqx_capture(struct rbt_cqx_ent *e, struct ibv_cq_ex *cq,
 		x->wc.wc_flags = cq->read_wc_flags(cq);
 	if ((f & IBV_WC_EX_WITH_BYTE_LEN) && cq->read_byte_len)
 		x->wc.byte_len = cq->read_byte_len(cq);
+	/* the immediate (network order) or the invalidated rkey (host order) */
 	if ((f & IBV_WC_EX_WITH_IMM) && cq->read_imm_data &&
-	    (x->wc.wc_flags & IBV_WC_WITH_IMM))
+	    (x->wc.wc_flags & (IBV_WC_WITH_IMM | IBV_WC_WITH_INV)))
 		x->wc.imm_data = cq->read_imm_data(cq);
 	if ((f & IBV_WC_EX_WITH_SRC_QP) && cq->read_src_qp)
 		x->wc.src_qp = cq->read_src_qp(cq);
@@ -1795,7 +1796,8 @@ static int rbt_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind 
 				  .opcode = IBV_WR_BIND_MW,
 				  .send_flags = b->send_flags };
 	wr.bind_mw.mw = mw;
-	wr.bind_mw.rkey = mw->rkey;
+	wr.bind_mw.rkey = mw->rkey; /* the new key: the provider updated it */
+	wr.bind_mw.bind_info = b->bind_info;
 	rbt_rec_send(qp, &wr, ret, ret ? &wr : NULL, t0, t1);
 	return ret;
 }

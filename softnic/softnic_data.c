@@ -2,7 +2,8 @@
  * softnic data path: post_send / post_recv / post_srq_recv / poll_cq,
  * completion notification, the ibv_wr_* builder and the extended-CQ
  * readers, plus the pending send queue (RNR and unreachable peers) and the
- * helper thread that retries it.
+ * helper thread that retries it. Memory windows are bound and invalidated
+ * here too (BIND_MW and LOCAL_INV run in send-queue order like any WR).
  *
  * The requester does all the work of a WR inside post_send: it claims a
  * receive from the responder's shared ring, copies into the responder's
@@ -450,13 +451,22 @@ static inline bool sn_in_range(const struct sn_mrt_ent *e, uint64_t addr, uint64
 	return addr >= e->addr && len <= e->len && addr - e->addr <= e->len - len;
 }
 
-/* Translate (key, addr, len) of process p into segments we can touch. */
+static int sn_xlate_mw(struct sn_rproc *p, uint32_t key, uint64_t addr, uint64_t len,
+		       uint32_t need, uint32_t pd_id, uint32_t qpn, struct sn_seg *segs,
+		       int *nseg);
+
+/* Translate (key, addr, len) of process p into segments we can touch.
+ * qpn is the responder QP of a remote access (its key may name a memory
+ * window), 0 for an lkey (never a window). */
 static int sn_xlate(struct sn_rproc *p, uint32_t key, uint64_t addr, uint64_t len,
-		    uint32_t need, uint32_t pd_id, struct sn_seg *segs, int *nseg)
+		    uint32_t need, uint32_t pd_id, uint32_t qpn, struct sn_seg *segs,
+		    int *nseg)
 {
 	struct sn_mrt_ent *e = sn_key_ent(sn_rproc_mrt(p), key);
 	uint64_t va;
 
+	if (SN_UNLIKELY(!e) && qpn && (key >> 8) > SN_MAX_MR)
+		return sn_xlate_mw(p, key, addr, len, need, pd_id, qpn, segs, nseg);
 	if (!e || e->pd_id != pd_id || (e->access & need) != need ||
 	    !sn_in_range(e, addr, len))
 		return -1;
@@ -476,6 +486,130 @@ static int sn_xlate(struct sn_rproc *p, uint32_t key, uint64_t addr, uint64_t le
 		len -= contig;
 	}
 	return 0;
+}
+
+/* ---------------- memory windows ---------------- */
+
+static inline struct sn_mw_ent *sn_mw_of_key(struct sn_mrt_shm *t, uint32_t key)
+{
+	uint32_t idx = (key >> 8) - 1 - SN_MAX_MR;
+
+	return (key >> 8) > SN_MAX_MR && idx < SN_MAX_MW ? &t->mw[idx] : NULL;
+}
+
+/* A remote access through a window: a consistent snapshot of its binding
+ * (a rebind or invalidation may be running in another process), the checks
+ * a responder makes (key, PD, type 2's QP, rights, bounds), then the MR
+ * under it. */
+static int sn_xlate_mw(struct sn_rproc *p, uint32_t key, uint64_t addr, uint64_t len,
+		       uint32_t need, uint32_t pd_id, uint32_t qpn, struct sn_seg *segs,
+		       int *nseg)
+{
+	struct sn_mrt_shm *t = sn_rproc_mrt(p);
+	struct sn_mw_ent *m = sn_mw_of_key(t, key);
+	uint32_t type, wkey, bound, wpd, wqpn, acc, mrkey, tries = 0;
+	uint64_t waddr, wlen;
+
+	if (!m)
+		return -1;
+	for (;;) {
+		uint32_t s0 = atomic_load_explicit(&m->seq, memory_order_acquire);
+
+		if (SN_LIKELY(!(s0 & 1))) {
+			type = atomic_load_explicit(&m->type, memory_order_relaxed);
+			wkey = m->key;
+			bound = m->bound;
+			wpd = m->pd_id;
+			wqpn = m->qpn;
+			acc = m->access;
+			mrkey = m->mr_key;
+			waddr = m->addr;
+			wlen = m->len;
+			atomic_thread_fence(memory_order_acquire);
+			if (atomic_load_explicit(&m->seq, memory_order_relaxed) == s0)
+				break;
+		}
+		/* a writer holds it for a few stores; one that died there
+		 * leaves the window unusable, as a dead NIC would */
+		if (++tries > (1u << 16))
+			return -1;
+		if (!(tries & 63))
+			sched_yield();
+	}
+	if (!type || !bound || wkey != key || wpd != pd_id ||
+	    (type == IBV_MW_TYPE_2 && wqpn != qpn) || (acc & need) != need ||
+	    addr < waddr || len > wlen || addr - waddr > wlen - len)
+		return -1;
+	/* the MR cannot be deregistered while bound (EBUSY): re-checking its
+	 * key costs one load and guards against a dead owner's reused slot */
+	return sn_xlate(p, mrkey, addr, len, 0, pd_id, 0, segs, nseg);
+}
+
+/* Invalidate a type 2 window: LOCAL_INV (qpn 0: any QP of the PD) or the
+ * SEND_WITH_INV a responder QP received (the window must be bound to it).
+ * 0 or -1 when the key names no such bound window. */
+static int sn_mw_invalidate(struct sn_mrt_shm *t, uint32_t key, uint32_t pd_id,
+			    uint32_t qpn)
+{
+	struct sn_mw_ent *m = sn_mw_of_key(t, key);
+	int ret = -1;
+
+	if (!m || atomic_load(&m->type) != IBV_MW_TYPE_2 || !sn_mw_wlock(m))
+		return -1;
+	if (m->bound && m->key == key && m->pd_id == pd_id && (!qpn || m->qpn == qpn)) {
+		m->bound = 0;
+		m->len = 0;
+		ret = 0;
+	}
+	sn_mw_wunlock(m);
+	return ret;
+}
+
+/* BIND_MW, executed in order on the send queue of the window's owner. The
+ * checks are the IB spec's (C10-72..75, o10-36/37) as rdma-core's rxe makes
+ * them; any failure is IBV_WC_MW_BIND_ERR (and the QP goes to ERR). */
+static uint32_t sn_mw_bind_exec(struct sn_qp *qp, struct sn_swr *w)
+{
+	const uint32_t remote = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
+				IBV_ACCESS_REMOTE_ATOMIC;
+	uint32_t acc = w->mw_access, type;
+	struct sn_mrt_ent *e;
+	struct sn_mw_ent *m;
+
+	if (!w->mw)
+		return IBV_WC_MW_BIND_ERR;
+	m = &sn_g.mrt->mw[w->mw->slot];
+	type = atomic_load(&m->type);
+	/* zero-based windows are not implemented */
+	if (!type || (w->rkey >> 8) != (m->key >> 8) || (acc & IBV_ACCESS_ZERO_BASED))
+		return IBV_WC_MW_BIND_ERR;
+	if (type == IBV_MW_TYPE_2 && (m->pd_id != qp->pd_id || !w->mw_len))
+		return IBV_WC_MW_BIND_ERR;
+	if (w->mw_len) {
+		e = sn_key_ent(sn_g.mrt, w->mr_key);
+		if (!e || e->pd_id != m->pd_id || !(e->access & IBV_ACCESS_MW_BIND) ||
+		    (e->access & IBV_ACCESS_ZERO_BASED) ||
+		    ((acc & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+		     !(e->access & IBV_ACCESS_LOCAL_WRITE)) ||
+		    !sn_in_range(e, w->raddr, w->mw_len))
+			return IBV_WC_MW_BIND_ERR;
+	}
+	if (!sn_mw_wlock(m))
+		return IBV_WC_MW_BIND_ERR;
+	/* a bound type 2 window must be invalidated before it binds again */
+	if (type == IBV_MW_TYPE_2 && m->bound) {
+		sn_mw_wunlock(m);
+		return IBV_WC_MW_BIND_ERR;
+	}
+	m->key = w->rkey;
+	m->bound = w->mw_len != 0;
+	m->access = acc & remote;
+	m->mr_key = w->mw_len ? w->mr_key : 0;
+	m->addr = w->mw_len ? w->raddr : 0;
+	m->len = w->mw_len;
+	m->qpn = type == IBV_MW_TYPE_2 ? qp->shm->qpn : 0;
+	sn_mw_wunlock(m);
+	return IBV_WC_SUCCESS;
 }
 
 static struct sn_rproc *sn_self_proc(void)
@@ -518,7 +652,7 @@ static int sn_local_segs(struct sn_qp *qp, struct sn_swr *w, uint32_t need,
 			continue;
 		}
 		if (sn_xlate(sn_self_proc(), s->lkey, s->addr, s->length, need, qp->pd_id,
-			     segs, nseg))
+			     0, segs, nseg))
 			return IBV_WC_LOC_PROT_ERR;
 	}
 	if (t > 0x80000000ull)
@@ -626,6 +760,10 @@ static uint32_t sn_send_wc_opcode(uint32_t op)
 		return IBV_WC_COMP_SWAP;
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
 		return IBV_WC_FETCH_ADD;
+	case IBV_WR_BIND_MW:
+		return IBV_WC_BIND_MW;
+	case IBV_WR_LOCAL_INV:
+		return IBV_WC_LOCAL_INV;
 	default:
 		return IBV_WC_SEND;
 	}
@@ -666,6 +804,9 @@ static void sn_push_recv(struct sn_rqp *peer, struct sn_qp *qp, struct sn_swr *w
 	    w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
 		c.imm = w->imm;
 		c.wc_flags |= IBV_WC_WITH_IMM;
+	} else if (w->opcode == IBV_WR_SEND_WITH_INV && status == IBV_WC_SUCCESS) {
+		c.imm = w->rkey; /* ibv_wc.invalidated_rkey, host order */
+		c.wc_flags |= IBV_WC_WITH_INV;
 	}
 	if (qp->qpx.qp_base.qp_type == IBV_QPT_UD && w->ah)
 		c.sl = ((struct sn_ah *)w->ah)->attr.sl;
@@ -693,6 +834,15 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 	uint32_t need_local = 0;
 
 	*st = IBV_WC_SUCCESS;
+	if (SN_UNLIKELY(op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV)) {
+		/* local operations: nothing goes on the wire */
+		w->byte_len = 0;
+		if (op == IBV_WR_BIND_MW)
+			*st = sn_mw_bind_exec(qp, w);
+		else if (sn_mw_invalidate(sn_g.mrt, w->rkey, qp->pd_id, 0))
+			*st = IBV_WC_LOC_QP_OP_ERR;
+		return SN_DONE;
+	}
 	if (op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
 	    op == IBV_WR_ATOMIC_FETCH_AND_ADD)
 		need_local = IBV_ACCESS_LOCAL_WRITE;
@@ -738,7 +888,7 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 			for (i = 0; i < rw->num_sge; i++)
 				if (sn_xlate(peer->proc, rw->sge[i].lkey, rw->sge[i].addr,
 					     rw->sge[i].length, IBV_ACCESS_LOCAL_WRITE,
-					     peer->pd_id, rsegs, &nr)) {
+					     peer->pd_id, 0, rsegs, &nr)) {
 					sn_push_recv(peer, qp, w, rw, IBV_WC_LOC_PROT_ERR,
 						     0, 0, vis);
 					goto sent;
@@ -864,7 +1014,8 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 
 	switch (op) {
 	case IBV_WR_SEND:
-	case IBV_WR_SEND_WITH_IMM: {
+	case IBV_WR_SEND_WITH_IMM:
+	case IBV_WR_SEND_WITH_INV: {
 		uint32_t i;
 		uint64_t cap;
 
@@ -883,7 +1034,8 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 			if (!l)
 				continue;
 			if (sn_xlate(peer->proc, rw->sge[i].lkey, rw->sge[i].addr, l,
-				     IBV_ACCESS_LOCAL_WRITE, peer->pd_id, rsegs, &nr)) {
+				     IBV_ACCESS_LOCAL_WRITE, peer->pd_id, 0, rsegs,
+				     &nr)) {
 				sn_push_recv(peer, qp, w, rw, IBV_WC_LOC_PROT_ERR, 0, 0,
 					     vis);
 				if (rc) {
@@ -902,6 +1054,19 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 			}
 			return SN_DONE;
 		}
+		/* the window is invalid before the receive completes; a key
+		 * naming no type 2 window bound to this QP fails the receive
+		 * (as rdma-core's rxe: Class J) and the request */
+		if (SN_UNLIKELY(op == IBV_WR_SEND_WITH_INV) &&
+		    sn_mw_invalidate(sn_rproc_mrt(peer->proc), w->rkey, peer->pd_id,
+				     peer->qpn)) {
+			sn_push_recv(peer, qp, w, rw, IBV_WC_REM_INV_REQ_ERR, 0, 0, vis);
+			if (rc) {
+				sn_remote_err(peer, 0);
+				*st = IBV_WC_REM_INV_REQ_ERR;
+			}
+			return SN_DONE;
+		}
 		sn_copy(rsegs, nr, lsegs, nl, total);
 		sn_push_recv(peer, qp, w, rw, IBV_WC_SUCCESS, (uint32_t)total, 0, vis);
 		break;
@@ -909,9 +1074,9 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
 		if (!(peer->shm->access & IBV_ACCESS_REMOTE_WRITE) ||
-		    (total &&
-		     sn_xlate(peer->proc, w->rkey, w->raddr, total,
-			      IBV_ACCESS_REMOTE_WRITE, peer->pd_id, rsegs, &nr))) {
+		    (total && sn_xlate(peer->proc, w->rkey, w->raddr, total,
+				       IBV_ACCESS_REMOTE_WRITE, peer->pd_id, peer->qpn,
+				       rsegs, &nr))) {
 			if (!rc)
 				goto sent;
 			sn_remote_err(peer, IBV_EVENT_QP_ACCESS_ERR);
@@ -938,9 +1103,9 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 			return SN_DONE;
 		}
 		if (!(peer->shm->access & IBV_ACCESS_REMOTE_READ) ||
-		    (total &&
-		     sn_xlate(peer->proc, w->rkey, w->raddr, total,
-			      IBV_ACCESS_REMOTE_READ, peer->pd_id, rsegs, &nr))) {
+		    (total && sn_xlate(peer->proc, w->rkey, w->raddr, total,
+				       IBV_ACCESS_REMOTE_READ, peer->pd_id, peer->qpn,
+				       rsegs, &nr))) {
 			sn_remote_err(peer, IBV_EVENT_QP_ACCESS_ERR);
 			*st = IBV_WC_REM_ACCESS_ERR;
 			return SN_DONE;
@@ -966,7 +1131,7 @@ static int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st)
 		}
 		if (!(peer->shm->access & IBV_ACCESS_REMOTE_ATOMIC) ||
 		    sn_xlate(peer->proc, w->rkey, w->raddr, 8, IBV_ACCESS_REMOTE_ATOMIC,
-			     peer->pd_id, rsegs, &nr) ||
+			     peer->pd_id, peer->qpn, rsegs, &nr) ||
 		    nr != 1) {
 			sn_remote_err(peer, IBV_EVENT_QP_ACCESS_ERR);
 			*st = IBV_WC_REM_ACCESS_ERR;
@@ -1450,6 +1615,10 @@ static int sn_check_op(uint32_t type, uint32_t op)
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM:
 		return 0;
+	case IBV_WR_BIND_MW: /* ibv_bind_mw(3): UC, RC or XRC_SEND */
+	case IBV_WR_LOCAL_INV:
+	case IBV_WR_SEND_WITH_INV:
+		return type == IBV_QPT_UD ? EINVAL : 0;
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
 		return type == IBV_QPT_UD ? EINVAL : 0;
@@ -1514,7 +1683,25 @@ int sn_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 		w.byte_len = 0;
 		w.vis_ns = 0;
 		w.xsrqn = type == IBV_QPT_XRC_SEND ? wr->qp_type.xrc.remote_srqn : 0;
-		if (type == IBV_QPT_UD) {
+		w.mw = NULL;
+		if (SN_UNLIKELY(wr->opcode >= IBV_WR_LOCAL_INV &&
+				wr->opcode <= IBV_WR_SEND_WITH_INV)) {
+			if (wr->opcode == IBV_WR_BIND_MW) {
+				const struct ibv_mw_bind_info *bi =
+					&wr->bind_mw.bind_info;
+
+				w.mw = (struct sn_mw *)wr->bind_mw.mw;
+				w.rkey = wr->bind_mw.rkey;
+				w.raddr = bi->addr;
+				w.mw_len = bi->length;
+				w.mr_key = bi->mr ? bi->mr->lkey : 0;
+				w.mw_access = bi->mw_access_flags;
+			} else {
+				w.rkey = wr->invalidate_rkey;
+			}
+			if (wr->opcode != IBV_WR_SEND_WITH_INV)
+				w.num_sge = 0; /* no data */
+		} else if (type == IBV_QPT_UD) {
 			w.ah = wr->wr.ud.ah;
 			w.rqpn = wr->wr.ud.remote_qpn;
 			w.rqkey = wr->wr.ud.remote_qkey;
@@ -1665,17 +1852,56 @@ static void sn_wr_unsupported(struct ibv_qp_ex *qx)
 static void sn_wr_bind_mw(struct ibv_qp_ex *qx, struct ibv_mw *mw, uint32_t rkey,
 			  const struct ibv_mw_bind_info *bi)
 {
-	sn_wr_unsupported(qx);
+	struct sn_swr *w = sn_wr_new(qx, IBV_WR_BIND_MW);
+
+	if (w) {
+		w->mw = (struct sn_mw *)mw;
+		w->rkey = rkey;
+		w->raddr = bi->addr;
+		w->mw_len = bi->length;
+		w->mr_key = bi->mr ? bi->mr->lkey : 0;
+		w->mw_access = bi->mw_access_flags;
+	}
 }
 
 static void sn_wr_local_inv(struct ibv_qp_ex *qx, uint32_t rkey)
 {
-	sn_wr_unsupported(qx);
+	struct sn_swr *w = sn_wr_new(qx, IBV_WR_LOCAL_INV);
+
+	if (w)
+		w->rkey = rkey;
 }
 
 static void sn_wr_send_inv(struct ibv_qp_ex *qx, uint32_t rkey)
 {
-	sn_wr_unsupported(qx);
+	struct sn_swr *w = sn_wr_new(qx, IBV_WR_SEND_WITH_INV);
+
+	if (w)
+		w->rkey = rkey;
+}
+
+/* ibv_bind_mw (type 1; verbs.h has checked the type, the MR's PD): a BIND_MW
+ * WR with the key's next tag. mw->rkey takes the new key now, as rdma-core's
+ * providers do; ibv_bind_mw(3) leaves restoring it to the application if
+ * the completion reports an error. */
+int sn_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *b)
+{
+	struct ibv_send_wr wr, *bad;
+	int ret;
+
+	if (b->bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED)
+		return EINVAL;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = b->wr_id;
+	wr.opcode = IBV_WR_BIND_MW;
+	wr.send_flags = b->send_flags;
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+	wr.bind_mw.bind_info = b->bind_info;
+	ret = sn_post_send(qp, &wr, &bad);
+	if (!ret)
+		mw->rkey = wr.bind_mw.rkey;
+	return ret;
 }
 
 static void sn_wr_send_tso(struct ibv_qp_ex *qx, void *hdr, uint16_t hsz, uint16_t mss)
@@ -1996,4 +2222,7 @@ const struct ibv_context_ops sn_ops_template = {
 	.post_srq_recv = sn_post_srq_recv,
 	.post_send = sn_post_send,
 	.post_recv = sn_post_recv,
+	.alloc_mw = sn_alloc_mw,
+	.dealloc_mw = sn_dealloc_mw,
+	.bind_mw = sn_bind_mw,
 };

@@ -18,6 +18,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <netpacket/packet.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -460,6 +461,7 @@ int sn_init(void)
 					((uint64_t)sizeof(struct sn_cq_shm) << 28) ^
 					((uint64_t)sizeof(struct sn_cqe) << 20) ^
 					((uint64_t)sizeof(struct sn_mrt_ent) << 8) ^
+					((uint64_t)sizeof(struct sn_mw_ent) << 52) ^
 					sizeof(struct sn_srq_shm);
 			uint64_t have = 0;
 
@@ -741,13 +743,95 @@ out:
 	return ret;
 }
 
-void sn_mr_unregister(struct sn_mr *mr)
+/* EBUSY while a memory window is bound to the MR (ibv_dereg_mr(3)): the
+ * window's accesses translate through the MR's entry. */
+int sn_mr_unregister(struct sn_mr *mr)
 {
+	uint32_t key = mr->mr.lkey;
+
 	pthread_mutex_lock(&sn_g.lock);
+	for (uint32_t i = 0; i < SN_MAX_MW; i++) {
+		struct sn_mw_ent *m = &sn_g.mrt->mw[i];
+
+		if (!atomic_load(&m->type))
+			continue;
+		/* acquire: the latest binding (one racing with this dereg is
+		 * the application's race, as on hardware) */
+		(void)atomic_load(&m->seq);
+		if (m->bound && m->mr_key == key) {
+			pthread_mutex_unlock(&sn_g.lock);
+			return -EBUSY;
+		}
+	}
 	atomic_store(&sn_g.mrt->ent[mr->idx].key, 0);
 	while (mr->nruns)
 		sn_run_put(mr->runs[--mr->nruns]);
 	pthread_mutex_unlock(&sn_g.lock);
+	return 0;
+}
+
+/* ---------------- memory windows ---------------- */
+
+bool sn_mw_wlock(struct sn_mw_ent *m)
+{
+	/* writers hold it for a few stores; a holder that died mid-way
+	 * (kill -9) must not hang us: give up after ~a second of trying */
+	for (uint32_t spins = 0; spins < (1u << 20); spins++) {
+		uint32_t s = atomic_load_explicit(&m->seq, memory_order_relaxed);
+
+		if (!(s & 1) && atomic_compare_exchange_weak_explicit(
+					&m->seq, &s, s + 1, memory_order_acquire,
+					memory_order_relaxed))
+			return true;
+		if ((spins & 255) == 255)
+			sched_yield();
+	}
+	return false;
+}
+
+void sn_mw_wunlock(struct sn_mw_ent *m)
+{
+	atomic_fetch_add_explicit(&m->seq, 1, memory_order_release);
+}
+
+int sn_mw_alloc(struct sn_mw *mw, uint32_t type, uint32_t pd_id)
+{
+	static uint8_t gen;
+	int ret = -ENOMEM;
+
+	pthread_mutex_lock(&sn_g.lock);
+	for (uint32_t i = 0; i < SN_MAX_MW; i++) {
+		struct sn_mw_ent *m = &sn_g.mrt->mw[i];
+
+		if (atomic_load(&m->type))
+			continue;
+		gen = (uint8_t)(gen + 0x4b);
+		m->key = ((SN_MAX_MR + i + 1) << 8) | gen;
+		m->bound = 0;
+		m->pd_id = pd_id;
+		m->qpn = 0;
+		m->access = 0;
+		m->mr_key = 0;
+		m->addr = m->len = 0;
+		atomic_store_explicit(&m->type, type, memory_order_release);
+		mw->slot = i;
+		mw->mw.rkey = m->key;
+		ret = 0;
+		break;
+	}
+	pthread_mutex_unlock(&sn_g.lock);
+	return ret;
+}
+
+void sn_mw_free(struct sn_mw *mw)
+{
+	struct sn_mw_ent *m = &sn_g.mrt->mw[mw->slot];
+	bool locked = sn_mw_wlock(m);
+
+	m->bound = 0; /* deallocation unbinds (ibv_alloc_mw(3)) */
+	if (locked)
+		sn_mw_wunlock(m);
+	atomic_store(&m->type, 0);
 }
 
 /* ---------------- peers ---------------- */

@@ -32,6 +32,7 @@
 #define SN_MAX_CQE     (1 << 22)
 #define SN_MAX_RD_ATOM 16
 #define SN_MAX_MR      8192 /* per process */
+#define SN_MAX_MW      1024 /* per process; their key indices follow the MRs' */
 #define SN_MAX_RUNS    8
 #define SN_GID_TBL     2
 #define SN_NAME	       96
@@ -147,9 +148,24 @@ struct sn_mrt_ent {
 	struct sn_mr_run runs[SN_MAX_RUNS];
 };
 
+/* A memory window. Written by its owner (bind, local invalidate, dealloc)
+ * and by any requester whose SEND_WITH_INV invalidates it, read by every
+ * requester that accesses memory through it: writers take `seq` from even
+ * to odd with a CAS, readers retry when `seq` moved under them. */
+struct sn_mw_ent {
+	_Atomic uint32_t seq;
+	_Atomic uint32_t type; /* 0 = free slot, else IBV_MW_TYPE_1 or _2 */
+	uint32_t key;	       /* current rkey: index << 8 | tag */
+	uint32_t bound;	       /* a window onto mr_key's memory */
+	uint32_t pd_id, qpn;   /* qpn: the QP a type 2 window is bound to */
+	uint32_t access, mr_key;
+	uint64_t addr, len; /* in the MR's address space (iova) */
+};
+
 struct sn_mrt_shm {
 	uint64_t magic;
 	struct sn_mrt_ent ent[SN_MAX_MR];
+	struct sn_mw_ent mw[SN_MAX_MW];
 };
 
 /* ---------------- process-local objects ---------------- */
@@ -193,6 +209,11 @@ struct sn_mr {
 	struct sn_run *runs[SN_MAX_RUNS];
 };
 
+struct sn_mw {
+	struct ibv_mw mw;
+	uint32_t slot; /* index into the process's sn_mrt_shm.mw */
+};
+
 struct sn_chan {
 	struct ibv_comp_channel ch;
 	char path[SN_NAME];
@@ -226,7 +247,10 @@ struct sn_swr { /* one send WR in our own words */
 	uint32_t rqpn, rqkey;
 	uint32_t xsrqn; /* XRC_SEND: the remote SRQ */
 	struct ibv_sge *sge;
-	void *inl; /* owned copy of inline data (pending WRs) */
+	struct sn_mw *mw; /* BIND_MW: the window, rkey its new key */
+	uint32_t mr_key, mw_access;
+	uint64_t mw_len; /* BIND_MW: raddr is the window's start */
+	void *inl;	 /* owned copy of inline data (pending WRs) */
 	uint32_t inl_len;
 	uint32_t sq_idx;
 	uint32_t byte_len; /* set by execution */
@@ -337,7 +361,11 @@ void sn_unlink(const char *name);
 /* MR registry */
 int sn_mr_register(struct sn_mr *mr, void *addr, size_t len, uint64_t iova,
 		   uint32_t access, uint32_t pd_id);
-void sn_mr_unregister(struct sn_mr *mr);
+int sn_mr_unregister(struct sn_mr *mr);
+int sn_mw_alloc(struct sn_mw *mw, uint32_t type, uint32_t pd_id);
+void sn_mw_free(struct sn_mw *mw);
+bool sn_mw_wlock(struct sn_mw_ent *m);
+void sn_mw_wunlock(struct sn_mw_ent *m);
 void *sn_remote_ptr(struct sn_rproc *p, const struct sn_mrt_ent *e, uint64_t va,
 		    size_t *contig);
 struct sn_rproc *sn_rproc_get(const char *procid);
@@ -357,6 +385,11 @@ bool sn_proc_alive(const char *procid);
 uint64_t sn_coarse_ns(void);
 void sn_notify_fd(int *fdp, const char *path, uint64_t cookie);
 void sn_async_event(const char *path, int *fdp, uint32_t type, uint64_t cookie);
+
+/* memory windows (softnic_verbs.c; binding in softnic_data.c) */
+struct ibv_mw *sn_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int sn_dealloc_mw(struct ibv_mw *mw);
+int sn_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
 
 /* data path (softnic_data.c) */
 extern const struct ibv_context_ops sn_ops_template;

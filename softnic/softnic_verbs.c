@@ -198,12 +198,14 @@ static void sn_fill_dev_attr(struct ibv_device_attr *a)
 	 * check a capability before using it find it. */
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
 			      IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_SHUTDOWN_PORT |
-			      IBV_DEVICE_XRC;
+			      IBV_DEVICE_XRC | IBV_DEVICE_MEM_WINDOW |
+			      IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 	a->max_sge = SN_MAX_SGE;
 	a->max_sge_rd = SN_MAX_SGE;
 	a->max_cq = 65536;
 	a->max_cqe = SN_MAX_CQE;
 	a->max_mr = SN_MAX_MR;
+	a->max_mw = SN_MAX_MW;
 	a->max_pd = 65536;
 	a->max_qp_rd_atom = SN_MAX_RD_ATOM;
 	a->max_res_rd_atom = SN_MAX_RD_ATOM * 65536;
@@ -445,9 +447,54 @@ SN_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t l
 SN_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
 {
 	struct sn_mr *mr = (struct sn_mr *)ibmr;
+	int ret = sn_mr_unregister(mr);
 
-	sn_mr_unregister(mr);
+	if (ret) {
+		errno = -ret;
+		return -ret; /* a window is still bound to it */
+	}
 	free(mr);
+	return 0;
+}
+
+/* ---------------- memory windows ---------------- */
+
+/* Reached through ctx->ops (ibv_alloc_mw is inline in verbs.h). The window
+ * starts unbound; its rkey's index names a slot of our shared MR table, so
+ * requesters in other processes find it as they find MRs. */
+struct ibv_mw *sn_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+	struct sn_mw *mw;
+	int ret;
+
+	if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) {
+		errno = EINVAL;
+		return NULL;
+	}
+	mw = calloc(1, sizeof(*mw));
+	if (!mw) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ret = sn_mw_alloc(mw, (uint32_t)type, ((struct sn_pd *)pd)->id);
+	if (ret) {
+		free(mw);
+		errno = -ret;
+		return NULL;
+	}
+	mw->mw.context = pd->context;
+	mw->mw.pd = pd;
+	mw->mw.type = type;
+	mw->mw.handle = mw->slot;
+	return &mw->mw;
+}
+
+int sn_dealloc_mw(struct ibv_mw *ibmw)
+{
+	struct sn_mw *mw = (struct sn_mw *)ibmw;
+
+	sn_mw_free(mw);
+	free(mw);
 	return 0;
 }
 
@@ -946,7 +993,8 @@ static struct ibv_qp *sn_qp_create(struct ibv_context *c, struct ibv_qp_init_att
 	      ~(uint64_t)(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 			  IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
 			  IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-			  IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)))) {
+			  IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV |
+			  IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV)))) {
 		errno = EINVAL;
 		return NULL;
 	}

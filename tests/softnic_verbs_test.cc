@@ -26,7 +26,7 @@ TEST(SoftnicDevice, AttributesProgramsCheck)
 	EXPECT_NE(da.vendor_id, 0x02c9u); /* not Mellanox, not anyone */
 	EXPECT_GT(da.max_qp_wr, 1000);
 	EXPECT_TRUE(da.device_cap_flags & IBV_DEVICE_XRC);
-	EXPECT_FALSE(da.device_cap_flags & IBV_DEVICE_MEM_WINDOW); /* not implemented */
+	EXPECT_TRUE(da.device_cap_flags & IBV_DEVICE_MEM_WINDOW); /* softnic_mw_test */
 	ibv_port_attr pa;
 	ASSERT_EQ(ibv_query_port(n.ctx, 1, &pa), 0);
 	EXPECT_EQ(pa.state, IBV_PORT_ACTIVE);

@@ -88,21 +88,21 @@ struct rbt_blob {
 	F(B, payload) /* unused today: received bytes are captured in wcs */
 
 /* One completion. hw_ts is the NIC clock (0 when the CQ has none). */
-#define RBT_REC_wc(F, A)                                 \
-	F(U, wr_id)                                      \
-	F(U, status) /* enum ibv_wc_status */            \
-	F(U, opcode) /* enum ibv_wc_opcode */            \
-	F(U, vendor_err)                                 \
-	F(U, byte_len)                                   \
-	F(U, imm_data) /* host order */                  \
-	F(U, qp_num)                                     \
-	F(U, src_qp)                                     \
-	F(U, wc_flags)                                   \
-	F(U, pkey_index)                                 \
-	F(U, slid)                                       \
-	F(U, sl)                                         \
-	F(U, dlid_path_bits)                             \
-	F(D, hw_ts) /* NIC clock ticks, 0 = none */      \
+#define RBT_REC_wc(F, A)                                    \
+	F(U, wr_id)                                         \
+	F(U, status) /* enum ibv_wc_status */               \
+	F(U, opcode) /* enum ibv_wc_opcode */               \
+	F(U, vendor_err)                                    \
+	F(U, byte_len)                                      \
+	F(U, imm_data) /* host order; WITH_INV: the rkey */ \
+	F(U, qp_num)                                        \
+	F(U, src_qp)                                        \
+	F(U, wc_flags)                                      \
+	F(U, pkey_index)                                    \
+	F(U, slid)                                          \
+	F(U, sl)                                            \
+	F(U, dlid_path_bits)                                \
+	F(D, hw_ts) /* NIC clock ticks, 0 = none */         \
 	F(B, payload) /* received bytes, capture only */
 
 /* A stack frame: an instruction address; module_map events name the modules. */
