@@ -1028,11 +1028,29 @@ static bool an_complete_send(struct rbt_analyzer *an, struct an_trace *t,
 	return true;
 }
 
+/* An XRC TGT QP has no SRQ of its own: the sender picked one of the domain's
+ * XRC SRQs, so the receive is the one of any SRQ of the trace posted with this
+ * wr_id. */
+static struct an_ring *an_xrc_ring(struct an_trace *t, uint64_t wr_id)
+{
+	AN_MAP_FOREACH(&t->srqs, k)
+	{
+		struct an_ring *r = &((struct an_srq *)t->srqs.vals[k])->rq;
+		for (uint32_t i = 0; i < r->n; i++)
+			if (((struct an_rwr *)an_ring_at(r, i))->wr_id == wr_id)
+				return r;
+	}
+	return NULL;
+}
+
 static bool an_complete_recv(struct rbt_analyzer *an, struct an_trace *t,
 			     struct an_qp *qp, const struct an_comp *c)
 {
 	struct an_ring *r = qp->srq ? &qp->srq->rq : &qp->rq;
+	bool xrc = !qp->srq && qp->type == IBV_QPT_XRC_RECV;
 	uint32_t i;
+	if (xrc && !(r = an_xrc_ring(t, c->wr_id)))
+		return false;
 	for (i = 0; i < r->n; i++)
 		if (((struct an_rwr *)an_ring_at(r, i))->wr_id == c->wr_id)
 			break;
@@ -1042,9 +1060,9 @@ static bool an_complete_recv(struct rbt_analyzer *an, struct an_trace *t,
 	an_ring_remove(r, i);
 	an->tracked_wrs--;
 	an_note_error(qp, c, NULL);
-	if (!qp->srq)
+	if (!qp->srq && !xrc)
 		an_cq_track(qp->rcq, -1, c->poll_ts);
-	if (!qp->srq && r->n == 0) {
+	if (!qp->srq && !xrc && r->n == 0) {
 		qp->rq_empty = true;
 		qp->rq_empty_since = c->poll_exit;
 		qp->rq_empty_count++;
@@ -1414,6 +1432,13 @@ static void an_on_poll(struct rbt_analyzer *an, struct an_trace *t,
 		t->c_qpn = qp;
 		if (!qp && !wc->qp_num)
 			qp = an_cq_qp_for(cq, wc->wr_id);
+		/* a receive on one of our XRC SRQs through another process's TGT
+		 * QP (they share the XRC domain): that QP, known by number only */
+		if (!qp && wc->qp_num && an_xrc_ring(t, wc->wr_id)) {
+			qp = an_qp_new(t, 0, (uint32_t)wc->qp_num);
+			if (qp)
+				qp->type = IBV_QPT_XRC_RECV;
+		}
 		if (!qp) {
 			an->counts.unmatched_completions++;
 			continue;
@@ -1643,7 +1668,10 @@ int rbt_analyzer_run_files(struct rbt_analyzer *an, const char *const *paths, in
 	for (int i = 0; i < n; i++) {
 		ret = rbt_reader_open(paths[i], &rd[i]);
 		if (ret < 0) {
-			snprintf(errbuf, errlen, "%s: %s", paths[i], rbt_strerror(ret));
+			/* the reader's -EINVAL for a path is a FIFO, device or socket */
+			snprintf(errbuf, errlen, "%s: %s", paths[i],
+				 ret == -EINVAL ? "not a regular file"
+						: rbt_strerror(ret));
 			goto out;
 		}
 		idx[i] = rbt_analyzer_add_trace(an, rbt_reader_header(rd[i]), paths[i]);
@@ -1651,6 +1679,28 @@ int rbt_analyzer_run_files(struct rbt_analyzer *an, const char *const *paths, in
 			ret = idx[i];
 			snprintf(errbuf, errlen, "%s: %s", paths[i], rbt_strerror(ret));
 			goto out;
+		}
+	}
+	/* The same recording twice (one file named twice, or a copy) would count
+	 * every WR twice and pair each QP with itself. A damaged header is all
+	 * zero and proves nothing. */
+	for (int i = 0; i < n; i++) {
+		const struct rbt_header *a = rbt_reader_header(rd[i]);
+		if (!a->pid || !a->start.ticks)
+			continue;
+		for (int j = 0; j < i; j++) {
+			const struct rbt_header *b = rbt_reader_header(rd[j]);
+			if (a->pid == b->pid && a->start.ticks == b->start.ticks &&
+			    a->start.real_ns == b->start.real_ns &&
+			    !strcmp(a->host, b->host)) {
+				snprintf(errbuf, errlen,
+					 "%s: the same recording as %s (host, pid and "
+					 "start "
+					 "time): give each trace once",
+					 paths[i], paths[j]);
+				ret = -EINVAL;
+				goto out;
+			}
 		}
 	}
 	an_set_origin(an);

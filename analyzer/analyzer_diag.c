@@ -470,15 +470,25 @@ static void an_diag_trace(struct rbt_analyzer *an, struct an_trace *t)
 {
 	char title[256], ev[768];
 	uint64_t lost = t->lost_events + t->rstats.lost_events_in_bad_chunks;
-	if (lost || t->rstats.bad_chunks || t->rstats.truncated) {
+	/* bad_bytes alone: a damaged file header (clock calibration unknown, so
+	 * times may be raw ticks) or bytes after the trailer. No trailer: the
+	 * recorder was killed, and its last moments may be missing. */
+	bool unfinished = t->have_stats && !t->finished;
+	if (lost || t->rstats.bad_chunks || t->rstats.truncated || t->rstats.bad_bytes ||
+	    unfinished) {
 		snprintf(title, sizeof(title), "trace %s is incomplete", t->name);
 		snprintf(ev, sizeof(ev),
 			 "%llu events lost by the recorder or in damaged chunks; %llu "
 			 "damaged "
-			 "chunks, %s\n",
+			 "chunks, %llu damaged bytes, %s%s\n",
 			 (unsigned long long)lost,
 			 (unsigned long long)t->rstats.bad_chunks,
-			 t->rstats.truncated ? "the file is truncated" : "not truncated");
+			 (unsigned long long)t->rstats.bad_bytes,
+			 t->rstats.truncated ? "the file is truncated" : "not truncated",
+			 unfinished
+				 ? ", not finished (no trailer: the recorder was killed "
+				   "or is still running)"
+				 : "");
 		an_add_finding(
 			an, RBT_SEV_WARNING, "trace_incomplete", t->idx, 0, 0, title, ev,
 			"Numbers below count only what was recorded; joins across the "

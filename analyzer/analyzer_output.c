@@ -214,11 +214,29 @@ static void an_text_qp(FILE *f, const struct rbt_analyzer *an, const struct an_t
 	(void)an;
 }
 
+/* A string recorded from the traced process (host name, command line): its
+ * control characters as \xNN, so that it cannot break the report's lines or
+ * send escape sequences to a terminal. */
+static void an_text_str(FILE *f, const char *s)
+{
+	for (; s && *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c < 0x20 || c == 0x7f)
+			fprintf(f, "\\x%02x", c);
+		else
+			fputc(c, f);
+	}
+}
+
 static void an_text_trace(FILE *f, struct rbt_analyzer *an, struct an_trace *t)
 {
 	char a[4][32];
 	fprintf(f, "== trace %d: %s\n", t->idx, t->name);
-	fprintf(f, "  pid %u on %s: %s\n", t->hdr.pid, t->host, t->cmdline);
+	fprintf(f, "  pid %u on ", t->hdr.pid);
+	an_text_str(f, t->host);
+	fputs(": ", f);
+	an_text_str(f, t->cmdline);
+	fputc('\n', f);
 	fprintf(f, "  %llu events over %s; clock %.3f MHz (%s)\n",
 		(unsigned long long)t->events, fmt_ns(a[0], 32, an_trace_dur_ns(t)),
 		(double)t->hdr.clock_hz / 1e6,

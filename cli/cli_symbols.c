@@ -125,7 +125,9 @@ static int load_symtab(struct module *m, int fd, uint64_t fsize, const Elf64_Shd
 static void load_module(struct module *m)
 {
 	m->loaded = 1;
-	int fd = open(m->path, O_RDONLY | O_CLOEXEC);
+	/* The path comes from the trace: O_NONBLOCK so that a FIFO there cannot
+	 * block us forever (it is then refused as not a regular file). */
+	int fd = open(m->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return;
 	struct stat st;

@@ -74,7 +74,13 @@ int rbt_cli_parse(const char *cmd, int argc, char **argv, const struct rbt_cli_o
 		char *a = argv[i];
 		if (only_pos || a[0] != '-' || !a[1]) {
 			if (npos >= max_pos) {
-				rbt_cli_usage(cmd, "unexpected argument '%s'", a);
+				if (max_pos > 1)
+					rbt_cli_usage(
+						cmd,
+						"too many arguments at '%s' (at most %d)",
+						a, max_pos);
+				else
+					rbt_cli_usage(cmd, "unexpected argument '%s'", a);
 				return RBT_CLI_BAD;
 			}
 			pos[npos++] = a;
@@ -142,7 +148,8 @@ int rbt_cli_u64(const char *cmd, const char *opt, const char *s, uint64_t *out)
 {
 	char *end;
 	errno = 0;
-	if (!s || !*s || *s == '-')
+	/* strtoull would skip blanks and negate: " -1" is not 2^64-1. */
+	if (!s || *s < '0' || *s > '9')
 		goto bad;
 	unsigned long long v = strtoull(s, &end, 0);
 	if (errno || *end)
@@ -152,6 +159,17 @@ int rbt_cli_u64(const char *cmd, const char *opt, const char *s, uint64_t *out)
 bad:
 	rbt_cli_usage(cmd, "--%s: '%s' is not a number", opt, s ? s : "");
 	return -1;
+}
+
+void rbt_cli_put_text(const char *s)
+{
+	for (; s && *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c < 0x20 || c == 0x7f)
+			printf("\\x%02x", c);
+		else
+			putchar(c);
+	}
 }
 
 struct rbt_reader *rbt_cli_open_trace(const char *cmd, const char *path)

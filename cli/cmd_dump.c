@@ -172,10 +172,16 @@ static void print_stack(const struct rbt_header *h, const struct rbt_event *ev,
 			continue;
 		}
 		printf("    #%-2u 0x%" PRIx64, i, ip);
-		if (y.module)
-			printf(" %s+0x%" PRIx64, y.module, y.module_off);
-		if (y.function)
-			printf(" (%s+0x%" PRIx64 ")", y.function, y.function_off);
+		if (y.module) {
+			putchar(' ');
+			rbt_cli_put_text(y.module);
+			printf("+0x%" PRIx64, y.module_off);
+		}
+		if (y.function) {
+			printf(" (");
+			rbt_cli_put_text(y.function);
+			printf("+0x%" PRIx64 ")", y.function_off);
+		}
 		printf("\n");
 	}
 	if (json)
@@ -235,7 +241,8 @@ int rbt_cmd_dump(int argc, char **argv)
 	char *buf = malloc(cap);
 	const struct rbt_event *ev;
 	int err = 0;
-	while (buf && (err = rbt_reader_next(r, &ev)) > 0) {
+	/* Stop at the first failed write (a full disk): main() reports it. */
+	while (buf && !ferror(stdout) && (err = rbt_reader_next(r, &ev)) > 0) {
 		if (ev->type == RBT_EV_MODULE_MAP)
 			rbt_sym_add_module(sym, ev->u.module_map.base,
 					   ev->u.module_map.size, ev->u.module_map.offset,
@@ -281,7 +288,9 @@ int rbt_cmd_dump(int argc, char **argv)
 		err = -12;
 	}
 	fflush(stdout);
-	rc = rbt_cli_trace_verdict("dump", path, r, err);
+	/* Cut short by a failed write, the rest of the file was not read: no
+	 * verdict on it (main() reports the write error). */
+	rc = ferror(stdout) ? RBT_EXIT_FAIL : rbt_cli_trace_verdict("dump", path, r, err);
 	free(buf);
 	free(qps.v);
 	rbt_sym_free(sym);

@@ -133,10 +133,14 @@ int rbt_cmd_info(int argc, char **argv)
 	if (!stat(path, &sb))
 		printf(" (%lld bytes)", (long long)sb.st_size);
 	printf("\nformat:    version %u\n", h->version);
-	printf("tool:      %s\n", *h->tool ? h->tool : "(unknown)");
-	printf("host:      %s\n", *h->host ? h->host : "(unknown)");
-	printf("process:   pid %u, parent %u\n", h->pid, h->ppid);
-	printf("command:   %s\n", h->cmdline);
+	printf("tool:      ");
+	rbt_cli_put_text(*h->tool ? h->tool : "(unknown)");
+	printf("\nhost:      ");
+	rbt_cli_put_text(*h->host ? h->host : "(unknown)");
+	printf("\nprocess:   pid %u, parent %u\n", h->pid, h->ppid);
+	printf("command:   ");
+	rbt_cli_put_text(h->cmdline);
+	printf("\n");
 	printf("clock:     %s, %.6f MHz\n", clock_name(h->clock_source),
 	       (double)h->clock_hz / 1e6);
 	printf("start:     ");
@@ -160,15 +164,20 @@ int rbt_cmd_info(int argc, char **argv)
 		       (rbt_ticks_to_ns(h, last_ts) - rbt_ticks_to_ns(h, first_ts)) /
 			       1e9);
 	}
-	qsort(streams.v, streams.n, sizeof(*streams.v), cmp_stream);
+	if (streams.n) /* no events: v is NULL, which qsort must not get */
+		qsort(streams.v, streams.n, sizeof(*streams.v), cmp_stream);
 	printf("streams:   %zu", streams.n);
 	for (size_t i = 0; i < streams.n && i < 16; i++)
 		printf("%s%u", i ? " " : " (", streams.v[i].id);
 	printf("%s\n", streams.n > 16 ? " ...)" : streams.n ? ")" : "");
-	for (size_t i = 0; i < streams.n && i < 16; i++)
-		printf("  %-10u %-16s %" PRIu64 " events\n", streams.v[i].id,
-		       streams.v[i].name[0] ? streams.v[i].name : "-",
-		       streams.v[i].events);
+	for (size_t i = 0; i < streams.n && i < 16; i++) {
+		printf("  %-10u ", streams.v[i].id);
+		rbt_cli_put_text(streams.v[i].name[0] ? streams.v[i].name : "-");
+		printf("%*s %" PRIu64 " events\n",
+		       16 - (int)strnlen(streams.v[i].name[0] ? streams.v[i].name : "-",
+					 16),
+		       "", streams.v[i].events);
+	}
 	printf("chunks:    %" PRIu64 " intact, %" PRIu64 " damaged\n", st->chunks,
 	       st->bad_chunks);
 	printf("events:    %" PRIu64 "\n", st->events);

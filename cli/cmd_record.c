@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
@@ -28,14 +29,16 @@ static const char usage[] =
 	"\n"
 	"Runs CMD with the rbtrace recorder (librbtrace.so) preloaded. Every process\n"
 	"of CMD that uses libibverbs writes its own trace; when CMD ends, each trace\n"
-	"is listed on stderr with its events, size and losses. The exit code is CMD's.\n"
+	"is listed on stderr with its events, size and losses. The exit code is CMD's\n"
+	"(128+N when CMD died of signal N; 127 when CMD was not found, 126 when it\n"
+	"could not be run). -o must name a writable place, checked before CMD runs.\n"
 	"\n"
 	"options:\n"
 	"  -o, --output FILE|DIR  where traces go (default: the current directory,\n"
 	"                         as rbtrace-<program>-<pid>.rbt). With a FILE, the\n"
 	"                         first traced process writes FILE and others write\n"
-	"                         FILE-<pid>.rbt beside it. A DIR must exist or end\n"
-	"                         with '/'.\n"
+	"                         FILE-<pid>.rbt beside it. A DIR must exist (write\n"
+	"                         DIR/ to insist on a directory).\n"
 	"  --softnic              run CMD on softnic, the software RDMA device\n"
 	"                         (LD_LIBRARY_PATH gets softnic's libibverbs.so.1)\n"
 	"\n"
@@ -169,6 +172,12 @@ static int report(const char *manifest)
 				strerror(errno));
 			continue;
 		}
+		if (!S_ISREG(st.st_mode)) { /* -o /dev/null: nothing to read back */
+			fprintf(stderr,
+				"rbtrace record: %s: not a regular file, not read back\n",
+				line);
+			continue;
+		}
 		int err = summarize(line, &s);
 		if (err < 0) {
 			fprintf(stderr,
@@ -192,6 +201,52 @@ static int report(const char *manifest)
 			"rbtrace record: no trace written (the program made no verbs "
 			"calls, or recording was off)\n");
 	return 0;
+}
+
+/* Where -o points must be usable before CMD runs: the recorder would only warn
+ * and let CMD run untraced, which is easy to miss. A FILE needs an existing
+ * directory, a DIR (or DIR/) must exist; both must be writable. Devices such as
+ * /dev/null are allowed. */
+static int check_output(const char *out)
+{
+	struct stat st;
+	size_t n = strlen(out);
+	char dir[PATH_MAX];
+
+	if (strchr(out, '\n')) { /* the manifest lists one trace per line */
+		rbt_cli_error(cmd, "--output: a newline in the path is not supported");
+		return -1;
+	}
+	if (!stat(out, &st)) {
+		if (S_ISDIR(st.st_mode) ? access(out, W_OK | X_OK) : access(out, W_OK))
+			goto bad;
+		return 0;
+	}
+	if (errno != ENOENT || out[n - 1] == '/')
+		goto bad;
+	const char *slash = strrchr(out, '/');
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == out)
+		snprintf(dir, sizeof(dir), "/");
+	else if (snprintf(dir, sizeof(dir), "%.*s", (int)(slash - out), out) >=
+		 (int)sizeof(dir)) {
+		errno = ENAMETOOLONG;
+		goto bad;
+	}
+	if (stat(dir, &st))
+		goto bad;
+	if (!S_ISDIR(st.st_mode)) {
+		errno = ENOTDIR;
+		goto bad;
+	}
+	if (access(dir, W_OK | X_OK))
+		goto bad;
+	return 0;
+bad:
+	rbt_cli_error(cmd, "--output %s: %s%s", out, strerror(errno),
+		      out[n - 1] == '/' && errno == ENOENT ? " (a DIR/ must exist)" : "");
+	return -1;
 }
 
 int rbt_cmd_record(int argc, char **argv)
@@ -264,6 +319,8 @@ int rbt_cmd_record(int argc, char **argv)
 	}
 	if (out && !*out)
 		return rbt_cli_usage(cmd, "--output: empty path");
+	if (out && check_output(out))
+		return RBT_EXIT_FAIL;
 
 	int mfd = mkstemp(manifest);
 	if (mfd < 0) {
@@ -283,10 +340,20 @@ int rbt_cmd_record(int argc, char **argv)
 	sigaction(SIGTERM, &fwd, &old_term);
 	sigaction(SIGHUP, &fwd, &old_hup);
 
+	/* The child reports a failed exec through this pipe (closed by a
+	 * successful one), so that we say it once and exit as a shell would. */
+	int ep[2];
+	if (pipe2(ep, O_CLOEXEC)) {
+		rbt_cli_error(cmd, "pipe: %s", strerror(errno));
+		unlink(manifest);
+		return RBT_EXIT_FAIL;
+	}
 	fflush(NULL);
 	pid_t pid = fork();
 	if (pid < 0) {
 		rbt_cli_error(cmd, "fork: %s", strerror(errno));
+		close(ep[0]);
+		close(ep[1]);
 		unlink(manifest);
 		return RBT_EXIT_FAIL;
 	}
@@ -304,13 +371,21 @@ int rbt_cmd_record(int argc, char **argv)
 			_exit(127);
 		}
 		unsetenv("RBTRACE_OUTPUT_CLAIMED");
+		close(ep[0]);
 		execvp(argv[cmd_at], argv + cmd_at);
-		fprintf(stderr, "rbtrace record: %s: %s\n", argv[cmd_at],
-			strerror(errno));
-		_exit(127);
+		int e = errno;
+		if (write(ep[1], &e, sizeof(e)) != (ssize_t)sizeof(e))
+			fprintf(stderr, "rbtrace record: %s: %s\n", argv[cmd_at],
+				strerror(e));
+		_exit(e == ENOENT ? 127 : 126);
 	}
 
 	child_pid = pid;
+	close(ep[1]);
+	int exec_err = 0;
+	while (read(ep[0], &exec_err, sizeof(exec_err)) < 0 && errno == EINTR)
+		;
+	close(ep[0]);
 	int status = 0;
 	for (;;) {
 		pid_t w = waitpid(pid, &status, 0);
@@ -323,14 +398,21 @@ int rbt_cmd_record(int argc, char **argv)
 	}
 	sigaction(SIGINT, &old_int, NULL);
 	sigaction(SIGQUIT, &old_quit, NULL);
+	if (exec_err) {
+		/* Nothing ran: one line, and the exit code of a shell (127: not
+		 * found, 126: found but not executable). */
+		unlink(manifest);
+		rbt_cli_error(cmd, "%s: %s", argv[cmd_at], strerror(exec_err));
+		return exec_err == ENOENT ? 127 : 126;
+	}
+	if (WIFSIGNALED(status))
+		fprintf(stderr, "rbtrace record: %s killed by signal %d (%s)\n",
+			argv[cmd_at], WTERMSIG(status), strsignal(WTERMSIG(status)));
 	report(manifest);
 	unlink(manifest);
 	if (WIFEXITED(status))
 		return WEXITSTATUS(status);
-	if (WIFSIGNALED(status)) {
-		fprintf(stderr, "rbtrace record: %s killed by signal %d (%s)\n",
-			argv[cmd_at], WTERMSIG(status), strsignal(WTERMSIG(status)));
+	if (WIFSIGNALED(status))
 		return 128 + WTERMSIG(status);
-	}
 	return RBT_EXIT_FAIL;
 }

@@ -3,10 +3,14 @@
  * problems the traces prove. All the work is in analyzer/ (rbt_analyzer.h); this file
  * only parses the command line and picks the output.
  *
- * Never leaves a half-written output file behind on a failure it detects.
+ * Never leaves a half-written output file behind on a failure it detects, never
+ * destroys an existing file on a failed run (a regular output file is written
+ * beside it and renamed into place), and never writes over one of its inputs.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -33,7 +37,12 @@ static const char usage[] =
 	"  --format=F  text (default), json (schema in docs/report.md), perfetto "
 	"(trace-\n"
 	"              event JSON for ui.perfetto.dev), html (one self-contained file)\n"
-	"  -o, --output=OUT  write there instead of stdout\n"
+	"  -o, --output=OUT  write there instead of stdout (replaced only when the\n"
+	"              report is complete; never one of the TRACEs)\n"
+	"\n"
+	"Give each trace once. A trace that could not be read whole is reported on\n"
+	"what was read, with a warning on stderr; exit code 1 when a trace cannot be\n"
+	"read at all or the output cannot be written.\n"
 	"\n"
 	"examples:\n"
 	"  rbtrace report app.rbt\n"
@@ -41,6 +50,99 @@ static const char usage[] =
 	"  rbtrace report --format=perfetto -o app.json app.rbt   # open in "
 	"ui.perfetto.dev\n"
 	"  rbtrace report --format=html -o report.html client.rbt server.rbt\n";
+
+/* The output: a regular file (new, existing, or the target of a symbolic link)
+ * is written to tmp beside it and renamed over it on success; anything else
+ * (/dev/null, a FIFO, a terminal) is written in place and never removed. */
+struct report_out {
+	FILE *f;
+	char *path;	    /* a symbolic link's target, else NULL */
+	char *tmp;	    /* NULL when written in place */
+	int unlink_on_fail; /* a regular file written in place */
+};
+
+static int out_open(const char *path, struct report_out *o)
+{
+	struct stat st;
+	int exists = lstat(path, &st) == 0;
+	o->tmp = NULL;
+	o->unlink_on_fail = 0;
+	o->path = NULL;
+	if (exists && S_ISLNK(st.st_mode)) {
+		/* Replace what the link points to, not the link itself. */
+		char *real = realpath(path, NULL);
+		if (real && !lstat(real, &st) && S_ISREG(st.st_mode)) {
+			o->path = real;
+			path = real;
+		} else {
+			free(real);
+			goto in_place;
+		}
+	}
+	if ((exists && !S_ISREG(st.st_mode)) || (!exists && errno != ENOENT))
+		goto in_place;
+	size_t n = strlen(path) + 16;
+	o->tmp = malloc(n);
+	if (!o->tmp)
+		return -ENOMEM;
+	snprintf(o->tmp, n, "%s.tmp-XXXXXX", path);
+	int fd = mkstemp(o->tmp);
+	if (fd < 0) {
+		int err = -errno;
+		free(o->tmp);
+		o->tmp = NULL;
+		if (!exists)
+			return err;
+		/* A writable file in a read-only directory: the old way. */
+		o->unlink_on_fail = 1;
+		goto in_place;
+	}
+	/* mkstemp makes 0600; the report keeps the mode of the file it replaces,
+	 * or gets the one fopen would have given it. */
+	mode_t um = umask(0);
+	umask(um);
+	(void)!fchmod(fd, exists ? st.st_mode & 07777 : 0666 & ~um);
+	o->f = fdopen(fd, "w");
+	if (!o->f) {
+		int err = -errno;
+		close(fd);
+		unlink(o->tmp);
+		free(o->tmp);
+		o->tmp = NULL;
+		return err;
+	}
+	return 0;
+in_place:
+	o->f = fopen(path, "w");
+	if (o->f)
+		return 0;
+	int err = -errno;
+	free(o->path);
+	o->path = NULL;
+	return err;
+}
+
+/* 0, or the first write error of the whole output (-errno). */
+static int out_close(struct report_out *o, const char *path, int ok)
+{
+	if (o->path)
+		path = o->path;
+	/* -EIO: an earlier write failed and stdio no longer knows why. */
+	int err = fflush(o->f) ? -errno : ferror(o->f) ? -EIO : 0;
+	if (fclose(o->f) && !err)
+		err = -errno;
+	if (o->tmp) {
+		if (ok && !err && rename(o->tmp, path))
+			err = -errno;
+		if (!ok || err)
+			unlink(o->tmp);
+		free(o->tmp);
+	} else if ((!ok || err) && o->unlink_on_fail) {
+		unlink(path);
+	}
+	free(o->path);
+	return err;
+}
 
 int rbt_cmd_report(int argc, char **argv)
 {
@@ -71,22 +173,42 @@ int rbt_cmd_report(int argc, char **argv)
 		return rbt_cli_usage(cmd,
 				     "--format: '%s' is not text, json, perfetto or html",
 				     format);
+	if (out_path && !*out_path)
+		return rbt_cli_usage(cmd, "--output: empty path");
+	struct stat ost;
+	int out_exists = out_path && stat(out_path, &ost) == 0;
 	uint64_t total = 0;
+	struct stat in[256];
 	for (int i = 0; i < n; i++) {
 		struct stat st;
 		if (stat(pos[i], &st) != 0) {
 			rbt_cli_error(cmd, "%s: %s", pos[i], strerror(errno));
 			return RBT_EXIT_FAIL;
 		}
+		/* Read twice, every WR would count twice. */
+		for (int j = 0; j < i; j++)
+			if (in[j].st_dev == st.st_dev && in[j].st_ino == st.st_ino)
+				return rbt_cli_usage(cmd,
+						     "%s is given twice (also as %s)",
+						     pos[i], pos[j]);
+		in[i] = st;
+		if (out_exists && S_ISREG(st.st_mode) && st.st_dev == ost.st_dev &&
+		    st.st_ino == ost.st_ino)
+			return rbt_cli_usage(cmd,
+					     "--output %s is the trace %s: it would be "
+					     "overwritten",
+					     out_path, pos[i]);
 		total += (uint64_t)st.st_size;
 	}
 	FILE *out = stdout;
+	struct report_out ro = { 0 };
 	if (out_path) {
-		out = fopen(out_path, "w");
-		if (!out) {
-			rbt_cli_error(cmd, "%s: %s", out_path, strerror(errno));
+		int e = out_open(out_path, &ro);
+		if (e) {
+			rbt_cli_error(cmd, "%s: %s", out_path, strerror(-e));
 			return RBT_EXIT_FAIL;
 		}
+		out = ro.f;
 	}
 	struct rbt_analyzer_opts ao = { 0 };
 	if (fmt == 2)
@@ -118,19 +240,27 @@ int rbt_cmd_report(int argc, char **argv)
 		int nf = rbt_analyzer_findings(an, &f);
 		for (int i = 0; i < nf; i++)
 			if (!strcmp(f[i].code, "trace_incomplete"))
-				rbt_cli_error(cmd, "warning: %s", f[i].title);
+				rbt_cli_error(cmd, "warning: %s: %.*s", f[i].title,
+					      (int)strcspn(f[i].evidence, "\n"),
+					      f[i].evidence);
 	}
 	rbt_analyzer_destroy(an);
-	if (out != stdout && fclose(out) != 0 && ret == 0)
-		ret = -errno;
+	if (out != stdout) {
+		int e = out_close(&ro, out_path, ret == 0);
+		if (ret == 0)
+			ret = e;
+	} /* stdout's write errors are main()'s to report */
 	if (ret != 0) {
 		if (err[0])
 			rbt_cli_error(cmd, "%s", err);
+		else if (ret == -EIO) /* stdio's "an earlier write failed" */
+			rbt_cli_error(cmd,
+				      "%s: writing failed (disk full, or a file size "
+				      "limit?)",
+				      out_path ? out_path : "standard output");
 		else
 			rbt_cli_error(cmd, "%s: %s", out_path ? out_path : "report",
 				      strerror(ret < 0 ? -ret : ret));
-		if (out_path)
-			unlink(out_path);
 		return RBT_EXIT_FAIL;
 	}
 	return RBT_EXIT_OK;

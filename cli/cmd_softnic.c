@@ -18,6 +18,9 @@
 
 static const char cmd[] = "softnic";
 
+#define RBT_SN_MAX_NS	      60000000000ull /* --latency, --jitter: 1 minute */
+#define RBT_SN_MAX_NS_PER_KIB 1000000000ull  /* --ns-per-kib: 1 s */
+
 static const char usage[] =
 	"usage: rbtrace softnic [options] [--] CMD [ARGS...]\n"
 	"       rbtrace softnic --counters\n"
@@ -29,9 +32,9 @@ static const char usage[] =
 	"options:\n"
 	"  --fabric DIR      fabric directory (default /dev/shm/softnic-<uid>)\n"
 	"  --link ib|eth     link layer: InfiniBand (LID) or Ethernet (RoCE v2)\n"
-	"  --latency NS      NIC time added to every WR before it completes\n"
-	"  --ns-per-kib NS   NIC time per KiB of payload\n"
-	"  --jitter NS       uniform random extra NIC time, 0..NS\n"
+	"  --latency NS      NIC time added to every WR before it completes (<= 60 s)\n"
+	"  --ns-per-kib NS   NIC time per KiB of payload (<= 1 s)\n"
+	"  --jitter NS       uniform random extra NIC time, 0..NS (<= 60 s)\n"
 	"  --counters        print port and per-QP counters of the fabric, exit\n"
 	"\n"
 	"Finds softnic in $RBTRACE_SOFTNIC_DIR or ../softnic next to rbtrace.\n"
@@ -101,6 +104,8 @@ int rbt_cmd_softnic(int argc, char **argv)
 	done = rbt_cli_parse_done(parsed, usage);
 	if (done >= 0)
 		return done;
+	if (fabric && !*fabric) /* would silently mean the default fabric */
+		return rbt_cli_usage(cmd, "--fabric: empty path");
 	if (fabric)
 		setenv("SOFTNIC_FABRIC", fabric, 1);
 	if (link) {
@@ -108,19 +113,30 @@ int rbt_cmd_softnic(int argc, char **argv)
 			return rbt_cli_usage(cmd, "--link: '%s' is not ib or eth", link);
 		setenv("SOFTNIC_LINK", link, 1);
 	}
+	/* Beyond a minute a completion never comes in practice, and huge values
+	 * overflow the model's arithmetic. */
 	if (lat) {
 		if (rbt_cli_u64(cmd, "latency", lat, &v))
 			return RBT_EXIT_USAGE;
+		if (v > RBT_SN_MAX_NS)
+			return rbt_cli_usage(
+				cmd, "--latency: %s ns is more than a minute", lat);
 		setenv("SOFTNIC_LATENCY_NS", lat, 1);
 	}
 	if (kib) {
 		if (rbt_cli_u64(cmd, "ns-per-kib", kib, &v))
 			return RBT_EXIT_USAGE;
+		if (v > RBT_SN_MAX_NS_PER_KIB)
+			return rbt_cli_usage(
+				cmd, "--ns-per-kib: %s is more than a second", kib);
 		setenv("SOFTNIC_NS_PER_KIB", kib, 1);
 	}
 	if (jit) {
 		if (rbt_cli_u64(cmd, "jitter", jit, &v))
 			return RBT_EXIT_USAGE;
+		if (v > RBT_SN_MAX_NS)
+			return rbt_cli_usage(cmd, "--jitter: %s ns is more than a minute",
+					     jit);
 		setenv("SOFTNIC_JITTER_NS", jit, 1);
 	}
 	if (counters) {

@@ -3,6 +3,7 @@
  * Add a subcommand with one line in cmds[] (and its prototype in rbt_cli.h).
  * This file only dispatches: it must never know any subcommand's options.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -49,6 +50,19 @@ static const struct rbt_cmd *find(const char *name)
 	return NULL;
 }
 
+/* Output that never reached its destination (a full disk, /dev/full, a closed
+ * pipe with SIGPIPE ignored) must not pass for success. */
+static int check_stdout(const char *cmd, int rc)
+{
+	int err = fflush(stdout) ? errno : 0;
+	if (!err && !ferror(stdout))
+		return rc;
+	/* After an earlier failed write stdio no longer knows its errno. */
+	fprintf(stderr, "rbtrace %s: writing standard output failed%s%s\n", cmd,
+		err ? ": " : " (disk full or output closed?)", err ? strerror(err) : "");
+	return rc ? rc : RBT_EXIT_FAIL;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -58,23 +72,23 @@ int main(int argc, char **argv)
 	const char *name = argv[1];
 	if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
 		usage(stdout);
-		return RBT_EXIT_OK;
+		return check_stdout("--help", RBT_EXIT_OK);
 	}
 	if (!strcmp(name, "help")) {
 		if (argc < 3) {
 			usage(stdout);
-			return RBT_EXIT_OK;
+			return check_stdout("help", RBT_EXIT_OK);
 		}
 		const struct rbt_cmd *c = find(argv[2]);
 		if (!c)
 			return rbt_cli_usage(NULL, "no such command '%s'", argv[2]);
 		char *hargv[] = { argv[2], "--help", NULL };
-		return c->fn(2, hargv);
+		return check_stdout(c->name, c->fn(2, hargv));
 	}
 	const struct rbt_cmd *c = find(name);
 	if (!c) {
 		rbt_cli_error(NULL, "no such command '%s' (see rbtrace --help)", name);
 		return RBT_EXIT_USAGE;
 	}
-	return c->fn(argc - 1, argv + 1);
+	return check_stdout(c->name, c->fn(argc - 1, argv + 1));
 }

@@ -81,6 +81,11 @@ int rbt_cli_parse_done(int parsed, const char *usage);
  * number" and return -1 when s is not one. */
 int rbt_cli_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
 
+/* Prints s to stdout with control characters as \xNN: strings from a trace
+ * (command lines, host and thread names, module paths) must not break a line
+ * of output nor send escape sequences to the terminal. NULL prints nothing. */
+void rbt_cli_put_text(const char *s);
+
 /* ---- traces ----
  * Opens a trace for reading; on failure prints "rbtrace <cmd>: <path>: <why>"
  * and returns NULL (exit with RBT_EXIT_FAIL then). */

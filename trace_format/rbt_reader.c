@@ -773,7 +773,9 @@ int rbt_reader_open(const char *path, struct rbt_reader **out)
 	*out = NULL;
 	if (!path)
 		return -EINVAL;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+	 * writer forever; it is refused below like any non-regular file. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return -errno;
 	struct stat st;
@@ -967,9 +969,14 @@ static void end_chunk_early(struct rbt_reader *r, const char *why)
 	uint32_t lost = r->ch.events > r->decoded ? r->ch.events - r->decoded : 0;
 	damage(r, r->chunk_off, "chunk event %u %s (%u events lost)", r->decoded, why,
 	       lost);
+	/* The chunk was counted intact when it loaded; it is one damaged chunk,
+	 * counted once: its rest must not be reported missing a second time. */
+	if (r->st.chunks)
+		r->st.chunks--;
 	r->st.bad_chunks++;
 	r->st.lost_events_in_bad_chunks += lost;
 	r->raw_pos = r->raw_len;
+	r->raw_len = 0;
 }
 
 int rbt_reader_next(struct rbt_reader *r, const struct rbt_event **out)

@@ -1,0 +1,87 @@
+#!/bin/bash
+# badinput_test.sh - `rbtrace record` against programs and output paths that are
+# wrong: each case gets one clear line on stderr and the documented exit code,
+# and a bad -o is refused before the program runs (it never runs untraced by
+# mistake). The trace-file cases are in cli_test.cc.
+set -u
+if [ -n "${TEST_SRCDIR:-}" ]; then
+	root=$TEST_SRCDIR/${TEST_WORKSPACE:-rbtrace}
+else
+	root=$(dirname "$0")/../bazel-bin
+fi
+rbtrace=$root/cli/rbtrace
+export RBTRACE_LIB=$root/interpose/librbtrace.so
+# Under --config=asan the recorder needs the ASan runtime first in the process.
+asan=$(ldd "$RBTRACE_LIB" 2>/dev/null | awk '/libasan\.so/ { print $3 }')
+if [ -n "$asan" ]; then
+	export LD_PRELOAD=$asan ASAN_OPTIONS=detect_leaks=0
+fi
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/badinput.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+# check NAME WANT_EXIT REGEX CMD...: exit code WANT_EXIT, exactly one line on
+# stderr (NLINES=n: n lines) matching REGEX (stdout is the program's, not ours).
+check() {
+	local name=$1 want=$2 re=$3 nlines=${NLINES:-1}
+	shift 3
+	err=$("$@" 2>&1 >/dev/null)
+	rc=$?
+	lines=$(printf '%s\n' "$err" | grep -c .)
+	if [ $rc -ne "$want" ] || [ "$lines" -ne "$nlines" ] || ! grep -Eq -- "$re" <<<"$err"; then
+		echo "FAIL $name (rc=$rc, want $want; $lines lines)"
+		echo "$err"
+		fails=$((fails + 1))
+	else
+		echo "ok   $name"
+	fi
+}
+
+# Programs that cannot run: the shell's 127 / 126, one line (before: 127 for
+# both, and a second line saying the program "made no verbs calls").
+check no_such_program 127 "record: no-such-program-xyz: No such file or directory" \
+	"$rbtrace" record -- no-such-program-xyz
+printf '#!/bin/sh\necho hi\n' >"$tmp/notexec.sh"
+chmod 644 "$tmp/notexec.sh"
+check not_executable 126 "record: $tmp/notexec.sh: Permission denied" \
+	"$rbtrace" record -- "$tmp/notexec.sh"
+check directory 126 "record: $tmp: Permission denied" "$rbtrace" record -- "$tmp"
+
+# A program killed by a signal: 128 + the signal, as a shell reports it (and
+# the usual line about the traces, here none).
+NLINES=2 check killed 137 "record: sh killed by signal 9" "$rbtrace" record -o "$tmp/k.rbt" -- \
+	sh -c 'kill -9 $$'
+check exit_code 7 "no trace written" "$rbtrace" record -o "$tmp/e.rbt" -- sh -c 'exit 7'
+
+# -o that cannot be written: refused before the program starts (before: it ran
+# untraced, and record exited 0).
+check out_no_dir 1 "record: --output $tmp/no/such/x.rbt: No such file or directory" \
+	"$rbtrace" record -o "$tmp/no/such/x.rbt" -- touch "$tmp/ran"
+check out_no_dir_slash 1 "record: --output $tmp/none/: No such file or directory \(a DIR/ must exist\)" \
+	"$rbtrace" record -o "$tmp/none/" -- touch "$tmp/ran"
+touch "$tmp/file"
+check out_under_file 1 "record: --output $tmp/file/x.rbt: Not a directory" \
+	"$rbtrace" record -o "$tmp/file/x.rbt" -- touch "$tmp/ran"
+check out_newline 1 "record: --output: a newline in the path is not supported" \
+	"$rbtrace" record -o "$tmp/a
+b.rbt" -- touch "$tmp/ran"
+if [ -e "$tmp/ran" ]; then
+	echo "FAIL the program ran although -o was unusable"
+	fails=$((fails + 1))
+fi
+if [ "$(id -u)" != 0 ]; then # root writes anywhere
+	mkdir "$tmp/ro" && chmod 555 "$tmp/ro"
+	check out_read_only 1 "record: --output $tmp/ro/x.rbt: Permission denied" \
+		"$rbtrace" record -o "$tmp/ro/x.rbt" -- true
+fi
+
+# Option errors: one line, exit 2.
+check no_command 2 "no command to record" "$rbtrace" record -o "$tmp/x.rbt"
+check missing_value 2 "option '-o' needs a value" "$rbtrace" record -o
+check empty_output 2 "--output: empty path" "$rbtrace" record -o "" -- true
+check unknown_option 2 "unknown option '--frob'" "$rbtrace" record --frob -- true
+check softnic_latency 2 "--latency: 99999999999 ns is more than a minute" \
+	"$rbtrace" softnic --latency 99999999999 -- true
+check softnic_empty_fabric 2 "--fabric: empty path" "$rbtrace" softnic --fabric "" --counters
+check softnic_negative 2 "--jitter: ' -5' is not a number" \
+	"$rbtrace" softnic --jitter " -5" -- true
+exit $fails
