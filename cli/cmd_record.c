@@ -207,14 +207,14 @@ static int report(const char *manifest)
  * and let CMD run untraced, which is easy to miss. A FILE needs an existing
  * directory, a DIR (or DIR/) must exist; both must be writable. Devices such as
  * /dev/null are allowed. */
-static int check_output(const char *out)
+static int check_output(const char *what, const char *out)
 {
 	struct stat st;
 	size_t n = strlen(out);
 	char dir[PATH_MAX];
 
 	if (strchr(out, '\n')) { /* the manifest lists one trace per line */
-		rbt_cli_error(cmd, "--output: a newline in the path is not supported");
+		rbt_cli_error(cmd, "%s: a newline in the path is not supported", what);
 		return -1;
 	}
 	if (!stat(out, &st)) {
@@ -244,7 +244,8 @@ static int check_output(const char *out)
 		goto bad;
 	return 0;
 bad:
-	rbt_cli_error(cmd, "--output %s: %s%s", out, strerror(errno),
+	rbt_cli_error(cmd, "%s%c%s: %s%s", what, *what == '-' ? ' ' : '=', out,
+		      strerror(errno),
 		      out[n - 1] == '/' && errno == ENOENT ? " (a DIR/ must exist)" : "");
 	return -1;
 }
@@ -319,7 +320,9 @@ int rbt_cmd_record(int argc, char **argv)
 	}
 	if (out && !*out)
 		return rbt_cli_usage(cmd, "--output: empty path");
-	if (out && check_output(out))
+	const char *envout = getenv(RBT_ENV_OUTPUT);
+	if (out ? check_output("--output", out)
+		: envout && *envout && check_output(RBT_ENV_OUTPUT, envout))
 		return RBT_EXIT_FAIL;
 
 	int mfd = mkstemp(manifest);
@@ -370,7 +373,18 @@ int rbt_cmd_record(int argc, char **argv)
 				strerror(errno));
 			_exit(127);
 		}
-		unsetenv("RBTRACE_OUTPUT_CLAIMED");
+		/* A FILE output is free for the first process of this run that
+		 * records (see rbt_open_output): the last run's trace there is
+		 * replaced, as the user asked. */
+		const char *o = out ? out : getenv(RBT_ENV_OUTPUT);
+		struct stat ost;
+		if (o && *o && o[strlen(o) - 1] != '/' &&
+		    !(stat(o, &ost) == 0 && S_ISDIR(ost.st_mode))) {
+			unlink(o);
+			setenv("RBTRACE_OUTPUT_CLAIMED", "excl", 1);
+		} else {
+			unsetenv("RBTRACE_OUTPUT_CLAIMED");
+		}
 		close(ep[0]);
 		execvp(argv[cmd_at], argv + cmd_at);
 		int e = errno;

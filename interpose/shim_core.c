@@ -1327,17 +1327,32 @@ static int rbt_is_dir(const char *p)
 static int rbt_open_output(void)
 {
 	const char *out = rbt_cfg.output;
-	int fd, flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, claimed_file = 0;
+	int fd = -1, flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, claimed_file = 0;
 	const char *prog = program_invocation_short_name;
+	const char *claim = getenv(RBT_ENV_CLAIMED);
 
 	if (!prog || !*prog)
 		prog = "program";
-	if (!*out || rbt_is_dir(out)) {
+	/* Under `rbtrace record` the name is free when the run starts ("excl"):
+	 * whichever process of the run creates it first has it, also when that
+	 * is not an ancestor of the others (sh -c 'a; b'). */
+	if (*out && !rbt_fork_gen && claim && !strcmp(claim, "excl") &&
+	    !rbt_is_dir(out)) {
+		fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd >= 0) {
+			RBT_PATHF(rbt_path, "%s", out);
+			setenv(RBT_ENV_CLAIMED, "1", 1);
+			claimed_file = 1;
+		}
+	}
+	if (fd >= 0) {
+		/* claimed above */
+	} else if (!*out || rbt_is_dir(out)) {
 		const char *dir = *out ? out : ".";
 		size_t n = strlen(dir);
 		RBT_PATHF(rbt_path, "%s%srbtrace-%s-%d.rbt", dir,
 			  n && dir[n - 1] == '/' ? "" : "/", prog, (int)getpid());
-	} else if (!rbt_fork_gen && !getenv(RBT_ENV_CLAIMED)) {
+	} else if (!rbt_fork_gen && !claim) {
 		/* The first process of the tree takes the file name itself; forked
 		 * children and exec'd programs that inherit the setting write beside
 		 * it, so that no process overwrites another's trace. */
@@ -1350,7 +1365,9 @@ static int rbt_open_output(void)
 			n -= 4;
 		RBT_PATHF(rbt_path, "%.*s-%d.rbt", (int)n, out, (int)getpid());
 	}
-	if (!claimed_file) {
+	if (fd >= 0) {
+		/* created with O_EXCL above */
+	} else if (!claimed_file) {
 		/* Never overwrite another trace of this run: an exec'd program keeps
 		 * the pid (and often the name) of the one before it. */
 		size_t n = strlen(rbt_path);

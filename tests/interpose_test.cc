@@ -5,6 +5,7 @@
 // costs one warning, and a program that never calls a verb is untouched.
 #include <gtest/gtest.h>
 #include <algorithm>
+#include <set>
 #include <signal.h>
 #include <string.h>
 
@@ -454,6 +455,35 @@ TEST(Interpose, RecordCommandReportsEachTrace)
 	EXPECT_EQ(bad.status, 7) << bad.err;
 	run_result none = run(runfile("cli/rbtrace") + " record");
 	EXPECT_EQ(none.status, 2);
+}
+
+// -o FILE with two verbs programs run one after the other by a shell (siblings,
+// neither the other's parent): the first takes the name, the second writes
+// beside it, and the trace a previous run left there is replaced.
+TEST(Interpose, RecordFileOutputKeepsSiblingsApart)
+{
+	std::string d = tmpdir("sib");
+	std::string cmd = asan_preload() +
+			  "RBTRACE_SOFTNIC_DIR=" + runfile("tests/progs/fakeverbs") +
+			  " RBTRACE_LIB=" + runfile("interpose/librbtrace.so") + " " +
+			  runfile("cli/rbtrace") + " record --softnic -o " + d +
+			  "/x.rbt -- sh -c \"" + prog() + " basic 10; " + prog() +
+			  " basic 20\"";
+	ASSERT_EQ(run("echo stale > " + d + "/x.rbt").status, 0);
+	run_result r = run(cmd);
+	ASSERT_EQ(r.status, 0) << r.err;
+	std::vector<std::string> t = list_traces(d);
+	ASSERT_EQ(t.size(), 2u) << r.err;
+	// basic N makes N sends plus a chain of 8 (see interpose_prog.c)
+	std::set<uint64_t> sends;
+	for (const std::string &p : t) {
+		summary s = summarize(p);
+		EXPECT_EQ(s.open_err, 0) << p;
+		EXPECT_TRUE(s.finished) << p;
+		sends.insert(s.send_wrs);
+	}
+	EXPECT_EQ(sends, (std::set<uint64_t>{ 18, 28 }));
+	EXPECT_EQ(summarize(d + "/x.rbt").send_wrs, 18u) << r.err;
 }
 
 } // namespace
