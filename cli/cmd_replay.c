@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/rbt_cli.h"
@@ -108,6 +109,36 @@ static int rp_cli_softnic_exec(int argc, char **argv)
 	return RBT_EXIT_FAIL;
 }
 
+/* -o names the replay's own trace(s): FILE for one trace, else X.N.rbt for
+ * X.rbt (FILE.N otherwise), the rule of replay/. None may be one of the traces
+ * being replayed: it would be overwritten while, or before, it is read. */
+static int out_overwrites_input(const char *out, char **pos, int n)
+{
+	for (int i = 0; i < n; i++) {
+		char name[PATH_MAX];
+		size_t l = strlen(out);
+		struct stat so, si;
+		if (n == 1)
+			snprintf(name, sizeof(name), "%s", out);
+		else if (l > 4 && !strcmp(out + l - 4, ".rbt"))
+			snprintf(name, sizeof(name), "%.*s.%d.rbt", (int)(l - 4), out, i);
+		else
+			snprintf(name, sizeof(name), "%s.%d", out, i);
+		if (stat(name, &so))
+			continue;
+		for (int k = 0; k < n; k++)
+			if (!stat(pos[k], &si) && S_ISREG(si.st_mode) &&
+			    si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+				rbt_cli_usage("replay",
+					      "-o %s would overwrite the trace %s being "
+					      "replayed",
+					      out, pos[k]);
+				return 1;
+			}
+	}
+	return 0;
+}
+
 int rbt_cmd_replay(int argc, char **argv)
 {
 	const char *device = NULL, *timing = NULL, *listen = NULL, *connect = NULL,
@@ -176,6 +207,26 @@ int rbt_cmd_replay(int argc, char **argv)
 	if (listen && connect)
 		return rbt_cli_usage("replay",
 				     "--listen and --connect exclude each other");
+	/* Bad ports are command-line errors (exit 2), found before any work. */
+	const char *port = listen;
+	if (connect) {
+		const char *colon = strrchr(connect, ':');
+		if (!colon || colon == connect || !colon[1])
+			return rbt_cli_usage("replay", "--connect %s: expected HOST:PORT",
+					     connect);
+		port = colon + 1;
+	}
+	if (port) {
+		char *end = NULL;
+		unsigned long v = 0;
+		errno = 0;
+		if (*port >= '0' && *port <= '9')
+			v = strtoul(port, &end, 10);
+		if (!v || *end || errno || v > 65535)
+			return rbt_cli_usage("replay",
+					     "--%s: '%s' is not a port number (1..65535)",
+					     listen ? "listen" : "connect", port);
+	}
 	if (responder) {
 		if (n)
 			return rbt_cli_usage("replay", "--responder takes no trace");
@@ -184,6 +235,8 @@ int rbt_cmd_replay(int argc, char **argv)
 	} else if (n == 0) {
 		return rbt_cli_usage("replay", "give at least one trace");
 	}
+	if (out && out_overwrites_input(out, pos, n))
+		return RBT_EXIT_USAGE;
 	rc = rbt_replay_run((const char *const *)pos, n, &o, &sum);
 	if (rc < 0)
 		return RBT_EXIT_FAIL;

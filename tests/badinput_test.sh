@@ -1,8 +1,9 @@
 #!/bin/bash
 # badinput_test.sh - `rbtrace record` against programs and output paths that are
-# wrong: each case gets one clear line on stderr and the documented exit code,
-# and a bad -o is refused before the program runs (it never runs untraced by
-# mistake). The trace-file cases are in cli_test.cc.
+# wrong, `softnic` and `replay` against bad numbers: each case gets one clear
+# line on stderr and the documented exit code, and a bad -o is refused before
+# the program runs (it never runs untraced by mistake). The trace-file cases
+# are in cli_test.cc.
 set -u
 if [ -n "${TEST_SRCDIR:-}" ]; then
 	root=$TEST_SRCDIR/${TEST_WORKSPACE:-rbtrace}
@@ -64,6 +65,8 @@ check out_under_file 1 "record: --output $tmp/file/x.rbt: Not a directory" \
 check out_newline 1 "record: --output: a newline in the path is not supported" \
 	"$rbtrace" record -o "$tmp/a
 b.rbt" -- touch "$tmp/ran"
+check env_out_no_dir 1 "record: RBTRACE_OUTPUT=$tmp/no/x.rbt: No such file or directory" \
+	env RBTRACE_OUTPUT="$tmp/no/x.rbt" "$rbtrace" record -- touch "$tmp/ran"
 if [ -e "$tmp/ran" ]; then
 	echo "FAIL the program ran although -o was unusable"
 	fails=$((fails + 1))
@@ -84,4 +87,24 @@ check softnic_latency 2 "--latency: 99999999999 ns is more than a minute" \
 check softnic_empty_fabric 2 "--fabric: empty path" "$rbtrace" softnic --fabric "" --counters
 check softnic_negative 2 "--jitter: ' -5' is not a number" \
 	"$rbtrace" softnic --jitter " -5" -- true
+# replay's ports are checked as command-line errors, before any trace is read
+# (before: exit 1, like a failed replay).
+check replay_listen 2 "replay: --listen: 'abc' is not a port number" \
+	"$rbtrace" replay --listen abc "$tmp/x.rbt"
+check replay_listen_range 2 "replay: --listen: '70000' is not a port number" \
+	"$rbtrace" replay --listen 70000 "$tmp/x.rbt"
+check replay_connect 2 "replay: --connect nohost: expected HOST:PORT" \
+	"$rbtrace" replay --connect nohost "$tmp/x.rbt"
+# replay -o naming a trace being replayed (before: the replay's own recording
+# silently replaced it).
+echo "not really a trace" >"$tmp/t.rbt"
+check replay_out_is_input 2 "replay: -o $tmp/t.rbt would overwrite the trace $tmp/t.rbt" \
+	"$rbtrace" replay -o "$tmp/t.rbt" "$tmp/t.rbt"
+cp "$tmp/t.rbt" "$tmp/r.1.rbt"
+check replay_out_is_input_n 2 "replay: -o $tmp/r.rbt would overwrite the trace $tmp/r.1.rbt" \
+	"$rbtrace" replay -o "$tmp/r.rbt" "$tmp/t.rbt" "$tmp/r.1.rbt"
+if [ "$(cat "$tmp/t.rbt")" != "not really a trace" ]; then
+	echo "FAIL replay changed its input"
+	fails=$((fails + 1))
+fi
 exit $fails
