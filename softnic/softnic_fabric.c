@@ -118,11 +118,25 @@ int sn_shm_map(const char *name, void **out, size_t *len)
 	return 0;
 }
 
-static uint64_t env_u64(const char *name, uint64_t dflt)
+/* A number from the environment, at most max; anything else (not a number,
+ * negative, trailing junk, too large) is said once on stderr and the default
+ * used: a typo must not become 584 years of latency or a division by zero. */
+static uint64_t env_u64(const char *name, uint64_t dflt, uint64_t max)
 {
 	const char *v = getenv(name);
+	char *end;
 
-	return v && *v ? strtoull(v, NULL, 0) : dflt;
+	if (!v || !*v)
+		return dflt;
+	errno = 0;
+	unsigned long long n = strtoull(v, &end, 0);
+	if (errno || end == v || *end || strchr(v, '-') || n > max) {
+		fprintf(stderr,
+			"softnic: %s=%s: not a number from 0 to %llu; using %llu\n", name,
+			v, (unsigned long long)max, (unsigned long long)dflt);
+		return dflt;
+	}
+	return n;
 }
 
 static uint64_t sn_hash(const char *s)
@@ -512,7 +526,7 @@ int sn_init(void)
 	v = getenv("SOFTNIC_LINK");
 	sn_g.eth =
 		v && (!strcmp(v, "eth") || !strcmp(v, "ethernet") || !strcmp(v, "roce"));
-	sn_g.lid = sn_g.eth ? 0 : (uint16_t)env_u64("SOFTNIC_LID", 1);
+	sn_g.lid = sn_g.eth ? 0 : (uint16_t)env_u64("SOFTNIC_LID", 1, 0xbfff);
 	if (!sn_g.eth && !sn_g.lid)
 		sn_g.lid = 1;
 	{
@@ -522,16 +536,25 @@ int sn_init(void)
 		sn_g.guid = 0x02534e0000000000ull | (sn_hash(host) & 0xffffffffffull);
 	}
 	sn_make_gids();
-	sn_g.clk_offset =
-		(int64_t)env_u64("SOFTNIC_CLOCK_OFFSET_NS", 1000000000000000ull);
+	sn_g.clk_offset = (int64_t)env_u64("SOFTNIC_CLOCK_OFFSET_NS", 1000000000000000ull,
+					   INT64_MAX / 2);
 	{
 		const char *p = getenv("SOFTNIC_CLOCK_PPM");
+		char *end = NULL;
+		double ppm = p && *p ? strtod(p, &end) : 3.5;
 
-		sn_clk_ppb = (int64_t)((p && *p ? strtod(p, NULL) : 3.5) * 1000.0);
+		if (p && *p && (*end || !(ppm >= -1000.0 && ppm <= 1000.0))) {
+			fprintf(stderr,
+				"softnic: SOFTNIC_CLOCK_PPM=%s: not a number from -1000 "
+				"to 1000; using 3.5\n",
+				p);
+			ppm = 3.5;
+		}
+		sn_clk_ppb = (int64_t)(ppm * 1000.0);
 	}
-	sn_g.lat_ns = env_u64("SOFTNIC_LATENCY_NS", 0);
-	sn_g.ns_per_kib = env_u64("SOFTNIC_NS_PER_KIB", 0);
-	sn_g.jitter_ns = env_u64("SOFTNIC_JITTER_NS", 0);
+	sn_g.lat_ns = env_u64("SOFTNIC_LATENCY_NS", 0, 60000000000ull);
+	sn_g.ns_per_kib = env_u64("SOFTNIC_NS_PER_KIB", 0, 1000000000ull);
+	sn_g.jitter_ns = env_u64("SOFTNIC_JITTER_NS", 0, 60000000000ull);
 	sn_g.model = sn_g.lat_ns || sn_g.ns_per_kib || sn_g.jitter_ns;
 	sn_write_sysfs();
 	if (!atomic_load(&sn_g.fab->next_qpn)) {

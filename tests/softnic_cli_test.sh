@@ -35,6 +35,13 @@ check help 0 "example" "$rbtrace" softnic --help
 # a fabric directory that cannot be made: one line naming it, no device
 check bad_fabric 1 "softnic: cannot use fabric directory /proc/no-such-dir/fabric: " \
 	env SOFTNIC_FABRIC=/proc/no-such-dir/fabric "$rbtrace" softnic -- ibv_devices
+# bad settings from the environment: one line each, defaults used, device works
+check env_jitter_huge 0 "SOFTNIC_JITTER_NS=18446744073709551615: not a number" \
+	env SOFTNIC_JITTER_NS=18446744073709551615 "$rbtrace" softnic -- ibv_devices
+check env_latency_negative 0 "SOFTNIC_LATENCY_NS= -1: not a number" \
+	env SOFTNIC_LATENCY_NS=" -1" "$rbtrace" softnic -- ibv_devices
+check env_ppm_junk 0 "SOFTNIC_CLOCK_PPM=abc: not a number" \
+	env SOFTNIC_CLOCK_PPM=abc "$rbtrace" softnic -- ibv_devices
 # missing parents are created
 check nested_fabric 0 "softnic0" \
 	env SOFTNIC_FABRIC="$SOFTNIC_FABRIC/a/b" "$rbtrace" softnic -- ibv_devices
