@@ -195,6 +195,54 @@ static bool sn_name_procid(const char *n, char *out, size_t len)
 	return true;
 }
 
+/* True when no live softnic process has a "pid-" file in the fabric. */
+static bool sn_fabric_unused(void)
+{
+	DIR *d = opendir(sn_g.dir);
+	struct dirent *de;
+	bool unused = true;
+
+	if (!d)
+		return false;
+	while (unused && (de = readdir(d)))
+		if (!strncmp(de->d_name, "pid-", 4) && sn_proc_alive(de->d_name + 4))
+			unused = false;
+	closedir(d);
+	return unused;
+}
+
+/* The fabric file at path was made by another softnic build. When no process
+ * uses it any more (a rebuild or an upgrade, the usual case) it is made anew for
+ * this build: its counters zeroed, then its fingerprint set. The files of the
+ * old processes go with them as dead (sn_cleanup_dead). Under an exclusive lock
+ * of the file, so that one of several new processes does it; the others find it
+ * done. True when the fabric is now this build's. */
+static bool sn_fabric_renew(const char *path, uint64_t want)
+{
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	bool ok = false;
+
+	if (fd < 0)
+		return false;
+	if (flock(fd, LOCK_EX) == 0) {
+		uint64_t have = atomic_load(&sn_g.fab->magic);
+		if (have == want) {
+			ok = true;
+		} else if (sn_fabric_unused()) {
+			/* magic last: until then newcomers see a foreign fabric
+			 * and wait for this lock */
+			atomic_store(&sn_g.fab->next_qpn, 0);
+			atomic_store(&sn_g.fab->next_srqn, 0);
+			memset(&sn_g.fab->port, 0, sizeof(sn_g.fab->port));
+			atomic_store(&sn_g.fab->magic, want);
+			ok = true;
+		}
+		flock(fd, LOCK_UN);
+	}
+	close(fd);
+	return ok;
+}
+
 /* Remove files left by softnic processes that no longer exist. */
 static void sn_cleanup_dead(void)
 {
@@ -481,13 +529,13 @@ int sn_init(void)
 
 			if (!atomic_compare_exchange_strong(&sn_g.fab->magic, &have,
 							    want) &&
-			    have != want) {
+			    have != want && !sn_fabric_renew(p, want)) {
 				static bool said;
 
 				if (!said)
 					fprintf(stderr,
-						"softnic: %s: fabric made by another "
-						"softnic build; "
+						"softnic: %s: fabric in use by processes "
+						"of another softnic build; "
 						"set SOFTNIC_FABRIC to a fresh "
 						"directory\n",
 						sn_g.dir);

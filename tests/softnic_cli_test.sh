@@ -42,6 +42,18 @@ check env_latency_negative 0 "SOFTNIC_LATENCY_NS= -1: not a number" \
 	env SOFTNIC_LATENCY_NS=" -1" "$rbtrace" softnic -- ibv_devices
 check env_ppm_junk 0 "SOFTNIC_CLOCK_PPM=abc: not a number" \
 	env SOFTNIC_CLOCK_PPM=abc "$rbtrace" softnic -- ibv_devices
+# a fabric left by another softnic build (its fingerprint differs): renewed when
+# no process uses it, refused in one line while one does
+stale=$SOFTNIC_FABRIC/stale
+check stale_make 0 "softnic0" env SOFTNIC_FABRIC="$stale" "$rbtrace" softnic -- ibv_devices
+printf 'OLDBUILD' | dd of="$stale/fabric" bs=1 count=8 conv=notrunc status=none
+flock -x "$stale/pid-1-0000beef" sh -c "echo \$\$ > $stale.holder; exec sleep 5" &
+holder=$!
+for i in 1 2 3 4 5 6 7 8 9 10; do [ -s "$stale.holder" ] && break; sleep 0.1; done
+check stale_in_use 1 "fabric in use by processes of another softnic build" \
+	env SOFTNIC_FABRIC="$stale" "$rbtrace" softnic -- ibv_devices
+kill "$(cat "$stale.holder")" 2>/dev/null; wait $holder 2>/dev/null # the lock goes
+check stale_renewed 0 "softnic0" env SOFTNIC_FABRIC="$stale" "$rbtrace" softnic -- ibv_devices
 # missing parents are created
 check nested_fabric 0 "softnic0" \
 	env SOFTNIC_FABRIC="$SOFTNIC_FABRIC/a/b" "$rbtrace" softnic -- ibv_devices
