@@ -95,9 +95,10 @@ struct rbt_raw_sge {
 	uint32_t length, lkey;
 };
 
-/* A send WR in 40 bytes: what an RC/UC send, write or read needs. Atomics, UD
- * and XRC sends add the 32 bytes of rbt_raw_swr_ext (ext = 1). Every byte here
- * is written by the application's thread on its post path: keep it small. */
+/* A send WR in 40 bytes: what an RC/UC send, write or read needs. Atomics,
+ * BIND_MW, TSO, and every WR of a UD or XRC QP add the 32 bytes of
+ * rbt_raw_swr_ext (ext = 1). Every byte here is written by the application's
+ * thread on its post path: keep it small. */
 struct rbt_raw_swr {
 	uint64_t wr_id, remote_addr;
 	uint32_t rkey, imm, send_flags;
