@@ -403,6 +403,19 @@ static void reexec_on_softnic(char **argv)
 
 	if (getenv("SOFTNIC_BENCH_REEXEC"))
 		return;
+	{
+		/* first the softnic built with us: bazel-bin/bench -> bazel-bin/softnic
+		 * (the bazel-bin link in the current directory may be another build) */
+		ssize_t n = readlink("/proc/self/exe", dir, sizeof(dir) - 32);
+
+		if (n > 0) {
+			dir[n] = 0;
+			strcat(strrchr(dir, '/'), "/../softnic");
+			snprintf(so, sizeof(so), "%s/libibverbs.so.1", dir);
+			if (!access(so, R_OK))
+				goto found;
+		}
+	}
 	if (src) {
 		snprintf(dir, sizeof(dir), "%s/rbtrace/softnic", src);
 		snprintf(so, sizeof(so), "%s/libibverbs.so.1", dir);
@@ -415,18 +428,6 @@ static void reexec_on_softnic(char **argv)
 		snprintf(so, sizeof(so), "%s/libibverbs.so.1", dir);
 		if (!access(so, R_OK))
 			goto found;
-	}
-	{
-		/* beside our own binary in bazel-bin/bench -> bazel-bin/softnic */
-		ssize_t n = readlink("/proc/self/exe", dir, sizeof(dir) - 32);
-
-		if (n > 0) {
-			dir[n] = 0;
-			strcat(strrchr(dir, '/'), "/../../softnic");
-			snprintf(so, sizeof(so), "%s/libibverbs.so.1", dir);
-			if (!access(so, R_OK))
-				goto found;
-		}
 	}
 	DIE("softnic's libibverbs.so.1 not found (build //softnic first)");
 found:
