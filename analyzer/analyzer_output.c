@@ -156,17 +156,18 @@ static void an_text_qp(FILE *f, const struct rbt_analyzer *an, const struct an_t
 				struct rbt_phase_summary w;
 				an_hist_summary(&g->h[RBT_PHASE_RECV_WAIT], &w);
 				fprintf(f,
-					"    RECV         %-7s %8llu  wait for peer p50 "
+					"    %-20s %-7s %8llu  wait for peer p50 "
 					"%s p99 "
 					"%s\n",
-					an_size_class_name[sc],
+					"RECV", an_size_class_name[sc],
 					(unsigned long long)g->wrs,
 					fmt_ns(a[0], 32, w.p50), fmt_ns(a[1], 32, w.p99));
 				continue;
 			}
 			struct rbt_phase_summary e;
 			an_hist_summary(&g->h[RBT_PHASE_E2E], &e);
-			fprintf(f, "    %-12s %-7s %8llu  e2e p50 %s p99 %s",
+			/* wide enough for ATOMIC_FETCH_AND_ADD */
+			fprintf(f, "    %-20s %-7s %8llu  e2e p50 %s p99 %s",
 				an_wr_opcode_name(g->opcode), an_size_class_name[sc],
 				(unsigned long long)g->wrs, fmt_ns(a[0], 32, e.p50),
 				fmt_ns(a[1], 32, e.p99));
