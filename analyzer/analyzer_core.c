@@ -1685,14 +1685,9 @@ int rbt_analyzer_run_files(struct rbt_analyzer *an, const char *const *paths, in
 	 * every WR twice and pair each QP with itself. A damaged header is all
 	 * zero and proves nothing. */
 	for (int i = 0; i < n; i++) {
-		const struct rbt_header *a = rbt_reader_header(rd[i]);
-		if (!a->pid || !a->start.ticks)
-			continue;
 		for (int j = 0; j < i; j++) {
-			const struct rbt_header *b = rbt_reader_header(rd[j]);
-			if (a->pid == b->pid && a->start.ticks == b->start.ticks &&
-			    a->start.real_ns == b->start.real_ns &&
-			    !strcmp(a->host, b->host)) {
+			if (rbt_header_same_recording(rbt_reader_header(rd[i]),
+						      rbt_reader_header(rd[j]))) {
 				snprintf(errbuf, errlen,
 					 "%s: the same recording as %s (host, pid and "
 					 "start "

@@ -491,8 +491,8 @@ static void an_diag_trace(struct rbt_analyzer *an, struct an_trace *t)
 				 : "");
 		an_add_finding(
 			an, RBT_SEV_WARNING, "trace_incomplete", t->idx, 0, 0, title, ev,
-			"Numbers below count only what was recorded; joins across the "
-			"gap may be missing.");
+			"This report's numbers count only what could be read of the "
+			"trace; joins across the gap may be missing.");
 	}
 	if (t->mr_regs_traffic || t->mr_deregs_traffic) {
 		snprintf(

@@ -4,10 +4,13 @@
  * fault. Nothing here may allocate per argument or exit except rbt_cli_die().
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/rbt_cli.h"
 #include "trace_format/rbt_format.h"
@@ -227,4 +230,103 @@ int rbt_cli_trace_verdict(const char *cmd, const char *path, const struct rbt_re
 		return RBT_EXIT_FAIL;
 	}
 	return RBT_EXIT_OK;
+}
+
+int rbt_cli_check_output(const char *cmd, const char *what, const char *out)
+{
+	struct stat st;
+	size_t n = strlen(out);
+	char dir[PATH_MAX];
+
+	if (!n) {
+		errno = ENOENT;
+		goto bad;
+	}
+	if (!stat(out, &st)) {
+		if (S_ISDIR(st.st_mode) ? access(out, W_OK | X_OK) : access(out, W_OK))
+			goto bad;
+		return 0;
+	}
+	if (errno != ENOENT || out[n - 1] == '/')
+		goto bad;
+	const char *slash = strrchr(out, '/');
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == out)
+		snprintf(dir, sizeof(dir), "/");
+	else if (snprintf(dir, sizeof(dir), "%.*s", (int)(slash - out), out) >=
+		 (int)sizeof(dir)) {
+		errno = ENAMETOOLONG;
+		goto bad;
+	}
+	if (stat(dir, &st))
+		goto bad;
+	if (!S_ISDIR(st.st_mode)) {
+		errno = ENOTDIR;
+		goto bad;
+	}
+	if (access(dir, W_OK | X_OK))
+		goto bad;
+	return 0;
+bad:
+	rbt_cli_error(
+		cmd, "%s%c%s: %s%s", what, *what == '-' ? ' ' : '=', out, strerror(errno),
+		n && out[n - 1] == '/' && errno == ENOENT ? " (a DIR/ must exist)" : "");
+	return -1;
+}
+
+int rbt_cli_check_traces(const char *cmd, char *const *paths, int n, int distinct)
+{
+	struct rbt_header *hdr = calloc((size_t)n + 1, sizeof(*hdr));
+	char **host = calloc((size_t)n + 1, sizeof(*host));
+	struct stat *st = calloc((size_t)n + 1, sizeof(*st));
+	int rc = RBT_EXIT_OK;
+
+	if (!hdr || !host || !st) {
+		rbt_cli_error(cmd, "%s", strerror(ENOMEM));
+		rc = RBT_EXIT_FAIL;
+		goto out;
+	}
+	for (int i = 0; i < n && rc == RBT_EXIT_OK; i++) {
+		/* Named twice: a command-line mistake, found before the file is read. */
+		if (distinct && !stat(paths[i], &st[i]))
+			for (int k = 0; k < i; k++)
+				if (st[k].st_ino == st[i].st_ino &&
+				    st[k].st_dev == st[i].st_dev) {
+					rc = rbt_cli_usage(
+						cmd, "%s is given twice (also as %s)",
+						paths[i], paths[k]);
+					goto out;
+				}
+		struct rbt_reader *r = rbt_cli_open_trace(cmd, paths[i]);
+		if (!r) {
+			rc = RBT_EXIT_FAIL;
+			break;
+		}
+		hdr[i] = *rbt_reader_header(r);
+		host[i] = strdup(hdr[i].host ? hdr[i].host : "");
+		hdr[i].host = host[i]; /* the reader's copy goes with it */
+		hdr[i].cmdline = hdr[i].tool = NULL;
+		rbt_reader_close(r);
+		if (!distinct)
+			continue;
+		/* A copy of one recording: every QP would pair with itself. */
+		for (int k = 0; k < i; k++)
+			if (rbt_header_same_recording(&hdr[i], &hdr[k])) {
+				rbt_cli_error(cmd,
+					      "%s: the same recording as %s (host, pid "
+					      "and start time): give each trace once",
+					      paths[i], paths[k]);
+				rc = RBT_EXIT_FAIL;
+				break;
+			}
+	}
+out:
+	if (host)
+		for (int i = 0; i < n; i++)
+			free(host[i]);
+	free(host);
+	free(hdr);
+	free(st);
+	return rc;
 }

@@ -16,10 +16,14 @@ static const char usage[] =
 	"latency percentiles. Counts, sizes and statuses that differ are divergences\n"
 	"(marked '!'); latencies are shown, not judged.\n"
 	"\n"
+	"A trace that is damaged, truncated or was not finished cleanly gets one\n"
+	"warning line on stderr; what could be read of it is compared and judged.\n"
+	"\n"
 	"Exit status: 0 when the traces agree, 1 when they diverge or cannot be read.\n"
 	"\n"
-	"example:\n"
-	"  rbtrace replay -o replay.rbt app.rbt && rbtrace diff app.rbt replay.rbt\n";
+	"example (client.rbt and server.rbt: the two ends of a ping-pong):\n"
+	"  rbtrace replay --softnic -o replay.rbt client.rbt server.rbt &&\n"
+	"      rbtrace diff client.rbt replay.0.rbt\n";
 
 int rbt_cmd_diff(int argc, char **argv)
 {
@@ -38,6 +42,9 @@ int rbt_cmd_diff(int argc, char **argv)
 	if (n != 2)
 		return rbt_cli_usage("diff", "give two traces");
 	o.json = json;
+	/* unreadable traces get the words info and dump use for them */
+	if ((rc = rbt_cli_check_traces("diff", pos, 2, 0)) != RBT_EXIT_OK)
+		return rc;
 	rc = rbt_replay_diff(pos[0], pos[1], &o);
 	return rc == 0 ? RBT_EXIT_OK : RBT_EXIT_FAIL;
 }

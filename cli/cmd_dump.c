@@ -33,10 +33,12 @@ static const char usage[] =
 	"one line on stderr with the byte offset of the damage and the events lost;\n"
 	"the exit code is then 1.\n"
 	"\n"
-	"examples:\n"
-	"  rbtrace dump app.rbt\n"
-	"  rbtrace dump app.rbt --type=post_send,poll_cq --qp=17\n"
-	"  rbtrace dump app.rbt --json | jq -c 'select(.type==\"poll_cq\") | .wcs'\n";
+	"examples (client.rbt: recorded as in `rbtrace record --help`):\n"
+	"  rbtrace dump client.rbt\n"
+	"  rbtrace dump client.rbt --type=qp_create        # its QPs and their numbers\n"
+	"  rbtrace dump client.rbt --type=post_send,poll_cq --qp=17   # one of them\n"
+	"  rbtrace dump client.rbt --json --type=poll_cq | grep -Fv '\"wcs\":[]'"
+	"   # polls that returned\n";
 
 struct qpmap {
 	struct {

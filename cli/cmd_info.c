@@ -25,7 +25,7 @@ static const char usage[] =
 	"described on stderr and the exit code is 1.\n"
 	"\n"
 	"example:\n"
-	"  rbtrace info app.rbt\n";
+	"  rbtrace info client.rbt\n";
 
 static void put_realtime(uint64_t ns)
 {

@@ -55,13 +55,21 @@ static const char usage[] =
 	"  RBTRACE_PAYLOAD=0         bytes of each send's payload to keep (on = 256);\n"
 	"                            off by default: payloads can hold secrets\n"
 	"  RBTRACE_DEBUG=0           1: recorder diagnostics on stderr\n"
+	"  RBTRACE_DISABLE           1: record nothing, forward every call untouched\n"
 	"  RBTRACE_LIB=PATH          librbtrace.so to use (default: next to rbtrace)\n"
 	"  RBTRACE_SOFTNIC_DIR=DIR   softnic's libibverbs.so.1 directory for --softnic\n"
 	"\n"
-	"examples:\n"
-	"  rbtrace record -- ./app --size 4096\n"
-	"  rbtrace record --softnic -o server.rbt -- ibv_rc_pingpong -n 1000\n"
-	"  RBTRACE_NIC_TS=1 rbtrace record -o traces/ -- ib_write_bw -d softnic0\n";
+	"examples (--softnic: on softnic, no RDMA hardware needed; a server is\n"
+	"given a second to listen, as the client does not retry, and `wait` lets it\n"
+	"finish its trace):\n"
+	"  rbtrace record --softnic -- ibv_devinfo -d softnic0\n"
+	"  rbtrace record --softnic -o server.rbt -- ibv_rc_pingpong -n 1000 &\n"
+	"  sleep 1; rbtrace record --softnic -o client.rbt -- ibv_rc_pingpong -n 1000 "
+	"localhost; wait\n"
+	"  mkdir -p traces\n"
+	"  RBTRACE_NIC_TS=1 rbtrace record --softnic -o traces/ -- ib_write_bw &\n"
+	"  sleep 1; RBTRACE_NIC_TS=1 rbtrace record --softnic -o traces/ -- ib_write_bw "
+	"localhost; wait\n";
 
 static const char *cmd = "record";
 static volatile pid_t child_pid;
@@ -203,53 +211,6 @@ static int report(const char *manifest)
 	return 0;
 }
 
-/* Where -o points must be usable before CMD runs: the recorder would only warn
- * and let CMD run untraced, which is easy to miss. A FILE needs an existing
- * directory, a DIR (or DIR/) must exist; both must be writable. Devices such as
- * /dev/null are allowed. */
-static int check_output(const char *what, const char *out)
-{
-	struct stat st;
-	size_t n = strlen(out);
-	char dir[PATH_MAX];
-
-	if (strchr(out, '\n')) { /* the manifest lists one trace per line */
-		rbt_cli_error(cmd, "%s: a newline in the path is not supported", what);
-		return -1;
-	}
-	if (!stat(out, &st)) {
-		if (S_ISDIR(st.st_mode) ? access(out, W_OK | X_OK) : access(out, W_OK))
-			goto bad;
-		return 0;
-	}
-	if (errno != ENOENT || out[n - 1] == '/')
-		goto bad;
-	const char *slash = strrchr(out, '/');
-	if (!slash)
-		snprintf(dir, sizeof(dir), ".");
-	else if (slash == out)
-		snprintf(dir, sizeof(dir), "/");
-	else if (snprintf(dir, sizeof(dir), "%.*s", (int)(slash - out), out) >=
-		 (int)sizeof(dir)) {
-		errno = ENAMETOOLONG;
-		goto bad;
-	}
-	if (stat(dir, &st))
-		goto bad;
-	if (!S_ISDIR(st.st_mode)) {
-		errno = ENOTDIR;
-		goto bad;
-	}
-	if (access(dir, W_OK | X_OK))
-		goto bad;
-	return 0;
-bad:
-	rbt_cli_error(cmd, "%s%c%s: %s%s", what, *what == '-' ? ' ' : '=', out,
-		      strerror(errno),
-		      out[n - 1] == '/' && errno == ENOENT ? " (a DIR/ must exist)" : "");
-	return -1;
-}
-
 int rbt_cmd_record(int argc, char **argv)
 {
 	const char *out = NULL;
@@ -321,8 +282,17 @@ int rbt_cmd_record(int argc, char **argv)
 	if (out && !*out)
 		return rbt_cli_usage(cmd, "--output: empty path");
 	const char *envout = getenv(RBT_ENV_OUTPUT);
-	if (out ? check_output("--output", out)
-		: envout && *envout && check_output(RBT_ENV_OUTPUT, envout))
+	/* the manifest lists one trace per line */
+	const char *nl = out ? (strchr(out, '\n') ? "--output" : NULL)
+			     : (envout && strchr(envout, '\n') ? RBT_ENV_OUTPUT : NULL);
+	if (nl) {
+		rbt_cli_error(cmd, "%s: a newline in the path is not supported", nl);
+		return RBT_EXIT_FAIL;
+	}
+	/* Checked before CMD runs: the recorder would only warn and let CMD run
+	 * untraced, which is easy to miss. */
+	if (out ? rbt_cli_check_output(cmd, "--output", out)
+		: envout && *envout && rbt_cli_check_output(cmd, RBT_ENV_OUTPUT, envout))
 		return RBT_EXIT_FAIL;
 
 	int mfd = mkstemp(manifest);

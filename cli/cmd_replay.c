@@ -32,34 +32,46 @@ static const char usage[] =
 	"RC/UC peers only).\n"
 	"\n"
 	"options:\n"
+	"  --softnic            replay on softnic, the userspace RDMA device (for a\n"
+	"                       machine without RDMA hardware, as this one may be)\n"
 	"  --device NAME        the device to replay on (default: the recorded one, or "
 	"the first)\n"
 	"  --timing=MODE        recorded (default), asap, scale:X (X=2 is twice as "
 	"slow),\n"
 	"                       deps (after the completions seen before, + think time)\n"
+	"  --realtime           run the timeline SCHED_FIFO (root only): fewer late\n"
+	"                       posts on a loaded machine\n"
 	"  --listen PORT        wait for the peer replayer (or a responder) on this TCP "
 	"port\n"
 	"  --connect HOST:PORT  connect to the peer replayer or to a responder\n"
 	"  --responder          stand in for a missing peer (no trace; with --listen)\n"
 	"  -o, --output FILE    record the replay itself as a trace (X.0.rbt, X.1.rbt "
 	"...\n"
-	"                       for X.rbt when several traces are given)\n"
+	"                       for X.rbt when several traces are given); its directory\n"
+	"                       is checked before the replay starts\n"
 	"  --allow-damaged      replay the intact part of a damaged trace\n"
 	"  --json               the fidelity report as JSON\n"
 	"  --poll-timeout MS    how long to wait for a recorded completion (default "
 	"5000)\n"
 	"\n"
-	"Exit status: 0 when every completion matched, 1 on divergence or refusal.\n"
+	"Each trace is given once: a ping-pong's two ends are two traces (client.rbt\n"
+	"and server.rbt, e.g. recorded as in the README); one end alone needs a peer\n"
+	"(--connect to a replayer of the other end, or to a responder).\n"
+	"\n"
+	"Exit status: 0 when every completion matched, 1 on divergence, refusal or an\n"
+	"-o that could not be written, 2 for a bad command line (a file named twice,\n"
+	"-o naming a trace).\n"
 	"\n"
 	"examples (over softnic):\n"
-	"  rbtrace replay client.rbt server.rbt                 # both ends, one "
+	"  rbtrace replay --softnic client.rbt server.rbt       # both ends, one "
 	"process\n"
-	"  rbtrace replay --listen 18600 server.rbt &  rbtrace replay --connect "
-	"localhost:18600 client.rbt\n"
-	"  rbtrace replay --responder --listen 18600 &  rbtrace replay --connect "
-	"localhost:18600 client.rbt\n"
-	"  rbtrace replay --timing=asap -o replay.rbt app.rbt && rbtrace diff app.rbt "
-	"replay.rbt\n";
+	"  rbtrace replay --softnic --listen 18600 server.rbt &\n"
+	"  rbtrace replay --softnic --connect localhost:18600 client.rbt\n"
+	"  rbtrace replay --softnic --responder --listen 18601 &\n"
+	"  rbtrace replay --softnic --connect localhost:18601 client.rbt\n"
+	"  rbtrace replay --softnic --timing=asap -o replay.rbt client.rbt server.rbt "
+	"&&\n"
+	"      rbtrace diff client.rbt replay.0.rbt               # original vs replay\n";
 
 /* softnic is a drop-in libibverbs.so.1: the dynamic loader must find it before
  * ours starts, so --softnic re-executes rbtrace with LD_LIBRARY_PATH set. */
@@ -110,20 +122,27 @@ static int rp_cli_softnic_exec(int argc, char **argv)
 }
 
 /* -o names the replay's own trace(s): FILE for one trace, else X.N.rbt for
- * X.rbt (FILE.N otherwise), the rule of replay/. None may be one of the traces
- * being replayed: it would be overwritten while, or before, it is read. */
+ * X.rbt (FILE.N otherwise), the rule of replay/ (rp_out_name). */
+static void rp_cli_out_name(char *name, size_t len, const char *out, int n, int i)
+{
+	size_t l = strlen(out);
+
+	if (n == 1)
+		snprintf(name, len, "%s", out);
+	else if (l > 4 && !strcmp(out + l - 4, ".rbt"))
+		snprintf(name, len, "%.*s.%d.rbt", (int)(l - 4), out, i);
+	else
+		snprintf(name, len, "%s.%d", out, i);
+}
+
+/* None of the -o names may be one of the traces being replayed: it would be
+ * overwritten while, or before, it is read. */
 static int out_overwrites_input(const char *out, char **pos, int n)
 {
 	for (int i = 0; i < n; i++) {
 		char name[PATH_MAX];
-		size_t l = strlen(out);
 		struct stat so, si;
-		if (n == 1)
-			snprintf(name, sizeof(name), "%s", out);
-		else if (l > 4 && !strcmp(out + l - 4, ".rbt"))
-			snprintf(name, sizeof(name), "%.*s.%d.rbt", (int)(l - 4), out, i);
-		else
-			snprintf(name, sizeof(name), "%s.%d", out, i);
+		rp_cli_out_name(name, sizeof(name), out, n, i);
 		if (stat(name, &so))
 			continue;
 		for (int k = 0; k < n; k++)
@@ -137,6 +156,33 @@ static int out_overwrites_input(const char *out, char **pos, int n)
 			}
 	}
 	return 0;
+}
+
+/* -o names the file(s) the replay records itself into; with several traces
+ * they are derived from it (X.0.rbt ...), which only makes sense for a file
+ * name: a directory, or a device such as /dev/full, would have them created
+ * beside it. */
+static int check_replay_output(const char *out, int n)
+{
+	struct stat st;
+
+	if (!*out)
+		return rbt_cli_usage("replay", "-o: empty path");
+	if (!stat(out, &st) && S_ISDIR(st.st_mode))
+		return rbt_cli_usage("replay", "-o %s is a directory: give a FILE", out);
+	if (n > 1 && !stat(out, &st) && !S_ISREG(st.st_mode))
+		return rbt_cli_usage("replay",
+				     "-o %s is not a regular file: with %d traces the "
+				     "replay writes %d files named after it",
+				     out, n, n);
+	for (int i = 0; i < n; i++) {
+		char name[PATH_MAX];
+
+		rp_cli_out_name(name, sizeof(name), out, n, i);
+		if (rbt_cli_check_output("replay", "-o", name))
+			return RBT_EXIT_FAIL;
+	}
+	return RBT_EXIT_OK;
 }
 
 int rbt_cmd_replay(int argc, char **argv)
@@ -237,6 +283,13 @@ int rbt_cmd_replay(int argc, char **argv)
 	}
 	if (out && out_overwrites_input(out, pos, n))
 		return RBT_EXIT_USAGE;
+	/* -o and the traces are checked before any work: a replay that ran
+	 * for minutes and then could not say where its recording went, or a
+	 * trace that could not be read, should cost nothing. */
+	if (out && (rc = check_replay_output(out, n)) != RBT_EXIT_OK)
+		return rc;
+	if ((rc = rbt_cli_check_traces("replay", pos, n, 1)) != RBT_EXIT_OK)
+		return rc;
 	rc = rbt_replay_run((const char *const *)pos, n, &o, &sum);
 	if (rc < 0)
 		return RBT_EXIT_FAIL;

@@ -45,9 +45,9 @@ static const char usage[] =
 	"read at all or the output cannot be written.\n"
 	"\n"
 	"examples:\n"
-	"  rbtrace report app.rbt\n"
+	"  rbtrace report client.rbt\n"
 	"  rbtrace report client.rbt server.rbt\n"
-	"  rbtrace report --format=perfetto -o app.json app.rbt   # open in "
+	"  rbtrace report --format=perfetto -o client.json client.rbt   # open in "
 	"ui.perfetto.dev\n"
 	"  rbtrace report --format=html -o report.html client.rbt server.rbt\n";
 

@@ -30,7 +30,9 @@ static const char usage[] =
 	"fabric directory, with no RDMA hardware or kernel support.\n"
 	"\n"
 	"options:\n"
-	"  --fabric DIR      fabric directory (default /dev/shm/softnic-<uid>)\n"
+	"  --fabric DIR      fabric directory (default /dev/shm/softnic-<uid>, or\n"
+	"                    /tmp/softnic-<uid> when /dev/shm is not writable or has\n"
+	"                    less than 512 MiB free)\n"
 	"  --link ib|eth     link layer: InfiniBand (LID) or Ethernet (RoCE v2)\n"
 	"  --latency NS      NIC time added to every WR before it completes (<= 60 s)\n"
 	"  --ns-per-kib NS   NIC time per KiB of payload (<= 1 s)\n"
@@ -40,9 +42,11 @@ static const char usage[] =
 	"Finds softnic in $RBTRACE_SOFTNIC_DIR or ../softnic next to rbtrace.\n"
 	"\n"
 	"examples:\n"
-	"  rbtrace softnic -- ibv_rc_pingpong &  rbtrace softnic -- ibv_rc_pingpong "
-	"localhost\n"
-	"  rbtrace softnic --link eth -- ib_send_lat -x 0\n"
+	"  rbtrace softnic -- ibv_rc_pingpong &\n"
+	"  sleep 1; rbtrace softnic -- ibv_rc_pingpong localhost   # server listens "
+	"first\n"
+	"  rbtrace softnic --link eth -- ib_send_lat -x 0 &\n"
+	"  sleep 1; rbtrace softnic --link eth -- ib_send_lat -x 0 localhost\n"
 	"  rbtrace softnic --counters\n";
 
 static int softnic_dir(char *buf, size_t n)

@@ -99,4 +99,19 @@ struct rbt_reader *rbt_cli_open_trace(const char *cmd, const char *path);
 int rbt_cli_trace_verdict(const char *cmd, const char *path, const struct rbt_reader *r,
 			  int err);
 
+/* Where a command will write (what: "--output", "-o" or an environment
+ * variable's name): a FILE needs an existing, writable directory; an existing
+ * DIR (or DIR/) must be writable; devices such as /dev/null are fine. Prints
+ * "rbtrace <cmd>: <what> <out>: <why>" and returns -1 when it is not usable,
+ * so that a bad path is refused before any work rather than after it. */
+int rbt_cli_check_output(const char *cmd, const char *what, const char *out);
+
+/* Opens each trace once, before any work, and says why one cannot be read as
+ * info and dump do ("not a regular file" for a FIFO or a device). With
+ * distinct, a file named twice is a usage error and two copies of one
+ * recording (same host, pid and start time) an error: the commands that join
+ * traces (replay) would pair every QP with itself. Returns RBT_EXIT_OK, or the
+ * exit code after one line on stderr. */
+int rbt_cli_check_traces(const char *cmd, char *const *paths, int n, int distinct);
+
 #endif

@@ -202,13 +202,24 @@ static int df_load(struct df_trace *t, const char *path, FILE *log)
 		}
 	}
 	if (rc == 0) {
+		/* One warning line per incomplete trace, as report gives: a
+		 * damaged file header (bad_bytes alone) loses the clock rate, a
+		 * missing trailer the recording's last moments. Neither changes
+		 * the exit code: what could be read is compared and judged. */
 		const struct rbt_reader_stats *s = rbt_reader_stats(r);
+		int damaged = s->bad_chunks || s->truncated || s->bad_bytes;
 
-		if (s->bad_chunks || s->truncated)
+		if (damaged || !s->finished)
 			fprintf(log,
-				"rbtrace diff: %s: damaged (%s); comparing the intact "
-				"part\n",
-				path, rbt_reader_error(r));
+				"rbtrace diff: warning: %s: %s%s%s%s; comparing what "
+				"could be read\n",
+				path, damaged ? "damaged (" : "",
+				damaged ? rbt_reader_error(r) : "", damaged ? ")" : "",
+				s->finished || s->truncated ? ""
+				: damaged ? ", not finished cleanly (no trailer)"
+					  : "not finished cleanly (no trailer: the "
+					    "recorder was killed or is still "
+					    "running)");
 	}
 	rbt_reader_close(r);
 	if (rc < 0)

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,6 +22,17 @@ static int rr_put(struct rbt_writer *w, struct rbt_event *ev, uint64_t ts)
 	ev->stream = (uint32_t)getpid();
 	ev->ts = ts;
 	return rbt_writer_append(w, ev);
+}
+
+/* A recording whose write failed (a full disk) is removed, so that no partial
+ * replay is taken for a whole one; its old contents were truncated at open
+ * anyway. Only a regular file: never a device such as /dev/full. */
+static void rr_discard(const char *path)
+{
+	struct stat st;
+
+	if (!stat(path, &st) && S_ISREG(st.st_mode))
+		unlink(path);
 }
 
 int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path)
@@ -344,6 +356,7 @@ int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path)
 	}
 	if (rc) {
 		rbt_writer_close(w, NULL);
+		rr_discard(path);
 		return rc;
 	}
 	{
@@ -356,6 +369,9 @@ int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path)
 		tr.end.mono_ns = tr.end.ticks;
 		tr.end.real_ns =
 			(uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
-		return rbt_writer_close(w, &tr);
+		rc = rbt_writer_close(w, &tr);
+		if (rc)
+			rr_discard(path);
+		return rc;
 	}
 }

@@ -103,7 +103,7 @@ int rp_open_device(struct rp_job *j, struct rp_side *s, struct ibv_context **ctx
 	list = ibv_get_device_list(&n);
 	if (!list || n == 0) {
 		fprintf(j->log, "rbtrace replay: no RDMA device found (run over softnic: "
-				"rbtrace softnic -- rbtrace replay ...)\n");
+				"rbtrace replay --softnic ...)\n");
 		if (list)
 			ibv_free_device_list(list);
 		return -ENODEV;
@@ -1745,9 +1745,12 @@ int rbt_replay_run(const char *const *traces, int ntraces,
 				rp_out_name(path, sizeof(path), o->out, i);
 			r = rp_record_side(j, &j->side[i], path);
 			if (r < 0) {
+				/* One line: the next file would fail the same way
+				 * (a full disk). */
 				fprintf(j->log, "rbtrace replay: -o %s: %s\n", path,
 					rbt_strerror(r));
 				rc = r;
+				break;
 			}
 		}
 out:

@@ -1,9 +1,10 @@
 #!/bin/bash
 # badinput_test.sh - `rbtrace record` against programs and output paths that are
-# wrong, `softnic` and `replay` against bad numbers: each case gets one clear
-# line on stderr and the documented exit code, and a bad -o is refused before
-# the program runs (it never runs untraced by mistake). The trace-file cases
-# are in cli_test.cc.
+# wrong, `softnic` and `replay` against bad numbers, `replay` against traces
+# given twice and -o paths it cannot write: each case gets one clear line on
+# stderr and the documented exit code, and a bad -o is refused before the
+# program runs (it never runs untraced by mistake) or the replay starts. The
+# trace-file cases are in cli_test.cc.
 set -u
 if [ -n "${TEST_SRCDIR:-}" ]; then
 	root=$TEST_SRCDIR/${TEST_WORKSPACE:-rbtrace}
@@ -106,5 +107,61 @@ check replay_out_is_input_n 2 "replay: -o $tmp/r.rbt would overwrite the trace $
 if [ "$(cat "$tmp/t.rbt")" != "not really a trace" ]; then
 	echo "FAIL replay changed its input"
 	fails=$((fails + 1))
+fi
+
+# replay with real traces over softnic: the two ends of an RC exchange
+# (tests/replay_synth), each case checked before any work (before: the whole
+# replay ran first, or the message named the wrong problem).
+export RBTRACE_SOFTNIC_DIR=$root/softnic
+export SOFTNIC_FABRIC=$(mktemp -d /dev/shm/softnic-badinput-XXXXXX)
+trap 'rm -rf "$tmp" "$SOFTNIC_FABRIC"' EXIT
+mkdir "$tmp/syn" && "$root/tests/replay_synth" "$tmp/syn" >/dev/null || {
+	echo "FAIL replay_synth"
+	exit 1
+}
+a=$tmp/syn/a.rbt b=$tmp/syn/b.rbt
+# The same trace twice (before: "QP 100 was connected to QP 200, which is in
+# none of the given traces"): exit 2 for the same file, 1 for a copy.
+check replay_twice 2 "replay: $a is given twice \(also as $a\)" \
+	"$rbtrace" replay --softnic "$a" "$a"
+cp "$a" "$tmp/copy.rbt"
+check replay_copy 1 "replay: $tmp/copy.rbt: the same recording as $a \(host, pid and start time\)" \
+	"$rbtrace" replay --softnic "$a" "$tmp/copy.rbt"
+# -o into a directory that does not exist (before: the replay ran, then two
+# errors, one per file).
+check replay_out_no_dir 1 "replay: -o $tmp/no/r.0.rbt: No such file or directory" \
+	"$rbtrace" replay --softnic --timing=asap -o "$tmp/no/r.rbt" "$a" "$b"
+out=$("$rbtrace" replay --softnic --timing=asap -o "$tmp/no/r.rbt" "$a" "$b" 2>/dev/null)
+if [ -n "$out" ]; then
+	echo "FAIL replay_out_no_dir replayed before refusing: $out"
+	fails=$((fails + 1))
+fi
+# -o a device with two traces (before, as root: /dev/full.0 and /dev/full.1
+# created in /dev, exit 0).
+check replay_out_device 2 "replay: -o /dev/full is not a regular file: with 2 traces" \
+	"$rbtrace" replay --softnic --timing=asap -o /dev/full "$a" "$b"
+if [ -e /dev/full.0 ] || [ -e /dev/full.1 ]; then
+	echo "FAIL replay created files beside /dev/full"
+	fails=$((fails + 1))
+fi
+check replay_out_dir 2 "replay: -o $tmp is a directory" \
+	"$rbtrace" replay --softnic -o "$tmp" "$a" "$b"
+# A write that fails at the end (X.0.rbt is /dev/full through a link): one
+# line naming it, exit 1, and X.1.rbt is not written after it.
+ln -s /dev/full "$tmp/w.0.rbt"
+check replay_out_write_fails 1 "replay: -o $tmp/w.0.rbt: No space left on device" \
+	"$rbtrace" replay --softnic --timing=asap -o "$tmp/w.rbt" "$a" "$b"
+if [ -e "$tmp/w.1.rbt" ]; then
+	echo "FAIL replay wrote w.1.rbt after w.0.rbt failed"
+	fails=$((fails + 1))
+fi
+# Not a regular file: the words info and dump use (before: "cannot open
+# trace: Invalid argument").
+check replay_dev_null 1 "replay: /dev/null: not a regular file" "$rbtrace" replay /dev/null
+# No device and no --softnic: the hint names the option that works (before:
+# `rbtrace softnic -- rbtrace replay ...`).
+if [ ! -d /sys/class/infiniband ]; then
+	check replay_no_device 1 "no RDMA device found \(run over softnic: rbtrace replay --softnic \.\.\.\)" \
+		env -u LD_LIBRARY_PATH SOFTNIC_FABRIC=/nonexistent "$rbtrace" replay "$a" "$b"
 fi
 exit $fails

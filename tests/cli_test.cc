@@ -415,6 +415,14 @@ TEST_F(Cli, FifoIsRefusedNotWaitedFor)
 	Result r = rb_timeout({ "diff", good, fifo });
 	EXPECT_EQ(1, r.code);
 	EXPECT_TRUE(one_line(r.err)) << r.err;
+	// was "Invalid argument", from diff and replay alike
+	EXPECT_NE(std::string::npos, r.err.find("diff: " + fifo + ": not a regular file"))
+		<< r.err;
+	r = rb_timeout({ "replay", "/dev/null" });
+	EXPECT_EQ(1, r.code);
+	EXPECT_TRUE(one_line(r.err)) << r.err;
+	EXPECT_NE(std::string::npos, r.err.find("replay: /dev/null: not a regular file"))
+		<< r.err;
 	r = rb_timeout({ "report", "/dev/null" }); // was "Invalid argument"
 	EXPECT_NE(std::string::npos, r.err.find("/dev/null: not a regular file"))
 		<< r.err;
@@ -719,4 +727,100 @@ TEST_F(Cli, EveryTruncationAndBitFlipFailsCleanly)
 			}
 		}
 	}
+}
+
+TEST_F(Cli, DiffWarnsAboutIncompleteTraces)
+{
+	// Before: a trace cut before its trailer, or with a damaged file header,
+	// was compared without a word (exit 0, nothing on stderr).
+	std::string bytes = slurp(good), p = tmpdir() + "/diffcut.rbt";
+	spit(p, bytes.substr(0, bytes.size() - 56)); // every chunk, no trailer
+	Result r = rb({ "diff", p, good });
+	EXPECT_EQ(0, r.code) << r.err; // what could be read agrees
+	EXPECT_TRUE(one_line(r.err)) << r.err;
+	EXPECT_NE(std::string::npos, r.err.find("diff: warning: " + p +
+						": not finished cleanly (no trailer"))
+		<< r.err;
+	EXPECT_NE(std::string::npos, r.out.find("same: 0 divergence(s)")) << r.out;
+
+	std::string b = bytes;
+	put32(b, 16, 0xffffffffu); // the header claims a 4 GiB body
+	spit(p, b);
+	r = rb({ "diff", good, p });
+	EXPECT_TRUE(one_line(r.err)) << r.err;
+	EXPECT_NE(std::string::npos, r.err.find("diff: warning: " + p + ": damaged ("))
+		<< r.err;
+	EXPECT_NE(std::string::npos, r.err.find("file header is damaged")) << r.err;
+
+	spit(p, bytes.substr(0, bytes.size() * 2 / 3)); // cut inside a chunk
+	r = rb({ "diff", p, good });
+	EXPECT_EQ(1, r.code); // the counts differ
+	EXPECT_TRUE(one_line(r.err)) << r.err;
+	EXPECT_NE(std::string::npos, r.err.find("diff: warning: " + p + ": damaged ("))
+		<< r.err;
+	EXPECT_NE(std::string::npos, r.err.find("truncated")) << r.err;
+	EXPECT_NE(std::string::npos, r.out.find("DIVERGES")) << r.out;
+
+	r = rb({ "diff", good, good }); // an intact trace: no warning
+	EXPECT_EQ(0, r.code);
+	EXPECT_EQ("", r.err);
+}
+
+TEST_F(Cli, ReplayRefusesATraceGivenTwice)
+{
+	// Before: "QP 17 was connected to QP 16, which is in none of the given
+	// traces". The check comes before any device is opened.
+	std::string copy = tmpdir() + "/twice.rbt";
+	spit(copy, slurp(good));
+	Result r = rb({ "replay", good, good });
+	EXPECT_EQ(2, r.code);
+	EXPECT_TRUE(one_line(r.err)) << r.err;
+	EXPECT_NE(std::string::npos,
+		  r.err.find(good + " is given twice (also as " + good))
+		<< r.err;
+	r = rb({ "replay", good, copy });
+	EXPECT_EQ(1, r.code);
+	EXPECT_TRUE(one_line(r.err)) << r.err;
+	EXPECT_NE(std::string::npos, r.err.find(copy + ": the same recording as " + good))
+		<< r.err;
+	EXPECT_EQ("", r.out);
+}
+
+TEST_F(Cli, HelpExamplesUseWhatWorksHere)
+{
+	// Each was an example that failed as written on a machine without RDMA
+	// hardware, or an option missing from the list.
+	Result r = rb({ "replay", "--help" });
+	EXPECT_NE(std::string::npos, r.out.find("\n  --softnic ")) << r.out;
+	EXPECT_NE(std::string::npos, r.out.find("\n  --realtime ")) << r.out;
+	EXPECT_NE(std::string::npos,
+		  r.out.find("rbtrace replay --softnic client.rbt server.rbt"));
+	EXPECT_EQ(0, count(r.out, "rbtrace replay client.rbt")); // no device here
+	EXPECT_EQ(std::string::npos, r.out.find("app.rbt")) << r.out;
+	r = rb({ "diff", "--help" });
+	EXPECT_EQ(std::string::npos, r.out.find("app.rbt")) << r.out;
+	EXPECT_NE(std::string::npos, r.out.find("rbtrace diff client.rbt replay.0.rbt"));
+	r = rb({ "record", "--help" });
+	EXPECT_NE(std::string::npos, r.out.find("RBTRACE_DISABLE")) << r.out;
+	EXPECT_NE(std::string::npos, r.out.find("mkdir -p traces")) << r.out;
+	EXPECT_EQ(std::string::npos, r.out.find("rbtrace record -o traces/")) << r.out;
+	r = rb({ "softnic", "--help" });
+	EXPECT_NE(std::string::npos, r.out.find("sleep 1; rbtrace softnic --")) << r.out;
+	EXPECT_NE(std::string::npos, r.out.find("/tmp/softnic-<uid>")) << r.out;
+	r = rb({ "dump", "--help" });
+	EXPECT_EQ(std::string::npos, r.out.find("jq")) << r.out; // not installed by ./dev
+}
+
+TEST_F(Cli, IncompleteTraceAdviceMatchesWhereFindingsAre)
+{
+	// The text report prints findings after the numbers: the advice said
+	// "Numbers below".
+	std::string p = tmpdir() + "/advice.rbt", bytes = slurp(good);
+	spit(p, bytes.substr(0, bytes.size() - 56));
+	Result r = rb({ "report", p });
+	EXPECT_EQ(0, r.code) << r.err;
+	EXPECT_NE(std::string::npos, r.out.find("trace_incomplete")) << r.out;
+	EXPECT_EQ(std::string::npos, r.out.find("Numbers below")) << r.out;
+	EXPECT_NE(std::string::npos, r.out.find("This report's numbers count only"))
+		<< r.out;
 }

@@ -762,6 +762,10 @@ const char *rbt_reader_error(const struct rbt_reader *r);
 const char *rbt_strerror(int err);
 /* Ticks to ns since the header's start pair, using clock_hz. */
 double rbt_ticks_to_ns(const struct rbt_header *h, uint64_t ticks);
+/* 1 when two intact headers name one recording (same host, pid and start
+ * pair): a file given twice, or a copy. A damaged header reads as zeros and
+ * matches nothing. */
+int rbt_header_same_recording(const struct rbt_header *a, const struct rbt_header *b);
 
 /* The libibverbs names of the verbs enums a trace stores as numbers ("SEND",
  * "WR_FLUSH_ERR", "RTS", "RC"): NULL for a value the enum does not name. The

@@ -305,3 +305,12 @@ double rbt_ticks_to_ns(const struct rbt_header *h, uint64_t ticks)
 	double d = (double)(int64_t)(ticks - h->start.ticks);
 	return d * 1e9 / (double)h->clock_hz;
 }
+
+int rbt_header_same_recording(const struct rbt_header *a, const struct rbt_header *b)
+{
+	if (!a->pid || !a->start.ticks)
+		return 0;
+	return a->pid == b->pid && a->start.ticks == b->start.ticks &&
+	       a->start.real_ns == b->start.real_ns &&
+	       !strcmp(a->host ? a->host : "", b->host ? b->host : "");
+}
