@@ -506,33 +506,11 @@ TEST(SoftnicMw, WrApiBindsAndInvalidates)
 			WinMem w;
 			w.make(n);
 			memcpy(w.p + 64, "window!", 8);
-			ibv_qp_init_attr_ex ia = {};
-			ia.send_cq = n.cq;
-			ia.recv_cq = n.cq;
-			ia.qp_type = IBV_QPT_RC;
-			ia.cap.max_send_wr = 8;
-			ia.cap.max_recv_wr = 8;
-			ia.cap.max_send_sge = 1;
-			ia.cap.max_recv_sge = 1;
-			ia.comp_mask =
-				IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-			ia.pd = n.pd;
-			ia.send_ops_flags = IBV_QP_EX_WITH_BIND_MW |
-					    IBV_QP_EX_WITH_LOCAL_INV |
-					    IBV_QP_EX_WITH_RDMA_READ;
-			ibv_qp *q = ibv_create_qp_ex(n.ctx, &ia);
-			SN_CHECK(q);
-			ibv_qp_ex *qx = ibv_qp_to_qp_ex(q);
-			SN_CHECK(qx);
-			ibv_qp_attr a = {};
-			a.qp_state = IBV_QPS_INIT;
-			a.port_num = 1;
-			a.qp_access_flags = IBV_ACCESS_REMOTE_READ;
-			SN_CHECK_EQ(ibv_modify_qp(q, &a,
-						  IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-							  IBV_QP_PORT |
-							  IBV_QP_ACCESS_FLAGS),
-				    0);
+			ibv_qp_ex *qx;
+			ibv_qp *q = n.new_qpx(IBV_QP_EX_WITH_BIND_MW |
+						      IBV_QP_EX_WITH_LOCAL_INV |
+						      IBV_QP_EX_WITH_RDMA_READ,
+					      IBV_ACCESS_REMOTE_READ, &qx);
 			n.connect(n.info(q), q);
 			ibv_mw *mw = ibv_alloc_mw(n.pd, IBV_MW_TYPE_2);
 			SN_CHECK(mw);
@@ -684,11 +662,4 @@ TEST(SoftnicMwRecord, TraceHoldsWindowEventsAndWrs)
 
 } // namespace
 
-int main(int argc, char **argv)
-{
-	sn_test_setup_env(argc, argv);
-	::testing::InitGoogleTest(&argc, argv);
-	int r = RUN_ALL_TESTS();
-	sn_test_cleanup_fabric();
-	return r;
-}
+SN_TEST_MAIN()

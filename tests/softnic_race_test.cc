@@ -198,11 +198,4 @@ TEST(SoftnicRace, FirstSendOnADiskBackedFabric)
 
 } // namespace
 
-int main(int argc, char **argv)
-{
-	sn_test_setup_env(argc, argv);
-	::testing::InitGoogleTest(&argc, argv);
-	int r = RUN_ALL_TESTS();
-	sn_test_cleanup_fabric();
-	return r;
-}
+SN_TEST_MAIN()

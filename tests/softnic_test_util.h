@@ -111,6 +111,17 @@ static inline void sn_test_cleanup_fabric()
 	}
 }
 
+/* main() of a softnic test binary: a private fabric, the tests, its removal. */
+#define SN_TEST_MAIN()                                  \
+	int main(int argc, char **argv)                 \
+	{                                               \
+		sn_test_setup_env(argc, argv);          \
+		::testing::InitGoogleTest(&argc, argv); \
+		int r = RUN_ALL_TESTS();                \
+		sn_test_cleanup_fabric();               \
+		return r;                               \
+	}
+
 /* Runs a and b in two child processes joined by a socketpair; returns the
  * two exit statuses (0 = the end's checks all passed). */
 struct SnEnds {
@@ -239,6 +250,37 @@ struct SnNode {
 			SN_CHECK(srq);
 		}
 		qp = new_qp(t, depth, max_inline);
+	}
+
+	/* An RC QP with the ibv_wr_* API for send_ops (IBV_QP_EX_WITH_*), in INIT
+	 * with the given remote access: *qx is its ibv_qp_ex. */
+	ibv_qp *new_qpx(uint64_t send_ops, unsigned access, ibv_qp_ex **qx)
+	{
+		ibv_qp_init_attr_ex ia = {};
+		ia.send_cq = cq;
+		ia.recv_cq = cq;
+		ia.qp_type = IBV_QPT_RC;
+		ia.cap.max_send_wr = 8;
+		ia.cap.max_recv_wr = 8;
+		ia.cap.max_send_sge = 1;
+		ia.cap.max_recv_sge = 1;
+		ia.cap.max_inline_data = 16;
+		ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+		ia.pd = pd;
+		ia.send_ops_flags = send_ops;
+		ibv_qp *q = ibv_create_qp_ex(ctx, &ia);
+		SN_CHECK(q);
+		*qx = ibv_qp_to_qp_ex(q);
+		SN_CHECK(*qx);
+		ibv_qp_attr a = {};
+		a.qp_state = IBV_QPS_INIT;
+		a.port_num = 1;
+		a.qp_access_flags = access;
+		SN_CHECK_EQ(ibv_modify_qp(q, &a,
+					  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+						  IBV_QP_ACCESS_FLAGS),
+			    0);
+		return q;
 	}
 
 	ibv_qp *new_qp(ibv_qp_type t, int depth, uint32_t max_inline = 64)

@@ -472,33 +472,9 @@ TEST(SoftnicQpEx, WrApiSendAndWrite)
 					  IBV_ACCESS_LOCAL_WRITE |
 						  IBV_ACCESS_REMOTE_WRITE);
 			n.cq = ibv_create_cq(n.ctx, 64, nullptr, nullptr, 0);
-			ibv_qp_init_attr_ex ia = {};
-			ia.send_cq = n.cq;
-			ia.recv_cq = n.cq;
-			ia.qp_type = IBV_QPT_RC;
-			ia.cap.max_send_wr = 8;
-			ia.cap.max_recv_wr = 8;
-			ia.cap.max_send_sge = 1;
-			ia.cap.max_recv_sge = 1;
-			ia.cap.max_inline_data = 16;
-			ia.comp_mask =
-				IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-			ia.pd = n.pd;
-			ia.send_ops_flags =
-				IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
-			n.qp = ibv_create_qp_ex(n.ctx, &ia);
-			SN_CHECK(n.qp);
-			ibv_qp_ex *qx = ibv_qp_to_qp_ex(n.qp);
-			SN_CHECK(qx);
-			ibv_qp_attr a = {};
-			a.qp_state = IBV_QPS_INIT;
-			a.port_num = 1;
-			a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-			SN_CHECK_EQ(ibv_modify_qp(n.qp, &a,
-						  IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-							  IBV_QP_PORT |
-							  IBV_QP_ACCESS_FLAGS),
-				    0);
+			ibv_qp_ex *qx;
+			n.qp = n.new_qpx(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE,
+					 IBV_ACCESS_REMOTE_WRITE, &qx);
 			SnInfo r = n.exchange(fd);
 			n.connect(r);
 			sn_sync(fd);
@@ -903,11 +879,4 @@ TEST(SoftnicMR, ForkChildGetsPrivateCopies)
 
 } // namespace
 
-int main(int argc, char **argv)
-{
-	sn_test_setup_env(argc, argv);
-	::testing::InitGoogleTest(&argc, argv);
-	int r = RUN_ALL_TESTS();
-	sn_test_cleanup_fabric();
-	return r;
-}
+SN_TEST_MAIN()
