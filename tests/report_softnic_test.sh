@@ -68,7 +68,9 @@ done
 "$RBTRACE" report "$tmp/mtu.rbt" | grep -q "path_mtu=3.*path_mtu=5" || fail "mtu evidence"
 
 echo "== healthy: ibv_rc_pingpong, both ends"
-port=$((20000 + RANDOM % 20000))
+# a port nobody listens on now, the kernel's choice (shared network namespace)
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port=$(free_port)
 run "$tmp/pp_s.rbt" ibv_rc_pingpong -p $port -n 500 >"$tmp/pp_s.log" 2>&1 &
 srv=$!
 sleep 0.5
@@ -98,7 +100,7 @@ echo "== ibv_rc_pingpong -t (the program's own completion timestamps), both ends
 # The recorder samples the NIC clock of a context with a timestamped CQ (at the CQ's
 # creation, periodically, at close): the report maps every completion from its NIC
 # timestamp, states the fit's residual, and never falls back to bounds.
-port=$((20000 + RANDOM % 20000))
+port=$(free_port)
 run "$tmp/ppt_s.rbt" ibv_rc_pingpong -t -p $port -n 1000 >"$tmp/ppt_s.log" 2>&1 &
 srv=$!
 sleep 0.5
@@ -134,7 +136,7 @@ assert total >= 5, total
 PY
 
 echo "== healthy: ib_write_bw, both ends"
-port=$((20000 + RANDOM % 20000))
+port=$(free_port)
 run "$tmp/bw_s.rbt" ib_write_bw -p $port -n 2000 >"$tmp/bw_s.log" 2>&1 &
 srv=$!
 sleep 1
