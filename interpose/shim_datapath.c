@@ -1037,6 +1037,7 @@ struct rbt_qpx_swr {
 	uint64_t wr_id, remote_addr, compare_add, swap, ah;
 	uint32_t opcode, send_flags, imm, rkey, remote_qpn, remote_qkey;
 	uint32_t nsge, payload_len;
+	uint32_t inl; /* its data came through wr_set_inline_data*: kept in e->inl */
 };
 
 struct rbt_qpx_wr {
@@ -1069,7 +1070,7 @@ static uint32_t rbt_qpx_payload_len(const struct rbt_qpx_ent *e, uint32_t i)
 
 	if (!e->inl_cap || !rbt_wr_has_payload(c->w.opcode))
 		return 0;
-	if (c->w.send_flags & IBV_SEND_INLINE)
+	if (c->w.inl)
 		return c->w.payload_len;
 	for (uint32_t k = 0; k < c->w.nsge; k++)
 		n += c->sge[k].length;
@@ -1081,7 +1082,7 @@ static void rbt_qpx_copy_payload(const struct rbt_qpx_ent *e, uint32_t i, uint8_
 {
 	const struct rbt_qpx_wr *c = &e->wrs[i];
 
-	if (c->w.send_flags & IBV_SEND_INLINE) {
+	if (c->w.inl) {
 		memcpy(dst, e->inl + (size_t)i * e->inl_cap, len);
 		return;
 	}
@@ -1356,6 +1357,7 @@ static void rbt_qpx_keep_inline(struct rbt_qpx_ent *e, struct rbt_qpx_wr *c,
 	uint32_t cap = e->inl_cap < rbt_cfg.payload ? e->inl_cap : rbt_cfg.payload;
 	uint32_t have = c->w.payload_len;
 
+	c->w.inl = 1;
 	if (!e->inl || have >= cap)
 		return;
 	size_t n = len < cap - have ? len : cap - have;

@@ -308,7 +308,7 @@ static void payload(void)
 
 	ibv_wr_start(qpx);
 	qpx->wr_id = 3;
-	qpx->wr_flags = 0;
+	qpx->wr_flags = IBV_SEND_INLINE; /* but its data comes from an sge */
 	ibv_wr_send(qpx);
 	ibv_wr_set_sge(qpx, mr->lkey, (uintptr_t)buf + 100, 200);
 	posted += !ibv_wr_complete(qpx);
