@@ -1640,26 +1640,30 @@ static struct ibv_xrcd *rbt_open_xrcd(struct ibv_context *ctx,
 	return x;
 }
 
-static int rbt_close_xrcd(struct ibv_xrcd *x)
-{
-	struct rbt_ctx_ent *c = rbt_ctx_find(x->context);
-
-	if (!c || !c->close_xrcd)
-		return EOPNOTSUPP;
-	if (!rbt_recording())
-		return c->close_xrcd(x);
-	uint64_t t0 = rbt_now();
-	int ret = c->close_xrcd(x);
-	int err = ret ? errno : 0;
-	struct rbt_event ev = { .type = RBT_EV_XRCD_CLOSE, .ts = t0 };
-	ev.u.xrcd_close.ts_exit = rbt_now();
-	ev.u.xrcd_close.ret = ret;
-	ev.u.xrcd_close.err = err;
-	ev.u.xrcd_close.xrcd = (uintptr_t)x;
-	rbt_emit(&ev);
-	errno = err ? err : errno;
-	return ret;
-}
+/* A context op that releases an object: the same record as the exported
+ * release verbs (entry and exit time, return code, errno, the handle). */
+#define RBT_CTX_RELEASE(fn, obj_t, op, EV, lname, field)          \
+	static int fn(obj_t *o)                                   \
+	{                                                         \
+		struct rbt_ctx_ent *c = rbt_ctx_find(o->context); \
+		if (!c || !c->op)                                 \
+			return EOPNOTSUPP;                        \
+		if (!rbt_recording())                             \
+			return c->op(o);                          \
+		uint64_t t0 = rbt_now();                          \
+		int ret = c->op(o);                               \
+		int err = ret ? errno : 0;                        \
+		struct rbt_event ev = { .type = EV, .ts = t0 };   \
+		ev.u.lname.ts_exit = rbt_now();                   \
+		ev.u.lname.ret = ret;                             \
+		ev.u.lname.err = err;                             \
+		ev.u.lname.field = (uintptr_t)o;                  \
+		rbt_emit(&ev);                                    \
+		errno = err ? err : errno;                        \
+		return ret;                                       \
+	}
+RBT_CTX_RELEASE(rbt_close_xrcd, struct ibv_xrcd, close_xrcd, RBT_EV_XRCD_CLOSE,
+		xrcd_close, xrcd)
 
 static int rbt_query_device_ex(struct ibv_context *ctx,
 			       const struct ibv_query_device_ex_input *in,
@@ -1761,26 +1765,8 @@ static struct ibv_mw *rbt_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 	return mw;
 }
 
-static int rbt_dealloc_mw(struct ibv_mw *mw)
-{
-	struct rbt_ctx_ent *c = rbt_ctx_find(mw->context);
-
-	if (!c || !c->dealloc_mw)
-		return EOPNOTSUPP;
-	if (!rbt_recording())
-		return c->dealloc_mw(mw);
-	uint64_t t0 = rbt_now();
-	int ret = c->dealloc_mw(mw);
-	int err = ret ? errno : 0;
-	struct rbt_event ev = { .type = RBT_EV_MW_DEALLOC, .ts = t0 };
-	ev.u.mw_dealloc.ts_exit = rbt_now();
-	ev.u.mw_dealloc.ret = ret;
-	ev.u.mw_dealloc.err = err;
-	ev.u.mw_dealloc.mw = (uintptr_t)mw;
-	rbt_emit(&ev);
-	errno = err ? err : errno;
-	return ret;
-}
+RBT_CTX_RELEASE(rbt_dealloc_mw, struct ibv_mw, dealloc_mw, RBT_EV_MW_DEALLOC, mw_dealloc,
+		mw)
 
 /* ibv_bind_mw posts a BIND_MW WR: recorded as a one-WR post_send. */
 static int rbt_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *b)
