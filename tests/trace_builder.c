@@ -301,7 +301,7 @@ void rbt_tb_poll(struct rbt_tb *tb, uint64_t ts, uint64_t te, uint64_t cq, uint3
 	ev->u.poll_cq.ret = n;
 	ev->u.poll_cq.cq = cq;
 	ev->u.poll_cq.asked = asked;
-	ev->u.poll_cq.count = count ? count : 1;
+	ev->u.poll_cq.count = count;
 	ev->u.poll_cq.n_wcs = n;
 	ev->u.poll_cq.wcs = wcs;
 	rbt_tb_put(tb, ev);

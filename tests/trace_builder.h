@@ -104,8 +104,9 @@ void rbt_tb_post_recv(struct rbt_tb *tb, uint64_t ts, uint64_t te, uint64_t qp,
 		      uint32_t qp_num, const struct rbt_recv_wr *wrs, uint32_t n);
 void rbt_tb_post_srq_recv(struct rbt_tb *tb, uint64_t ts, uint64_t te, uint64_t srq,
 			  const struct rbt_recv_wr *wrs, uint32_t n);
-/* One ibv_poll_cq returning the N completions (ret = n). COUNT folds empty polls
- * (see poll_cq in rbt_format.h): 0 means 1. */
+/* One ibv_poll_cq returning the N completions (ret = n). COUNT, as given, is how
+ * many polls the event stands for (1, or N folded empty polls: see poll_cq in
+ * rbt_format.h). */
 void rbt_tb_poll(struct rbt_tb *tb, uint64_t ts, uint64_t te, uint64_t cq, uint32_t asked,
 		 const struct rbt_wc *wcs, uint32_t n, uint64_t count);
 
