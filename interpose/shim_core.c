@@ -397,19 +397,19 @@ void *rbt_ring_reserve_slow(struct rbt_ring *r, uint32_t len)
 		    !rbt_cfg.block_ms || rbt_tls_inside > 1)
 			break;
 		uint64_t now = rbt_now();
+		/* rbt_tsc_hz: 0 until the background thread calibrated */
+		uint64_t hz = __atomic_load_n(&rbt_tsc_hz, __ATOMIC_RELAXED);
+		if (!hz)
+			hz = 3000000000ull;
 		if (!deadline)
-			deadline =
-				now + rbt_cfg.block_ms *
-					      (rbt_tsc_hz ? rbt_tsc_hz : 3000000000ull) /
-					      1000;
+			deadline = now + rbt_cfg.block_ms * hz / 1000;
 		else if (now > deadline) {
 			r->dropping = 1;
 			break;
 		}
 		if (!woke++) {
 			rbt_wake_drainer();
-			spin_until =
-				now + (rbt_tsc_hz ? rbt_tsc_hz : 3000000000ull) / 10000;
+			spin_until = now + hz / 10000;
 		}
 		/* The writer frees space record by record as it drains: spin a
 		 * little (100 us) before sleeping, since a sleep is 50 us at best
@@ -1223,10 +1223,13 @@ static void *rbt_drainer_main(void *arg)
 	prctl(PR_SET_NAME, "rbtrace-writer", 0, 0, 0);
 	atomic_store(&rbt_drainer_tid, me);
 	if (!rbt_tsc_hz) {
-		rbt_tsc_hz = rbt_calibrate(&rbt_start_pair, 20);
-		if (!rbt_tsc_hz)
-			rbt_tsc_hz = 1000000000ull;
-		rbt_cfg.flush_ticks = rbt_tsc_hz / 1000 * rbt_cfg.flush_ms;
+		/* the traced threads read both (atomically) while we set them */
+		uint64_t hz = rbt_calibrate(&rbt_start_pair, 20);
+		if (!hz)
+			hz = 1000000000ull;
+		__atomic_store_n(&rbt_tsc_hz, hz, __ATOMIC_RELAXED);
+		__atomic_store_n(&rbt_cfg.flush_ticks, hz / 1000 * rbt_cfg.flush_ms,
+				 __ATOMIC_RELAXED);
 	}
 	pthread_mutex_lock(&rbt_writer_lock);
 	rbt_open_writer();

@@ -21,10 +21,15 @@
 #undef ibv_query_port
 #undef ibv_get_device_list
 
-#define RBT_RESOLVE(name, ver)         \
-	static __typeof__(&name) real; \
-	if (RBT_UNLIKELY(!real))       \
-		real = (__typeof__(&name))rbt_real(#name, ver);
+/* Threads may make their first call at once: the slot is read and written
+ * atomically (relaxed: every thread stores the same address). */
+#define RBT_RESOLVE(name, ver)                                                  \
+	static __typeof__(&name) real_slot;                                     \
+	__typeof__(&name) real = __atomic_load_n(&real_slot, __ATOMIC_RELAXED); \
+	if (RBT_UNLIKELY(!real)) {                                              \
+		real = (__typeof__(&name))rbt_real(#name, ver);                 \
+		__atomic_store_n(&real_slot, real, __ATOMIC_RELAXED);           \
+	}
 
 /* Calls the real function with the tracer flag set; t0/t1 around it and the
  * errno it left in rerrno. */
