@@ -27,6 +27,9 @@ add() { cases+=("$*"); }
 	add synth_client rs_c.rbt
 "$bin/report_synth" --nic rn_c.rbt rn_s.rbt && add synth_nic rn_c.rbt rn_s.rbt &&
 	add synth_nic_server rn_s.rbt
+"$bin/report_synth" --iters 20 r20_c.rbt r20_s.rbt && add synth20 r20_c.rbt r20_s.rbt
+"$bin/report_synth" --iters 20 --nic n20_c.rbt n20_s.rbt &&
+	add synth_nic20 n20_c.rbt n20_s.rbt
 "$bin/report_synth" --problem=retry rr_c.rbt rr_s.rbt &&
 	add synth_retry rr_c.rbt rr_s.rbt
 "$bin/report_synth" --iters 7 --nic --problem=retry rx_c.rbt rx_s.rbt &&
@@ -72,6 +75,29 @@ for c in "${cases[@]}"; do
 			<(python3 -m json.tool <"$name.json" 2>/dev/null || cat "$name.json") | head -40
 		fail=1
 	fi
+done
+# The text and Perfetto outputs too, on the fixtures whose headers are fixed
+# (report_synth, replay_synth: no pid or host of the machine in them).
+for c in synth20 synth_nic20 synth_retry synth_retry_nic replay_pingpong replay_rkey \
+	replay_unpolled; do
+	for c2 in "${cases[@]}"; do
+		set -- $c2
+		[ "$1" = "$c" ] || continue
+		shift
+		for fmt in text perfetto; do
+			out="$c.$fmt"
+			"$rbtrace" report --format=$fmt "$@" >"$out" 2>&1
+			echo "exit $?" >>"$out"
+			n=$((n + 1))
+			if [ "$update" = --update ]; then
+				cp "$out" "$gold/$out"
+			elif ! cmp -s "$out" "$gold/$out"; then
+				echo "FAIL $out: differs from tests/golden/$out"
+				diff "$gold/$out" "$out" | head -20
+				fail=1
+			fi
+		done
+	done
 done
 [ "$n" -ge 20 ] || { echo "FAIL: only $n cases ran"; fail=1; }
 [ $fail = 0 ] && echo "PASS: $n report JSON goldens"
