@@ -126,6 +126,8 @@ struct cm_chan {
 	struct rdma_event_channel ch; /* first: fd is the epoll fd */
 	int evfd;
 	struct cm_evt *head, *tail;
+	int users; /* threads inside rdma_get_cm_event on it */
+	bool dead; /* destroyed while a thread waited in it */
 };
 
 struct cm_id {
@@ -1214,12 +1216,21 @@ static int cm_get_event(struct cm_chan *ch, struct rdma_cm_event **out)
 	int n;
 
 	pthread_mutex_lock(&cm_mu);
+	ch->users++;
 	for (;;) {
 		bool nonblock;
 
+		if (ch->dead) {
+			/* the program destroyed the channel under this thread: with
+			 * the kernel's fd the call would block until exit; so here */
+			pthread_mutex_unlock(&cm_mu);
+			for (;;)
+				pause();
+		}
 		e = cm_chan_pop(ch);
 		if (e) {
 			e->owner->reported++;
+			ch->users--;
 			pthread_mutex_unlock(&cm_mu);
 			*out = &e->ev;
 			return 0;
@@ -1228,9 +1239,12 @@ static int cm_get_event(struct cm_chan *ch, struct rdma_cm_event **out)
 		pthread_mutex_unlock(&cm_mu);
 		n = epoll_wait(ch->ch.fd, evs, 16, nonblock ? 0 : -1);
 		pthread_mutex_lock(&cm_mu);
+		if (ch->dead)
+			continue;
 		if (n < 0 && errno != EINTR) {
 			int err = errno;
 
+			ch->users--;
 			pthread_mutex_unlock(&cm_mu);
 			return cm_err(err);
 		}
@@ -1238,6 +1252,7 @@ static int cm_get_event(struct cm_chan *ch, struct rdma_cm_event **out)
 			if (evs[i].data.u64)
 				cm_dispatch(evs[i].data.u64);
 		if (n == 0 && nonblock && !ch->head) {
+			ch->users--;
 			pthread_mutex_unlock(&cm_mu);
 			return cm_err(EAGAIN);
 		}
@@ -1356,8 +1371,18 @@ CM_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 {
 	if (!channel)
 		return;
+	struct cm_chan *ch = (struct cm_chan *)channel;
+	uint64_t one = 1;
+
 	pthread_mutex_lock(&cm_mu);
-	cm_chan_free((struct cm_chan *)channel);
+	if (ch->users) {
+		/* a thread waits in it: wake it to park; the memory stays */
+		ch->dead = true;
+		if (write(ch->evfd, &one, sizeof(one)) < 0)
+			(void)0;
+	} else {
+		cm_chan_free(ch);
+	}
 	pthread_mutex_unlock(&cm_mu);
 }
 
@@ -2114,6 +2139,13 @@ static int cm_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *at
 		attr->recv_cq = id->recv_cq;
 	if (id->srq && !attr->srq)
 		attr->srq = id->srq;
+	/* Hardware rounds a send queue's inline size up to what its WQE holds
+	 * (mlx5: at least 60 bytes) and programs rely on it (rdma_xclient posts
+	 * 16 inline bytes with max_inline_data 0); softnic's core grants what is
+	 * asked, so ask for a WQE's worth here. */
+	if (attr->cap.max_send_wr && attr->cap.max_inline_data < 64 &&
+	    attr->qp_type != IBV_QPT_XRC_RECV)
+		attr->cap.max_inline_data = 64;
 	qp = ibv_create_qp_ex(id->verbs, attr);
 	if (!qp) {
 		cm_destroy_cqs(id);
