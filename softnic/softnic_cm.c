@@ -1107,6 +1107,7 @@ static void cm_on_msg(struct cm_id *c, const struct cm_wire *w)
 }
 
 static int cm_try_connect(struct cm_id *c);
+static void cm_on_conn(struct cm_id *c);
 
 static void cm_on_timer(struct cm_id *c)
 {
@@ -1161,6 +1162,7 @@ static void cm_on_accept(struct cm_id *l)
 			continue;
 		}
 		c->cfd_chan = cm_chan_of(l);
+		cm_on_conn(c); /* the REQ is usually there already */
 	}
 }
 
