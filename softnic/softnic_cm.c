@@ -1178,8 +1178,13 @@ static void cm_on_conn(struct cm_id *c)
 			cm_on_eof(c);
 			return;
 		}
-		if (n == (ssize_t)sizeof(w) && w.magic == CM_WIRE_MAGIC)
+		if (n == (ssize_t)sizeof(w) && w.magic == CM_WIRE_MAGIC) {
+			bool req = w.type == M_REQ || w.type == M_SIDR_REQ;
+
 			cm_on_msg(c, &w);
+			if (req)
+				return; /* c may be gone; its next message comes anyway */
+		}
 		if (c->cfd < 0)
 			return;
 	}

@@ -73,7 +73,7 @@ pair() {
 	timeout 60 $scmd >"$s" 2>&1 &
 	spid=$!
 	if ! wait_listen $pp; then
-		echo "FAIL $name: the server never listened"; cat "$s"
+		echo "FAIL ${mode:-}$name: the server never listened"; cat "$s"
 		kill $spid 2>/dev/null; wait $spid 2>/dev/null
 		fails=$((fails + 1))
 		return
@@ -89,11 +89,11 @@ pair() {
 	fi
 	if [ $crc -ne 0 ] || [ $src -ne 0 ] || ! grep -Eq -- "$cexp" "$c" ||
 		{ [ "$sexp" != - ] && ! grep -Eq -- "$sexp" "$s"; }; then
-		echo "FAIL $name (client rc=$crc, server rc=$src)"
+		echo "FAIL ${mode:-}$name (client rc=$crc, server rc=$src)"
 		echo "--- client: $ccmd"; tail -20 "$c"; echo "--- server: $scmd"; tail -20 "$s"
 		fails=$((fails + 1))
 	else
-		echo "ok   $name: $(grep -E -- "$cexp" "$c" | tail -1 | tr -s ' \t' ' ')"
+		echo "ok   ${mode:-}$name: $(grep -E -- "$cexp" "$c" | tail -1 | tr -s ' \t' ' ')"
 	fi
 }
 
@@ -107,25 +107,6 @@ rping_pair() {
 	n=$(grep -c "^ping data: rdma-ping-" "$tmp/$name.cli" 2>/dev/null)
 	[ "$n" = 10 ] || { echo "FAIL $name: $n pings, not 10"; fails=$((fails + 1)); }
 }
-rping_pair rping
-rping_pair rping_q -q
-SOFTNIC_LINK=eth rping_pair rping_eth
-pair ucmatose_c8 "^return status 0" "^return status 0" \
-	"ucmatose -p @P -c 8" "ucmatose -s 127.0.0.1 -p @P -c 8"
-pair ucmatose_m "^return status 0" "^return status 0" \
-	"ucmatose -p @P -c 4 -m" "ucmatose -s 127.0.0.1 -p @P -c 4 -m"
-# udaddy has no port option: its own 7174 (the fabric keeps runs apart)
-LISTEN_PORT=7174 pair udaddy "^return status 0" "^return status 0" \
-	"udaddy" "udaddy -s 127.0.0.1"
-pair rdma_server "^rdma_client: end 0" "^rdma_server: end 0" \
-	"rdma_server -p @P" "rdma_client -s 127.0.0.1 -p @P"
-pair rdma_xserver "^rdma_xclient: end 0" "^rdma_xserver: end 0" \
-	"rdma_xserver -p @P" "rdma_xclient -s 127.0.0.1 -p @P"
-pair rdma_xserver_rc "^rdma_xclient: end 0" "^rdma_xserver: end 0" \
-	"rdma_xserver -p @P -c r" "rdma_xclient -s 127.0.0.1 -p @P -c r"
-pair cmtime "^connect +: +[0-9.]+ +[0-9.]+" - \
-	"cmtime -p @P" "cmtime -s 127.0.0.1 -p @P -c 50"
-
 lat='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+'
 bw='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
 perf() {
@@ -134,15 +115,58 @@ perf() {
 	pair "$name" "$expect" "$([ "$squiet" = 1 ] && echo . || echo "$expect")" \
 		"$* -R -p @P" "$* -R -p @P 127.0.0.1"
 }
-perf ib_send_lat "$lat" 0 ib_send_lat -n 1000
-perf ib_send_lat_ud "$lat" 0 ib_send_lat -c UD -n 1000
-perf ib_write_lat "$lat" 0 ib_write_lat -n 1000
-perf ib_read_lat "$lat" 1 ib_read_lat -n 1000
-perf ib_send_bw_q4 "$bw" 0 ib_send_bw -n 1000 -q 4
-perf ib_send_bw_ud_q4 "$bw" 0 ib_send_bw -c UD -n 1000 -q 4
-perf ib_write_bw_q4 "$bw" 0 ib_write_bw -n 1000 -q 4
-perf ib_read_bw_q4 "$bw" 1 ib_read_bw -n 1000 -q 4
-perf ib_atomic_bw_q4 "$bw" 1 ib_atomic_bw -n 1000 -q 4
+
+# every program pair, both modes
+programs() {
+	rping_pair rping
+	rping_pair rping_q -q
+	SOFTNIC_LINK=eth rping_pair rping_eth
+	pair ucmatose_c8 "^return status 0" "^return status 0" \
+		"ucmatose -p @P -c 8" "ucmatose -s 127.0.0.1 -p @P -c 8"
+	pair ucmatose_m "^return status 0" "^return status 0" \
+		"ucmatose -p @P -c 4 -m" "ucmatose -s 127.0.0.1 -p @P -c 4 -m"
+	# udaddy has no port option: its own 7174 (the fabric keeps runs apart)
+	LISTEN_PORT=7174 pair udaddy "^return status 0" "^return status 0" \
+		"udaddy" "udaddy -s 127.0.0.1"
+	pair rdma_server "^rdma_client: end 0" "^rdma_server: end 0" \
+		"rdma_server -p @P" "rdma_client -s 127.0.0.1 -p @P"
+	pair rdma_xserver "^rdma_xclient: end 0" "^rdma_xserver: end 0" \
+		"rdma_xserver -p @P" "rdma_xclient -s 127.0.0.1 -p @P"
+	pair rdma_xserver_rc "^rdma_xclient: end 0" "^rdma_xserver: end 0" \
+		"rdma_xserver -p @P -c r" "rdma_xclient -s 127.0.0.1 -p @P -c r"
+	pair cmtime "^connect +: +[0-9.]+ +[0-9.]+" - \
+		"cmtime -p @P" "cmtime -s 127.0.0.1 -p @P -c 50"
+
+	perf ib_send_lat "$lat" 0 ib_send_lat -n 1000
+	perf ib_send_lat_ud "$lat" 0 ib_send_lat -c UD -n 1000
+	perf ib_write_lat "$lat" 0 ib_write_lat -n 1000
+	perf ib_read_lat "$lat" 1 ib_read_lat -n 1000
+	perf ib_send_bw_q4 "$bw" 0 ib_send_bw -n 1000 -q 4
+	perf ib_send_bw_ud_q4 "$bw" 0 ib_send_bw -c UD -n 1000 -q 4
+	perf ib_write_bw_q4 "$bw" 0 ib_write_bw -n 1000 -q 4
+	perf ib_read_bw_q4 "$bw" 1 ib_read_bw -n 1000 -q 4
+	perf ib_atomic_bw_q4 "$bw" 1 ib_atomic_bw -n 1000 -q 4
+}
+
+programs
+
+# provider mode: Debian's own libibverbs with softnic as its provider (the
+# preload gives it the fake sysfs), our librdmacm.so.1 alone on the path
+preload=$dir/provider/libsoftnic-preload.so
+if [ -r "$preload" ]; then
+	pdir=$tmp/provider-mode
+	mkdir -p "$pdir"
+	ln -s "$dir/librdmacm.so.1" "$pdir/librdmacm.so.1"
+	saved=$LD_LIBRARY_PATH
+	export LD_LIBRARY_PATH=$pdir LD_PRELOAD="${LD_PRELOAD:-} $preload"
+	mode=provider/
+	programs
+	mode=
+	export LD_LIBRARY_PATH=$saved
+	LD_PRELOAD=${LD_PRELOAD% $preload}
+else
+	echo "-- provider mode not tested: $preload not built beside librdmacm.so.1"
+fi
 
 # every failure as the kernel CM reports it (a short CM timeout for UNREACHABLE)
 if [ -n "$fbin" ] && [ -x "$fbin" ]; then
