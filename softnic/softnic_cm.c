@@ -115,9 +115,20 @@ struct cm_wire {
 	uint8_t pd[CM_PD_MAX];
 };
 
+struct cm_mc {
+	struct cm_mc *next;
+	struct sockaddr_storage addr;
+	union ibv_gid mgid;
+	uint16_t mlid;
+	bool sendonly, attached;
+	void *context;
+	uint64_t reported, completed;
+};
+
 struct cm_evt {
 	struct rdma_cm_event ev; /* first: programs get &ev */
 	struct cm_id *owner;	 /* the id whose destroy waits for the ack */
+	struct cm_mc *mc;	 /* a multicast event's group */
 	struct cm_evt *next;
 	uint8_t pd[CM_PD_MAX];
 };
@@ -151,6 +162,7 @@ struct cm_id {
 	uint64_t deadline_ns;
 	struct cm_wire *req; /* kept while connect() must be retried */
 	struct ibv_sa_path_rec path;
+	struct cm_mc *mcs; /* groups joined */
 };
 
 static pthread_mutex_t cm_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -291,6 +303,17 @@ static bool cm_addr_local(const struct sockaddr *sa)
 	}
 	freeifaddrs(ifs);
 	return hit;
+}
+
+static bool cm_addr_mcast(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return IN_MULTICAST(
+			ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr));
+	if (sa->sa_family == AF_INET6)
+		return IN6_IS_ADDR_MULTICAST(
+			&((const struct sockaddr_in6 *)sa)->sin6_addr);
+	return false;
 }
 
 static bool cm_is_ud(const struct cm_id *c)
@@ -1216,6 +1239,28 @@ static void cm_dispatch(uint64_t data)
 
 /* ---------------- getting and acking events ---------------- */
 
+/* A join is given to the program with its QP attached to the group (as
+ * librdmacm does when it reads the event); a failed attach turns it into
+ * MULTICAST_ERROR with librdmacm's status, -1 and errno. */
+static void cm_mc_deliver(struct cm_evt *e)
+{
+	struct cm_id *c = e->owner;
+	int ret;
+
+	e->mc->reported++;
+	if (e->ev.event != RDMA_CM_EVENT_MULTICAST_JOIN || !c->id.qp || e->mc->sendonly ||
+	    e->mc->attached)
+		return;
+	ret = ibv_attach_mcast(c->id.qp, &e->mc->mgid, e->mc->mlid);
+	if (ret) {
+		errno = ret > 0 ? ret : errno;
+		e->ev.event = RDMA_CM_EVENT_MULTICAST_ERROR;
+		e->ev.status = -1;
+		return;
+	}
+	e->mc->attached = true;
+}
+
 static int cm_get_event(struct cm_chan *ch, struct rdma_cm_event **out)
 {
 	struct epoll_event evs[16];
@@ -1237,6 +1282,8 @@ static int cm_get_event(struct cm_chan *ch, struct rdma_cm_event **out)
 		e = cm_chan_pop(ch);
 		if (e) {
 			e->owner->reported++;
+			if (e->mc)
+				cm_mc_deliver(e);
 			ch->users--;
 			pthread_mutex_unlock(&cm_mu);
 			*out = &e->ev;
@@ -1271,6 +1318,8 @@ static void cm_ack_locked(struct rdma_cm_event *event)
 	struct cm_evt *e = (struct cm_evt *)event;
 
 	e->owner->completed++;
+	if (e->mc)
+		e->mc->completed++;
 	pthread_cond_broadcast(&cm_cv);
 	free(e);
 }
@@ -1350,6 +1399,14 @@ static void cm_destroy_locked(struct cm_id *c)
 	cm_tab[c->slot] = NULL;
 	if (c->sync)
 		cm_chan_free(ch);
+	while (c->mcs) {
+		struct cm_mc *m = c->mcs;
+
+		c->mcs = m->next;
+		if (m->attached && c->id.qp)
+			ibv_detach_mcast(c->id.qp, &m->mgid, m->mlid);
+		free(m);
+	}
 	free(c->ep_attr);
 	free(c->req);
 	free(c);
@@ -1473,7 +1530,7 @@ static int cm_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 	}
 	memset(&c->id.route.addr.dst_storage, 0, sizeof(c->id.route.addr.dst_storage));
 	memcpy(&c->id.route.addr.dst_addr, dst_addr, dlen);
-	if (!cm_addr_local(dst_addr)) {
+	if (!cm_addr_local(dst_addr) && !cm_addr_mcast(dst_addr)) {
 		/* an address on no RDMA device: the event says so */
 		cm_post(c, RDMA_CM_EVENT_ADDR_ERROR, -ENODEV);
 		pthread_mutex_unlock(&cm_mu);
@@ -1485,7 +1542,8 @@ static int cm_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 		memset(&src, 0, sizeof(src));
 		if (src_addr)
 			memcpy(&src, src_addr, cm_addrlen(src_addr));
-		else if (cm_addr_any(dst_addr) && dst_addr->sa_family == AF_INET)
+		else if ((cm_addr_any(dst_addr) || cm_addr_mcast(dst_addr)) &&
+			 dst_addr->sa_family == AF_INET)
 			((struct sockaddr_in *)&src)->sin_family = AF_INET,
 					     ((struct sockaddr_in *)&src)
 						     ->sin_addr.s_addr =
@@ -2579,25 +2637,161 @@ CM_EXPORT int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 
 /* ---------------- not implemented: one line on first use ---------------- */
 
+/* ---------------- multicast ---------------- */
+
+/* The group's MGID as the kernel CM makes it: an IPv4 group in the IB
+ * IPv4 multicast prefix (with rdma_cm's signature for the UDP port space),
+ * IPv4-mapped on RoCE, an IPv6 group as itself. */
+static void cm_mgid(const struct cm_id *c, const struct sockaddr *sa, union ibv_gid *g)
+{
+	bool eth = cm_dev.port.link_layer == IBV_LINK_LAYER_ETHERNET;
+
+	memset(g, 0, sizeof(*g));
+	if (sa->sa_family == AF_INET6) {
+		memcpy(g->raw, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+		return;
+	}
+	memcpy(g->raw + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+	if (eth) {
+		g->raw[10] = g->raw[11] = 0xff;
+		return;
+	}
+	g->raw[0] = 0xff;
+	g->raw[1] = 0x12;
+	g->raw[2] = 0x40;
+	g->raw[3] = c->id.ps == RDMA_PS_UDP ? 0x01 : 0x1b;
+	g->raw[4] = g->raw[5] = 0xff; /* the default pkey */
+	g->raw[12] &= 0x0f;
+}
+
+static int cm_join(struct rdma_cm_id *id, const struct sockaddr *addr, void *context,
+		   bool sendonly)
+{
+	struct cm_id *c = (struct cm_id *)id;
+	socklen_t len = cm_addrlen(addr);
+	struct cm_mc *m;
+	struct cm_evt *e;
+	uint64_t h;
+
+	if (!id || !len || !cm_addr_mcast(addr) || !cm_is_ud(c))
+		return cm_err(EINVAL);
+	pthread_mutex_lock(&cm_mu);
+	if ((c->state != S_BOUND && c->state != S_ADDR && c->state != S_ROUTE) ||
+	    !c->id.verbs) {
+		pthread_mutex_unlock(&cm_mu);
+		return cm_err(EINVAL);
+	}
+	for (m = c->mcs; m; m = m->next)
+		if (!memcmp(&m->addr, addr, len)) {
+			pthread_mutex_unlock(&cm_mu);
+			return cm_err(EADDRINUSE);
+		}
+	m = calloc(1, sizeof(*m));
+	e = cm_evt_new(c, RDMA_CM_EVENT_MULTICAST_JOIN, 0);
+	if (!m || !e) {
+		free(m);
+		free(e);
+		pthread_mutex_unlock(&cm_mu);
+		return cm_err(ENOMEM);
+	}
+	memcpy(&m->addr, addr, len);
+	cm_mgid(c, addr, &m->mgid);
+	h = 1469598103934665603ull;
+	for (int i = 0; i < 16; i++)
+		h = (h ^ m->mgid.raw[i]) * 1099511628211ull;
+	/* the SA would hand out a multicast LID; one derived from the MGID
+	 * gives every process of the fabric the same */
+	m->mlid = cm_dev.port.link_layer == IBV_LINK_LAYER_ETHERNET
+			  ? 0
+			  : (uint16_t)(0xc001 + h % 0x3ffe);
+	m->sendonly = sendonly;
+	m->context = context;
+	m->next = c->mcs;
+	c->mcs = m;
+	e->mc = m;
+	e->ev.param.ud.private_data = context;
+	e->ev.param.ud.ah_attr.is_global = 1;
+	e->ev.param.ud.ah_attr.grh.dgid = m->mgid;
+	e->ev.param.ud.ah_attr.grh.hop_limit =
+		cm_dev.port.link_layer == IBV_LINK_LAYER_ETHERNET ? 64 : 0;
+	e->ev.param.ud.ah_attr.dlid = m->mlid;
+	e->ev.param.ud.ah_attr.port_num = 1;
+	e->ev.param.ud.qp_num = 0xffffff;
+	e->ev.param.ud.qkey = RDMA_UDP_QKEY;
+	cm_chan_push(cm_chan_of(c), e);
+	pthread_mutex_unlock(&cm_mu);
+	return cm_complete(c);
+}
+
 CM_EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr,
 				  void *context)
 {
-	(void)id, (void)addr, (void)context;
-	CM_ENOSYS(-1);
+	return cm_join(id, addr, context, false);
 }
 
 CM_EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id,
 				     struct rdma_cm_join_mc_attr_ex *mc_join_attr,
 				     void *context)
 {
-	(void)id, (void)mc_join_attr, (void)context;
-	CM_ENOSYS(-1);
+	struct rdma_cm_join_mc_attr_ex *a = mc_join_attr;
+
+	if (!a || !(a->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS) ||
+	    !(a->comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS) ||
+	    a->comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED ||
+	    a->join_flags >= RDMA_MC_JOIN_FLAG_RESERVED || !a->addr)
+		return cm_err(EINVAL);
+	return cm_join(id, a->addr, context,
+		       a->join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER);
 }
 
 CM_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 {
-	(void)id, (void)addr;
-	CM_ENOSYS(-1);
+	struct cm_id *c = (struct cm_id *)id;
+	socklen_t len = cm_addrlen(addr);
+	struct cm_mc **pp, *m;
+	struct cm_chan *ch;
+
+	if (!id || !len)
+		return cm_err(EINVAL);
+	pthread_mutex_lock(&cm_mu);
+	for (pp = &c->mcs; (m = *pp); pp = &m->next)
+		if (!memcmp(&m->addr, addr, len))
+			break;
+	if (!m) {
+		pthread_mutex_unlock(&cm_mu);
+		return cm_err(EADDRNOTAVAIL);
+	}
+	*pp = m->next;
+	if (c->sync && c->id.event && ((struct cm_evt *)c->id.event)->mc == m) {
+		cm_ack_locked(c->id.event);
+		c->id.event = NULL;
+	}
+	if (m->attached && c->id.qp)
+		ibv_detach_mcast(c->id.qp, &m->mgid, m->mlid);
+	/* its events nobody was given go; the given ones must be acked */
+	ch = cm_chan_of(c);
+	{
+		struct cm_evt **ep = &ch->head, *e;
+		uint64_t v;
+
+		ch->tail = NULL;
+		while ((e = *ep)) {
+			if (e->mc == m) {
+				*ep = e->next;
+				free(e);
+			} else {
+				ch->tail = e;
+				ep = &e->next;
+			}
+		}
+		if (!ch->head && read(ch->evfd, &v, sizeof(v)) < 0)
+			(void)0;
+	}
+	while (m->completed < m->reported)
+		pthread_cond_wait(&cm_cv, &cm_mu);
+	free(m);
+	pthread_mutex_unlock(&cm_mu);
+	return 0;
 }
 
 /* rsockets are not part of softnic's CM */

@@ -11,7 +11,10 @@
  *   unacked  rdma_destroy_id waits until the event it delivered is acked
  *   nonblock O_NONBLOCK on the channel fd gives EAGAIN, poll() wakes
  *   sync     a NULL-channel id's rdma_connect fails with ECONNREFUSED
- *   enosys   what is not implemented (multicast) fails with ENOSYS
+ *   enosys   what is not implemented (rsockets) fails with ENOSYS
+ *   mcast    a UD id joins a group: MULTICAST_JOIN with the group's address
+ *            vector, QPN 0xffffff and the UDP qkey; with a QP, attached when
+ *            the device attaches (ibv_attach_mcast), else MULTICAST_ERROR
  *
  * usage: cm_failures [CASE...]   (no CASE: all of them). Each case prints one
  * "ok CASE: ..." line or "FAIL CASE: ..." and the exit code counts failures.
@@ -23,11 +26,13 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <pthread.h>
 #include <rdma/rdma_cma.h>
+#include <rdma/rsocket.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -325,11 +330,36 @@ static void case_silent(int port)
 	stop_server(pid, rfd);
 }
 
+/* a documentation address that is none of this host's (hosts do use them) */
+static const char *foreign_addr(void)
+{
+	static const char *const cand[] = { "203.0.113.77", "198.51.100.77",
+					    "192.0.2.77" };
+	struct ifaddrs *ifs = NULL, *i;
+
+	getifaddrs(&ifs);
+	for (size_t k = 0; k < sizeof(cand) / sizeof(cand[0]); k++) {
+		struct sockaddr_in a = addr_of(cand[k], 0);
+		bool mine = false;
+
+		for (i = ifs; i; i = i->ifa_next)
+			mine |= i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+				((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr ==
+					a.sin_addr.s_addr;
+		if (!mine) {
+			freeifaddrs(ifs);
+			return cand[k];
+		}
+	}
+	freeifaddrs(ifs);
+	return "203.0.113.78";
+}
+
 static void case_addr(void)
 {
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 	struct rdma_cm_id *id = NULL;
-	struct sockaddr_in a = addr_of("192.0.2.1", 4791); /* TEST-NET-1 */
+	struct sockaddr_in a = addr_of(foreign_addr(), 4791);
 	struct rdma_cm_event *ev = NULL;
 
 	if (ch && !rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) &&
@@ -506,24 +536,106 @@ static void case_sync(int port)
 
 static void case_enosys(void)
 {
-	struct rdma_cm_id *id = NULL;
-	struct sockaddr_in a = addr_of("239.1.1.1", 0);
-	int r = -1, e = 0;
+	int r = rsocket(AF_INET, SOCK_STREAM, 0), e = errno;
 
-	if (!rdma_create_id(NULL, &id, NULL, RDMA_PS_UDP)) {
-		r = rdma_join_multicast(id, (struct sockaddr *)&a, NULL);
-		e = errno;
-		rdma_destroy_id(id);
+	say(r == -1 && e == ENOSYS, "enosys", "rsocket: %d (%s)", r, strerror(e));
+}
+
+/* join group g on a UD id (with a QP when qp); the event, checked */
+static bool mc_join(const char *g, bool qp, enum rdma_cm_event_type want, char *out,
+		    size_t outlen)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id = NULL;
+	struct sockaddr_in a = addr_of(g, 0);
+	struct rdma_cm_event *ev = NULL;
+	struct ibv_qp_init_attr qa = qp_attr();
+	int ctx = 0;
+	bool ok = false;
+
+	qa.qp_type = IBV_QPT_UD;
+	if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_UDP) ||
+	    rdma_resolve_addr(id, NULL, (struct sockaddr *)&a, 2000) ||
+	    !(ev = next_event(ch, 2000)) || ev->event != RDMA_CM_EVENT_ADDR_RESOLVED) {
+		snprintf(out, outlen, "resolving %s failed", g);
+		goto out;
 	}
-	say(r == -1 && e == ENOSYS, "enosys", "rdma_join_multicast: %d (%s)", r,
-	    strerror(e));
+	rdma_ack_cm_event(ev);
+	ev = NULL;
+	if ((qp && rdma_create_qp(id, NULL, &qa)) ||
+	    rdma_join_multicast(id, (struct sockaddr *)&a, &ctx) ||
+	    !(ev = next_event(ch, 2000))) {
+		snprintf(out, outlen, "join failed: %s", strerror(errno));
+		goto out;
+	}
+	ok = ev->event == want && ev->param.ud.private_data == &ctx;
+	if (want == RDMA_CM_EVENT_MULTICAST_JOIN)
+		ok = ok && ev->status == 0 && ev->param.ud.ah_attr.is_global &&
+		     ev->param.ud.qp_num == 0xffffff &&
+		     ev->param.ud.qkey == RDMA_UDP_QKEY;
+	snprintf(out, outlen, "%s%s status %d qpn %#x", qp ? "with a QP " : "",
+		 rdma_event_str(ev->event), ev->status, ev->param.ud.qp_num);
+	rdma_ack_cm_event(ev);
+	ev = NULL;
+	ok = ok && !rdma_leave_multicast(id, (struct sockaddr *)&a) &&
+	     rdma_leave_multicast(id, (struct sockaddr *)&a) == -1 &&
+	     errno == EADDRNOTAVAIL;
+out:
+	if (ev)
+		rdma_ack_cm_event(ev);
+	if (id && id->qp)
+		rdma_destroy_qp(id);
+	if (id)
+		rdma_destroy_id(id);
+	if (ch)
+		rdma_destroy_event_channel(ch);
+	return ok;
+}
+
+static void case_mcast(void)
+{
+	/* what the device does with a group, asked of it directly */
+	struct ibv_device **l = ibv_get_device_list(NULL);
+	struct ibv_context *ctx = l && l[0] ? ibv_open_device(l[0]) : NULL;
+	struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+	struct ibv_cq *cq = ctx ? ibv_create_cq(ctx, 4, NULL, NULL, 0) : NULL;
+	struct ibv_qp_init_attr qa = qp_attr();
+	struct ibv_qp *qp;
+	union ibv_gid g = { .raw = { 0xff, 0x12, 0x40, 0x01, 0xff, 0xff } };
+	bool attaches = false, ok1, ok2;
+	char a[128], b[128];
+
+	qa.qp_type = IBV_QPT_UD;
+	qa.send_cq = qa.recv_cq = cq;
+	qp = pd && cq ? ibv_create_qp(pd, &qa) : NULL;
+	if (qp) {
+		attaches = ibv_attach_mcast(qp, &g, 0xc001) == 0;
+		if (attaches)
+			ibv_detach_mcast(qp, &g, 0xc001);
+		ibv_destroy_qp(qp);
+	}
+	if (cq)
+		ibv_destroy_cq(cq);
+	if (pd)
+		ibv_dealloc_pd(pd);
+	if (ctx)
+		ibv_close_device(ctx);
+	if (l)
+		ibv_free_device_list(l);
+	ok1 = mc_join("239.1.2.3", false, RDMA_CM_EVENT_MULTICAST_JOIN, a, sizeof(a));
+	ok2 = mc_join("239.1.2.4", true,
+		      attaches ? RDMA_CM_EVENT_MULTICAST_JOIN
+			       : RDMA_CM_EVENT_MULTICAST_ERROR,
+		      b, sizeof(b));
+	say(ok1 && ok2, "mcast", "%s; %s (the device %s)", a, b,
+	    attaches ? "attaches QPs to groups" : "has no multicast");
 }
 
 int main(int argc, char **argv)
 {
 	static const char *const all[] = { "noone", "reject", "silent",	 "addr",
 					   "death", "qperr",  "unacked", "nonblock",
-					   "sync",  "enosys" };
+					   "sync",  "enosys", "mcast" };
 	int port = pick_port();
 
 	if (argc == 5 && !strcmp(argv[1], "serve"))
@@ -558,6 +670,8 @@ int main(int argc, char **argv)
 			case_sync(port);
 		else if (!strcmp(n, "enosys"))
 			case_enosys();
+		else if (!strcmp(n, "mcast"))
+			case_mcast();
 	}
 	return fails;
 }
