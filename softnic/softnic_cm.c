@@ -974,6 +974,7 @@ static void cm_on_rep(struct cm_id *c, const struct cm_wire *w)
 	c->rpsn = w->psn;
 	c->resp_res = w->init_depth;
 	c->init_depth = w->resp_res;
+	c->rnr_retry = w->rnr_retry;
 	e = cm_evt_new(c, RDMA_CM_EVENT_CONNECT_RESPONSE, 0);
 	if (!e)
 		return;
@@ -1817,8 +1818,6 @@ CM_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 	} else {
 		c->resp_res = p->responder_resources;
 	}
-	if (p)
-		c->rnr_retry = p->rnr_retry_count & 7;
 	ret = cm_qp_connect(c);
 	if (ret) {
 		pthread_mutex_unlock(&cm_mu);
@@ -1830,7 +1829,8 @@ CM_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 	w.psn = c->psn;
 	w.resp_res = c->resp_res;
 	w.init_depth = c->init_depth;
-	w.rnr_retry = c->rnr_retry;
+	/* the REP's RNR retry count is for the active side's QP (IB CM) */
+	w.rnr_retry = p ? p->rnr_retry_count & 7 : 7;
 	w.flow = p ? p->flow_control : 0;
 	ret = cm_send(c, &w);
 	if (ret) {
