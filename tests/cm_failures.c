@@ -11,6 +11,9 @@
  *   unacked  rdma_destroy_id waits until the event it delivered is acked
  *   nonblock O_NONBLOCK on the channel fd gives EAGAIN, poll() wakes
  *   sync     a NULL-channel id's rdma_connect fails with ECONNREFUSED
+ *   attrs    what the two sides negotiate (the IB CM's swaps: responder
+ *            resources for initiator depth, the REP's RNR retry count for the
+ *            active QP) in the events and in the QPs (ibv_query_qp)
  *   enosys   what is not implemented (rsockets) fails with ENOSYS
  *   mcast    a UD id joins a group: MULTICAST_JOIN with the group's address
  *            vector, QPN 0xffffff and the UDP qkey; with a QP, attached when
@@ -130,6 +133,8 @@ static int serve(const char *mode, int port, int ready_fd)
 		struct rdma_cm_id *id = ev->id;
 		enum rdma_cm_event_type t = ev->event;
 		int st = ev->status;
+		unsigned ev_rr = ev->param.conn.responder_resources;
+		unsigned ev_id = ev->param.conn.initiator_depth;
 
 		rdma_ack_cm_event(ev);
 		if (t == RDMA_CM_EVENT_CONNECT_REQUEST) {
@@ -138,6 +143,21 @@ static int serve(const char *mode, int port, int ready_fd)
 						     .initiator_depth = 1,
 						     .rnr_retry_count = 7 };
 
+			if (!strcmp(mode, "attrs")) {
+				char b[64];
+				int n;
+
+				p = (struct rdma_conn_param){ .responder_resources = 2,
+							      .initiator_depth = 3,
+							      .rnr_retry_count = 5 };
+				if (rdma_create_qp(id, NULL, &qa) || rdma_accept(id, &p))
+					return 3;
+				n = snprintf(b, sizeof(b), "Q%u r%u i%u", id->qp->qp_num,
+					     ev_rr, ev_id);
+				if (write(ready_fd, b, (size_t)n) != n)
+					return 2;
+				continue;
+			}
 			if (!strcmp(mode, "reject")) {
 				rdma_reject(id, rej_msg, sizeof(rej_msg));
 				rdma_destroy_id(id);
@@ -534,6 +554,61 @@ static void case_sync(int port)
 	}
 }
 
+static void case_attrs(int port)
+{
+	struct conn c = { 0 };
+	struct rdma_cm_event *ev = NULL;
+	struct rdma_conn_param p = { .responder_resources = 4,
+				     .initiator_depth = 2,
+				     .retry_count = 6,
+				     .rnr_retry_count = 7 };
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+	int rfd = -1, n = 0;
+	unsigned sqpn = 0, srr = 0, sid = 0;
+	pid_t pid = start_server("attrs", port, &rfd);
+	char b[64] = "";
+	bool ok;
+
+	if (pid < 0 || dial(&c, port, true) || rdma_connect(c.id, &p) ||
+	    !(ev = next_event(c.ch, 5000))) {
+		say(false, "attrs", "setup failed");
+		goto out;
+	}
+	struct pollfd pf = { .fd = rfd, .events = POLLIN };
+
+	if (poll(&pf, 1, 5000) == 1)
+		n = (int)read(rfd, b, sizeof(b) - 1);
+	b[n > 0 ? n : 0] = 0;
+	if (sscanf(b, "Q%u r%u i%u", &sqpn, &srr, &sid) != 3 ||
+	    ibv_query_qp(c.id->qp, &a,
+			 IBV_QP_STATE | IBV_QP_DEST_QPN | IBV_QP_MAX_QP_RD_ATOMIC |
+				 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_RNR_RETRY |
+				 IBV_QP_RETRY_CNT | IBV_QP_ACCESS_FLAGS,
+			 &ia)) {
+		say(false, "attrs", "the server said \"%s\"", b);
+		goto out;
+	}
+	/* passive accepted with responder resources 2, initiator depth 3, RNR 5 */
+	ok = ev->event == RDMA_CM_EVENT_ESTABLISHED && ev->param.conn.qp_num == sqpn &&
+	     ev->param.conn.responder_resources == 3 &&
+	     ev->param.conn.initiator_depth == 2 && srr == 2 && sid == 4 &&
+	     a.qp_state == IBV_QPS_RTS && a.dest_qp_num == sqpn && a.max_rd_atomic == 2 &&
+	     a.max_dest_rd_atomic == 3 && a.rnr_retry == 5 && a.retry_cnt == 6 &&
+	     (a.qp_access_flags & IBV_ACCESS_REMOTE_READ);
+	say(ok, "attrs",
+	    "%s: peer QPN %u (QP dest %u), event rr %u id %u, peer saw rr %u id %u; "
+	    "QP rd_atomic %u dest %u rnr %u retry %u",
+	    rdma_event_str(ev->event), sqpn, a.dest_qp_num,
+	    ev->param.conn.responder_resources, ev->param.conn.initiator_depth, srr, sid,
+	    a.max_rd_atomic, a.max_dest_rd_atomic, a.rnr_retry, a.retry_cnt);
+out:
+	if (ev)
+		rdma_ack_cm_event(ev);
+	hangup(&c);
+	stop_server(pid, rfd);
+}
+
 static void case_enosys(void)
 {
 	int r = rsocket(AF_INET, SOCK_STREAM, 0), e = errno;
@@ -635,7 +710,7 @@ int main(int argc, char **argv)
 {
 	static const char *const all[] = { "noone", "reject", "silent",	 "addr",
 					   "death", "qperr",  "unacked", "nonblock",
-					   "sync",  "enosys", "mcast" };
+					   "sync",  "attrs",  "enosys",	 "mcast" };
 	int port = pick_port();
 
 	if (argc == 5 && !strcmp(argv[1], "serve"))
@@ -668,6 +743,8 @@ int main(int argc, char **argv)
 			case_nonblock();
 		else if (!strcmp(n, "sync"))
 			case_sync(port);
+		else if (!strcmp(n, "attrs"))
+			case_attrs(port);
 		else if (!strcmp(n, "enosys"))
 			case_enosys();
 		else if (!strcmp(n, "mcast"))
