@@ -274,6 +274,7 @@ struct rbt_model_trace {
 	bool have_stats;
 	struct rbt_reader_stats rstats;
 	int finished;
+	char reader_error[192]; /* rbt_reader_error() at the end: the last damage */
 };
 
 /* ns since the trace's start. */
