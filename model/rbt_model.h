@@ -76,6 +76,7 @@ struct rbt_model_res {
 	uint64_t destroy_ts; /* ticks of the destroy call (or of the create that
 			      * replaced it); valid when destroyed */
 	bool destroyed;
+	bool created; /* its create event was seen (false: first seen in use) */
 	/* With opts.keep_events: copies of the create event (NULL when the object was
 	 * first seen in use), of every successful modify (qp_modify, srq_modify,
 	 * cq_resize, mr_rereg) in trace order, and of the destroy. */

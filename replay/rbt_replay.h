@@ -1,5 +1,6 @@
 /* rbt_replay.h - the replayer's public interface: reissue the verbs of recorded
- * traces on a device (rbtrace replay) and compare two traces (rbtrace diff).
+ * traces on a device (rbtrace replay). Comparing two traces (rbtrace diff) is the
+ * analyzer's (rbt_analyzer_diff).
  *
  * The replayer never touches memory outside the MRs it registered itself: every
  * recorded address is rewritten to (replayed MR, offset) and bounds-checked.
@@ -61,14 +62,6 @@ struct rbt_replay_summary {
 int rbt_replay_run(const char *const *traces, int ntraces,
 		   const struct rbt_replay_opts *opts, struct rbt_replay_summary *sum);
 
-/* rbtrace diff: compares a and b per QP (paired in creation order) and opcode.
- * Returns the number of divergences (>= 0) or a negative errno. */
-struct rbt_diff_opts {
-	int json;
-	FILE *out; /* NULL = stdout */
-	FILE *log; /* NULL = stderr */
-};
-int rbt_replay_diff(const char *a, const char *b, const struct rbt_diff_opts *opts);
 
 #ifdef __cplusplus
 }
