@@ -261,48 +261,94 @@ struct rp_job {
 		_ok;                                                            \
 	})
 
-/* replay_load.c */
-int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path);
-void rp_side_free(struct rp_side *s);
+/* What loading one trace keeps besides the side (replay_load.c, replay_timeline.c). */
+struct rp_loading {
+	struct rp_job *j;
+	struct rp_side *s;
+	int cappd, capmr, capch, capcq, capxrcd, capsrq, capqp, capah, capstep;
+	uint64_t seq; /* file order: the tie-break of steps recorded at one time */
+};
+
+/* The phases, in the order replay_job.c runs them. Each returns 0 or a negative
+ * errno after one line on j->log. */
+
+/* replay_side.c: the side's tables */
 void *rp_alloc(struct rp_side *s, size_t n);
+void *rp_dup(struct rp_side *s, const void *src, size_t n);
+void rp_side_free(struct rp_side *s);
 uint64_t rp_abs_ns(const struct rp_side *s, uint64_t ticks);
-struct rp_qp *rp_qp_by_h(struct rp_side *s, uint64_t h);
+int rp_qp_index(const struct rp_side *s, uint64_t h);
+int rp_cq_index(const struct rp_side *s, uint64_t h);
+int rp_srq_index(const struct rp_side *s, uint64_t h);
+int rp_xrcd_index(const struct rp_side *s, uint64_t h);
 struct rp_qp *rp_qp_by_rec_qpn(struct rp_side *s, uint32_t qpn);
-struct rp_cq *rp_cq_by_h(struct rp_side *s, uint64_t h);
-struct rp_srq *rp_srq_by_h(struct rp_side *s, uint64_t h);
 struct rp_ah *rp_ah_by_h(struct rp_side *s, uint64_t h);
 struct ibv_pd *rp_pd_by_h(struct rp_side *s, uint64_t h);
 void rp_wclist_push(struct rp_wclist *l, const struct rp_wcrec *w);
-int rp_wc_is_recv(const struct rp_qp *q, uint32_t status, uint32_t opcode,
-		  uint64_t wr_id);
 int rp_is_xrc(uint64_t qp_type);
 int rp_qp_recv_on_cq(const struct rp_side *s, const struct rp_qp *q, int cq);
+int rp_cmp_u64(const void *a, const void *b);
+const char *rp_qpt_name(uint64_t qp_type);
+void rp_pattern(uint8_t *p, size_t n, uint64_t seed);
 
-/* replay_report.c */
+/* replay_load.c, replay_timeline.c, replay_join.c: one trace into a side */
+int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path);
+int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev);
+void rp_timeline_finish(struct rp_side *s);
+void rp_join_ids(struct rp_side *s);
+void rp_join_poll(struct rp_side *s, struct rp_step *st);
+int rp_wc_is_recv(const struct rp_qp *q, uint32_t status, uint32_t opcode,
+		  uint64_t wr_id);
+
+/* replay_check.c: refusals */
+int rp_check_pairs(struct rp_job *j);
+int rp_check_side(struct rp_job *j, struct rp_side *s);
+
+/* replay_build.c: the replayed resources */
+int rp_open_device(struct rp_job *j, struct rp_side *s, struct ibv_context **ctxp);
+int rp_build_side(struct rp_job *j, struct rp_side *s);
+int rp_publish_side(struct rp_job *j, struct rp_side *s);
+void rp_teardown_side(struct rp_side *s);
+int rp_modify_to(struct ibv_qp *qp, const struct rbt_ev_qp_modify *m, uint32_t dest_qpn,
+		 uint32_t dlid, const uint8_t *dgid);
+
+/* replay_translate.c: recorded work onto the replayed resources */
+int rp_prepare_side(struct rp_job *j, struct rp_side *s);
+
+/* replay_run.c: running a timeline */
+void rp_clock_init(void);
+uint64_t rp_now_ns(void);
+void rp_go_realtime(struct rp_job *j, int on);
+void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to);
+void rp_side_finish(struct rp_job *j, struct rp_side *s);
+void rp_final_states(struct rp_side *s);
+
+/* replay_report.c: the fidelity report */
 void rp_diverge(struct rp_job *j, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum);
-int rp_cmp_u64(const void *a, const void *b);
 
-/* replay_net.c */
+/* replay_record.c: -o */
+int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path);
+
+/* replay_net.c: the peer replayer, the directory exchange */
+#define RP_NET_TIMEOUT_MS 30000
 int rp_net_open(struct rp_job *j);
 int rp_net_exchange(struct rp_job *j);
 int rp_net_barrier(struct rp_job *j, const char *word);
 void rp_net_close(struct rp_job *j);
 int rp_net_agree_t0(struct rp_job *j, uint64_t *t0);
-int rp_responder_run(const struct rbt_replay_opts *o);
 int rp_dir_add_qp(struct rp_dir *d, const struct rp_dir_qp *q);
 int rp_dir_add_mr(struct rp_dir *d, const struct rp_dir_mr *m);
 int rp_dir_add_srq(struct rp_dir *d, const struct rp_dir_srq *r);
+int rp_sendf(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int rp_readline(int fd, char *buf, size_t n, int timeout_ms);
+void rp_hex(char *out, const uint8_t *g);
+void rp_unhex(uint8_t *g, const char *s);
+int rp_listen_accept(FILE *log, const char *port);
+int rp_connect(FILE *log, const char *hostport);
 
-/* replay_run.c */
-uint64_t rp_now_ns(void);
-void rp_clock_init(void);
-int rp_open_device(struct rp_job *j, struct rp_side *s, struct ibv_context **ctxp);
-int rp_modify_to(struct ibv_qp *qp, const struct rbt_ev_qp_modify *m, uint32_t dest_qpn,
-		 uint32_t dlid, const uint8_t *dgid);
-
-/* replay_record.c */
-int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path);
+/* replay_responder.c: rbtrace replay --responder */
+int rp_responder_run(const struct rbt_replay_opts *o);
 
 #endif

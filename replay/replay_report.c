@@ -11,13 +11,6 @@
 
 #include "replay/replay_int.h"
 
-int rp_cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 void rp_diverge(struct rp_job *j, const char *fmt, ...)
 {
 	va_list ap;

@@ -1,0 +1,181 @@
+/* replay_side.c - one side's tables (the recorded resources of one trace and
+ * what they became): the arena that owns every copied array, growable lists,
+ * lookups by handle and by recorded QP number, the recorded clock in
+ * CLOCK_MONOTONIC nanoseconds, and freeing it all.
+ *
+ * Plain data, shared by every phase. Must never issue a verb or print.
+ */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+
+#include "replay/replay_int.h"
+
+void *rp_alloc(struct rp_side *s, size_t n)
+{
+	void *p;
+
+	if (s->nallocs == s->capallocs) {
+		size_t cap = s->capallocs ? 2 * s->capallocs : 256;
+		void **a = realloc(s->allocs, cap * sizeof(*a));
+
+		if (!a)
+			return NULL;
+		s->allocs = a;
+		s->capallocs = cap;
+	}
+	p = calloc(1, n ? n : 1);
+	if (p)
+		s->allocs[s->nallocs++] = p;
+	return p;
+}
+
+void *rp_dup(struct rp_side *s, const void *src, size_t n)
+{
+	void *p = rp_alloc(s, n);
+
+	if (p && n)
+		memcpy(p, src, n);
+	return p;
+}
+
+void rp_wclist_push(struct rp_wclist *l, const struct rp_wcrec *w)
+{
+	if (l->n == l->cap) {
+		uint32_t cap = l->cap ? 2 * l->cap : 64;
+		struct rp_wcrec *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = *w;
+}
+
+uint64_t rp_abs_ns(const struct rp_side *s, uint64_t ticks)
+{
+	const struct rbt_header *h = &s->hdr;
+	double d = (double)(int64_t)(ticks - h->start.ticks);
+	double hz = h->clock_hz ? (double)h->clock_hz : 1e9;
+
+	return h->start.mono_ns + (uint64_t)(int64_t)(d * 1e9 / hz);
+}
+
+/* 1 + the index of the latest object created with handle h, or 0: a handle (a
+ * pointer in the recording process) is reused once its object is destroyed,
+ * so the latest object created with it is the one meant. */
+#define RP_DEFINE_INDEX(name, arr, n)                    \
+	int name(const struct rp_side *s, uint64_t h)    \
+	{                                                \
+		for (int i = s->n - 1; i >= 0 && h; i--) \
+			if (s->arr[i].h == h)            \
+				return i + 1;            \
+		return 0;                                \
+	}
+RP_DEFINE_INDEX(rp_qp_index, qp, nqp)
+RP_DEFINE_INDEX(rp_cq_index, cq, ncq)
+RP_DEFINE_INDEX(rp_srq_index, srq, nsrq)
+RP_DEFINE_INDEX(rp_xrcd_index, xrcd, nxrcd)
+
+struct rp_qp *rp_qp_by_rec_qpn(struct rp_side *s, uint32_t qpn)
+{
+	for (int i = s->nqp - 1; i >= 0; i--)
+		if ((uint32_t)s->qp[i].rec.qp_num == qpn)
+			return &s->qp[i];
+	return NULL;
+}
+
+struct rp_ah *rp_ah_by_h(struct rp_side *s, uint64_t h)
+{
+	for (int i = s->nah - 1; i >= 0; i--)
+		if (s->ah[i].h == h)
+			return &s->ah[i];
+	return NULL;
+}
+
+struct ibv_pd *rp_pd_by_h(struct rp_side *s, uint64_t h)
+{
+	for (int i = s->npd - 1; i >= 0; i--)
+		if (s->pd_h[i] == h)
+			return s->pd[i];
+	return NULL;
+}
+
+int rp_is_xrc(uint64_t qp_type)
+{
+	return qp_type == IBV_QPT_XRC_SEND || qp_type == IBV_QPT_XRC_RECV;
+}
+
+/* Whether receive completions of QP q can arrive on CQ cq (1 + index): its own
+ * receive CQ, or - for an XRC_RECV QP, which has none - the CQ of any XRC SRQ of
+ * its domain, since the sender picks the SRQ (and so the CQ) in each send. */
+int rp_qp_recv_on_cq(const struct rp_side *s, const struct rp_qp *q, int cq)
+{
+	if (q->rcq == cq)
+		return 1;
+	if (q->rec.qp_type != IBV_QPT_XRC_RECV || !q->xrcdi)
+		return 0;
+	for (int i = 0; i < s->nsrq; i++)
+		if (s->srq[i].xrcdi == q->xrcdi && s->srq[i].cqi == cq)
+			return 1;
+	return 0;
+}
+
+int rp_cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+const char *rp_qpt_name(uint64_t t)
+{
+	const char *n = rbt_verbs_name(RBT_NAMES_QP_TYPE, t);
+
+	return n ? n : "unknown";
+}
+
+/* What replayed memory holds before the run: recognisable, not zeros. */
+void rp_pattern(uint8_t *p, size_t n, uint64_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)((i * 131 + seed * 7 + 17) >> 1);
+}
+
+void rp_side_free(struct rp_side *s)
+{
+	for (size_t i = 0; i < s->nallocs; i++)
+		free(s->allocs[i]);
+	free(s->allocs);
+	for (int i = 0; i < s->nqp; i++) {
+		for (int k = 0; k < 2; k++) {
+			free(s->qp[i].rec_wc[k].v);
+			free(s->qp[i].rep_wc[k].v);
+		}
+		free(s->qp[i].send_ids.v);
+		free(s->qp[i].recv_ids.v);
+	}
+	for (int i = 0; i < s->nstep; i++)
+		free(s->step[i].wcs);
+	free(s->pd_h);
+	free(s->pd);
+	free(s->mr);
+	free(s->ch_h);
+	free(s->ch);
+	for (int i = 0; i < s->ncq; i++)
+		free(s->cq[i].stash);
+	free(s->cq);
+	for (int i = 0; i < s->nxqp; i++)
+		for (int k = 0; k < 2; k++) {
+			free(s->xqp[i].rec_wc[k].v);
+			free(s->xqp[i].rep_wc[k].v);
+		}
+	free(s->xqp);
+	free(s->srq);
+	free(s->xrcd);
+	free(s->qp);
+	free(s->ah);
+	free(s->step);
+	memset(s, 0, sizeof(*s));
+}
