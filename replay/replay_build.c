@@ -59,17 +59,29 @@ int rp_open_device(struct rp_job *j, struct rp_side *s, struct ibv_context **ctx
 }
 
 /* ---- building the resources ---------------------------------------------------- */
-int rp_build_side(struct rp_job *j, struct rp_side *s)
+/* A create the device refused, in one line. */
+static int rp_build_failed(struct rp_job *j, struct rp_side *s)
 {
-	s->pd = calloc((size_t)s->npd + 1, sizeof(*s->pd));
-	s->ch = calloc((size_t)s->nch + 1, sizeof(*s->ch));
-	if (!s->pd || !s->ch)
-		return -ENOMEM;
+	int e = errno ? errno : EIO;
+
+	fprintf(j->log, "rbtrace replay: %s: creating resources failed: %s\n", s->path,
+		strerror(e));
+	return -e;
+}
+
+static int rp_build_pds(struct rp_job *j, struct rp_side *s)
+{
 	for (int i = 0; i < s->npd; i++) {
 		s->pd[i] = ibv_alloc_pd(s->ctx);
 		if (!s->pd[i])
-			goto fail;
+			return rp_build_failed(j, s);
 	}
+	return 0;
+}
+
+/* Page-aligned memory of each recorded MR's size, with its recorded access. */
+static int rp_build_mrs(struct rp_job *j, struct rp_side *s)
+{
 	for (int i = 0; i < s->nmr; i++) {
 		struct rp_mr *m = &s->mr[i];
 		size_t len = m->length ? m->length : 1;
@@ -94,10 +106,17 @@ int rp_build_side(struct rp_job *j, struct rp_side *s)
 			return -errno ? -errno : -EIO;
 		}
 	}
+	return 0;
+}
+
+/* Completion channels, then CQs on them (with room to stash completions an
+ * event wait took off the CQ). */
+static int rp_build_cqs(struct rp_job *j, struct rp_side *s)
+{
 	for (int i = 0; i < s->nch; i++) {
 		s->ch[i] = ibv_create_comp_channel(s->ctx);
 		if (!s->ch[i])
-			goto fail;
+			return rp_build_failed(j, s);
 	}
 	for (int i = 0; i < s->ncq; i++) {
 		struct rp_cq *c = &s->cq[i];
@@ -114,7 +133,7 @@ int rp_build_side(struct rp_job *j, struct rp_side *s)
 							   ? s->ctx->num_comp_vectors
 							   : 1));
 		if (!c->cq)
-			goto fail;
+			return rp_build_failed(j, s);
 		if (ch) {
 			c->stash_cap = (uint32_t)c->cq->cqe + 1;
 			c->stash = calloc(c->stash_cap, sizeof(*c->stash));
@@ -122,6 +141,11 @@ int rp_build_side(struct rp_job *j, struct rp_side *s)
 				return -ENOMEM;
 		}
 	}
+	return 0;
+}
+
+static int rp_build_xrcds(struct rp_job *j, struct rp_side *s)
+{
 	for (int i = 0; i < s->nxrcd; i++) {
 		/* shared through a file, or private (fd -1): see struct rp_xrcd */
 		struct ibv_xrcd_init_attr xa = {
@@ -167,6 +191,11 @@ int rp_build_side(struct rp_job *j, struct rp_side *s)
 			return -e;
 		}
 	}
+	return 0;
+}
+
+static int rp_build_srqs(struct rp_job *j, struct rp_side *s)
+{
 	for (int i = 0; i < s->nsrq; i++) {
 		struct rp_srq *r = &s->srq[i];
 		struct ibv_srq_init_attr_ex a = {
@@ -181,7 +210,7 @@ int rp_build_side(struct rp_job *j, struct rp_side *s)
 
 			r->srq = pd ? ibv_create_srq(pd, &b) : NULL;
 			if (!r->srq)
-				goto fail;
+				return rp_build_failed(j, s);
 			continue;
 		}
 		a.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
@@ -202,6 +231,11 @@ int rp_build_side(struct rp_job *j, struct rp_side *s)
 			return -e;
 		}
 	}
+	return 0;
+}
+
+static int rp_build_qps(struct rp_job *j, struct rp_side *s)
+{
 	for (int i = 0; i < s->nqp; i++) {
 		struct rp_qp *q = &s->qp[i];
 		struct rp_cq *scq = (q->scq ? &s->cq[q->scq - 1] : NULL);
@@ -282,10 +316,23 @@ int rp_build_side(struct rp_job *j, struct rp_side *s)
 			q->port = 1;
 	}
 	return 0;
-fail:
-	fprintf(j->log, "rbtrace replay: %s: creating resources failed: %s\n", s->path,
-		strerror(errno));
-	return -errno ? -errno : -EIO;
+}
+
+int rp_build_side(struct rp_job *j, struct rp_side *s)
+{
+	static int (*const steps[])(struct rp_job *, struct rp_side *) = {
+		rp_build_pds,	rp_build_mrs,  rp_build_cqs,
+		rp_build_xrcds, rp_build_srqs, rp_build_qps,
+	};
+	int rc = 0;
+
+	s->pd = calloc((size_t)s->npd + 1, sizeof(*s->pd));
+	s->ch = calloc((size_t)s->nch + 1, sizeof(*s->ch));
+	if (!s->pd || !s->ch)
+		return -ENOMEM;
+	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]) && !rc; i++)
+		rc = steps[i](j, s);
+	return rc;
 }
 
 void rp_teardown_side(struct rp_side *s)

@@ -12,26 +12,12 @@
 
 #include "replay/replay_int.h"
 
-int rp_check_side(struct rp_job *j, struct rp_side *s)
+/* QP types the replayer rebuilds, and queue sizes the device allows. */
+static int rp_check_qps(struct rp_job *j, const struct rp_side *s)
 {
 	const struct ibv_device_attr *d = &s->dattr;
 	const char *p = s->path;
-	uint64_t mem = 0;
 
-	if (s->nqp == 0) {
-		fprintf(j->log,
-			"rbtrace replay: %s: the trace creates no QP: nothing to "
-			"replay\n",
-			p);
-		return -EINVAL;
-	}
-	if (s->mw_use) {
-		fprintf(j->log,
-			"rbtrace replay: %s: the trace uses memory windows (%s), which "
-			"the replayer does not rebuild\n",
-			p, s->mw_use);
-		return -ENOTSUP;
-	}
 	for (int i = 0; i < s->nqp; i++) {
 		const struct rbt_ev_qp_create *c = &s->qp[i].rec;
 
@@ -77,6 +63,15 @@ int rp_check_side(struct rp_job *j, struct rp_side *s)
 			return -ENOTSUP;
 		}
 	}
+	return 0;
+}
+
+/* CQ and SRQ types and sizes. */
+static int rp_check_queues(struct rp_job *j, const struct rp_side *s)
+{
+	const struct ibv_device_attr *d = &s->dattr;
+	const char *p = s->path;
+
 	for (int i = 0; i < s->ncq; i++)
 		if (s->cq[i].rec.cqe_asked > (uint64_t)d->max_cqe) {
 			fprintf(j->log,
@@ -115,6 +110,15 @@ int rp_check_side(struct rp_job *j, struct rp_side *s)
 				d->max_srq_wr, d->max_srq);
 			return -ENOTSUP;
 		}
+	return 0;
+}
+
+/* Atomics, outstanding reads, path MTU. */
+static int rp_check_limits(struct rp_job *j, const struct rp_side *s)
+{
+	const struct ibv_device_attr *d = &s->dattr;
+	const char *p = s->path;
+
 	if (s->uses_atomics && d->atomic_cap == IBV_ATOMIC_NONE) {
 		fprintf(j->log,
 			"rbtrace replay: %s: the trace posts atomics; the device has no "
@@ -146,6 +150,16 @@ int rp_check_side(struct rp_job *j, struct rp_side *s)
 			return -ENOTSUP;
 		}
 	}
+	return 0;
+}
+
+/* Each MR, and all of them together. */
+static int rp_check_memory(struct rp_job *j, const struct rp_side *s)
+{
+	const struct ibv_device_attr *d = &s->dattr;
+	const char *p = s->path;
+	uint64_t mem = 0;
+
 	for (int i = 0; i < s->nmr; i++) {
 		if (s->mr[i].length > d->max_mr_size) {
 			fprintf(j->log,
@@ -166,6 +180,31 @@ int rp_check_side(struct rp_job *j, struct rp_side *s)
 		return -ENOMEM;
 	}
 	return 0;
+}
+
+int rp_check_side(struct rp_job *j, struct rp_side *s)
+{
+	const char *p = s->path;
+	int rc;
+
+	if (s->nqp == 0) {
+		fprintf(j->log,
+			"rbtrace replay: %s: the trace creates no QP: nothing to "
+			"replay\n",
+			p);
+		return -EINVAL;
+	}
+	if (s->mw_use) {
+		fprintf(j->log,
+			"rbtrace replay: %s: the trace uses memory windows (%s), which "
+			"the replayer does not rebuild\n",
+			p, s->mw_use);
+		return -ENOTSUP;
+	}
+	if ((rc = rp_check_qps(j, s)) || (rc = rp_check_queues(j, s)) ||
+	    (rc = rp_check_limits(j, s)))
+		return rc;
+	return rp_check_memory(j, s);
 }
 
 /* Every connected QP must find its peer among the traces (or over the network). */

@@ -225,9 +225,9 @@ static void rp_map_remote(struct rp_job *j, struct rp_side *s, struct rp_qp *q,
 		key_known ? "lies outside the peer's MR" : "names no MR of the peer");
 }
 
-int rp_prepare_side(struct rp_job *j, struct rp_side *s)
+/* Each connected QP to its peer in the directory. */
+static int rp_pair_qps(struct rp_job *j, struct rp_side *s)
 {
-	/* pairing */
 	for (int i = 0; i < s->nqp; i++) {
 		struct rp_qp *q = &s->qp[i];
 
@@ -245,7 +245,12 @@ int rp_prepare_side(struct rp_job *j, struct rp_side *s)
 		}
 		q->rel_side = j->dir.qps[q->peer_dir].side;
 	}
-	/* TGT QPs of other processes that delivered into our XRC SRQs */
+	return 0;
+}
+
+/* TGT QPs of other processes that delivered into our XRC SRQs. */
+static int rp_pair_xqps(struct rp_job *j, struct rp_side *s)
+{
 	for (int i = 0; i < s->nxqp; i++) {
 		struct rp_qp *x = &s->xqp[i];
 
@@ -264,7 +269,12 @@ int rp_prepare_side(struct rp_job *j, struct rp_side *s)
 		x->foreign_new_qpn = j->dir.qps[x->peer_dir].new_qpn;
 		x->rel_side = j->dir.qps[x->peer_dir].side;
 	}
-	/* address handles (UD) */
+	return 0;
+}
+
+/* Address handles (UD), to the peer's replayed LID and GID. */
+static int rp_build_ahs(struct rp_job *j, struct rp_side *s)
+{
 	for (int i = 0; i < s->nah; i++) {
 		struct rp_ah *a = &s->ah[i];
 		const struct rp_dir_qp *d = rp_dir_qp_by_lid(j, (uint32_t)a->rec.ah_dlid);
@@ -295,140 +305,173 @@ int rp_prepare_side(struct rp_job *j, struct rp_side *s)
 			return -EIO;
 		}
 	}
-	/* work requests */
-	for (int i = 0; i < s->nstep; i++) {
-		struct rp_step *st = &s->step[i];
-		const struct rbt_event *e = &st->ev;
+	return 0;
+}
 
-		if (e->type == RBT_EV_POST_SEND) {
-			const struct rbt_ev_post_send *p = &e->u.post_send;
-			uint32_t nsge = 0, k = 0;
+/* Where a recorded remote access or XRC/UD destination goes on the replay. */
+static void rp_translate_dest(struct rp_job *j, struct rp_side *s, struct rp_step *st,
+			      int i, const struct rbt_send_wr *r, struct ibv_send_wr *o,
+			      uint64_t len)
+{
+	switch (r->opcode) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+	case IBV_WR_RDMA_READ:
+		rp_map_remote(j, s, st->qp, r->remote_addr, (uint32_t)r->rkey, len,
+			      &o->wr.rdma.remote_addr, &o->wr.rdma.rkey, i);
+		break;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		rp_map_remote(j, s, st->qp, r->remote_addr, (uint32_t)r->rkey, 8,
+			      &o->wr.atomic.remote_addr, &o->wr.atomic.rkey, i);
+		o->wr.atomic.compare_add = r->compare_add;
+		o->wr.atomic.swap = r->swap;
+		break;
+	default:
+		break;
+	}
+	if (st->qp->rec.qp_type == IBV_QPT_XRC_SEND)
+		o->qp_type.xrc.remote_srqn =
+			rp_map_srqn(j, s, st->qp, (uint32_t)r->remote_qpn, i);
+	if (st->qp->rec.qp_type == IBV_QPT_UD) {
+		struct rp_ah *a = rp_ah_by_h(s, r->ah);
+		const struct rp_dir_qp *d =
+			rp_dir_qp_by_rec(j, s->idx, (uint32_t)r->remote_qpn);
 
-			if (!st->qp || !st->qp->qp) {
-				st->skipped = 1;
-				continue;
-			}
-			for (uint32_t w = 0; w < p->n_wrs; w++)
-				nsge += p->wrs[w].n_sges;
-			st->nwr = p->n_wrs;
-			st->swr = rp_alloc(s, p->n_wrs * sizeof(*st->swr));
-			st->sges = rp_alloc(s, nsge * sizeof(*st->sges));
-			if (!st->swr || !st->sges)
-				return -ENOMEM;
-			for (uint32_t w = 0; w < p->n_wrs; w++) {
-				const struct rbt_send_wr *r = &p->wrs[w];
-				struct ibv_send_wr *o = &st->swr[w];
-				uint64_t len = 0;
-				int inl = (r->send_flags & IBV_SEND_INLINE) != 0;
-
-				o->wr_id = r->wr_id;
-				o->next = w + 1 < p->n_wrs ? &st->swr[w + 1] : NULL;
-				o->sg_list = &st->sges[k];
-				o->num_sge = (int)r->n_sges;
-				o->opcode = (enum ibv_wr_opcode)r->opcode;
-				o->send_flags = (unsigned)r->send_flags;
-				o->imm_data = htobe32((uint32_t)r->imm_data);
-				for (uint32_t g = 0; g < r->n_sges; g++, k++) {
-					if (rp_map_sge(j, s, &r->sges[g], &st->sges[k],
-						       inl, i))
-						return -ENOMEM;
-					len += r->sges[g].length;
-				}
-				switch (r->opcode) {
-				case IBV_WR_RDMA_WRITE:
-				case IBV_WR_RDMA_WRITE_WITH_IMM:
-				case IBV_WR_RDMA_READ:
-					rp_map_remote(j, s, st->qp, r->remote_addr,
-						      (uint32_t)r->rkey, len,
-						      &o->wr.rdma.remote_addr,
-						      &o->wr.rdma.rkey, i);
-					break;
-				case IBV_WR_ATOMIC_CMP_AND_SWP:
-				case IBV_WR_ATOMIC_FETCH_AND_ADD:
-					rp_map_remote(j, s, st->qp, r->remote_addr,
-						      (uint32_t)r->rkey, 8,
-						      &o->wr.atomic.remote_addr,
-						      &o->wr.atomic.rkey, i);
-					o->wr.atomic.compare_add = r->compare_add;
-					o->wr.atomic.swap = r->swap;
-					break;
-				default:
-					break;
-				}
-				if (st->qp->rec.qp_type == IBV_QPT_XRC_SEND)
-					o->qp_type.xrc.remote_srqn = rp_map_srqn(
-						j, s, st->qp, (uint32_t)r->remote_qpn, i);
-				if (st->qp->rec.qp_type == IBV_QPT_UD) {
-					struct rp_ah *a = rp_ah_by_h(s, r->ah);
-					const struct rp_dir_qp *d = rp_dir_qp_by_rec(
-						j, s->idx, (uint32_t)r->remote_qpn);
-
-					o->wr.ud.ah = a ? a->ah : NULL;
-					o->wr.ud.remote_qpn =
-						d ? d->new_qpn : (uint32_t)r->remote_qpn;
-					o->wr.ud.remote_qkey = (uint32_t)r->remote_qkey;
-					if (!a) {
-						st->skipped = 1;
-						rp_diverge(j,
-							   "%s: step %d: UD send names "
-							   "an unknown "
-							   "address handle: skipped",
-							   s->path, i);
-					}
-				}
-			}
-		} else if (e->type == RBT_EV_POST_RECV ||
-			   e->type == RBT_EV_POST_SRQ_RECV) {
-			uint32_t n = e->type == RBT_EV_POST_RECV
-					     ? e->u.post_recv.n_wrs
-					     : e->u.post_srq_recv.n_wrs;
-			const struct rbt_recv_wr *wrs = e->type == RBT_EV_POST_RECV
-								? e->u.post_recv.wrs
-								: e->u.post_srq_recv.wrs;
-			uint32_t nsge = 0, k = 0;
-
-			if (e->type == RBT_EV_POST_RECV ? !st->qp || !st->qp->qp
-							: !st->srq || !st->srq->srq) {
-				st->skipped = 1;
-				continue;
-			}
-			for (uint32_t w = 0; w < n; w++)
-				nsge += wrs[w].n_sges;
-			st->nwr = n;
-			st->rwr = rp_alloc(s, n * sizeof(*st->rwr));
-			st->sges = rp_alloc(s, nsge * sizeof(*st->sges));
-			if (!st->rwr || !st->sges)
-				return -ENOMEM;
-			for (uint32_t w = 0; w < n; w++) {
-				struct ibv_recv_wr *o = &st->rwr[w];
-
-				o->wr_id = wrs[w].wr_id;
-				o->next = w + 1 < n ? &st->rwr[w + 1] : NULL;
-				o->sg_list = &st->sges[k];
-				o->num_sge = (int)wrs[w].n_sges;
-				for (uint32_t g = 0; g < wrs[w].n_sges; g++, k++)
-					if (rp_map_sge(j, s, &wrs[w].sges[g],
-						       &st->sges[k], 0, i))
-						return -ENOMEM;
-			}
-		} else if (e->type == RBT_EV_POLL_CQ) {
-			if (!st->cq || !st->cq->cq) {
-				st->skipped = 1;
-				continue;
-			}
-			/* written on the hot path: touch the pages now, not there */
-			st->wcs = malloc(e->u.poll_cq.n_wcs * sizeof(*st->wcs));
-			if (!st->wcs)
-				return -ENOMEM;
-			memset(st->wcs, 0, e->u.poll_cq.n_wcs * sizeof(*st->wcs));
-		} else if (e->type == RBT_EV_QP_MODIFY) {
-			if (!st->qp || !st->qp->qp)
-				st->skipped = 1;
-		} else if (e->type == RBT_EV_REQ_NOTIFY ||
-			   e->type == RBT_EV_GET_CQ_EVENT) {
-			if (!st->cq || !st->cq->cq)
-				st->skipped = 1;
+		o->wr.ud.ah = a ? a->ah : NULL;
+		o->wr.ud.remote_qpn = d ? d->new_qpn : (uint32_t)r->remote_qpn;
+		o->wr.ud.remote_qkey = (uint32_t)r->remote_qkey;
+		if (!a) {
+			st->skipped = 1;
+			rp_diverge(j,
+				   "%s: step %d: UD send names an unknown address "
+				   "handle: skipped",
+				   s->path, i);
 		}
 	}
+}
+
+/* A recorded ibv_post_send as a chain of ibv_send_wr on the replayed QP. */
+static int rp_translate_send(struct rp_job *j, struct rp_side *s, struct rp_step *st,
+			     int i)
+{
+	const struct rbt_ev_post_send *p = &st->ev.u.post_send;
+	uint32_t nsge = 0, k = 0;
+
+	if (!st->qp || !st->qp->qp) {
+		st->skipped = 1;
+		return 0;
+	}
+	for (uint32_t w = 0; w < p->n_wrs; w++)
+		nsge += p->wrs[w].n_sges;
+	st->nwr = p->n_wrs;
+	st->swr = rp_alloc(s, p->n_wrs * sizeof(*st->swr));
+	st->sges = rp_alloc(s, nsge * sizeof(*st->sges));
+	if (!st->swr || !st->sges)
+		return -ENOMEM;
+	for (uint32_t w = 0; w < p->n_wrs; w++) {
+		const struct rbt_send_wr *r = &p->wrs[w];
+		struct ibv_send_wr *o = &st->swr[w];
+		uint64_t len = 0;
+		int inl = (r->send_flags & IBV_SEND_INLINE) != 0;
+
+		o->wr_id = r->wr_id;
+		o->next = w + 1 < p->n_wrs ? &st->swr[w + 1] : NULL;
+		o->sg_list = &st->sges[k];
+		o->num_sge = (int)r->n_sges;
+		o->opcode = (enum ibv_wr_opcode)r->opcode;
+		o->send_flags = (unsigned)r->send_flags;
+		o->imm_data = htobe32((uint32_t)r->imm_data);
+		for (uint32_t g = 0; g < r->n_sges; g++, k++) {
+			if (rp_map_sge(j, s, &r->sges[g], &st->sges[k], inl, i))
+				return -ENOMEM;
+			len += r->sges[g].length;
+		}
+		rp_translate_dest(j, s, st, i, r, o, len);
+	}
+	return 0;
+}
+
+/* A recorded ibv_post_recv or ibv_post_srq_recv as a chain of ibv_recv_wr. */
+static int rp_translate_recv(struct rp_job *j, struct rp_side *s, struct rp_step *st,
+			     int i)
+{
+	const struct rbt_event *e = &st->ev;
+	int srq = e->type == RBT_EV_POST_SRQ_RECV;
+	uint32_t n = srq ? e->u.post_srq_recv.n_wrs : e->u.post_recv.n_wrs;
+	const struct rbt_recv_wr *wrs = srq ? e->u.post_srq_recv.wrs : e->u.post_recv.wrs;
+	uint32_t nsge = 0, k = 0;
+
+	if (srq ? !st->srq || !st->srq->srq : !st->qp || !st->qp->qp) {
+		st->skipped = 1;
+		return 0;
+	}
+	for (uint32_t w = 0; w < n; w++)
+		nsge += wrs[w].n_sges;
+	st->nwr = n;
+	st->rwr = rp_alloc(s, n * sizeof(*st->rwr));
+	st->sges = rp_alloc(s, nsge * sizeof(*st->sges));
+	if (!st->rwr || !st->sges)
+		return -ENOMEM;
+	for (uint32_t w = 0; w < n; w++) {
+		struct ibv_recv_wr *o = &st->rwr[w];
+
+		o->wr_id = wrs[w].wr_id;
+		o->next = w + 1 < n ? &st->rwr[w + 1] : NULL;
+		o->sg_list = &st->sges[k];
+		o->num_sge = (int)wrs[w].n_sges;
+		for (uint32_t g = 0; g < wrs[w].n_sges; g++, k++)
+			if (rp_map_sge(j, s, &wrs[w].sges[g], &st->sges[k], 0, i))
+				return -ENOMEM;
+	}
+	return 0;
+}
+
+/* One step made ready to run; a step whose object was never rebuilt is skipped. */
+static int rp_translate_step(struct rp_job *j, struct rp_side *s, struct rp_step *st,
+			     int i)
+{
+	switch (st->ev.type) {
+	case RBT_EV_POST_SEND:
+		return rp_translate_send(j, s, st, i);
+	case RBT_EV_POST_RECV:
+	case RBT_EV_POST_SRQ_RECV:
+		return rp_translate_recv(j, s, st, i);
+	case RBT_EV_POLL_CQ:
+		if (!st->cq || !st->cq->cq) {
+			st->skipped = 1;
+			return 0;
+		}
+		/* written on the hot path: touch the pages now, not there
+		 * (calloc could hand out untouched zero pages) */
+		st->wcs = malloc(st->ev.u.poll_cq.n_wcs * sizeof(*st->wcs));
+		if (!st->wcs)
+			return -ENOMEM;
+		memset(st->wcs, 0, st->ev.u.poll_cq.n_wcs * sizeof(*st->wcs));
+		return 0;
+	case RBT_EV_QP_MODIFY:
+		if (!st->qp || !st->qp->qp)
+			st->skipped = 1;
+		return 0;
+	case RBT_EV_REQ_NOTIFY:
+	case RBT_EV_GET_CQ_EVENT:
+		if (!st->cq || !st->cq->cq)
+			st->skipped = 1;
+		return 0;
+	default:
+		return 0;
+	}
+}
+
+int rp_prepare_side(struct rp_job *j, struct rp_side *s)
+{
+	int rc;
+
+	if ((rc = rp_pair_qps(j, s)) || (rc = rp_pair_xqps(j, s)) ||
+	    (rc = rp_build_ahs(j, s)))
+		return rc;
+	for (int i = 0; i < s->nstep; i++)
+		if ((rc = rp_translate_step(j, s, &s->step[i], i)))
+			return rc;
 	return 0;
 }
