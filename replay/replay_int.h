@@ -1,6 +1,8 @@
-/* replay_int.h - what the replayer's files share: the model of a loaded trace (one
- * "side" per trace), the directory of published numbers that pairs the sides, and
- * the helpers between them. Internal: nothing outside replay/ includes this.
+/* replay_int.h - what the replayer's files share: a loaded trace (one "side" per
+ * trace: the replay's state for each object of the trace's model, model/, and
+ * the timeline of steps), the directory of published numbers that pairs the
+ * sides, and the helpers between them. Internal: nothing outside replay/
+ * includes this.
  */
 #ifndef RBT_REPLAY_INT_H
 #define RBT_REPLAY_INT_H
@@ -10,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "model/rbt_model.h"
 #include "replay/rbt_replay.h"
 #include "trace_format/rbt_format.h"
 
@@ -62,11 +65,14 @@ struct rp_ah {
 	struct ibv_ah *ah;
 };
 
+/* A completion of one queue of a QP: the recording's (as the model joined it)
+ * or the replay's. */
 struct rp_wcrec {
 	uint64_t wr_id;
-	uint32_t status, opcode, byte_len, imm, wc_flags;
+	uint32_t status, opcode, byte_len;
 	uint8_t no_len;	  /* byte_len was not recorded */
 	uint8_t unpolled; /* replay: taken off the CQ after the last poll step */
+	uint64_t ts, seq; /* recorded: the poll's ticks and the join's order */
 };
 
 struct rp_idset {
@@ -86,8 +92,12 @@ struct rp_qp {
 	int xrcdi;	       /* XRC_RECV: 1 + index of its XRCD */
 	uint32_t rec_dest_qpn; /* from the RTR modify, 0 if none */
 	int has_dest;
-	uint32_t rec_final_state; /* last modified state, ERR after an error wc */
-	int rec_err_wc;
+	uint32_t rec_final_state; /* the model's last state, or later evidence */
+	/* the latest query or async event that told the QP's state (ticks) */
+	uint32_t evidence_state;
+	uint64_t evidence_ts;
+	int has_evidence;
+	struct rbt_model_qp *mq; /* the model's QP (NULL: another process's) */
 	uint32_t port;
 	uint32_t rec_sq_psn, rec_rq_psn, rec_path_mtu, rec_max_rd_atomic;
 	uint32_t sgid_index;
@@ -163,6 +173,11 @@ struct rp_side {
 	int nxqp;
 	struct rp_ah *ah;
 	int nah;
+	/* the trace's model: resource tables and lifetimes, the clock, the join;
+	 * each object's user is 1 + the index of its replay entry here */
+	struct rbt_model *model;
+	const struct rbt_model_trace *mtrace;
+	uint64_t wc_seq;
 	struct rp_step *step;
 	int nstep, prefix;     /* steps [0, prefix) run before the start barrier */
 	uint64_t rec_epoch_ns; /* abs mono ns of the first step after the prefix */
@@ -267,6 +282,8 @@ struct rp_loading {
 	struct rp_side *s;
 	int cappd, capmr, capch, capcq, capxrcd, capsrq, capqp, capah, capstep;
 	uint64_t seq; /* file order: the tie-break of steps recorded at one time */
+	int cur_cq;   /* 1 + index of the CQ of the poll being fed, or 0 */
+	int err;      /* from a model callback: -ENOMEM */
 };
 
 /* The phases, in the order replay_job.c runs them. Each returns 0 or a negative
@@ -295,8 +312,10 @@ void rp_pattern(uint8_t *p, size_t n, uint64_t seed);
 int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path);
 int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev);
 void rp_timeline_finish(struct rp_side *s);
-void rp_join_ids(struct rp_side *s);
-void rp_join_poll(struct rp_side *s, struct rp_step *st);
+extern const struct rbt_model_ops rp_join_ops; /* arg: struct rp_loading * */
+void rp_join_finish(struct rp_side *s);
+void *rp_res_user(int idx);
+int rp_res_idx(const struct rbt_model_res *r);
 int rp_wc_is_recv(const struct rp_qp *q, uint32_t status, uint32_t opcode,
 		  uint64_t wr_id);
 

@@ -1,32 +1,20 @@
-/* replay_join.c - what the program saw, per QP and queue: which recorded
- * completion belongs to which QP's send or receive queue (by QP number; a CQ
- * of one QP when the poll did not say; the wr_ids each queue was posted, for
- * error completions whose opcode is undefined; receives through another
- * process's TGT QP of a shared XRC domain), and the QP's recorded end state
- * that the completions imply.
+/* replay_join.c - replay's side of the model's post -> completion join: the
+ * recorded completions the model joins (model/rbt_model.h) onto the lists of
+ * their replayed QP and queue, in the order the program polled them (receives
+ * through another process's TGT QP of a shared XRC domain onto a stand-in of
+ * that QP); the wr_ids each queue was posted, by which the replay's own error
+ * completions (undefined opcode) are told to a queue; each QP's recorded end
+ * state, from the model and later evidence (queries, async events).
  *
- * The replay's own completions are sorted onto the same queues with the same
- * rule (rp_wc_is_recv). Must never issue a verb: it runs while loading.
+ * Must never join anything itself (the model does) and never issue a verb: it
+ * runs while loading, inside the model's callbacks.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "replay/replay_int.h"
-
-/* The QP a CQ serves, when it serves exactly one. */
-static struct rp_qp *rp_only_qp_of_cq(struct rp_side *s, int cq)
-{
-	struct rp_qp *only = NULL;
-
-	for (int i = 0; i < s->nqp; i++)
-		if (s->qp[i].scq == cq || rp_qp_recv_on_cq(s, &s->qp[i], cq)) {
-			if (only)
-				return NULL;
-			only = &s->qp[i];
-		}
-	return only;
-}
 
 /* Error completions carry no valid opcode, so the queue they came from is told by
  * the wr_id: was it posted as a receive on this QP (or its SRQ)? */
@@ -62,6 +50,14 @@ static void rp_idset_seal(struct rp_idset *set)
 	set->n = k;
 }
 
+/* Whether QP q takes the receives of SRQ srqi (1 + index): its own SRQ, or for
+ * an XRC_RECV QP any XRC SRQ of its domain. */
+static int rp_qp_takes_srq(const struct rp_side *s, const struct rp_qp *q, int srqi)
+{
+	return q->srqi == srqi || (q->rec.qp_type == IBV_QPT_XRC_RECV && q->xrcdi &&
+				   q->xrcdi == s->srq[srqi - 1].xrcdi);
+}
+
 /* The queue a completion came from. An error completion's opcode is undefined on
  * hardware, so its wr_id decides when it was posted to one queue only. */
 int rp_wc_is_recv(const struct rp_qp *q, uint32_t status, uint32_t opcode, uint64_t wr_id)
@@ -83,17 +79,11 @@ int rp_wc_is_recv(const struct rp_qp *q, uint32_t status, uint32_t opcode, uint6
 }
 
 /* The stand-in for TGT QP qpn of another process, whose receives arrived on CQ
- * cq (1 + index) through one of our XRC SRQs; NULL when cq is no XRC SRQ's. */
+ * cq (1 + index) through one of our XRC SRQs. */
 static struct rp_qp *rp_xqp_get(struct rp_side *s, int cq, uint32_t qpn)
 {
 	struct rp_qp *q, *v;
-	int xrc = 0;
 
-	for (int i = 0; i < s->nsrq; i++)
-		if (s->srq[i].rec.srq_type == IBV_SRQT_XRC && s->srq[i].cqi == cq)
-			xrc = 1;
-	if (!xrc)
-		return NULL;
 	for (int i = 0; i < s->nxqp; i++)
 		if ((uint32_t)s->xqp[i].rec.qp_num == qpn)
 			return &s->xqp[i];
@@ -111,88 +101,134 @@ static struct rp_qp *rp_xqp_get(struct rp_side *s, int cq, uint32_t qpn)
 	return q;
 }
 
-/* Whether QP q takes the receives of SRQ srqi (1 + index): its own SRQ, or for
- * an XRC_RECV QP any XRC SRQ of its domain. */
-static int rp_qp_takes_srq(const struct rp_side *s, const struct rp_qp *q, int srqi)
+/* ---- the model's callbacks ---------------------------------------------------- */
+static void rp_join_posted(void *arg, struct rbt_model_res *q, struct rbt_model_wr *w,
+			   const struct rbt_send_wr *sw)
 {
-	return q->srqi == srqi || (q->rec.qp_type == IBV_QPT_XRC_RECV && q->xrcdi &&
-				   q->xrcdi == s->srq[srqi - 1].xrcdi);
-}
+	struct rp_side *s = ((struct rp_loading *)arg)->s;
+	int i = rp_res_idx(q);
 
-/* Which wr_ids each QP posted to which queue (SRQ receives: every QP on the
- * SRQ, or of the XRC SRQ's domain), in recorded order; sealed for lookups. */
-void rp_join_ids(struct rp_side *s)
-{
-	for (int i = 0; i < s->nstep; i++) {
-		const struct rp_step *st = &s->step[i];
-		const struct rbt_event *e = &st->ev;
+	if (!i)
+		return;
+	if (q->kind == RBT_MODEL_QP) {
+		struct rp_qp *qp = &s->qp[i - 1];
 
-		if (!st->obj)
-			continue;
-		if (e->type == RBT_EV_POST_SEND)
-			for (uint32_t k = 0; k < e->u.post_send.n_wrs; k++)
-				rp_idset_add(&s->qp[st->obj - 1].send_ids,
-					     e->u.post_send.wrs[k].wr_id);
-		else if (e->type == RBT_EV_POST_RECV)
-			for (uint32_t k = 0; k < e->u.post_recv.n_wrs; k++)
-				rp_idset_add(&s->qp[st->obj - 1].recv_ids,
-					     e->u.post_recv.wrs[k].wr_id);
-		else if (e->type == RBT_EV_POST_SRQ_RECV)
-			for (int q = 0; q < s->nqp; q++)
-				if (rp_qp_takes_srq(s, &s->qp[q], st->obj))
-					for (uint32_t k = 0; k < e->u.post_srq_recv.n_wrs;
-					     k++)
-						rp_idset_add(
-							&s->qp[q].recv_ids,
-							e->u.post_srq_recv.wrs[k].wr_id);
-	}
-	for (int q = 0; q < s->nqp; q++) {
-		rp_idset_seal(&s->qp[q].send_ids);
-		rp_idset_seal(&s->qp[q].recv_ids);
+		rp_idset_add(w->recv ? &qp->recv_ids : &qp->send_ids, w->wr_id);
+	} else if (q->kind == RBT_MODEL_SRQ) {
+		for (int k = 0; k < s->nqp; k++)
+			if (rp_qp_takes_srq(s, &s->qp[k], i))
+				rp_idset_add(&s->qp[k].recv_ids, w->wr_id);
 	}
 }
 
-/* The completions of one recorded poll (step st, resolved to its CQ) onto
- * their QPs' recorded lists. */
-void rp_join_poll(struct rp_side *s, struct rp_step *st)
+/* A recorded completion onto its QP's list. cq: the CQ of the poll that
+ * returned it when known (0: one the model held until its post came). */
+static void rp_join_push(struct rp_loading *ld, struct rbt_model_qp *mq, int cq,
+			 const struct rbt_model_comp *c)
 {
-	const struct rbt_ev_poll_cq *p = &st->ev.u.poll_cq;
+	struct rp_side *s = ld->s;
+	int i = mq ? rp_res_idx(&mq->res) : 0;
+	struct rp_qp *q;
 
-	for (uint32_t k = 0; k < p->n_wcs; k++) {
-		const struct rbt_wc *w = &p->wcs[k];
-		struct rp_qp *q = rp_qp_by_rec_qpn(s, (uint32_t)w->qp_num);
-		struct rp_wcrec wr = {
-			.wr_id = w->wr_id,
-			.status = (uint32_t)w->status,
-			.opcode = (uint32_t)w->opcode,
-			.byte_len = (uint32_t)w->byte_len,
-			.imm = (uint32_t)w->imm_data,
-			.wc_flags = (uint32_t)w->wc_flags,
-			/* an extended poll records what the app read:
-			 * byte_len may not be among it */
-			.no_len = (uint8_t)(st->cq && st->cq->rec.ex && !w->byte_len),
-		};
-
-		/* a TGT QP of another process in our XRC domain */
-		if (!q && st->cq && w->qp_num) {
-			q = rp_xqp_get(s, st->obj, (uint32_t)w->qp_num);
-			if (q) {
-				rp_wclist_push(&q->rec_wc[1], &wr);
-				continue;
-			}
-		}
-		/* ... nor the QP number: a CQ of one QP says it */
-		if (!q && st->cq)
-			q = rp_only_qp_of_cq(s, st->obj);
-		if (!q)
-			continue;
-		rp_wclist_push(
-			&q->rec_wc[rp_wc_is_recv(q, wr.status, wr.opcode, wr.wr_id)],
-			&wr);
-		/* an error, flushes included, means the QP is in ERR */
-		if (wr.status != IBV_WC_SUCCESS) {
-			q->rec_err_wc = 1;
-			q->rec_final_state = IBV_QPS_ERR;
-		}
+	if (i)
+		q = &s->qp[i - 1];
+	else if (mq && mq->type == IBV_QPT_XRC_RECV && cq)
+		q = rp_xqp_get(s, cq, mq->qpn); /* another process's TGT QP */
+	else
+		return;
+	if (!q) {
+		ld->err = -ENOMEM;
+		return;
 	}
+	if (!cq)
+		cq = c->recv ? q->rcq : q->scq;
+	struct rp_wcrec r = {
+		.wr_id = c->wr_id,
+		.status = (uint32_t)c->status,
+		.opcode = (uint32_t)c->opcode,
+		.byte_len = (uint32_t)c->byte_len,
+		/* an extended poll records what the app read: byte_len may not
+		 * be among it */
+		.no_len = (uint8_t)(cq && s->cq[cq - 1].rec.ex && !c->byte_len),
+		.ts = c->poll_ts,
+		.seq = s->wc_seq++,
+	};
+	rp_wclist_push(&q->rec_wc[c->recv ? 1 : 0], &r);
+}
+
+static void rp_join_completion(void *arg, struct rbt_model_qp *qp,
+			       const struct rbt_model_comp *c,
+			       const struct rbt_model_wr *w)
+{
+	struct rp_loading *ld = arg;
+
+	rp_join_push(ld, qp, ld->cur_cq, c);
+}
+
+/* No post for it in the trace (it began after the post): still what the
+ * program saw. */
+static void rp_join_unmatched(void *arg, struct rbt_model_qp *qp,
+			      const struct rbt_model_comp *c)
+{
+	rp_join_push(arg, qp, 0, c);
+}
+
+const struct rbt_model_ops rp_join_ops = {
+	.wr_posted = rp_join_posted,
+	.completion = rp_join_completion,
+	.unmatched = rp_join_unmatched,
+};
+
+/* ---- after the last event -------------------------------------------------------- */
+static int rp_wcrec_cmp(const void *a, const void *b)
+{
+	const struct rp_wcrec *x = a, *y = b;
+
+	if (x->ts != y->ts)
+		return x->ts < y->ts ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static void rp_join_sort(struct rp_qp *q)
+{
+	for (int d = 0; d < 2; d++)
+		if (q->rec_wc[d].n > 1)
+			qsort(q->rec_wc[d].v, q->rec_wc[d].n, sizeof(*q->rec_wc[d].v),
+			      rp_wcrec_cmp);
+}
+
+/* What the recording says about a QP at its end: the model's state (modifies,
+ * error completions), unless a query or async event told otherwise later; and
+ * its connection as the model's successful modifies left it. */
+static void rp_join_qp_end(struct rp_qp *q)
+{
+	const struct rbt_model_qp *mq = q->mq;
+	uint64_t last;
+
+	if (!mq)
+		return;
+	last = mq->n_hist ? mq->hist[mq->n_hist - 1].ts : 0;
+	q->rec_final_state =
+		mq->state == RBT_MODEL_STATE_UNKNOWN ? IBV_QPS_RESET : mq->state;
+	if (q->has_evidence && q->evidence_ts >= last)
+		q->rec_final_state = q->evidence_state;
+	q->rec_dest_qpn = (uint32_t)mq->dest_qpn;
+	q->has_dest = mq->dest_qpn != 0;
+	q->port = mq->port ? (uint32_t)mq->port : 1;
+	q->rec_sq_psn = (uint32_t)mq->sq_psn;
+	q->rec_rq_psn = (uint32_t)mq->rq_psn;
+	q->rec_path_mtu = (uint32_t)mq->path_mtu;
+	q->rec_max_rd_atomic = (uint32_t)mq->max_rd_atomic;
+}
+
+void rp_join_finish(struct rp_side *s)
+{
+	for (int i = 0; i < s->nqp; i++) {
+		rp_join_sort(&s->qp[i]);
+		rp_idset_seal(&s->qp[i].send_ids);
+		rp_idset_seal(&s->qp[i].recv_ids);
+		rp_join_qp_end(&s->qp[i]);
+	}
+	for (int i = 0; i < s->nxqp; i++)
+		rp_join_sort(&s->xqp[i]);
 }

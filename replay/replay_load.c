@@ -1,7 +1,10 @@
-/* replay_load.c - reads one trace into a side: the resources it created (PDs,
- * MRs, channels, CQs, XRC domains, SRQs, QPs, AHs), through one loader per
- * event id (rp_loaders[]), the steps of its timeline (replay_timeline.c), and
- * what the reader says about damage.
+/* replay_load.c - reads one trace into a side: every event is fed to the side's
+ * model (model/rbt_model.h: resource tables with lifetimes, the clock, the
+ * post -> completion join, whose callbacks are replay_join.c's), then to one
+ * loader per event id (rp_loaders[]) for what the replay keeps: an entry per
+ * object it rebuilds (PDs, MRs, channels, CQs, XRC domains, SRQs, QPs, AHs),
+ * tied to the model's object, and the steps of its timeline
+ * (replay_timeline.c); and what the reader says about damage.
  *
  * Must never issue a verb: loading happens before the replayer decides whether
  * it can replay at all. A failed create in the recording created nothing, so
@@ -17,6 +20,18 @@
 static int rp_is_create_ok(int64_t ret, uint64_t err, uint64_t h)
 {
 	return h != 0 && err == 0 && ret >= 0;
+}
+
+/* The model's object of kind k that the create of handle h made, tied to the
+ * replay's entry idx (1 + index). */
+static struct rbt_model_res *rp_tie(struct rp_loading *ld, enum rbt_model_kind k,
+				    uint64_t h, int idx)
+{
+	struct rbt_model_res *r = rbt_model_by_handle(ld->s->model, 0, k, h);
+
+	if (r)
+		r->user = rp_res_user(idx);
+	return r;
 }
 
 /* Room for one more element of one of the side's tables, or -ENOMEM. */
@@ -55,6 +70,7 @@ static int rp_load_pd(struct rp_loading *ld, const struct rbt_event *ev)
 	if (RP_ADD(ld, pd_h, npd, cappd))
 		return -ENOMEM;
 	ld->s->pd_h[ld->s->npd++] = p->pd;
+	rp_tie(ld, RBT_MODEL_PD, p->pd, ld->s->npd);
 	return 0;
 }
 
@@ -68,6 +84,7 @@ static int rp_load_mr(struct rp_loading *ld, const struct rbt_event *ev)
 	if (RP_ADD(ld, mr, nmr, capmr))
 		return -ENOMEM;
 	m = &ld->s->mr[ld->s->nmr++];
+	rp_tie(ld, RBT_MODEL_MR, p->mr, ld->s->nmr);
 	m->h = p->mr;
 	m->pd = p->pd;
 	/* sges name the virtual address; peers name the iova */
@@ -89,6 +106,7 @@ static int rp_load_channel(struct rp_loading *ld, const struct rbt_event *ev)
 	if (RP_ADD(ld, ch_h, nch, capch))
 		return -ENOMEM;
 	ld->s->ch_h[ld->s->nch++] = p->channel;
+	rp_tie(ld, RBT_MODEL_CHANNEL, p->channel, ld->s->nch);
 	return 0;
 }
 
@@ -102,6 +120,7 @@ static int rp_load_cq(struct rp_loading *ld, const struct rbt_event *ev)
 	if (RP_ADD(ld, cq, ncq, capcq))
 		return -ENOMEM;
 	c = &ld->s->cq[ld->s->ncq++];
+	rp_tie(ld, RBT_MODEL_CQ, p->cq, ld->s->ncq);
 	c->h = p->cq;
 	c->channel = p->channel;
 	c->rec = *p;
@@ -118,6 +137,7 @@ static int rp_load_xrcd(struct rp_loading *ld, const struct rbt_event *ev)
 	if (RP_ADD(ld, xrcd, nxrcd, capxrcd))
 		return -ENOMEM;
 	x = &ld->s->xrcd[ld->s->nxrcd++];
+	rp_tie(ld, RBT_MODEL_XRCD, p->xrcd, ld->s->nxrcd);
 	x->shared = (int)(int32_t)p->fd >= 0;
 	x->h = p->xrcd;
 	return 0;
@@ -139,6 +159,7 @@ static int rp_load_srq(struct rp_loading *ld, const struct rbt_event *ev)
 	r->rec = *p;
 	r->xrcdi = rp_xrcd_index(s, p->xrcd);
 	r->cqi = rp_cq_index(s, p->cq);
+	rp_tie(ld, RBT_MODEL_SRQ, p->srq, s->nsrq);
 	return 0;
 }
 
@@ -163,6 +184,9 @@ static int rp_load_qp(struct rp_loading *ld, const struct rbt_event *ev)
 	q->port = 1;
 	q->rel_side = -1;
 	q->peer_dir = -1;
+	q->mq = (struct rbt_model_qp *)rp_tie(ld, RBT_MODEL_QP, p->qp, s->nqp);
+	if (q->mq && q->mq->res.kind != RBT_MODEL_QP)
+		q->mq = NULL;
 	return 0;
 }
 
@@ -176,6 +200,7 @@ static int rp_load_ah(struct rp_loading *ld, const struct rbt_event *ev)
 	if (RP_ADD(ld, ah, nah, capah))
 		return -ENOMEM;
 	a = &ld->s->ah[ld->s->nah++];
+	rp_tie(ld, RBT_MODEL_AH, p->ah, ld->s->nah);
 	a->h = p->ah;
 	a->pd = p->pd;
 	a->rec = *p;
@@ -274,6 +299,35 @@ static int rp_load_damage(struct rp_job *j, struct rp_side *s, struct rbt_reader
 	return 0;
 }
 
+/* The model first (the join's callbacks run in it, on the replay's entries
+ * made by earlier events), then the replay's loader. */
+static int rp_load_event(struct rp_loading *ld, const struct rbt_event *ev)
+{
+	int rc;
+
+	ld->cur_cq =
+		ev->type == RBT_EV_POLL_CQ ? rp_cq_index(ld->s, ev->u.poll_cq.cq) : 0;
+	rc = rbt_model_feed(ld->s->model, 0, ev);
+	if (rc == -ENOMEM || ld->err)
+		return -ENOMEM;
+	if (ev->type > RBT_EV_MAX_ID || !rp_loaders[ev->type])
+		return 0;
+	return rp_loaders[ev->type](ld, ev);
+}
+
+static int rp_load_model(struct rp_loading *ld, const struct rbt_header *hdr)
+{
+	const struct rbt_model_opts mo = { .ops = &rp_join_ops, .arg = ld };
+	struct rp_side *s = ld->s;
+	int rc = rbt_model_create(&mo, &s->model);
+
+	if (rc < 0)
+		return -ENOMEM;
+	rc = rbt_model_add_trace(s->model, hdr, s->path);
+	s->mtrace = rc < 0 ? NULL : rbt_model_trace(s->model, rc);
+	return s->mtrace ? 0 : -ENOMEM;
+}
+
 int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 {
 	struct rp_loading ld = { .j = j, .s = s };
@@ -294,16 +348,19 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 	s->hdr.cmdline = NULL;
 	s->hdr.tool = NULL;
 
-	while ((rc = rbt_reader_next(r, &ev)) == 1) {
-		if (ev->type > RBT_EV_MAX_ID || !rp_loaders[ev->type])
-			continue;
-		if (rp_loaders[ev->type](&ld, ev) < 0) {
-			rbt_reader_close(r);
-			fprintf(j->log,
-				"rbtrace replay: %s: out of memory while loading\n",
-				path);
-			return -ENOMEM;
-		}
+	/* The model keeps &ld as its callbacks' argument: after loading it is
+	 * only asked (lookups), never fed, so no callback runs again. */
+	rc = rp_load_model(&ld, rbt_reader_header(r));
+	while (rc == 0 && (rc = rbt_reader_next(r, &ev)) == 1)
+		rc = rp_load_event(&ld, ev);
+	/* rc: 0 at the end, the reader's error, or -ENOMEM */
+	if (rc != -ENOMEM && (rbt_model_finish(s->model) < 0 || ld.err))
+		rc = -ENOMEM;
+	if (rc == -ENOMEM) {
+		rbt_reader_close(r);
+		fprintf(j->log, "rbtrace replay: %s: out of memory while loading\n",
+			path);
+		return -ENOMEM;
 	}
 	s->stats = *rbt_reader_stats(r);
 	rc = rp_load_damage(j, s, r, rc);

@@ -375,7 +375,32 @@ void rp_go_realtime(struct rp_job *j, int on)
 			strerror(errno ? errno : EPERM));
 }
 
-void rp_side_finish(struct rp_job *j, struct rp_side *s);
+/* A completion of the replay onto its QP's list, from the queue the QP's posts
+ * say (unpolled: taken off the CQ after the last poll step); step is the poll
+ * step's index, -1 for none. */
+static void rp_push_replayed(struct rp_job *j, struct rp_side *s, const struct ibv_wc *w,
+			     int unpolled, int step)
+{
+	struct rp_qp *q = rp_qp_by_new_qpn(s, w->qp_num);
+	struct rp_wcrec r = {
+		.wr_id = w->wr_id,
+		.status = w->status,
+		.opcode = w->opcode,
+		.byte_len = w->byte_len,
+		.unpolled = (uint8_t)unpolled,
+	};
+
+	if (!q) {
+		if (step >= 0)
+			rp_diverge(j, "%s: step %d: completion for an unknown QP %u",
+				   s->path, step, w->qp_num);
+		else
+			rp_diverge(j, "%s: completion for an unknown QP %u", s->path,
+				   w->qp_num);
+		return;
+	}
+	rp_wclist_push(&q->rep_wc[rp_wc_is_recv(q, r.status, r.opcode, r.wr_id)], &r);
+}
 
 /* After the run, off the hot path: each side's completions, in the order its
  * polls returned them, onto the lists of their QPs and queues. */
@@ -386,28 +411,8 @@ static void rp_collect_completions(struct rp_job *j, struct rp_side *s)
 
 		if (st->ev.type != RBT_EV_POLL_CQ || st->skipped)
 			continue;
-		for (uint32_t k = 0; k < st->got; k++) {
-			const struct ibv_wc *w = &st->wcs[k];
-			struct rp_qp *q = rp_qp_by_new_qpn(s, w->qp_num);
-			struct rp_wcrec r = {
-				.wr_id = w->wr_id,
-				.status = w->status,
-				.opcode = w->opcode,
-				.byte_len = w->byte_len,
-				.imm = be32toh(w->imm_data),
-				.wc_flags = w->wc_flags,
-			};
-
-			if (!q) {
-				rp_diverge(j,
-					   "%s: step %d: completion for an unknown QP %u",
-					   s->path, i, w->qp_num);
-				continue;
-			}
-			rp_wclist_push(
-				&q->rep_wc[rp_wc_is_recv(q, r.status, r.opcode, r.wr_id)],
-				&r);
-		}
+		for (uint32_t k = 0; k < st->got; k++)
+			rp_push_replayed(j, s, &st->wcs[k], 0, i);
 	}
 }
 
@@ -472,28 +477,8 @@ static void rp_drain_owed(struct rp_job *j, struct rp_side *s)
 				rp_diverge(j, "%s: ibv_poll_cq failed (%d)", s->path, n);
 				break;
 			}
-			for (int k = 0; k < n; k++) {
-				struct rp_qp *q = rp_qp_by_new_qpn(s, wc[k].qp_num);
-				struct rp_wcrec r = {
-					.wr_id = wc[k].wr_id,
-					.status = wc[k].status,
-					.opcode = wc[k].opcode,
-					.byte_len = wc[k].byte_len,
-					.imm = be32toh(wc[k].imm_data),
-					.wc_flags = wc[k].wc_flags,
-					.unpolled = 1,
-				};
-
-				if (!q) {
-					rp_diverge(j,
-						   "%s: completion for an unknown QP %u",
-						   s->path, wc[k].qp_num);
-					continue;
-				}
-				rp_wclist_push(&q->rep_wc[rp_wc_is_recv(
-						       q, r.status, r.opcode, r.wr_id)],
-					       &r);
-			}
+			for (int k = 0; k < n; k++)
+				rp_push_replayed(j, s, &wc[k], 1, -1);
 			if (n)
 				continue;
 			if ((++spins & 255) == 0) {

@@ -53,53 +53,71 @@ void rp_wclist_push(struct rp_wclist *l, const struct rp_wcrec *w)
 	l->v[l->n++] = *w;
 }
 
+/* The recorded CLOCK_MONOTONIC at ticks: the model's one conversion. */
 uint64_t rp_abs_ns(const struct rp_side *s, uint64_t ticks)
 {
-	const struct rbt_header *h = &s->hdr;
-	double d = (double)(int64_t)(ticks - h->start.ticks);
-	double hz = h->clock_hz ? (double)h->clock_hz : 1e9;
-
-	return h->start.mono_ns + (uint64_t)(int64_t)(d * 1e9 / hz);
+	return rbt_model_mono_ns(s->mtrace, ticks);
 }
 
-/* 1 + the index of the latest object created with handle h, or 0: a handle (a
- * pointer in the recording process) is reused once its object is destroyed,
- * so the latest object created with it is the one meant. */
-#define RP_DEFINE_INDEX(name, arr, n)                    \
-	int name(const struct rp_side *s, uint64_t h)    \
-	{                                                \
-		for (int i = s->n - 1; i >= 0 && h; i--) \
-			if (s->arr[i].h == h)            \
-				return i + 1;            \
-		return 0;                                \
-	}
-RP_DEFINE_INDEX(rp_qp_index, qp, nqp)
-RP_DEFINE_INDEX(rp_cq_index, cq, ncq)
-RP_DEFINE_INDEX(rp_srq_index, srq, nsrq)
-RP_DEFINE_INDEX(rp_xrcd_index, xrcd, nxrcd)
+/* The model's objects carry 1 + the index of their replay entry in user (0:
+ * none, e.g. an object first seen in use, which the replayer cannot rebuild). */
+void *rp_res_user(int idx)
+{
+	return (void *)(uintptr_t)idx;
+}
+
+int rp_res_idx(const struct rbt_model_res *r)
+{
+	return r ? (int)(uintptr_t)r->user : 0;
+}
+
+/* 1 + the index of the latest object created with handle h, or 0: the model
+ * tells a handle reused after a destroy from the object it named before. */
+static int rp_index(const struct rp_side *s, enum rbt_model_kind k, uint64_t h)
+{
+	return h && s->model ? rp_res_idx(rbt_model_by_handle(s->model, 0, k, h)) : 0;
+}
+
+int rp_qp_index(const struct rp_side *s, uint64_t h)
+{
+	return rp_index(s, RBT_MODEL_QP, h);
+}
+
+int rp_cq_index(const struct rp_side *s, uint64_t h)
+{
+	return rp_index(s, RBT_MODEL_CQ, h);
+}
+
+int rp_srq_index(const struct rp_side *s, uint64_t h)
+{
+	return rp_index(s, RBT_MODEL_SRQ, h);
+}
+
+int rp_xrcd_index(const struct rp_side *s, uint64_t h)
+{
+	return rp_index(s, RBT_MODEL_XRCD, h);
+}
 
 struct rp_qp *rp_qp_by_rec_qpn(struct rp_side *s, uint32_t qpn)
 {
-	for (int i = s->nqp - 1; i >= 0; i--)
-		if ((uint32_t)s->qp[i].rec.qp_num == qpn)
-			return &s->qp[i];
-	return NULL;
+	struct rbt_model_qp *mq = s->model ? rbt_model_qp_by_num(s->model, 0, qpn) : NULL;
+	int i = mq ? rp_res_idx(&mq->res) : 0;
+
+	return i ? &s->qp[i - 1] : NULL;
 }
 
 struct rp_ah *rp_ah_by_h(struct rp_side *s, uint64_t h)
 {
-	for (int i = s->nah - 1; i >= 0; i--)
-		if (s->ah[i].h == h)
-			return &s->ah[i];
-	return NULL;
+	int i = rp_index(s, RBT_MODEL_AH, h);
+
+	return i ? &s->ah[i - 1] : NULL;
 }
 
 struct ibv_pd *rp_pd_by_h(struct rp_side *s, uint64_t h)
 {
-	for (int i = s->npd - 1; i >= 0; i--)
-		if (s->pd_h[i] == h)
-			return s->pd[i];
-	return NULL;
+	int i = rp_index(s, RBT_MODEL_PD, h);
+
+	return i && s->pd ? s->pd[i - 1] : NULL;
 }
 
 int rp_is_xrc(uint64_t qp_type)
@@ -145,6 +163,7 @@ void rp_pattern(uint8_t *p, size_t n, uint64_t seed)
 
 void rp_side_free(struct rp_side *s)
 {
+	rbt_model_destroy(s->model);
 	for (size_t i = 0; i < s->nallocs; i++)
 		free(s->allocs[i]);
 	free(s->allocs);

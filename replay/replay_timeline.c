@@ -1,9 +1,10 @@
 /* replay_timeline.c - a side's timeline: the recorded events the replayer
  * reissues (modifies, posts, polls, notifications, completion-event waits) as
- * steps in recorded time order, each a deep copy resolved to the object it
- * names when it was read; then wired to its QP, CQ or SRQ, its recorded exit
- * time, and what it says about its QP (state, destination, PSNs, MTU, atomics);
- * and the prefix that runs before the start barrier.
+ * steps in recorded time order, each a deep copy resolved through the model to
+ * the object it names when it was read; then wired to its QP, CQ or SRQ and
+ * its recorded exit time (the model's clock), with what a step says that the
+ * model does not keep (GID use, evidence of a QP's state); and the prefix that
+ * runs before the start barrier.
  *
  * Must never issue a verb: it runs while loading. Everything the reader hands
  * out is copied into the side's arena (it is only valid until the next event).
@@ -190,7 +191,8 @@ static struct rp_cq *rp_step_cq(struct rp_side *s, const struct rp_step *st)
 	return st->obj ? &s->cq[st->obj - 1] : NULL;
 }
 
-/* What a successful modify says about the QP's recorded connection. */
+/* What a successful modify says that the model does not keep: the address
+ * vector's GID use, and the most outstanding reads any QP asks for. */
 static void rp_wire_modify(struct rp_side *s, struct rp_step *st)
 {
 	const struct rbt_ev_qp_modify *m = &st->ev.u.qp_modify;
@@ -200,25 +202,8 @@ static void rp_wire_modify(struct rp_side *s, struct rp_step *st)
 	st->rec_exit_ns = rp_abs_ns(s, m->ts_exit);
 	if (!q || m->ret != 0)
 		return;
-	if (mask & IBV_QP_STATE)
-		q->rec_final_state = (uint32_t)m->qp_state;
-	if (mask & IBV_QP_PORT)
-		q->port = (uint32_t)m->port_num;
-	if (mask & IBV_QP_DEST_QPN) {
-		q->rec_dest_qpn = (uint32_t)m->dest_qp_num;
-		q->has_dest = 1;
-	}
-	if (mask & IBV_QP_SQ_PSN)
-		q->rec_sq_psn = (uint32_t)m->sq_psn;
-	if (mask & IBV_QP_RQ_PSN)
-		q->rec_rq_psn = (uint32_t)m->rq_psn;
-	if (mask & IBV_QP_PATH_MTU)
-		q->rec_path_mtu = (uint32_t)m->path_mtu;
-	if (mask & IBV_QP_MAX_QP_RD_ATOMIC) {
-		q->rec_max_rd_atomic = (uint32_t)m->max_rd_atomic;
-		if ((int)m->max_rd_atomic > s->max_rd_atomic)
-			s->max_rd_atomic = (int)m->max_rd_atomic;
-	}
+	if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && (int)m->max_rd_atomic > s->max_rd_atomic)
+		s->max_rd_atomic = (int)m->max_rd_atomic;
 	if (mask & IBV_QP_AV) {
 		q->is_global = (int)m->ah_is_global;
 		q->sgid_index = (uint32_t)m->ah_sgid_index;
@@ -253,7 +238,6 @@ static void rp_wire_poll(struct rp_side *s, struct rp_step *st)
 {
 	st->cq = rp_step_cq(s, st);
 	st->rec_exit_ns = rp_abs_ns(s, st->ev.u.poll_cq.ts_exit);
-	rp_join_poll(s, st);
 }
 
 static void rp_wire_notify(struct rp_side *s, struct rp_step *st)
@@ -267,6 +251,15 @@ static void rp_wire_cq_event(struct rp_side *s, struct rp_step *st)
 	st->rec_exit_ns = rp_abs_ns(s, st->ev.u.get_cq_event.ts_exit);
 }
 
+/* Evidence of a QP's state, later than what the model knows when it is the
+ * latest (replay_join.c weighs it). Steps are in time order here. */
+static void rp_evidence(struct rp_qp *q, const struct rp_step *st, uint32_t state)
+{
+	q->has_evidence = 1;
+	q->evidence_state = state;
+	q->evidence_ts = st->ev.ts;
+}
+
 /* What the device said the state was: evidence, never reissued. */
 static void rp_wire_query(struct rp_side *s, struct rp_step *st)
 {
@@ -275,7 +268,7 @@ static void rp_wire_query(struct rp_side *s, struct rp_step *st)
 
 	st->skipped = 1;
 	if (q && qq->ret == 0 && (qq->attr_mask & IBV_QP_STATE))
-		q->rec_final_state = (uint32_t)qq->qp_state;
+		rp_evidence(q, st, (uint32_t)qq->qp_state);
 }
 
 /* Only evidence of a QP's fate: never reissued. */
@@ -287,7 +280,7 @@ static void rp_wire_async(struct rp_side *s, struct rp_step *st)
 	st->skipped = 1;
 	if (q && (t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR ||
 		  t == IBV_EVENT_QP_ACCESS_ERR))
-		q->rec_final_state = IBV_QPS_ERR;
+		rp_evidence(q, st, IBV_QPS_ERR);
 }
 
 static void (*const rp_wire[RBT_EV_MAX_ID + 1])(struct rp_side *, struct rp_step *) = {
@@ -303,14 +296,14 @@ static void (*const rp_wire[RBT_EV_MAX_ID + 1])(struct rp_side *, struct rp_step
 };
 
 /* After the last event: recorded time order (streams, i.e. threads, were
- * written chunk by chunk), the join of what the program saw, every step wired,
- * and the prefix: creating, connecting and pre-posting receives, up to the
- * first step that needs the peer, runs before the start barrier. */
+ * written chunk by chunk), every step wired, the model's join of what the
+ * program saw sealed, and the prefix: creating, connecting and pre-posting
+ * receives, up to the first step that needs the peer, runs before the start
+ * barrier. */
 void rp_timeline_finish(struct rp_side *s)
 {
 	if (s->nstep)
 		qsort(s->step, (size_t)s->nstep, sizeof(*s->step), rp_step_cmp);
-	rp_join_ids(s);
 	for (int i = 0; i < s->nstep; i++) {
 		struct rp_step *st = &s->step[i];
 
@@ -318,6 +311,7 @@ void rp_timeline_finish(struct rp_side *s)
 		if (st->ev.type <= RBT_EV_MAX_ID && rp_wire[st->ev.type])
 			rp_wire[st->ev.type](s, st);
 	}
+	rp_join_finish(s);
 	for (s->prefix = 0; s->prefix < s->nstep; s->prefix++) {
 		uint32_t t = s->step[s->prefix].ev.type;
 
