@@ -290,8 +290,8 @@ struct rp_loading {
  * errno after one line on j->log. */
 
 /* replay_side.c: the side's tables */
+int rp_keep(struct rp_side *s, void *p);
 void *rp_alloc(struct rp_side *s, size_t n);
-void *rp_dup(struct rp_side *s, const void *src, size_t n);
 void rp_side_free(struct rp_side *s);
 uint64_t rp_abs_ns(const struct rp_side *s, uint64_t ticks);
 int rp_qp_index(const struct rp_side *s, uint64_t h);

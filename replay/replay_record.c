@@ -183,17 +183,23 @@ static int rr_queues(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 	return rc;
 }
 
+/* Room (zeroed) for the replayed scatter lists of all of a post's WRs. */
+static struct rbt_sge *rr_sge_room(const struct rp_step *st)
+{
+	uint32_t n = 0;
+
+	for (uint32_t k = 0; k < st->nwr; k++)
+		n += (uint32_t)(st->swr ? st->swr[k].num_sge : st->rwr[k].num_sge);
+	return calloc(n + 1, sizeof(struct rbt_sge));
+}
+
 /* A post as replayed: the replayed buffers, keys and remote addresses. */
 static int rr_send(struct rbt_writer *w, const struct rp_step *st, struct rbt_event ev)
 {
-	struct rbt_send_wr *wr = calloc(st->nwr, sizeof(*wr));
-	struct rbt_sge *sg;
-	uint32_t nsge = 0;
+	struct rbt_send_wr *wr = calloc(st->nwr + 1, sizeof(*wr));
+	struct rbt_sge *sg = rr_sge_room(st);
 	int rc;
 
-	for (uint32_t k = 0; k < st->nwr; k++)
-		nsge += (uint32_t)st->swr[k].num_sge;
-	sg = calloc(nsge + 1, sizeof(*sg));
 	if (!wr || !sg) {
 		free(wr);
 		free(sg);
@@ -240,13 +246,9 @@ static int rr_send(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 static int rr_recv(struct rbt_writer *w, const struct rp_step *st, struct rbt_event ev)
 {
 	struct rbt_recv_wr *wr = calloc(st->nwr + 1, sizeof(*wr));
-	struct rbt_sge *sg;
-	uint32_t nsge = 0;
+	struct rbt_sge *sg = rr_sge_room(st);
 	int rc;
 
-	for (uint32_t k = 0; k < st->nwr; k++)
-		nsge += (uint32_t)st->rwr[k].num_sge;
-	sg = calloc(nsge + 1, sizeof(*sg));
 	if (!wr || !sg) {
 		free(wr);
 		free(sg);

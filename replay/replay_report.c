@@ -374,6 +374,23 @@ static void rp_report_json(struct rp_job *j, FILE *f, size_t nlate,
 	fprintf(f, "]}\n");
 }
 
+/* Each side's lateness (own: the replayer's own part), with several sides. */
+static void rp_text_side_late(struct rp_job *j, FILE *f, int own)
+{
+	for (int si = 0; si < j->nside; si++) {
+		const struct rp_side *s = &j->side[si];
+
+		if (s->late_to > s->late_from)
+			fprintf(f,
+				"  %s: %slateness p50 %.2f us, p99 %.2f us, max %.2f "
+				"us\n",
+				s->path, own ? "own " : "",
+				(own ? s->own_p50 : s->late_p50) / 1e3,
+				(own ? s->own_p99 : s->late_p99) / 1e3,
+				(own ? s->own_max : s->late_max) / 1e3);
+	}
+}
+
 static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 			   const struct rbt_replay_summary *sum)
 {
@@ -404,25 +421,9 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 			(double)sum->posts * 1e9 / sum->wall_ns,
 			(double)sum->posts * 1e9 / sum->rec_wall_ns);
 	fputc('\n', f);
-	for (int si = 0; si < j->nside; si++) {
-		struct rp_side *s = &j->side[si];
-
-		if (s->late_to > s->late_from && j->nside > 1)
-			fprintf(f,
-				"  %s: lateness p50 %.2f us, p99 %.2f us, max "
-				"%.2f us\n",
-				s->path, s->late_p50 / 1e3, s->late_p99 / 1e3,
-				s->late_max / 1e3);
-	}
-	for (int si = 0; si < j->nside; si++) {
-		struct rp_side *s = &j->side[si];
-
-		if (s->late_to > s->late_from && j->nside > 1)
-			fprintf(f,
-				"  %s: own lateness p50 %.2f us, p99 %.2f us, "
-				"max %.2f us\n",
-				s->path, s->own_p50 / 1e3, s->own_p99 / 1e3,
-				s->own_max / 1e3);
+	if (j->nside > 1) {
+		rp_text_side_late(j, f, 0);
+		rp_text_side_late(j, f, 1);
 	}
 	for (int si = 0; si < j->nside; si++)
 		for (int qi = 0; qi < j->side[si].nqp; qi++) {

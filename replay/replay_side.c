@@ -11,31 +11,31 @@
 
 #include "replay/replay_int.h"
 
-void *rp_alloc(struct rp_side *s, size_t n)
+/* The side's arena owns p from now on (freed with the side); -ENOMEM. */
+int rp_keep(struct rp_side *s, void *p)
 {
-	void *p;
-
 	if (s->nallocs == s->capallocs) {
 		size_t cap = s->capallocs ? 2 * s->capallocs : 256;
 		void **a = realloc(s->allocs, cap * sizeof(*a));
 
 		if (!a)
-			return NULL;
+			return -ENOMEM;
 		s->allocs = a;
 		s->capallocs = cap;
 	}
-	p = calloc(1, n ? n : 1);
-	if (p)
-		s->allocs[s->nallocs++] = p;
-	return p;
+	s->allocs[s->nallocs++] = p;
+	return 0;
 }
 
-void *rp_dup(struct rp_side *s, const void *src, size_t n)
+/* Zeroed memory owned by the side's arena. */
+void *rp_alloc(struct rp_side *s, size_t n)
 {
-	void *p = rp_alloc(s, n);
+	void *p = calloc(1, n ? n : 1);
 
-	if (p && n)
-		memcpy(p, src, n);
+	if (p && rp_keep(s, p) < 0) {
+		free(p);
+		return NULL;
+	}
 	return p;
 }
 

@@ -17,80 +17,18 @@
 
 #include "replay/replay_int.h"
 
-/* Copies the arrays of an event into the side's arena. */
+/* A deep copy of an event (the model's), owned by the side's arena: the step
+ * keeps the event by value, its arrays point into the copy. */
 static int rp_copy_event(struct rp_side *s, struct rbt_event *dst,
 			 const struct rbt_event *ev)
 {
-	*dst = *ev;
-	switch (ev->type) {
-	case RBT_EV_POST_SEND: {
-		const struct rbt_ev_post_send *p = &ev->u.post_send;
-		struct rbt_send_wr *w = rp_dup(s, p->wrs, p->n_wrs * sizeof(*w));
+	struct rbt_event *c = rbt_model_event_copy(ev);
 
-		if (!w)
-			return -ENOMEM;
-		for (uint32_t i = 0; i < p->n_wrs; i++) {
-			w[i].sges = rp_dup(s, p->wrs[i].sges,
-					   p->wrs[i].n_sges * sizeof(*w[i].sges));
-			if (p->wrs[i].payload.len) {
-				w[i].payload.data = rp_dup(s, p->wrs[i].payload.data,
-							   p->wrs[i].payload.len);
-			} else {
-				w[i].payload.data = NULL;
-			}
-			if (!w[i].sges)
-				return -ENOMEM;
-		}
-		dst->u.post_send.wrs = w;
-		break;
+	if (!c || rp_keep(s, c) < 0) {
+		free(c);
+		return -ENOMEM;
 	}
-	case RBT_EV_POST_RECV:
-	case RBT_EV_POST_SRQ_RECV: {
-		uint32_t n = ev->type == RBT_EV_POST_RECV ? ev->u.post_recv.n_wrs
-							  : ev->u.post_srq_recv.n_wrs;
-		const struct rbt_recv_wr *src = ev->type == RBT_EV_POST_RECV
-							? ev->u.post_recv.wrs
-							: ev->u.post_srq_recv.wrs;
-		struct rbt_recv_wr *w = rp_dup(s, src, n * sizeof(*w));
-
-		if (!w)
-			return -ENOMEM;
-		for (uint32_t i = 0; i < n; i++) {
-			w[i].sges = rp_dup(s, src[i].sges,
-					   src[i].n_sges * sizeof(*w[i].sges));
-			w[i].payload.data = NULL;
-			w[i].payload.len = 0;
-			if (!w[i].sges)
-				return -ENOMEM;
-		}
-		if (ev->type == RBT_EV_POST_RECV)
-			dst->u.post_recv.wrs = w;
-		else
-			dst->u.post_srq_recv.wrs = w;
-		break;
-	}
-	case RBT_EV_POLL_CQ: {
-		const struct rbt_ev_poll_cq *p = &ev->u.poll_cq;
-		struct rbt_wc *w = rp_dup(s, p->wcs, p->n_wcs * sizeof(*w));
-
-		if (!w)
-			return -ENOMEM;
-		for (uint32_t i = 0; i < p->n_wcs; i++) {
-			w[i].payload.data = NULL;
-			w[i].payload.len = 0;
-		}
-		dst->u.poll_cq.wcs = w;
-		break;
-	}
-	case RBT_EV_QP_MODIFY: {
-		struct rbt_ev_qp_modify *m = &dst->u.qp_modify;
-
-		m->ah_dgid.data = rp_dup(s, ev->u.qp_modify.ah_dgid.data, m->ah_dgid.len);
-		break;
-	}
-	default:
-		break;
-	}
+	*dst = *c;
 	return 0;
 }
 
