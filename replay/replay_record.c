@@ -183,28 +183,31 @@ static int rr_queues(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 	return rc;
 }
 
-/* Room (zeroed) for the replayed scatter lists of all of a post's WRs. */
-static struct rbt_sge *rr_sge_room(const struct rp_step *st)
+/* One zeroed block: room for a post's WRs (wr_size each), then for all their
+ * replayed scatter lists (*sg). free() it; NULL without memory. */
+static void *rr_lists(const struct rp_step *st, size_t wr_size, struct rbt_sge **sg)
 {
-	uint32_t n = 0;
+	size_t n = 0, a = _Alignof(struct rbt_sge);
+	size_t off = ((st->nwr + 1) * wr_size + a - 1) / a * a;
+	char *p;
 
 	for (uint32_t k = 0; k < st->nwr; k++)
-		n += (uint32_t)(st->swr ? st->swr[k].num_sge : st->rwr[k].num_sge);
-	return calloc(n + 1, sizeof(struct rbt_sge));
+		n += (size_t)(st->swr ? st->swr[k].num_sge : st->rwr[k].num_sge);
+	p = calloc(1, off + (n + 1) * sizeof(**sg));
+	if (p)
+		*sg = (struct rbt_sge *)(p + off);
+	return p;
 }
 
 /* A post as replayed: the replayed buffers, keys and remote addresses. */
 static int rr_send(struct rbt_writer *w, const struct rp_step *st, struct rbt_event ev)
 {
-	struct rbt_send_wr *wr = calloc(st->nwr + 1, sizeof(*wr));
-	struct rbt_sge *sg = rr_sge_room(st);
+	struct rbt_sge *sg;
+	struct rbt_send_wr *wr = rr_lists(st, sizeof(*wr), &sg);
 	int rc;
 
-	if (!wr || !sg) {
-		free(wr);
-		free(sg);
+	if (!wr)
 		return -ENOMEM;
-	}
 	for (uint32_t k = 0, g = 0; k < st->nwr; k++) {
 		const struct ibv_send_wr *o = &st->swr[k];
 
@@ -239,21 +242,17 @@ static int rr_send(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 	ev.u.post_send.api = 0;
 	rc = rr_put(w, &ev, st->t_issue);
 	free(wr);
-	free(sg);
 	return rc;
 }
 
 static int rr_recv(struct rbt_writer *w, const struct rp_step *st, struct rbt_event ev)
 {
-	struct rbt_recv_wr *wr = calloc(st->nwr + 1, sizeof(*wr));
-	struct rbt_sge *sg = rr_sge_room(st);
+	struct rbt_sge *sg;
+	struct rbt_recv_wr *wr = rr_lists(st, sizeof(*wr), &sg);
 	int rc;
 
-	if (!wr || !sg) {
-		free(wr);
-		free(sg);
+	if (!wr)
 		return -ENOMEM;
-	}
 	for (uint32_t k = 0, g = 0; k < st->nwr; k++) {
 		const struct ibv_recv_wr *o = &st->rwr[k];
 
@@ -276,7 +275,6 @@ static int rr_recv(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 	}
 	rc = rr_put(w, &ev, st->t_issue);
 	free(wr);
-	free(sg);
 	return rc;
 }
 

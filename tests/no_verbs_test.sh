@@ -34,6 +34,20 @@ needed "$MODULE" | grep -qx 'libibverbs.so.1' || fail "the replayer module does 
 a=$tmp/a.rbt
 b=$tmp/b.rbt
 
+# A module that is missing, or is not the replayer, is refused in one line.
+one_line() { # WHAT PATTERN FILE
+	[ "$(wc -l <"$3")" = 1 ] && grep -q "$2" "$3" || fail "$1: $(cat "$3")"
+}
+rc=0
+RBTRACE_REPLAY_MODULE=$tmp/none.so "$RBTRACE" replay "$a" "$b" >/dev/null 2>"$tmp/m1" || rc=$?
+[ "$rc" = 1 ] || fail "a missing module: exit $rc"
+one_line "a missing module" "^rbtrace replay: cannot load the replayer: .*none.so" "$tmp/m1"
+rc=0
+RBTRACE_REPLAY_MODULE=$(readlink -f "$root/softnic/libibverbs.so.1") "$RBTRACE" replay "$a" "$b" \
+	>/dev/null 2>"$tmp/m2" || rc=$?
+[ "$rc" = 1 ] || fail "a library that is not the replayer: exit $rc"
+one_line "a library that is not the replayer" "is not the replayer of this rbtrace" "$tmp/m2"
+
 # What each reading command prints, and its exit status, with libibverbs
 # present; compared below with the same commands where none is reachable.
 run_readers() { # OUTDIR
