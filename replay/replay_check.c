@@ -136,7 +136,7 @@ static int rp_check_limits(struct rp_job *j, const struct rp_side *s)
 		return -ENOTSUP;
 	}
 	for (int i = 0; i < s->nstep; i++) {
-		const struct rbt_event *e = &s->step[i].ev;
+		const struct rbt_event *e = s->step[i].ev;
 
 		if (e->type == RBT_EV_QP_MODIFY && !e->u.qp_modify.ret &&
 		    (e->u.qp_modify.attr_mask & IBV_QP_PATH_MTU) &&

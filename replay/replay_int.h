@@ -115,8 +115,8 @@ struct rp_qp {
 
 /* One step of the timeline: a recorded event the replayer reissues in order. */
 struct rp_step {
-	struct rbt_event ev; /* deep copy; arrays owned by the side's arena */
-	uint64_t rec_ns;     /* recorded entry time, absolute mono ns */
+	struct rbt_event *ev; /* a deep copy in one block, owned by the side's arena */
+	uint64_t rec_ns;      /* recorded entry time, absolute mono ns */
 	uint64_t rec_exit_ns;
 	/* prepared before the run */
 	struct ibv_send_wr *swr;

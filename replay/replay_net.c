@@ -382,7 +382,7 @@ static int rp_send_needs(struct rp_job *j)
 			if (local)
 				continue;
 			for (int i = 0; i < s->nstep; i++) {
-				const struct rbt_event *e = &s->step[i].ev;
+				const struct rbt_event *e = s->step[i].ev;
 
 				if (e->type != RBT_EV_POST_SEND || s->step[i].qp != q)
 					continue;
@@ -437,7 +437,7 @@ static int rp_send_needs(struct rp_job *j)
 			/* the sends the recording received on q */
 			nmsg = 0;
 			for (int i = 0; i < s->nstep; i++) {
-				const struct rbt_event *e = &s->step[i].ev;
+				const struct rbt_event *e = s->step[i].ev;
 
 				if (e->type == RBT_EV_POST_SEND && s->step[i].qp == q) {
 					for (uint32_t w = 0; w < e->u.post_send.n_wrs;

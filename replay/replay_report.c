@@ -201,7 +201,7 @@ static int rp_tally_room(struct rp_tally *t)
 static void rp_report_debug_late(struct rp_job *j, struct rp_side *s, int i)
 {
 	struct rp_step *st = &s->step[i];
-	uint32_t t = st->ev.type;
+	uint32_t t = st->ev->type;
 
 	if (getenv("RBTRACE_REPLAY_DEBUG") && st->t_issue > st->deadline + 5000)
 		fprintf(j->log,
@@ -210,7 +210,7 @@ static void rp_report_debug_late(struct rp_job *j, struct rp_side *s, int i)
 			"%.2f us, recorded %.2f us)\n",
 			s->path, i, rbt_event_name(t),
 			(double)(st->t_issue - st->deadline) / 1e3,
-			i ? rbt_event_name(s->step[i - 1].ev.type) : "-",
+			i ? rbt_event_name(s->step[i - 1].ev->type) : "-",
 			i ? (double)(s->step[i - 1].t_exit - s->step[i - 1].t_issue) / 1e3
 			  : 0,
 			i ? (double)(s->step[i - 1].rec_exit_ns - s->step[i - 1].rec_ns) /
@@ -226,7 +226,7 @@ static void rp_report_late_side(struct rp_job *j, struct rp_side *s, struct rp_t
 	s->late_from = t->n;
 	for (int i = s->prefix; i < s->nstep; i++) {
 		struct rp_step *st = &s->step[i];
-		uint32_t ty = st->ev.type;
+		uint32_t ty = st->ev->type;
 		uint64_t from;
 
 		if (st->skipped || !st->t_issue)

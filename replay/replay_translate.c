@@ -355,7 +355,7 @@ static void rp_translate_dest(struct rp_job *j, struct rp_side *s, struct rp_ste
 static int rp_translate_send(struct rp_job *j, struct rp_side *s, struct rp_step *st,
 			     int i)
 {
-	const struct rbt_ev_post_send *p = &st->ev.u.post_send;
+	const struct rbt_ev_post_send *p = &st->ev->u.post_send;
 	uint32_t nsge = 0, k = 0;
 
 	if (!st->qp || !st->qp->qp) {
@@ -396,7 +396,7 @@ static int rp_translate_send(struct rp_job *j, struct rp_side *s, struct rp_step
 static int rp_translate_recv(struct rp_job *j, struct rp_side *s, struct rp_step *st,
 			     int i)
 {
-	const struct rbt_event *e = &st->ev;
+	const struct rbt_event *e = st->ev;
 	int srq = e->type == RBT_EV_POST_SRQ_RECV;
 	uint32_t n = srq ? e->u.post_srq_recv.n_wrs : e->u.post_recv.n_wrs;
 	const struct rbt_recv_wr *wrs = srq ? e->u.post_srq_recv.wrs : e->u.post_recv.wrs;
@@ -431,7 +431,7 @@ static int rp_translate_recv(struct rp_job *j, struct rp_side *s, struct rp_step
 static int rp_translate_step(struct rp_job *j, struct rp_side *s, struct rp_step *st,
 			     int i)
 {
-	switch (st->ev.type) {
+	switch (st->ev->type) {
 	case RBT_EV_POST_SEND:
 		return rp_translate_send(j, s, st, i);
 	case RBT_EV_POST_RECV:
@@ -444,10 +444,10 @@ static int rp_translate_step(struct rp_job *j, struct rp_side *s, struct rp_step
 		}
 		/* written on the hot path: touch the pages now, not there
 		 * (calloc could hand out untouched zero pages) */
-		st->wcs = malloc(st->ev.u.poll_cq.n_wcs * sizeof(*st->wcs));
+		st->wcs = malloc(st->ev->u.poll_cq.n_wcs * sizeof(*st->wcs));
 		if (!st->wcs)
 			return -ENOMEM;
-		memset(st->wcs, 0, st->ev.u.poll_cq.n_wcs * sizeof(*st->wcs));
+		memset(st->wcs, 0, st->ev->u.poll_cq.n_wcs * sizeof(*st->wcs));
 		return 0;
 	case RBT_EV_QP_MODIFY:
 		if (!st->qp || !st->qp->qp)
