@@ -335,33 +335,28 @@ int rp_build_side(struct rp_job *j, struct rp_side *s)
 	return rc;
 }
 
+/* Destroys what each entry of a side's table holds (field), if anything. */
+#define RP_DESTROY_ALL(arr, n, field, destroy) \
+	for (int i_ = 0; i_ < (n); i_++)       \
+		if ((arr) && (arr)[i_].field)  \
+	(void)destroy((arr)[i_].field)
+
 void rp_teardown_side(struct rp_side *s)
 {
-	for (int i = 0; i < s->nqp; i++)
-		if (s->qp[i].qp)
-			ibv_destroy_qp(s->qp[i].qp);
-	for (int i = 0; i < s->nah; i++)
-		if (s->ah[i].ah)
-			ibv_destroy_ah(s->ah[i].ah);
-	for (int i = 0; i < s->nsrq; i++)
-		if (s->srq[i].srq)
-			ibv_destroy_srq(s->srq[i].srq);
-	for (int i = 0; i < s->nxrcd; i++)
-		if (s->xrcd[i].xrcd)
-			ibv_close_xrcd(s->xrcd[i].xrcd);
+	RP_DESTROY_ALL(s->qp, s->nqp, qp, ibv_destroy_qp);
+	RP_DESTROY_ALL(s->ah, s->nah, ah, ibv_destroy_ah);
+	RP_DESTROY_ALL(s->srq, s->nsrq, srq, ibv_destroy_srq);
+	RP_DESTROY_ALL(s->xrcd, s->nxrcd, xrcd, ibv_close_xrcd);
 	/* both replayers opened it before DONE: the name is no longer needed */
 	if (s->xrcd_path[0])
 		unlink(s->xrcd_path);
 	s->xrcd_path[0] = 0;
-	for (int i = 0; i < s->ncq; i++)
-		if (s->cq[i].cq)
-			ibv_destroy_cq(s->cq[i].cq);
+	RP_DESTROY_ALL(s->cq, s->ncq, cq, ibv_destroy_cq);
 	for (int i = 0; i < s->nch; i++)
 		if (s->ch && s->ch[i])
 			ibv_destroy_comp_channel(s->ch[i]);
+	RP_DESTROY_ALL(s->mr, s->nmr, mr, ibv_dereg_mr);
 	for (int i = 0; i < s->nmr; i++) {
-		if (s->mr[i].mr)
-			ibv_dereg_mr(s->mr[i].mr);
 		free(s->mr[i].buf);
 		s->mr[i].buf = NULL;
 	}
