@@ -346,6 +346,9 @@ void rp_final_states(struct rp_side *s);
 void rp_diverge(struct rp_job *j, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum);
+/* One line "rbtrace replay: <fmt>" on j->log; returns err (a negative errno). */
+int rp_fail(struct rp_job *j, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* replay_record.c: -o */
 int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path);

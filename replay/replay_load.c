@@ -265,12 +265,12 @@ static int rp_load_damage(struct rp_job *j, struct rp_side *s, struct rbt_reader
 	if (!s->stats.bad_chunks && !s->stats.truncated)
 		return 0;
 	if (!j->o->allow_damaged) {
-		fprintf(j->log,
-			"rbtrace replay: %s: trace is damaged (%llu bad chunks%s; %s); "
-			"refusing to replay (--allow-damaged replays the intact part)\n",
-			path, (unsigned long long)s->stats.bad_chunks,
-			s->stats.truncated ? ", truncated" : "", rbt_reader_error(r));
-		return -EBADMSG;
+		return rp_fail(j, -EBADMSG,
+			       "%s: trace is damaged (%llu bad chunks%s; %s); refusing "
+			       "to replay (--allow-damaged replays the intact part)",
+			       path, (unsigned long long)s->stats.bad_chunks,
+			       s->stats.truncated ? ", truncated" : "",
+			       rbt_reader_error(r));
 	}
 	fprintf(j->log,
 		"rbtrace replay: %s: damaged (%llu bad chunks%s): replaying the intact "
@@ -339,9 +339,7 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 		rc = -ENOMEM;
 	if (rc == -ENOMEM) {
 		rbt_reader_close(r);
-		fprintf(j->log, "rbtrace replay: %s: out of memory while loading\n",
-			path);
-		return -ENOMEM;
+		return rp_fail(j, -ENOMEM, "%s: out of memory while loading", path);
 	}
 	s->stats = *rbt_reader_stats(r);
 	rc = rp_load_damage(j, s, r, rc);

@@ -39,6 +39,18 @@ void rp_diverge(struct rp_job *j, const char *fmt, ...)
 	pthread_mutex_unlock(&j->rep.lock);
 }
 
+int rp_fail(struct rp_job *j, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("rbtrace replay: ", j->log);
+	va_start(ap, fmt);
+	vfprintf(j->log, fmt, ap);
+	va_end(ap);
+	fputc('\n', j->log);
+	return err;
+}
+
 static const char *rp_state_name(uint32_t s)
 {
 	const char *n = s < 7 ? rbt_verbs_name(RBT_NAMES_QP_STATE, s) : NULL;

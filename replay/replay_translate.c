@@ -235,13 +235,11 @@ static int rp_pair_qps(struct rp_job *j, struct rp_side *s)
 			continue;
 		q->peer_dir = rp_find_peer(j, s, q);
 		if (q->peer_dir < 0) {
-			fprintf(j->log,
-				"rbtrace replay: %s: QP %llu: its peer QP %u is in no "
-				"trace and "
-				"no peer published it\n",
-				s->path, (unsigned long long)q->rec.qp_num,
-				q->rec_dest_qpn);
-			return -EINVAL;
+			return rp_fail(j, -EINVAL,
+				       "%s: QP %llu: its peer QP %u is in no trace and "
+				       "no peer published it",
+				       s->path, (unsigned long long)q->rec.qp_num,
+				       q->rec_dest_qpn);
 		}
 		q->rel_side = j->dir.qps[q->peer_dir].side;
 	}
@@ -260,11 +258,10 @@ static int rp_pair_xqps(struct rp_job *j, struct rp_side *s)
 			    j->dir.qps[k].rec_qpn == (uint32_t)x->rec.qp_num)
 				x->peer_dir = k;
 		if (x->peer_dir < 0) {
-			fprintf(j->log,
-				"rbtrace replay: %s: XRC receives came through QP %llu "
-				"of another process, which is in no trace\n",
-				s->path, (unsigned long long)x->rec.qp_num);
-			return -EINVAL;
+			return rp_fail(j, -EINVAL,
+				       "%s: XRC receives came through QP %llu of another "
+				       "process, which is in no trace",
+				       s->path, (unsigned long long)x->rec.qp_num);
 		}
 		x->foreign_new_qpn = j->dir.qps[x->peer_dir].new_qpn;
 		x->rel_side = j->dir.qps[x->peer_dir].side;
@@ -298,11 +295,9 @@ static int rp_build_ahs(struct rp_job *j, struct rp_side *s)
 		}
 		a->ah = pd ? ibv_create_ah(pd, &aa) : NULL;
 		if (!a->ah) {
-			fprintf(j->log,
-				"rbtrace replay: %s: creating an address handle failed: "
-				"%s\n",
-				s->path, strerror(errno));
-			return -EIO;
+			return rp_fail(j, -EIO,
+				       "%s: creating an address handle failed: %s",
+				       s->path, strerror(errno));
 		}
 	}
 	return 0;
