@@ -15,6 +15,7 @@
 
 #include <infiniband/verbs.h>
 
+#include "interpose/rbt_verbs.h"
 #include "trace_format/rbt_format.h"
 
 #define RBT_EXPORT	__attribute__((visibility("default")))
@@ -226,6 +227,23 @@ void rbt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Resolves the next definition of a libibverbs symbol (version first). */
 void *rbt_real(const char *name, const char *version);
+
+/* rbt_next_<name>(): the next definition of a function listed in rbt_verbs.h,
+ * under the version listed there (glibc's by name), resolved once per file. */
+#define RBT_NEXT_DEF(name, ver, ret, params, lookup_ver)                    \
+	static inline __typeof__(&name) rbt_next_##name(void)               \
+	{                                                                   \
+		static __typeof__(&name) p;                                 \
+		if (RBT_UNLIKELY(!p))                                       \
+			p = (__typeof__(&name))rbt_real(#name, lookup_ver); \
+		return p;                                                   \
+	}
+#define RBT_NEXT_VER(name, ver, ret, params)  RBT_NEXT_DEF(name, ver, ret, params, ver)
+#define RBT_NEXT_NAME(name, ver, ret, params) RBT_NEXT_DEF(name, ver, ret, params, NULL)
+RBT_VERBS_IBV(RBT_NEXT_VER)
+RBT_VERBS_MLX5(RBT_NEXT_VER)
+RBT_VERBS_CALLED(RBT_NEXT_VER)
+RBT_VERBS_LIBC(RBT_NEXT_NAME)
 
 /* ---- data path (shim_datapath.c) -------------------------------------------- */
 /* Patches ctx->ops and the verbs_context ops of a newly opened context. */

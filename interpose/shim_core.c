@@ -1642,40 +1642,32 @@ static void rbt_before_exec(void)
 
 RBT_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-	static int (*real)(const char *, char *const[], char *const[]);
+	int (*real)(const char *, char *const[], char *const[]) = rbt_next_execve();
 
-	if (!real)
-		real = rbt_real("execve", NULL);
 	rbt_before_exec();
 	return real(path, argv, envp);
 }
 
 RBT_EXPORT int execv(const char *path, char *const argv[])
 {
-	static int (*real)(const char *, char *const[]);
+	int (*real)(const char *, char *const[]) = rbt_next_execv();
 
-	if (!real)
-		real = rbt_real("execv", NULL);
 	rbt_before_exec();
 	return real(path, argv);
 }
 
 RBT_EXPORT int execvp(const char *file, char *const argv[])
 {
-	static int (*real)(const char *, char *const[]);
+	int (*real)(const char *, char *const[]) = rbt_next_execvp();
 
-	if (!real)
-		real = rbt_real("execvp", NULL);
 	rbt_before_exec();
 	return real(file, argv);
 }
 
 RBT_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	static int (*real)(const char *, char *const[], char *const[]);
+	int (*real)(const char *, char *const[], char *const[]) = rbt_next_execvpe();
 
-	if (!real)
-		real = rbt_real("execvpe", NULL);
 	rbt_before_exec();
 	return real(file, argv, envp);
 }

@@ -1488,9 +1488,7 @@ void rbt_dp_wrap_qpx(struct ibv_qp *qp)
 	/* rdma-core marks QPs created through create_qp_ex with the ibv_wr_* API
 	 * (IBV_QP_INIT_ATTR_SEND_OPS_FLAGS); ibv_qp_to_qp_ex is the only sanctioned
 	 * way to get at the qp_ex. */
-	static struct ibv_qp_ex *(*to_qpx)(struct ibv_qp *);
-	if (!to_qpx)
-		to_qpx = rbt_real("ibv_qp_to_qp_ex", "IBVERBS_1.6");
+	struct ibv_qp_ex *(*to_qpx)(struct ibv_qp *) = rbt_next_ibv_qp_to_qp_ex();
 	if (!to_qpx)
 		return;
 	rbt_tls_inside++;
@@ -1804,9 +1802,7 @@ static void rbt_probe_device(struct rbt_ctx_ent *c)
 		rbt_rec_device_attr(ctx, &ax.orig_attr, ax.completion_timestamp_mask,
 				    ax.hca_core_clock);
 	} else {
-		static int (*qd)(struct ibv_context *, struct ibv_device_attr *);
-		if (!qd)
-			qd = rbt_real("ibv_query_device", "IBVERBS_1.1");
+		__typeof__(&ibv_query_device) qd = rbt_next_ibv_query_device();
 		if (qd && !qd(ctx, &ax.orig_attr))
 			rbt_rec_device_attr(ctx, &ax.orig_attr, 0, 0);
 	}
@@ -1817,12 +1813,10 @@ static void rbt_probe_device(struct rbt_ctx_ent *c)
 		if (c->query_port) {
 			r = c->query_port(ctx, p, &pa, sizeof(pa));
 		} else {
-			static int (*qp)(struct ibv_context *, uint8_t,
-					 struct ibv_port_attr *);
-			if (!qp)
-				qp = rbt_real("ibv_query_port", "IBVERBS_1.1");
+			/* The compat struct is struct ibv_port_attr's head. */
+			__typeof__(&ibv_query_port) qp = rbt_next_ibv_query_port();
 			if (qp)
-				r = qp(ctx, p, &pa);
+				r = qp(ctx, p, (struct _compat_ibv_port_attr *)&pa);
 		}
 		if (!r)
 			rbt_rec_port_attr(ctx, p, &pa);
