@@ -245,7 +245,7 @@ RBT_VERBS_MLX5(RBT_NEXT_VER)
 RBT_VERBS_CALLED(RBT_NEXT_VER)
 RBT_VERBS_LIBC(RBT_NEXT_NAME)
 
-/* ---- data path (shim_datapath.c) -------------------------------------------- */
+/* ---- data path (shim_patch.c, shim_nicclock.c, shim_poll.c, shim_qpx.c) --------- */
 /* Patches ctx->ops and the verbs_context ops of a newly opened context. */
 void rbt_dp_patch_context(struct ibv_context *ctx);
 void rbt_dp_forget_context(struct ibv_context *ctx);

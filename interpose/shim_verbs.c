@@ -31,7 +31,7 @@
 #define RBT_PERR(p) ((p) ? 0 : rerrno)
 #define RBT_IERR(r) ((r) ? rerrno : 0)
 
-/* ---- record helpers shared with shim_datapath.c ----------------------------------- */
+/* ---- record helpers shared with the data-path files ------------------------------ */
 void rbt_rec_cq_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ctx,
 		       struct ibv_cq *cq, uint32_t cqe_asked, struct ibv_comp_channel *ch,
 		       uint32_t vec, int ex, uint64_t wc_flags, uint32_t flags,
