@@ -29,6 +29,7 @@
 
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
+#include <linux/membarrier.h>
 
 #include "interpose/rbt_interpose.h"
 #include "interpose/shim.h"
@@ -417,8 +418,10 @@ static uint64_t rbt_drain_pass(int all, uint64_t *drained)
 	}
 	pthread_mutex_lock(&rbt_reg_lock);
 	for (pp = &rbt_rings; (r = *pp);) {
+		/* A ring whose thread exited after the seal may still hold folded
+		 * polls: the end writes them (rbt_seal_rings). */
 		if (atomic_load(&r->dead) &&
-		    atomic_load(&r->head) == atomic_load(&r->tail)) {
+		    atomic_load(&r->head) == atomic_load(&r->tail) && !r->nfold) {
 			rbt_write_pending_loss(r);
 			*pp = r->next;
 			free(r->buf);
@@ -494,6 +497,9 @@ static void rbt_close_writer(void)
 	rbt_clock_pair(&tr.end);
 	tr.events = rbt_events_appended;
 	tr.lost_events = rbt_lost_total;
+	tr.end_how = rbt_end_how;
+	tr.end_signal = (uint32_t)rbt_end_signal;
+	tr.exit_code = rbt_end_how == RBT_END_EXIT ? rbt_exit_code : 0;
 	int err = rbt_writer_close(rbt_writer, &tr);
 	if (err < 0 && !rbt_writer_failed)
 		rbt_warn("cannot finish trace %s: %s", rbt_path, rbt_strerror(err));
@@ -503,12 +509,109 @@ static void rbt_close_writer(void)
 		(unsigned long long)rbt_lost_total);
 }
 
-/* Losses still pending in producers when recording ends are written by the
- * background thread (the producers are gone or being stopped). */
-static void rbt_final_losses(void)
+/* A LOSS event for n records of stream that never reached a ring. */
+static void rbt_write_lost_calls(uint32_t stream, uint64_t n, uint32_t me)
 {
-	for (struct rbt_ring *r = rbt_rings; r; r = r->next)
+	struct rbt_event ev = { .type = RBT_EV_LOSS, .ts = rbt_now() };
+
+	if (!n || !rbt_writer || rbt_writer_failed)
+		return;
+	ev.u.loss.lost_stream = stream;
+	ev.u.loss.events = n;
+	ev.u.loss.first_ts = ev.u.loss.last_ts = ev.ts;
+	if (rbt_writer_begin_chunk(rbt_writer, me) == 0) {
+		rbt_append(&ev, me);
+		rbt_writer_end_chunk(rbt_writer);
+	}
+}
+
+/* Losses still pending in producers when recording ends are written by the
+ * background thread (the producers are parked, gone, or outside any verb), and
+ * so are the calls that were under way and never committed their record. */
+static void rbt_final_losses(uint32_t me)
+{
+	for (struct rbt_ring *r = rbt_rings; r; r = r->next) {
 		rbt_write_pending_loss(r);
+		rbt_write_lost_calls(r->tid, r->lost_calls, me);
+		r->lost_calls = 0;
+	}
+	rbt_write_lost_calls(0, atomic_exchange(&rbt_late_lost, 0), me);
+}
+
+/* ---- the end: seal, wait for the calls under way, their last records -------------
+ * Ordering (FORMAT: "no post or poll that executed is missing"): the seal is
+ * stored, then every thread of the process is made to pass a full barrier
+ * (membarrier), then each ring's busy flag is read. A data-path call stores busy
+ * before it reads the state: either it saw the seal (and parks before calling the
+ * provider) or its busy store is visible here and it is waited for. */
+static int rbt_membarrier_ok;
+
+void rbt_barrier_init(void)
+{
+	rbt_membarrier_ok = syscall(SYS_membarrier,
+				    MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+static void rbt_barrier_all(void)
+{
+	if (rbt_membarrier_ok &&
+	    syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+		return;
+	if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0)
+		return;
+	/* No membarrier (an old kernel, a seccomp filter): a thread that read the
+	 * state before the seal is almost surely seen busy after a scheduling
+	 * quantum. */
+	struct timespec d = { 0, 20000000 };
+	nanosleep(&d, NULL);
+}
+
+#define RBT_SEAL_WAIT_MS 1000
+
+static int rbt_ring_busy(struct rbt_ring *r)
+{
+	return atomic_load_explicit(&r->busy, memory_order_acquire) &&
+	       !atomic_load(&r->dead);
+}
+
+static void rbt_seal_rings(void)
+{
+	struct rbt_ring *fin = rbt_finisher_ring, *r;
+	uint64_t drained, t0 = rbt_now();
+	uint64_t limit =
+		(rbt_tsc_hz ? rbt_tsc_hz : 3000000000ull) / 1000 * RBT_SEAL_WAIT_MS;
+	int busy;
+
+	atomic_store(&rbt_state, RBT_STATE_SEALED);
+	rbt_barrier_all();
+	do {
+		/* Drain as we wait: a waited-for thread may need ring space. */
+		rbt_drain_pass(1, &drained);
+		busy = 0;
+		pthread_mutex_lock(&rbt_reg_lock);
+		for (r = rbt_rings; r; r = r->next)
+			busy += r != fin && rbt_ring_busy(r);
+		pthread_mutex_unlock(&rbt_reg_lock);
+		if (busy) {
+			struct timespec d = { 0, 50000 };
+			nanosleep(&d, NULL);
+		}
+	} while (busy && rbt_now() - t0 < limit);
+	rbt_drain_pass(1, &drained);
+	/* Every thread is parked, outside the verbs, or (counted) still inside one
+	 * past the limit or interrupted by the signal being handled: the quiet
+	 * rings' folded polls are written by this thread now. */
+	pthread_mutex_lock(&rbt_reg_lock);
+	for (r = rbt_rings; r; r = r->next) {
+		if (rbt_ring_busy(r)) {
+			r->lost_calls++;
+			continue;
+		}
+		if (r->nfold)
+			rbt_fold_flush(r);
+	}
+	pthread_mutex_unlock(&rbt_reg_lock);
+	rbt_drain_pass(1, &drained);
 }
 
 void *rbt_drainer_main(void *arg)
@@ -584,10 +687,9 @@ void *rbt_drainer_main(void *arg)
 			wait_ms = ms > 1000 ? 1000 : (int)ms;
 		}
 	}
-	uint64_t drained;
-	rbt_drain_pass(1, &drained);
+	rbt_seal_rings();
 	pthread_mutex_lock(&rbt_writer_lock);
-	rbt_final_losses();
+	rbt_final_losses(me);
 	rbt_nic_sample_pass(me, 1);
 	rbt_clock_sample(me);
 	rbt_close_writer();

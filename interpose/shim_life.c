@@ -39,6 +39,23 @@ pid_t rbt_owner_pid;
 char rbt_path[PATH_MAX];
 int rbt_fork_gen;
 
+/* ---- the end ---------------------------------------------------------------------- */
+uint32_t rbt_end_how;
+int rbt_end_signal;
+int rbt_exit_code;
+struct rbt_ring *_Atomic rbt_finisher_ring;
+static _Atomic int rbt_finishing;
+static int rbt_exit_seen;
+
+/* Called by exit() with its status, before the destructors: only noted here (the
+ * trace is finished by the destructor, after the program's own atexit work). */
+static void rbt_on_exit(int status, void *arg)
+{
+	(void)arg;
+	rbt_exit_code = status;
+	rbt_exit_seen = 1;
+}
+
 /* Paths that do not fit are cut short, and then simply fail to open. */
 #define RBT_PATHF(buf, ...)                                       \
 	do {                                                      \
@@ -171,6 +188,7 @@ static int rbt_start_recorder(void)
 	rbt_trace_fd = rbt_open_output();
 	if (rbt_trace_fd < 0)
 		return -1;
+	rbt_barrier_init();
 	if (pipe2(rbt_wake_pipe, O_CLOEXEC | O_NONBLOCK)) {
 		rbt_wake_pipe[0] = rbt_wake_pipe[1] = -1;
 	}
@@ -210,6 +228,9 @@ int rbt_start_slow(void)
 					pthread_atfork(rbt_fork_prepare, rbt_fork_parent,
 						       rbt_fork_child);
 				rbt_install_signals();
+				static int on_exit_done;
+				if (!on_exit_done++)
+					on_exit(rbt_on_exit, NULL);
 				state = 1;
 			}
 		}
@@ -264,6 +285,8 @@ static void rbt_fork_child(void)
 		mine->dropping = 0;
 		mine->tid = rbt_gettid();
 		mine->next = NULL;
+		atomic_store(&mine->busy, 0);
+		mine->lost_calls = 0;
 		rbt_rings = mine;
 	}
 	/* The parent's writer and descriptors belong to the parent. */
@@ -278,6 +301,9 @@ static void rbt_fork_child(void)
 		rbt_trace_fd = -1;
 	}
 	rbt_drainer_running = 0;
+	atomic_store(&rbt_finishing, 0);
+	atomic_store(&rbt_finisher_ring, NULL);
+	rbt_exit_seen = 0;
 	if (atomic_load(&rbt_state) != 1)
 		return;
 	rbt_fork_gen++;
@@ -290,24 +316,37 @@ static void rbt_fork_child(void)
 		rbt_emit_thread(mine);
 }
 
-/* Stops recording and finishes the trace file. From a signal handler only the
- * async-signal-safe part runs: ask the background thread and wait, bounded. */
-static void rbt_finish(int from_signal)
+/* Stops recording and finishes the trace file: the writer thread seals the rings
+ * (other threads park at their next verb), waits for the calls under way, writes
+ * the last records and the trailer saying how the process ended. From a signal
+ * handler only the async-signal-safe part runs here: ask the writer thread and
+ * wait, bounded. */
+static void rbt_finish(int from_signal, uint32_t how, int sig)
 {
-	if (atomic_load(&rbt_state) != 1 || !rbt_drainer_running ||
-	    rbt_owner_pid != getpid())
+	if (rbt_owner_pid != getpid() || !rbt_drainer_running ||
+	    atomic_load(&rbt_drainer_tid) == rbt_gettid())
 		return;
-	if (atomic_load(&rbt_drainer_tid) == rbt_gettid())
+	rbt_tls_finishing = 1;
+	if (atomic_exchange(&rbt_finishing, 1)) {
+		/* Another thread finishes: let the trailer be written first. */
+		for (int i = 0; i < 5000 && !atomic_load(&rbt_closed); i++) {
+			struct timespec d = { 0, 1000000 };
+			nanosleep(&d, NULL);
+		}
 		return;
-	if (rbt_tls_ring && rbt_tls_ring->nfold && rbt_tls_inside == 0) {
-		rbt_tls_inside++;
-		rbt_fold_flush(rbt_tls_ring);
-		rbt_tls_inside--;
 	}
+	if (atomic_load(&rbt_state) != 1)
+		return;
+	rbt_end_how = how;
+	rbt_end_signal = sig;
+	/* A signal that interrupted this thread inside a data-path call: that call
+	 * never completes; the writer thread does not wait for it. */
+	if (from_signal && rbt_tls_ring && atomic_load(&rbt_tls_ring->busy))
+		atomic_store(&rbt_finisher_ring, rbt_tls_ring);
 	atomic_store(&rbt_stop_req, 1);
 	rbt_wake_drainer();
 	if (from_signal) {
-		for (int i = 0; i < 2000 && !atomic_load(&rbt_closed); i++) {
+		for (int i = 0; i < 5000 && !atomic_load(&rbt_closed); i++) {
 			struct timespec d = { 0, 1000000 };
 			nanosleep(&d, NULL);
 		}
@@ -315,7 +354,8 @@ static void rbt_finish(int from_signal)
 		pthread_join(rbt_drainer, NULL);
 		rbt_drainer_running = 0;
 	}
-	atomic_store(&rbt_state, 2);
+	/* The state stays sealed: other threads that enter a verb park until the
+	 * process ends (or a failed exec releases them). */
 }
 
 static const int rbt_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGSEGV,
@@ -327,7 +367,7 @@ static void rbt_on_signal(int sig, siginfo_t *si, void *uc)
 	struct sigaction dfl = { .sa_handler = SIG_DFL };
 
 	(void)uc;
-	rbt_finish(1);
+	rbt_finish(1, RBT_END_SIGNAL, sig);
 	sigemptyset(&dfl.sa_mask);
 	sigaction(sig, &dfl, NULL);
 	/* A fault (SEGV, BUS, ILL, FPE raised by an instruction) fires again when
@@ -363,7 +403,7 @@ static void rbt_install_signals(void)
 
 __attribute__((destructor)) static void rbt_fini(void)
 {
-	rbt_finish(0);
+	rbt_finish(0, rbt_exit_seen ? RBT_END_EXIT : RBT_END_UNLOAD, 0);
 }
 
 /* exec replaces the image without running destructors: finish the trace first.
@@ -371,9 +411,20 @@ __attribute__((destructor)) static void rbt_fini(void)
 static void rbt_before_exec(void)
 {
 	if (atomic_load(&rbt_state) == 1 && rbt_owner_pid == getpid()) {
-		rbt_finish(0);
+		rbt_finish(0, RBT_END_EXEC, 0);
 		rbt_log("trace finished before exec");
 	}
+}
+
+/* exec returned: it failed, and this process goes on untraced; threads parked
+ * at the seal go on too. */
+static void rbt_after_exec(void)
+{
+	int saved = errno;
+
+	if (atomic_load(&rbt_state) == RBT_STATE_SEALED && rbt_owner_pid == getpid())
+		atomic_store(&rbt_state, 2);
+	errno = saved;
 }
 
 RBT_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
@@ -381,7 +432,9 @@ RBT_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 	int (*real)(const char *, char *const[], char *const[]) = rbt_next_execve();
 
 	rbt_before_exec();
-	return real(path, argv, envp);
+	int ret = real(path, argv, envp);
+	rbt_after_exec();
+	return ret;
 }
 
 RBT_EXPORT int execv(const char *path, char *const argv[])
@@ -389,7 +442,9 @@ RBT_EXPORT int execv(const char *path, char *const argv[])
 	int (*real)(const char *, char *const[]) = rbt_next_execv();
 
 	rbt_before_exec();
-	return real(path, argv);
+	int ret = real(path, argv);
+	rbt_after_exec();
+	return ret;
 }
 
 RBT_EXPORT int execvp(const char *file, char *const argv[])
@@ -397,7 +452,9 @@ RBT_EXPORT int execvp(const char *file, char *const argv[])
 	int (*real)(const char *, char *const[]) = rbt_next_execvp();
 
 	rbt_before_exec();
-	return real(file, argv);
+	int ret = real(file, argv);
+	rbt_after_exec();
+	return ret;
 }
 
 RBT_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
@@ -405,5 +462,7 @@ RBT_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 	int (*real)(const char *, char *const[], char *const[]) = rbt_next_execvpe();
 
 	rbt_before_exec();
-	return real(file, argv, envp);
+	int ret = real(file, argv, envp);
+	rbt_after_exec();
+	return ret;
 }

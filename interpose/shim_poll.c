@@ -95,12 +95,13 @@ int rbt_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		if (e)
 			return rbt_poll_emulated(e, cq, n, wc);
 	}
-	if (!rbt_recording())
+	if (!rbt_dp_recording())
 		return c->poll_cq(cq, n, wc);
 	uint64_t t0 = rbt_now();
 	int ret = c->poll_cq(cq, n, wc);
 	uint64_t t1 = rbt_now();
 	rbt_rec_poll(cq, n, ret, wc, t0, t1);
+	rbt_dp_done();
 	return ret;
 }
 
@@ -110,7 +111,7 @@ int rbt_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 
 	if (RBT_UNLIKELY(!c))
 		return ENOSYS;
-	if (!rbt_recording())
+	if (!rbt_dp_recording())
 		return c->req_notify_cq(cq, solicited_only);
 	uint64_t t0 = rbt_now();
 	int ret = c->req_notify_cq(cq, solicited_only);
@@ -128,6 +129,7 @@ int rbt_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 		p->solicited = solicited_only;
 		rbt_ring_commit(r);
 	}
+	rbt_dp_done();
 	return ret;
 }
 
@@ -140,7 +142,9 @@ struct rbt_cqx_ent {
 	void (*end_poll)(struct ibv_cq_ex *);
 	uint64_t wc_flags;
 	int emulated;
-	/* the poll session in progress (one consumer per CQ at a time) */
+	/* the poll session in progress (one consumer per CQ at a time); rec: it
+	 * is recorded (start_poll saw recording on) */
+	int rec;
 	uint64_t ts;
 	uint32_t n;
 	struct rbt_raw_wcx wcs[RBT_CQX_WCS];
@@ -226,7 +230,7 @@ static int rbt_cqx_start_poll(struct ibv_cq_ex *cq, struct ibv_poll_cq_attr *att
 
 	if (RBT_UNLIKELY(!e))
 		return EINVAL;
-	if (!rbt_recording())
+	if (!rbt_dp_recording())
 		return e->start_poll(cq, attr);
 	uint64_t t0 = rbt_now();
 	int ret = e->start_poll(cq, attr);
@@ -237,10 +241,14 @@ static int rbt_cqx_start_poll(struct ibv_cq_ex *cq, struct ibv_poll_cq_attr *att
 		e->n = 0;
 		rbt_cqx_emit(e, -ret, t0, t1);
 	} else {
+		/* A session: the thread stays busy until end_poll. */
 		e->ts = t0;
 		e->n = 0;
+		e->rec = 1;
 		rbt_cqx_take(e, cq);
+		return ret;
 	}
+	rbt_dp_done();
 	return ret;
 }
 
@@ -251,7 +259,7 @@ static int rbt_cqx_next_poll(struct ibv_cq_ex *cq)
 	if (RBT_UNLIKELY(!e))
 		return EINVAL;
 	int ret = e->next_poll(cq);
-	if (ret == 0 && rbt_recording())
+	if (ret == 0 && e->rec)
 		rbt_cqx_take(e, cq);
 	return ret;
 }
@@ -263,8 +271,12 @@ static void rbt_cqx_end_poll(struct ibv_cq_ex *cq)
 	if (RBT_UNLIKELY(!e))
 		return;
 	e->end_poll(cq);
-	if (rbt_recording() && e->n)
-		rbt_cqx_emit(e, e->n, e->ts, rbt_now());
+	if (e->rec) {
+		if (e->n)
+			rbt_cqx_emit(e, e->n, e->ts, rbt_now());
+		e->rec = 0;
+		rbt_dp_done();
+	}
 }
 
 struct rbt_cqx_ent *rbt_wrap_cqx(struct ibv_cq_ex *cq, uint64_t wc_flags, int emulated)
@@ -302,21 +314,27 @@ static int rbt_poll_emulated(struct rbt_cqx_ent *e, struct ibv_cq *cq, int n,
 	struct ibv_cq_ex *cqx = e->cqx;
 	struct ibv_poll_cq_attr attr = { .comp_mask = 0 };
 	struct rbt_raw_wcx x;
-	int rec = rbt_recording();
-	int got = 0;
-	uint64_t t0 = rbt_now();
+	int rec, got = 0;
+	uint64_t t0;
 	int ret;
 
 	if (n <= 0)
 		return 0;
+	rec = rbt_dp_recording();
+	t0 = rbt_now();
 	ret = e->start_poll(cqx, &attr);
 	if (ret == ENOENT) {
-		if (rec)
+		if (rec) {
 			rbt_rec_empty_poll(rbt_ring_get(), cq, n, 0, t0, rbt_now());
+			rbt_dp_done();
+		}
 		return 0;
 	}
-	if (ret)
+	if (ret) {
+		if (rec)
+			rbt_dp_done();
 		return -1;
+	}
 	if (rec) {
 		e->ts = t0;
 		e->n = 0;
@@ -360,6 +378,7 @@ static int rbt_poll_emulated(struct rbt_cqx_ent *e, struct ibv_cq *cq, int n,
 			rbt_ring_commit(r);
 		}
 		e->n = 0;
+		rbt_dp_done();
 	}
 	return got;
 }

@@ -245,12 +245,13 @@ int rbt_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 
 	if (RBT_UNLIKELY(!c))
 		return ENOSYS;
-	if (!rbt_recording())
+	if (!rbt_dp_recording())
 		return c->post_send(qp, wr, bad_wr);
 	uint64_t t0 = rbt_now();
 	int ret = c->post_send(qp, wr, bad_wr);
 	uint64_t t1 = rbt_now();
 	rbt_rec_send(qp, wr, ret, ret && bad_wr ? *bad_wr : NULL, t0, t1);
+	rbt_dp_done();
 	return ret;
 }
 
@@ -260,13 +261,14 @@ int rbt_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 
 	if (RBT_UNLIKELY(!c))
 		return ENOSYS;
-	if (!rbt_recording())
+	if (!rbt_dp_recording())
 		return c->post_recv(qp, wr, bad_wr);
 	uint64_t t0 = rbt_now();
 	int ret = c->post_recv(qp, wr, bad_wr);
 	uint64_t t1 = rbt_now();
 	rbt_rec_recv(RBT_RAW_POST_RECV, qp, qp->qp_num, wr, ret,
 		     ret && bad_wr ? *bad_wr : NULL, t0, t1);
+	rbt_dp_done();
 	return ret;
 }
 
@@ -277,13 +279,14 @@ int rbt_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 
 	if (RBT_UNLIKELY(!c))
 		return ENOSYS;
-	if (!rbt_recording())
+	if (!rbt_dp_recording())
 		return c->post_srq_recv(srq, wr, bad_wr);
 	uint64_t t0 = rbt_now();
 	int ret = c->post_srq_recv(srq, wr, bad_wr);
 	uint64_t t1 = rbt_now();
 	rbt_rec_recv(RBT_RAW_POST_SRQ, srq, 0, wr, ret, ret && bad_wr ? *bad_wr : NULL,
 		     t0, t1);
+	rbt_dp_done();
 	return ret;
 }
 
@@ -294,7 +297,7 @@ int rbt_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *b)
 
 	if (!c || !c->bind_mw)
 		return EOPNOTSUPP;
-	if (!rbt_recording())
+	if (!rbt_dp_recording())
 		return c->bind_mw(qp, mw, b);
 	uint64_t t0 = rbt_now();
 	int ret = c->bind_mw(qp, mw, b);
@@ -306,5 +309,6 @@ int rbt_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *b)
 	wr.bind_mw.rkey = mw->rkey; /* the new key: the provider updated it */
 	wr.bind_mw.bind_info = b->bind_info;
 	rbt_rec_send(qp, &wr, ret, ret ? &wr : NULL, t0, t1);
+	rbt_dp_done();
 	return ret;
 }

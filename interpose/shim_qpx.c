@@ -458,10 +458,16 @@ static int rbt_wr_complete(struct ibv_qp_ex *q)
 
 	if (RBT_UNLIKELY(!e))
 		return EINVAL;
+	/* The WRs are posted here: a thread that finds the trace sealed parks
+	 * before they are. */
+	int rec = rbt_dp_recording();
 	int ret = e->wr_complete(q);
 	uint64_t t1 = rbt_now();
-	if (rbt_recording() && e->n)
-		rbt_qpx_emit(e, ret, t1);
+	if (rec) {
+		if (e->n)
+			rbt_qpx_emit(e, ret, t1);
+		rbt_dp_done();
+	}
 	e->n = 0;
 	return ret;
 }

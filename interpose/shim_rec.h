@@ -35,6 +35,10 @@ extern pthread_key_t rbt_ring_key;   /* its destructor marks a thread's ring dea
 extern int rbt_wake_pipe[2];
 extern _Atomic int rbt_nic_started; /* a context started NIC sampling: sample now */
 void rbt_ring_thread_exit(void *arg);
+/* Slow-path events that found the trace sealed (written into the trailer). */
+extern _Atomic uint64_t rbt_late_lost;
+/* Set in the thread that finishes the trace: it never parks. */
+extern RBT_TLS int rbt_tls_finishing;
 void rbt_emit_thread(struct rbt_ring *r);
 void rbt_wake_drainer(void);
 /* A slow-path event copied by rbt_emit, its pointers made pointers again. */
@@ -57,11 +61,20 @@ extern int rbt_writer_failed;
 extern uint64_t rbt_lost_total;
 extern uint64_t rbt_events_appended;
 void *rbt_drainer_main(void *arg);
+/* membarrier registration, once per process (and again in a fork child). */
+void rbt_barrier_init(void);
 
 /* ---- shim_life.c ------------------------------------------------------------------ */
 extern pid_t rbt_owner_pid; /* the process whose trace this is (not a fork child) */
 extern char rbt_path[PATH_MAX];
 extern int rbt_fork_gen;
+/* How the recording ends, for the trailer (set by the thread that finishes). */
+extern uint32_t rbt_end_how;
+extern int rbt_end_signal;
+extern int rbt_exit_code;
+/* The ring of a thread that finishes from a signal handler while inside a call:
+ * that call cannot complete before the trailer (counted as lost). */
+extern struct rbt_ring *_Atomic rbt_finisher_ring;
 
 static inline pid_t rbt_gettid(void)
 {

@@ -52,8 +52,13 @@ void rbt_ring_thread_exit(void *arg)
 {
 	struct rbt_ring *r = arg;
 
-	if (r->nfold)
+	/* Folded polls are written by their thread while recording; once sealed,
+	 * by the writer thread. */
+	atomic_store_explicit(&r->busy, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (r->nfold && atomic_load(&rbt_state) == 1)
 		rbt_fold_flush(r);
+	atomic_store_explicit(&r->busy, 0, memory_order_release);
 	rbt_tls_ring = NULL;
 	atomic_store_explicit(&r->dead, 1, memory_order_release);
 }
@@ -220,8 +225,9 @@ void *rbt_ring_reserve_slow(struct rbt_ring *r, uint32_t len)
 				return p;
 		}
 		/* Full. Wait for the background thread (bounded), then drop. */
-		if (atomic_load_explicit(&rbt_state, memory_order_relaxed) != 1 ||
-		    !rbt_cfg.block_ms || rbt_tls_inside > 1)
+		int st = atomic_load_explicit(&rbt_state, memory_order_relaxed);
+		if ((st != 1 && st != RBT_STATE_SEALED) || !rbt_cfg.block_ms ||
+		    rbt_tls_inside > 1)
 			break;
 		uint64_t now = rbt_now();
 		if (!deadline)
@@ -396,19 +402,81 @@ void rbt_emit(const struct rbt_event *ev)
 	size_t len = head + rbt_event_extra(ev);
 	struct rbt_raw_hdr *h;
 	struct rbt_event *copy;
+	/* Busy while writing, like a data-path call (which may be emitting). */
+	int was_busy = atomic_load_explicit(&r->busy, memory_order_relaxed);
 
 	if (len > UINT32_MAX / 2)
 		return;
-	h = rbt_ring_reserve(r, (uint32_t)len);
-	if (!h)
+	atomic_store_explicit(&r->busy, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!was_busy && atomic_load(&rbt_state) == RBT_STATE_SEALED) {
+		/* Sealed before this thread was seen busy: the final drain may be
+		 * over. Counted in the trailer instead. */
+		atomic_fetch_add(&rbt_late_lost, 1);
+		atomic_store_explicit(&r->busy, 0, memory_order_release);
 		return;
-	h->len = (uint32_t)len;
-	h->kind = RBT_RAW_EVENT;
-	h->flags = 0;
-	copy = (void *)(h + 1);
-	memcpy(copy, ev, sizeof(*ev));
-	rbt_event_pack(copy, (uint8_t *)h, head);
-	rbt_ring_commit(r);
+	}
+	h = rbt_ring_reserve(r, (uint32_t)len);
+	if (h) {
+		h->len = (uint32_t)len;
+		h->kind = RBT_RAW_EVENT;
+		h->flags = 0;
+		copy = (void *)(h + 1);
+		memcpy(copy, ev, sizeof(*ev));
+		rbt_event_pack(copy, (uint8_t *)h, head);
+		rbt_ring_commit(r);
+	}
+	atomic_store_explicit(&r->busy, was_busy, memory_order_release);
+}
+
+/* ---- data-path entry, the seal, parking ------------------------------------------- */
+_Atomic uint64_t rbt_late_lost;
+RBT_TLS int rbt_tls_finishing;
+
+/* Not recording on the fast path: first call of the thread (no ring yet), the
+ * recorder not started, a nested call, off, or sealed. */
+int rbt_dp_recording_slow(void)
+{
+	struct rbt_ring *r = rbt_tls_ring;
+	int s;
+
+	if (rbt_tls_inside)
+		return 0;
+	if (r)
+		atomic_store_explicit(&r->busy, 0, memory_order_release);
+	s = atomic_load(&rbt_state);
+	if (s == 0 && rbt_start_slow())
+		s = 1;
+	if (s == 1) {
+		/* The ring is registered before the thread is marked busy, so a
+		 * seal that follows sees it. */
+		r = rbt_ring_get();
+		atomic_store_explicit(&r->busy, 1, memory_order_relaxed);
+		atomic_thread_fence(memory_order_seq_cst);
+		s = atomic_load(&rbt_state);
+		if (s == 1)
+			return 1;
+		atomic_store_explicit(&r->busy, 0, memory_order_release);
+	}
+	if (s == RBT_STATE_SEALED)
+		rbt_park();
+	return 0;
+}
+
+/* The thread finishing the trace (and the writer) goes on untraced; every other
+ * thread waits here until the process ends, so that no verb runs after the trace
+ * was closed. Only a failed exec lets them go (state 2, untraced). */
+void rbt_park(void)
+{
+	int saved = errno;
+
+	if (rbt_tls_finishing || rbt_tls_inside)
+		return;
+	while (atomic_load(&rbt_state) == RBT_STATE_SEALED) {
+		struct timespec d = { 0, 1000000 };
+		nanosleep(&d, NULL);
+	}
+	errno = saved;
 }
 
 void rbt_note(int level, const char *text)
