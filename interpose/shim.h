@@ -35,6 +35,7 @@ struct rbt_config {
 	char output[4096];    /* RBTRACE_OUTPUT, "" = current directory */
 	char manifest[4096];  /* RBTRACE_MANIFEST, "" = none */
 	uint64_t flush_ticks; /* flush_ms in TSC ticks */
+	int writer_cpu;	      /* RBTRACE_WRITER_CPU, -1 = not pinned */
 };
 extern struct rbt_config rbt_cfg;
 

@@ -16,6 +16,7 @@
 #include <link.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -626,6 +627,18 @@ void *rbt_drainer_main(void *arg)
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	prctl(PR_SET_NAME, "rbtrace-writer", 0, 0, 0);
+	if (rbt_cfg.writer_cpu >= 0) {
+		/* RBTRACE_WRITER_CPU: keep compression off the program's cores. */
+		cpu_set_t set;
+		CPU_ZERO(&set);
+		CPU_SET(rbt_cfg.writer_cpu, &set);
+		int e = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+		if (e)
+			rbt_warn("%s=%d: %s; the writer thread runs unpinned",
+				 RBT_ENV_WRITER_CPU, rbt_cfg.writer_cpu, strerror(e));
+		else
+			rbt_log("writer thread on CPU %d", rbt_cfg.writer_cpu);
+	}
 	atomic_store(&rbt_drainer_tid, me);
 	if (!rbt_tsc_hz) {
 		rbt_tsc_hz = rbt_calibrate(&rbt_start_pair, 20);
@@ -699,9 +712,11 @@ void *rbt_drainer_main(void *arg)
 		struct timespec cpu;
 		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
 		double ns = (double)cpu.tv_sec * 1e9 + (double)cpu.tv_nsec;
-		rbt_log("writer thread: %.1f ms CPU for %llu events, %.0f ns/event",
+		rbt_log("writer thread: %.1f ms CPU for %llu events, %.0f ns/event, "
+			"last on CPU %d",
 			ns / 1e6, (unsigned long long)rbt_events_appended,
-			rbt_events_appended ? ns / (double)rbt_events_appended : 0.0);
+			rbt_events_appended ? ns / (double)rbt_events_appended : 0.0,
+			sched_getcpu());
 	}
 	atomic_store(&rbt_closed, 1);
 	return NULL;

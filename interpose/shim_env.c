@@ -14,6 +14,7 @@
 #include <link.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -139,6 +140,8 @@ void rbt_config_load(void)
 	rbt_cfg.block_ms = rbt_env_ul(RBT_ENV_BLOCK_MS, 1000, 0, 600000);
 	rbt_cfg.stacks = rbt_env_bool(RBT_ENV_STACKS, 1);
 	rbt_cfg.nic_ts = rbt_env_bool(RBT_ENV_NIC_TS, 0);
+	rbt_cfg.writer_cpu = (int)rbt_env_ul(RBT_ENV_WRITER_CPU, (unsigned long)-1, 0,
+					     CPU_SETSIZE - 1);
 	s = getenv(RBT_ENV_PAYLOAD);
 	if (!s || !*s || !strcmp(s, "0") || !strcasecmp(s, "off"))
 		rbt_cfg.payload = 0;
