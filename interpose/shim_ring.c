@@ -465,16 +465,31 @@ int rbt_dp_recording_slow(void)
 
 /* The thread finishing the trace (and the writer) goes on untraced; every other
  * thread waits here until the process ends, so that no verb runs after the trace
- * was closed. Only a failed exec lets them go (state 2, untraced). */
+ * was closed. A failed exec lets them go (state 2, untraced), and so does a
+ * process still alive RBT_PARK_MAX_S after its trailer (an exit that waits for a
+ * parked thread, e.g. a library destructor joining it): never a hang, and one
+ * warning that the trace misses what they do then. */
+#define RBT_PARK_MAX_S 10
+
 void rbt_park(void)
 {
-	int saved = errno;
+	int saved = errno, after_close = 0;
+	static _Atomic int warned;
 
 	if (rbt_tls_finishing || rbt_tls_inside)
 		return;
 	while (atomic_load(&rbt_state) == RBT_STATE_SEALED) {
 		struct timespec d = { 0, 1000000 };
 		nanosleep(&d, NULL);
+		if (atomic_load(&rbt_closed) && ++after_close >= RBT_PARK_MAX_S * 1000) {
+			if (!atomic_exchange(&warned, 1))
+				rbt_warn(
+					"the process goes on %d s after its trace %s was "
+					"finished: verbs called from now on are not in "
+					"it",
+					RBT_PARK_MAX_S, rbt_path);
+			break;
+		}
 	}
 	errno = saved;
 }
