@@ -16,7 +16,7 @@
 
 #define AN_RT_MAX 65536
 
-static int an_opcode_slot(int op)
+int an_opcode_slot(int op)
 {
 	if (op >= 0 && op < 12)
 		return op;
@@ -25,7 +25,7 @@ static int an_opcode_slot(int op)
 	return 13;
 }
 
-static int an_slot_opcode(int slot)
+int an_slot_opcode(int slot)
 {
 	return slot < 12 ? slot : slot == 12 ? 128 : 255;
 }
@@ -226,6 +226,7 @@ void an_attr_completion(struct rbt_analyzer *an, struct an_qp *qp,
 			const struct rbt_model_comp *c, const struct rbt_model_wr *w)
 {
 	an_note_error(qp, c, w);
+	qp->wc_status[c->status < 31 ? c->status : 31]++;
 	if (!c->recv)
 		return;
 	const struct rbt_model_qp *m = qp->m;

@@ -14,6 +14,7 @@
 
 #include "analyzer/rbt_analyzer.h"
 #include "model/rbt_model.h"
+#include "util/rbt_json.h"
 
 /* ---- small utilities (analyzer_util.c) ---------------------------------------- */
 
@@ -26,8 +27,6 @@ void an_str_printf(struct an_str *b, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void an_str_free(struct an_str *b);
 char *an_strdup(const char *s);
-/* JSON string literal (with quotes) of s into f. */
-void an_json_str(FILE *f, const char *s);
 
 /* ---- log-bucketed histogram (HDR-style, analyzer_hist.c) ----------------------- */
 #define AN_HIST_SUB_BITS 6 /* 64 sub-buckets per octave: <= 1.6 % bucket width */
@@ -142,6 +141,10 @@ struct an_qp {
 	uint64_t data_wrs_256, unaligned;
 	uint64_t unaligned_atomic, unaligned_atomic_addr;
 	uint64_t flushes;
+	/* per opcode slot (an_opcode_slot): WRs posted, their bytes, sizes; and the
+	 * joined completions by status (the last slot: any status beyond) */
+	uint64_t op_posts[14], op_bytes[14], op_min[14], op_max[14];
+	uint64_t wc_status[32];
 	bool err_seen;
 	struct rbt_model_comp first_err;
 	uint64_t first_err_wr_opcode, first_err_wr_bytes, first_err_remote_addr,
@@ -322,6 +325,9 @@ void an_before(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_eve
 void an_after(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_event *ev,
 	      struct rbt_model_res *r);
 
+int an_opcode_slot(int op);
+int an_slot_opcode(int slot);
+
 /* analyzer_attr.c: the attribution of each completed WR, round trips, errors */
 void an_attr_posted(struct rbt_analyzer *an, struct an_qp *qp, uint64_t post_ts,
 		    uint64_t post_exit, const struct rbt_send_wr *wr);
@@ -334,8 +340,8 @@ void an_note_error(struct an_qp *qp, const struct rbt_model_comp *c,
 
 /* analyzer_diag.c */
 void an_diagnose(struct rbt_analyzer *an);
-void an_add_finding(struct rbt_analyzer *an, int sev, const char *code, int trace,
-		    uint32_t qpn, double time_ns, const char *title, const char *evidence,
+void an_add_finding(struct rbt_analyzer *an, int sev, int code, int trace, uint32_t qpn,
+		    double time_ns, const char *title, const char *evidence,
 		    const char *advice);
 void an_pair_qps(struct rbt_analyzer *an);
 

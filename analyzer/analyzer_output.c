@@ -420,7 +420,7 @@ static void an_json_evidence(FILE *f, const char *ev)
 		char *line = strndup(p, len);
 		if (!first)
 			fputc(',', f);
-		an_json_str(f, line);
+		rbt_json_fput_str(f, line);
 		free(line);
 		first = false;
 		p = nl ? nl + 1 : p + len;
@@ -524,11 +524,11 @@ static void an_json_qp(FILE *f, const struct an_trace *t, const struct an_qp *qp
 static void an_json_trace(FILE *f, struct rbt_analyzer *an, struct an_trace *t)
 {
 	fprintf(f, "{\"index\":%d,\"name\":", t->idx);
-	an_json_str(f, t->mt->name);
+	rbt_json_fput_str(f, t->mt->name);
 	fprintf(f, ",\"pid\":%u,\"host\":", t->mt->hdr.pid);
-	an_json_str(f, t->mt->hdr.host);
+	rbt_json_fput_str(f, t->mt->hdr.host);
 	fprintf(f, ",\"cmdline\":");
-	an_json_str(f, t->mt->hdr.cmdline);
+	rbt_json_fput_str(f, t->mt->hdr.cmdline);
 	fprintf(f,
 		",\"clock_hz\":%llu,\"start_real_ns\":%llu,\"align_ns\":%lld,\"events\":%"
 		"llu,"
@@ -622,11 +622,11 @@ static void an_json_findings(FILE *f, const struct rbt_analyzer *an)
 		fprintf(f,
 			"%s{\"severity\":\"%s\",\"code\":\"%s\",\"title\":", i ? "," : "",
 			an_sev_name(fd->severity), fd->code);
-		an_json_str(f, fd->title);
+		rbt_json_fput_str(f, fd->title);
 		fprintf(f, ",\"evidence\":");
 		an_json_evidence(f, fd->evidence);
 		fprintf(f, ",\"advice\":");
-		an_json_str(f, fd->advice);
+		rbt_json_fput_str(f, fd->advice);
 		fprintf(f, ",\"trace\":%d,\"qp_num\":%u,\"time_ns\":%.0f}", fd->trace,
 			fd->qp_num, fd->time_ns);
 	}

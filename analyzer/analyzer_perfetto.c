@@ -44,7 +44,7 @@ static void an_pf_trace(struct rbt_analyzer *an, struct an_trace *t)
 	fprintf(f,
 		"{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%u,\"args\":{\"name\":",
 		an_pf_pid(t));
-	an_json_str(f, name);
+	rbt_json_fput_str(f, name);
 	fputs("}}", f);
 }
 
@@ -60,7 +60,7 @@ static void an_pf_thread(struct rbt_analyzer *an, struct an_trace *t,
 		"{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%u,\"tid\":%u,\"args\":{"
 		"\"name\":",
 		an_pf_pid(t), th->m->tid);
-	an_json_str(f, name);
+	rbt_json_fput_str(f, name);
 	fputs("}}", f);
 }
 
@@ -213,7 +213,7 @@ static void an_pf_end(struct rbt_analyzer *an)
 			"\"tid\":0,\"ts\":%.3f,\"args\":{\"title\":",
 			fd->code, an_pf_pid(t),
 			(fd->time_ns + (double)t->mt->align_ns) / 1000.0);
-		an_json_str(f, fd->title);
+		rbt_json_fput_str(f, fd->title);
 		fputs("}}", f);
 	}
 	fputs("\n]}\n", f);

@@ -122,6 +122,13 @@ static void an_send_wr_checks(struct rbt_analyzer *an, struct an_trace *t,
 	if (!inl)
 		for (uint32_t s = 0; s < wr->n_sges; s++)
 			an_mr_use(an, t, qp, wr->sges[s].lkey);
+	int slot = an_opcode_slot(op);
+	if (!qp->op_posts[slot] || bytes < qp->op_min[slot])
+		qp->op_min[slot] = bytes;
+	if (bytes > qp->op_max[slot])
+		qp->op_max[slot] = bytes;
+	qp->op_posts[slot]++;
+	qp->op_bytes[slot] += bytes;
 	bool sig = (wr->send_flags & IBV_SEND_SIGNALED) || qp->m->sq_sig_all;
 	qp->post_wrs_signaled += sig;
 	qp->post_bytes += bytes;

@@ -44,33 +44,6 @@ char *an_strdup(const char *s)
 	return strdup(s ? s : "");
 }
 
-void an_json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-		switch (*p) {
-		case '"':
-			fputs("\\\"", f);
-			break;
-		case '\\':
-			fputs("\\\\", f);
-			break;
-		case '\n':
-			fputs("\\n", f);
-			break;
-		case '\t':
-			fputs("\\t", f);
-			break;
-		default:
-			if (*p < 0x20)
-				fprintf(f, "\\u%04x", *p);
-			else
-				fputc(*p, f);
-		}
-	}
-	fputc('"', f);
-}
-
 /* ---- histogram ----
  * Values below AN_HIST_SUB are exact (octave 0); above, each power of two is split
  * into AN_HIST_SUB equal buckets, so a bucket is at most 1/64 of its value wide. */

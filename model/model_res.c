@@ -56,6 +56,7 @@ static struct rbt_model_res *mt_res_new(struct rbt_model *m, struct mt_trace *t,
 	r->handle = handle;
 	r->id = ++m->next_id;
 	if (create) {
+		r->created = true;
 		r->create_ts = create->ts;
 		if (m->keep_events)
 			r->create = rbt_model_event_copy(create);
