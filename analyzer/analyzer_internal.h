@@ -338,6 +338,17 @@ void an_attr_done(struct rbt_analyzer *an, struct an_qp *qp, const struct rbt_mo
 void an_note_error(struct an_qp *qp, const struct rbt_model_comp *c,
 		   const struct rbt_model_wr *w);
 
+/* analyzer_output.c: shared by the sinks */
+extern const char *const an_phase_name[RBT_PHASE_COUNT];
+const char *an_sev_name(int s);
+const char *an_qp_type_name(uint32_t t);
+const char *an_fmt_ns(char *buf, size_t n, double ns);
+/* Merged histograms of a trace (all when t NULL) or a QP, per phase. */
+void an_trace_hists(const struct rbt_analyzer *an, const struct an_trace *t,
+		    const struct an_qp *qp, struct an_hist h[RBT_PHASE_COUNT]);
+void an_hists_free(struct an_hist h[RBT_PHASE_COUNT]);
+double an_trace_dur_ns(const struct an_trace *t);
+
 /* analyzer_diag.c */
 void an_diagnose(struct rbt_analyzer *an);
 void an_add_finding(struct rbt_analyzer *an, int sev, int code, int trace, uint32_t qpn,
