@@ -214,7 +214,6 @@ int rbt_analyzer_create(const struct rbt_analyzer_opts *opts, struct rbt_analyze
 		return -ENOMEM;
 	if (opts)
 		an->opts = *opts;
-	an->perfetto_first = true;
 	bool per_wr = false;
 	if (an->opts.perfetto)
 		an->stream[an->n_stream++] = &an_sink_perfetto;

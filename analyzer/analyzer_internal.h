@@ -284,7 +284,7 @@ struct rbt_analyzer {
 	/* the streaming sinks (Perfetto when opts.perfetto) */
 	const struct an_sink_ops *stream[2];
 	int n_stream;
-	bool perfetto_first;
+	struct rbt_json pf; /* the Perfetto stream */
 
 	/* per (trace, qp) group storage */
 	struct an_group **groups;
