@@ -295,26 +295,31 @@ void rbt_analyzer_destroy(struct rbt_analyzer *an)
 	free(an);
 }
 
-int rbt_analyzer_add_trace(struct rbt_analyzer *an, const struct rbt_header *hdr,
-			   const char *name)
+/* The analyzer's side of the model's trace idx (its mt is set once the model has
+ * the trace). */
+static int an_trace_push(struct rbt_analyzer *an, int idx)
 {
-	struct an_trace *t = calloc(1, sizeof(*t));
 	struct an_trace **nt = realloc(an->traces, sizeof(*nt) * (an->n_traces + 1));
-	if (!t || !nt) {
-		free(t);
-		free(nt);
+	if (!nt)
 		return -ENOMEM;
-	}
 	an->traces = nt;
-	int idx = rbt_model_add_trace(an->model, hdr, name);
-	if (idx < 0) {
-		free(t);
-		return idx;
-	}
+	struct an_trace *t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
 	t->idx = idx;
 	t->mt = rbt_model_trace(an->model, idx);
 	an->traces[an->n_traces++] = t;
-	return idx;
+	return 0;
+}
+
+int rbt_analyzer_add_trace(struct rbt_analyzer *an, const struct rbt_header *hdr,
+			   const char *name)
+{
+	int idx = rbt_model_add_trace(an->model, hdr, name);
+	if (idx < 0)
+		return idx;
+	int ret = an_trace_push(an, idx);
+	return ret < 0 ? ret : idx;
 }
 
 int rbt_analyzer_feed(struct rbt_analyzer *an, int trace, const struct rbt_event *ev)
@@ -335,19 +340,9 @@ int rbt_analyzer_run_files(struct rbt_analyzer *an, const char *const *paths, in
 {
 	/* the model adds the traces: the analyzer's side follows them */
 	int before = rbt_model_n_traces(an->model);
-	for (int i = 0; i < n; i++) {
-		struct an_trace *t = calloc(1, sizeof(*t));
-		struct an_trace **nt =
-			realloc(an->traces, sizeof(*nt) * (an->n_traces + 1));
-		if (!t || !nt) {
-			free(t);
-			free(nt);
+	for (int i = 0; i < n; i++)
+		if (an_trace_push(an, before + i) < 0)
 			return -ENOMEM;
-		}
-		an->traces = nt;
-		t->idx = before + i;
-		an->traces[an->n_traces++] = t;
-	}
 	int ret = rbt_model_run_files(an->model, paths, n, errbuf, errlen);
 	/* traces the model did not take (an error opening one) */
 	int have = rbt_model_n_traces(an->model);

@@ -49,14 +49,13 @@ int rbt_model_add_trace(struct rbt_model *m, const struct rbt_header *hdr,
 {
 	if (m->origin_set)
 		return -EBUSY; /* the timeline's origin is already fixed */
-	struct mt_trace *t = calloc(1, sizeof(*t));
 	struct mt_trace **nt = realloc(m->traces, sizeof(*nt) * (m->n_traces + 1));
-	if (!t || !nt) {
-		free(t);
-		free(nt);
+	if (!nt)
 		return -ENOMEM;
-	}
 	m->traces = nt;
+	struct mt_trace *t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
 	t->pub.idx = m->n_traces;
 	t->pub.hdr = *hdr;
 	t->host = mt_strdup(hdr->host);
