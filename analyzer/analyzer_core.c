@@ -69,6 +69,16 @@ struct an_thread *an_thread_get(struct rbt_analyzer *an, struct an_trace *t, uin
 	return th ? th->user : NULL;
 }
 
+struct an_cq *an_cq_next(const struct rbt_analyzer *an, const struct an_trace *t,
+			 uint32_t *pos)
+{
+	for (struct rbt_model_res *r;
+	     (r = rbt_model_table_next(an->model, t->idx, RBT_MODEL_CQ, pos));)
+		if (r->user)
+			return r->user;
+	return NULL;
+}
+
 /* ---- the model's callbacks ---- */
 
 static void an_cb_begin(void *arg)
@@ -299,10 +309,9 @@ void rbt_analyzer_destroy(struct rbt_analyzer *an)
  * the trace). */
 static int an_trace_push(struct rbt_analyzer *an, int idx)
 {
-	struct an_trace **nt = realloc(an->traces, sizeof(*nt) * (an->n_traces + 1));
-	if (!nt)
+	if (rbt_grow(&an->traces, &an->cap_traces, (uint32_t)an->n_traces + 1,
+		     sizeof(*an->traces), 4, 0))
 		return -ENOMEM;
-	an->traces = nt;
 	struct an_trace *t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;

@@ -14,6 +14,7 @@
 
 #include "analyzer/rbt_analyzer.h"
 #include "model/rbt_model.h"
+#include "util/rbt_grow.h"
 #include "util/rbt_json.h"
 
 /* ---- small utilities (analyzer_util.c) ---------------------------------------- */
@@ -271,10 +272,12 @@ struct rbt_analyzer {
 	struct rbt_model *model;
 	struct an_trace **traces;
 	int n_traces;
+	uint32_t cap_traces;
 	bool finished;
 
 	struct an_finding_priv *findings;
-	int n_findings, cap_findings;
+	int n_findings;
+	uint32_t cap_findings;
 	struct rbt_finding *pub_findings;
 
 	struct rbt_analyzer_counts counts;
@@ -337,6 +340,10 @@ void an_attr_done(struct rbt_analyzer *an, struct an_qp *qp, const struct rbt_mo
 		  const struct rbt_model_comp *c, uint32_t n, uint32_t nsig);
 void an_note_error(struct an_qp *qp, const struct rbt_model_comp *c,
 		   const struct rbt_model_wr *w);
+
+/* analyzer_core.c: a trace's CQs in the model's table order (start with *pos 0). */
+struct an_cq *an_cq_next(const struct rbt_analyzer *an, const struct an_trace *t,
+			 uint32_t *pos);
 
 /* analyzer_output.c: shared by the sinks */
 extern const char *const an_phase_name[RBT_PHASE_COUNT];

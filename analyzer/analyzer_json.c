@@ -260,11 +260,7 @@ static void an_json_cqs(struct rbt_json *j, struct rbt_analyzer *an, struct an_t
 	rbt_json_key(j, "cqs");
 	rbt_json_arr(j);
 	uint32_t pos = 0;
-	for (struct rbt_model_res *cr;
-	     (cr = rbt_model_table_next(an->model, t->idx, RBT_MODEL_CQ, &pos));) {
-		const struct an_cq *cq = cr->user;
-		if (!cq)
-			continue;
+	for (const struct an_cq *cq; (cq = an_cq_next(an, t, &pos));) {
 		rbt_json_obj(j);
 		an_json_hex(j, "handle", cq->m->res.handle);
 		rbt_json_ku64(j, "cqe", cq->m->cqe);

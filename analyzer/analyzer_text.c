@@ -255,12 +255,8 @@ static void an_text_trace(FILE *f, struct rbt_analyzer *an, struct an_trace *t)
 	an_hists_free(h);
 	for (struct an_qp *qp = t->qp_list; qp; qp = qp->next)
 		an_text_qp(f, an, t, qp);
-	uint32_t cq_pos = 0;
-	for (struct rbt_model_res *cr;
-	     (cr = rbt_model_table_next(an->model, t->idx, RBT_MODEL_CQ, &cq_pos));) {
-		const struct an_cq *cq = cr->user;
-		if (!cq)
-			continue;
+	uint32_t pos = 0;
+	for (const struct an_cq *cq; (cq = an_cq_next(an, t, &pos));) {
 		if (!cq->polls && !cq->m->cqe)
 			continue;
 		fprintf(f,

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "model/model_int.h"
+#include "util/rbt_grow.h"
 
 static const struct rbt_model_ops mt_no_ops;
 
@@ -49,10 +50,9 @@ int rbt_model_add_trace(struct rbt_model *m, const struct rbt_header *hdr,
 {
 	if (m->origin_set)
 		return -EBUSY; /* the timeline's origin is already fixed */
-	struct mt_trace **nt = realloc(m->traces, sizeof(*nt) * (m->n_traces + 1));
-	if (!nt)
+	if (rbt_grow(&m->traces, &m->cap_traces, (uint32_t)m->n_traces + 1,
+		     sizeof(*m->traces), 4, 0))
 		return -ENOMEM;
-	m->traces = nt;
 	struct mt_trace *t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
@@ -111,15 +111,14 @@ static void mt_on_thread(struct rbt_model *m, int trace, const struct rbt_event 
 static struct rbt_model_res *mt_data_res(struct rbt_model *m, struct mt_trace *t,
 					 const struct rbt_event *ev)
 {
+	bool send = ev->type == RBT_EV_POST_SEND;
 	switch (ev->type) {
-	case RBT_EV_POST_SEND: {
-		struct rbt_model_qp *qp = mt_qp_find(m, t, ev->u.post_send.qp,
-						     (uint32_t)ev->u.post_send.qp_num);
-		return qp ? &qp->res : NULL;
-	}
+	case RBT_EV_POST_SEND:
 	case RBT_EV_POST_RECV: {
-		struct rbt_model_qp *qp = mt_qp_find(m, t, ev->u.post_recv.qp,
-						     (uint32_t)ev->u.post_recv.qp_num);
+		struct rbt_model_qp *qp =
+			mt_qp_find(m, t, send ? ev->u.post_send.qp : ev->u.post_recv.qp,
+				   (uint32_t)(send ? ev->u.post_send.qp_num
+						   : ev->u.post_recv.qp_num));
 		return qp ? &qp->res : NULL;
 	}
 	case RBT_EV_POST_SRQ_RECV:

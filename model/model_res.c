@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "model/model_int.h"
+#include "util/rbt_grow.h"
 
 static const char *const mt_kind_names[RBT_MODEL_KINDS] = {
 	[RBT_MODEL_CTX] = "ctx",   [RBT_MODEL_PD] = "pd",
@@ -79,14 +80,13 @@ static void mt_res_keep(struct rbt_model *m, struct rbt_model_res *r,
 {
 	if (!m->keep_events)
 		return;
-	const struct rbt_event **nm =
-		realloc((void *)r->mods, (r->n_mods + 1) * sizeof(*nm));
-	if (!nm)
-		return;
-	r->mods = nm;
 	struct rbt_event *c = rbt_model_event_copy(ev);
-	if (c)
-		nm[r->n_mods++] = c;
+	if (!c ||
+	    rbt_grow(&r->mods, &r->cap_mods, r->n_mods + 1, sizeof(*r->mods), 4, 0)) {
+		free(c);
+		return;
+	}
+	((const struct rbt_event **)r->mods)[r->n_mods++] = c;
 }
 
 static void mt_res_destroy(struct rbt_model *m, struct rbt_model_res *r,
@@ -251,16 +251,10 @@ struct rbt_model_qp *mt_qp_find(struct rbt_model *m, struct mt_trace *t, uint64_
 void mt_qp_history(struct rbt_model_qp *qp, uint64_t ts, uint32_t to, uint64_t mask,
 		   int64_t ret, bool implicit)
 {
-	if (qp->n_hist == qp->cap_hist) {
-		uint32_t nc = qp->cap_hist ? qp->cap_hist * 2 : 8;
-		if (nc > 4096)
-			return; /* a QP modified forever: keep the first ones */
-		struct rbt_model_state_change *nh = realloc(qp->hist, nc * sizeof(*nh));
-		if (!nh)
-			return;
-		qp->hist = nh;
-		qp->cap_hist = nc;
-	}
+	/* a QP modified forever: keep the first 4096 */
+	if (rbt_grow(&qp->hist, &qp->cap_hist, qp->n_hist + 1, sizeof(*qp->hist), 8,
+		     4096))
+		return;
 	struct rbt_model_state_change *h = &qp->hist[qp->n_hist++];
 	h->ts = ts;
 	h->from = (uint8_t)qp->state;
@@ -621,52 +615,60 @@ struct rbt_model_res *mt_resource_of(struct mt_trace *t, const struct rbt_event 
 
 /* ---- queries ---- */
 
+static struct mt_trace *mt_trace_of(const struct rbt_model *m, int trace)
+{
+	return trace >= 0 && trace < m->n_traces ? m->traces[trace] : NULL;
+}
+
+static void *mt_lookup(const struct rbt_model *m, int trace, size_t map_off, uint64_t key)
+{
+	struct mt_trace *t = mt_trace_of(m, trace);
+	return t ? mt_map_get((const struct mt_map *)((const char *)t + map_off), key)
+		 : NULL;
+}
+
 struct rbt_model_res *rbt_model_by_handle(const struct rbt_model *m, int trace,
 					  enum rbt_model_kind kind, uint64_t handle)
 {
-	if (trace < 0 || trace >= m->n_traces || (unsigned)kind >= RBT_MODEL_KINDS)
+	if ((unsigned)kind >= RBT_MODEL_KINDS)
 		return NULL;
-	return mt_map_get(&m->traces[trace]->tab[kind], handle);
+	return mt_lookup(m, trace,
+			 offsetof(struct mt_trace, tab) + kind * sizeof(struct mt_map),
+			 handle);
 }
 
 struct rbt_model_qp *rbt_model_qp_by_num(const struct rbt_model *m, int trace,
 					 uint32_t qpn)
 {
-	if (trace < 0 || trace >= m->n_traces)
-		return NULL;
-	return mt_map_get(&m->traces[trace]->qpns, qpn + 1ULL);
+	return mt_lookup(m, trace, offsetof(struct mt_trace, qpns), qpn + 1ULL);
 }
 
 struct rbt_model_mr *rbt_model_mr_by_lkey(const struct rbt_model *m, int trace,
 					  uint64_t lkey)
 {
-	if (trace < 0 || trace >= m->n_traces)
-		return NULL;
-	return mt_map_get(&m->traces[trace]->lkeys, lkey + 1ULL);
+	return mt_lookup(m, trace, offsetof(struct mt_trace, lkeys), lkey + 1ULL);
 }
 
 struct rbt_model_mr *rbt_model_mr_by_rkey(const struct rbt_model *m, int trace,
 					  uint64_t rkey)
 {
-	if (trace < 0 || trace >= m->n_traces)
-		return NULL;
-	return mt_map_get(&m->traces[trace]->rkeys, rkey + 1ULL);
+	return mt_lookup(m, trace, offsetof(struct mt_trace, rkeys), rkey + 1ULL);
 }
 
 struct rbt_model_res *rbt_model_list(const struct rbt_model *m, int trace,
 				     enum rbt_model_kind kind)
 {
-	if (trace < 0 || trace >= m->n_traces || (unsigned)kind >= RBT_MODEL_KINDS)
-		return NULL;
-	return m->traces[trace]->lists[kind];
+	struct mt_trace *t = mt_trace_of(m, trace);
+	return t && (unsigned)kind < RBT_MODEL_KINDS ? t->lists[kind] : NULL;
 }
 
 struct rbt_model_res *rbt_model_table_next(const struct rbt_model *m, int trace,
 					   enum rbt_model_kind kind, uint32_t *pos)
 {
-	if (trace < 0 || trace >= m->n_traces || (unsigned)kind >= RBT_MODEL_KINDS)
+	struct mt_trace *t = mt_trace_of(m, trace);
+	if (!t || (unsigned)kind >= RBT_MODEL_KINDS)
 		return NULL;
-	const struct mt_map *tab = &m->traces[trace]->tab[kind];
+	const struct mt_map *tab = &t->tab[kind];
 	while (*pos < tab->cap) {
 		void *v = tab->vals[(*pos)++];
 		if (v)
