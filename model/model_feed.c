@@ -107,6 +107,12 @@ static void mt_on_thread(struct rbt_model *m, int trace, const struct rbt_event 
 	}
 }
 
+static bool mt_is_data_path(uint32_t type)
+{
+	return type == RBT_EV_POST_SEND || type == RBT_EV_POST_RECV ||
+	       type == RBT_EV_POST_SRQ_RECV || type == RBT_EV_POLL_CQ;
+}
+
 /* The object a data-path event works on, resolved before the consumer sees it. */
 static struct rbt_model_res *mt_data_res(struct rbt_model *m, struct mt_trace *t,
 					 const struct rbt_event *ev)
@@ -139,23 +145,21 @@ static struct rbt_model_res *mt_data_res(struct rbt_model *m, struct mt_trace *t
 static void mt_apply(struct rbt_model *m, struct mt_trace *t, const struct rbt_event *ev,
 		     struct rbt_model_res **r)
 {
+	void *q = *r;
+	if (mt_is_data_path(ev->type)) {
+		if (!q)
+			return;
+		if (ev->type == RBT_EV_POST_SEND)
+			mt_on_post_send(m, t, ev, q);
+		else if (ev->type == RBT_EV_POST_RECV)
+			mt_on_post_recv(m, t, ev, q);
+		else if (ev->type == RBT_EV_POST_SRQ_RECV)
+			mt_on_post_srq_recv(m, t, ev, q);
+		else
+			mt_on_poll(m, t, ev, q);
+		return;
+	}
 	switch (ev->type) {
-	case RBT_EV_POST_SEND:
-		if (*r)
-			mt_on_post_send(m, t, ev, (struct rbt_model_qp *)*r);
-		break;
-	case RBT_EV_POST_RECV:
-		if (*r)
-			mt_on_post_recv(m, t, ev, (struct rbt_model_qp *)*r);
-		break;
-	case RBT_EV_POST_SRQ_RECV:
-		if (*r)
-			mt_on_post_srq_recv(m, t, ev, (struct rbt_model_srq *)*r);
-		break;
-	case RBT_EV_POLL_CQ:
-		if (*r)
-			mt_on_poll(m, t, ev, (struct rbt_model_cq *)*r);
-		break;
 	case RBT_EV_THREAD:
 		mt_on_thread(m, t->pub.idx, ev);
 		break;
@@ -169,12 +173,6 @@ static void mt_apply(struct rbt_model *m, struct mt_trace *t, const struct rbt_e
 		break;
 	}
 	}
-}
-
-static bool mt_is_data_path(uint32_t type)
-{
-	return type == RBT_EV_POST_SEND || type == RBT_EV_POST_RECV ||
-	       type == RBT_EV_POST_SRQ_RECV || type == RBT_EV_POLL_CQ;
 }
 
 int rbt_model_feed(struct rbt_model *m, int trace, const struct rbt_event *ev)
