@@ -114,4 +114,9 @@ int rbt_cli_check_output(const char *cmd, const char *what, const char *out);
  * exit code after one line on stderr. */
 int rbt_cli_check_traces(const char *cmd, char *const *paths, int n, int distinct);
 
+/* dirname(/proc/self/exe)/rel into out when that exists: the real executable,
+ * so a symlink to rbtrace (bazel's runfiles) still finds what was built beside
+ * it. 0, or -1 when it is not there. */
+int rbt_cli_beside_self(const char *rel, char *out, size_t len);
+
 #endif
