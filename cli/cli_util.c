@@ -330,3 +330,27 @@ out:
 	free(st);
 	return rc;
 }
+
+int rbt_cli_find_part(const char *const *rels, const char *file, char *out, size_t len)
+{
+	char exe[PATH_MAX], probe[2 * PATH_MAX + 2];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (n <= 0)
+		return -1;
+	exe[n] = 0;
+	char *slash = strrchr(exe, '/');
+	if (!slash)
+		return -1;
+	*slash = 0;
+	for (; *rels; rels++) {
+		if (snprintf(out, len, "%s/%s", exe, *rels) >= (int)len)
+			continue;
+		if (!file ? !access(out, F_OK)
+			  : snprintf(probe, sizeof(probe), "%s/%s", out, file) <
+					    (int)sizeof(probe) &&
+				    !access(probe, R_OK))
+			return 0;
+	}
+	return -1;
+}
