@@ -89,21 +89,20 @@ int main(int argc, char **argv)
 	while ((err = rbt_reader_next(r, &ev)) > 0) {
 		if (ev->type == RBT_EV_POST_SEND && ev->u.post_send.ret == 0) {
 			const struct rbt_ev_post_send *ps = &ev->u.post_send;
-			for (uint32_t i = 0; i < ps->wrs.n; i++)
-				if (remember(ps->qp_num, ps->wrs.v[i].wr_id, ev->ts, 0,
-					     (unsigned)ps->wrs.v[i].opcode))
+			for (uint32_t i = 0; i < ps->n_wrs; i++)
+				if (remember(ps->qp_num, ps->wrs[i].wr_id, ev->ts, 0,
+					     (unsigned)ps->wrs[i].opcode))
 					goto nomem;
 		} else if (ev->type == RBT_EV_POST_RECV && ev->u.post_recv.ret == 0) {
 			const struct rbt_ev_post_recv *pr = &ev->u.post_recv;
-			for (uint32_t i = 0; i < pr->wrs.n; i++)
-				if (remember(pr->qp_num, pr->wrs.v[i].wr_id, ev->ts, 1,
-					     0))
+			for (uint32_t i = 0; i < pr->n_wrs; i++)
+				if (remember(pr->qp_num, pr->wrs[i].wr_id, ev->ts, 1, 0))
 					goto nomem;
 		} else if (ev->type == RBT_EV_POLL_CQ) {
 			const struct rbt_ev_poll_cq *pc = &ev->u.poll_cq;
 			double done = rbt_ticks_to_ns(h, pc->ts_exit);
-			for (uint32_t i = 0; i < pc->wcs.n; i++) {
-				const struct rbt_wc *wc = &pc->wcs.v[i];
+			for (uint32_t i = 0; i < pc->n_wcs; i++) {
+				const struct rbt_wc *wc = &pc->wcs[i];
 				struct pending *p = take(wc->qp_num, wc->wr_id);
 				if (!p) {
 					orphans++; /* posted before the trace began, or an SRQ */
