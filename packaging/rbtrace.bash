@@ -53,13 +53,14 @@ _rbtrace()
 		return
 	fi
 	# record and softnic run a program: after "--" complete commands and files
-	local j
+	local j after=0
 	for ((j = i + 1; j < cword; j++)); do
-		if [[ ${words[j]} == -- ]]; then
-			COMPREPLY=($(compgen -c -- "$cur") $(compgen -f -- "$cur"))
-			return
-		fi
+		[[ ${words[j]} == -- ]] && after=1
 	done
+	if ((after)) && [[ $sub == record || $sub == softnic ]]; then
+		COMPREPLY=($(compgen -c -- "$cur") $(compgen -f -- "$cur"))
+		return
+	fi
 	case $prev in
 	-o | --output | --fabric)
 		COMPREPLY=($(compgen -f -- "$cur"))
@@ -80,6 +81,7 @@ _rbtrace()
 		return
 		;;
 	-*)
+		((after)) && { COMPREPLY=($(compgen -f -- "$cur")); return; }
 		COMPREPLY=($(compgen -W "$(_rbtrace_words "$prog" "$sub")" -- "$cur"))
 		[[ ${COMPREPLY[0]-} == *= ]] && compopt -o nospace 2>/dev/null
 		return
