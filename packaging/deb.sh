@@ -57,7 +57,12 @@ shlibdeps() { # files... -> a Depends value
 depends=$(shlibdeps "${core[@]}")
 [[ -n $depends ]] || { echo "deb.sh: dpkg-shlibdeps found no dependencies" >&2; exit 1; }
 suggests=$(shlibdeps "${optional[@]}")
-suggests=${suggests:+$suggests, }"libibverbs1, ibverbs-providers, python3-pandas"
+# once each, a part's own "libibverbs1 (>= N)" before the plain name, and
+# nothing that Depends already has
+suggests=$( (echo "$depends" | tr ',' '\n' | sed 's/^ *\([^ ]*\).*/-\1/'
+	echo "${suggests:+$suggests, }libibverbs1, ibverbs-providers, python3-pandas" | tr ',' '\n') |
+	sed 's/^ *//; /^$/d' | awk '/^-/ { dep[substr($1, 2)] = 1; next } !dep[$1] && !seen[$1]++' |
+	paste -sd, | sed 's/,/, /g')
 
 mkdir -p "$root/DEBIAN"
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)

@@ -90,7 +90,7 @@ PY
 grep -q "wr_latency: /etc/passwd:" err.txt || fail "error line: $(cat err.txt)"
 
 echo "== Python, from the installed tree"
-PYTHONPATH=$prefix/lib/python3/dist-packages python3 - client.rbt info.txt <<'PY'
+PYTHONPATH=$prefix/lib/python3/dist-packages /usr/bin/python3 - client.rbt info.txt <<'PY'
 import re, sys
 import rbtformat
 trace, info = sys.argv[1], open(sys.argv[2]).read()

@@ -14,7 +14,8 @@ export RBTFORMAT_LIB=$root/trace_format/librbtformat.so.1 PYTHONPATH=$root/pytho
 cp "$root/tests/data/rc_pingpong_client.rbt" "$tmp/real.rbt"
 head -c $(($(stat -c %s "$tmp/synth.rbt") * 2 / 3)) "$tmp/synth.rbt" >"$tmp/cut.rbt"
 for t in synth real; do "$root/cli/rbtrace" info "$tmp/$t.rbt" >"$tmp/$t.info"; done
-python3 - "$tmp" <<'PY'
+# Debian's python3, the one the package installs the module for
+/usr/bin/python3 - "$tmp" <<'PY'
 import os, re, sys
 import rbtformat
 tmp = sys.argv[1]
