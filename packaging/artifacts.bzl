@@ -17,6 +17,9 @@ load("//man:pages.bzl", "MAN_PAGES")
 RBT_ARTIFACTS = [
     ("//cli:rbtrace", "bin/rbtrace", "0755"),
     ("//interpose:librbtrace.so", "lib/rbtrace/librbtrace.so", "0644"),
+    # the replayer, dlopen()ed by `rbtrace replay` (cli/cmd_replay.c looks in
+    # ../lib/rbtrace); the only part that links libibverbs
+    ("//replay:librbtrace-replay.so", "lib/rbtrace/librbtrace-replay.so", "0644"),
     ("//softnic:libibverbs.so.1", "lib/rbtrace/softnic/libibverbs.so.1", "0644"),
     ("//trace_format:librbtformat.so.1", "@LIBDIR@/librbtformat.so.1", "0644"),
     ("//trace_format:rbt_format.h", "include/rbtrace/rbt_format.h", "0644"),

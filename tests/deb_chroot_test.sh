@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # deb_chroot_test.sh - `apt install ./rbtrace_*.deb` on a bare Debian 12, then
-# rbtrace report on committed traces there, without rdma-core.
+# rbtrace report, info and dump on committed traces there without rdma-core;
+# replay says in one line that it needs libibverbs, and replays over softnic.
 #
 #   tests/deb_chroot_test.sh rbtrace_VERSION_amd64.deb     (./dev deb-test)
 #
@@ -44,6 +45,18 @@ in_root rbtrace report /tmp/rc_pingpong_client.rbt /tmp/rc_pingpong_server.rbt >
 grep -q "no problems found" "$work/report.txt" || fail "report: $(tail -3 "$work/report.txt")"
 in_root rbtrace info /tmp/rc_pingpong_client.rbt | grep -q "finished:  yes" || fail "info"
 in_root rbtrace dump /tmp/rc_pingpong_client.rbt >/dev/null || fail "dump"
+# replay needs libibverbs: without rdma-core it says so in one line, and runs on
+# softnic, whose drop-in libibverbs.so.1 the package carries
+if ! in_root dpkg-query -W -f='${Status}' libibverbs1 2>/dev/null | grep -q "ok installed"; then
+	! in_root rbtrace replay /tmp/rc_pingpong_client.rbt /tmp/rc_pingpong_server.rbt 2>"$work/rp.err" ||
+		fail "replay ran without libibverbs"
+	[ "$(wc -l <"$work/rp.err")" = 1 ] && grep -q "libibverbs" "$work/rp.err" ||
+		fail "replay without libibverbs: $(cat "$work/rp.err")"
+fi
+mkdir -p "$r/tmp/fabric"
+in_root SOFTNIC_FABRIC=/tmp/fabric timeout 120 rbtrace replay --softnic /tmp/rc_pingpong_client.rbt \
+	/tmp/rc_pingpong_server.rbt >"$work/replay.txt" 2>&1 || { cat "$work/replay.txt"; fail "replay --softnic"; }
+grep -q "no divergence" "$work/replay.txt" || fail "replay --softnic: $(tail -3 "$work/replay.txt")"
 verbs=$(in_root dpkg-query -W -f='${db:Status-Abbrev}${Package}\n' 'libibverbs1' 'rdma-core' 2>/dev/null | grep '^ii' || true)
 if [ -n "$verbs" ]; then
 	# Until replay is loaded at run time rbtrace itself links libibverbs.so.1.

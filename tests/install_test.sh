@@ -36,7 +36,7 @@ echo "installed $n files"
 
 # Nothing of the build may be reachable: no bazel-bin next to the prefix, no
 # environment pointing at it.
-unset RBTRACE_LIB RBTRACE_SOFTNIC_DIR LD_LIBRARY_PATH LD_PRELOAD
+unset RBTRACE_LIB RBTRACE_SOFTNIC_DIR RBTRACE_REPLAY_MODULE LD_LIBRARY_PATH LD_PRELOAD
 export PATH=$prefix/bin:$PATH
 [ "$(command -v rbtrace)" = "$prefix/bin/rbtrace" ] || fail "PATH"
 rbtrace --version | grep -q "^rbtrace [0-9]" || fail "--version"
