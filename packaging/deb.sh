@@ -6,7 +6,8 @@
 # The files are those of packaging/install.sh --prefix=/usr. Depends is computed
 # by dpkg-shlibdeps from the ELF files, except those that need libibverbs.so.1
 # and are not a command in /usr/bin: those are the parts loaded only for verbs
-# work (replay, softnic's provider) and their needs go to Suggests, so that
+# work (the replayer, softnic's provider and librdmacm) and their needs go to
+# Suggests, so that
 # reading traces installs no RDMA stack. The recorder must never need
 # libibverbs; this script refuses to package one that does. Prints the path of
 # the .deb it wrote.
@@ -41,12 +42,10 @@ needs_verbs "$root/usr/lib/rbtrace/librbtrace.so" &&
 core=() optional=()
 while IFS= read -r -d '' f; do
 	file -b "$f" | grep -q '^ELF' || continue
-	case $f in
-	"$root"/usr/lib/rbtrace/softnic/*) continue ;; # softnic is a libibverbs itself
-	esac
 	if needs_verbs "$f" && [[ $f != "$root"/usr/bin/* ]]; then optional+=("$f"); else core+=("$f"); fi
 done < <(find "$root" -type f -print0)
-# softnic's own needs (libc) are the core's too: checked, not listed apart
+# softnic's drop-in libibverbs.so.1 needs only libc: it is core; its provider
+# and librdmacm (which bind the system's libibverbs) come out optional
 mkdir -p "$work/debian"
 printf 'Source: rbtrace\n\nPackage: rbtrace\nArchitecture: amd64\n' >"$work/debian/control"
 shlibdeps() { # files... -> a Depends value

@@ -72,3 +72,8 @@ done
 for ((i = 0; i < ${#links[@]}; i += 2)); do
 	ln -sfn "${links[i]}" "$root/${links[i + 1]}"
 done
+# A real install (no staging) into the system's library path: refresh the
+# loader's cache so that programs find librbtformat.so.1 at once.
+if [[ -z $destdir && $(id -u) == 0 ]] && command -v ldconfig >/dev/null; then
+	ldconfig 2>/dev/null || true
+fi
