@@ -4,7 +4,7 @@
 `rbtrace --help` and `rbtrace CMD --help` are the one source of truth: this
 script runs the built rbtrace and turns what it prints into roff, so a page can
 never say something else than --help does. The NAME line of rbtrace-CMD(1) is
-the command's summary in `rbtrace --help`; SYNOPSIS is the help's usage line(s);
+the command's summary in `rbtrace --help` (of rbtrace(1), its first sentence); SYNOPSIS is the help's usage line(s);
 DESCRIPTION is the rest, word for word, in no-fill mode (the help's own layout).
 It must never add text of its own beyond the section names and SEE ALSO.
 
@@ -99,8 +99,11 @@ def main():
 
     usage, body = split_usage(top)
     with open(os.path.join(a.outdir, "rbtrace.1"), "w") as f:
-        f.write(page("rbtrace", "record, replay and explain what RDMA applications "
-                     "do through libibverbs", version, usage, body, pages))
+        # NAME: the help's first sentence ("Record, replay and explain ...")
+        what = body[0].strip().rstrip(".") if body else ""
+        if not what:
+            sys.exit("help2roff: rbtrace --help has no description after its usage")
+        f.write(page("rbtrace", what[0].lower() + what[1:], version, usage, body, pages))
     for c in a.commands:
         usage, body = split_usage(run(a.rbtrace, c, "--help"))
         see = ["rbtrace"] + [p for p in pages if p != "rbtrace-" + c]

@@ -23,7 +23,7 @@ import ctypes
 import json
 import os
 
-__all__ = ["Trace", "TraceError", "events", "wrs", "wr_frame", "library"]
+__all__ = ["Trace", "TraceError", "events", "wrs", "wr_frame", "library", "verbs_name"]
 
 _lib = None
 
@@ -100,10 +100,29 @@ def library():
     lib.rbt_event_format_json.argtypes = [ctypes.POINTER(_Header), vp,
                                           ctypes.c_char_p, ctypes.c_size_t]
     lib.rbt_event_format_json.restype = ctypes.c_size_t
+    lib.rbt_verbs_name.argtypes = [ctypes.c_int, ctypes.c_uint64]
+    lib.rbt_verbs_name.restype = ctypes.c_char_p
     lib.rbt_event_name.argtypes = [ctypes.c_uint32]
     lib.rbt_event_name.restype = ctypes.c_char_p
     _lib = lib
     return lib
+
+
+# enum rbt_verbs_enum
+_WR_OPCODE, _WC_OPCODE, _WC_STATUS = 0, 1, 2
+
+
+def verbs_name(which, value):
+    """libibverbs' name for a number a trace stores: verbs_name("wr_opcode", 0)
+    is "RDMA_WRITE"; which is wr_opcode, wc_opcode, wc_status, qp_state or
+    qp_type. None for a value the enum does not name."""
+    kinds = {"wr_opcode": 0, "wc_opcode": 1, "wc_status": 2, "qp_state": 3, "qp_type": 4}
+    if which not in kinds:
+        raise ValueError("verbs_name: which is one of " + ", ".join(kinds))
+    if value is None:
+        return None
+    n = library().rbt_verbs_name(kinds[which], value)
+    return n.decode() if n is not None else None
 
 
 def _s(b):
@@ -188,7 +207,9 @@ def events(path):
 
 
 def wrs(path):
-    """One dict per completed work request: its post joined to the completion
+    """One dict per completed work request (qp_num, wr_id, kind, opcode and
+    opcode_name, status and status_name, byte_len, post_ns, done_ns,
+    latency_ns): its post joined to the completion
     that retired it on (QP number, wr_id), the oldest post first when a program
     reuses wr_ids. latency_ns runs from the post's entry to the end of the poll
     that returned the completion; receives are included (kind "recv": mostly
@@ -209,9 +230,15 @@ def wrs(path):
                 if not q:
                     continue
                 post_ns, kind, op = q.pop(0)
+                if kind == "recv":
+                    op = wc.get("opcode")
                 yield {"qp_num": wc["qp_num"], "wr_id": wc["wr_id"], "kind": kind,
-                       "opcode": op if kind == "send" else wc.get("opcode"),
-                       "status": wc.get("status"), "byte_len": wc.get("byte_len"),
+                       "opcode": op,
+                       "opcode_name": verbs_name("wr_opcode" if kind == "send"
+                                                 else "wc_opcode", op),
+                       "status": wc.get("status"),
+                       "status_name": verbs_name("wc_status", wc.get("status")),
+                       "byte_len": wc.get("byte_len"),
                        "post_ns": post_ns, "done_ns": done,
                        "latency_ns": done - post_ns}
 
@@ -232,6 +259,6 @@ def wr_frame(path):
         import pandas
     except ImportError as e:
         raise TraceError("wr_frame() needs pandas (apt install python3-pandas)") from e
-    cols = ["qp_num", "wr_id", "kind", "opcode", "status", "byte_len", "post_ns",
-            "done_ns", "latency_ns"]
+    cols = ["qp_num", "wr_id", "kind", "opcode", "opcode_name", "status",
+            "status_name", "byte_len", "post_ns", "done_ns", "latency_ns"]
     return pandas.DataFrame(list(wrs(path)), columns=cols)

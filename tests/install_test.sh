@@ -90,11 +90,12 @@ PY
 grep -q "wr_latency: /etc/passwd:" err.txt || fail "error line: $(cat err.txt)"
 
 echo "== Python, from the installed tree"
-PYTHONPATH=$prefix/lib/python3/dist-packages /usr/bin/python3 - client.rbt info.txt <<'PY'
+PYTHONPATH=$prefix/lib/python3/dist-packages /usr/bin/python3 - client.rbt info.txt "$prefix" <<'PY'
 import re, sys
 import rbtformat
-trace, info = sys.argv[1], open(sys.argv[2]).read()
-assert rbtformat.library()._name.startswith(sys.prefix) or "/lib/librbtformat" in rbtformat.library()._name
+trace, info, prefix = sys.argv[1], open(sys.argv[2]).read(), sys.argv[3]
+# the module finds the library of its own prefix, not some other one
+assert rbtformat.library()._name == prefix + "/lib/librbtformat.so.1", rbtformat.library()._name
 want = {m[0]: int(m[1]) for m in re.findall(r"^  ([a-z_]+) +(\d+)$", info, re.M)}
 total = int(re.search(r"^events: +(\d+)$", info, re.M).group(1))
 with rbtformat.Trace(trace) as t:
@@ -106,6 +107,7 @@ assert got == want, (got, want)
 assert sum(got.values()) == total
 w = list(rbtformat.wrs(trace))
 assert sum(1 for x in w if x["kind"] == "send") == 200, len(w)
+assert {x["opcode_name"] for x in w} == {"SEND", "RECV"}, {x["opcode_name"] for x in w}
 print("python: %d events in %d types, %d WRs, as rbtrace info says" % (total, len(got), len(w)))
 PY
 echo PASS

@@ -48,6 +48,7 @@ sends = [x for x in w if x["kind"] == "send"]
 assert len(sends) == 100 and all(x["latency_ns"] > 0 and x["status"] == 0 for x in w), len(w)
 w = list(rbtformat.wrs(os.path.join(tmp, "synth.rbt")))
 assert len(w) == 400 and {x["kind"] for x in w} == {"send", "recv"}, len(w)
+assert {x["status_name"] for x in w} == {"SUCCESS"} and rbtformat.verbs_name("wc_status", 5) == "WR_FLUSH_ERR"
 
 for bad, why in (("/etc/hostname", "not"), (os.path.join(tmp, "missing.rbt"), "No such file")):
     try:
