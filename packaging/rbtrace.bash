@@ -32,10 +32,14 @@ _rbtrace()
 	if declare -F _init_completion >/dev/null; then
 		_init_completion -n = || return
 	else
-		cur=${COMP_WORDS[COMP_CWORD]}
-		prev=${COMP_WORDS[COMP_CWORD - 1]}
-		words=("${COMP_WORDS[@]}")
-		cword=$COMP_CWORD
+		# without bash-completion: words split at blanks only, as
+		# _init_completion -n = would (COMP_WORDS splits --format=x at '=')
+		local line=${COMP_LINE:0:COMP_POINT}
+		read -r -a words <<<"$line"
+		[[ -z $line || $line == *[[:blank:]] ]] && words+=("")
+		cword=$((${#words[@]} - 1))
+		cur=${words[cword]}
+		prev=${words[cword - 1]:-}
 	fi
 	local prog=${words[0]} sub="" i
 	for ((i = 1; i < cword; i++)); do

@@ -16,13 +16,19 @@ export PATH=$tmp/bin:$PATH
 # completes a new one), sorted, one line
 complete_words() {
 	bash -c '
+		[ -z "$WITH_BC" ] || source /usr/share/bash-completion/bash_completion
 		source "$1"; shift
-		COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1))
 		COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}
+		# as bash splits the line: "=" ends a word (COMP_WORDBREAKS)
+		COMP_WORDS=(); for w in "$@"; do
+			if [[ $w == --*=* ]]; then COMP_WORDS+=("${w%%=*}" "=" "${w#*=}"); else COMP_WORDS+=("$w"); fi
+		done
+		COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
 		_rbtrace
 		printf "%s\n" "${COMPREPLY[@]}" | sort | tr "\n" " "
 	' _ "$root/packaging/rbtrace.bash" "$@"
 }
+export WITH_BC=""
 expect() { # expect "WANT" WORDS...
 	local want=$1 got
 	shift
@@ -36,6 +42,7 @@ expect_has() { # expect_has WORD WORDS...
 	[[ $got == *" $w "* ]] || fail "rbtrace completion of '$*' lacks $w: '$got'"
 }
 
+run_all() {
 cmds=$(rbtrace --help | sed -n '/^commands:/,/^$/s/^  \([a-z][a-z-]*\) .*/\1/p' | sort | tr '\n' ' ')
 [ -n "$cmds" ] || fail "no commands in rbtrace --help"
 for c in $cmds --version help; do expect_has "$c" rbtrace ""; done
@@ -59,4 +66,13 @@ for c in $cmds; do
 		[[ $got == *" $o "* || $got == *" $o= "* ]] || fail "rbtrace $c $o not completed: '$got'"
 	done
 done
+}
+# plain bash, then with the bash-completion package's helpers (_init_completion)
+WITH_BC="" run_all
+echo "plain bash: ok"
+if [ -f /usr/share/bash-completion/bash_completion ]; then
+	export WITH_BC=1
+	run_all
+	echo "with bash-completion: ok"
+fi
 echo PASS
