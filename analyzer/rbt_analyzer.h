@@ -144,6 +144,23 @@ struct rbt_roundtrip_summary {
 int rbt_analyzer_roundtrip(const struct rbt_analyzer *an, int trace, uint32_t qp_num,
 			   struct rbt_roundtrip_summary *out);
 
+/* ---- rbtrace diff ------------------------------------------------------------------
+ * Compares two traces of one job (an original and its replay): each is analysed on
+ * its own, their QPs are paired in creation order, and per QP and opcode it compares
+ * the WRs posted (count, bytes, sizes), the WRs completed (count, bytes, errors) and
+ * the completions by status; those are divergences. The phases of `rbtrace report`
+ * (post, NIC or its bounds, poll, end to end; a receive's wait) are shown side by
+ * side, never judged: a replay on another machine is meant to differ in time.
+ * Writes the comparison to out (text, or JSON with json) and one warning line per
+ * incomplete trace to log. Returns the number of divergences (>= 0) or -errno. */
+struct rbt_analyzer_diff_opts {
+	int json;
+	FILE *out; /* NULL = stdout */
+	FILE *log; /* NULL = stderr */
+};
+int rbt_analyzer_diff(const char *a, const char *b,
+		      const struct rbt_analyzer_diff_opts *opts);
+
 #ifdef __cplusplus
 }
 #endif

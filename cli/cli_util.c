@@ -331,25 +331,33 @@ out:
 	return rc;
 }
 
-int rbt_cli_find_part(const char *const *rels, const char *file, char *out, size_t len)
+int rbt_cli_beside_self(const char *rel, char *out, size_t len)
 {
-	char exe[PATH_MAX], probe[2 * PATH_MAX + 2];
+	char exe[PATH_MAX], *slash;
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 
 	if (n <= 0)
 		return -1;
 	exe[n] = 0;
-	char *slash = strrchr(exe, '/');
+	slash = strrchr(exe, '/');
 	if (!slash)
 		return -1;
 	*slash = 0;
+	if (snprintf(out, len, "%s/%s", exe, rel) >= (int)len)
+		return -1;
+	return access(out, F_OK) == 0 ? 0 : -1;
+}
+
+int rbt_cli_find_part(const char *const *rels, const char *file, char *out, size_t len)
+{
+	char probe[2 * PATH_MAX + 2];
+
 	for (; *rels; rels++) {
-		if (snprintf(out, len, "%s/%s", exe, *rels) >= (int)len)
+		if (rbt_cli_beside_self(*rels, out, len))
 			continue;
-		if (!file ? !access(out, F_OK)
-			  : snprintf(probe, sizeof(probe), "%s/%s", out, file) <
-					    (int)sizeof(probe) &&
-				    !access(probe, R_OK))
+		if (!file || (snprintf(probe, sizeof(probe), "%s/%s", out, file) <
+				      (int)sizeof(probe) &&
+			      !access(probe, R_OK)))
 			return 0;
 	}
 	return -1;

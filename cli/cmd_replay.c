@@ -199,24 +199,17 @@ static int check_replay_output(const char *out, int n)
  * runfiles symlink to rbtrace leads to the module built beside it. */
 static int rp_cli_module_path(char *buf, size_t n)
 {
-	static const char *const rel[] = { "../replay", ".", "../lib/rbtrace" };
+	static const char *const rel[] = { "../replay/" RBT_REPLAY_MODULE_SO,
+					   RBT_REPLAY_MODULE_SO,
+					   "../lib/rbtrace/" RBT_REPLAY_MODULE_SO };
 	const char *env = getenv("RBTRACE_REPLAY_MODULE");
-	char self[PATH_MAX];
-	ssize_t len;
 
 	if (env && *env) {
 		snprintf(buf, n, "%s", env);
 		return 0;
 	}
-	len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (len <= 0)
-		return -1;
-	self[len] = 0;
-	*strrchr(self, '/') = 0;
 	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++)
-		if (snprintf(buf, n, "%s/%s/%s", self, rel[i], RBT_REPLAY_MODULE_SO) <
-			    (int)n &&
-		    !access(buf, F_OK))
+		if (!rbt_cli_beside_self(rel[i], buf, n))
 			return 0;
 	return -1;
 }

@@ -135,5 +135,9 @@ int rbt_cli_check_traces(const char *cmd, char *const *paths, int n, int distinc
  * where that path exists (with file: where <path>/<file> is readable) and
  * returns 0; -1 when none does. */
 int rbt_cli_find_part(const char *const *rels, const char *file, char *out, size_t len);
+/* dirname(/proc/self/exe)/rel into out when that exists: the real executable,
+ * so a symlink to rbtrace (bazel's runfiles) still finds what was built beside
+ * it. 0, or -1 when it is not there. */
+int rbt_cli_beside_self(const char *rel, char *out, size_t len);
 
 #endif

@@ -302,9 +302,13 @@ int rbt_model_run_files(struct rbt_model *m, const char *const *paths, int n,
 		live += r > 0;
 	}
 	mt_merge(m, rd, cur, idx, n, live);
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
 		rbt_model_set_reader_stats(m, idx[i], rbt_reader_stats(rd[i]),
 					   rbt_reader_trailer(rd[i]) != NULL);
+		snprintf(m->traces[idx[i]]->pub.reader_error,
+			 sizeof(m->traces[idx[i]]->pub.reader_error), "%s",
+			 rbt_reader_error(rd[i]));
+	}
 	ret = 0;
 out:
 	if (rd)

@@ -42,7 +42,8 @@ static size_t mt_kind_size(enum rbt_model_kind k)
 	}
 }
 
-/* A new object; it replaces the table's entry for its handle (handle 0: none). */
+/* A new object; it replaces the table's entry for its handle (a QP known by number
+ * only, handle 0, has none: a damaged trace's CQ may well be 0). */
 static struct rbt_model_res *mt_res_new(struct rbt_model *m, struct mt_trace *t,
 					enum rbt_model_kind k, uint64_t handle,
 					const struct rbt_event *create)
@@ -55,11 +56,12 @@ static struct rbt_model_res *mt_res_new(struct rbt_model *m, struct mt_trace *t,
 	r->handle = handle;
 	r->id = ++m->next_id;
 	if (create) {
+		r->created = true;
 		r->create_ts = create->ts;
 		if (m->keep_events)
 			r->create = rbt_model_event_copy(create);
 	}
-	if (handle && mt_map_put(&t->tab[k], handle, r)) {
+	if ((handle || k != RBT_MODEL_QP) && mt_map_put(&t->tab[k], handle, r)) {
 		free((void *)r->create);
 		free(r);
 		return NULL;

@@ -76,6 +76,7 @@ struct rbt_model_res {
 	uint64_t destroy_ts; /* ticks of the destroy call (or of the create that
 			      * replaced it); valid when destroyed */
 	bool destroyed;
+	bool created; /* its create event was seen (false: first seen in use) */
 	/* With opts.keep_events: copies of the create event (NULL when the object was
 	 * first seen in use), of every successful modify (qp_modify, srq_modify,
 	 * cq_resize, mr_rereg) in trace order, and of the destroy. */
@@ -274,6 +275,7 @@ struct rbt_model_trace {
 	bool have_stats;
 	struct rbt_reader_stats rstats;
 	int finished;
+	char reader_error[192]; /* rbt_reader_error() at the end: the last damage */
 };
 
 /* ns since the trace's start. */

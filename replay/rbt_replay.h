@@ -1,5 +1,6 @@
 /* rbt_replay.h - the replayer's public interface: reissue the verbs of recorded
- * traces on a device (rbtrace replay) and compare two traces (rbtrace diff).
+ * traces on a device (rbtrace replay). Comparing two traces (rbtrace diff) is the
+ * analyzer's (rbt_analyzer_diff).
  *
  * The replayer is a shared module, librbtrace-replay.so, the only part of
  * rbtrace that links libibverbs: `rbtrace replay` dlopen()s it (the other
@@ -82,15 +83,6 @@ struct rbt_replay_module {
 	int (*run)(const char *const *traces, int ntraces,
 		   const struct rbt_replay_opts *opts, struct rbt_replay_summary *sum);
 };
-
-/* rbtrace diff: compares a and b per QP (paired in creation order) and opcode.
- * Returns the number of divergences (>= 0) or a negative errno. */
-struct rbt_diff_opts {
-	int json;
-	FILE *out; /* NULL = stdout */
-	FILE *log; /* NULL = stderr */
-};
-int rbt_replay_diff(const char *a, const char *b, const struct rbt_diff_opts *opts);
 
 #ifdef __cplusplus
 }

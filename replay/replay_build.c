@@ -64,9 +64,7 @@ static int rp_build_failed(struct rp_job *j, struct rp_side *s)
 {
 	int e = errno ? errno : EIO;
 
-	fprintf(j->log, "rbtrace replay: %s: creating resources failed: %s\n", s->path,
-		strerror(e));
-	return -e;
+	return rp_fail(j, -e, "%s: creating resources failed: %s", s->path, strerror(e));
 }
 
 static int rp_build_pds(struct rp_job *j, struct rp_side *s)
@@ -89,9 +87,7 @@ static int rp_build_mrs(struct rp_job *j, struct rp_side *s)
 
 		m->npd = rp_pd_by_h(s, m->pd);
 		if (!m->npd) {
-			fprintf(j->log, "rbtrace replay: %s: MR on an unknown PD\n",
-				s->path);
-			return -EINVAL;
+			return rp_fail(j, -EINVAL, "%s: MR on an unknown PD", s->path);
 		}
 		if (posix_memalign((void **)&m->buf, 4096, (len + 4095) & ~4095ul))
 			return -ENOMEM;
@@ -184,11 +180,9 @@ static int rp_build_xrcds(struct rp_job *j, struct rp_side *s)
 		if (!s->xrcd[i].xrcd) {
 			int e = errno ? errno : ENOTSUP;
 
-			fprintf(j->log,
-				"rbtrace replay: %s: the device cannot open an XRC "
-				"domain: %s\n",
-				s->path, strerror(e));
-			return -e;
+			return rp_fail(j, -e,
+				       "%s: the device cannot open an XRC domain: %s",
+				       s->path, strerror(e));
 		}
 	}
 	return 0;
@@ -223,12 +217,11 @@ static int rp_build_srqs(struct rp_job *j, struct rp_side *s)
 		if (!r->srq || ibv_get_srq_num(r->srq, &r->new_srqn)) {
 			int e = errno ? errno : ENOTSUP;
 
-			fprintf(j->log,
-				"rbtrace replay: %s: the device refused XRC SRQ %llu "
-				"(%llu WRs): %s\n",
+			return rp_fail(
+				j, -e,
+				"%s: the device refused XRC SRQ %llu (%llu WRs): %s",
 				s->path, (unsigned long long)r->rec.srqn,
 				(unsigned long long)r->rec.max_wr, strerror(e));
-			return -e;
 		}
 	}
 	return 0;
@@ -261,12 +254,10 @@ static int rp_build_qps(struct rp_job *j, struct rp_side *s)
 			    : !pd || !a.send_cq ||
 				      (q->rec.qp_type != IBV_QPT_XRC_SEND &&
 				       !a.recv_cq)) {
-			fprintf(j->log,
-				"rbtrace replay: %s: QP %llu refers to a PD or CQ the "
-				"trace "
-				"never created\n",
-				s->path, (unsigned long long)q->rec.qp_num);
-			return -EINVAL;
+			return rp_fail(j, -EINVAL,
+				       "%s: QP %llu refers to a PD or CQ the trace never "
+				       "created",
+				       s->path, (unsigned long long)q->rec.qp_num);
 		}
 		if (rp_is_xrc(q->rec.qp_type)) {
 			struct ibv_qp_init_attr_ex x = {
@@ -290,27 +281,23 @@ static int rp_build_qps(struct rp_job *j, struct rp_side *s)
 			q->qp = ibv_create_qp(pd, &a);
 		}
 		if (!q->qp) {
-			fprintf(j->log,
-				"rbtrace replay: %s: the device refused QP %llu (%s, "
-				"%llu/%llu WRs, "
-				"%llu inline bytes): %s\n",
-				s->path, (unsigned long long)q->rec.qp_num,
-				rp_qpt_name(q->rec.qp_type),
-				(unsigned long long)q->rec.max_send_wr,
-				(unsigned long long)q->rec.max_recv_wr,
-				(unsigned long long)q->rec.max_inline_data,
-				strerror(errno));
-			return -ENOTSUP;
+			return rp_fail(j, -ENOTSUP,
+				       "%s: the device refused QP %llu (%s, %llu/%llu "
+				       "WRs, %llu inline bytes): %s",
+				       s->path, (unsigned long long)q->rec.qp_num,
+				       rp_qpt_name(q->rec.qp_type),
+				       (unsigned long long)q->rec.max_send_wr,
+				       (unsigned long long)q->rec.max_recv_wr,
+				       (unsigned long long)q->rec.max_inline_data,
+				       strerror(errno));
 		}
 		if (a.cap.max_inline_data < q->rec.max_inline_data) {
-			fprintf(j->log,
-				"rbtrace replay: %s: QP %llu needs %llu inline bytes; "
-				"the device "
-				"gives %u\n",
-				s->path, (unsigned long long)q->rec.qp_num,
-				(unsigned long long)q->rec.max_inline_data,
-				a.cap.max_inline_data);
-			return -ENOTSUP;
+			return rp_fail(j, -ENOTSUP,
+				       "%s: QP %llu needs %llu inline bytes; the device "
+				       "gives %u",
+				       s->path, (unsigned long long)q->rec.qp_num,
+				       (unsigned long long)q->rec.max_inline_data,
+				       a.cap.max_inline_data);
 		}
 		if (q->port < 1 || q->port > s->dattr.phys_port_cnt)
 			q->port = 1;
@@ -335,33 +322,28 @@ int rp_build_side(struct rp_job *j, struct rp_side *s)
 	return rc;
 }
 
+/* Destroys what each entry of a side's table holds (field), if anything. */
+#define RP_DESTROY_ALL(arr, n, field, destroy) \
+	for (int i_ = 0; i_ < (n); i_++)       \
+		if ((arr) && (arr)[i_].field)  \
+	(void)destroy((arr)[i_].field)
+
 void rp_teardown_side(struct rp_side *s)
 {
-	for (int i = 0; i < s->nqp; i++)
-		if (s->qp[i].qp)
-			ibv_destroy_qp(s->qp[i].qp);
-	for (int i = 0; i < s->nah; i++)
-		if (s->ah[i].ah)
-			ibv_destroy_ah(s->ah[i].ah);
-	for (int i = 0; i < s->nsrq; i++)
-		if (s->srq[i].srq)
-			ibv_destroy_srq(s->srq[i].srq);
-	for (int i = 0; i < s->nxrcd; i++)
-		if (s->xrcd[i].xrcd)
-			ibv_close_xrcd(s->xrcd[i].xrcd);
+	RP_DESTROY_ALL(s->qp, s->nqp, qp, ibv_destroy_qp);
+	RP_DESTROY_ALL(s->ah, s->nah, ah, ibv_destroy_ah);
+	RP_DESTROY_ALL(s->srq, s->nsrq, srq, ibv_destroy_srq);
+	RP_DESTROY_ALL(s->xrcd, s->nxrcd, xrcd, ibv_close_xrcd);
 	/* both replayers opened it before DONE: the name is no longer needed */
 	if (s->xrcd_path[0])
 		unlink(s->xrcd_path);
 	s->xrcd_path[0] = 0;
-	for (int i = 0; i < s->ncq; i++)
-		if (s->cq[i].cq)
-			ibv_destroy_cq(s->cq[i].cq);
+	RP_DESTROY_ALL(s->cq, s->ncq, cq, ibv_destroy_cq);
 	for (int i = 0; i < s->nch; i++)
 		if (s->ch && s->ch[i])
 			ibv_destroy_comp_channel(s->ch[i]);
+	RP_DESTROY_ALL(s->mr, s->nmr, mr, ibv_dereg_mr);
 	for (int i = 0; i < s->nmr; i++) {
-		if (s->mr[i].mr)
-			ibv_dereg_mr(s->mr[i].mr);
 		free(s->mr[i].buf);
 		s->mr[i].buf = NULL;
 	}

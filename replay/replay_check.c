@@ -23,44 +23,37 @@ static int rp_check_qps(struct rp_job *j, const struct rp_side *s)
 
 		if (c->qp_type != IBV_QPT_RC && c->qp_type != IBV_QPT_UC &&
 		    c->qp_type != IBV_QPT_UD && !rp_is_xrc(c->qp_type)) {
-			fprintf(j->log,
-				"rbtrace replay: %s: QP %llu is of type %s, which the "
-				"replayer "
-				"cannot rebuild\n",
-				p, (unsigned long long)c->qp_num,
-				rp_qpt_name(c->qp_type));
-			return -ENOTSUP;
+			return rp_fail(j, -ENOTSUP,
+				       "%s: QP %llu is of type %s, which the replayer "
+				       "cannot rebuild",
+				       p, (unsigned long long)c->qp_num,
+				       rp_qpt_name(c->qp_type));
 		}
 		if (c->qp_type == IBV_QPT_XRC_RECV && !s->qp[i].xrcdi) {
-			fprintf(j->log,
-				"rbtrace replay: %s: QP %llu (XRC_RECV) names an XRC "
-				"domain the trace never opened\n",
-				p, (unsigned long long)c->qp_num);
-			return -EINVAL;
+			return rp_fail(j, -EINVAL,
+				       "%s: QP %llu (XRC_RECV) names an XRC domain the "
+				       "trace never opened",
+				       p, (unsigned long long)c->qp_num);
 		}
 		if (c->max_send_wr > (uint64_t)d->max_qp_wr ||
 		    c->max_recv_wr > (uint64_t)d->max_qp_wr) {
-			fprintf(j->log,
-				"rbtrace replay: %s: QP %llu needs %llu send / %llu "
-				"receive WRs; "
-				"the device allows %d\n",
-				p, (unsigned long long)c->qp_num,
-				(unsigned long long)c->max_send_wr,
-				(unsigned long long)c->max_recv_wr, d->max_qp_wr);
-			return -ENOTSUP;
+			return rp_fail(j, -ENOTSUP,
+				       "%s: QP %llu needs %llu send / %llu receive WRs; "
+				       "the device allows %d",
+				       p, (unsigned long long)c->qp_num,
+				       (unsigned long long)c->max_send_wr,
+				       (unsigned long long)c->max_recv_wr, d->max_qp_wr);
 		}
 		if (c->max_send_sge > (uint64_t)d->max_sge ||
 		    c->max_recv_sge > (uint64_t)d->max_sge) {
-			fprintf(j->log,
-				"rbtrace replay: %s: QP %llu needs %llu SGEs; the device "
-				"allows "
-				"%d\n",
-				p, (unsigned long long)c->qp_num,
+			return rp_fail(
+				j, -ENOTSUP,
+				"%s: QP %llu needs %llu SGEs; the device allows %d", p,
+				(unsigned long long)c->qp_num,
 				(unsigned long long)(c->max_send_sge > c->max_recv_sge
 							     ? c->max_send_sge
 							     : c->max_recv_sge),
 				d->max_sge);
-			return -ENOTSUP;
 		}
 	}
 	return 0;
@@ -74,41 +67,35 @@ static int rp_check_queues(struct rp_job *j, const struct rp_side *s)
 
 	for (int i = 0; i < s->ncq; i++)
 		if (s->cq[i].rec.cqe_asked > (uint64_t)d->max_cqe) {
-			fprintf(j->log,
-				"rbtrace replay: %s: a CQ of %llu entries; the device "
-				"allows %d\n",
-				p, (unsigned long long)s->cq[i].rec.cqe_asked,
-				d->max_cqe);
-			return -ENOTSUP;
+			return rp_fail(j, -ENOTSUP,
+				       "%s: a CQ of %llu entries; the device allows %d",
+				       p, (unsigned long long)s->cq[i].rec.cqe_asked,
+				       d->max_cqe);
 		}
 	for (int i = 0; i < s->nsrq; i++) {
 		const struct rp_srq *r = &s->srq[i];
 
 		if (r->rec.srq_type != IBV_SRQT_BASIC &&
 		    r->rec.srq_type != IBV_SRQT_XRC) {
-			fprintf(j->log,
-				"rbtrace replay: %s: SRQ %d is of type %llu (tag "
-				"matching?), which the replayer cannot rebuild\n",
-				p, i, (unsigned long long)r->rec.srq_type);
-			return -ENOTSUP;
+			return rp_fail(j, -ENOTSUP,
+				       "%s: SRQ %d is of type %llu (tag matching?), "
+				       "which the replayer cannot rebuild",
+				       p, i, (unsigned long long)r->rec.srq_type);
 		}
 		if (r->rec.srq_type == IBV_SRQT_XRC && (!r->xrcdi || !r->cqi)) {
-			fprintf(j->log,
-				"rbtrace replay: %s: XRC SRQ %llu names an XRC domain "
-				"or CQ the trace never created\n",
-				p, (unsigned long long)r->rec.srqn);
-			return -EINVAL;
+			return rp_fail(j, -EINVAL,
+				       "%s: XRC SRQ %llu names an XRC domain or CQ the "
+				       "trace never created",
+				       p, (unsigned long long)r->rec.srqn);
 		}
 	}
 	for (int i = 0; i < s->nsrq; i++)
 		if (s->srq[i].rec.max_wr > (uint64_t)d->max_srq_wr || d->max_srq == 0) {
-			fprintf(j->log,
-				"rbtrace replay: %s: an SRQ of %llu WRs; the device "
-				"allows %d "
-				"(max %d SRQs)\n",
-				p, (unsigned long long)s->srq[i].rec.max_wr,
-				d->max_srq_wr, d->max_srq);
-			return -ENOTSUP;
+			return rp_fail(j, -ENOTSUP,
+				       "%s: an SRQ of %llu WRs; the device allows %d "
+				       "(max %d SRQs)",
+				       p, (unsigned long long)s->srq[i].rec.max_wr,
+				       d->max_srq_wr, d->max_srq);
 		}
 	return 0;
 }
@@ -120,34 +107,28 @@ static int rp_check_limits(struct rp_job *j, const struct rp_side *s)
 	const char *p = s->path;
 
 	if (s->uses_atomics && d->atomic_cap == IBV_ATOMIC_NONE) {
-		fprintf(j->log,
-			"rbtrace replay: %s: the trace posts atomics; the device has no "
-			"atomic "
-			"support\n",
+		return rp_fail(
+			j, -ENOTSUP,
+			"%s: the trace posts atomics; the device has no atomic support",
 			p);
-		return -ENOTSUP;
 	}
 	if (s->max_rd_atomic > d->max_qp_rd_atom) {
-		fprintf(j->log,
-			"rbtrace replay: %s: the trace asks %d outstanding reads/atomics "
-			"per QP; "
-			"the device allows %d\n",
-			p, s->max_rd_atomic, d->max_qp_rd_atom);
-		return -ENOTSUP;
+		return rp_fail(j, -ENOTSUP,
+			       "%s: the trace asks %d outstanding reads/atomics per QP; "
+			       "the device allows %d",
+			       p, s->max_rd_atomic, d->max_qp_rd_atom);
 	}
 	for (int i = 0; i < s->nstep; i++) {
-		const struct rbt_event *e = &s->step[i].ev;
+		const struct rbt_event *e = s->step[i].ev;
 
 		if (e->type == RBT_EV_QP_MODIFY && !e->u.qp_modify.ret &&
 		    (e->u.qp_modify.attr_mask & IBV_QP_PATH_MTU) &&
 		    e->u.qp_modify.path_mtu > (uint64_t)s->pattr.active_mtu) {
-			fprintf(j->log,
-				"rbtrace replay: %s: the trace uses path MTU %d; the "
-				"device's "
-				"active MTU is %d\n",
-				p, 128 << e->u.qp_modify.path_mtu,
-				128 << s->pattr.active_mtu);
-			return -ENOTSUP;
+			return rp_fail(j, -ENOTSUP,
+				       "%s: the trace uses path MTU %d; the device's "
+				       "active MTU is %d",
+				       p, 128 << e->u.qp_modify.path_mtu,
+				       128 << s->pattr.active_mtu);
 		}
 	}
 	return 0;
@@ -162,22 +143,18 @@ static int rp_check_memory(struct rp_job *j, const struct rp_side *s)
 
 	for (int i = 0; i < s->nmr; i++) {
 		if (s->mr[i].length > d->max_mr_size) {
-			fprintf(j->log,
-				"rbtrace replay: %s: an MR of %llu bytes; the device "
-				"allows %llu\n",
-				p, (unsigned long long)s->mr[i].length,
-				(unsigned long long)d->max_mr_size);
-			return -ENOTSUP;
+			return rp_fail(j, -ENOTSUP,
+				       "%s: an MR of %llu bytes; the device allows %llu",
+				       p, (unsigned long long)s->mr[i].length,
+				       (unsigned long long)d->max_mr_size);
 		}
 		mem += s->mr[i].length;
 	}
 	if (mem > (8ull << 30)) {
-		fprintf(j->log,
-			"rbtrace replay: %s: the trace registers %llu MiB of memory; "
-			"refusing "
-			"more than 8 GiB\n",
-			p, (unsigned long long)(mem >> 20));
-		return -ENOMEM;
+		return rp_fail(j, -ENOMEM,
+			       "%s: the trace registers %llu MiB of memory; refusing "
+			       "more than 8 GiB",
+			       p, (unsigned long long)(mem >> 20));
 	}
 	return 0;
 }
@@ -188,18 +165,14 @@ int rp_check_side(struct rp_job *j, struct rp_side *s)
 	int rc;
 
 	if (s->nqp == 0) {
-		fprintf(j->log,
-			"rbtrace replay: %s: the trace creates no QP: nothing to "
-			"replay\n",
-			p);
-		return -EINVAL;
+		return rp_fail(j, -EINVAL,
+			       "%s: the trace creates no QP: nothing to replay", p);
 	}
 	if (s->mw_use) {
-		fprintf(j->log,
-			"rbtrace replay: %s: the trace uses memory windows (%s), which "
-			"the replayer does not rebuild\n",
-			p, s->mw_use);
-		return -ENOTSUP;
+		return rp_fail(j, -ENOTSUP,
+			       "%s: the trace uses memory windows (%s), which the "
+			       "replayer does not rebuild",
+			       p, s->mw_use);
 	}
 	if ((rc = rp_check_qps(j, s)) || (rc = rp_check_queues(j, s)) ||
 	    (rc = rp_check_limits(j, s)))
@@ -227,26 +200,23 @@ int rp_check_pairs(struct rp_job *j)
 					found = 1;
 			}
 			if (!found && j->peer_is_responder && rp_is_xrc(q->rec.qp_type)) {
-				fprintf(j->log,
-					"rbtrace replay: %s: QP %llu is of type %s; the "
-					"responder stands in for RC/UC peers only: give "
-					"the "
-					"trace of QP %u's end too\n",
-					s->path, (unsigned long long)q->rec.qp_num,
-					rp_qpt_name(q->rec.qp_type), q->rec_dest_qpn);
-				return -ENOTSUP;
+				return rp_fail(j, -ENOTSUP,
+					       "%s: QP %llu is of type %s; the responder "
+					       "stands in for RC/UC peers only: give the "
+					       "trace of QP %u's end too",
+					       s->path, (unsigned long long)q->rec.qp_num,
+					       rp_qpt_name(q->rec.qp_type),
+					       q->rec_dest_qpn);
 			}
 			if (!found && j->net_fd < 0) {
-				fprintf(j->log,
-					"rbtrace replay: %s: QP %llu was connected to QP "
-					"%u, which "
-					"is in none of the given traces; give the peer's "
-					"trace too, "
-					"or --connect to a peer replayer or to "
-					"'rbtrace replay --responder'\n",
+				return rp_fail(
+					j, -EINVAL,
+					"%s: QP %llu was connected to QP %u, which is in "
+					"none of the given traces; give the peer's trace "
+					"too, or --connect to a peer replayer or to "
+					"'rbtrace replay --responder'",
 					s->path, (unsigned long long)q->rec.qp_num,
 					q->rec_dest_qpn);
-				return -EINVAL;
 			}
 		}
 	}

@@ -115,8 +115,8 @@ struct rp_qp {
 
 /* One step of the timeline: a recorded event the replayer reissues in order. */
 struct rp_step {
-	struct rbt_event ev; /* deep copy; arrays owned by the side's arena */
-	uint64_t rec_ns;     /* recorded entry time, absolute mono ns */
+	struct rbt_event *ev; /* a deep copy in one block, owned by the side's arena */
+	uint64_t rec_ns;      /* recorded entry time, absolute mono ns */
 	uint64_t rec_exit_ns;
 	/* prepared before the run */
 	struct ibv_send_wr *swr;
@@ -346,6 +346,9 @@ void rp_final_states(struct rp_side *s);
 void rp_diverge(struct rp_job *j, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum);
+/* One line "rbtrace replay: <fmt>" on j->log; returns err (a negative errno). */
+int rp_fail(struct rp_job *j, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* replay_record.c: -o */
 int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path);

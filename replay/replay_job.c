@@ -108,9 +108,8 @@ static int rp_job_open(struct rp_job *j, struct rp_side *s)
 	if (rc)
 		return rc;
 	if (ibv_query_device(s->ctx, &s->dattr) || ibv_query_port(s->ctx, 1, &s->pattr)) {
-		fprintf(j->log, "rbtrace replay: querying the device failed: %s\n",
-			strerror(errno));
-		return -EIO;
+		return rp_fail(j, -EIO, "querying the device failed: %s",
+			       strerror(errno));
 	}
 	if (ibv_query_gid(s->ctx, 1, 0, &s->gid))
 		memset(&s->gid, 0, sizeof(s->gid));

@@ -17,11 +17,6 @@
 
 #include "replay/replay_int.h"
 
-static int rp_is_create_ok(int64_t ret, uint64_t err, uint64_t h)
-{
-	return h != 0 && err == 0 && ret >= 0;
-}
-
 /* The model's object of kind k that the create of handle h made, tied to the
  * replay's entry idx (1 + index). */
 static struct rbt_model_res *rp_tie(struct rp_loading *ld, enum rbt_model_kind k,
@@ -34,9 +29,24 @@ static struct rbt_model_res *rp_tie(struct rp_loading *ld, enum rbt_model_kind k
 	return r;
 }
 
-/* Room for one more element of one of the side's tables, or -ENOMEM. */
-#define RP_ADD(ld, arr, n, cap) \
-	(RP_GROW((ld)->s->arr, (ld)->s->n, (ld)->cap) ? 0 : -ENOMEM)
+/* The replay's new entry (zeroed) in table arr of the side for a create event
+ * p of handle field hf, tied to the model's object of kind k: NULL when the
+ * create failed in the recording (it made nothing) or, with ld->err set, when
+ * memory ran out. */
+#define RP_NEW(ld, arr, n, cap, k, p, hf)                         \
+	({                                                        \
+		struct rp_side *s_ = (ld)->s;                     \
+		__typeof__(s_->arr) e_ = NULL;                    \
+		if ((p)->hf && !(p)->err && (p)->ret >= 0) {      \
+			if (RP_GROW(s_->arr, s_->n, (ld)->cap)) { \
+				e_ = &s_->arr[s_->n++];           \
+				rp_tie(ld, k, (p)->hf, s_->n);    \
+			} else {                                  \
+				(ld)->err = -ENOMEM;              \
+			}                                         \
+		}                                                 \
+		e_;                                               \
+	})
 
 static int rp_load_device_open(struct rp_loading *ld, const struct rbt_event *ev)
 {
@@ -64,27 +74,20 @@ static int rp_load_port_attr(struct rp_loading *ld, const struct rbt_event *ev)
 static int rp_load_pd(struct rp_loading *ld, const struct rbt_event *ev)
 {
 	const struct rbt_ev_pd_alloc *p = &ev->u.pd_alloc;
+	uint64_t *h = RP_NEW(ld, pd_h, npd, cappd, RBT_MODEL_PD, p, pd);
 
-	if (!rp_is_create_ok(p->ret, p->err, p->pd))
-		return 0;
-	if (RP_ADD(ld, pd_h, npd, cappd))
-		return -ENOMEM;
-	ld->s->pd_h[ld->s->npd++] = p->pd;
-	rp_tie(ld, RBT_MODEL_PD, p->pd, ld->s->npd);
-	return 0;
+	if (h)
+		*h = p->pd;
+	return ld->err;
 }
 
 static int rp_load_mr(struct rp_loading *ld, const struct rbt_event *ev)
 {
 	const struct rbt_ev_mr_reg *p = &ev->u.mr_reg;
-	struct rp_mr *m;
+	struct rp_mr *m = RP_NEW(ld, mr, nmr, capmr, RBT_MODEL_MR, p, mr);
 
-	if (!rp_is_create_ok(p->ret, p->err, p->mr))
-		return 0;
-	if (RP_ADD(ld, mr, nmr, capmr))
-		return -ENOMEM;
-	m = &ld->s->mr[ld->s->nmr++];
-	rp_tie(ld, RBT_MODEL_MR, p->mr, ld->s->nmr);
+	if (!m)
+		return ld->err;
 	m->h = p->mr;
 	m->pd = p->pd;
 	/* sges name the virtual address; peers name the iova */
@@ -100,27 +103,20 @@ static int rp_load_mr(struct rp_loading *ld, const struct rbt_event *ev)
 static int rp_load_channel(struct rp_loading *ld, const struct rbt_event *ev)
 {
 	const struct rbt_ev_channel_create *p = &ev->u.channel_create;
+	uint64_t *h = RP_NEW(ld, ch_h, nch, capch, RBT_MODEL_CHANNEL, p, channel);
 
-	if (!rp_is_create_ok(p->ret, p->err, p->channel))
-		return 0;
-	if (RP_ADD(ld, ch_h, nch, capch))
-		return -ENOMEM;
-	ld->s->ch_h[ld->s->nch++] = p->channel;
-	rp_tie(ld, RBT_MODEL_CHANNEL, p->channel, ld->s->nch);
-	return 0;
+	if (h)
+		*h = p->channel;
+	return ld->err;
 }
 
 static int rp_load_cq(struct rp_loading *ld, const struct rbt_event *ev)
 {
 	const struct rbt_ev_cq_create *p = &ev->u.cq_create;
-	struct rp_cq *c;
+	struct rp_cq *c = RP_NEW(ld, cq, ncq, capcq, RBT_MODEL_CQ, p, cq);
 
-	if (!rp_is_create_ok(p->ret, p->err, p->cq))
-		return 0;
-	if (RP_ADD(ld, cq, ncq, capcq))
-		return -ENOMEM;
-	c = &ld->s->cq[ld->s->ncq++];
-	rp_tie(ld, RBT_MODEL_CQ, p->cq, ld->s->ncq);
+	if (!c)
+		return ld->err;
 	c->h = p->cq;
 	c->channel = p->channel;
 	c->rec = *p;
@@ -130,14 +126,10 @@ static int rp_load_cq(struct rp_loading *ld, const struct rbt_event *ev)
 static int rp_load_xrcd(struct rp_loading *ld, const struct rbt_event *ev)
 {
 	const struct rbt_ev_xrcd_open *p = &ev->u.xrcd_open;
-	struct rp_xrcd *x;
+	struct rp_xrcd *x = RP_NEW(ld, xrcd, nxrcd, capxrcd, RBT_MODEL_XRCD, p, xrcd);
 
-	if (!rp_is_create_ok(p->ret, p->err, p->xrcd))
-		return 0;
-	if (RP_ADD(ld, xrcd, nxrcd, capxrcd))
-		return -ENOMEM;
-	x = &ld->s->xrcd[ld->s->nxrcd++];
-	rp_tie(ld, RBT_MODEL_XRCD, p->xrcd, ld->s->nxrcd);
+	if (!x)
+		return ld->err;
 	x->shared = (int)(int32_t)p->fd >= 0;
 	x->h = p->xrcd;
 	return 0;
@@ -146,34 +138,26 @@ static int rp_load_xrcd(struct rp_loading *ld, const struct rbt_event *ev)
 static int rp_load_srq(struct rp_loading *ld, const struct rbt_event *ev)
 {
 	const struct rbt_ev_srq_create *p = &ev->u.srq_create;
-	struct rp_side *s = ld->s;
-	struct rp_srq *r;
+	struct rp_srq *r = RP_NEW(ld, srq, nsrq, capsrq, RBT_MODEL_SRQ, p, srq);
 
-	if (!rp_is_create_ok(p->ret, p->err, p->srq))
-		return 0;
-	if (RP_ADD(ld, srq, nsrq, capsrq))
-		return -ENOMEM;
-	r = &s->srq[s->nsrq++];
+	if (!r)
+		return ld->err;
 	r->h = p->srq;
 	r->pd = p->pd;
 	r->rec = *p;
-	r->xrcdi = rp_xrcd_index(s, p->xrcd);
-	r->cqi = rp_cq_index(s, p->cq);
-	rp_tie(ld, RBT_MODEL_SRQ, p->srq, s->nsrq);
+	r->xrcdi = rp_xrcd_index(ld->s, p->xrcd);
+	r->cqi = rp_cq_index(ld->s, p->cq);
 	return 0;
 }
 
 static int rp_load_qp(struct rp_loading *ld, const struct rbt_event *ev)
 {
 	const struct rbt_ev_qp_create *p = &ev->u.qp_create;
+	struct rp_qp *q = RP_NEW(ld, qp, nqp, capqp, RBT_MODEL_QP, p, qp);
 	struct rp_side *s = ld->s;
-	struct rp_qp *q;
 
-	if (!rp_is_create_ok(p->ret, p->err, p->qp))
-		return 0;
-	if (RP_ADD(ld, qp, nqp, capqp))
-		return -ENOMEM;
-	q = &s->qp[s->nqp++];
+	if (!q)
+		return ld->err;
 	q->h = p->qp;
 	q->rec = *p;
 	q->scq = rp_cq_index(s, p->send_cq);
@@ -184,23 +168,20 @@ static int rp_load_qp(struct rp_loading *ld, const struct rbt_event *ev)
 	q->port = 1;
 	q->rel_side = -1;
 	q->peer_dir = -1;
-	q->mq = (struct rbt_model_qp *)rp_tie(ld, RBT_MODEL_QP, p->qp, s->nqp);
-	if (q->mq && q->mq->res.kind != RBT_MODEL_QP)
-		q->mq = NULL;
+	q->mq = (struct rbt_model_qp *)rbt_model_by_handle(s->model, 0, RBT_MODEL_QP,
+							   p->qp);
+	if (q->mq && rp_res_idx(&q->mq->res) != s->nqp)
+		q->mq = NULL; /* the model made no QP of this create */
 	return 0;
 }
 
 static int rp_load_ah(struct rp_loading *ld, const struct rbt_event *ev)
 {
 	const struct rbt_ev_ah_create *p = &ev->u.ah_create;
-	struct rp_ah *a;
+	struct rp_ah *a = RP_NEW(ld, ah, nah, capah, RBT_MODEL_AH, p, ah);
 
-	if (!rp_is_create_ok(p->ret, p->err, p->ah))
-		return 0;
-	if (RP_ADD(ld, ah, nah, capah))
-		return -ENOMEM;
-	a = &ld->s->ah[ld->s->nah++];
-	rp_tie(ld, RBT_MODEL_AH, p->ah, ld->s->nah);
+	if (!a)
+		return ld->err;
 	a->h = p->ah;
 	a->pd = p->pd;
 	a->rec = *p;
@@ -284,12 +265,12 @@ static int rp_load_damage(struct rp_job *j, struct rp_side *s, struct rbt_reader
 	if (!s->stats.bad_chunks && !s->stats.truncated)
 		return 0;
 	if (!j->o->allow_damaged) {
-		fprintf(j->log,
-			"rbtrace replay: %s: trace is damaged (%llu bad chunks%s; %s); "
-			"refusing to replay (--allow-damaged replays the intact part)\n",
-			path, (unsigned long long)s->stats.bad_chunks,
-			s->stats.truncated ? ", truncated" : "", rbt_reader_error(r));
-		return -EBADMSG;
+		return rp_fail(j, -EBADMSG,
+			       "%s: trace is damaged (%llu bad chunks%s; %s); refusing "
+			       "to replay (--allow-damaged replays the intact part)",
+			       path, (unsigned long long)s->stats.bad_chunks,
+			       s->stats.truncated ? ", truncated" : "",
+			       rbt_reader_error(r));
 	}
 	fprintf(j->log,
 		"rbtrace replay: %s: damaged (%llu bad chunks%s): replaying the intact "
@@ -358,9 +339,7 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 		rc = -ENOMEM;
 	if (rc == -ENOMEM) {
 		rbt_reader_close(r);
-		fprintf(j->log, "rbtrace replay: %s: out of memory while loading\n",
-			path);
-		return -ENOMEM;
+		return rp_fail(j, -ENOMEM, "%s: out of memory while loading", path);
 	}
 	s->stats = *rbt_reader_stats(r);
 	rc = rp_load_damage(j, s, r, rc);

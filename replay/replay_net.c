@@ -215,19 +215,16 @@ int rp_net_open(struct rp_job *j)
 		     j->side[0].host[0] ? j->side[0].host : "-",
 		     (unsigned long long)j->rec_epoch) ||
 	    rp_readline(fd, line, sizeof(line), RP_NET_TIMEOUT_MS) < 0) {
-		fprintf(j->log,
-			"rbtrace replay: the peer closed the connection during hello\n");
-		return -ECONNRESET;
+		return rp_fail(j, -ECONNRESET,
+			       "the peer closed the connection during hello");
 	}
 	if (!strncmp(line, "HELLO responder", 15)) {
 		j->peer_is_responder = 1;
 		return 0;
 	}
 	if (sscanf(line, "HELLO replayer %199s %llu", host, &epoch) != 2) {
-		fprintf(j->log,
-			"rbtrace replay: the peer is not an rbtrace replayer ('%s')\n",
-			line);
-		return -EPROTO;
+		return rp_fail(j, -EPROTO, "the peer is not an rbtrace replayer ('%s')",
+			       line);
 	}
 	/* The listener names the files of shared XRC domains; on one machine both
 	 * replayers then open the same ones (on two, nothing is shared anyway). */
@@ -236,9 +233,8 @@ int rp_net_open(struct rp_job *j)
 			return -EPIPE;
 	} else if (rp_readline(fd, line, sizeof(line), RP_NET_TIMEOUT_MS) < 0 ||
 		   sscanf(line, "XD %199s", j->xrcd_prefix) != 1) {
-		fprintf(j->log, "rbtrace replay: the peer replayer did not name its "
-				"XRC domain files\n");
-		return -EPROTO;
+		return rp_fail(j, -EPROTO,
+			       "the peer replayer did not name its XRC domain files");
 	}
 	/* Same host: both recordings share CLOCK_MONOTONIC, keep their offset. */
 	if (j->same_clock && !strcmp(host, j->side[0].host)) {
@@ -335,16 +331,13 @@ static int rp_recv_dir(struct rp_job *j)
 			if (rp_dir_add_srq(&j->dir, &r))
 				return -ENOMEM;
 		} else if (line[0] == 'X') {
-			fprintf(j->log, "rbtrace replay: the peer refused: %s\n",
-				line + 1);
-			return -EPROTO;
+			return rp_fail(j, -EPROTO, "the peer refused: %s", line + 1);
 		} else {
 			goto bad;
 		}
 	}
 bad:
-	fprintf(j->log, "rbtrace replay: bad line from the peer: '%s'\n", line);
-	return -EPROTO;
+	return rp_fail(j, -EPROTO, "bad line from the peer: '%s'", line);
 }
 
 static int rp_is_msg_op(uint64_t op)
@@ -382,7 +375,7 @@ static int rp_send_needs(struct rp_job *j)
 			if (local)
 				continue;
 			for (int i = 0; i < s->nstep; i++) {
-				const struct rbt_event *e = &s->step[i].ev;
+				const struct rbt_event *e = s->step[i].ev;
 
 				if (e->type != RBT_EV_POST_SEND || s->step[i].qp != q)
 					continue;
@@ -437,7 +430,7 @@ static int rp_send_needs(struct rp_job *j)
 			/* the sends the recording received on q */
 			nmsg = 0;
 			for (int i = 0; i < s->nstep; i++) {
-				const struct rbt_event *e = &s->step[i].ev;
+				const struct rbt_event *e = s->step[i].ev;
 
 				if (e->type == RBT_EV_POST_SEND && s->step[i].qp == q) {
 					for (uint32_t w = 0; w < e->u.post_send.n_wrs;
@@ -517,9 +510,7 @@ int rp_net_agree_t0(struct rp_job *j, uint64_t *t0)
 	if (rp_sendf(j->net_fd, "T0 %llu\n", (unsigned long long)*t0) ||
 	    rp_readline(j->net_fd, line, sizeof(line), RP_NET_TIMEOUT_MS) < 0 ||
 	    sscanf(line, "T0 %llu", &theirs) != 1) {
-		fprintf(j->log,
-			"rbtrace replay: the peer did not agree on a start time\n");
-		return -EPROTO;
+		return rp_fail(j, -EPROTO, "the peer did not agree on a start time");
 	}
 	if (j->same_clock && theirs > *t0 && theirs - *t0 < 1000000000ull)
 		*t0 = theirs;

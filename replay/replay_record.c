@@ -310,7 +310,7 @@ static int rr_poll(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 	ev.u.poll_cq.ts_exit = st->t_exit;
 	ev.u.poll_cq.cq = H(st->cq->cq);
 	ev.u.poll_cq.api = 0;
-	ev.u.poll_cq.asked = st->ev.u.poll_cq.n_wcs;
+	ev.u.poll_cq.asked = st->ev->u.poll_cq.n_wcs;
 	ev.u.poll_cq.count = 1;
 	rc = rr_put(w, &ev, st->t_issue);
 	free(wc);
@@ -320,7 +320,7 @@ static int rr_poll(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 /* One step as the replay ran it: its times and results, on its replayed objects. */
 static int rr_step(struct rbt_writer *w, struct rp_job *j, const struct rp_step *st)
 {
-	struct rbt_event ev = st->ev;
+	struct rbt_event ev = *st->ev;
 	int rc = 0;
 
 	switch (ev.type) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "replay/replay_int.h"
+#include "util/rbt_json.h"
 
 void rp_diverge(struct rp_job *j, const char *fmt, ...)
 {
@@ -39,6 +40,18 @@ void rp_diverge(struct rp_job *j, const char *fmt, ...)
 	pthread_mutex_unlock(&j->rep.lock);
 }
 
+int rp_fail(struct rp_job *j, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("rbtrace replay: ", j->log);
+	va_start(ap, fmt);
+	vfprintf(j->log, fmt, ap);
+	va_end(ap);
+	fputc('\n', j->log);
+	return err;
+}
+
 static const char *rp_state_name(uint32_t s)
 {
 	const char *n = s < 7 ? rbt_verbs_name(RBT_NAMES_QP_STATE, s) : NULL;
@@ -66,20 +79,6 @@ static int rp_wc_equal(const struct rp_wcrec *a, const struct rp_wcrec *b)
 	    a->opcode == IBV_WC_COMP_SWAP || a->opcode == IBV_WC_FETCH_ADD)
 		return a->no_len || b->no_len || a->byte_len == b->byte_len;
 	return 1;
-}
-
-static void rp_json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		if (*s == '"' || *s == '\\')
-			fprintf(f, "\\%c", *s);
-		else if ((unsigned char)*s < 0x20)
-			fprintf(f, "\\u%04x", *s);
-		else
-			fputc(*s, f);
-	}
-	fputc('"', f);
 }
 
 static double rp_pct(const uint64_t *v, size_t n, double p)
@@ -201,7 +200,7 @@ static int rp_tally_room(struct rp_tally *t)
 static void rp_report_debug_late(struct rp_job *j, struct rp_side *s, int i)
 {
 	struct rp_step *st = &s->step[i];
-	uint32_t t = st->ev.type;
+	uint32_t t = st->ev->type;
 
 	if (getenv("RBTRACE_REPLAY_DEBUG") && st->t_issue > st->deadline + 5000)
 		fprintf(j->log,
@@ -210,7 +209,7 @@ static void rp_report_debug_late(struct rp_job *j, struct rp_side *s, int i)
 			"%.2f us, recorded %.2f us)\n",
 			s->path, i, rbt_event_name(t),
 			(double)(st->t_issue - st->deadline) / 1e3,
-			i ? rbt_event_name(s->step[i - 1].ev.type) : "-",
+			i ? rbt_event_name(s->step[i - 1].ev->type) : "-",
 			i ? (double)(s->step[i - 1].t_exit - s->step[i - 1].t_issue) / 1e3
 			  : 0,
 			i ? (double)(s->step[i - 1].rec_exit_ns - s->step[i - 1].rec_ns) /
@@ -226,7 +225,7 @@ static void rp_report_late_side(struct rp_job *j, struct rp_side *s, struct rp_t
 	s->late_from = t->n;
 	for (int i = s->prefix; i < s->nstep; i++) {
 		struct rp_step *st = &s->step[i];
-		uint32_t ty = st->ev.type;
+		uint32_t ty = st->ev->type;
 		uint64_t from;
 
 		if (st->skipped || !st->t_issue)
@@ -292,86 +291,121 @@ static void rp_report_timing(struct rp_job *j, struct rp_tally *t,
 /* ---- printing ---------------------------------------------------------------- */
 static const char *const timing_names[] = { "recorded", "asap", "scale", "deps" };
 
+/* {"p50":..,"p99":..,"max":..} in ns (count first when count >= 0). */
+static void rp_json_pcts(struct rbt_json *w, const char *key, long long count, double p50,
+			 double p99, double max)
+{
+	rbt_json_key(w, key);
+	rbt_json_obj(w);
+	if (count >= 0)
+		rbt_json_ku64(w, "count", (uint64_t)count);
+	rbt_json_kdbl(w, "p50", "%.0f", p50);
+	rbt_json_kdbl(w, "p99", "%.0f", p99);
+	rbt_json_kdbl(w, "max", "%.0f", max);
+	rbt_json_obj_end(w);
+}
+
+/* {"recorded":..,"replayed":..} */
+static void rp_json_pair(struct rbt_json *w, const char *key, uint64_t rec, uint64_t rep)
+{
+	rbt_json_key(w, key);
+	rbt_json_obj(w);
+	rbt_json_ku64(w, "recorded", rec);
+	rbt_json_ku64(w, "replayed", rep);
+	rbt_json_obj_end(w);
+}
+
+static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
+{
+	rbt_json_key(w, "sides");
+	rbt_json_arr(w);
+	for (int si = 0; si < j->nside; si++) {
+		const struct rp_side *s = &j->side[si];
+
+		rbt_json_obj(w);
+		rbt_json_kstr(w, "trace", s->path);
+		rbt_json_ku64(w, "posts_timed", s->late_to - s->late_from);
+		rp_json_pcts(w, "lateness_ns", -1, s->late_p50, s->late_p99, s->late_max);
+		rp_json_pcts(w, "own_lateness_ns", -1, s->own_p50, s->own_p99,
+			     s->own_max);
+		rbt_json_ku64(w, "cq_events_missed", s->cq_events_missed);
+		rbt_json_obj_end(w);
+	}
+	rbt_json_arr_end(w);
+}
+
+/* Every QP; then each other process's TGT QP our XRC SRQs received through. */
+static void rp_json_qps(struct rp_job *j, struct rbt_json *w)
+{
+	rbt_json_key(w, "qps");
+	rbt_json_arr(w);
+	for (int si = 0; si < j->nside; si++)
+		for (int qi = 0; qi < j->side[si].nqp; qi++) {
+			const struct rp_qp *q = &j->side[si].qp[qi];
+
+			rbt_json_obj(w);
+			rbt_json_kstr(w, "trace", j->side[si].path);
+			rbt_json_ku64(w, "qp_num", q->rec.qp_num);
+			rbt_json_ku64(w, "replay_qp_num", q->qp ? q->qp->qp_num : 0);
+			rp_json_pair(w, "send", q->rec_wc[0].n, q->rep_wc[0].n);
+			rp_json_pair(w, "recv", q->rec_wc[1].n, q->rep_wc[1].n);
+			rbt_json_key(w, "state");
+			rbt_json_obj(w);
+			rbt_json_kstr(w, "recorded", rp_state_name(q->rec_final_state));
+			rbt_json_kstr(w, "replayed", rp_state_name(q->replay_state));
+			rbt_json_obj_end(w);
+			rbt_json_kstr(w, "type", rp_qp_type_name(q->rec.qp_type));
+			rbt_json_obj_end(w);
+		}
+	for (int si = 0; si < j->nside; si++)
+		for (int qi = 0; qi < j->side[si].nxqp; qi++) {
+			const struct rp_qp *q = &j->side[si].xqp[qi];
+
+			rbt_json_obj(w);
+			rbt_json_kstr(w, "trace", j->side[si].path);
+			rbt_json_ku64(w, "qp_num", q->rec.qp_num);
+			rbt_json_ku64(w, "replay_qp_num", q->foreign_new_qpn);
+			rbt_json_kbool(w, "other_process", true);
+			rbt_json_kstr(w, "type", "XRC_RECV");
+			rp_json_pair(w, "send", 0, 0);
+			rp_json_pair(w, "recv", q->rec_wc[1].n, q->rep_wc[1].n);
+			rbt_json_obj_end(w);
+		}
+	rbt_json_arr_end(w);
+}
+
 static void rp_report_json(struct rp_job *j, FILE *f, size_t nlate,
 			   const struct rbt_replay_summary *sum)
 {
-	fprintf(f, "{\"timing\":\"%s\",\"scale\":%g,\"posts\":%llu,",
-		timing_names[j->o->timing & 3],
-		j->o->timing == RBT_REPLAY_SCALE ? j->o->scale : 1.0,
-		(unsigned long long)sum->posts);
-	fprintf(f,
-		"\"lateness_ns\":{\"count\":%zu,\"p50\":%.0f,\"p99\":%.0f,"
-		"\"max\":%.0f},",
-		nlate, sum->late_p50_ns, sum->late_p99_ns, sum->late_max_ns);
-	fprintf(f, "\"own_lateness_ns\":{\"p50\":%.0f,\"p99\":%.0f,\"max\":%.0f},",
-		sum->own_p50_ns, sum->own_p99_ns, sum->own_max_ns);
-	fprintf(f, "\"sides\":[");
-	for (int si = 0; si < j->nside; si++) {
-		struct rp_side *s = &j->side[si];
+	struct rbt_json w;
 
-		fprintf(f, "%s{\"trace\":", si ? "," : "");
-		rp_json_str(f, s->path);
-		fprintf(f,
-			",\"posts_timed\":%zu,\"lateness_ns\":{\"p50\":%.0f,"
-			"\"p99\":%.0f,"
-			"\"max\":%.0f},\"own_lateness_ns\":{\"p50\":%.0f,\"p99\":"
-			"%.0f,"
-			"\"max\":%.0f},\"cq_events_missed\":%llu}",
-			s->late_to - s->late_from, s->late_p50, s->late_p99, s->late_max,
-			s->own_p50, s->own_p99, s->own_max,
-			(unsigned long long)s->cq_events_missed);
-	}
-	fprintf(f, "],");
-	fprintf(f, "\"wall_ns\":%.0f,\"recorded_wall_ns\":%.0f,", sum->wall_ns,
-		sum->rec_wall_ns);
-	fprintf(f,
-		"\"completions\":{\"expected\":%llu,\"matched\":%llu},"
-		"\"completions_unpolled\":%llu,\"qps\":[",
-		(unsigned long long)sum->completions_expected,
-		(unsigned long long)sum->completions_matched,
-		(unsigned long long)sum->completions_unpolled);
-	for (int si = 0, c = 0; si < j->nside; si++)
-		for (int qi = 0; qi < j->side[si].nqp; qi++) {
-			struct rp_qp *q = &j->side[si].qp[qi];
-
-			fprintf(f, "%s{\"trace\":", c++ ? "," : "");
-			rp_json_str(f, j->side[si].path);
-			fprintf(f,
-				",\"qp_num\":%llu,\"replay_qp_num\":%u,\"send\":{"
-				"\"recorded\":%u,"
-				"\"replayed\":%u},\"recv\":{\"recorded\":%u,"
-				"\"replayed\":%u},"
-				"\"state\":{\"recorded\":\"%s\",\"replayed\":\"%"
-				"s\"},\"type\":\"%s\"}",
-				(unsigned long long)q->rec.qp_num,
-				q->qp ? q->qp->qp_num : 0, q->rec_wc[0].n, q->rep_wc[0].n,
-				q->rec_wc[1].n, q->rep_wc[1].n,
-				rp_state_name(q->rec_final_state),
-				rp_state_name(q->replay_state),
-				rp_qp_type_name(q->rec.qp_type));
-		}
-	/* another process's TGT QP our XRC SRQs received through */
-	for (int si = 0; si < j->nside; si++)
-		for (int qi = 0; qi < j->side[si].nxqp; qi++) {
-			struct rp_qp *q = &j->side[si].xqp[qi];
-
-			fprintf(f, ",{\"trace\":");
-			rp_json_str(f, j->side[si].path);
-			fprintf(f,
-				",\"qp_num\":%llu,\"replay_qp_num\":%u,"
-				"\"other_process\":true,\"type\":\"XRC_RECV\","
-				"\"send\":{\"recorded\":0,\"replayed\":0},"
-				"\"recv\":{\"recorded\":%u,\"replayed\":%u}}",
-				(unsigned long long)q->rec.qp_num, q->foreign_new_qpn,
-				q->rec_wc[1].n, q->rep_wc[1].n);
-		}
-	fprintf(f, "],\"divergences\":[");
-	for (int i = 0; i < j->rep.ndiv; i++) {
-		if (i)
-			fputc(',', f);
-		rp_json_str(f, j->rep.div[i]);
-	}
-	fprintf(f, "]}\n");
+	rbt_json_init(&w, f);
+	rbt_json_obj(&w);
+	rbt_json_kstr(&w, "timing", timing_names[j->o->timing & 3]);
+	rbt_json_kdbl(&w, "scale", "%g",
+		      j->o->timing == RBT_REPLAY_SCALE ? j->o->scale : 1.0);
+	rbt_json_ku64(&w, "posts", sum->posts);
+	rp_json_pcts(&w, "lateness_ns", (long long)nlate, sum->late_p50_ns,
+		     sum->late_p99_ns, sum->late_max_ns);
+	rp_json_pcts(&w, "own_lateness_ns", -1, sum->own_p50_ns, sum->own_p99_ns,
+		     sum->own_max_ns);
+	rp_json_sides(j, &w);
+	rbt_json_kdbl(&w, "wall_ns", "%.0f", sum->wall_ns);
+	rbt_json_kdbl(&w, "recorded_wall_ns", "%.0f", sum->rec_wall_ns);
+	rbt_json_key(&w, "completions");
+	rbt_json_obj(&w);
+	rbt_json_ku64(&w, "expected", sum->completions_expected);
+	rbt_json_ku64(&w, "matched", sum->completions_matched);
+	rbt_json_obj_end(&w);
+	rbt_json_ku64(&w, "completions_unpolled", sum->completions_unpolled);
+	rp_json_qps(j, &w);
+	rbt_json_key(&w, "divergences");
+	rbt_json_arr(&w);
+	for (int i = 0; i < j->rep.ndiv; i++)
+		rbt_json_str(&w, j->rep.div[i]);
+	rbt_json_arr_end(&w);
+	rbt_json_obj_end(&w);
+	fputc('\n', f);
 }
 
 /* Each side's lateness (own: the replayer's own part), with several sides. */

@@ -102,7 +102,7 @@ static struct rp_qp *rp_qp_by_new_qpn(struct rp_side *s, uint32_t qpn)
 
 static void rp_copy_payloads(struct rp_step *st)
 {
-	const struct rbt_ev_post_send *p = &st->ev.u.post_send;
+	const struct rbt_ev_post_send *p = &st->ev->u.post_send;
 
 	for (uint32_t w = 0; w < p->n_wrs; w++) {
 		const struct rbt_blob *b = &p->wrs[w].payload;
@@ -123,7 +123,7 @@ static void rp_copy_payloads(struct rp_step *st)
 
 static void rp_step_modify(struct rp_job *j, struct rp_side *s, struct rp_step *st, int i)
 {
-	const struct rbt_ev_qp_modify *m = &st->ev.u.qp_modify;
+	const struct rbt_ev_qp_modify *m = &st->ev->u.qp_modify;
 	struct rp_qp *q = st->qp;
 	uint32_t dest = (uint32_t)m->dest_qp_num, dlid = (uint32_t)m->ah_dlid;
 	const uint8_t *dgid = m->ah_dgid.len == 16 ? m->ah_dgid.data : NULL;
@@ -150,7 +150,7 @@ static void rp_step_modify(struct rp_job *j, struct rp_side *s, struct rp_step *
 
 static void rp_step_poll(struct rp_job *j, struct rp_side *s, struct rp_step *st, int i)
 {
-	const struct rbt_ev_poll_cq *p = &st->ev.u.poll_cq;
+	const struct rbt_ev_poll_cq *p = &st->ev->u.poll_cq;
 	uint32_t want = p->n_wcs;
 	/* Once a side has diverged, waiting the full time at every poll would only
 	 * make the report late: 200 ms for a few, then 10 ms. */
@@ -273,7 +273,7 @@ void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to)
 
 	for (int i = from; i < to; i++) {
 		struct rp_step *st = &s->step[i];
-		const struct rbt_event *e = &st->ev;
+		const struct rbt_event *e = st->ev;
 		struct ibv_send_wr *bs;
 		struct ibv_recv_wr *br;
 
@@ -409,7 +409,7 @@ static void rp_collect_completions(struct rp_job *j, struct rp_side *s)
 	for (int i = 0; i < s->nstep; i++) {
 		struct rp_step *st = &s->step[i];
 
-		if (st->ev.type != RBT_EV_POLL_CQ || st->skipped)
+		if (st->ev->type != RBT_EV_POLL_CQ || st->skipped)
 			continue;
 		for (uint32_t k = 0; k < st->got; k++)
 			rp_push_replayed(j, s, &st->wcs[k], 0, i);

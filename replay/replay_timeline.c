@@ -17,19 +17,17 @@
 
 #include "replay/replay_int.h"
 
-/* A deep copy of an event (the model's), owned by the side's arena: the step
- * keeps the event by value, its arrays point into the copy. */
-static int rp_copy_event(struct rp_side *s, struct rbt_event *dst,
-			 const struct rbt_event *ev)
+/* A deep copy of an event in one allocation (the model's), owned by the
+ * side's arena; NULL without memory. */
+static struct rbt_event *rp_copy_event(struct rp_side *s, const struct rbt_event *ev)
 {
 	struct rbt_event *c = rbt_model_event_copy(ev);
 
-	if (!c || rp_keep(s, c) < 0) {
+	if (c && rp_keep(s, c) < 0) {
 		free(c);
-		return -ENOMEM;
+		return NULL;
 	}
-	*dst = *c;
-	return 0;
+	return c;
 }
 
 static int rp_step_cmp(const void *a, const void *b)
@@ -86,13 +84,14 @@ int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev)
 {
 	struct rp_side *s = ld->s;
 	struct rp_step *st, *st2;
+	struct rbt_event *rest;
 
 	if (ev->type == RBT_EV_POLL_CQ && ev->u.poll_cq.n_wcs == 0)
 		return 0;
 	if (!RP_GROW(s->step, s->nstep, ld->capstep))
 		return -ENOMEM;
 	st = &s->step[s->nstep++];
-	if (rp_copy_event(s, &st->ev, ev) < 0)
+	if (!(st->ev = rp_copy_event(s, ev)))
 		return -ENOMEM;
 	st->rec_ns = rp_abs_ns(s, ev->ts);
 	st->t_issue = ld->seq++;
@@ -104,15 +103,19 @@ int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev)
 	if (ev->type != RBT_EV_POLL_CQ || ev->u.poll_cq.api != 1 ||
 	    ev->u.poll_cq.n_wcs <= 1)
 		return 0;
-	if (!RP_GROW(s->step, s->nstep, ld->capstep))
+	/* the rest: an event of its own, its completions in the first's copy */
+	rest = rp_alloc(s, sizeof(*rest));
+	if (!rest || !RP_GROW(s->step, s->nstep, ld->capstep))
 		return -ENOMEM;
 	st = &s->step[s->nstep - 1];
 	st2 = &s->step[s->nstep++];
 	*st2 = *st;
-	st->ev.u.poll_cq.n_wcs = 1;
-	st2->ev.u.poll_cq.n_wcs--;
-	st2->ev.u.poll_cq.wcs++;
-	st2->ev.ts = ev->u.poll_cq.ts_exit;
+	*rest = *st->ev;
+	st->ev->u.poll_cq.n_wcs = 1;
+	rest->u.poll_cq.n_wcs--;
+	rest->u.poll_cq.wcs++;
+	rest->ts = ev->u.poll_cq.ts_exit;
+	st2->ev = rest;
 	st2->rec_ns = rp_abs_ns(s, ev->u.poll_cq.ts_exit);
 	st2->t_issue = ld->seq++;
 	return 0;
@@ -133,7 +136,7 @@ static struct rp_cq *rp_step_cq(struct rp_side *s, const struct rp_step *st)
  * vector's GID use, and the most outstanding reads any QP asks for. */
 static void rp_wire_modify(struct rp_side *s, struct rp_step *st)
 {
-	const struct rbt_ev_qp_modify *m = &st->ev.u.qp_modify;
+	const struct rbt_ev_qp_modify *m = &st->ev->u.qp_modify;
 	struct rp_qp *q = st->qp = rp_step_qp(s, st);
 	uint64_t mask = m->attr_mask;
 
@@ -150,7 +153,7 @@ static void rp_wire_modify(struct rp_side *s, struct rp_step *st)
 
 static void rp_wire_send(struct rp_side *s, struct rp_step *st)
 {
-	const struct rbt_ev_post_send *p = &st->ev.u.post_send;
+	const struct rbt_ev_post_send *p = &st->ev->u.post_send;
 
 	st->qp = rp_step_qp(s, st);
 	st->rec_exit_ns = rp_abs_ns(s, p->ts_exit);
@@ -163,19 +166,19 @@ static void rp_wire_send(struct rp_side *s, struct rp_step *st)
 static void rp_wire_recv(struct rp_side *s, struct rp_step *st)
 {
 	st->qp = rp_step_qp(s, st);
-	st->rec_exit_ns = rp_abs_ns(s, st->ev.u.post_recv.ts_exit);
+	st->rec_exit_ns = rp_abs_ns(s, st->ev->u.post_recv.ts_exit);
 }
 
 static void rp_wire_srq_recv(struct rp_side *s, struct rp_step *st)
 {
 	st->srq = st->obj ? &s->srq[st->obj - 1] : NULL;
-	st->rec_exit_ns = rp_abs_ns(s, st->ev.u.post_srq_recv.ts_exit);
+	st->rec_exit_ns = rp_abs_ns(s, st->ev->u.post_srq_recv.ts_exit);
 }
 
 static void rp_wire_poll(struct rp_side *s, struct rp_step *st)
 {
 	st->cq = rp_step_cq(s, st);
-	st->rec_exit_ns = rp_abs_ns(s, st->ev.u.poll_cq.ts_exit);
+	st->rec_exit_ns = rp_abs_ns(s, st->ev->u.poll_cq.ts_exit);
 }
 
 static void rp_wire_notify(struct rp_side *s, struct rp_step *st)
@@ -186,7 +189,7 @@ static void rp_wire_notify(struct rp_side *s, struct rp_step *st)
 static void rp_wire_cq_event(struct rp_side *s, struct rp_step *st)
 {
 	st->cq = rp_step_cq(s, st);
-	st->rec_exit_ns = rp_abs_ns(s, st->ev.u.get_cq_event.ts_exit);
+	st->rec_exit_ns = rp_abs_ns(s, st->ev->u.get_cq_event.ts_exit);
 }
 
 /* Evidence of a QP's state, later than what the model knows when it is the
@@ -195,13 +198,13 @@ static void rp_evidence(struct rp_qp *q, const struct rp_step *st, uint32_t stat
 {
 	q->has_evidence = 1;
 	q->evidence_state = state;
-	q->evidence_ts = st->ev.ts;
+	q->evidence_ts = st->ev->ts;
 }
 
 /* What the device said the state was: evidence, never reissued. */
 static void rp_wire_query(struct rp_side *s, struct rp_step *st)
 {
-	const struct rbt_ev_qp_query *qq = &st->ev.u.qp_query;
+	const struct rbt_ev_qp_query *qq = &st->ev->u.qp_query;
 	struct rp_qp *q = rp_step_qp(s, st);
 
 	st->skipped = 1;
@@ -212,7 +215,7 @@ static void rp_wire_query(struct rp_side *s, struct rp_step *st)
 /* Only evidence of a QP's fate: never reissued. */
 static void rp_wire_async(struct rp_side *s, struct rp_step *st)
 {
-	uint64_t t = st->ev.u.async_event.event_type;
+	uint64_t t = st->ev->u.async_event.event_type;
 	struct rp_qp *q = rp_step_qp(s, st);
 
 	st->skipped = 1;
@@ -246,12 +249,12 @@ void rp_timeline_finish(struct rp_side *s)
 		struct rp_step *st = &s->step[i];
 
 		st->t_issue = 0;
-		if (st->ev.type <= RBT_EV_MAX_ID && rp_wire[st->ev.type])
-			rp_wire[st->ev.type](s, st);
+		if (st->ev->type <= RBT_EV_MAX_ID && rp_wire[st->ev->type])
+			rp_wire[st->ev->type](s, st);
 	}
 	rp_join_finish(s);
 	for (s->prefix = 0; s->prefix < s->nstep; s->prefix++) {
-		uint32_t t = s->step[s->prefix].ev.type;
+		uint32_t t = s->step[s->prefix].ev->type;
 
 		if (t == RBT_EV_POST_SEND || t == RBT_EV_POLL_CQ ||
 		    t == RBT_EV_GET_CQ_EVENT)

@@ -235,13 +235,11 @@ static int rp_pair_qps(struct rp_job *j, struct rp_side *s)
 			continue;
 		q->peer_dir = rp_find_peer(j, s, q);
 		if (q->peer_dir < 0) {
-			fprintf(j->log,
-				"rbtrace replay: %s: QP %llu: its peer QP %u is in no "
-				"trace and "
-				"no peer published it\n",
-				s->path, (unsigned long long)q->rec.qp_num,
-				q->rec_dest_qpn);
-			return -EINVAL;
+			return rp_fail(j, -EINVAL,
+				       "%s: QP %llu: its peer QP %u is in no trace and "
+				       "no peer published it",
+				       s->path, (unsigned long long)q->rec.qp_num,
+				       q->rec_dest_qpn);
 		}
 		q->rel_side = j->dir.qps[q->peer_dir].side;
 	}
@@ -260,11 +258,10 @@ static int rp_pair_xqps(struct rp_job *j, struct rp_side *s)
 			    j->dir.qps[k].rec_qpn == (uint32_t)x->rec.qp_num)
 				x->peer_dir = k;
 		if (x->peer_dir < 0) {
-			fprintf(j->log,
-				"rbtrace replay: %s: XRC receives came through QP %llu "
-				"of another process, which is in no trace\n",
-				s->path, (unsigned long long)x->rec.qp_num);
-			return -EINVAL;
+			return rp_fail(j, -EINVAL,
+				       "%s: XRC receives came through QP %llu of another "
+				       "process, which is in no trace",
+				       s->path, (unsigned long long)x->rec.qp_num);
 		}
 		x->foreign_new_qpn = j->dir.qps[x->peer_dir].new_qpn;
 		x->rel_side = j->dir.qps[x->peer_dir].side;
@@ -298,11 +295,9 @@ static int rp_build_ahs(struct rp_job *j, struct rp_side *s)
 		}
 		a->ah = pd ? ibv_create_ah(pd, &aa) : NULL;
 		if (!a->ah) {
-			fprintf(j->log,
-				"rbtrace replay: %s: creating an address handle failed: "
-				"%s\n",
-				s->path, strerror(errno));
-			return -EIO;
+			return rp_fail(j, -EIO,
+				       "%s: creating an address handle failed: %s",
+				       s->path, strerror(errno));
 		}
 	}
 	return 0;
@@ -355,7 +350,7 @@ static void rp_translate_dest(struct rp_job *j, struct rp_side *s, struct rp_ste
 static int rp_translate_send(struct rp_job *j, struct rp_side *s, struct rp_step *st,
 			     int i)
 {
-	const struct rbt_ev_post_send *p = &st->ev.u.post_send;
+	const struct rbt_ev_post_send *p = &st->ev->u.post_send;
 	uint32_t nsge = 0, k = 0;
 
 	if (!st->qp || !st->qp->qp) {
@@ -396,7 +391,7 @@ static int rp_translate_send(struct rp_job *j, struct rp_side *s, struct rp_step
 static int rp_translate_recv(struct rp_job *j, struct rp_side *s, struct rp_step *st,
 			     int i)
 {
-	const struct rbt_event *e = &st->ev;
+	const struct rbt_event *e = st->ev;
 	int srq = e->type == RBT_EV_POST_SRQ_RECV;
 	uint32_t n = srq ? e->u.post_srq_recv.n_wrs : e->u.post_recv.n_wrs;
 	const struct rbt_recv_wr *wrs = srq ? e->u.post_srq_recv.wrs : e->u.post_recv.wrs;
@@ -431,7 +426,7 @@ static int rp_translate_recv(struct rp_job *j, struct rp_side *s, struct rp_step
 static int rp_translate_step(struct rp_job *j, struct rp_side *s, struct rp_step *st,
 			     int i)
 {
-	switch (st->ev.type) {
+	switch (st->ev->type) {
 	case RBT_EV_POST_SEND:
 		return rp_translate_send(j, s, st, i);
 	case RBT_EV_POST_RECV:
@@ -444,10 +439,10 @@ static int rp_translate_step(struct rp_job *j, struct rp_side *s, struct rp_step
 		}
 		/* written on the hot path: touch the pages now, not there
 		 * (calloc could hand out untouched zero pages) */
-		st->wcs = malloc(st->ev.u.poll_cq.n_wcs * sizeof(*st->wcs));
+		st->wcs = malloc(st->ev->u.poll_cq.n_wcs * sizeof(*st->wcs));
 		if (!st->wcs)
 			return -ENOMEM;
-		memset(st->wcs, 0, st->ev.u.poll_cq.n_wcs * sizeof(*st->wcs));
+		memset(st->wcs, 0, st->ev->u.poll_cq.n_wcs * sizeof(*st->wcs));
 		return 0;
 	case RBT_EV_QP_MODIFY:
 		if (!st->qp || !st->qp->qp)

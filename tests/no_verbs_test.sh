@@ -83,7 +83,10 @@ libs=$(
 	} | xargs -r -n1 readlink -f | sort -u
 )
 [ -n "$libs" ] || echo "note: no libibverbs.so.1 installed here: nothing to hide"
-export RBTRACE SOFTNIC_FABRIC=$tmp/fabric a b tmp libs
+# the client's trace under a name JSON must escape (a quote, a backslash, a tab)
+qa=$tmp/$(printf 'a"q\\\t.rbt')
+cp "$a" "$qa"
+export RBTRACE SOFTNIC_FABRIC=$tmp/fabric a b qa tmp libs
 export -f run_readers
 unshare -m --propagation private bash -euo pipefail -c '
 	for l in $libs; do mount --bind /dev/null "$l"; done
@@ -95,7 +98,7 @@ unshare -m --propagation private bash -euo pipefail -c '
 	rc=0
 	env -u LD_LIBRARY_PATH "$RBTRACE" replay "$a" "$b" >"$tmp/replay.out" 2>"$tmp/replay.err" || rc=$?
 	echo "$rc" >"$tmp/replay.rc"
-	"$RBTRACE" replay --softnic --json "$a" "$b" >"$tmp/softnic.json" 2>"$tmp/softnic.err" \
+	"$RBTRACE" replay --softnic --json "$qa" "$b" >"$tmp/softnic.json" 2>"$tmp/softnic.err" \
 		&& echo 0 >"$tmp/softnic.rc" || echo $? >"$tmp/softnic.rc"
 ' || fail "the run without libibverbs (see above)"
 
@@ -109,9 +112,10 @@ grep -q '^rbtrace replay: cannot load libibverbs.so.1' "$tmp/replay.err" ||
 	fail "replay without libibverbs: $(cat "$tmp/replay.err")"
 [ ! -s "$tmp/replay.out" ] || fail "replay without libibverbs printed a report: $(cat "$tmp/replay.out")"
 [ "$(cat "$tmp/softnic.rc")" = 0 ] || fail "replay --softnic without libibverbs: $(cat "$tmp/softnic.err")"
-python3 - "$tmp/softnic.json" <<'EOF' || fail "replay --softnic without libibverbs did not match"
+python3 - "$tmp/softnic.json" "$qa" <<'EOF' || fail "replay --softnic without libibverbs did not match"
 import json, sys
 r = json.load(open(sys.argv[1]))
+assert r["sides"][0]["trace"] == sys.argv[2], (r["sides"][0]["trace"], sys.argv[2])
 c = r["completions"]
 assert c["expected"] > 0 and c["matched"] == c["expected"], c
 assert not r["divergences"], r["divergences"]

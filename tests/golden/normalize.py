@@ -16,7 +16,8 @@ def scrub(v):
     return v
 
 
-text = sys.stdin.read()
+# strict UTF-8: every JSON rbtrace prints must be valid UTF-8 (one escaping rule)
+text = sys.stdin.buffer.read().decode("utf-8")
 body, _, tail = text.rpartition("exit ")
 out = []
 body = body.strip()
