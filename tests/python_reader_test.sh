@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # python_reader_test.sh - the Python module (python/rbtformat.py) over the
-# built librbtformat.so.1: per-type event counts equal `rbtrace info`'s on a
+# built librbtformat.so.1: its ctypes structs laid out as the C header's;
+# per-type event counts equal `rbtrace info`'s on a
 # synthetic and on a real recorded trace; header fields; every WR joined for a
 # pingpong; a non-trace and a missing file raise TraceError with the reason; a
 # damaged trace yields its intact events and says so in stats; wr_frame gives a
@@ -13,12 +14,24 @@ export RBTFORMAT_LIB=$root/trace_format/librbtformat.so.1 PYTHONPATH=$root/pytho
 "$root/tests/make_trace" "$tmp/synth.rbt" >/dev/null
 cp "$root/tests/data/rc_pingpong_client.rbt" "$tmp/real.rbt"
 head -c $(($(stat -c %s "$tmp/synth.rbt") * 2 / 3)) "$tmp/synth.rbt" >"$tmp/cut.rbt"
+"$root/tests/rbtformat_layout" >"$tmp/layout"
 for t in synth real; do "$root/cli/rbtrace" info "$tmp/$t.rbt" >"$tmp/$t.info"; done
 # Debian's python3, the one the package installs the module for
 /usr/bin/python3 - "$tmp" <<'PY'
-import os, re, sys
+import ctypes, os, re, sys
 import rbtformat
 tmp = sys.argv[1]
+
+# the ctypes mirrors of struct rbt_header and rbt_reader_stats are the C layout
+for line in open(os.path.join(tmp, "layout")):
+    name, off, size = line.split()
+    sname, field = name.split(".")
+    cls = {"rbt_header": rbtformat._Header, "rbt_reader_stats": rbtformat._Stats}[sname]
+    if field == "SIZE":
+        assert ctypes.sizeof(cls) == int(size), (sname, ctypes.sizeof(cls), size)
+    else:
+        f = getattr(cls, field)
+        assert (f.offset, f.size) == (int(off), int(size)), (name, f.offset, f.size, off, size)
 
 def info_counts(path):
     text = open(path).read()
