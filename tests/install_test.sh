@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # install_test.sh - rbtrace installed into a fresh prefix by packaging/install.sh,
 # then used from there only:
+# - a missing file or a relative prefix: one line, and nothing written;
 # - every line of the manifest (packaging/artifacts.bzl) is installed, softnic's
 #   libibverbs.so.1 only in the private PREFIX/lib/rbtrace/softnic/;
 # - the README session (record both ends of ibv_rc_pingpong over softnic, info,
@@ -33,6 +34,16 @@ find "$prefix" -name 'libibverbs.so*' | grep -qv "^$prefix/lib/rbtrace/softnic/"
 	fail "a libibverbs outside lib/rbtrace/softnic: $(find "$prefix" -name 'libibverbs.so*')"
 grep -q "^prefix=/opt/rbtrace$" "$prefix/lib/pkgconfig/rbtformat.pc" || fail "pc file prefix"
 echo "installed $n files"
+
+echo "== install.sh refuses half an install and bad arguments, in one line"
+{ cat "$root/packaging/manifest.txt"; echo "file no/such.so lib/rbtrace/such.so 0644"; } >"$tmp/bad.txt"
+! "$root/packaging/install.sh" --manifest="$tmp/bad.txt" --from="$root" --prefix="$tmp/half" 2>"$tmp/err" ||
+	fail "installed with a missing file"
+[ ! -e "$tmp/half" ] || fail "wrote part of an install before finding every file"
+[ "$(wc -l <"$tmp/err")" = 1 ] && grep -q "no/such.so: not found" "$tmp/err" || fail "error: $(cat "$tmp/err")"
+! "$root/packaging/install.sh" --manifest="$tmp/bad.txt" --from="$root" --prefix=rel 2>"$tmp/err" ||
+	fail "a relative prefix"
+grep -q "absolute" "$tmp/err" || fail "relative prefix error: $(cat "$tmp/err")"
 
 # Nothing of the build may be reachable: no bazel-bin next to the prefix, no
 # environment pointing at it.
