@@ -75,6 +75,8 @@ rbtrace dump --type=post_send,poll_cq client.rbt >dump.txt
 grep -q "post_send" dump.txt && ! grep -qv "post_send\|poll_cq" dump.txt || fail "dump"
 rbtrace report client.rbt server.rbt >report.txt
 grep -q "no problems found" report.txt || fail "report: $(tail -5 report.txt)"
+rbtrace report --format=html -o report.html client.rbt server.rbt
+grep -qi "<html" report.html || fail "html report"
 rbtrace report --format=perfetto -o timeline.json client.rbt
 python3 -c 'import json,sys; json.load(open("timeline.json"))' || fail "perfetto output"
 timeout 120 rbtrace replay --softnic -o replay.rbt client.rbt server.rbt >replay.txt 2>&1 ||
