@@ -21,6 +21,9 @@ RBT_ARTIFACTS = [
     # ../lib/rbtrace); the only part that links libibverbs
     ("//replay:librbtrace-replay.so", "lib/rbtrace/librbtrace-replay.so", "0644"),
     ("//softnic:libibverbs.so.1", "lib/rbtrace/softnic/libibverbs.so.1", "0644"),
+    # softnic's connection manager: found beside its libibverbs.so.1 by programs
+    # that `rbtrace softnic` / `record --softnic` run (LD_LIBRARY_PATH)
+    ("//softnic:librdmacm.so.1", "lib/rbtrace/softnic/librdmacm.so.1", "0644"),
     ("//trace_format:librbtformat.so.1", "@LIBDIR@/librbtformat.so.1", "0644"),
     ("//trace_format:rbt_format.h", "include/rbtrace/rbt_format.h", "0644"),
     ("//packaging:rbtformat.pc.in", "@LIBDIR@/pkgconfig/rbtformat.pc", "subst"),

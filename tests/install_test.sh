@@ -7,6 +7,7 @@
 # - the README session (record both ends of ibv_rc_pingpong over softnic, info,
 #   dump, report, replay, diff) run with PREFIX/bin/rbtrace moved away from the
 #   build: it finds its recorder and softnic through the installed layout;
+# - rping (librdmacm) over the installed softnic, when rdmacm-utils is there;
 # - the C example (share/doc/rbtrace/examples/wr_latency.c) built against the
 #   installed header and library through pkg-config, run on the recorded trace;
 # - the Python module from the installed tree, counts checked against `rbtrace info`.
@@ -30,8 +31,8 @@ done <"$root/packaging/manifest.txt"
 [ "$n" -ge 15 ] || fail "only $n files in the manifest"
 [ -x "$prefix/bin/rbtrace" ] || fail "bin/rbtrace is not executable"
 [ -L "$prefix/lib/librbtformat.so" ] || fail "no librbtformat.so link"
-find "$prefix" -name 'libibverbs.so*' | grep -qv "^$prefix/lib/rbtrace/softnic/" &&
-	fail "a libibverbs outside lib/rbtrace/softnic: $(find "$prefix" -name 'libibverbs.so*')"
+find "$prefix" -name 'libibverbs.so*' -o -name 'librdmacm.so*' | grep -qv "^$prefix/lib/rbtrace/softnic/" &&
+	fail "rdma-core's names outside lib/rbtrace/softnic: $(find "$prefix" -name 'lib*verbs.so*' -o -name 'librdmacm*')"
 grep -q "^prefix=/opt/rbtrace$" "$prefix/lib/pkgconfig/rbtformat.pc" || fail "pc file prefix"
 echo "installed $n files"
 
@@ -83,6 +84,20 @@ timeout 120 rbtrace replay --softnic -o replay.rbt client.rbt server.rbt >replay
 	{ cat replay.txt; fail "replay"; }
 grep -q "no divergence" replay.txt || fail "replay: $(tail -3 replay.txt)"
 rbtrace diff client.rbt replay.0.rbt >/dev/null || fail "diff"
+
+echo "== an rdma_cm program on the installed softnic (its librdmacm.so.1)"
+if command -v rping >/dev/null; then
+	p2=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	timeout 60 rbtrace softnic -- rping -s -a 127.0.0.1 -p "$p2" -C 5 -v >rping_s.txt 2>&1 &
+	rpid=$!
+	sleep 1
+	timeout 60 rbtrace softnic -- rping -c -a 127.0.0.1 -p "$p2" -C 5 -v >rping_c.txt 2>&1 ||
+		{ cat rping_c.txt; fail "rping client"; }
+	wait $rpid || { cat rping_s.txt; fail "rping server"; }
+	[ "$(grep -c '^ping data' rping_c.txt)" = 5 ] || fail "rping: $(cat rping_c.txt)"
+else
+	echo "rping not installed (rdmacm-utils): skipped"
+fi
 
 echo "== the C example, built against the installed library"
 # moved after install: --define-prefix takes the prefix from the .pc file's place
