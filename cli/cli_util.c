@@ -347,3 +347,18 @@ int rbt_cli_beside_self(const char *rel, char *out, size_t len)
 		return -1;
 	return access(out, F_OK) == 0 ? 0 : -1;
 }
+
+int rbt_cli_find_part(const char *const *rels, const char *file, char *out, size_t len)
+{
+	char probe[2 * PATH_MAX + 2];
+
+	for (; *rels; rels++) {
+		if (rbt_cli_beside_self(*rels, out, len))
+			continue;
+		if (!file || (snprintf(probe, sizeof(probe), "%s/%s", out, file) <
+				      (int)sizeof(probe) &&
+			      !access(probe, R_OK)))
+			return 0;
+	}
+	return -1;
+}

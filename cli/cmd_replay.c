@@ -98,7 +98,8 @@ static int rp_cli_softnic_exec(int argc, char **argv)
 	exe[n] = 0;
 	if (env) {
 		snprintf(dir, sizeof(dir), "%s", env);
-	} else {
+	} else if (rbt_cli_find_part(RBT_CLI_SOFTNIC_DIRS, "libibverbs.so.1", dir,
+				     sizeof(dir))) {
 		char tmp[PATH_MAX];
 
 		snprintf(tmp, sizeof(tmp), "%s", exe);

@@ -39,7 +39,8 @@ static const char usage[] =
 	"  --jitter NS       uniform random extra NIC time, 0..NS (<= 60 s)\n"
 	"  --counters        print port and per-QP counters of the fabric, exit\n"
 	"\n"
-	"Finds softnic in $RBTRACE_SOFTNIC_DIR or ../softnic next to rbtrace.\n"
+	"Finds softnic in $RBTRACE_SOFTNIC_DIR, else next to rbtrace: ../softnic (a\n"
+	"build) or ../lib/rbtrace/softnic (installed).\n"
 	"\n"
 	"examples:\n"
 	"  rbtrace softnic -- ibv_rc_pingpong &\n"
@@ -52,30 +53,12 @@ static const char usage[] =
 static int softnic_dir(char *buf, size_t n)
 {
 	const char *env = getenv("RBTRACE_SOFTNIC_DIR");
-	static const char *const rel[] = { "../softnic", "softnic", "." };
-	char self[PATH_MAX];
-	ssize_t len;
 
 	if (env && *env) {
 		snprintf(buf, n, "%s", env);
 		return 0;
 	}
-	len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (len <= 0)
-		return -1;
-	self[len] = 0;
-	*strrchr(self, '/') = 0;
-	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-		char so[2 * PATH_MAX + 64];
-
-		if (snprintf(buf, n, "%s/%s", self, rel[i]) >= (int)n ||
-		    snprintf(so, sizeof(so), "%s/libibverbs.so.1", buf) >=
-			    (int)sizeof(so))
-			continue;
-		if (!access(so, R_OK))
-			return 0;
-	}
-	return -1;
+	return rbt_cli_find_part(RBT_CLI_SOFTNIC_DIRS, "libibverbs.so.1", buf, n);
 }
 
 int rbt_cmd_softnic(int argc, char **argv)
@@ -161,8 +144,8 @@ int rbt_cmd_softnic(int argc, char **argv)
 	if (i >= argc)
 		return rbt_cli_usage(cmd, "no command to run");
 	if (softnic_dir(dir, sizeof(dir))) {
-		rbt_cli_error(cmd, "softnic not found next to rbtrace (../softnic); set "
-				   "RBTRACE_SOFTNIC_DIR");
+		rbt_cli_error(cmd, "softnic not found next to rbtrace (../softnic/ or "
+				   "../lib/rbtrace/softnic/); set RBTRACE_SOFTNIC_DIR");
 		return RBT_EXIT_FAIL;
 	}
 	snprintf(so, sizeof(so), "%s/libibverbs.so.1", dir);
