@@ -351,14 +351,22 @@ static int sn_exec_ud(struct sn_xfer *x)
 					  memory_order_relaxed);
 		return SN_X_SENT;
 	}
-	for (i = 0; i < rw->num_sge; i++)
-		if (sn_xlate(peer->proc, rw->sge[i].lkey, rw->sge[i].addr,
-			     rw->sge[i].length, IBV_ACCESS_LOCAL_WRITE, peer->pd_id, 0,
-			     x->rsegs, &x->nr)) {
+	/* each SGE is checked for the bytes it gets (GRH, then data), as on RC */
+	for (i = 0;
+	     i < rw->num_sge && sn_segs_len(x->rsegs, x->nr) < x->total + SN_UD_GRH;
+	     i++) {
+		uint64_t need = x->total + SN_UD_GRH - sn_segs_len(x->rsegs, x->nr);
+		uint32_t l =
+			rw->sge[i].length < need ? rw->sge[i].length : (uint32_t)need;
+
+		if (l &&
+		    sn_xlate(peer->proc, rw->sge[i].lkey, rw->sge[i].addr, l,
+			     IBV_ACCESS_LOCAL_WRITE, peer->pd_id, 0, x->rsegs, &x->nr)) {
 			sn_push_recv(peer, x->qp, w, rw, IBV_WC_LOC_PROT_ERR, 0, 0,
 				     x->vis);
 			return SN_X_SENT;
 		}
+	}
 	if (sn_segs_len(x->rsegs, x->nr) < x->total + SN_UD_GRH) {
 		sn_push_recv(peer, x->qp, w, rw, IBV_WC_LOC_LEN_ERR, 0, 0, x->vis);
 		return SN_X_SENT;
