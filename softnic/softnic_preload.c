@@ -144,7 +144,7 @@ static void sn_say(const char *what, int err)
 	fprintf(stderr, "softnic preload: %s: %s\n", what, strerror(err));
 }
 
-/* SYSFS_PATH: ours when unset; another tree given by the user is left as
+/* SYSFS_PATH: ours (per user and link layer) when unset; another tree given by the user is left as
  * it is (then softnic0 is in it or not). */
 static void sn_preload_sysfs(void)
 {
@@ -153,7 +153,13 @@ static void sn_preload_sysfs(void)
 	int ret;
 
 	if (!root || !*root) {
-		snprintf(def, sizeof(def), "/tmp/softnic-sysfs-%u", (unsigned)getuid());
+		const char *link = getenv("SOFTNIC_LINK");
+		bool eth = link && (!strcmp(link, "eth") || !strcmp(link, "ethernet") ||
+				    !strcmp(link, "roce"));
+
+		/* the GID files differ between link layers */
+		snprintf(def, sizeof(def), "/tmp/softnic-sysfs-%u-%s", (unsigned)getuid(),
+			 eth ? "eth" : "ib");
 		setenv("SYSFS_PATH", def, 1);
 		root = def;
 	}
