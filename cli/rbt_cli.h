@@ -114,4 +114,36 @@ int rbt_cli_check_output(const char *cmd, const char *what, const char *out);
  * exit code after one line on stderr. */
 int rbt_cli_check_traces(const char *cmd, char *const *paths, int n, int distinct);
 
+/* ---- softnic ----
+ * Which front end of softnic runs a program: the provider under the
+ * system's libibverbs (rdma-core with private ABI 34, v36..v56) wherever one
+ * is installed, else the drop-in libibverbs.so.1. `--softnic=provider|dropin`
+ * (or RBTRACE_SOFTNIC_MODE) chooses. */
+enum { RBT_SOFTNIC_AUTO, RBT_SOFTNIC_PROVIDER, RBT_SOFTNIC_DROPIN };
+
+struct rbt_softnic_setup {
+	int mode;	     /* RBT_SOFTNIC_PROVIDER or RBT_SOFTNIC_DROPIN */
+	char dir[4096];	     /* the drop-in's directory (has libibverbs.so.1) */
+	char preload[4200];  /* provider mode: libsoftnic-preload.so */
+	char provider[4200]; /* provider mode: .../libsoftnic (RDMAV_DRIVERS) */
+};
+
+/* "--softnic=MODE" anywhere before argv[end] becomes "--softnic" (a flag
+ * for the option table) and *mode says which; other words are left alone.
+ * Returns 0, or RBT_EXIT_USAGE after one line for an unknown MODE. */
+int rbt_cli_softnic_arg(const char *cmd, int end, char **argv, int *mode);
+
+/* Finds softnic and the system's libibverbs, decides the mode (mode AUTO:
+ * RBTRACE_SOFTNIC_MODE, else provider where it can run) and says which in
+ * one line on stderr. Returns 0, or RBT_EXIT_FAIL after one line (softnic not
+ * built, provider asked for where it cannot run). */
+int rbt_cli_softnic_setup(const char *cmd, int mode, struct rbt_softnic_setup *s);
+
+/* Sets this process's environment so that what it execs runs on softnic:
+ * LD_LIBRARY_PATH for the drop-in; for the provider LD_PRELOAD (appended:
+ * a recorder preloaded before it sees the channel calls first),
+ * RDMAV_DRIVERS, and the drop-in's directory off LD_LIBRARY_PATH. Returns 0
+ * or -1 with errno. */
+int rbt_cli_softnic_apply(const struct rbt_softnic_setup *s);
+
 #endif

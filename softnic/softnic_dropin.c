@@ -72,24 +72,6 @@ SN_EXPORT int ibv_get_device_index(struct ibv_device *device)
 	return 0;
 }
 
-static int sn_mkfifo(char *name, size_t n, const char *kind)
-{
-	char p[512];
-	int fd;
-
-	snprintf(name, n, "%s-%s-%u", kind, sn_g.procid, sn_next_id());
-	sn_path(p, sizeof(p), name);
-	unlink(p);
-	if (mkfifo(p, 0600) < 0)
-		return -1;
-	/* O_RDWR: we are always a writer too, so reads block instead of
-	 * seeing EOF, and peers' O_NONBLOCK opens never fail with ENXIO */
-	fd = open(p, O_RDWR | O_CLOEXEC);
-	if (fd < 0)
-		unlink(p);
-	return fd;
-}
-
 SN_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
 	struct sn_ctx *ctx;
@@ -227,42 +209,6 @@ SN_EXPORT int ibv_get_pkey_index(struct ibv_context *context, uint8_t port_num,
 
 /* ---------------- completion channels and CQs ---------------- */
 
-SN_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
-{
-	struct sn_chan *ch = calloc(1, sizeof(*ch));
-
-	if (!ch) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	ch->ch.context = context;
-	ch->ch.fd = sn_mkfifo(ch->path, sizeof(ch->path), "ch");
-	if (ch->ch.fd < 0) {
-		free(ch);
-		errno = EIO;
-		return NULL;
-	}
-	return &ch->ch;
-}
-
-SN_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
-{
-	struct sn_chan *ch = (struct sn_chan *)channel;
-	struct sn_cq *cq;
-
-	pthread_mutex_lock(&sn_g.lock);
-	for (cq = sn_g.cqs; cq; cq = cq->next_live)
-		if (cq->cq.channel == channel) {
-			pthread_mutex_unlock(&sn_g.lock);
-			return EBUSY;
-		}
-	pthread_mutex_unlock(&sn_g.lock);
-	close(ch->ch.fd);
-	sn_unlink(ch->path);
-	free(ch);
-	return 0;
-}
-
 static struct sn_cq *sn_cq_live(uint64_t cookie)
 {
 	struct sn_cq *cq;
@@ -382,8 +328,9 @@ SN_EXPORT int ibv_get_async_event(struct ibv_context *context,
 				  struct ibv_async_event *event)
 {
 	for (;;) {
-		uint64_t rec[2];
-		ssize_t n = read(context->async_fd, rec, sizeof(rec));
+		struct sn_async_rec r;
+		ssize_t n = read(context->async_fd, &r, sizeof(r));
+		uint64_t rec[2] = { r.type, r.element };
 		bool found = false;
 
 		if (n != sizeof(rec))
@@ -482,6 +429,16 @@ SN_EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
 }
 
 /* ---------------- the core verbs, exported ---------------- */
+
+SN_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
+{
+	return sn_create_comp_channel(context);
+}
+
+SN_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
+{
+	return sn_destroy_comp_channel(channel);
+}
 
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "softnic_int.h"
+#include "softnic_sysfs.h"
 
 struct sn_global sn_g = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -305,6 +306,42 @@ static void sn_cleanup_dead(void)
 	closedir(d);
 }
 
+/* Provider mode: the port's values in the fake sysfs that libibverbs reads
+ * for ibv_get_device_guid, ibv_query_gid(_ex/_table) and ibv_query_pkey. */
+static void sn_write_fake_sysfs(void)
+{
+	const char *root = getenv("SYSFS_PATH");
+	const char *dev = "class/infiniband/" SN_SYSFS_IBDEV;
+	char rel[160], v[64];
+	uint64_t g = sn_g.guid;
+	int i, k;
+
+	if (!sn_sysfs_ours(root))
+		return;
+	snprintf(v, sizeof(v), "%04x:%04x:%04x:%04x\n", (unsigned)(g >> 48) & 0xffff,
+		 (unsigned)(g >> 32) & 0xffff, (unsigned)(g >> 16) & 0xffff,
+		 (unsigned)g & 0xffff);
+	snprintf(rel, sizeof(rel), "%s/node_guid", dev);
+	sn_sysfs_put(root, rel, v);
+	snprintf(rel, sizeof(rel), "%s/sys_image_guid", dev);
+	sn_sysfs_put(root, rel, v);
+	for (i = 0; i < sn_g.ngid; i++) {
+		char *p = v;
+
+		for (k = 0; k < 8; k++)
+			p += sprintf(p, "%02x%02x%s", sn_g.gid[i].raw[2 * k],
+				     sn_g.gid[i].raw[2 * k + 1], k < 7 ? ":" : "\n");
+		snprintf(rel, sizeof(rel), "%s/ports/1/gids/%d", dev, i);
+		sn_sysfs_put(root, rel, v);
+		snprintf(rel, sizeof(rel), "%s/ports/1/gid_attrs/types/%d", dev, i);
+		sn_sysfs_put(root, rel, sn_g.eth ? "RoCE v2\n" : "IB/RoCE v1\n");
+	}
+	snprintf(rel, sizeof(rel), "%s/ports/1/pkeys/0", dev);
+	sn_sysfs_put(root, rel, "0xffff\n");
+	snprintf(rel, sizeof(rel), "%s/ports/1/link_layer", dev);
+	sn_sysfs_put(root, rel, sn_g.eth ? "Ethernet\n" : "InfiniBand\n");
+}
+
 static void sn_write_sysfs(void)
 {
 	static const char *const files[][2] = {
@@ -335,6 +372,7 @@ static void sn_write_sysfs(void)
 			close(fd);
 		}
 	}
+	sn_write_fake_sysfs();
 }
 
 static void sn_make_gids(void)

@@ -207,6 +207,9 @@ struct sn_run; /* locally backed page range */
 
 struct sn_mr {
 	struct ibv_mr mr;
+	/* rdma-core's struct verbs_mr continues here (provider mode reads it) */
+	uint32_t vmr_type; /* IBV_MR_TYPE_MR */
+	int vmr_access;
 	uint32_t idx;
 	int nruns;
 	struct sn_run *runs[SN_MAX_RUNS];
@@ -270,6 +273,10 @@ struct sn_pend {
 
 struct sn_qp {
 	struct ibv_qp_ex qpx; /* first: ibv_qp is its prefix */
+	/* rdma-core's struct verbs_qp continues here: its ibv_qp_to_qp_ex
+	 * answers from vqp_comp_mask (VERBS_QP_EX) */
+	uint32_t vqp_comp_mask;
+	void *vqp_xrcd;
 	struct sn_qp_shm *shm;
 	size_t shm_len;
 	char name[SN_NAME];
@@ -387,6 +394,11 @@ bool sn_rqp_alive(struct sn_rqp *r);
 bool sn_proc_alive(const char *procid);
 uint64_t sn_coarse_ns(void);
 void sn_notify_fd(int *fdp, const char *path, uint64_t cookie);
+struct sn_async_rec {
+	uint64_t element;
+	uint32_t type, reserved;
+};
+_Static_assert(sizeof(struct sn_async_rec) == 16, "the kernel's async event record");
 void sn_async_event(const char *path, int *fdp, uint32_t type, uint64_t cookie);
 
 /* memory windows (softnic_verbs.c; binding in softnic_mw.c) */
@@ -474,6 +486,9 @@ int sn_get_srq_num(struct ibv_srq *srq, uint32_t *num);
 struct ibv_xrcd *sn_open_xrcd(struct ibv_context *c, struct ibv_xrcd_init_attr *a);
 int sn_close_xrcd(struct ibv_xrcd *x);
 uint32_t sn_next_id(void);
+int sn_mkfifo(char *name, size_t n, const char *kind);
+struct ibv_comp_channel *sn_create_comp_channel(struct ibv_context *context);
+int sn_destroy_comp_channel(struct ibv_comp_channel *channel);
 uint32_t sn_pow2(uint32_t v);
 int sn_check_av(const struct ibv_ah_attr *ah);
 

@@ -324,12 +324,15 @@ void sn_notify_fd(int *fdp, const char *path, uint64_t cookie)
 	sn_fifo_write(fdp, path, &cookie, sizeof(cookie));
 }
 
+/* The record is the kernel's (struct ib_uverbs_async_event_desc): the
+ * object's address (a port's number for port events), then the type, so
+ * that rdma-core's own ibv_get_async_event reads it in provider mode. */
 void sn_async_event(const char *path, int *fdp, uint32_t type, uint64_t cookie)
 {
-	uint64_t rec[2] = { type, cookie };
+	struct sn_async_rec rec = { .element = cookie, .type = type };
 	int tmp = -1;
 
-	sn_fifo_write(fdp ? fdp : &tmp, path, rec, sizeof(rec));
+	sn_fifo_write(fdp ? fdp : &tmp, path, &rec, sizeof(rec));
 	if (!fdp && tmp >= 0)
 		close(tmp);
 }

@@ -157,6 +157,7 @@ static struct ibv_qp *sn_qp_create(struct ibv_context *c, struct ibv_qp_init_att
 	}
 	if (qp->has_ex) {
 		qp->qpx.comp_mask = 0;
+		qp->vqp_comp_mask = 2; /* rdma-core's VERBS_QP_EX */
 		sn_qp_ex_init(qp);
 	}
 	pthread_mutex_lock(&sn_g.lock);

@@ -40,6 +40,25 @@ uint32_t sn_pow2(uint32_t v)
 	return r;
 }
 
+/* A FIFO of the fabric for events ("kind" names it), open for reading. */
+int sn_mkfifo(char *name, size_t n, const char *kind)
+{
+	char p[512];
+	int fd;
+
+	snprintf(name, n, "%s-%s-%u", kind, sn_g.procid, sn_next_id());
+	sn_path(p, sizeof(p), name);
+	unlink(p);
+	if (mkfifo(p, 0600) < 0)
+		return -1;
+	/* O_RDWR: we are always a writer too, so reads block instead of
+	 * seeing EOF, and peers' O_NONBLOCK opens never fail with ENXIO */
+	fd = open(p, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		unlink(p);
+	return fd;
+}
+
 /* ---------------- queries ---------------- */
 
 static void sn_fill_dev_attr(struct ibv_device_attr *a)
@@ -204,6 +223,7 @@ struct ibv_mr *sn_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length,
 	mr->mr.addr = addr;
 	mr->mr.length = length;
 	mr->mr.handle = mr->idx;
+	mr->vmr_access = (int)access;
 	return &mr->mr;
 }
 
@@ -280,6 +300,44 @@ int sn_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
 	errno = EOPNOTSUPP;
 	return IBV_REREG_MR_ERR_INPUT;
 }
+/* ---------------- completion channels ---------------- */
+
+struct ibv_comp_channel *sn_create_comp_channel(struct ibv_context *context)
+{
+	struct sn_chan *ch = calloc(1, sizeof(*ch));
+
+	if (!ch) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ch->ch.context = context;
+	ch->ch.fd = sn_mkfifo(ch->path, sizeof(ch->path), "ch");
+	if (ch->ch.fd < 0) {
+		free(ch);
+		errno = EIO;
+		return NULL;
+	}
+	return &ch->ch;
+}
+
+int sn_destroy_comp_channel(struct ibv_comp_channel *channel)
+{
+	struct sn_chan *ch = (struct sn_chan *)channel;
+	struct sn_cq *cq;
+
+	pthread_mutex_lock(&sn_g.lock);
+	for (cq = sn_g.cqs; cq; cq = cq->next_live)
+		if (cq->cq.channel == channel) {
+			pthread_mutex_unlock(&sn_g.lock);
+			return EBUSY;
+		}
+	pthread_mutex_unlock(&sn_g.lock);
+	close(ch->ch.fd);
+	sn_unlink(ch->path);
+	free(ch);
+	return 0;
+}
+
 static struct sn_cq *sn_cq_create(struct ibv_context *context, int cqe, void *cq_context,
 				  struct ibv_comp_channel *channel, uint64_t wc_flags)
 {

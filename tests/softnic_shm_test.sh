@@ -9,27 +9,34 @@
 #    shared anonymous memory inherited over fork (registered before and after
 #    the fork) must be seen by the other process that maps the pages.
 #
-# usage: softnic_shm_test.sh SHM_PROG [DIR_WITH_SOFTNIC_libibverbs.so.1]
+# Each program runs under `rbtrace softnic --softnic=MODE` (MODE: dropin, the
+# library in place of libibverbs.so.1; provider, softnic under the system's
+# own libibverbs), so the same cases check both front ends.
+#
+# usage: softnic_shm_test.sh SHM_PROG RBTRACE MODE
 set -u
-prog=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-dir=${2:-}
-if [ -z "$dir" ]; then
-	if [ -n "${TEST_SRCDIR:-}" ]; then
-		dir=$TEST_SRCDIR/${TEST_WORKSPACE:-rbtrace}/softnic
-	else
-		dir=$(dirname "$0")/../bazel-bin/softnic
-	fi
-fi
-dir=$(cd "$dir" && pwd) || { echo "no softnic dir"; exit 2; }
-[ -r "$dir/libibverbs.so.1" ] || { echo "$dir/libibverbs.so.1 missing"; exit 2; }
-export LD_LIBRARY_PATH=$dir
-asan=$(ldd "$dir/libibverbs.so.1" | awk '/libasan|libubsan/ {print $3}' | tr '\n' ' ')
+abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
+[ $# -eq 3 ] || { echo "usage: softnic_shm_test.sh SHM_PROG RBTRACE MODE"; exit 2; }
+prog=$(abs "$1")
+rbtrace=$(abs "$2")
+mode=$3
+[ -x "$prog" ] && [ -x "$rbtrace" ] || { echo "$prog or $rbtrace missing"; exit 2; }
+# built with --config=asan: the runtime must come first in uninstrumented programs
+asan=$(ldd "$prog" | awk '/libasan|libubsan/ {print $3}' | tr '\n' ' ')
 if [ -n "$asan" ]; then
 	export LD_PRELOAD="$asan" ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0
 fi
-export SOFTNIC_FABRIC=$(mktemp -d /dev/shm/softnic-shmtest-XXXXXX)
+fabric=$(mktemp -d /dev/shm/softnic-shmtest-XXXXXX)
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp" "$SOFTNIC_FABRIC"' EXIT
+trap 'rm -rf "$tmp" "$fabric"' EXIT
+# run ARGS...: shm_prog on softnic in the chosen mode, bounded in time
+run() {
+	timeout 60 "$rbtrace" softnic --softnic="$mode" --fabric "$fabric" -- "$prog" "$@"
+}
+run canreopen >"$tmp/mode" 2>&1
+case $mode in dropin) want=drop-in ;; *) want=$mode ;; esac
+grep -q "^rbtrace softnic: .*$want" "$tmp/mode" || { echo "FAIL: not in $mode mode:"; cat "$tmp/mode"; exit 1; }
+echo "mode: $(grep 'softnic: ' "$tmp/mode" | head -1)"
 fails=0
 
 # herd NAME [huge]: 1 master, 3 workers, 2 clients, 300 requests per client
@@ -38,16 +45,16 @@ herd() {
 	mkdir -p "$d"
 	# a key of our own: parallel runs share the host's SysV namespace
 	key=$((0x5e000000 + $(od -An -N2 -tu2 /dev/urandom)))
-	timeout 60 "$prog" master "$d" $key 2 $huge >"$d/master.out" 2>&1 &
+	run master "$d" $key 2 $huge >"$d/master.out" 2>&1 &
 	local mpid=$!
 	for w in 0 1 2; do
 		# the segment exists once the master published its first QP
 		while [ ! -e "$d/master-0" ] && kill -0 $mpid 2>/dev/null; do sleep 0.05; done
-		timeout 60 "$prog" worker "$d" $key $w 3 2 $nreq >"$d/worker$w.out" 2>&1 &
+		run worker "$d" $key $w 3 2 $nreq >"$d/worker$w.out" 2>&1 &
 		pids+=($!)
 	done
 	for c in 0 1; do
-		timeout 60 "$prog" client "$d" $c 3 $nreq >"$d/client$c.out" 2>&1 &
+		run client "$d" $c 3 $nreq >"$d/client$c.out" 2>&1 &
 		pids+=($!)
 	done
 	for p in "${pids[@]}"; do wait $p || rc=1; done
@@ -63,7 +70,7 @@ herd() {
 		done
 		fails=$((fails + 1))
 	else
-		echo "ok   $name: $(head -1 "$d/master.out"); $served answers checked"
+		echo "ok   $name: $(grep '^master: registered' "$d/master.out"); $served answers checked"
 	fi
 }
 
@@ -73,9 +80,9 @@ herd() {
 shared() {
 	local kind=$1 want=${2:-shared} d=$tmp/shared-$1 rc
 	mkdir -p "$d"
-	timeout 60 "$prog" target "$d" $kind >"$d/target.out" 2>&1 &
+	run target "$d" $kind >"$d/target.out" 2>&1 &
 	local tpid=$!
-	timeout 60 "$prog" writer "$d" >"$d/writer.out" 2>&1
+	run writer "$d" >"$d/writer.out" 2>&1
 	rc=$?
 	wait $tpid || rc=1
 	if [ $want = unshared ]; then
@@ -109,7 +116,7 @@ shared file
 shared memfd
 # anonymous shared memory, and a memfd whose descriptor was closed, have no
 # name: reopening them needs /proc/self/map_files, which needs privileges
-if "$prog" canreopen >/dev/null; then
+if grep -qx yes "$tmp/mode"; then
 	shared memfd-closed
 	shared anon
 	shared anon-regfirst
