@@ -401,15 +401,21 @@ static int system_verbs(char *path, size_t n, int *release, int *pabi)
 		"/usr/lib",
 	};
 	static const char key[] = "IBVERBS_PRIVATE_";
+	/* another library to judge (tests; a non-standard prefix) */
+	const char *force = getenv("RBTRACE_SYSTEM_LIBIBVERBS");
+	size_t ndirs = force && *force ? 1 : sizeof(dirs) / sizeof(dirs[0]);
 
-	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+	for (size_t i = 0; i < ndirs; i++) {
 		char cand[PATH_MAX], real[PATH_MAX], buf[65536];
 		const char *p;
 		size_t keep = 0, got;
 		int a, b, rel, z;
 		FILE *f;
 
-		snprintf(cand, sizeof(cand), "%s/libibverbs.so.1", dirs[i]);
+		if (force && *force)
+			snprintf(cand, sizeof(cand), "%s", force);
+		else
+			snprintf(cand, sizeof(cand), "%s/libibverbs.so.1", dirs[i]);
 		if (!realpath(cand, real) || !(f = fopen(real, "rb")))
 			continue;
 		snprintf(path, n, "%s", real);
@@ -495,15 +501,31 @@ int rbt_cli_softnic_setup(const char *cmd, int mode, struct rbt_softnic_setup *s
 		}
 	}
 	if (s->mode == RBT_SOFTNIC_PROVIDER)
-		fprintf(stderr, "rbtrace %s: softnic as a provider under %s\n", cmd, sys);
+		snprintf(s->say, sizeof(s->say),
+			 "rbtrace %s: softnic as a provider under %s\n", cmd, sys);
 	else if (mode == RBT_SOFTNIC_DROPIN)
-		fprintf(stderr,
-			"rbtrace %s: softnic's drop-in libibverbs.so.1 (asked for)\n",
-			cmd);
+		snprintf(s->say, sizeof(s->say),
+			 "rbtrace %s: softnic's drop-in libibverbs.so.1 (asked for)\n",
+			 cmd);
 	else
-		fprintf(stderr, "rbtrace %s: softnic's drop-in libibverbs.so.1 (%s)\n",
-			cmd, why);
+		snprintf(s->say, sizeof(s->say),
+			 "rbtrace %s: softnic's drop-in libibverbs.so.1 (%s)\n", cmd,
+			 why);
 	return 0;
+}
+
+void rbt_cli_softnic_say(const struct rbt_softnic_setup *s)
+{
+	fputs(s->say, stderr);
+}
+
+void rbt_cli_softnic_said(void)
+{
+	const char *say = getenv("RBTRACE_SOFTNIC_SAY");
+
+	if (say && *say)
+		fputs(say, stderr);
+	unsetenv("RBTRACE_SOFTNIC_SAY");
 }
 
 static int softnic_setenv_list(const char *name, const char *value, int last)

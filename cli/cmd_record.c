@@ -284,6 +284,8 @@ int rbt_cmd_record(int argc, char **argv)
 		: envout && *envout && rbt_cli_check_output(cmd, RBT_ENV_OUTPUT, envout))
 		return RBT_EXIT_FAIL;
 
+	if (softnic)
+		rbt_cli_softnic_say(&sn);
 	int mfd = mkstemp(manifest);
 	if (mfd < 0) {
 		rbt_cli_error(cmd, "%s: %s", manifest, strerror(errno));

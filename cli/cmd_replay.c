@@ -94,6 +94,7 @@ static int rp_cli_softnic_exec(int argc, char **argv, int mode)
 		return RBT_EXIT_FAIL;
 	}
 	setenv("RBTRACE_SOFTNIC_ACTIVE", "1", 1);
+	setenv("RBTRACE_SOFTNIC_SAY", sn.say, 1);
 	nargv[k++] = "rbtrace";
 	for (int i = 0; i < argc; i++)
 		if (strcmp(argv[i], "--softnic"))
@@ -280,6 +281,7 @@ int rbt_cmd_replay(int argc, char **argv)
 	rc = rbt_replay_run((const char *const *)pos, n, &o, &sum);
 	if (rc < 0)
 		return RBT_EXIT_FAIL;
+	rbt_cli_softnic_said();
 	if (responder)
 		return RBT_EXIT_OK;
 	return sum.divergences ? RBT_EXIT_FAIL : RBT_EXIT_OK;

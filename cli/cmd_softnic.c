@@ -148,6 +148,7 @@ int rbt_cmd_softnic(int argc, char **argv)
 		rbt_cli_error(cmd, "environment: %s", strerror(errno));
 		return RBT_EXIT_FAIL;
 	}
+	rbt_cli_softnic_say(&sn);
 	execvp(argv[i], argv + i);
 	rbt_cli_error(cmd, "%s: %s", argv[i], strerror(errno));
 	return errno == ENOENT ? 127 : 126;

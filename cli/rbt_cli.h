@@ -126,6 +126,7 @@ struct rbt_softnic_setup {
 	char dir[4096];	     /* the drop-in's directory (has libibverbs.so.1) */
 	char preload[4200];  /* provider mode: libsoftnic-preload.so */
 	char provider[4200]; /* provider mode: .../libsoftnic (RDMAV_DRIVERS) */
+	char say[8400];	     /* the line that says which, for rbt_cli_softnic_say */
 };
 
 /* "--softnic=MODE" anywhere before argv[end] becomes "--softnic" (a flag
@@ -133,11 +134,16 @@ struct rbt_softnic_setup {
  * Returns 0, or RBT_EXIT_USAGE after one line for an unknown MODE. */
 int rbt_cli_softnic_arg(const char *cmd, int end, char **argv, int *mode);
 
-/* Finds softnic and the system's libibverbs, decides the mode (mode AUTO:
- * RBTRACE_SOFTNIC_MODE, else provider where it can run) and says which in
- * one line on stderr. Returns 0, or RBT_EXIT_FAIL after one line (softnic not
- * built, provider asked for where it cannot run). */
+/* Finds softnic and the system's libibverbs and decides the mode (mode AUTO:
+ * RBTRACE_SOFTNIC_MODE, else provider where it can run). Returns 0, or
+ * RBT_EXIT_FAIL after one line (softnic not built, provider asked for where
+ * it cannot run). */
 int rbt_cli_softnic_setup(const char *cmd, int mode, struct rbt_softnic_setup *s);
+/* The one line on stderr that says which mode runs: printed once the command's
+ * own checks passed, so that a refused command line stays one line. _said()
+ * prints the line a parent left in RBTRACE_SOFTNIC_SAY (replay re-executes). */
+void rbt_cli_softnic_say(const struct rbt_softnic_setup *s);
+void rbt_cli_softnic_said(void);
 
 /* Sets this process's environment so that what it execs runs on softnic:
  * LD_LIBRARY_PATH for the drop-in; for the provider LD_PRELOAD (appended:

@@ -224,13 +224,33 @@ int sn_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	return got;
 }
 
+/* The latency model: the earliest time at which a completion already in the
+ * ring becomes visible, 0 when none waits. Any entry counts, not only the
+ * oldest: one that is visible (and not polled yet) may sit before it. */
+static uint64_t sn_cq_next_visible(struct sn_cq_shm *s)
+{
+	uint64_t i, cons = atomic_load_explicit(&s->cons, memory_order_relaxed);
+	uint64_t prod = atomic_load_explicit(&s->prod, memory_order_acquire);
+	uint64_t now = sn_now_ns(), best = 0;
+
+	if (prod - cons > s->ring)
+		prod = cons + s->ring;
+	for (i = cons; i < prod; i++) {
+		struct sn_cqe *e = &s->e[i & (s->ring - 1)];
+
+		if (atomic_load_explicit(&e->seq, memory_order_acquire) != i + 1)
+			break;
+		if (e->visible_ns > now && (!best || e->visible_ns < best))
+			best = e->visible_ns;
+	}
+	return best;
+}
+
 int sn_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
 	struct sn_cq *cq = sn_cq_of(ibcq);
-
 	struct sn_cq_shm *s = cq->shm;
-	uint64_t cons;
-	struct sn_cqe *e;
+	uint64_t when;
 
 	if (!cq->cq.channel)
 		return EINVAL;
@@ -238,12 +258,9 @@ int sn_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	/* With the latency model a completion may already sit in the ring,
 	 * not yet visible: on hardware it would arrive after this arm, so it
 	 * must raise the event when it becomes visible. */
-	cons = atomic_load_explicit(&s->cons, memory_order_relaxed);
-	e = &s->e[cons & (s->ring - 1)];
-	if (SN_UNLIKELY(sn_g.model) &&
-	    atomic_load_explicit(&e->seq, memory_order_acquire) == cons + 1 &&
-	    e->visible_ns && e->visible_ns > sn_now_ns() && atomic_exchange(&s->armed, 0))
-		sn_delay_notify(s, e->visible_ns);
+	if (SN_UNLIKELY(sn_g.model) && (when = sn_cq_next_visible(s)) &&
+	    atomic_exchange(&s->armed, 0))
+		sn_delay_notify(s, when);
 	return 0;
 }
 

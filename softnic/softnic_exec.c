@@ -326,6 +326,7 @@ static int sn_exec_ud(struct sn_xfer *x)
 	struct sn_ah *ah = (struct sn_ah *)w->ah;
 	struct sn_rwqe *rw = x->rw;
 	struct sn_rqp *peer;
+	uint64_t need = x->total + SN_UD_GRH;
 	uint32_t i, qkey, pst;
 	int k;
 
@@ -351,13 +352,13 @@ static int sn_exec_ud(struct sn_xfer *x)
 					  memory_order_relaxed);
 		return SN_X_SENT;
 	}
-	/* each SGE is checked for the bytes it gets (GRH, then data), as on RC */
-	for (i = 0;
-	     i < rw->num_sge && sn_segs_len(x->rsegs, x->nr) < x->total + SN_UD_GRH;
-	     i++) {
-		uint64_t need = x->total + SN_UD_GRH - sn_segs_len(x->rsegs, x->nr);
+	/* the SGEs are checked for the bytes written into them (the GRH space,
+	 * then the payload), as on RC and as hardware and rxe do: a receive
+	 * posted larger than what is left of its MR takes a short datagram */
+	for (i = 0; i < rw->num_sge && sn_segs_len(x->rsegs, x->nr) < need; i++) {
+		uint64_t left = need - sn_segs_len(x->rsegs, x->nr);
 		uint32_t l =
-			rw->sge[i].length < need ? rw->sge[i].length : (uint32_t)need;
+			rw->sge[i].length < left ? rw->sge[i].length : (uint32_t)left;
 
 		if (l &&
 		    sn_xlate(peer->proc, rw->sge[i].lkey, rw->sge[i].addr, l,
@@ -367,7 +368,7 @@ static int sn_exec_ud(struct sn_xfer *x)
 			return SN_X_SENT;
 		}
 	}
-	if (sn_segs_len(x->rsegs, x->nr) < x->total + SN_UD_GRH) {
+	if (sn_segs_len(x->rsegs, x->nr) < need) {
 		sn_push_recv(peer, x->qp, w, rw, IBV_WC_LOC_LEN_ERR, 0, 0, x->vis);
 		return SN_X_SENT;
 	}

@@ -147,13 +147,12 @@ static struct sn_pabi_device *sn_p_alloc_device(struct sn_pabi_sysfs_dev *sysfs_
 	struct sn_pabi_device *d;
 
 	(void)sysfs_dev;
-	d = calloc(1, sizeof(*d));
-	if (!d)
-		return NULL;
 	/* start softnic now: it writes the GUID and GIDs into the fake sysfs,
-	 * which ibv_get_device_guid reads before any open */
-	sn_init();
-	return d;
+	 * which ibv_get_device_guid reads before any open; a fabric it cannot
+	 * use was told in one line, and then there is no device */
+	if (sn_init())
+		return NULL;
+	return calloc(1, sizeof(*d));
 }
 
 static void sn_p_uninit_device(struct sn_pabi_device *d)

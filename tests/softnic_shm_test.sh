@@ -9,17 +9,18 @@
 #    shared anonymous memory inherited over fork (registered before and after
 #    the fork) must be seen by the other process that maps the pages.
 #
-# Each program runs under `rbtrace softnic --softnic=MODE` (MODE: dropin, the
-# library in place of libibverbs.so.1; provider, softnic under the system's
+# Each program runs under `rbtrace softnic --softnic=MODE`, MODE from
+# RBTRACE_SOFTNIC_MODE (tests/softnic_mode.bzl sets it; default dropin: the
+# library in place of libibverbs.so.1; provider: softnic under the system's
 # own libibverbs), so the same cases check both front ends.
 #
-# usage: softnic_shm_test.sh SHM_PROG RBTRACE MODE
+# usage: softnic_shm_test.sh SHM_PROG RBTRACE
 set -u
 abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
-[ $# -eq 3 ] || { echo "usage: softnic_shm_test.sh SHM_PROG RBTRACE MODE"; exit 2; }
+[ $# -eq 2 ] || { echo "usage: softnic_shm_test.sh SHM_PROG RBTRACE"; exit 2; }
 prog=$(abs "$1")
 rbtrace=$(abs "$2")
-mode=$3
+mode=${RBTRACE_SOFTNIC_MODE:-dropin}
 [ -x "$prog" ] && [ -x "$rbtrace" ] || { echo "$prog or $rbtrace missing"; exit 2; }
 # built with --config=asan: the runtime must come first in uninstrumented programs
 asan=$(ldd "$prog" | awk '/libasan|libubsan/ {print $3}' | tr '\n' ' ')
