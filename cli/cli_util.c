@@ -587,3 +587,20 @@ int rbt_cli_softnic_apply(const struct rbt_softnic_setup *s)
 		return -1;
 	return 0;
 }
+
+int rbt_cli_beside_self(const char *rel, char *out, size_t len)
+{
+	char exe[PATH_MAX], *slash;
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (n <= 0)
+		return -1;
+	exe[n] = 0;
+	slash = strrchr(exe, '/');
+	if (!slash)
+		return -1;
+	*slash = 0;
+	if (snprintf(out, len, "%s/%s", exe, rel) >= (int)len)
+		return -1;
+	return access(out, F_OK) == 0 ? 0 : -1;
+}

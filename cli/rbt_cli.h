@@ -152,4 +152,9 @@ void rbt_cli_softnic_said(void);
  * or -1 with errno. */
 int rbt_cli_softnic_apply(const struct rbt_softnic_setup *s);
 
+/* dirname(/proc/self/exe)/rel into out when that exists: the real executable,
+ * so a symlink to rbtrace (bazel's runfiles) still finds what was built beside
+ * it. 0, or -1 when it is not there. */
+int rbt_cli_beside_self(const char *rel, char *out, size_t len);
+
 #endif
