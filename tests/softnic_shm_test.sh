@@ -40,9 +40,9 @@ grep -q "^rbtrace softnic: .*$want" "$tmp/mode" || { echo "FAIL: not in $mode mo
 echo "mode: $(grep 'softnic: ' "$tmp/mode" | head -1)"
 fails=0
 
-# herd NAME [huge]: 1 master, 3 workers, 2 clients, 300 requests per client
+# herd NAME [huge]: 1 master, 3 workers, 2 clients, 200 requests per client
 herd() {
-	local name=$1 huge=${2:-} d=$tmp/$1 nreq=300 key pids=() rc=0
+	local name=$1 huge=${2:-} d=$tmp/$1 nreq=200 key pids=() rc=0
 	mkdir -p "$d"
 	# a key of our own: parallel runs share the host's SysV namespace
 	key=$((0x5e000000 + $(od -An -N2 -tu2 /dev/urandom)))
@@ -81,7 +81,8 @@ herd() {
 shared() {
 	local kind=$1 want=${2:-shared} d=$tmp/shared-$1 rc
 	mkdir -p "$d"
-	run target "$d" $kind >"$d/target.out" 2>&1 &
+	# unshared: the watcher must not see it; 2 s is long enough to tell
+	run target "$d" $kind $([ $want = unshared ] && echo 2) >"$d/target.out" 2>&1 &
 	local tpid=$!
 	run writer "$d" >"$d/writer.out" 2>&1
 	rc=$?

@@ -11,7 +11,7 @@
  *                                             master's MR over UC, count and
  *                                             check the answers
  * Shared mappings of other kinds:
- *   shm_prog target DIR KIND                  KIND: file, memfd (its fd kept
+ *   shm_prog target DIR KIND [WAIT_S]         KIND: file, memfd (its fd kept
  *                                             open), memfd-closed, anon,
  *                                             anon-regfirst, sysv; a forked
  *                                             (or, for file, separately
@@ -29,6 +29,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <infiniband/verbs.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -219,9 +220,12 @@ static int poll1(struct dev *d, struct ibv_wc *wc, double deadline)
 {
 	int n;
 
-	while ((n = ibv_poll_cq(d->cq, 1, wc)) == 0)
+	/* spin politely: tests run beside each other on few cores */
+	while ((n = ibv_poll_cq(d->cq, 1, wc)) == 0) {
 		if (now_s() > deadline)
 			return 0;
+		sched_yield();
+	}
 	if (n < 0)
 		die("ibv_poll_cq failed");
 	if (wc->status != IBV_WC_SUCCESS)
@@ -371,6 +375,8 @@ static int run_worker(int key, unsigned w, unsigned nworkers, unsigned nclients,
 	unsigned outstanding = 0;
 
 	while (served < expect) {
+		unsigned before = served;
+
 		for (unsigned c = 0; c < nclients; c++) {
 			if (next[c] >= nreq)
 				continue;
@@ -410,6 +416,8 @@ static int run_worker(int key, unsigned w, unsigned nworkers, unsigned nclients,
 				die("response send: %s", ibv_wc_status_str(wc.status));
 			outstanding--;
 		}
+		if (served == before)
+			sched_yield();
 		if (now_s() - t0 > TIMEOUT_S)
 			die("worker %u: served %u of %u requests; the master's segment "
 			    "never showed the others",
@@ -510,6 +518,8 @@ static uint8_t pattern(size_t i)
 }
 
 /* Waits until buf holds the pattern; returns 0, or 1 after the timeout. */
+static double watch_s = TIMEOUT_S; /* how long a watcher waits */
+
 static int watch(const volatile uint8_t *buf, const char *who)
 {
 	double t0 = now_s();
@@ -523,7 +533,7 @@ static int watch(const volatile uint8_t *buf, const char *who)
 			printf("%s: saw the %d-byte WRITE\n", who, PATTERN_N);
 			return 0;
 		}
-		if (now_s() - t0 > TIMEOUT_S) {
+		if (now_s() - t0 > watch_s) {
 			printf("%s: the WRITE never showed (first %zu bytes right)\n",
 			       who, i);
 			return 1;
@@ -700,8 +710,11 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "client") && argc == 6)
 		return run_client((unsigned)atoi(argv[3]), (unsigned)atoi(argv[4]),
 				  (unsigned)atoi(argv[5]));
-	if (!strcmp(argv[1], "target") && argc == 4)
+	if (!strcmp(argv[1], "target") && (argc == 4 || argc == 5)) {
+		if (argc == 5)
+			watch_s = atof(argv[4]);
 		return run_target(argv[3]);
+	}
 	if (!strcmp(argv[1], "writer"))
 		return run_writer();
 usage:
