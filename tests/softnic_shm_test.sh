@@ -5,7 +5,8 @@
 #    the host has a free hugepage), three worker processes shmat it and poll it
 #    for the RDMA WRITEs of two client processes, and answer by UD SEND; each
 #    client must get every answer with the right contents;
-#  - a WRITE into an MR over a SysV segment, a MAP_SHARED file, a memfd, and
+#  - a WRITE into an MR over a SysV segment, a MAP_SHARED file, a memfd (also
+#    a hugetlbfs one when the host has a free hugepage), and
 #    shared anonymous memory inherited over fork (registered before and after
 #    the fork) must be seen by the other process that maps the pages.
 #
@@ -110,6 +111,7 @@ shared() {
 herd herd_sysv
 if [ "$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)" -ge 1 ] 2>/dev/null; then
 	herd herd_sysv_hugetlb huge
+	shared memfd-huge
 else
 	echo "skip herd_sysv_hugetlb: no free hugepage (echo 4 > /proc/sys/vm/nr_hugepages)"
 fi

@@ -12,7 +12,8 @@
  *                                             check the answers
  * Shared mappings of other kinds:
  *   shm_prog target DIR KIND [WAIT_S]         KIND: file, memfd (its fd kept
- *                                             open), memfd-closed, anon,
+ *                                             open), memfd-closed,
+ *                                             memfd-huge, anon,
  *                                             anon-regfirst, sysv; a forked
  *                                             (or, for file, separately
  *                                             opened) watcher maps the same
@@ -558,6 +559,12 @@ static int run_target(const char *kind)
 		fd = open(p, O_RDWR | O_CREAT | O_TRUNC, 0600);
 		if (fd < 0 || ftruncate(fd, (off_t)len))
 			die("cannot create %s", p);
+	} else if (!strcmp(kind, "memfd-huge")) {
+		/* hugetlbfs: a peer must map it in whole huge pages */
+		len = HUGE_BYTES;
+		fd = memfd_create("shm_prog", MFD_CLOEXEC | MFD_HUGETLB);
+		if (fd < 0 || ftruncate(fd, (off_t)len))
+			die("memfd_create(MFD_HUGETLB) failed: %s", strerror(errno));
 	} else if (!strncmp(kind, "memfd", 5)) {
 		fd = memfd_create("shm_prog", MFD_CLOEXEC);
 		if (fd < 0 || ftruncate(fd, (off_t)len))
