@@ -420,10 +420,13 @@ struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr
 {
 	struct sn_cq *cq;
 
+	if (a->comp_vector >= (uint32_t)c->num_comp_vectors) {
+		errno = EINVAL; /* as ibv_create_cq's */
+		return NULL;
+	}
 	if ((a->wc_flags & ~(uint64_t)SN_WC_EX_OK) ||
 	    (a->comp_mask &
-	     ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) ||
-	    a->comp_vector >= (uint32_t)c->num_comp_vectors) {
+	     ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
