@@ -65,7 +65,9 @@ static void an_hists_free(struct an_hist h[RBT_PHASE_COUNT])
 
 static double an_trace_dur_ns(const struct an_trace *t)
 {
-	return t->any_ts ? (double)(t->max_ts - t->min_ts) * t->ns_per_tick : 0;
+	return t->mt->any_ts
+		       ? (double)(t->mt->max_ts - t->mt->min_ts) * t->mt->ns_per_tick
+		       : 0;
 }
 
 /* ---- text ---- */
@@ -117,12 +119,13 @@ static void an_text_qp(FILE *f, const struct rbt_analyzer *an, const struct an_t
 		       const struct an_qp *qp)
 {
 	char a[4][32];
-	fprintf(f, "  QP 0x%x %s, state %s", qp->qpn, an_qp_type_name(qp->type),
-		an_qp_state_name(qp->state));
+	fprintf(f, "  QP 0x%x %s, state %s", qp->m->qpn, an_qp_type_name(qp->m->type),
+		an_qp_state_name(qp->m->state));
 	if (qp->peer)
-		fprintf(f, ", peer: trace %d QP 0x%x", qp->peer->t->idx, qp->peer->qpn);
-	else if (qp->have_rtr)
-		fprintf(f, ", dest QP 0x%llx", (unsigned long long)qp->dest_qpn);
+		fprintf(f, ", peer: trace %d QP 0x%x", qp->peer->t->idx,
+			qp->peer->m->qpn);
+	else if (qp->m->have_rtr)
+		fprintf(f, ", dest QP 0x%llx", (unsigned long long)qp->m->dest_qpn);
 	fprintf(f, "\n");
 	if (qp->posts || qp->recv_posts)
 		fprintf(f,
@@ -140,11 +143,11 @@ static void an_text_qp(FILE *f, const struct rbt_analyzer *an, const struct an_t
 			(unsigned long long)qp->recv_posts,
 			(unsigned long long)qp->recv_wrs);
 	fprintf(f, "    state history:");
-	for (uint32_t i = 0; i < qp->n_hist && i < 16; i++)
-		fprintf(f, " %.3fms:%s%s%s", an_ticks_ns(t, qp->hist[i].ts) / 1e6,
-			an_qp_state_name(qp->hist[i].to),
-			qp->hist[i].ret ? "(failed)" : "",
-			qp->hist[i].implicit ? "(error completion)" : "");
+	for (uint32_t i = 0; i < qp->m->n_hist && i < 16; i++)
+		fprintf(f, " %.3fms:%s%s%s", an_ticks_ns(t, qp->m->hist[i].ts) / 1e6,
+			an_qp_state_name(qp->m->hist[i].to),
+			qp->m->hist[i].ret ? "(failed)" : "",
+			qp->m->hist[i].implicit ? "(error completion)" : "");
 	fprintf(f, "\n");
 	for (int slot = 0; slot < 16; slot++)
 		for (int sc = 0; sc < AN_SIZE_CLASSES; sc++) {
@@ -232,16 +235,16 @@ static void an_text_str(FILE *f, const char *s)
 static void an_text_trace(FILE *f, struct rbt_analyzer *an, struct an_trace *t)
 {
 	char a[4][32];
-	fprintf(f, "== trace %d: %s\n", t->idx, t->name);
-	fprintf(f, "  pid %u on ", t->hdr.pid);
-	an_text_str(f, t->host);
+	fprintf(f, "== trace %d: %s\n", t->idx, t->mt->name);
+	fprintf(f, "  pid %u on ", t->mt->hdr.pid);
+	an_text_str(f, t->mt->hdr.host);
 	fputs(": ", f);
-	an_text_str(f, t->cmdline);
+	an_text_str(f, t->mt->hdr.cmdline);
 	fputc('\n', f);
 	fprintf(f, "  %llu events over %s; clock %.3f MHz (%s)\n",
-		(unsigned long long)t->events, fmt_ns(a[0], 32, an_trace_dur_ns(t)),
-		(double)t->hdr.clock_hz / 1e6,
-		t->hdr.clock_source == RBT_CLOCK_TSC ? "TSC" : "CLOCK_MONOTONIC");
+		(unsigned long long)t->mt->events, fmt_ns(a[0], 32, an_trace_dur_ns(t)),
+		(double)t->mt->hdr.clock_hz / 1e6,
+		t->mt->hdr.clock_source == RBT_CLOCK_TSC ? "TSC" : "CLOCK_MONOTONIC");
 	struct rbt_clock_fit fit;
 	if (rbt_analyzer_clock_fit(an, t->idx, &fit) == 0 && fit.samples < 2)
 		fprintf(f,
@@ -263,15 +266,16 @@ static void an_text_trace(FILE *f, struct rbt_analyzer *an, struct an_trace *t)
 			"  NIC timestamps: %s - NIC and poll phases are bounds [lo, hi] "
 			"from the "
 			"polls that came back empty\n",
-			t->nic_unmapped ? "recorded, but no clock sample of their device "
-					  "maps them"
-					: "none");
-	if (t->nic_unmapped)
+			t->mt->nic_unmapped
+				? "recorded, but no clock sample of their device "
+				  "maps them"
+				: "none");
+	if (t->mt->nic_unmapped)
 		fprintf(f,
 			"  %llu NIC timestamps could not be mapped (no clock sample of "
 			"their "
 			"device): bounds used instead\n",
-			(unsigned long long)t->nic_unmapped);
+			(unsigned long long)t->mt->nic_unmapped);
 	if (t->nic_outside)
 		fprintf(f,
 			"  %llu NIC timestamps mapped outside [post, poll] (clamped)\n",
@@ -309,17 +313,21 @@ static void an_text_trace(FILE *f, struct rbt_analyzer *an, struct an_trace *t)
 	an_hists_free(h);
 	for (struct an_qp *qp = t->qp_list; qp; qp = qp->next)
 		an_text_qp(f, an, t, qp);
-	AN_MAP_FOREACH(&t->cqs, i)
-	{
-		const struct an_cq *cq = t->cqs.vals[i];
-		if (!cq->polls && !cq->cqe)
+	uint32_t cq_pos = 0;
+	for (struct rbt_model_res *cr;
+	     (cr = rbt_model_table_next(an->model, t->idx, RBT_MODEL_CQ, &cq_pos));) {
+		const struct an_cq *cq = cr->user;
+		if (!cq)
+			continue;
+		if (!cq->polls && !cq->m->cqe)
 			continue;
 		fprintf(f,
 			"  CQ 0x%llx: depth %llu, peak outstanding %lld (QPs on it can "
 			"have %llu), "
 			"%llu polls (%.1f%% empty), %llu completions\n",
-			(unsigned long long)cq->handle, (unsigned long long)cq->cqe,
-			(long long)cq->peak, (unsigned long long)cq->capacity,
+			(unsigned long long)cq->m->res.handle,
+			(unsigned long long)cq->m->cqe, (long long)cq->m->peak,
+			(unsigned long long)cq->m->capacity,
 			(unsigned long long)cq->polls,
 			cq->polls ? 100.0 * (double)cq->empty_polls / (double)cq->polls
 				  : 0,
@@ -412,7 +420,7 @@ static void an_json_evidence(FILE *f, const char *ev)
 		char *line = strndup(p, len);
 		if (!first)
 			fputc(',', f);
-		an_json_str(f, line);
+		rbt_json_fput_str(f, line);
 		free(line);
 		first = false;
 		p = nl ? nl + 1 : p + len;
@@ -424,28 +432,31 @@ static void an_json_qp(FILE *f, const struct an_trace *t, const struct an_qp *qp
 {
 	fprintf(f,
 		"{\"qp_num\":%u,\"handle\":\"0x%llx\",\"type\":\"%s\",\"state\":\"%s\",",
-		qp->qpn, (unsigned long long)qp->handle, an_qp_type_name(qp->type),
-		an_qp_state_name(qp->state));
+		qp->m->qpn, (unsigned long long)qp->m->res.handle,
+		an_qp_type_name(qp->m->type), an_qp_state_name(qp->m->state));
 	if (qp->peer)
 		fprintf(f, "\"peer\":{\"trace\":%d,\"qp_num\":%u},", qp->peer->t->idx,
-			qp->peer->qpn);
+			qp->peer->m->qpn);
 	else
 		fprintf(f, "\"peer\":null,");
 	fprintf(f,
 		"\"caps\":{\"max_send_wr\":%llu,\"max_recv_wr\":%llu,\"max_inline_data\":"
 		"%llu,"
 		"\"sq_sig_all\":%llu},",
-		(unsigned long long)qp->max_send_wr, (unsigned long long)qp->max_recv_wr,
-		(unsigned long long)qp->max_inline, (unsigned long long)qp->sq_sig_all);
+		(unsigned long long)qp->m->max_send_wr,
+		(unsigned long long)qp->m->max_recv_wr,
+		(unsigned long long)qp->m->max_inline,
+		(unsigned long long)qp->m->sq_sig_all);
 	fprintf(f,
 		"\"setup\":{\"path_mtu\":%llu,\"dest_qp_num\":%llu,\"rq_psn\":%llu,\"sq_"
 		"psn\":%llu,"
 		"\"min_rnr_timer\":%llu,\"timeout\":%llu,\"retry_cnt\":%llu,\"rnr_"
 		"retry\":%llu},",
-		(unsigned long long)qp->path_mtu, (unsigned long long)qp->dest_qpn,
-		(unsigned long long)qp->rq_psn, (unsigned long long)qp->sq_psn,
-		(unsigned long long)qp->min_rnr_timer, (unsigned long long)qp->timeout,
-		(unsigned long long)qp->retry_cnt, (unsigned long long)qp->rnr_retry);
+		(unsigned long long)qp->m->path_mtu, (unsigned long long)qp->m->dest_qpn,
+		(unsigned long long)qp->m->rq_psn, (unsigned long long)qp->m->sq_psn,
+		(unsigned long long)qp->m->min_rnr_timer,
+		(unsigned long long)qp->m->timeout, (unsigned long long)qp->m->retry_cnt,
+		(unsigned long long)qp->m->rnr_retry);
 	fprintf(f,
 		"\"posts\":%llu,\"wrs\":%llu,\"wrs_per_post\":%.3f,\"max_chain\":%llu,"
 		"\"signaled_fraction\":%.4f,\"inline_fraction\":%.4f,\"recv_posts\":%llu,"
@@ -458,16 +469,17 @@ static void an_json_qp(FILE *f, const struct an_trace *t, const struct an_qp *qp
 		(unsigned long long)qp->recv_posts, (unsigned long long)qp->recv_wrs,
 		(unsigned long long)qp->posts_busy, (unsigned long long)qp->flushes);
 	fprintf(f, "\"history\":[");
-	for (uint32_t i = 0; i < qp->n_hist; i++)
+	for (uint32_t i = 0; i < qp->m->n_hist; i++)
 		fprintf(f,
 			"%s{\"time_ns\":%.0f,\"from\":\"%s\",\"to\":\"%s\",\"attr_mask\":"
 			"%llu,"
 			"\"ret\":%lld,\"by_error_completion\":%s}",
-			i ? "," : "", an_ticks_ns(t, qp->hist[i].ts),
-			an_qp_state_name(qp->hist[i].from),
-			an_qp_state_name(qp->hist[i].to),
-			(unsigned long long)qp->hist[i].mask, (long long)qp->hist[i].ret,
-			qp->hist[i].implicit ? "true" : "false");
+			i ? "," : "", an_ticks_ns(t, qp->m->hist[i].ts),
+			an_qp_state_name(qp->m->hist[i].from),
+			an_qp_state_name(qp->m->hist[i].to),
+			(unsigned long long)qp->m->hist[i].mask,
+			(long long)qp->m->hist[i].ret,
+			qp->m->hist[i].implicit ? "true" : "false");
 	fprintf(f, "],\"groups\":[");
 	bool first = true;
 	for (int k = 0; k < 16 * AN_SIZE_CLASSES; k++) {
@@ -512,26 +524,26 @@ static void an_json_qp(FILE *f, const struct an_trace *t, const struct an_qp *qp
 static void an_json_trace(FILE *f, struct rbt_analyzer *an, struct an_trace *t)
 {
 	fprintf(f, "{\"index\":%d,\"name\":", t->idx);
-	an_json_str(f, t->name);
-	fprintf(f, ",\"pid\":%u,\"host\":", t->hdr.pid);
-	an_json_str(f, t->host);
+	rbt_json_fput_str(f, t->mt->name);
+	fprintf(f, ",\"pid\":%u,\"host\":", t->mt->hdr.pid);
+	rbt_json_fput_str(f, t->mt->hdr.host);
 	fprintf(f, ",\"cmdline\":");
-	an_json_str(f, t->cmdline);
+	rbt_json_fput_str(f, t->mt->hdr.cmdline);
 	fprintf(f,
 		",\"clock_hz\":%llu,\"start_real_ns\":%llu,\"align_ns\":%lld,\"events\":%"
 		"llu,"
 		"\"duration_ns\":%.0f,",
-		(unsigned long long)t->hdr.clock_hz,
-		(unsigned long long)t->hdr.start.real_ns, (long long)t->align_ns,
-		(unsigned long long)t->events, an_trace_dur_ns(t));
+		(unsigned long long)t->mt->hdr.clock_hz,
+		(unsigned long long)t->mt->hdr.start.real_ns, (long long)t->mt->align_ns,
+		(unsigned long long)t->mt->events, an_trace_dur_ns(t));
 	fprintf(f,
 		"\"integrity\":{\"finished\":%s,\"bad_chunks\":%llu,\"truncated\":%s,"
 		"\"lost_events\":%llu},",
-		!t->have_stats || t->finished ? "true" : "false",
-		(unsigned long long)t->rstats.bad_chunks,
-		t->rstats.truncated ? "true" : "false",
+		!t->mt->have_stats || t->mt->finished ? "true" : "false",
+		(unsigned long long)t->mt->rstats.bad_chunks,
+		t->mt->rstats.truncated ? "true" : "false",
 		(unsigned long long)(t->lost_events +
-				     t->rstats.lost_events_in_bad_chunks));
+				     t->mt->rstats.lost_events_in_bad_chunks));
 	struct rbt_clock_fit fit;
 	if (rbt_analyzer_clock_fit(an, t->idx, &fit) == 0)
 		fprintf(f,
@@ -553,7 +565,8 @@ static void an_json_trace(FILE *f, struct rbt_analyzer *an, struct an_trace *t)
 		t->polls ? (double)t->empty_polls / (double)t->polls : 0,
 		(unsigned long long)t->mr_regs, (unsigned long long)t->mr_regs_traffic,
 		(unsigned long long)t->mr_deregs_traffic,
-		(unsigned long long)t->nic_outside, (unsigned long long)t->nic_unmapped);
+		(unsigned long long)t->nic_outside,
+		(unsigned long long)t->mt->nic_unmapped);
 	fprintf(f, "\"rate\":{\"start_ns\":%llu,\"bin_ns\":%llu,\"wrs\":[",
 		(unsigned long long)t->rate.t0, (unsigned long long)t->rate.width);
 	int last = -1;
@@ -578,17 +591,21 @@ static void an_json_trace(FILE *f, struct rbt_analyzer *an, struct an_trace *t)
 	}
 	fprintf(f, "],\"cqs\":[");
 	bool first = true;
-	AN_MAP_FOREACH(&t->cqs, i)
-	{
-		const struct an_cq *cq = t->cqs.vals[i];
+	uint32_t cq_pos = 0;
+	for (struct rbt_model_res *cr;
+	     (cr = rbt_model_table_next(an->model, t->idx, RBT_MODEL_CQ, &cq_pos));) {
+		const struct an_cq *cq = cr->user;
+		if (!cq)
+			continue;
 		fprintf(f,
 			"%s{\"handle\":\"0x%llx\",\"cqe\":%llu,\"peak_outstanding\":%lld,"
 			"\"capacity\":%llu,\"polls\":%llu,\"empty_polls\":%llu,"
 			"\"completions\":%llu,"
 			"\"overrun\":%s}",
-			first ? "" : ",", (unsigned long long)cq->handle,
-			(unsigned long long)cq->cqe, (long long)cq->peak,
-			(unsigned long long)cq->capacity, (unsigned long long)cq->polls,
+			first ? "" : ",", (unsigned long long)cq->m->res.handle,
+			(unsigned long long)cq->m->cqe, (long long)cq->m->peak,
+			(unsigned long long)cq->m->capacity,
+			(unsigned long long)cq->polls,
 			(unsigned long long)cq->empty_polls,
 			(unsigned long long)cq->polled_wcs,
 			cq->overrun ? "true" : "false");
@@ -605,11 +622,11 @@ static void an_json_findings(FILE *f, const struct rbt_analyzer *an)
 		fprintf(f,
 			"%s{\"severity\":\"%s\",\"code\":\"%s\",\"title\":", i ? "," : "",
 			an_sev_name(fd->severity), fd->code);
-		an_json_str(f, fd->title);
+		rbt_json_fput_str(f, fd->title);
 		fprintf(f, ",\"evidence\":");
 		an_json_evidence(f, fd->evidence);
 		fprintf(f, ",\"advice\":");
-		an_json_str(f, fd->advice);
+		rbt_json_fput_str(f, fd->advice);
 		fprintf(f, ",\"trace\":%d,\"qp_num\":%u,\"time_ns\":%.0f}", fd->trace,
 			fd->qp_num, fd->time_ns);
 	}
@@ -786,7 +803,7 @@ int rbt_analyzer_write_html(struct rbt_analyzer *an, FILE *f)
 	fputs("</ul>\n", f);
 	for (int i = 0; i < an->n_traces; i++) {
 		fprintf(f, "<h2>Trace %d: ", i);
-		an_html_esc(f, an->traces[i]->name);
+		an_html_esc(f, an->traces[i]->mt->name);
 		fprintf(f, "</h2>\n<div id=\"plots-%d\"></div>\n", i);
 	}
 	/* the full text report too, for the numbers */
@@ -832,3 +849,10 @@ int rbt_analyzer_write_html(struct rbt_analyzer *an, FILE *f)
 	fputs("</body></html>\n", f);
 	return ferror(f) ? -EIO : 0;
 }
+
+const struct an_sink_ops an_sink_text = { .name = "text",
+					  .write = rbt_analyzer_write_text };
+const struct an_sink_ops an_sink_json = { .name = "json",
+					  .write = rbt_analyzer_write_json };
+const struct an_sink_ops an_sink_html = { .name = "html",
+					  .write = rbt_analyzer_write_html };

@@ -26,7 +26,7 @@ static void an_pf_sep(struct rbt_analyzer *an)
 
 static uint32_t an_pf_pid(const struct an_trace *t)
 {
-	return t->hdr.pid ? t->hdr.pid : (uint32_t)t->idx + 1;
+	return t->mt->hdr.pid ? t->mt->hdr.pid : (uint32_t)t->idx + 1;
 }
 
 static double an_us(const struct an_trace *t, double ticks)
@@ -34,41 +34,39 @@ static double an_us(const struct an_trace *t, double ticks)
 	return an_aligned_ns(t, ticks) / 1000.0;
 }
 
-void an_pf_begin(struct rbt_analyzer *an)
-{
-	fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n", an->opts.perfetto);
-}
-
-void an_pf_trace(struct rbt_analyzer *an, struct an_trace *t)
+static void an_pf_trace(struct rbt_analyzer *an, struct an_trace *t)
 {
 	FILE *f = an->opts.perfetto;
 	char name[512];
-	snprintf(name, sizeof(name), "%s (pid %u) %s", t->name, t->hdr.pid, t->cmdline);
+	snprintf(name, sizeof(name), "%s (pid %u) %s", t->mt->name, t->mt->hdr.pid,
+		 t->mt->hdr.cmdline);
 	an_pf_sep(an);
 	fprintf(f,
 		"{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%u,\"args\":{\"name\":",
 		an_pf_pid(t));
-	an_json_str(f, name);
+	rbt_json_fput_str(f, name);
 	fputs("}}", f);
 }
 
-void an_pf_thread(struct rbt_analyzer *an, struct an_trace *t, struct an_thread *th)
+static void an_pf_thread(struct rbt_analyzer *an, struct an_trace *t,
+			 struct an_thread *th)
 {
 	FILE *f = an->opts.perfetto;
 	char name[300];
-	snprintf(name, sizeof(name), "thread %u%s%s", th->tid, th->name ? " " : "",
-		 th->name ? th->name : "");
+	snprintf(name, sizeof(name), "thread %u%s%s", th->m->tid, th->m->name ? " " : "",
+		 th->m->name ? th->m->name : "");
 	an_pf_sep(an);
 	fprintf(f,
 		"{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%u,\"tid\":%u,\"args\":{"
 		"\"name\":",
-		an_pf_pid(t), th->tid);
-	an_json_str(f, name);
+		an_pf_pid(t), th->m->tid);
+	rbt_json_fput_str(f, name);
 	fputs("}}", f);
 }
 
-void an_pf_call(struct rbt_analyzer *an, struct an_trace *t, uint32_t tid,
-		const char *name, uint64_t ts, uint64_t ts_exit, const char *args_json)
+static void an_pf_call(struct rbt_analyzer *an, struct an_trace *t, uint32_t tid,
+		       const char *name, uint64_t ts, uint64_t ts_exit,
+		       const char *args_json)
 {
 	FILE *f = an->opts.perfetto;
 	an_thread_get(an, t, tid);
@@ -77,12 +75,12 @@ void an_pf_call(struct rbt_analyzer *an, struct an_trace *t, uint32_t tid,
 		"{\"ph\":\"X\",\"cat\":\"verbs\",\"name\":\"%s\",\"pid\":%u,\"tid\":%u,"
 		"\"ts\":%.3f,\"dur\":%.3f%s%s}",
 		name, an_pf_pid(t), tid, an_us(t, (double)ts),
-		(double)(ts_exit - ts) * t->ns_per_tick / 1000.0,
+		(double)(ts_exit - ts) * t->mt->ns_per_tick / 1000.0,
 		args_json ? ",\"args\":" : "", args_json ? args_json : "");
 }
 
-void an_pf_flow_start(struct rbt_analyzer *an, struct an_trace *t, uint32_t tid,
-		      uint64_t ts, uint64_t flow)
+static void an_pf_flow_start(struct rbt_analyzer *an, struct an_trace *t, uint32_t tid,
+			     uint64_t ts, uint64_t flow)
 {
 	an_pf_sep(an);
 	fprintf(an->opts.perfetto,
@@ -102,13 +100,14 @@ static void an_pf_slice(struct rbt_analyzer *an, struct an_trace *t, uint32_t la
 		"{\"ph\":\"X\",\"cat\":\"phase\",\"name\":\"%s\",\"pid\":%u,\"tid\":%u,"
 		"\"ts\":%.3f,\"dur\":%.3f}",
 		name, an_pf_pid(t), lane_tid, an_us(t, a),
-		(b - a) * t->ns_per_tick / 1000.0);
+		(b - a) * t->mt->ns_per_tick / 1000.0);
 }
 
-void an_pf_wr(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
-	      const struct an_swr *w, bool recv, const struct an_comp *c)
+static void an_pf_wr(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
+		     const struct rbt_model_wr *w, const struct rbt_model_comp *c)
 {
 	FILE *f = an->opts.perfetto;
+	bool recv = w->recv;
 	struct an_thread *th = an_thread_get(an, t, w->tid);
 	if (!th)
 		return;
@@ -120,7 +119,8 @@ void an_pf_wr(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
 	/* A lane whose last slice ended before this one starts: slices are emitted at
 	 * completion, not in start order, but a lane free at our start holds only
 	 * slices that ended before it, so none overlaps. */
-	uint64_t s_ns = an_aligned_u64(t, start), e_ns = an_aligned_u64(t, end);
+	uint64_t s_ns = rbt_model_aligned_u64(t->mt, start),
+		 e_ns = rbt_model_aligned_u64(t->mt, end);
 	int kind = recv ? 1 : 0;
 	uint32_t lane = 0, n = th->n_lanes[kind];
 	while (lane < n && th->lane_end[kind][lane] > s_ns)
@@ -132,7 +132,7 @@ void an_pf_wr(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
 				th->lane_end[kind] = nl;
 				nl[n] = 0;
 				th->n_lanes[kind] = ++n;
-				uint32_t tid = AN_LANE_BASE + th->idx * AN_LANE_SPACE +
+				uint32_t tid = AN_LANE_BASE + th->m->idx * AN_LANE_SPACE +
 					       kind * AN_MAX_LANES + lane;
 				an_pf_sep(an);
 				fprintf(f,
@@ -141,14 +141,14 @@ void an_pf_wr(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
 					"\"tid\":%u,\"args\":{\"name\":\"%s of thread %u "
 					"#%u\"}}",
 					an_pf_pid(t), tid, recv ? "receives" : "WRs",
-					th->tid, lane);
+					th->m->tid, lane);
 				an_pf_sep(an);
 				fprintf(f,
 					"{\"ph\":\"M\",\"name\":\"thread_sort_index\","
 					"\"pid\":%u,"
 					"\"tid\":%u,\"args\":{\"sort_index\":%u}}",
 					an_pf_pid(t), tid,
-					100 + th->idx * AN_LANE_SPACE +
+					100 + th->m->idx * AN_LANE_SPACE +
 						kind * AN_MAX_LANES + lane);
 			}
 		}
@@ -161,7 +161,7 @@ void an_pf_wr(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
 	if (e_ns > th->lane_end[kind][lane])
 		th->lane_end[kind][lane] = e_ns;
 	uint32_t lane_tid =
-		AN_LANE_BASE + th->idx * AN_LANE_SPACE + kind * AN_MAX_LANES + lane;
+		AN_LANE_BASE + th->m->idx * AN_LANE_SPACE + kind * AN_MAX_LANES + lane;
 	/* the WR */
 	an_pf_sep(an);
 	fprintf(f,
@@ -171,9 +171,9 @@ void an_pf_wr(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
 		"\"status\":\"%s\","
 		"\"flow\":%llu,\"nic_ts\":%s}}",
 		an_wr_opcode_name(w->opcode), (unsigned long long)w->bytes, an_pf_pid(t),
-		lane_tid, an_us(t, start), (end - start) * t->ns_per_tick / 1000.0,
-		qp->qpn, (unsigned long long)w->wr_id, an_wc_status_name(c->status),
-		(unsigned long long)w->flow, c->exact ? "true" : "false");
+		lane_tid, an_us(t, start), (end - start) * t->mt->ns_per_tick / 1000.0,
+		qp->m->qpn, (unsigned long long)w->wr_id, an_wc_status_name(c->status),
+		(unsigned long long)w->user, c->exact ? "true" : "false");
 	an_pf_slice(an, t, lane_tid, "post", start, pe);
 	if (c->exact) {
 		double comp = c->host < pe ? pe : c->host > end ? end : c->host;
@@ -189,18 +189,18 @@ void an_pf_wr(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
 			    pe, lo);
 		an_pf_slice(an, t, lane_tid, "completion window", lo, end);
 	}
-	if (w->flow) {
+	if (w->user) {
 		an_pf_sep(an);
 		fprintf(f,
 			"{\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"wr\",\"name\":\"wr\","
 			"\"id\":%llu,"
 			"\"pid\":%u,\"tid\":%u,\"ts\":%.3f}",
-			(unsigned long long)w->flow, an_pf_pid(t), c->poll_tid,
+			(unsigned long long)w->user, an_pf_pid(t), c->poll_tid,
 			an_us(t, (double)c->poll_ts));
 	}
 }
 
-void an_pf_end(struct rbt_analyzer *an)
+static void an_pf_end(struct rbt_analyzer *an)
 {
 	FILE *f = an->opts.perfetto;
 	for (int i = 0; i < an->n_findings; i++) {
@@ -212,10 +212,28 @@ void an_pf_end(struct rbt_analyzer *an)
 			"\"pid\":%u,"
 			"\"tid\":0,\"ts\":%.3f,\"args\":{\"title\":",
 			fd->code, an_pf_pid(t),
-			(fd->time_ns + (double)t->align_ns) / 1000.0);
-		an_json_str(f, fd->title);
+			(fd->time_ns + (double)t->mt->align_ns) / 1000.0);
+		rbt_json_fput_str(f, fd->title);
 		fputs("}}", f);
 	}
 	fputs("\n]}\n", f);
 	fflush(f);
 }
+
+static void an_pf_begin(struct rbt_analyzer *an)
+{
+	fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n", an->opts.perfetto);
+	for (int i = 0; i < an->n_traces; i++)
+		an_pf_trace(an, an->traces[i]);
+}
+
+const struct an_sink_ops an_sink_perfetto = {
+	.name = "perfetto",
+	.per_wr = true,
+	.begin = an_pf_begin,
+	.thread = an_pf_thread,
+	.call = an_pf_call,
+	.wr_posted = an_pf_flow_start,
+	.wr = an_pf_wr,
+	.end = an_pf_end,
+};

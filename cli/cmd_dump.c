@@ -12,6 +12,7 @@
 
 #include "cli/cli_symbols.h"
 #include "cli/rbt_cli.h"
+#include "util/rbt_json.h"
 #include "trace_format/rbt_format.h"
 
 static const char usage[] =
@@ -123,21 +124,6 @@ static int *shown_slot(struct shown *s, uint32_t stream)
 	return &s->v[i].shown;
 }
 
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; s && *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
-
 static void print_stack(const struct rbt_header *h, const struct rbt_event *ev,
 			struct rbt_symbolizer *sym, int json)
 {
@@ -147,7 +133,7 @@ static void print_stack(const struct rbt_header *h, const struct rbt_event *ev,
 		printf("{\"type\":\"stack\",\"stream\":%u,\"ts\":%" PRIu64
 		       ",\"t_ns\":%.1f,\"ref_type\":%" PRIu64 ",\"ref\":",
 		       ev->stream, ev->ts, rbt_ticks_to_ns(h, ev->ts), s->ref_type);
-		json_str(stdout, ref ? ref : "");
+		rbt_json_fput_str(stdout, ref ? ref : "");
 		printf(",\"frames\":[");
 	} else {
 		printf("%.9f [%u] stack ref=%s frames=%u\n",
@@ -162,12 +148,12 @@ static void print_stack(const struct rbt_header *h, const struct rbt_event *ev,
 			printf("%s{\"ip\":%" PRIu64, i ? "," : "", ip);
 			if (y.module) {
 				printf(",\"module\":");
-				json_str(stdout, y.module);
+				rbt_json_fput_str(stdout, y.module);
 				printf(",\"module_off\":%" PRIu64, y.module_off);
 			}
 			if (y.function) {
 				printf(",\"function\":");
-				json_str(stdout, y.function);
+				rbt_json_fput_str(stdout, y.function);
 				printf(",\"function_off\":%" PRIu64, y.function_off);
 			}
 			printf("}");

@@ -1,10 +1,13 @@
 /* cmd_replay.c - `rbtrace replay`: reissues the verbs of recorded traces on a
  * device with the recorded timing and prints the fidelity report.
  *
- * Only parses the command line: the work is in replay/ (rbt_replay.h). Must never
- * issue a verb before the replayer has decided it can replay the traces.
+ * Parses the command line and loads the replayer: the work is in replay/
+ * (rbt_replay.h), a shared module that links libibverbs, dlopen()ed here and
+ * only here so that rbtrace itself never needs an RDMA stack. Must never issue
+ * a verb before the replayer has decided it can replay the traces.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -57,6 +60,10 @@ static const char usage[] =
 	"Each trace is given once: a ping-pong's two ends are two traces (client.rbt\n"
 	"and server.rbt, e.g. recorded as in the README); one end alone needs a peer\n"
 	"(--connect to a replayer of the other end, or to a responder).\n"
+	"\n"
+	"The replayer is librbtrace-replay.so, next to rbtrace (../replay) or named\n"
+	"by $RBTRACE_REPLAY_MODULE; it needs libibverbs.so.1 (rdma-core, or softnic's\n"
+	"with --softnic). The other commands need neither.\n"
 	"\n"
 	"Exit status: 0 when every completion matched, 1 on divergence, refusal or an\n"
 	"-o that could not be written, 2 for a bad command line (a file named twice,\n"
@@ -170,8 +177,74 @@ static int check_replay_output(const char *out, int n)
 	return RBT_EXIT_OK;
 }
 
+/* Where librbtrace-replay.so is: $RBTRACE_REPLAY_MODULE, else beside the
+ * executable as bazel-bin lays it out (../replay), in the same directory, or
+ * as an install would (../lib/rbtrace). /proc/self/exe is the real file, so a
+ * runfiles symlink to rbtrace leads to the module built beside it. */
+static int rp_cli_module_path(char *buf, size_t n)
+{
+	static const char *const rel[] = { "../replay/" RBT_REPLAY_MODULE_SO,
+					   RBT_REPLAY_MODULE_SO,
+					   "../lib/rbtrace/" RBT_REPLAY_MODULE_SO };
+	const char *env = getenv("RBTRACE_REPLAY_MODULE");
+
+	if (env && *env) {
+		snprintf(buf, n, "%s", env);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++)
+		if (!rbt_cli_beside_self(rel[i], buf, n))
+			return 0;
+	return -1;
+}
+
+/* Loads the replayer, and with it libibverbs: a missing libibverbs is the one
+ * failure a user can expect here, so it is named as such. */
+static const struct rbt_replay_module *rp_cli_module(void)
+{
+	const struct rbt_replay_module *m;
+	char path[PATH_MAX + 64];
+	const char *err;
+	void *h;
+
+	if (rp_cli_module_path(path, sizeof(path))) {
+		rbt_cli_error("replay",
+			      "the replayer (%s) is not next to rbtrace (../replay); "
+			      "set RBTRACE_REPLAY_MODULE",
+			      RBT_REPLAY_MODULE_SO);
+		return NULL;
+	}
+	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		err = dlerror();
+		if (err && strstr(err, "libibverbs"))
+			rbt_cli_error(
+				"replay",
+				"cannot load libibverbs.so.1, which replaying needs "
+				"(install rdma-core's libibverbs1, or use --softnic): "
+				"%s",
+				err);
+		else
+			rbt_cli_error("replay", "cannot load the replayer: %s",
+				      err ? err : path);
+		return NULL;
+	}
+	m = dlsym(h, RBT_REPLAY_MODULE_SYM);
+	if (!m || m->abi != RBT_REPLAY_ABI ||
+	    m->opts_size != sizeof(struct rbt_replay_opts) ||
+	    m->summary_size != sizeof(struct rbt_replay_summary) || !m->run) {
+		rbt_cli_error("replay",
+			      "%s is not the replayer of this rbtrace (another build?)",
+			      path);
+		dlclose(h);
+		return NULL;
+	}
+	return m;
+}
+
 int rbt_cmd_replay(int argc, char **argv)
 {
+	const struct rbt_replay_module *mod;
 	const char *device = NULL, *timing = NULL, *listen = NULL, *connect = NULL,
 		   *out = NULL, *ptmo = NULL;
 	int responder = 0, allow_damaged = 0, json = 0, softnic = 0, rt = 0, n, rc,
@@ -278,7 +351,9 @@ int rbt_cmd_replay(int argc, char **argv)
 		return rc;
 	if ((rc = rbt_cli_check_traces("replay", pos, n, 1)) != RBT_EXIT_OK)
 		return rc;
-	rc = rbt_replay_run((const char *const *)pos, n, &o, &sum);
+	if (!(mod = rp_cli_module()))
+		return RBT_EXIT_FAIL;
+	rc = mod->run((const char *const *)pos, n, &o, &sum);
 	if (rc < 0)
 		return RBT_EXIT_FAIL;
 	rbt_cli_softnic_said();

@@ -1,5 +1,11 @@
 /* rbt_replay.h - the replayer's public interface: reissue the verbs of recorded
- * traces on a device (rbtrace replay) and compare two traces (rbtrace diff).
+ * traces on a device (rbtrace replay). Comparing two traces (rbtrace diff) is the
+ * analyzer's (rbt_analyzer_diff).
+ *
+ * The replayer is a shared module, librbtrace-replay.so, the only part of
+ * rbtrace that links libibverbs: `rbtrace replay` dlopen()s it (the other
+ * commands run where no RDMA stack is installed) and calls it through the one
+ * symbol it exports, RBT_REPLAY_MODULE_SYM, a struct rbt_replay_module.
  *
  * The replayer never touches memory outside the MRs it registered itself: every
  * recorded address is rewritten to (replayed MR, offset) and bounds-checked.
@@ -57,18 +63,26 @@ struct rbt_replay_summary {
 
 /* Replays ntraces traces (the ends of one job). Returns 0 when the replay ran
  * (divergences are counted in *sum), -EINVAL/-ENOTSUP... with a message on log
- * when it refused before issuing any verb. */
+ * when it refused before issuing any verb. Inside the module only: callers go
+ * through rbt_replay_module.run. */
 int rbt_replay_run(const char *const *traces, int ntraces,
 		   const struct rbt_replay_opts *opts, struct rbt_replay_summary *sum);
 
-/* rbtrace diff: compares a and b per QP (paired in creation order) and opcode.
- * Returns the number of divergences (>= 0) or a negative errno. */
-struct rbt_diff_opts {
-	int json;
-	FILE *out; /* NULL = stdout */
-	FILE *log; /* NULL = stderr */
+/* What librbtrace-replay.so exports, checked by the loader before the first
+ * call: a module from another build of rbtrace (other struct layouts) is
+ * refused in one line instead of being called with the wrong arguments. Bump
+ * RBT_REPLAY_ABI whenever a struct above or run's signature changes. */
+#define RBT_REPLAY_ABI	      1
+#define RBT_REPLAY_MODULE_SYM "rbt_replay_module"
+#define RBT_REPLAY_MODULE_SO  "librbtrace-replay.so"
+
+struct rbt_replay_module {
+	uint32_t abi;	       /* RBT_REPLAY_ABI when the module was built */
+	uint32_t opts_size;    /* sizeof(struct rbt_replay_opts) */
+	uint32_t summary_size; /* sizeof(struct rbt_replay_summary) */
+	int (*run)(const char *const *traces, int ntraces,
+		   const struct rbt_replay_opts *opts, struct rbt_replay_summary *sum);
 };
-int rbt_replay_diff(const char *a, const char *b, const struct rbt_diff_opts *opts);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,8 @@
-/* replay_int.h - what the replayer's files share: the model of a loaded trace (one
- * "side" per trace), the directory of published numbers that pairs the sides, and
- * the helpers between them. Internal: nothing outside replay/ includes this.
+/* replay_int.h - what the replayer's files share: a loaded trace (one "side" per
+ * trace: the replay's state for each object of the trace's model, model/, and
+ * the timeline of steps), the directory of published numbers that pairs the
+ * sides, and the helpers between them. Internal: nothing outside replay/
+ * includes this.
  */
 #ifndef RBT_REPLAY_INT_H
 #define RBT_REPLAY_INT_H
@@ -10,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "model/rbt_model.h"
 #include "replay/rbt_replay.h"
 #include "trace_format/rbt_format.h"
 
@@ -62,11 +65,14 @@ struct rp_ah {
 	struct ibv_ah *ah;
 };
 
+/* A completion of one queue of a QP: the recording's (as the model joined it)
+ * or the replay's. */
 struct rp_wcrec {
 	uint64_t wr_id;
-	uint32_t status, opcode, byte_len, imm, wc_flags;
+	uint32_t status, opcode, byte_len;
 	uint8_t no_len;	  /* byte_len was not recorded */
 	uint8_t unpolled; /* replay: taken off the CQ after the last poll step */
+	uint64_t ts, seq; /* recorded: the poll's ticks and the join's order */
 };
 
 struct rp_idset {
@@ -86,8 +92,12 @@ struct rp_qp {
 	int xrcdi;	       /* XRC_RECV: 1 + index of its XRCD */
 	uint32_t rec_dest_qpn; /* from the RTR modify, 0 if none */
 	int has_dest;
-	uint32_t rec_final_state; /* last modified state, ERR after an error wc */
-	int rec_err_wc;
+	uint32_t rec_final_state; /* the model's last state, or later evidence */
+	/* the latest query or async event that told the QP's state (ticks) */
+	uint32_t evidence_state;
+	uint64_t evidence_ts;
+	int has_evidence;
+	struct rbt_model_qp *mq; /* the model's QP (NULL: another process's) */
 	uint32_t port;
 	uint32_t rec_sq_psn, rec_rq_psn, rec_path_mtu, rec_max_rd_atomic;
 	uint32_t sgid_index;
@@ -105,8 +115,8 @@ struct rp_qp {
 
 /* One step of the timeline: a recorded event the replayer reissues in order. */
 struct rp_step {
-	struct rbt_event ev; /* deep copy; arrays owned by the side's arena */
-	uint64_t rec_ns;     /* recorded entry time, absolute mono ns */
+	struct rbt_event *ev; /* a deep copy in one block, owned by the side's arena */
+	uint64_t rec_ns;      /* recorded entry time, absolute mono ns */
 	uint64_t rec_exit_ns;
 	/* prepared before the run */
 	struct ibv_send_wr *swr;
@@ -163,6 +173,11 @@ struct rp_side {
 	int nxqp;
 	struct rp_ah *ah;
 	int nah;
+	/* the trace's model: resource tables and lifetimes, the clock, the join;
+	 * each object's user is 1 + the index of its replay entry here */
+	struct rbt_model *model;
+	const struct rbt_model_trace *mtrace;
+	uint64_t wc_seq;
 	struct rp_step *step;
 	int nstep, prefix;     /* steps [0, prefix) run before the start barrier */
 	uint64_t rec_epoch_ns; /* abs mono ns of the first step after the prefix */
@@ -261,48 +276,101 @@ struct rp_job {
 		_ok;                                                            \
 	})
 
-/* replay_load.c */
-int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path);
-void rp_side_free(struct rp_side *s);
+/* What loading one trace keeps besides the side (replay_load.c, replay_timeline.c). */
+struct rp_loading {
+	struct rp_job *j;
+	struct rp_side *s;
+	int cappd, capmr, capch, capcq, capxrcd, capsrq, capqp, capah, capstep;
+	uint64_t seq; /* file order: the tie-break of steps recorded at one time */
+	int cur_cq;   /* 1 + index of the CQ of the poll being fed, or 0 */
+	int err;      /* from a model callback: -ENOMEM */
+};
+
+/* The phases, in the order replay_job.c runs them. Each returns 0 or a negative
+ * errno after one line on j->log. */
+
+/* replay_side.c: the side's tables */
+int rp_keep(struct rp_side *s, void *p);
 void *rp_alloc(struct rp_side *s, size_t n);
+void rp_side_free(struct rp_side *s);
 uint64_t rp_abs_ns(const struct rp_side *s, uint64_t ticks);
-struct rp_qp *rp_qp_by_h(struct rp_side *s, uint64_t h);
+int rp_qp_index(const struct rp_side *s, uint64_t h);
+int rp_cq_index(const struct rp_side *s, uint64_t h);
+int rp_srq_index(const struct rp_side *s, uint64_t h);
+int rp_xrcd_index(const struct rp_side *s, uint64_t h);
 struct rp_qp *rp_qp_by_rec_qpn(struct rp_side *s, uint32_t qpn);
-struct rp_cq *rp_cq_by_h(struct rp_side *s, uint64_t h);
-struct rp_srq *rp_srq_by_h(struct rp_side *s, uint64_t h);
 struct rp_ah *rp_ah_by_h(struct rp_side *s, uint64_t h);
 struct ibv_pd *rp_pd_by_h(struct rp_side *s, uint64_t h);
 void rp_wclist_push(struct rp_wclist *l, const struct rp_wcrec *w);
-int rp_wc_is_recv(const struct rp_qp *q, uint32_t status, uint32_t opcode,
-		  uint64_t wr_id);
 int rp_is_xrc(uint64_t qp_type);
 int rp_qp_recv_on_cq(const struct rp_side *s, const struct rp_qp *q, int cq);
+int rp_cmp_u64(const void *a, const void *b);
+const char *rp_qpt_name(uint64_t qp_type);
+void rp_pattern(uint8_t *p, size_t n, uint64_t seed);
 
-/* replay_report.c */
+/* replay_load.c, replay_timeline.c, replay_join.c: one trace into a side */
+int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path);
+int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev);
+void rp_timeline_finish(struct rp_side *s);
+extern const struct rbt_model_ops rp_join_ops; /* arg: struct rp_loading * */
+void rp_join_finish(struct rp_side *s);
+void *rp_res_user(int idx);
+int rp_res_idx(const struct rbt_model_res *r);
+int rp_wc_is_recv(const struct rp_qp *q, uint32_t status, uint32_t opcode,
+		  uint64_t wr_id);
+
+/* replay_check.c: refusals */
+int rp_check_pairs(struct rp_job *j);
+int rp_check_side(struct rp_job *j, struct rp_side *s);
+
+/* replay_build.c: the replayed resources */
+int rp_open_device(struct rp_job *j, struct rp_side *s, struct ibv_context **ctxp);
+int rp_build_side(struct rp_job *j, struct rp_side *s);
+int rp_publish_side(struct rp_job *j, struct rp_side *s);
+void rp_teardown_side(struct rp_side *s);
+int rp_modify_to(struct ibv_qp *qp, const struct rbt_ev_qp_modify *m, uint32_t dest_qpn,
+		 uint32_t dlid, const uint8_t *dgid);
+
+/* replay_translate.c: recorded work onto the replayed resources */
+int rp_prepare_side(struct rp_job *j, struct rp_side *s);
+
+/* replay_run.c: running a timeline */
+void rp_clock_init(void);
+uint64_t rp_now_ns(void);
+void rp_go_realtime(struct rp_job *j, int on);
+void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to);
+void rp_side_finish(struct rp_job *j, struct rp_side *s);
+void rp_final_states(struct rp_side *s);
+
+/* replay_report.c: the fidelity report */
 void rp_diverge(struct rp_job *j, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum);
-int rp_cmp_u64(const void *a, const void *b);
+/* One line "rbtrace replay: <fmt>" on j->log; returns err (a negative errno). */
+int rp_fail(struct rp_job *j, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
-/* replay_net.c */
+/* replay_record.c: -o */
+int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path);
+
+/* replay_net.c: the peer replayer, the directory exchange */
+#define RP_NET_TIMEOUT_MS 30000
 int rp_net_open(struct rp_job *j);
 int rp_net_exchange(struct rp_job *j);
 int rp_net_barrier(struct rp_job *j, const char *word);
 void rp_net_close(struct rp_job *j);
 int rp_net_agree_t0(struct rp_job *j, uint64_t *t0);
-int rp_responder_run(const struct rbt_replay_opts *o);
 int rp_dir_add_qp(struct rp_dir *d, const struct rp_dir_qp *q);
 int rp_dir_add_mr(struct rp_dir *d, const struct rp_dir_mr *m);
 int rp_dir_add_srq(struct rp_dir *d, const struct rp_dir_srq *r);
+int rp_sendf(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int rp_readline(int fd, char *buf, size_t n, int timeout_ms);
+void rp_hex(char *out, const uint8_t *g);
+void rp_unhex(uint8_t *g, const char *s);
+int rp_listen_accept(FILE *log, const char *port);
+int rp_connect(FILE *log, const char *hostport);
 
-/* replay_run.c */
-uint64_t rp_now_ns(void);
-void rp_clock_init(void);
-int rp_open_device(struct rp_job *j, struct rp_side *s, struct ibv_context **ctxp);
-int rp_modify_to(struct ibv_qp *qp, const struct rbt_ev_qp_modify *m, uint32_t dest_qpn,
-		 uint32_t dlid, const uint8_t *dgid);
-
-/* replay_record.c */
-int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path);
+/* replay_responder.c: rbtrace replay --responder */
+int rp_responder_run(const struct rbt_replay_opts *o);
 
 #endif

@@ -35,38 +35,22 @@ static void rr_discard(const char *path)
 		unlink(path);
 }
 
-int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path)
+/* The replayed scatter list of a WR as the trace's; returns n. */
+static int rr_sges(struct rbt_sge *sg, const struct ibv_sge *in, int n)
 {
-	struct rbt_header hdr = { 0 };
-	struct rbt_writer *w = NULL;
-	struct rbt_event ev;
-	struct timespec rt;
-	char host[128] = "";
-	uint64_t t0 = UINT64_MAX, now = rp_now_ns();
-	int rc;
+	for (int x = 0; x < n; x++) {
+		sg[x].addr = in[x].addr;
+		sg[x].length = in[x].length;
+		sg[x].lkey = in[x].lkey;
+	}
+	return n;
+}
 
-	for (int i = 0; i < s->nstep; i++)
-		if (s->step[i].t_issue && s->step[i].t_issue < t0)
-			t0 = s->step[i].t_issue;
-	if (t0 == UINT64_MAX)
-		t0 = now;
-	t0 -= 1000;
-	clock_gettime(CLOCK_REALTIME, &rt);
-	gethostname(host, sizeof(host) - 1);
-	hdr.pid = (uint32_t)getpid();
-	hdr.ppid = (uint32_t)getppid();
-	hdr.clock_source = RBT_CLOCK_MONO;
-	hdr.clock_hz = 1000000000ull;
-	hdr.start.ticks = t0;
-	hdr.start.mono_ns = t0;
-	hdr.start.real_ns =
-		(uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec - (now - t0);
-	hdr.host = host;
-	hdr.cmdline = s->path;
-	hdr.tool = "rbtrace replay";
-	rc = rbt_writer_open(path, &hdr, NULL, &w);
-	if (rc < 0)
-		return rc;
+/* The device, port, PDs, MRs, channels, CQs and XRC domains the replay built. */
+static int rr_resources(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
+{
+	struct rbt_event ev;
+	int rc;
 
 	memset(&ev, 0, sizeof(ev));
 	ev.type = RBT_EV_DEVICE_OPEN;
@@ -141,6 +125,15 @@ int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path)
 		ev.u.xrcd_open.oflags = O_CREAT;
 		rc = rr_put(w, &ev, t0);
 	}
+	return rc;
+}
+
+/* Its SRQs, QPs (with their replayed numbers) and AHs. */
+static int rr_queues(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
+{
+	struct rbt_event ev;
+	int rc = 0;
+
 	for (int i = 0; i < s->nsrq && !rc; i++) {
 		const struct rp_srq *r = &s->srq[i];
 
@@ -187,173 +180,221 @@ int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path)
 		ev.u.ah_create.ah_dgid.len = 16;
 		rc = rr_put(w, &ev, t0);
 	}
-	for (int i = 0; i < s->nstep && !rc; i++) {
-		struct rp_step *st = &s->step[i];
+	return rc;
+}
 
-		if (st->skipped || !st->t_issue)
-			continue;
-		ev = st->ev;
-		switch (ev.type) {
-		case RBT_EV_QP_MODIFY:
-			ev.u.qp_modify.ts_exit = st->t_exit;
-			ev.u.qp_modify.ret = st->ret;
-			ev.u.qp_modify.err = st->ret > 0 ? (uint64_t)st->ret : 0;
-			ev.u.qp_modify.qp = H(st->qp->qp);
-			if (st->qp->peer_dir >= 0)
-				ev.u.qp_modify.dest_qp_num =
-					j->dir.qps[st->qp->peer_dir].new_qpn;
-			rc = rr_put(w, &ev, st->t_issue);
-			break;
-		case RBT_EV_POST_SEND: {
-			struct rbt_send_wr *wr = calloc(st->nwr, sizeof(*wr));
-			struct rbt_sge *sg;
-			uint32_t nsge = 0;
+/* One zeroed block: room for a post's WRs (wr_size each), then for all their
+ * replayed scatter lists (*sg). free() it; NULL without memory. */
+static void *rr_lists(const struct rp_step *st, size_t wr_size, struct rbt_sge **sg)
+{
+	size_t n = 0, a = _Alignof(struct rbt_sge);
+	size_t off = ((st->nwr + 1) * wr_size + a - 1) / a * a;
+	char *p;
 
-			for (uint32_t k = 0; k < st->nwr; k++)
-				nsge += (uint32_t)st->swr[k].num_sge;
-			sg = calloc(nsge + 1, sizeof(*sg));
-			if (!wr || !sg) {
-				free(wr);
-				free(sg);
-				rc = -ENOMEM;
-				break;
-			}
-			for (uint32_t k = 0, g = 0; k < st->nwr; k++) {
-				const struct ibv_send_wr *o = &st->swr[k];
+	for (uint32_t k = 0; k < st->nwr; k++)
+		n += (size_t)(st->swr ? st->swr[k].num_sge : st->rwr[k].num_sge);
+	p = calloc(1, off + (n + 1) * sizeof(**sg));
+	if (p)
+		*sg = (struct rbt_sge *)(p + off);
+	return p;
+}
 
-				wr[k] = ev.u.post_send.wrs[k];
-				wr[k].payload.len = 0;
-				wr[k].payload.data = NULL;
-				wr[k].sges = &sg[g];
-				wr[k].n_sges = (uint32_t)o->num_sge;
-				for (int x = 0; x < o->num_sge; x++, g++) {
-					sg[g].addr = o->sg_list[x].addr;
-					sg[g].length = o->sg_list[x].length;
-					sg[g].lkey = o->sg_list[x].lkey;
-				}
-				if (o->opcode == IBV_WR_RDMA_WRITE ||
-				    o->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
-				    o->opcode == IBV_WR_RDMA_READ) {
-					wr[k].remote_addr = o->wr.rdma.remote_addr;
-					wr[k].rkey = o->wr.rdma.rkey;
-				} else if (o->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-					   o->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-					wr[k].remote_addr = o->wr.atomic.remote_addr;
-					wr[k].rkey = o->wr.atomic.rkey;
-				}
-				if (st->qp->rec.qp_type == IBV_QPT_XRC_SEND)
-					wr[k].remote_qpn = o->qp_type.xrc.remote_srqn;
-				if (st->qp->rec.qp_type == IBV_QPT_UD) {
-					wr[k].ah = H(o->wr.ud.ah);
-					wr[k].remote_qpn = o->wr.ud.remote_qpn;
-				}
-			}
-			ev.u.post_send.wrs = wr;
-			ev.u.post_send.ts_exit = st->t_exit;
-			ev.u.post_send.ret = st->ret;
-			ev.u.post_send.qp = H(st->qp->qp);
-			ev.u.post_send.qp_num = st->qp->qp->qp_num;
-			ev.u.post_send.api = 0;
-			rc = rr_put(w, &ev, st->t_issue);
-			free(wr);
-			free(sg);
-			break;
+/* A post as replayed: the replayed buffers, keys and remote addresses. */
+static int rr_send(struct rbt_writer *w, const struct rp_step *st, struct rbt_event ev)
+{
+	struct rbt_sge *sg;
+	struct rbt_send_wr *wr = rr_lists(st, sizeof(*wr), &sg);
+	int rc;
+
+	if (!wr)
+		return -ENOMEM;
+	for (uint32_t k = 0, g = 0; k < st->nwr; k++) {
+		const struct ibv_send_wr *o = &st->swr[k];
+
+		wr[k] = ev.u.post_send.wrs[k];
+		wr[k].payload.len = 0;
+		wr[k].payload.data = NULL;
+		wr[k].sges = &sg[g];
+		wr[k].n_sges = (uint32_t)o->num_sge;
+		g += rr_sges(&sg[g], o->sg_list, o->num_sge);
+		if (o->opcode == IBV_WR_RDMA_WRITE ||
+		    o->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
+		    o->opcode == IBV_WR_RDMA_READ) {
+			wr[k].remote_addr = o->wr.rdma.remote_addr;
+			wr[k].rkey = o->wr.rdma.rkey;
+		} else if (o->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+			   o->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+			wr[k].remote_addr = o->wr.atomic.remote_addr;
+			wr[k].rkey = o->wr.atomic.rkey;
 		}
-		case RBT_EV_POST_RECV:
-		case RBT_EV_POST_SRQ_RECV: {
-			struct rbt_recv_wr *wr = calloc(st->nwr + 1, sizeof(*wr));
-			struct rbt_sge *sg;
-			uint32_t nsge = 0;
-
-			for (uint32_t k = 0; k < st->nwr; k++)
-				nsge += (uint32_t)st->rwr[k].num_sge;
-			sg = calloc(nsge + 1, sizeof(*sg));
-			if (!wr || !sg) {
-				free(wr);
-				free(sg);
-				rc = -ENOMEM;
-				break;
-			}
-			for (uint32_t k = 0, g = 0; k < st->nwr; k++) {
-				const struct ibv_recv_wr *o = &st->rwr[k];
-
-				wr[k].wr_id = o->wr_id;
-				wr[k].sges = &sg[g];
-				wr[k].n_sges = (uint32_t)o->num_sge;
-				for (int x = 0; x < o->num_sge; x++, g++) {
-					sg[g].addr = o->sg_list[x].addr;
-					sg[g].length = o->sg_list[x].length;
-					sg[g].lkey = o->sg_list[x].lkey;
-				}
-			}
-			if (ev.type == RBT_EV_POST_RECV) {
-				ev.u.post_recv.wrs = wr;
-				ev.u.post_recv.ts_exit = st->t_exit;
-				ev.u.post_recv.ret = st->ret;
-				ev.u.post_recv.qp = H(st->qp->qp);
-				ev.u.post_recv.qp_num = st->qp->qp->qp_num;
-			} else {
-				ev.u.post_srq_recv.wrs = wr;
-				ev.u.post_srq_recv.ts_exit = st->t_exit;
-				ev.u.post_srq_recv.ret = st->ret;
-				ev.u.post_srq_recv.srq = H(st->srq->srq);
-			}
-			rc = rr_put(w, &ev, st->t_issue);
-			free(wr);
-			free(sg);
-			break;
-		}
-		case RBT_EV_POLL_CQ: {
-			struct rbt_wc *wc = calloc(st->got + 1, sizeof(*wc));
-
-			if (!wc) {
-				rc = -ENOMEM;
-				break;
-			}
-			for (uint32_t k = 0; k < st->got; k++) {
-				const struct ibv_wc *o = &st->wcs[k];
-
-				wc[k].wr_id = o->wr_id;
-				wc[k].status = o->status;
-				wc[k].opcode = o->opcode;
-				wc[k].vendor_err = o->vendor_err;
-				wc[k].byte_len = o->byte_len;
-				wc[k].imm_data = be32toh(o->imm_data);
-				wc[k].qp_num = o->qp_num;
-				wc[k].src_qp = o->src_qp;
-				wc[k].wc_flags = o->wc_flags;
-				wc[k].pkey_index = o->pkey_index;
-				wc[k].slid = o->slid;
-				wc[k].sl = o->sl;
-				wc[k].dlid_path_bits = o->dlid_path_bits;
-			}
-			ev.u.poll_cq.wcs = wc;
-			ev.u.poll_cq.n_wcs = st->got;
-			ev.u.poll_cq.ret = st->got;
-			ev.u.poll_cq.ts_exit = st->t_exit;
-			ev.u.poll_cq.cq = H(st->cq->cq);
-			ev.u.poll_cq.api = 0;
-			ev.u.poll_cq.asked = st->ev.u.poll_cq.n_wcs;
-			ev.u.poll_cq.count = 1;
-			rc = rr_put(w, &ev, st->t_issue);
-			free(wc);
-			break;
-		}
-		case RBT_EV_REQ_NOTIFY:
-			ev.u.req_notify.ts_exit = st->t_exit;
-			ev.u.req_notify.ret = st->ret;
-			ev.u.req_notify.cq = H(st->cq->cq);
-			rc = rr_put(w, &ev, st->t_issue);
-			break;
-		case RBT_EV_GET_CQ_EVENT:
-			ev.u.get_cq_event.ts_exit = st->t_exit;
-			ev.u.get_cq_event.ret = st->ret;
-			ev.u.get_cq_event.cq = H(st->cq->cq);
-			ev.u.get_cq_event.channel = H(st->cq->nch);
-			rc = rr_put(w, &ev, st->t_issue);
-			break;
+		if (st->qp->rec.qp_type == IBV_QPT_XRC_SEND)
+			wr[k].remote_qpn = o->qp_type.xrc.remote_srqn;
+		if (st->qp->rec.qp_type == IBV_QPT_UD) {
+			wr[k].ah = H(o->wr.ud.ah);
+			wr[k].remote_qpn = o->wr.ud.remote_qpn;
 		}
 	}
+	ev.u.post_send.wrs = wr;
+	ev.u.post_send.ts_exit = st->t_exit;
+	ev.u.post_send.ret = st->ret;
+	ev.u.post_send.qp = H(st->qp->qp);
+	ev.u.post_send.qp_num = st->qp->qp->qp_num;
+	ev.u.post_send.api = 0;
+	rc = rr_put(w, &ev, st->t_issue);
+	free(wr);
+	return rc;
+}
+
+static int rr_recv(struct rbt_writer *w, const struct rp_step *st, struct rbt_event ev)
+{
+	struct rbt_sge *sg;
+	struct rbt_recv_wr *wr = rr_lists(st, sizeof(*wr), &sg);
+	int rc;
+
+	if (!wr)
+		return -ENOMEM;
+	for (uint32_t k = 0, g = 0; k < st->nwr; k++) {
+		const struct ibv_recv_wr *o = &st->rwr[k];
+
+		wr[k].wr_id = o->wr_id;
+		wr[k].sges = &sg[g];
+		wr[k].n_sges = (uint32_t)o->num_sge;
+		g += rr_sges(&sg[g], o->sg_list, o->num_sge);
+	}
+	if (ev.type == RBT_EV_POST_RECV) {
+		ev.u.post_recv.wrs = wr;
+		ev.u.post_recv.ts_exit = st->t_exit;
+		ev.u.post_recv.ret = st->ret;
+		ev.u.post_recv.qp = H(st->qp->qp);
+		ev.u.post_recv.qp_num = st->qp->qp->qp_num;
+	} else {
+		ev.u.post_srq_recv.wrs = wr;
+		ev.u.post_srq_recv.ts_exit = st->t_exit;
+		ev.u.post_srq_recv.ret = st->ret;
+		ev.u.post_srq_recv.srq = H(st->srq->srq);
+	}
+	rc = rr_put(w, &ev, st->t_issue);
+	free(wr);
+	return rc;
+}
+
+/* A poll with the completions the replay got. */
+static int rr_poll(struct rbt_writer *w, const struct rp_step *st, struct rbt_event ev)
+{
+	struct rbt_wc *wc = calloc(st->got + 1, sizeof(*wc));
+	int rc;
+
+	if (!wc) {
+		return -ENOMEM;
+	}
+	for (uint32_t k = 0; k < st->got; k++) {
+		const struct ibv_wc *o = &st->wcs[k];
+
+		wc[k].wr_id = o->wr_id;
+		wc[k].status = o->status;
+		wc[k].opcode = o->opcode;
+		wc[k].vendor_err = o->vendor_err;
+		wc[k].byte_len = o->byte_len;
+		wc[k].imm_data = be32toh(o->imm_data);
+		wc[k].qp_num = o->qp_num;
+		wc[k].src_qp = o->src_qp;
+		wc[k].wc_flags = o->wc_flags;
+		wc[k].pkey_index = o->pkey_index;
+		wc[k].slid = o->slid;
+		wc[k].sl = o->sl;
+		wc[k].dlid_path_bits = o->dlid_path_bits;
+	}
+	ev.u.poll_cq.wcs = wc;
+	ev.u.poll_cq.n_wcs = st->got;
+	ev.u.poll_cq.ret = st->got;
+	ev.u.poll_cq.ts_exit = st->t_exit;
+	ev.u.poll_cq.cq = H(st->cq->cq);
+	ev.u.poll_cq.api = 0;
+	ev.u.poll_cq.asked = st->ev->u.poll_cq.n_wcs;
+	ev.u.poll_cq.count = 1;
+	rc = rr_put(w, &ev, st->t_issue);
+	free(wc);
+	return rc;
+}
+
+/* One step as the replay ran it: its times and results, on its replayed objects. */
+static int rr_step(struct rbt_writer *w, struct rp_job *j, const struct rp_step *st)
+{
+	struct rbt_event ev = *st->ev;
+	int rc = 0;
+
+	switch (ev.type) {
+	case RBT_EV_QP_MODIFY:
+		ev.u.qp_modify.ts_exit = st->t_exit;
+		ev.u.qp_modify.ret = st->ret;
+		ev.u.qp_modify.err = st->ret > 0 ? (uint64_t)st->ret : 0;
+		ev.u.qp_modify.qp = H(st->qp->qp);
+		if (st->qp->peer_dir >= 0)
+			ev.u.qp_modify.dest_qp_num = j->dir.qps[st->qp->peer_dir].new_qpn;
+		rc = rr_put(w, &ev, st->t_issue);
+		break;
+	case RBT_EV_POST_SEND:
+		return rr_send(w, st, ev);
+	case RBT_EV_POST_RECV:
+	case RBT_EV_POST_SRQ_RECV:
+		return rr_recv(w, st, ev);
+	case RBT_EV_POLL_CQ:
+		return rr_poll(w, st, ev);
+	case RBT_EV_REQ_NOTIFY:
+		ev.u.req_notify.ts_exit = st->t_exit;
+		ev.u.req_notify.ret = st->ret;
+		ev.u.req_notify.cq = H(st->cq->cq);
+		rc = rr_put(w, &ev, st->t_issue);
+		break;
+	case RBT_EV_GET_CQ_EVENT:
+		ev.u.get_cq_event.ts_exit = st->t_exit;
+		ev.u.get_cq_event.ret = st->ret;
+		ev.u.get_cq_event.cq = H(st->cq->cq);
+		ev.u.get_cq_event.channel = H(st->cq->nch);
+		rc = rr_put(w, &ev, st->t_issue);
+		break;
+	}
+	return rc;
+}
+
+int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path)
+{
+	struct rbt_header hdr = { 0 };
+	struct rbt_writer *w = NULL;
+	struct timespec rt;
+	char host[128] = "";
+	uint64_t t0 = UINT64_MAX, now = rp_now_ns();
+	int rc;
+
+	for (int i = 0; i < s->nstep; i++)
+		if (s->step[i].t_issue && s->step[i].t_issue < t0)
+			t0 = s->step[i].t_issue;
+	if (t0 == UINT64_MAX)
+		t0 = now;
+	t0 -= 1000;
+	clock_gettime(CLOCK_REALTIME, &rt);
+	gethostname(host, sizeof(host) - 1);
+	hdr.pid = (uint32_t)getpid();
+	hdr.ppid = (uint32_t)getppid();
+	hdr.clock_source = RBT_CLOCK_MONO;
+	hdr.clock_hz = 1000000000ull;
+	hdr.start.ticks = t0;
+	hdr.start.mono_ns = t0;
+	hdr.start.real_ns =
+		(uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec - (now - t0);
+	hdr.host = host;
+	hdr.cmdline = s->path;
+	hdr.tool = "rbtrace replay";
+	rc = rbt_writer_open(path, &hdr, NULL, &w);
+	if (rc < 0)
+		return rc;
+
+	rc = rr_resources(w, s, t0);
+	if (!rc)
+		rc = rr_queues(w, s, t0);
+	for (int i = 0; i < s->nstep && !rc; i++)
+		if (!s->step[i].skipped && s->step[i].t_issue)
+			rc = rr_step(w, j, &s->step[i]);
 	if (rc) {
 		rbt_writer_close(w, NULL);
 		rr_discard(path);

@@ -10,13 +10,7 @@
 #include <string.h>
 
 #include "replay/replay_int.h"
-
-int rp_cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
+#include "util/rbt_json.h"
 
 void rp_diverge(struct rp_job *j, const char *fmt, ...)
 {
@@ -44,6 +38,18 @@ void rp_diverge(struct rp_job *j, const char *fmt, ...)
 	}
 	j->rep.div[j->rep.ndiv++] = msg;
 	pthread_mutex_unlock(&j->rep.lock);
+}
+
+int rp_fail(struct rp_job *j, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("rbtrace replay: ", j->log);
+	va_start(ap, fmt);
+	vfprintf(j->log, fmt, ap);
+	va_end(ap);
+	fputc('\n', j->log);
+	return err;
 }
 
 static const char *rp_state_name(uint32_t s)
@@ -75,20 +81,6 @@ static int rp_wc_equal(const struct rp_wcrec *a, const struct rp_wcrec *b)
 	return 1;
 }
 
-static void rp_json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		if (*s == '"' || *s == '\\')
-			fprintf(f, "\\%c", *s);
-		else if ((unsigned char)*s < 0x20)
-			fprintf(f, "\\u%04x", *s);
-		else
-			fputc(*s, f);
-	}
-	fputc('"', f);
-}
-
 static double rp_pct(const uint64_t *v, size_t n, double p)
 {
 	size_t i;
@@ -99,359 +91,430 @@ static double rp_pct(const uint64_t *v, size_t n, double p)
 	return (double)v[i < n ? i : n - 1];
 }
 
-void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum)
+/* ---- completions: the replay's against the recording, per QP and queue ---- */
+static void rp_report_match_queue(struct rp_job *j, struct rp_side *s, struct rp_qp *q,
+				  int d, struct rbt_replay_summary *sum)
 {
-	FILE *f = j->o->report ? j->o->report : stdout;
-	int json = j->o->json, timed = j->o->timing != RBT_REPLAY_ASAP;
-	static const char *timing_names[] = { "recorded", "asap", "scale", "deps" };
-	size_t nlate = 0, caplate = 0;
-	uint64_t *late = NULL, *own = NULL;
-	uint64_t first = UINT64_MAX, last = 0, rfirst = UINT64_MAX, rlast = 0;
+	struct rp_wclist *r = &q->rec_wc[d], *p = &q->rep_wc[d];
+	uint32_t n = r->n < p->n ? r->n : p->n, shown = 0;
 
-	/* Completion matching first: it adds divergences. */
+	sum->completions_expected += r->n;
+	for (uint32_t k = 0; k < n; k++) {
+		if (rp_wc_equal(&r->v[k], &p->v[k])) {
+			sum->completions_matched++;
+			continue;
+		}
+		if (shown++ < 5)
+			rp_diverge(j,
+				   "%s: QP %llu %s completion #%u: "
+				   "recorded "
+				   "status %s opcode %u len %u, "
+				   "replay status "
+				   "%s opcode %u len %u",
+				   s->path, (unsigned long long)q->rec.qp_num,
+				   d ? "recv" : "send", k,
+				   ibv_wc_status_str(r->v[k].status), r->v[k].opcode,
+				   r->v[k].byte_len, ibv_wc_status_str(p->v[k].status),
+				   p->v[k].opcode, p->v[k].byte_len);
+	}
+	if (shown > 5)
+		rp_diverge(j,
+			   "%s: QP %llu %s: %u more mismatching "
+			   "completions",
+			   s->path, (unsigned long long)q->rec.qp_num,
+			   d ? "recv" : "send", shown - 5);
+	if (r->n > p->n)
+		rp_diverge(j,
+			   "%s: QP %llu %s: recorded %u "
+			   "completions, replay "
+			   "%u",
+			   s->path, (unsigned long long)q->rec.qp_num,
+			   d ? "recv" : "send", r->n, p->n);
+	/* Beyond the recorded count: completions of WRs the
+	 * replay posted as recorded that the program never
+	 * polled (it stopped polling, or its polls of a shared
+	 * CQ took another QP's). Fine if they succeeded; an
+	 * error the program never saw is still a divergence. */
+	for (uint32_t k = r->n; k < p->n; k++) {
+		if (p->v[k].status == IBV_WC_SUCCESS) {
+			sum->completions_unpolled++;
+			continue;
+		}
+		rp_diverge(j,
+			   "%s: QP %llu %s completion #%u, which "
+			   "the "
+			   "program never polled: replay status %s",
+			   s->path, (unsigned long long)q->rec.qp_num,
+			   d ? "recv" : "send", k, ibv_wc_status_str(p->v[k].status));
+	}
+}
+
+/* Completion matching adds divergences: it runs before anything is printed. */
+static void rp_report_match(struct rp_job *j, struct rbt_replay_summary *sum)
+{
 	for (int si = 0; si < j->nside; si++) {
 		struct rp_side *s = &j->side[si];
 
-		s->late_from = nlate;
 		/* our QPs, then other processes' TGT QPs our XRC SRQs received
 		 * through (no state of ours to compare) */
 		for (int qi = 0; qi < s->nqp + s->nxqp; qi++) {
 			struct rp_qp *q = qi < s->nqp ? &s->qp[qi] : &s->xqp[qi - s->nqp];
 
-			for (int d = 0; d < 2; d++) {
-				struct rp_wclist *r = &q->rec_wc[d], *p = &q->rep_wc[d];
-				uint32_t n = r->n < p->n ? r->n : p->n, shown = 0;
-
-				sum->completions_expected += r->n;
-				for (uint32_t k = 0; k < n; k++) {
-					if (rp_wc_equal(&r->v[k], &p->v[k])) {
-						sum->completions_matched++;
-						continue;
-					}
-					if (shown++ < 5)
-						rp_diverge(
-							j,
-							"%s: QP %llu %s completion #%u: "
-							"recorded "
-							"status %s opcode %u len %u, "
-							"replay status "
-							"%s opcode %u len %u",
-							s->path,
-							(unsigned long long)q->rec.qp_num,
-							d ? "recv" : "send", k,
-							ibv_wc_status_str(r->v[k].status),
-							r->v[k].opcode, r->v[k].byte_len,
-							ibv_wc_status_str(p->v[k].status),
-							p->v[k].opcode, p->v[k].byte_len);
-				}
-				if (shown > 5)
-					rp_diverge(j,
-						   "%s: QP %llu %s: %u more mismatching "
-						   "completions",
-						   s->path,
-						   (unsigned long long)q->rec.qp_num,
-						   d ? "recv" : "send", shown - 5);
-				if (r->n > p->n)
-					rp_diverge(j,
-						   "%s: QP %llu %s: recorded %u "
-						   "completions, replay "
-						   "%u",
-						   s->path,
-						   (unsigned long long)q->rec.qp_num,
-						   d ? "recv" : "send", r->n, p->n);
-				/* Beyond the recorded count: completions of WRs the
-				 * replay posted as recorded that the program never
-				 * polled (it stopped polling, or its polls of a shared
-				 * CQ took another QP's). Fine if they succeeded; an
-				 * error the program never saw is still a divergence. */
-				for (uint32_t k = r->n; k < p->n; k++) {
-					if (p->v[k].status == IBV_WC_SUCCESS) {
-						sum->completions_unpolled++;
-						continue;
-					}
-					rp_diverge(
-						j,
-						"%s: QP %llu %s completion #%u, which "
-						"the "
-						"program never polled: replay status %s",
-						s->path,
-						(unsigned long long)q->rec.qp_num,
-						d ? "recv" : "send", k,
-						ibv_wc_status_str(p->v[k].status));
-				}
-			}
+			for (int d = 0; d < 2; d++)
+				rp_report_match_queue(j, s, q, d, sum);
 			if (qi < s->nqp && q->replay_state != q->rec_final_state)
 				rp_diverge(j, "%s: QP %llu ends in state %s, recorded %s",
 					   s->path, (unsigned long long)q->rec.qp_num,
 					   rp_state_name(q->replay_state),
 					   rp_state_name(q->rec_final_state));
 		}
-		for (int i = s->prefix; i < s->nstep; i++) {
-			struct rp_step *st = &s->step[i];
-			uint32_t t = st->ev.type;
-
-			if (st->skipped || !st->t_issue)
-				continue;
-			if (st->t_issue < first)
-				first = st->t_issue;
-			if (st->t_issue > last)
-				last = st->t_issue;
-			if (st->rec_ns < rfirst)
-				rfirst = st->rec_ns;
-			if (st->rec_ns > rlast)
-				rlast = st->rec_ns;
-			if (t != RBT_EV_POST_SEND && t != RBT_EV_POST_RECV &&
-			    t != RBT_EV_POST_SRQ_RECV)
-				continue;
-			sum->posts++;
-			if (!timed || !st->deadline)
-				continue;
-			if (nlate == caplate) {
-				size_t cap = caplate ? 2 * caplate : 1024;
-				uint64_t *v = realloc(late, cap * sizeof(*v));
-				uint64_t *w;
-
-				if (!v)
-					continue;
-				late = v;
-				w = realloc(own, cap * sizeof(*w));
-				if (!w)
-					continue;
-				own = w;
-				caplate = cap;
-			}
-			if (getenv("RBTRACE_REPLAY_DEBUG") &&
-			    st->t_issue > st->deadline + 5000)
-				fprintf(j->log,
-					"late: %s step %d %s by %.2f us (step before: "
-					"%s, took "
-					"%.2f us, recorded %.2f us)\n",
-					s->path, i, rbt_event_name(t),
-					(double)(st->t_issue - st->deadline) / 1e3,
-					i ? rbt_event_name(s->step[i - 1].ev.type) : "-",
-					i ? (double)(s->step[i - 1].t_exit -
-						     s->step[i - 1].t_issue) /
-							1e3
-					  : 0,
-					i ? (double)(s->step[i - 1].rec_exit_ns -
-						     s->step[i - 1].rec_ns) /
-							1e3
-					  : 0);
-			{
-				uint64_t from = st->ready > st->deadline ? st->ready
-									 : st->deadline;
-
-				own[nlate] = st->t_issue > from ? st->t_issue - from : 0;
-			}
-			late[nlate++] = st->t_issue > st->deadline
-						? st->t_issue - st->deadline
-						: 0;
-		}
-		s->late_to = nlate;
 	}
+}
+
+/* ---- timing: how late each post was against its schedule ------------------- */
+struct rp_tally {
+	uint64_t *late, *own; /* per timed post: lateness, the replayer's own part */
+	size_t n, cap;
+	uint64_t first, last, rfirst, rlast; /* replayed and recorded span */
+};
+
+static int rp_tally_room(struct rp_tally *t)
+{
+	size_t cap = t->cap ? 2 * t->cap : 1024;
+	uint64_t *v, *w;
+
+	if (t->n < t->cap)
+		return 1;
+	v = realloc(t->late, cap * sizeof(*v));
+	if (!v)
+		return 0;
+	t->late = v;
+	w = realloc(t->own, cap * sizeof(*w));
+	if (!w)
+		return 0;
+	t->own = w;
+	t->cap = cap;
+	return 1;
+}
+
+static void rp_report_debug_late(struct rp_job *j, struct rp_side *s, int i)
+{
+	struct rp_step *st = &s->step[i];
+	uint32_t t = st->ev->type;
+
+	if (getenv("RBTRACE_REPLAY_DEBUG") && st->t_issue > st->deadline + 5000)
+		fprintf(j->log,
+			"late: %s step %d %s by %.2f us (step before: "
+			"%s, took "
+			"%.2f us, recorded %.2f us)\n",
+			s->path, i, rbt_event_name(t),
+			(double)(st->t_issue - st->deadline) / 1e3,
+			i ? rbt_event_name(s->step[i - 1].ev->type) : "-",
+			i ? (double)(s->step[i - 1].t_exit - s->step[i - 1].t_issue) / 1e3
+			  : 0,
+			i ? (double)(s->step[i - 1].rec_exit_ns - s->step[i - 1].rec_ns) /
+					1e3
+			  : 0);
+}
+
+static void rp_report_late_side(struct rp_job *j, struct rp_side *s, struct rp_tally *t,
+				struct rbt_replay_summary *sum)
+{
+	int timed = j->o->timing != RBT_REPLAY_ASAP;
+
+	s->late_from = t->n;
+	for (int i = s->prefix; i < s->nstep; i++) {
+		struct rp_step *st = &s->step[i];
+		uint32_t ty = st->ev->type;
+		uint64_t from;
+
+		if (st->skipped || !st->t_issue)
+			continue;
+		if (st->t_issue < t->first)
+			t->first = st->t_issue;
+		if (st->t_issue > t->last)
+			t->last = st->t_issue;
+		if (st->rec_ns < t->rfirst)
+			t->rfirst = st->rec_ns;
+		if (st->rec_ns > t->rlast)
+			t->rlast = st->rec_ns;
+		if (ty != RBT_EV_POST_SEND && ty != RBT_EV_POST_RECV &&
+		    ty != RBT_EV_POST_SRQ_RECV)
+			continue;
+		sum->posts++;
+		if (!timed || !st->deadline || !rp_tally_room(t))
+			continue;
+		rp_report_debug_late(j, s, i);
+		from = st->ready > st->deadline ? st->ready : st->deadline;
+		t->own[t->n] = st->t_issue > from ? st->t_issue - from : 0;
+		t->late[t->n++] =
+			st->t_issue > st->deadline ? st->t_issue - st->deadline : 0;
+	}
+	s->late_to = t->n;
+}
+
+/* Sorts v[0..n) and gives its median, 99th percentile and maximum. */
+static void rp_pcts(uint64_t *v, size_t n, double *p50, double *p99, double *max)
+{
+	qsort(v, n, sizeof(*v), rp_cmp_u64);
+	*p50 = rp_pct(v, n, 0.5);
+	*p99 = rp_pct(v, n, 0.99);
+	*max = (double)v[n - 1];
+}
+
+static void rp_report_timing(struct rp_job *j, struct rp_tally *t,
+			     struct rbt_replay_summary *sum)
+{
+	t->first = t->rfirst = UINT64_MAX;
+	for (int si = 0; si < j->nside; si++)
+		rp_report_late_side(j, &j->side[si], t, sum);
 	for (int si = 0; si < j->nside; si++) {
 		struct rp_side *s = &j->side[si];
 		size_t n = s->late_to - s->late_from;
 
 		if (!n)
 			continue;
-		qsort(late + s->late_from, n, sizeof(*late), rp_cmp_u64);
-		s->late_p50 = rp_pct(late + s->late_from, n, 0.5);
-		s->late_p99 = rp_pct(late + s->late_from, n, 0.99);
-		s->late_max = (double)late[s->late_to - 1];
-		qsort(own + s->late_from, n, sizeof(*own), rp_cmp_u64);
-		s->own_p50 = rp_pct(own + s->late_from, n, 0.5);
-		s->own_p99 = rp_pct(own + s->late_from, n, 0.99);
-		s->own_max = (double)own[s->late_to - 1];
+		rp_pcts(t->late + s->late_from, n, &s->late_p50, &s->late_p99,
+			&s->late_max);
+		rp_pcts(t->own + s->late_from, n, &s->own_p50, &s->own_p99, &s->own_max);
 	}
-	if (nlate) {
-		qsort(late, nlate, sizeof(*late), rp_cmp_u64);
-		sum->late_p50_ns = rp_pct(late, nlate, 0.50);
-		sum->late_p99_ns = rp_pct(late, nlate, 0.99);
-		sum->late_max_ns = (double)late[nlate - 1];
-		qsort(own, nlate, sizeof(*own), rp_cmp_u64);
-		sum->own_p50_ns = rp_pct(own, nlate, 0.50);
-		sum->own_p99_ns = rp_pct(own, nlate, 0.99);
-		sum->own_max_ns = (double)own[nlate - 1];
+	if (t->n) {
+		rp_pcts(t->late, t->n, &sum->late_p50_ns, &sum->late_p99_ns,
+			&sum->late_max_ns);
+		rp_pcts(t->own, t->n, &sum->own_p50_ns, &sum->own_p99_ns,
+			&sum->own_max_ns);
 	}
-	sum->wall_ns = last > first ? (double)(last - first) : 0;
-	sum->rec_wall_ns = rlast > rfirst ? (double)(rlast - rfirst) : 0;
-	sum->divergences = (uint64_t)j->rep.ndiv;
+	sum->wall_ns = t->last > t->first ? (double)(t->last - t->first) : 0;
+	sum->rec_wall_ns = t->rlast > t->rfirst ? (double)(t->rlast - t->rfirst) : 0;
+}
 
-	if (json) {
-		fprintf(f, "{\"timing\":\"%s\",\"scale\":%g,\"posts\":%llu,",
-			timing_names[j->o->timing & 3],
-			j->o->timing == RBT_REPLAY_SCALE ? j->o->scale : 1.0,
-			(unsigned long long)sum->posts);
-		fprintf(f,
-			"\"lateness_ns\":{\"count\":%zu,\"p50\":%.0f,\"p99\":%.0f,"
-			"\"max\":%.0f},",
-			nlate, sum->late_p50_ns, sum->late_p99_ns, sum->late_max_ns);
-		fprintf(f,
-			"\"own_lateness_ns\":{\"p50\":%.0f,\"p99\":%.0f,\"max\":%.0f},",
-			sum->own_p50_ns, sum->own_p99_ns, sum->own_max_ns);
-		fprintf(f, "\"sides\":[");
-		for (int si = 0; si < j->nside; si++) {
-			struct rp_side *s = &j->side[si];
+/* ---- printing ---------------------------------------------------------------- */
+static const char *const timing_names[] = { "recorded", "asap", "scale", "deps" };
 
-			fprintf(f, "%s{\"trace\":", si ? "," : "");
-			rp_json_str(f, s->path);
-			fprintf(f,
-				",\"posts_timed\":%zu,\"lateness_ns\":{\"p50\":%.0f,"
-				"\"p99\":%.0f,"
-				"\"max\":%.0f},\"own_lateness_ns\":{\"p50\":%.0f,\"p99\":"
-				"%.0f,"
-				"\"max\":%.0f},\"cq_events_missed\":%llu}",
-				s->late_to - s->late_from, s->late_p50, s->late_p99,
-				s->late_max, s->own_p50, s->own_p99, s->own_max,
-				(unsigned long long)s->cq_events_missed);
+/* {"p50":..,"p99":..,"max":..} in ns (count first when count >= 0). */
+static void rp_json_pcts(struct rbt_json *w, const char *key, long long count, double p50,
+			 double p99, double max)
+{
+	rbt_json_key(w, key);
+	rbt_json_obj(w);
+	if (count >= 0)
+		rbt_json_ku64(w, "count", (uint64_t)count);
+	rbt_json_kdbl(w, "p50", "%.0f", p50);
+	rbt_json_kdbl(w, "p99", "%.0f", p99);
+	rbt_json_kdbl(w, "max", "%.0f", max);
+	rbt_json_obj_end(w);
+}
+
+/* {"recorded":..,"replayed":..} */
+static void rp_json_pair(struct rbt_json *w, const char *key, uint64_t rec, uint64_t rep)
+{
+	rbt_json_key(w, key);
+	rbt_json_obj(w);
+	rbt_json_ku64(w, "recorded", rec);
+	rbt_json_ku64(w, "replayed", rep);
+	rbt_json_obj_end(w);
+}
+
+static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
+{
+	rbt_json_key(w, "sides");
+	rbt_json_arr(w);
+	for (int si = 0; si < j->nside; si++) {
+		const struct rp_side *s = &j->side[si];
+
+		rbt_json_obj(w);
+		rbt_json_kstr(w, "trace", s->path);
+		rbt_json_ku64(w, "posts_timed", s->late_to - s->late_from);
+		rp_json_pcts(w, "lateness_ns", -1, s->late_p50, s->late_p99, s->late_max);
+		rp_json_pcts(w, "own_lateness_ns", -1, s->own_p50, s->own_p99,
+			     s->own_max);
+		rbt_json_ku64(w, "cq_events_missed", s->cq_events_missed);
+		rbt_json_obj_end(w);
+	}
+	rbt_json_arr_end(w);
+}
+
+/* Every QP; then each other process's TGT QP our XRC SRQs received through. */
+static void rp_json_qps(struct rp_job *j, struct rbt_json *w)
+{
+	rbt_json_key(w, "qps");
+	rbt_json_arr(w);
+	for (int si = 0; si < j->nside; si++)
+		for (int qi = 0; qi < j->side[si].nqp; qi++) {
+			const struct rp_qp *q = &j->side[si].qp[qi];
+
+			rbt_json_obj(w);
+			rbt_json_kstr(w, "trace", j->side[si].path);
+			rbt_json_ku64(w, "qp_num", q->rec.qp_num);
+			rbt_json_ku64(w, "replay_qp_num", q->qp ? q->qp->qp_num : 0);
+			rp_json_pair(w, "send", q->rec_wc[0].n, q->rep_wc[0].n);
+			rp_json_pair(w, "recv", q->rec_wc[1].n, q->rep_wc[1].n);
+			rbt_json_key(w, "state");
+			rbt_json_obj(w);
+			rbt_json_kstr(w, "recorded", rp_state_name(q->rec_final_state));
+			rbt_json_kstr(w, "replayed", rp_state_name(q->replay_state));
+			rbt_json_obj_end(w);
+			rbt_json_kstr(w, "type", rp_qp_type_name(q->rec.qp_type));
+			rbt_json_obj_end(w);
 		}
-		fprintf(f, "],");
-		fprintf(f, "\"wall_ns\":%.0f,\"recorded_wall_ns\":%.0f,", sum->wall_ns,
-			sum->rec_wall_ns);
+	for (int si = 0; si < j->nside; si++)
+		for (int qi = 0; qi < j->side[si].nxqp; qi++) {
+			const struct rp_qp *q = &j->side[si].xqp[qi];
+
+			rbt_json_obj(w);
+			rbt_json_kstr(w, "trace", j->side[si].path);
+			rbt_json_ku64(w, "qp_num", q->rec.qp_num);
+			rbt_json_ku64(w, "replay_qp_num", q->foreign_new_qpn);
+			rbt_json_kbool(w, "other_process", true);
+			rbt_json_kstr(w, "type", "XRC_RECV");
+			rp_json_pair(w, "send", 0, 0);
+			rp_json_pair(w, "recv", q->rec_wc[1].n, q->rep_wc[1].n);
+			rbt_json_obj_end(w);
+		}
+	rbt_json_arr_end(w);
+}
+
+static void rp_report_json(struct rp_job *j, FILE *f, size_t nlate,
+			   const struct rbt_replay_summary *sum)
+{
+	struct rbt_json w;
+
+	rbt_json_init(&w, f);
+	rbt_json_obj(&w);
+	rbt_json_kstr(&w, "timing", timing_names[j->o->timing & 3]);
+	rbt_json_kdbl(&w, "scale", "%g",
+		      j->o->timing == RBT_REPLAY_SCALE ? j->o->scale : 1.0);
+	rbt_json_ku64(&w, "posts", sum->posts);
+	rp_json_pcts(&w, "lateness_ns", (long long)nlate, sum->late_p50_ns,
+		     sum->late_p99_ns, sum->late_max_ns);
+	rp_json_pcts(&w, "own_lateness_ns", -1, sum->own_p50_ns, sum->own_p99_ns,
+		     sum->own_max_ns);
+	rp_json_sides(j, &w);
+	rbt_json_kdbl(&w, "wall_ns", "%.0f", sum->wall_ns);
+	rbt_json_kdbl(&w, "recorded_wall_ns", "%.0f", sum->rec_wall_ns);
+	rbt_json_key(&w, "completions");
+	rbt_json_obj(&w);
+	rbt_json_ku64(&w, "expected", sum->completions_expected);
+	rbt_json_ku64(&w, "matched", sum->completions_matched);
+	rbt_json_obj_end(&w);
+	rbt_json_ku64(&w, "completions_unpolled", sum->completions_unpolled);
+	rp_json_qps(j, &w);
+	rbt_json_key(&w, "divergences");
+	rbt_json_arr(&w);
+	for (int i = 0; i < j->rep.ndiv; i++)
+		rbt_json_str(&w, j->rep.div[i]);
+	rbt_json_arr_end(&w);
+	rbt_json_obj_end(&w);
+	fputc('\n', f);
+}
+
+/* Each side's lateness (own: the replayer's own part), with several sides. */
+static void rp_text_side_late(struct rp_job *j, FILE *f, int own)
+{
+	for (int si = 0; si < j->nside; si++) {
+		const struct rp_side *s = &j->side[si];
+
+		if (s->late_to > s->late_from)
+			fprintf(f,
+				"  %s: %slateness p50 %.2f us, p99 %.2f us, max %.2f "
+				"us\n",
+				s->path, own ? "own " : "",
+				(own ? s->own_p50 : s->late_p50) / 1e3,
+				(own ? s->own_p99 : s->late_p99) / 1e3,
+				(own ? s->own_max : s->late_max) / 1e3);
+	}
+}
+
+static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
+			   const struct rbt_replay_summary *sum)
+{
+	fprintf(f, "replay: %d trace(s), timing %s", j->nside,
+		timing_names[j->o->timing & 3]);
+	if (j->o->timing == RBT_REPLAY_SCALE)
+		fprintf(f, " x%g", j->o->scale);
+	fprintf(f, ", %llu posts\n", (unsigned long long)sum->posts);
+	if (nlate)
 		fprintf(f,
-			"\"completions\":{\"expected\":%llu,\"matched\":%llu},"
-			"\"completions_unpolled\":%llu,\"qps\":[",
-			(unsigned long long)sum->completions_expected,
-			(unsigned long long)sum->completions_matched,
+			"post lateness vs schedule: p50 %.2f us, p99 %.2f us, "
+			"max %.2f us "
+			"(%zu posts)\n",
+			sum->late_p50_ns / 1e3, sum->late_p99_ns / 1e3,
+			sum->late_max_ns / 1e3, nlate);
+	if (nlate)
+		fprintf(f,
+			"  of which the replayer's own (past the deadline and "
+			"past the "
+			"end of the step before): p50 %.2f us, p99 %.2f us, max "
+			"%.2f us\n",
+			sum->own_p50_ns / 1e3, sum->own_p99_ns / 1e3,
+			sum->own_max_ns / 1e3);
+	fprintf(f, "span: replay %.3f ms, recorded %.3f ms", sum->wall_ns / 1e6,
+		sum->rec_wall_ns / 1e6);
+	if (sum->wall_ns > 0 && sum->rec_wall_ns > 0)
+		fprintf(f, " (post rate %.0f/s vs recorded %.0f/s)",
+			(double)sum->posts * 1e9 / sum->wall_ns,
+			(double)sum->posts * 1e9 / sum->rec_wall_ns);
+	fputc('\n', f);
+	if (j->nside > 1) {
+		rp_text_side_late(j, f, 0);
+		rp_text_side_late(j, f, 1);
+	}
+	for (int si = 0; si < j->nside; si++)
+		for (int qi = 0; qi < j->side[si].nqp; qi++) {
+			struct rp_qp *q = &j->side[si].qp[qi];
+
+			fprintf(f,
+				"  %s QP %llu -> %u: send %u/%u, recv %u/%u "
+				"completions "
+				"(replayed/recorded), state %s (recorded %s)\n",
+				j->side[si].path, (unsigned long long)q->rec.qp_num,
+				q->qp ? q->qp->qp_num : 0, q->rep_wc[0].n, q->rec_wc[0].n,
+				q->rep_wc[1].n, q->rec_wc[1].n,
+				rp_state_name(q->replay_state),
+				rp_state_name(q->rec_final_state));
+		}
+	for (int si = 0; si < j->nside; si++)
+		for (int qi = 0; qi < j->side[si].nxqp; qi++) {
+			struct rp_qp *q = &j->side[si].xqp[qi];
+
+			fprintf(f,
+				"  %s XRC receives through QP %llu -> %u of "
+				"another trace: recv %u/%u completions "
+				"(replayed/recorded)\n",
+				j->side[si].path, (unsigned long long)q->rec.qp_num,
+				q->foreign_new_qpn, q->rep_wc[1].n, q->rec_wc[1].n);
+		}
+	fprintf(f, "completions matched: %llu of %llu\n",
+		(unsigned long long)sum->completions_matched,
+		(unsigned long long)sum->completions_expected);
+	if (sum->completions_unpolled)
+		fprintf(f,
+			"plus %llu successful completions the program never "
+			"polled (beyond its recorded ones on a QP; see "
+			"docs/replay.md)\n",
 			(unsigned long long)sum->completions_unpolled);
-		for (int si = 0, c = 0; si < j->nside; si++)
-			for (int qi = 0; qi < j->side[si].nqp; qi++) {
-				struct rp_qp *q = &j->side[si].qp[qi];
-
-				fprintf(f, "%s{\"trace\":", c++ ? "," : "");
-				rp_json_str(f, j->side[si].path);
-				fprintf(f,
-					",\"qp_num\":%llu,\"replay_qp_num\":%u,\"send\":{"
-					"\"recorded\":%u,"
-					"\"replayed\":%u},\"recv\":{\"recorded\":%u,"
-					"\"replayed\":%u},"
-					"\"state\":{\"recorded\":\"%s\",\"replayed\":\"%"
-					"s\"},\"type\":\"%s\"}",
-					(unsigned long long)q->rec.qp_num,
-					q->qp ? q->qp->qp_num : 0, q->rec_wc[0].n,
-					q->rep_wc[0].n, q->rec_wc[1].n, q->rep_wc[1].n,
-					rp_state_name(q->rec_final_state),
-					rp_state_name(q->replay_state),
-					rp_qp_type_name(q->rec.qp_type));
-			}
-		/* another process's TGT QP our XRC SRQs received through */
-		for (int si = 0; si < j->nside; si++)
-			for (int qi = 0; qi < j->side[si].nxqp; qi++) {
-				struct rp_qp *q = &j->side[si].xqp[qi];
-
-				fprintf(f, ",{\"trace\":");
-				rp_json_str(f, j->side[si].path);
-				fprintf(f,
-					",\"qp_num\":%llu,\"replay_qp_num\":%u,"
-					"\"other_process\":true,\"type\":\"XRC_RECV\","
-					"\"send\":{\"recorded\":0,\"replayed\":0},"
-					"\"recv\":{\"recorded\":%u,\"replayed\":%u}}",
-					(unsigned long long)q->rec.qp_num,
-					q->foreign_new_qpn, q->rec_wc[1].n,
-					q->rep_wc[1].n);
-			}
-		fprintf(f, "],\"divergences\":[");
-		for (int i = 0; i < j->rep.ndiv; i++) {
-			if (i)
-				fputc(',', f);
-			rp_json_str(f, j->rep.div[i]);
-		}
-		fprintf(f, "]}\n");
+	if (j->rep.ndiv) {
+		fprintf(f, "divergences (%d):\n", j->rep.ndiv);
+		for (int i = 0; i < j->rep.ndiv; i++)
+			fprintf(f, "  %s\n", j->rep.div[i]);
 	} else {
-		fprintf(f, "replay: %d trace(s), timing %s", j->nside,
-			timing_names[j->o->timing & 3]);
-		if (j->o->timing == RBT_REPLAY_SCALE)
-			fprintf(f, " x%g", j->o->scale);
-		fprintf(f, ", %llu posts\n", (unsigned long long)sum->posts);
-		if (nlate)
-			fprintf(f,
-				"post lateness vs schedule: p50 %.2f us, p99 %.2f us, "
-				"max %.2f us "
-				"(%zu posts)\n",
-				sum->late_p50_ns / 1e3, sum->late_p99_ns / 1e3,
-				sum->late_max_ns / 1e3, nlate);
-		if (nlate)
-			fprintf(f,
-				"  of which the replayer's own (past the deadline and "
-				"past the "
-				"end of the step before): p50 %.2f us, p99 %.2f us, max "
-				"%.2f us\n",
-				sum->own_p50_ns / 1e3, sum->own_p99_ns / 1e3,
-				sum->own_max_ns / 1e3);
-		fprintf(f, "span: replay %.3f ms, recorded %.3f ms", sum->wall_ns / 1e6,
-			sum->rec_wall_ns / 1e6);
-		if (sum->wall_ns > 0 && sum->rec_wall_ns > 0)
-			fprintf(f, " (post rate %.0f/s vs recorded %.0f/s)",
-				(double)sum->posts * 1e9 / sum->wall_ns,
-				(double)sum->posts * 1e9 / sum->rec_wall_ns);
-		fputc('\n', f);
-		for (int si = 0; si < j->nside; si++) {
-			struct rp_side *s = &j->side[si];
-
-			if (s->late_to > s->late_from && j->nside > 1)
-				fprintf(f,
-					"  %s: lateness p50 %.2f us, p99 %.2f us, max "
-					"%.2f us\n",
-					s->path, s->late_p50 / 1e3, s->late_p99 / 1e3,
-					s->late_max / 1e3);
-		}
-		for (int si = 0; si < j->nside; si++) {
-			struct rp_side *s = &j->side[si];
-
-			if (s->late_to > s->late_from && j->nside > 1)
-				fprintf(f,
-					"  %s: own lateness p50 %.2f us, p99 %.2f us, "
-					"max %.2f us\n",
-					s->path, s->own_p50 / 1e3, s->own_p99 / 1e3,
-					s->own_max / 1e3);
-		}
-		for (int si = 0; si < j->nside; si++)
-			for (int qi = 0; qi < j->side[si].nqp; qi++) {
-				struct rp_qp *q = &j->side[si].qp[qi];
-
-				fprintf(f,
-					"  %s QP %llu -> %u: send %u/%u, recv %u/%u "
-					"completions "
-					"(replayed/recorded), state %s (recorded %s)\n",
-					j->side[si].path,
-					(unsigned long long)q->rec.qp_num,
-					q->qp ? q->qp->qp_num : 0, q->rep_wc[0].n,
-					q->rec_wc[0].n, q->rep_wc[1].n, q->rec_wc[1].n,
-					rp_state_name(q->replay_state),
-					rp_state_name(q->rec_final_state));
-			}
-		for (int si = 0; si < j->nside; si++)
-			for (int qi = 0; qi < j->side[si].nxqp; qi++) {
-				struct rp_qp *q = &j->side[si].xqp[qi];
-
-				fprintf(f,
-					"  %s XRC receives through QP %llu -> %u of "
-					"another trace: recv %u/%u completions "
-					"(replayed/recorded)\n",
-					j->side[si].path,
-					(unsigned long long)q->rec.qp_num,
-					q->foreign_new_qpn, q->rep_wc[1].n,
-					q->rec_wc[1].n);
-			}
-		fprintf(f, "completions matched: %llu of %llu\n",
-			(unsigned long long)sum->completions_matched,
-			(unsigned long long)sum->completions_expected);
-		if (sum->completions_unpolled)
-			fprintf(f,
-				"plus %llu successful completions the program never "
-				"polled (beyond its recorded ones on a QP; see "
-				"docs/replay.md)\n",
-				(unsigned long long)sum->completions_unpolled);
-		if (j->rep.ndiv) {
-			fprintf(f, "divergences (%d):\n", j->rep.ndiv);
-			for (int i = 0; i < j->rep.ndiv; i++)
-				fprintf(f, "  %s\n", j->rep.div[i]);
-		} else {
-			fprintf(f, "no divergence\n");
-		}
+		fprintf(f, "no divergence\n");
 	}
+}
+
+void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum)
+{
+	FILE *f = j->o->report ? j->o->report : stdout;
+	struct rp_tally t = { 0 };
+
+	rp_report_match(j, sum);
+	rp_report_timing(j, &t, sum);
+	sum->divergences = (uint64_t)j->rep.ndiv;
+	if (j->o->json)
+		rp_report_json(j, f, t.n, sum);
+	else
+		rp_report_text(j, f, t.n, sum);
 	fflush(f);
-	free(late);
-	free(own);
+	free(t.late);
+	free(t.own);
 }

@@ -146,20 +146,6 @@ TEST(ReplayRefuse, BadCommandLines)
 	EXPECT_NE(std::string::npos, out.find("--responder")) << out;
 }
 
-TEST(Diff, SameTraceAgreesOtherEndDiverges)
-{
-	std::string d = Synth("diff", "--iters 50");
-	std::string out;
-	EXPECT_EQ(0, Sh(kRbtrace + " diff " + d + "/a.rbt " + d + "/a.rbt", &out)) << out;
-	EXPECT_NE(std::string::npos, out.find("same: 0 divergence")) << out;
-	// The other end posts the same SENDs but no READ/WRITE: counts diverge.
-	EXPECT_EQ(1, Sh(kRbtrace + " diff " + d + "/a.rbt " + d + "/b.rbt", &out)) << out;
-	EXPECT_NE(std::string::npos, out.find("! ")) << out;
-	EXPECT_EQ(1, Sh(kRbtrace + " diff --json " + d + "/a.rbt " + d + "/b.rbt", &out));
-	EXPECT_NE(std::string::npos, out.find("\"diverges\":true")) << out;
-	EXPECT_EQ(1, Sh(kRbtrace + " diff " + d + "/a.rbt " + Tmp() + "/nope.rbt", &out));
-}
-
 class ReplaySoftnic : public ::testing::Test
 {
       protected:

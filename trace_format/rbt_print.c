@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "trace_format/rbt_internal.h"
+#include "util/rbt_json.h"
 
 struct out {
 	char *buf;
@@ -36,24 +37,12 @@ static void putc_(struct out *o, char c)
 	o->pos++;
 }
 
-/* A string, quoted and escaped the same way for text and JSON. */
+/* A string, quoted and escaped the same way for text and JSON: rbtrace's one JSON
+ * escaping rule (util/rbt_json.h). */
 static void put_str(struct out *o, const char *s)
 {
-	putc_(o, '"');
-	for (; s && *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\') {
-			putc_(o, '\\');
-			putc_(o, (char)c);
-		} else if (c == '\n') {
-			put(o, "\\n");
-		} else if (c < 0x20 || c == 0x7f) {
-			put(o, "\\u%04x", c);
-		} else {
-			putc_(o, (char)c);
-		}
-	}
-	putc_(o, '"');
+	size_t room = o->pos < o->len ? o->len - o->pos : 0;
+	o->pos += rbt_json_escape(room ? o->buf + o->pos : NULL, room, s);
 }
 
 static void put_hex(struct out *o, const struct rbt_blob *b, uint32_t max)

@@ -1,0 +1,348 @@
+/* analyzer_res.c - what the analyzer counts from the events themselves, around the
+ * model: per post (chains, inline use, alignment, posts in a bad QP state), per
+ * poll (empty polls), MR registrations on the data path and deregistrations under
+ * a living QP, async events; and its own state attached to each object the model
+ * makes.
+ *
+ * The model owns the resources and the join: nothing here looks an object up by
+ * anything but the model's tables, and nothing here joins a completion.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <infiniband/verbs.h>
+
+#include "analyzer/analyzer_internal.h"
+
+/* The analyzer's side of a new object of the model. */
+void an_res_new(struct rbt_analyzer *an, struct rbt_model_res *r)
+{
+	struct an_trace *t = an->traces[r->trace];
+	switch (r->kind) {
+	case RBT_MODEL_QP: {
+		struct an_qp *qp = calloc(1, sizeof(*qp));
+		if (!qp)
+			return;
+		qp->m = (struct rbt_model_qp *)r;
+		qp->t = t;
+		qp->rt_wait.elem = sizeof(struct an_rt_wait);
+		qp->next = t->qp_list;
+		t->qp_list = qp;
+		r->user = qp;
+		break;
+	}
+	case RBT_MODEL_CQ: {
+		struct an_cq *cq = calloc(1, sizeof(*cq));
+		if (cq)
+			cq->m = (struct rbt_model_cq *)r;
+		r->user = cq;
+		break;
+	}
+	case RBT_MODEL_SRQ: {
+		struct an_srq *s = calloc(1, sizeof(*s));
+		if (s)
+			s->m = (struct rbt_model_srq *)r;
+		r->user = s;
+		break;
+	}
+	case RBT_MODEL_MR: {
+		struct an_mr *mr = calloc(1, sizeof(*mr));
+		if (mr)
+			mr->m = (struct rbt_model_mr *)r;
+		r->user = mr;
+		break;
+	}
+	default:
+		break;
+	}
+}
+
+/* ---- posts ---- */
+
+static void an_bad_state(struct an_qp *qp, uint64_t ts, bool recv, int64_t ret)
+{
+	qp->bad_state_posts++;
+	if (qp->n_bad_state >= 8)
+		return;
+	qp->bad_state_ts[qp->n_bad_state] = ts;
+	qp->bad_state_state[qp->n_bad_state] = (uint8_t)qp->m->state;
+	qp->bad_state_recv[qp->n_bad_state] = recv;
+	qp->bad_state_ret[qp->n_bad_state] = ret;
+	qp->n_bad_state++;
+}
+
+static void an_mr_use(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
+		      uint64_t lkey)
+{
+	if (qp->last_mr && qp->last_lkey == lkey)
+		return; /* common case: the same buffer again */
+	struct rbt_model_mr *mm = rbt_model_mr_by_lkey(an->model, t->idx, lkey);
+	struct an_mr *mr = mm ? mm->res.user : NULL;
+	if (!mr)
+		return;
+	qp->last_mr = mr;
+	qp->last_lkey = lkey;
+	for (uint32_t i = 0; i < mr->n_users; i++)
+		if (mr->users[i] == qp)
+			return;
+	if (mr->n_users < 4)
+		mr->users[mr->n_users++] = qp;
+}
+
+/* Inline use, alignment and buffers of one send WR. */
+static void an_send_wr_checks(struct rbt_analyzer *an, struct an_trace *t,
+			      struct an_qp *qp, const struct rbt_send_wr *wr)
+{
+	bool inl = wr->send_flags & IBV_SEND_INLINE;
+	uint64_t bytes = 0;
+	for (uint32_t s = 0; s < wr->n_sges; s++)
+		bytes += wr->sges[s].length;
+	int op = (int)wr->opcode;
+	bool data = op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM ||
+		    op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+	uint64_t max_inline = qp->m->max_inline;
+	if (data && max_inline > 0 && bytes > 0 && bytes <= max_inline) {
+		qp->inline_eligible++;
+		if (!inl)
+			qp->inline_missed++;
+	}
+	if (!inl && bytes >= 256 && wr->n_sges) {
+		qp->data_wrs_256++;
+		for (uint32_t s = 0; s < wr->n_sges; s++)
+			if (wr->sges[s].addr & 63) {
+				qp->unaligned++;
+				break;
+			}
+	}
+	if ((op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD) &&
+	    (wr->remote_addr & 7)) {
+		if (!qp->unaligned_atomic++)
+			qp->unaligned_atomic_addr = wr->remote_addr;
+	}
+	if (!inl)
+		for (uint32_t s = 0; s < wr->n_sges; s++)
+			an_mr_use(an, t, qp, wr->sges[s].lkey);
+	int slot = an_opcode_slot(op);
+	if (!qp->op_posts[slot] || bytes < qp->op_min[slot])
+		qp->op_min[slot] = bytes;
+	if (bytes > qp->op_max[slot])
+		qp->op_max[slot] = bytes;
+	qp->op_posts[slot]++;
+	qp->op_bytes[slot] += bytes;
+	bool sig = (wr->send_flags & IBV_SEND_SIGNALED) || qp->m->sq_sig_all;
+	qp->post_wrs_signaled += sig;
+	qp->post_bytes += bytes;
+	qp->inlined += inl;
+}
+
+static void an_post_send(struct rbt_analyzer *an, struct an_trace *t,
+			 const struct rbt_event *ev, struct an_qp *qp)
+{
+	const struct rbt_ev_post_send *p = &ev->u.post_send;
+	t->posts++;
+	if (!t->any_post) {
+		t->any_post = true;
+		t->first_post_ts = ev->ts;
+	}
+	if (ev->ts > t->last_post_ts) {
+		t->last_post_ts = ev->ts;
+		/* registrations seen so far happened before this post: on the data path */
+		t->mr_regs_traffic = t->mr_reg_cand_total;
+		t->mr_deregs_traffic = t->mr_dereg_cand_total;
+	}
+	uint32_t posted = rbt_model_posted(ev);
+	if (p->ret != 0)
+		t->post_fail++;
+	if (qp->m->state != IBV_QPS_RTS && qp->m->state != RBT_MODEL_STATE_UNKNOWN)
+		an_bad_state(qp, ev->ts, false, p->ret);
+	uint64_t exit = p->ts_exit >= ev->ts ? p->ts_exit : ev->ts;
+	an_sinks_call(an, t, ev->stream, "ibv_post_send", ev->ts, exit, NULL);
+	if (!posted)
+		return;
+	qp->posts++;
+	qp->post_wrs += posted;
+	if (posted > qp->max_chain)
+		qp->max_chain = posted;
+	if (qp->m->sq.n)
+		qp->posts_busy++;
+	for (uint32_t i = 0; i < posted; i++) {
+		an_send_wr_checks(an, t, qp, &p->wrs[i]);
+		an_attr_posted(an, qp, ev->ts, exit, &p->wrs[i]);
+	}
+}
+
+static void an_post_recv(struct rbt_analyzer *an, struct an_trace *t,
+			 const struct rbt_event *ev, struct an_qp *qp)
+{
+	const struct rbt_ev_post_recv *p = &ev->u.post_recv;
+	uint32_t posted = rbt_model_posted(ev);
+	if (p->ret != 0)
+		t->post_fail++;
+	if (qp->m->state == IBV_QPS_RESET)
+		an_bad_state(qp, ev->ts, true, p->ret);
+	uint64_t exit = p->ts_exit >= ev->ts ? p->ts_exit : ev->ts;
+	an_sinks_call(an, t, ev->stream, "ibv_post_recv", ev->ts, exit, NULL);
+	if (!posted)
+		return;
+	qp->recv_posts++;
+	qp->recv_wrs += posted;
+	if (qp->rq_empty) {
+		qp->rq_empty = false;
+		if (ev->ts > qp->rq_empty_since &&
+		    ev->ts - qp->rq_empty_since > qp->rq_empty_longest) {
+			qp->rq_empty_longest = ev->ts - qp->rq_empty_since;
+			qp->rq_empty_longest_ts = qp->rq_empty_since;
+		}
+	}
+}
+
+static void an_poll(struct rbt_analyzer *an, struct an_trace *t,
+		    const struct rbt_event *ev, struct an_cq *cq)
+{
+	const struct rbt_ev_poll_cq *p = &ev->u.poll_cq;
+	uint64_t count = p->count ? p->count : 1;
+	if (p->n_wcs == 0) {
+		t->polls += count;
+		t->empty_polls += count;
+		cq->polls += count;
+		cq->empty_polls += count;
+		return;
+	}
+	t->polls++;
+	cq->polls++;
+	cq->polled_wcs += p->n_wcs;
+	if (an->n_stream) {
+		char args[64];
+		uint64_t exit = p->ts_exit >= ev->ts ? p->ts_exit : ev->ts;
+		snprintf(args, sizeof(args), "{\"wcs\":%u}", p->n_wcs);
+		an_sinks_call(an, t, ev->stream, "ibv_poll_cq", ev->ts, exit, args);
+	}
+}
+
+/* ---- MRs ---- */
+
+static void an_mr_reg(struct an_trace *t, const struct rbt_event *ev)
+{
+	const struct rbt_ev_mr_reg *p = &ev->u.mr_reg;
+	if (p->ret != 0 || !p->mr)
+		return;
+	t->mr_regs++;
+	if (!t->any_post)
+		return;
+	t->mr_reg_cand_total++;
+	if (t->n_mr_reg_cand < 8)
+		t->mr_reg_cand[t->n_mr_reg_cand++] = ev->ts;
+	if (p->ts_exit > ev->ts)
+		t->mr_traffic_ns +=
+			rbt_model_dur_ns(t->mt, (double)(p->ts_exit - ev->ts));
+}
+
+static void an_mr_dereg(struct an_trace *t, const struct rbt_event *ev,
+			struct rbt_model_res *r)
+{
+	const struct rbt_ev_mr_dereg *p = &ev->u.mr_dereg;
+	struct an_mr *mr = r ? r->user : NULL;
+	if (p->ret != 0 || !mr)
+		return;
+	if (t->any_post) {
+		t->mr_dereg_cand_total++; /* confirmed by a later post */
+		if (p->ts_exit > ev->ts)
+			t->mr_traffic_ns +=
+				rbt_model_dur_ns(t->mt, (double)(p->ts_exit - ev->ts));
+	}
+	for (uint32_t i = 0; i < mr->n_users; i++) {
+		struct an_qp *qp = mr->users[i];
+		if (qp->m->res.destroyed)
+			continue;
+		if (!t->early_dereg++) {
+			t->early_dereg_ts = ev->ts;
+			t->early_dereg_addr = mr->m->addr;
+			t->early_dereg_len = mr->m->length;
+			t->early_dereg_lkey = mr->m->lkey;
+			t->early_dereg_qpn = qp->m->qpn;
+			t->early_dereg_outstanding = qp->m->sq.n || qp->m->rq.n;
+		}
+		break;
+	}
+	for (struct an_qp *q = t->qp_list; q; q = q->next)
+		if (q->last_mr == mr) {
+			q->last_mr = NULL;
+			q->last_lkey = 0;
+		}
+}
+
+static void an_async(struct rbt_analyzer *an, struct an_trace *t,
+		     const struct rbt_event *ev)
+{
+	const struct rbt_ev_async_event *p = &ev->u.async_event;
+	if (p->ret != 0)
+		return;
+	t->async_events++;
+	if (p->event_type != IBV_EVENT_CQ_ERR)
+		return;
+	struct rbt_model_res *r =
+		rbt_model_by_handle(an->model, t->idx, RBT_MODEL_CQ, p->element);
+	struct an_cq *cq = r ? r->user : NULL;
+	t->cq_err_events++;
+	if (cq && !cq->overrun) {
+		cq->overrun = true;
+		cq->overrun_ts = ev->ts;
+	}
+}
+
+/* Before the model applies an event: r is the object it names. */
+void an_before(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_event *ev,
+	       struct rbt_model_res *r)
+{
+	void *u = r ? r->user : NULL;
+	switch (ev->type) {
+	case RBT_EV_POST_SEND:
+		if (u)
+			an_post_send(an, t, ev, u);
+		break;
+	case RBT_EV_POST_RECV:
+		if (u)
+			an_post_recv(an, t, ev, u);
+		break;
+	case RBT_EV_POST_SRQ_RECV:
+		if (u && ev->u.post_srq_recv.ret != 0)
+			t->post_fail++;
+		break;
+	case RBT_EV_POLL_CQ:
+		if (u)
+			an_poll(an, t, ev, u);
+		break;
+	case RBT_EV_LOSS:
+		t->lost_events += ev->u.loss.events;
+		break;
+	case RBT_EV_MR_REG:
+		an_mr_reg(t, ev);
+		break;
+	case RBT_EV_MR_DEREG:
+		an_mr_dereg(t, ev, r);
+		break;
+	case RBT_EV_ASYNC_EVENT:
+		an_async(an, t, ev);
+		break;
+	default:
+		break;
+	}
+}
+
+/* After: the links the model made (a new QP's CQs and SRQ, a pair). */
+void an_after(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_event *ev,
+	      struct rbt_model_res *r)
+{
+	struct an_qp *qp = r && r->kind == RBT_MODEL_QP ? r->user : NULL;
+	if (!qp)
+		return;
+	if (ev->type == RBT_EV_QP_CREATE) {
+		qp->scq = an_cq_of(qp->m->scq);
+		qp->rcq = an_cq_of(qp->m->rcq);
+		qp->srq = qp->m->srq ? qp->m->srq->res.user : NULL;
+	} else if (ev->type == RBT_EV_QP_MODIFY && qp->m->peer && !qp->peer) {
+		qp->peer = an_qp_of(qp->m->peer);
+		if (qp->peer)
+			qp->peer->peer = qp;
+	}
+}

@@ -1,0 +1,262 @@
+/* replay_job.c - rbt_replay_run: the order of the phases of one replay job
+ * (load every trace, open the network peer, check, build, publish and
+ * exchange, translate, run the prefixes, the start barrier, one thread per
+ * side, the DONE barrier, the report, -o) and the freeing of everything.
+ *
+ * Owns the sequence only: each phase is another file's. Must never issue a
+ * verb of its own beyond the device queries between check and build.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "replay/replay_int.h"
+
+struct rp_thread_arg {
+	struct rp_job *j;
+	struct rp_side *s;
+	int from, to;
+};
+
+static void *rp_thread(void *arg)
+{
+	struct rp_thread_arg *a = arg;
+
+	rp_go_realtime(a->j, 1);
+	rp_run_steps(a->j, a->s, a->from, a->to);
+	rp_side_finish(a->j, a->s);
+	return NULL;
+}
+
+/* -o FILE with several traces: FILE.N, or X.N.rbt for X.rbt. */
+static void rp_out_name(char *buf, size_t n, const char *out, int i)
+{
+	size_t l = strlen(out);
+
+	if (l > 4 && !strcmp(out + l - 4, ".rbt"))
+		snprintf(buf, n, "%.*s.%d.rbt", (int)(l - 4), out, i);
+	else
+		snprintf(buf, n, "%s.%d", out, i);
+}
+
+static struct rp_job *rp_job_new(const struct rbt_replay_opts *o, int ntraces)
+{
+	struct rp_job *j = calloc(1, sizeof(*j));
+	const char *tmp = getenv("TMPDIR");
+
+	if (!j)
+		return NULL;
+	j->o = o;
+	j->log = o->log ? o->log : stderr;
+	j->net_fd = -1;
+	j->nside = ntraces;
+	j->poll_timeout_ms = o->poll_timeout_ms > 0 ? o->poll_timeout_ms : 5000;
+	pthread_mutex_init(&j->rep.lock, NULL);
+	snprintf(j->xrcd_prefix, sizeof(j->xrcd_prefix), "%s/rbtrace-xrcd-%d-%llx",
+		 tmp && *tmp ? tmp : "/tmp", (int)getpid(),
+		 (unsigned long long)rp_now_ns());
+	return j;
+}
+
+static void rp_job_free(struct rp_job *j)
+{
+	rp_net_close(j);
+	for (int i = 0; i < j->nside; i++) {
+		rp_teardown_side(&j->side[i]);
+		rp_side_free(&j->side[i]);
+	}
+	for (int i = 0; i < j->rep.ndiv; i++)
+		free(j->rep.div[i]);
+	free(j->rep.div);
+	free(j->dir.qps);
+	free(j->dir.mrs);
+	free(j->dir.srqs);
+	pthread_mutex_destroy(&j->rep.lock);
+	free(j);
+}
+
+/* Every trace, and the recorded epoch: one clock when all come from one host. */
+static int rp_job_load(struct rp_job *j, const char *const *traces)
+{
+	int rc = 0;
+
+	for (int i = 0; i < j->nside && !rc; i++) {
+		j->side[i].idx = i;
+		rc = rp_side_load(j, &j->side[i], traces[i]);
+	}
+	if (rc)
+		return rc;
+	j->same_clock = 1;
+	j->rec_epoch = UINT64_MAX;
+	for (int i = 0; i < j->nside; i++) {
+		if (strcmp(j->side[i].host, j->side[0].host))
+			j->same_clock = 0;
+		if (j->side[i].nstep && j->side[i].rec_epoch_ns < j->rec_epoch)
+			j->rec_epoch = j->side[i].rec_epoch_ns;
+	}
+	return 0;
+}
+
+/* The device of each side, and what it offers, checked against the trace. */
+static int rp_job_open(struct rp_job *j, struct rp_side *s)
+{
+	int rc = rp_open_device(j, s, &s->ctx);
+
+	if (rc)
+		return rc;
+	if (ibv_query_device(s->ctx, &s->dattr) || ibv_query_port(s->ctx, 1, &s->pattr)) {
+		return rp_fail(j, -EIO, "querying the device failed: %s",
+			       strerror(errno));
+	}
+	if (ibv_query_gid(s->ctx, 1, 0, &s->gid))
+		memset(&s->gid, 0, sizeof(s->gid));
+	return rp_check_side(j, s);
+}
+
+/* Everything before the first step: the peer, the checks, the resources, the
+ * directory (exchanged with the peer), every work request translated. */
+static int rp_job_setup(struct rp_job *j)
+{
+	int rc = 0;
+
+	/* Network peer first: whether QPs pair up depends on it. */
+	if (j->o->listen || j->o->connect) {
+		rc = rp_net_open(j);
+		if (rc)
+			return rc;
+	}
+	rc = rp_check_pairs(j);
+	for (int i = 0; i < j->nside && !rc; i++)
+		rc = rp_job_open(j, &j->side[i]);
+	for (int i = 0; i < j->nside && !rc; i++)
+		rc = rp_build_side(j, &j->side[i]);
+	for (int i = 0; i < j->nside && !rc; i++) {
+		struct rp_side *s = &j->side[i];
+
+		for (int q = 0; q < s->nqp; q++)
+			if (s->qp[q].is_global &&
+			    ibv_query_gid(s->ctx, (uint8_t)s->qp[q].port,
+					  (int)s->qp[q].sgid_index, &s->gid))
+				memset(&s->gid, 0, sizeof(s->gid));
+		rc = rp_publish_side(j, s);
+	}
+	if (!rc && j->net_fd >= 0)
+		rc = rp_net_exchange(j);
+	for (int i = 0; i < j->nside && !rc; i++)
+		rc = rp_prepare_side(j, &j->side[i]);
+	return rc;
+}
+
+/* One thread per side (the caller's own when there is one side, or when a
+ * thread cannot be had), all from the agreed start. */
+static void rp_job_run_sides(struct rp_job *j)
+{
+	struct rp_thread_arg args[RP_MAX_SIDES];
+	int n = j->nside;
+
+	for (int i = 0; i < n; i++) {
+		args[i] = (struct rp_thread_arg){ j, &j->side[i], j->side[i].prefix,
+						  j->side[i].nstep };
+		if (n == 1 || pthread_create(&j->side[i].thr, NULL, rp_thread, &args[i]))
+			j->side[i].thr = 0;
+	}
+	if (n == 1) {
+		rp_go_realtime(j, 1);
+		rp_run_steps(j, &j->side[0], args[0].from, args[0].to);
+		rp_side_finish(j, &j->side[0]);
+		rp_go_realtime(j, 0);
+	}
+	for (int i = 0; i < n; i++)
+		if (j->side[i].thr) {
+			pthread_join(j->side[i].thr, NULL);
+		} else if (n > 1) {
+			rp_run_steps(j, &j->side[i], args[i].from, args[i].to);
+			rp_side_finish(j, &j->side[i]);
+		}
+}
+
+/* Prefixes (connect, pre-post receives), then everyone starts together. */
+static int rp_job_run(struct rp_job *j)
+{
+	int rc;
+
+	j->t0 = rp_now_ns();
+	for (int i = 0; i < j->nside; i++)
+		rp_run_steps(j, &j->side[i], 0, j->side[i].prefix);
+	if (j->net_fd >= 0 && (rc = rp_net_barrier(j, "READY")) < 0)
+		return rc;
+	/* Everyone starts 2 ms after the barrier (two processes: the later of
+	 * their two proposals): time to get off the barrier's syscalls, nothing
+	 * more - every QP is connected by now, and a responder in RTR or RTS
+	 * receives at once (tests/softnic_race_test.cc holds softnic to that). */
+	j->t0 = rp_now_ns() + 2000000;
+	if (j->net_fd >= 0 && !j->peer_is_responder &&
+	    (rc = rp_net_agree_t0(j, &j->t0)) < 0)
+		return rc;
+	rp_job_run_sides(j);
+	/* Let the peer finish before anyone destroys a QP it still talks to. */
+	if (j->net_fd >= 0)
+		rp_net_barrier(j, "DONE");
+	for (int i = 0; i < j->nside; i++)
+		rp_final_states(&j->side[i]);
+	return 0;
+}
+
+/* -o: each side's replay as a trace of its own. */
+static int rp_job_record(struct rp_job *j)
+{
+	for (int i = 0; i < j->nside; i++) {
+		char path[4096];
+		int r;
+
+		if (j->nside == 1)
+			snprintf(path, sizeof(path), "%s", j->o->out);
+		else
+			rp_out_name(path, sizeof(path), j->o->out, i);
+		r = rp_record_side(j, &j->side[i], path);
+		if (r < 0) {
+			/* One line: the next file would fail the same way (a full disk). */
+			fprintf(j->log, "rbtrace replay: -o %s: %s\n", path,
+				rbt_strerror(r));
+			return r;
+		}
+	}
+	return 0;
+}
+
+int rbt_replay_run(const char *const *traces, int ntraces,
+		   const struct rbt_replay_opts *o, struct rbt_replay_summary *sum)
+{
+	struct rp_job *j;
+	int rc;
+
+	if (o->responder)
+		return rp_responder_run(o);
+	if (ntraces < 1 || ntraces > RP_MAX_SIDES) {
+		fprintf(o->log ? o->log : stderr,
+			"rbtrace replay: give 1 to %d traces (got %d)\n", RP_MAX_SIDES,
+			ntraces);
+		return -EINVAL;
+	}
+	memset(sum, 0, sizeof(*sum));
+	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+	rp_clock_init();
+	j = rp_job_new(o, ntraces);
+	if (!j)
+		return -ENOMEM;
+	rc = rp_job_load(j, traces);
+	if (!rc)
+		rc = rp_job_setup(j);
+	if (!rc)
+		rc = rp_job_run(j);
+	if (!rc) {
+		rp_report_print(j, sum);
+		if (o->out)
+			rc = rp_job_record(j);
+	}
+	rp_job_free(j);
+	return rc;
+}

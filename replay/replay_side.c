@@ -1,0 +1,200 @@
+/* replay_side.c - one side's tables (the recorded resources of one trace and
+ * what they became): the arena that owns every copied array, growable lists,
+ * lookups by handle and by recorded QP number, the recorded clock in
+ * CLOCK_MONOTONIC nanoseconds, and freeing it all.
+ *
+ * Plain data, shared by every phase. Must never issue a verb or print.
+ */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+
+#include "replay/replay_int.h"
+
+/* The side's arena owns p from now on (freed with the side); -ENOMEM. */
+int rp_keep(struct rp_side *s, void *p)
+{
+	if (s->nallocs == s->capallocs) {
+		size_t cap = s->capallocs ? 2 * s->capallocs : 256;
+		void **a = realloc(s->allocs, cap * sizeof(*a));
+
+		if (!a)
+			return -ENOMEM;
+		s->allocs = a;
+		s->capallocs = cap;
+	}
+	s->allocs[s->nallocs++] = p;
+	return 0;
+}
+
+/* Zeroed memory owned by the side's arena. */
+void *rp_alloc(struct rp_side *s, size_t n)
+{
+	void *p = calloc(1, n ? n : 1);
+
+	if (p && rp_keep(s, p) < 0) {
+		free(p);
+		return NULL;
+	}
+	return p;
+}
+
+void rp_wclist_push(struct rp_wclist *l, const struct rp_wcrec *w)
+{
+	if (l->n == l->cap) {
+		uint32_t cap = l->cap ? 2 * l->cap : 64;
+		struct rp_wcrec *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = *w;
+}
+
+/* The recorded CLOCK_MONOTONIC at ticks: the model's one conversion. */
+uint64_t rp_abs_ns(const struct rp_side *s, uint64_t ticks)
+{
+	return rbt_model_mono_ns(s->mtrace, ticks);
+}
+
+/* The model's objects carry 1 + the index of their replay entry in user (0:
+ * none, e.g. an object first seen in use, which the replayer cannot rebuild). */
+void *rp_res_user(int idx)
+{
+	return (void *)(uintptr_t)idx;
+}
+
+int rp_res_idx(const struct rbt_model_res *r)
+{
+	return r ? (int)(uintptr_t)r->user : 0;
+}
+
+/* 1 + the index of the latest object created with handle h, or 0: the model
+ * tells a handle reused after a destroy from the object it named before. */
+static int rp_index(const struct rp_side *s, enum rbt_model_kind k, uint64_t h)
+{
+	return h && s->model ? rp_res_idx(rbt_model_by_handle(s->model, 0, k, h)) : 0;
+}
+
+int rp_qp_index(const struct rp_side *s, uint64_t h)
+{
+	return rp_index(s, RBT_MODEL_QP, h);
+}
+
+int rp_cq_index(const struct rp_side *s, uint64_t h)
+{
+	return rp_index(s, RBT_MODEL_CQ, h);
+}
+
+int rp_srq_index(const struct rp_side *s, uint64_t h)
+{
+	return rp_index(s, RBT_MODEL_SRQ, h);
+}
+
+int rp_xrcd_index(const struct rp_side *s, uint64_t h)
+{
+	return rp_index(s, RBT_MODEL_XRCD, h);
+}
+
+struct rp_qp *rp_qp_by_rec_qpn(struct rp_side *s, uint32_t qpn)
+{
+	struct rbt_model_qp *mq = s->model ? rbt_model_qp_by_num(s->model, 0, qpn) : NULL;
+	int i = mq ? rp_res_idx(&mq->res) : 0;
+
+	return i ? &s->qp[i - 1] : NULL;
+}
+
+struct rp_ah *rp_ah_by_h(struct rp_side *s, uint64_t h)
+{
+	int i = rp_index(s, RBT_MODEL_AH, h);
+
+	return i ? &s->ah[i - 1] : NULL;
+}
+
+struct ibv_pd *rp_pd_by_h(struct rp_side *s, uint64_t h)
+{
+	int i = rp_index(s, RBT_MODEL_PD, h);
+
+	return i && s->pd ? s->pd[i - 1] : NULL;
+}
+
+int rp_is_xrc(uint64_t qp_type)
+{
+	return qp_type == IBV_QPT_XRC_SEND || qp_type == IBV_QPT_XRC_RECV;
+}
+
+/* Whether receive completions of QP q can arrive on CQ cq (1 + index): its own
+ * receive CQ, or - for an XRC_RECV QP, which has none - the CQ of any XRC SRQ of
+ * its domain, since the sender picks the SRQ (and so the CQ) in each send. */
+int rp_qp_recv_on_cq(const struct rp_side *s, const struct rp_qp *q, int cq)
+{
+	if (q->rcq == cq)
+		return 1;
+	if (q->rec.qp_type != IBV_QPT_XRC_RECV || !q->xrcdi)
+		return 0;
+	for (int i = 0; i < s->nsrq; i++)
+		if (s->srq[i].xrcdi == q->xrcdi && s->srq[i].cqi == cq)
+			return 1;
+	return 0;
+}
+
+int rp_cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+const char *rp_qpt_name(uint64_t t)
+{
+	const char *n = rbt_verbs_name(RBT_NAMES_QP_TYPE, t);
+
+	return n ? n : "unknown";
+}
+
+/* What replayed memory holds before the run: recognisable, not zeros. */
+void rp_pattern(uint8_t *p, size_t n, uint64_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)((i * 131 + seed * 7 + 17) >> 1);
+}
+
+void rp_side_free(struct rp_side *s)
+{
+	rbt_model_destroy(s->model);
+	for (size_t i = 0; i < s->nallocs; i++)
+		free(s->allocs[i]);
+	free(s->allocs);
+	for (int i = 0; i < s->nqp; i++) {
+		for (int k = 0; k < 2; k++) {
+			free(s->qp[i].rec_wc[k].v);
+			free(s->qp[i].rep_wc[k].v);
+		}
+		free(s->qp[i].send_ids.v);
+		free(s->qp[i].recv_ids.v);
+	}
+	for (int i = 0; i < s->nstep; i++)
+		free(s->step[i].wcs);
+	free(s->pd_h);
+	free(s->pd);
+	free(s->mr);
+	free(s->ch_h);
+	free(s->ch);
+	for (int i = 0; i < s->ncq; i++)
+		free(s->cq[i].stash);
+	free(s->cq);
+	for (int i = 0; i < s->nxqp; i++)
+		for (int k = 0; k < 2; k++) {
+			free(s->xqp[i].rec_wc[k].v);
+			free(s->xqp[i].rep_wc[k].v);
+		}
+	free(s->xqp);
+	free(s->srq);
+	free(s->xrcd);
+	free(s->qp);
+	free(s->ah);
+	free(s->step);
+	memset(s, 0, sizeof(*s));
+}

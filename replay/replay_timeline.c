@@ -1,0 +1,266 @@
+/* replay_timeline.c - a side's timeline: the recorded events the replayer
+ * reissues (modifies, posts, polls, notifications, completion-event waits) as
+ * steps in recorded time order, each a deep copy resolved through the model to
+ * the object it names when it was read; then wired to its QP, CQ or SRQ and
+ * its recorded exit time (the model's clock), with what a step says that the
+ * model does not keep (GID use, evidence of a QP's state); and the prefix that
+ * runs before the start barrier.
+ *
+ * Must never issue a verb: it runs while loading. Everything the reader hands
+ * out is copied into the side's arena (it is only valid until the next event).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "replay/replay_int.h"
+
+/* A deep copy of an event in one allocation (the model's), owned by the
+ * side's arena; NULL without memory. */
+static struct rbt_event *rp_copy_event(struct rp_side *s, const struct rbt_event *ev)
+{
+	struct rbt_event *c = rbt_model_event_copy(ev);
+
+	if (c && rp_keep(s, c) < 0) {
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+static int rp_step_cmp(const void *a, const void *b)
+{
+	const struct rp_step *x = a, *y = b;
+
+	if (x->rec_ns != y->rec_ns)
+		return x->rec_ns < y->rec_ns ? -1 : 1;
+	/* file order breaks ties: t_issue holds it during loading */
+	return x->t_issue < y->t_issue ? -1 : (x->t_issue > y->t_issue);
+}
+
+/* Where the handle of the object a step names lies in its event, and its kind:
+ * read through one table, resolved when the event is read (handles get reused). */
+enum { RP_OBJ_NONE, RP_OBJ_QP, RP_OBJ_CQ, RP_OBJ_SRQ };
+#define RP_H(ev, field, kind) \
+	[RBT_EV_##ev] = { offsetof(struct rbt_event, u.field), kind }
+static const struct {
+	size_t off;
+	int kind;
+} rp_obj_of[RBT_EV_MAX_ID + 1] = {
+	RP_H(QP_MODIFY, qp_modify.qp, RP_OBJ_QP),
+	RP_H(QP_QUERY, qp_query.qp, RP_OBJ_QP),
+	RP_H(ASYNC_EVENT, async_event.element, RP_OBJ_QP),
+	RP_H(POST_SEND, post_send.qp, RP_OBJ_QP),
+	RP_H(POST_RECV, post_recv.qp, RP_OBJ_QP),
+	RP_H(POST_SRQ_RECV, post_srq_recv.srq, RP_OBJ_SRQ),
+	RP_H(POLL_CQ, poll_cq.cq, RP_OBJ_CQ),
+	RP_H(REQ_NOTIFY, req_notify.cq, RP_OBJ_CQ),
+	RP_H(GET_CQ_EVENT, get_cq_event.cq, RP_OBJ_CQ),
+};
+
+/* 1 + the index of the object a step names, as of the moment it is read. */
+static int rp_resolve(struct rp_side *s, const struct rbt_event *e)
+{
+	uint64_t h;
+
+	if (e->type > RBT_EV_MAX_ID || !rp_obj_of[e->type].kind)
+		return 0;
+	memcpy(&h, (const char *)e + rp_obj_of[e->type].off, sizeof(h));
+	switch (rp_obj_of[e->type].kind) {
+	case RP_OBJ_QP:
+		return rp_qp_index(s, h);
+	case RP_OBJ_CQ:
+		return rp_cq_index(s, h);
+	default:
+		return rp_srq_index(s, h);
+	}
+}
+
+/* One recorded event as a step (two for an extended poll session that
+ * returned several completions). Empty polls only spun: nothing to reissue. */
+int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev)
+{
+	struct rp_side *s = ld->s;
+	struct rp_step *st, *st2;
+	struct rbt_event *rest;
+
+	if (ev->type == RBT_EV_POLL_CQ && ev->u.poll_cq.n_wcs == 0)
+		return 0;
+	if (!RP_GROW(s->step, s->nstep, ld->capstep))
+		return -ENOMEM;
+	st = &s->step[s->nstep++];
+	if (!(st->ev = rp_copy_event(s, ev)))
+		return -ENOMEM;
+	st->rec_ns = rp_abs_ns(s, ev->ts);
+	st->t_issue = ld->seq++;
+	st->obj = rp_resolve(s, ev);
+	/* An extended poll session (start_poll .. end_poll) may post in between,
+	 * as ibv_rc_pingpong -t does: only its first completion is known to
+	 * precede those posts; the rest are collected at end_poll, by a step of
+	 * their own. */
+	if (ev->type != RBT_EV_POLL_CQ || ev->u.poll_cq.api != 1 ||
+	    ev->u.poll_cq.n_wcs <= 1)
+		return 0;
+	/* the rest: an event of its own, its completions in the first's copy */
+	rest = rp_alloc(s, sizeof(*rest));
+	if (!rest || !RP_GROW(s->step, s->nstep, ld->capstep))
+		return -ENOMEM;
+	st = &s->step[s->nstep - 1];
+	st2 = &s->step[s->nstep++];
+	*st2 = *st;
+	*rest = *st->ev;
+	st->ev->u.poll_cq.n_wcs = 1;
+	rest->u.poll_cq.n_wcs--;
+	rest->u.poll_cq.wcs++;
+	rest->ts = ev->u.poll_cq.ts_exit;
+	st2->ev = rest;
+	st2->rec_ns = rp_abs_ns(s, ev->u.poll_cq.ts_exit);
+	st2->t_issue = ld->seq++;
+	return 0;
+}
+
+/* ---- wiring each step, one function per event type -------------------------- */
+static struct rp_qp *rp_step_qp(struct rp_side *s, const struct rp_step *st)
+{
+	return st->obj ? &s->qp[st->obj - 1] : NULL;
+}
+
+static struct rp_cq *rp_step_cq(struct rp_side *s, const struct rp_step *st)
+{
+	return st->obj ? &s->cq[st->obj - 1] : NULL;
+}
+
+/* What a successful modify says that the model does not keep: the address
+ * vector's GID use, and the most outstanding reads any QP asks for. */
+static void rp_wire_modify(struct rp_side *s, struct rp_step *st)
+{
+	const struct rbt_ev_qp_modify *m = &st->ev->u.qp_modify;
+	struct rp_qp *q = st->qp = rp_step_qp(s, st);
+	uint64_t mask = m->attr_mask;
+
+	st->rec_exit_ns = rp_abs_ns(s, m->ts_exit);
+	if (!q || m->ret != 0)
+		return;
+	if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && (int)m->max_rd_atomic > s->max_rd_atomic)
+		s->max_rd_atomic = (int)m->max_rd_atomic;
+	if (mask & IBV_QP_AV) {
+		q->is_global = (int)m->ah_is_global;
+		q->sgid_index = (uint32_t)m->ah_sgid_index;
+	}
+}
+
+static void rp_wire_send(struct rp_side *s, struct rp_step *st)
+{
+	const struct rbt_ev_post_send *p = &st->ev->u.post_send;
+
+	st->qp = rp_step_qp(s, st);
+	st->rec_exit_ns = rp_abs_ns(s, p->ts_exit);
+	for (uint32_t k = 0; k < p->n_wrs; k++)
+		if (p->wrs[k].opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+		    p->wrs[k].opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+			s->uses_atomics = 1;
+}
+
+static void rp_wire_recv(struct rp_side *s, struct rp_step *st)
+{
+	st->qp = rp_step_qp(s, st);
+	st->rec_exit_ns = rp_abs_ns(s, st->ev->u.post_recv.ts_exit);
+}
+
+static void rp_wire_srq_recv(struct rp_side *s, struct rp_step *st)
+{
+	st->srq = st->obj ? &s->srq[st->obj - 1] : NULL;
+	st->rec_exit_ns = rp_abs_ns(s, st->ev->u.post_srq_recv.ts_exit);
+}
+
+static void rp_wire_poll(struct rp_side *s, struct rp_step *st)
+{
+	st->cq = rp_step_cq(s, st);
+	st->rec_exit_ns = rp_abs_ns(s, st->ev->u.poll_cq.ts_exit);
+}
+
+static void rp_wire_notify(struct rp_side *s, struct rp_step *st)
+{
+	st->cq = rp_step_cq(s, st);
+}
+
+static void rp_wire_cq_event(struct rp_side *s, struct rp_step *st)
+{
+	st->cq = rp_step_cq(s, st);
+	st->rec_exit_ns = rp_abs_ns(s, st->ev->u.get_cq_event.ts_exit);
+}
+
+/* Evidence of a QP's state, later than what the model knows when it is the
+ * latest (replay_join.c weighs it). Steps are in time order here. */
+static void rp_evidence(struct rp_qp *q, const struct rp_step *st, uint32_t state)
+{
+	q->has_evidence = 1;
+	q->evidence_state = state;
+	q->evidence_ts = st->ev->ts;
+}
+
+/* What the device said the state was: evidence, never reissued. */
+static void rp_wire_query(struct rp_side *s, struct rp_step *st)
+{
+	const struct rbt_ev_qp_query *qq = &st->ev->u.qp_query;
+	struct rp_qp *q = rp_step_qp(s, st);
+
+	st->skipped = 1;
+	if (q && qq->ret == 0 && (qq->attr_mask & IBV_QP_STATE))
+		rp_evidence(q, st, (uint32_t)qq->qp_state);
+}
+
+/* Only evidence of a QP's fate: never reissued. */
+static void rp_wire_async(struct rp_side *s, struct rp_step *st)
+{
+	uint64_t t = st->ev->u.async_event.event_type;
+	struct rp_qp *q = rp_step_qp(s, st);
+
+	st->skipped = 1;
+	if (q && (t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR ||
+		  t == IBV_EVENT_QP_ACCESS_ERR))
+		rp_evidence(q, st, IBV_QPS_ERR);
+}
+
+static void (*const rp_wire[RBT_EV_MAX_ID + 1])(struct rp_side *, struct rp_step *) = {
+	[RBT_EV_QP_MODIFY] = rp_wire_modify,
+	[RBT_EV_POST_SEND] = rp_wire_send,
+	[RBT_EV_POST_RECV] = rp_wire_recv,
+	[RBT_EV_POST_SRQ_RECV] = rp_wire_srq_recv,
+	[RBT_EV_POLL_CQ] = rp_wire_poll,
+	[RBT_EV_REQ_NOTIFY] = rp_wire_notify,
+	[RBT_EV_GET_CQ_EVENT] = rp_wire_cq_event,
+	[RBT_EV_QP_QUERY] = rp_wire_query,
+	[RBT_EV_ASYNC_EVENT] = rp_wire_async,
+};
+
+/* After the last event: recorded time order (streams, i.e. threads, were
+ * written chunk by chunk), every step wired, the model's join of what the
+ * program saw sealed, and the prefix: creating, connecting and pre-posting
+ * receives, up to the first step that needs the peer, runs before the start
+ * barrier. */
+void rp_timeline_finish(struct rp_side *s)
+{
+	if (s->nstep)
+		qsort(s->step, (size_t)s->nstep, sizeof(*s->step), rp_step_cmp);
+	for (int i = 0; i < s->nstep; i++) {
+		struct rp_step *st = &s->step[i];
+
+		st->t_issue = 0;
+		if (st->ev->type <= RBT_EV_MAX_ID && rp_wire[st->ev->type])
+			rp_wire[st->ev->type](s, st);
+	}
+	rp_join_finish(s);
+	for (s->prefix = 0; s->prefix < s->nstep; s->prefix++) {
+		uint32_t t = s->step[s->prefix].ev->type;
+
+		if (t == RBT_EV_POST_SEND || t == RBT_EV_POLL_CQ ||
+		    t == RBT_EV_GET_CQ_EVENT)
+			break;
+	}
+	if (s->nstep)
+		s->rec_epoch_ns =
+			s->step[s->prefix < s->nstep ? s->prefix : s->nstep - 1].rec_ns;
+}
