@@ -520,6 +520,42 @@ TEST(SoftnicChannel, BlockingCompletionEvent)
 		}));
 }
 
+/* A CQ destroyed with its event unread leaves nothing in the channel:
+ * rdma-core's ibv_get_cq_event (provider mode) would return the dead CQ. */
+TEST(SoftnicChannel, DestroyedCqLeavesNoEvent)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC, 65536, 64, true);
+			n.post_recv(1, 0, 64);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			SN_CHECK_EQ(ibv_req_notify_cq(n.cq, 0), 0);
+			sn_sync(fd);
+			struct pollfd p = { n.ch->fd, POLLIN, 0 };
+			SN_CHECK_EQ(::poll(&p, 1, 5000), 1); /* the event is there */
+			SN_CHECK_EQ(ibv_destroy_qp(n.qp), 0);
+			n.qp = nullptr;
+			SN_CHECK_EQ(ibv_destroy_cq(n.cq), 0);
+			n.cq = nullptr;
+			p.revents = 0;
+			SN_CHECK_EQ(::poll(&p, 1, 0), 0);
+			sn_sync(fd);
+			n.close();
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+		}));
+}
+
 TEST(SoftnicQpEx, WrApiSendAndWrite)
 {
 	SN_EXPECT_ENDS(sn_run2(
