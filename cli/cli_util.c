@@ -579,12 +579,21 @@ static int softnic_drop_dir(const char *dir)
 
 int rbt_cli_softnic_apply(const struct rbt_softnic_setup *s)
 {
+	char cm[sizeof(s->dir) + 32];
+
 	if (s->mode == RBT_SOFTNIC_DROPIN)
 		return softnic_setenv_list("LD_LIBRARY_PATH", s->dir, 0);
 	if (softnic_drop_dir(s->dir) ||
 	    softnic_setenv_list("LD_PRELOAD", s->preload, 1) ||
 	    setenv("RDMAV_DRIVERS", s->provider, 1))
 		return -1;
+	/* softnic's librdmacm.so.1, alone in cm/ so that the system's
+	 * libibverbs stays the one found */
+	snprintf(cm, sizeof(cm), "%s/cm/librdmacm.so.1", s->dir);
+	if (!access(cm, R_OK)) {
+		snprintf(cm, sizeof(cm), "%s/cm", s->dir);
+		return softnic_setenv_list("LD_LIBRARY_PATH", cm, 0);
+	}
 	return 0;
 }
 

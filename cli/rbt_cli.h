@@ -148,8 +148,8 @@ void rbt_cli_softnic_said(void);
 /* Sets this process's environment so that what it execs runs on softnic:
  * LD_LIBRARY_PATH for the drop-in; for the provider LD_PRELOAD (appended:
  * a recorder preloaded before it sees the channel calls first),
- * RDMAV_DRIVERS, and the drop-in's directory off LD_LIBRARY_PATH. Returns 0
- * or -1 with errno. */
+ * RDMAV_DRIVERS, the drop-in's directory off LD_LIBRARY_PATH and softnic's
+ * librdmacm (cm/) on it. Returns 0 or -1 with errno. */
 int rbt_cli_softnic_apply(const struct rbt_softnic_setup *s);
 
 /* dirname(/proc/self/exe)/rel into out when that exists: the real executable,

@@ -47,6 +47,7 @@
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <sys/un.h>
 #include <time.h>
@@ -349,18 +350,13 @@ static uint8_t cm_pd_max(const struct cm_id *c, unsigned full)
 static int cm_dev_init(void)
 {
 	struct ibv_device_attr da;
+	struct stat st;
 	const char *v;
 	char key[600];
 
 	if (cm_dev.inited)
 		return cm_dev.err;
 	cm_dev.inited = true;
-	v = getenv("SOFTNIC_FABRIC");
-	if (v && *v)
-		snprintf(key, sizeof(key), "dir:%s", v);
-	else
-		snprintf(key, sizeof(key), "default:%u", (unsigned)getuid());
-	cm_dev.fabric = cm_hash(key);
 	cm_dev.timeout_ms = 68000; /* the kernel's: 16 tries of a 4.3 s CM timeout */
 	v = getenv("SOFTNIC_CM_TIMEOUT_MS");
 	if (v && *v) {
@@ -390,6 +386,20 @@ static int cm_dev_init(void)
 		(uint8_t)(da.max_qp_init_rd_atom > 255 ? 255 : da.max_qp_init_rd_atom);
 	cm_dev.max_resp_res =
 		(uint8_t)(da.max_qp_rd_atom > 255 ? 255 : da.max_qp_rd_atom);
+	/* the fabric's directory exists now (opening the device made it): its
+	 * identity names our sockets, however its path is spelled */
+	v = getenv("SOFTNIC_FABRIC");
+	if (v && *v) {
+		snprintf(key, sizeof(key), "%s", v);
+	} else {
+		snprintf(key, sizeof(key), "/dev/shm/softnic-%u", (unsigned)getuid());
+		if (stat(key, &st))
+			snprintf(key, sizeof(key), "/tmp/softnic-%u", (unsigned)getuid());
+	}
+	if (!stat(key, &st))
+		snprintf(key, sizeof(key), "ino:%llx:%llx", (unsigned long long)st.st_dev,
+			 (unsigned long long)st.st_ino);
+	cm_dev.fabric = cm_hash(key);
 	cm_dev.pd = ibv_alloc_pd(cm_dev.ctx);
 	if (!cm_dev.pd)
 		return cm_dev.err = -ENOMEM;

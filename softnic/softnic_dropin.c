@@ -177,7 +177,10 @@ SN_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *context,
 {
 	size_t i;
 
-	if (flags || entry_size < sizeof(struct ibv_gid_entry))
+	/* a buffer too small for the table is EINVAL (rdma-core's
+	 * ibv_query_gid_table(3)), not a truncated table */
+	if (flags || entry_size < sizeof(struct ibv_gid_entry) ||
+	    max_entries < (size_t)sn_g.ngid)
 		return -EINVAL;
 	for (i = 0; i < (size_t)sn_g.ngid && i < max_entries; i++)
 		_ibv_query_gid_ex(

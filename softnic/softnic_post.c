@@ -145,6 +145,10 @@ int sn_check_op(uint32_t type, uint32_t op)
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
 		return type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND ? 0 : EINVAL;
+	case IBV_WR_TSO:
+	case IBV_WR_DRIVER1:
+	case IBV_WR_ATOMIC_WRITE:
+		return EOPNOTSUPP; /* real opcodes softnic does not implement */
 	default:
 		return EINVAL;
 	}
@@ -168,10 +172,13 @@ int sn_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 		struct sn_swr w;
 
 		if (SN_UNLIKELY((uint32_t)wr->num_sge > qp->max_send_sge ||
-				wr->num_sge < 0 || sn_check_op(type, wr->opcode))) {
+				wr->num_sge < 0)) {
 			ret = EINVAL;
 			break;
 		}
+		ret = sn_check_op(type, wr->opcode);
+		if (SN_UNLIKELY(ret))
+			break;
 		if (SN_UNLIKELY(qp->sq_head -
 					atomic_load_explicit(&qp->sq_tail,
 							     memory_order_acquire) >=

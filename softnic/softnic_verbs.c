@@ -420,10 +420,13 @@ struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr
 {
 	struct sn_cq *cq;
 
+	if (a->comp_vector >= (uint32_t)c->num_comp_vectors) {
+		errno = EINVAL; /* as ibv_create_cq's */
+		return NULL;
+	}
 	if ((a->wc_flags & ~(uint64_t)SN_WC_EX_OK) ||
 	    (a->comp_mask &
-	     ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) ||
-	    a->comp_vector >= (uint32_t)c->num_comp_vectors) {
+	     ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -437,6 +440,35 @@ struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr
 int sn_resize_cq(struct ibv_cq *cq, int cqe)
 {
 	return cqe <= cq->cqe && cqe > 0 ? 0 : EINVAL;
+}
+
+/* Events this CQ raised that nobody read: rdma-core's ibv_get_cq_event
+ * (provider mode) would hand out the dead CQ, as the kernel never does (it
+ * drops them with the CQ). Read the channel through a descriptor of our own
+ * that never blocks, and put the other CQs' events back in their order. */
+static void sn_chan_forget(struct sn_cq *cq)
+{
+	struct sn_chan *ch = (struct sn_chan *)cq->cq.channel;
+	uint64_t rec[512], keep[512], me = (uint64_t)(uintptr_t)cq;
+	char p[512];
+	size_t nk = 0;
+	ssize_t n;
+	int fd;
+
+	if (!ch || !ch->path[0])
+		return;
+	sn_path(p, sizeof(p), ch->path);
+	fd = open(p, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, rec, sizeof(rec));
+	for (ssize_t i = 0; n > 0 && i < n / (ssize_t)sizeof(rec[0]); i++)
+		if (rec[i] != me)
+			keep[nk++] = rec[i];
+	if (nk && write(fd, keep, nk * sizeof(keep[0])) < 0) {
+		/* the FIFO took them a moment ago: cannot be full now */
+	}
+	close(fd);
 }
 
 int sn_destroy_cq(struct ibv_cq *ibcq)
@@ -457,6 +489,7 @@ int sn_destroy_cq(struct ibv_cq *ibcq)
 		}
 	pthread_mutex_unlock(&sn_g.lock);
 	sn_dnotes_forget(cq->shm);
+	sn_chan_forget(cq);
 	if (cq->chan_wfd >= 0)
 		close(cq->chan_wfd);
 	sn_unlink(cq->name);

@@ -39,9 +39,10 @@ trap 'rm -rf "$tmp" "$SOFTNIC_FABRIC"' EXIT
 port=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000))
 fails=0
 
-# the fabric's name in the CM's socket names: FNV-1a of "dir:$SOFTNIC_FABRIC"
+# the fabric's name in the CM's socket names: FNV-1a of "ino:<dev>:<inode>"
+# of the fabric directory, in hex
+printf -v key 'ino:%x:%x' $(stat -c '%d %i' "$SOFTNIC_FABRIC")
 fnv=1469598103934665603
-key="dir:$SOFTNIC_FABRIC"
 for ((i = 0; i < ${#key}; i++)); do
 	printf -v ch '%d' "'${key:i:1}"
 	fnv=$(((fnv ^ ch) * 1099511628211))
