@@ -8,7 +8,8 @@
 #  - a WRITE into an MR over a SysV segment, a MAP_SHARED file, a memfd (also
 #    a hugetlbfs one when the host has a free hugepage), and
 #    shared anonymous memory inherited over fork (registered before and after
-#    the fork) must be seen by the other process that maps the pages.
+#    the fork) must be seen by the other process that maps the pages; also
+#    by one MR over a private page, two shared pages and a private page.
 #
 # Each program runs under `rbtrace softnic --softnic=MODE`, MODE from
 # RBTRACE_SOFTNIC_MODE (tests/softnic_mode.bzl sets it; default dropin: the
@@ -118,6 +119,7 @@ fi
 shared sysv
 shared file
 shared memfd
+shared mixed
 # anonymous shared memory, and a memfd whose descriptor was closed, have no
 # name: reopening them needs /proc/self/map_files, which needs privileges
 if grep -qx yes "$tmp/mode"; then

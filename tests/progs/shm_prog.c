@@ -13,7 +13,9 @@
  * Shared mappings of other kinds:
  *   shm_prog target DIR KIND [WAIT_S]         KIND: file, memfd (its fd kept
  *                                             open), memfd-closed,
- *                                             memfd-huge, anon,
+ *                                             memfd-huge, mixed (one MR
+ *                                             over private and shared
+ *                                             pages), anon,
  *                                             anon-regfirst, sysv; a forked
  *                                             (or, for file, separately
  *                                             opened) watcher maps the same
@@ -518,25 +520,26 @@ static uint8_t pattern(size_t i)
 	return (uint8_t)(i * 131 + 17);
 }
 
-/* Waits until buf holds the pattern; returns 0, or 1 after the timeout. */
 static double watch_s = TIMEOUT_S; /* how long a watcher waits */
 
-static int watch(const volatile uint8_t *buf, const char *who)
+/* Waits until bytes [from, PATTERN_N) of buf hold the pattern; returns 0, or
+ * 1 after the timeout. */
+static int watch(const volatile uint8_t *buf, size_t from, const char *who)
 {
 	double t0 = now_s();
 
 	for (;;) {
 		size_t i;
 
-		for (i = 0; i < PATTERN_N && buf[i] == pattern(i); i++)
+		for (i = from; i < PATTERN_N && buf[i] == pattern(i); i++)
 			;
 		if (i == PATTERN_N) {
-			printf("%s: saw the %d-byte WRITE\n", who, PATTERN_N);
+			printf("%s: saw the %zu-byte WRITE\n", who, PATTERN_N - from);
 			return 0;
 		}
 		if (now_s() - t0 > watch_s) {
 			printf("%s: the WRITE never showed (first %zu bytes right)\n",
-			       who, i);
+			       who, i - from);
 			return 1;
 		}
 		usleep(1000);
@@ -547,6 +550,10 @@ static int run_target(const char *kind)
 {
 	size_t len = 4 * 4096;
 	int fd = -1, shmid = -1, regfirst = !strcmp(kind, "anon-regfirst");
+	/* mixed: private page, two shared pages, private page; the WRITE
+	 * starts 2 KiB into the first private page */
+	int mixed = !strcmp(kind, "mixed");
+	size_t at = mixed ? 2048 : 4096, seen = mixed ? 4096 - 2048 : 0;
 	struct ibv_mr *mr = NULL;
 	char p[512];
 	struct dev d;
@@ -565,7 +572,7 @@ static int run_target(const char *kind)
 		fd = memfd_create("shm_prog", MFD_CLOEXEC | MFD_HUGETLB);
 		if (fd < 0 || ftruncate(fd, (off_t)len))
 			die("memfd_create(MFD_HUGETLB) failed: %s", strerror(errno));
-	} else if (!strncmp(kind, "memfd", 5)) {
+	} else if (!strncmp(kind, "memfd", 5) || mixed) {
 		fd = memfd_create("shm_prog", MFD_CLOEXEC);
 		if (fd < 0 || ftruncate(fd, (off_t)len))
 			die("memfd_create failed");
@@ -578,7 +585,14 @@ static int run_target(const char *kind)
 	}
 	if (shmid >= 0)
 		buf = shmat(shmid, NULL, 0);
-	else
+	else if (mixed) {
+		buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			   -1, 0);
+		if (buf == MAP_FAILED ||
+		    mmap(buf + 4096, 2 * 4096, PROT_READ | PROT_WRITE,
+			 MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
+			die("mmap failed");
+	} else
 		buf = mmap(NULL, len, PROT_READ | PROT_WRITE,
 			   MAP_SHARED | (fd < 0 ? MAP_ANONYMOUS : 0), fd, 0);
 	if (buf == MAP_FAILED)
@@ -605,7 +619,8 @@ static int run_target(const char *kind)
 			if (view == MAP_FAILED)
 				die("watcher cannot map %s", p);
 		}
-		_exit(watch(view + 4096, "watcher"));
+		/* the watcher sees what lands on shared pages only */
+		_exit(watch(view + at, seen, "watcher"));
 	}
 	if (!regfirst) {
 		dev_open(&d);
@@ -614,7 +629,7 @@ static int run_target(const char *kind)
 	struct ibv_qp *qp = qp_new(&d, IBV_QPT_RC);
 	char *msg = calloc(1, 64 + 40);
 	struct ibv_mr *mmr = reg(&d, msg, 64);
-	struct info i = { d.lid, qp->qp_num, 0, mr->rkey, (uintptr_t)buf + 4096 };
+	struct info i = { d.lid, qp->qp_num, 0, mr->rkey, (uintptr_t)buf + at };
 
 	post_recv(qp, mmr, msg, 64, 1);
 	publish("target", &i);
@@ -625,7 +640,7 @@ static int run_target(const char *kind)
 
 	if (!poll1(&d, &wc, now_s() + TIMEOUT_S) || strcmp(msg, "done"))
 		die("no \"done\" from the writer");
-	int st, own = watch(buf + 4096, "target");
+	int st, own = watch(buf + at, 0, "target");
 
 	if (waitpid(pid, &st, 0) != pid)
 		die("waitpid failed");
