@@ -38,7 +38,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "softnic_mem.h"
+#include "softnic_int.h"
 
 struct sn_vma {
 	uint64_t start, end, off, ino;
@@ -64,6 +64,24 @@ static int sn_vma_parse(const char *line, struct sn_vma *v)
 	return 0;
 }
 
+/* One of our own fabric memory files ("m-<procid>-<n>"): pages softnic
+ * backed at an earlier registration, private memory to the program. */
+static bool sn_vma_ours(const struct sn_vma *v)
+{
+	const char *b = strrchr(v->path, '/');
+	size_t n = strlen(sn_g.procid);
+
+	return b && !strncmp(b + 1, "m-", 2) && !strncmp(b + 3, sn_g.procid, n) &&
+	       b[3 + n] == '-';
+}
+
+/* Shared in the sense that matters here: another process may map these
+ * pages and write them, and softnic must not replace them. */
+static bool sn_vma_shared(const struct sn_vma *v)
+{
+	return v->perms[3] == 's' && v->perms[1] == 'w' && !sn_vma_ours(v);
+}
+
 /* The mapping that holds va, and the start of the first shared mapping
  * above va (UINT64_MAX when none). */
 static int sn_vma_find(uint64_t va, struct sn_vma *out, uint64_t *next_shared)
@@ -83,7 +101,7 @@ static int sn_vma_find(uint64_t va, struct sn_vma *out, uint64_t *next_shared)
 		if (va >= v.start && va < v.end) {
 			*out = v;
 			found = true;
-		} else if (v.start > va && v.perms[3] == 's' && v.start < *next_shared) {
+		} else if (v.start > va && sn_vma_shared(&v) && v.start < *next_shared) {
 			*next_shared = v.start;
 		}
 		if (found && v.start > va && *next_shared != UINT64_MAX)
@@ -166,15 +184,14 @@ int64_t sn_mem_probe(uint64_t va, uint64_t len, struct sn_mem_src *src)
 	memset(src, 0, sizeof(*src));
 	if (ret)
 		return ret;
-	if (v.perms[3] != 's') {
-		/* private: today's scheme, up to where shared memory begins
-		 * (mappings in between are checked by the caller) */
+	if (!sn_vma_shared(&v)) {
+		/* private (or read-only, or pages softnic backed before): the
+		 * fabric scheme, up to where shared memory begins (mappings in
+		 * between are checked by the caller) */
 		n = next_shared - va;
 		return (int64_t)(n < len ? n : len);
 	}
 	n = v.end - va < len ? v.end - va : len;
-	if (v.perms[1] != 'w')
-		return (int64_t)n; /* read-only shared: nobody writes it back */
 	src->off = v.off + (va - v.start);
 	if (!strncmp(v.path, "/SYSV", 5)) {
 		struct shmid_ds ds;

@@ -100,7 +100,8 @@ shared() {
 		fi
 		return
 	fi
-	if [ $rc -ne 0 ] || ! grep -q "^target $kind: watcher saw it" "$d/target.out"; then
+	if [ $rc -ne 0 ] || ! grep -q "^target $kind: watcher saw it" "$d/target.out" ||
+		grep -q "cannot be reopened" "$d/writer.out"; then
 		echo "FAIL shared $kind"
 		echo "--- target:"; cat "$d/target.out"; echo "--- writer:"; cat "$d/writer.out"
 		fails=$((fails + 1))

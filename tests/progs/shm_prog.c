@@ -662,7 +662,13 @@ static int run_writer(void)
 	for (size_t k = 0; k < PATTERN_N; k++)
 		src[k] = pattern(k);
 	strcpy((char *)src + PATTERN_N, "done");
+	/* registered, deregistered and registered again, as programs do: the
+	 * pages softnic backed the first time are private memory still */
 	struct ibv_mr *mr = reg(&d, src, PATTERN_N + 64);
+
+	if (ibv_dereg_mr(mr))
+		die("ibv_dereg_mr failed");
+	mr = reg(&d, src, PATTERN_N + 64);
 	struct ibv_qp *qp = qp_new(&d, IBV_QPT_RC);
 	struct info i = { d.lid, qp->qp_num, 0, 0, 0 };
 
