@@ -357,11 +357,13 @@ int rbt_cli_softnic_arg(const char *cmd, int end, char **argv, int *mode)
 	return 0;
 }
 
-/* softnic's directory: $RBTRACE_SOFTNIC_DIR, else ../softnic, softnic or .
- * next to the rbtrace executable (the first that holds the drop-in). */
+/* softnic's directory: $RBTRACE_SOFTNIC_DIR, else ../softnic (a build),
+ * ../lib/rbtrace/softnic (installed), softnic or . next to the rbtrace
+ * executable (the first that holds the drop-in). */
 static int softnic_dir(char *buf, size_t n)
 {
-	static const char *const rel[] = { "../softnic", "softnic", "." };
+	static const char *const rel[] = { "../softnic", "../lib/rbtrace/softnic",
+					   "softnic", "." };
 	const char *env = getenv("RBTRACE_SOFTNIC_DIR");
 	char self[PATH_MAX], so[2 * PATH_MAX + 64];
 	ssize_t len;
@@ -460,8 +462,8 @@ int rbt_cli_softnic_setup(const char *cmd, int mode, struct rbt_softnic_setup *s
 		}
 	}
 	if (softnic_dir(s->dir, sizeof(s->dir))) {
-		rbt_cli_error(cmd, "softnic not found next to rbtrace (../softnic); set "
-				   "RBTRACE_SOFTNIC_DIR");
+		rbt_cli_error(cmd, "softnic not found next to rbtrace (../softnic/ or "
+				   "../lib/rbtrace/softnic/); set RBTRACE_SOFTNIC_DIR");
 		return RBT_EXIT_FAIL;
 	}
 	snprintf(s->preload, sizeof(s->preload), "%s/provider/libsoftnic-preload.so",
@@ -612,4 +614,19 @@ int rbt_cli_beside_self(const char *rel, char *out, size_t len)
 	if (snprintf(out, len, "%s/%s", exe, rel) >= (int)len)
 		return -1;
 	return access(out, F_OK) == 0 ? 0 : -1;
+}
+
+int rbt_cli_find_part(const char *const *rels, const char *file, char *out, size_t len)
+{
+	char probe[2 * PATH_MAX + 2];
+
+	for (; *rels; rels++) {
+		if (rbt_cli_beside_self(*rels, out, len))
+			continue;
+		if (!file || (snprintf(probe, sizeof(probe), "%s/%s", out, file) <
+				      (int)sizeof(probe) &&
+			      !access(probe, R_OK)))
+			return 0;
+	}
+	return -1;
 }

@@ -84,24 +84,6 @@ static void pass_on(int sig)
 		kill(child_pid, sig);
 }
 
-/* dirname(/proc/self/exe)/rel, when that exists. */
-static int beside_self(const char *rel, char *out, size_t len)
-{
-	char exe[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-
-	if (n <= 0)
-		return -1;
-	exe[n] = 0;
-	char *slash = strrchr(exe, '/');
-	if (!slash)
-		return -1;
-	*slash = 0;
-	if (snprintf(out, len, "%s/%s", exe, rel) >= (int)len)
-		return -1;
-	return access(out, F_OK) == 0 ? 0 : -1;
-}
-
 /* where: 0 puts value first, 1 last (LD_PRELOAD: a sanitizer runtime the user
  * preloads must stay first). */
 static int add_env(const char *name, const char *value, char sep, int last)
@@ -257,10 +239,9 @@ int rbt_cmd_record(int argc, char **argv)
 	const char *envlib = getenv("RBTRACE_LIB");
 	if (envlib && *envlib) {
 		snprintf(lib, sizeof(lib), "%s", envlib);
-	} else if (beside_self("../interpose/librbtrace.so", lib, sizeof(lib)) &&
-		   beside_self("librbtrace.so", lib, sizeof(lib))) {
+	} else if (rbt_cli_find_part(RBT_CLI_RECORDER_PATHS, NULL, lib, sizeof(lib))) {
 		rbt_cli_error(cmd, "librbtrace.so not found next to rbtrace "
-				   "(../interpose/librbtrace.so); set RBTRACE_LIB");
+				   "(../interpose/ or ../lib/rbtrace/); set RBTRACE_LIB");
 		return RBT_EXIT_FAIL;
 	}
 	if (access(lib, R_OK)) {
