@@ -791,7 +791,7 @@ TEST_F(Cli, HelpExamplesUseWhatWorksHere)
 	// Each was an example that failed as written on a machine without RDMA
 	// hardware, or an option missing from the list.
 	Result r = rb({ "replay", "--help" });
-	EXPECT_NE(std::string::npos, r.out.find("\n  --softnic[=MODE] ")) << r.out;
+	EXPECT_NE(std::string::npos, r.out.find("\n  --softnic ")) << r.out;
 	EXPECT_NE(std::string::npos, r.out.find("\n  --realtime ")) << r.out;
 	EXPECT_NE(std::string::npos,
 		  r.out.find("rbtrace replay --softnic client.rbt server.rbt"));
