@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <cstring>
 #include <string>
 
 #include <arpa/inet.h>
@@ -55,14 +56,23 @@ int Sh(const std::string &cmd, std::string *out)
 const std::string kRbtrace = "cli/rbtrace";
 const std::string kSynth = "tests/replay_synth";
 
-// softnic's libibverbs.so.1 (a data dependency of this test).
-std::string SoftnicEnv()
+// The environment that runs a command on softnic (a data dependency of this
+// test) in the mode RBTRACE_SOFTNIC_MODE names: the drop-in libibverbs.so.1,
+// or provider (the system's libibverbs with softnic's preload). pre: a
+// library preloaded first (the recorder).
+std::string SoftnicEnv(const std::string &pre = "")
 {
 	char cwd[4096];
 	if (!getcwd(cwd, sizeof(cwd)))
 		return "";
 	std::string dir = std::string(cwd) + "/softnic";
-	return "LD_LIBRARY_PATH=" + dir + " SOFTNIC_FABRIC=" + Tmp() + "/fabric ";
+	const char *mode = getenv("RBTRACE_SOFTNIC_MODE");
+	std::string fab = " SOFTNIC_FABRIC=" + Tmp() + "/fabric ";
+	if (mode && !strcmp(mode, "provider"))
+		return "LD_PRELOAD=" + (pre.empty() ? "" : pre + ":") + dir +
+		       "/provider/libsoftnic-preload.so RDMAV_DRIVERS=" + dir +
+		       "/provider/libsoftnic" + fab;
+	return "LD_LIBRARY_PATH=" + dir + (pre.empty() ? "" : " LD_PRELOAD=" + pre) + fab;
 }
 
 std::string Synth(const std::string &name, const std::string &args)
@@ -370,8 +380,8 @@ class ReplayRecorded : public ReplaySoftnic
 		char cwd[4096];
 		ASSERT_NE(nullptr, getcwd(cwd, sizeof(cwd)));
 		ASSERT_TRUE(Exists("interpose/librbtrace.so"));
-		rec_ = env_ + "LD_PRELOAD=" + std::string(cwd) +
-		       "/interpose/librbtrace.so RBTRACE_OUTPUT=";
+		rec_ = SoftnicEnv(std::string(cwd) + "/interpose/librbtrace.so") +
+		       "RBTRACE_OUTPUT=";
 	}
 	std::string rec_; // + trace path + " " + command
 };
