@@ -12,10 +12,27 @@
 
 #include "analyzer/analyzer_internal.h"
 
-void an_add_finding(struct rbt_analyzer *an, int sev, const char *code, int trace,
-		    uint32_t qpn, double time_ns, const char *title, const char *evidence,
+static const struct rbt_finding_kind an_kinds[RBT_FINDING_COUNT] = {
+#define AN_KIND(c, sev, al, t) [RBT_FINDING_##c] = { #c, sev, al, t },
+	RBT_FINDING_LIST(AN_KIND)
+#undef AN_KIND
+};
+
+const struct rbt_finding_kind *rbt_analyzer_finding_kinds(void)
+{
+	return an_kinds;
+}
+
+/* code: from the list; sev: its severity or its "also" (anything else is the
+ * list's severity: the list and the docs say what each code can be). */
+void an_add_finding(struct rbt_analyzer *an, int sev, int code, int trace, uint32_t qpn,
+		    double time_ns, const char *title, const char *evidence,
 		    const char *advice)
 {
+	if (code < 0 || code >= RBT_FINDING_COUNT)
+		return;
+	if (sev != an_kinds[code].severity && sev != an_kinds[code].also)
+		sev = an_kinds[code].severity;
 	if (an->n_findings == an->cap_findings) {
 		int nc = an->cap_findings ? an->cap_findings * 2 : 16;
 		struct an_finding_priv *nf = realloc(an->findings, nc * sizeof(*nf));
@@ -30,7 +47,7 @@ void an_add_finding(struct rbt_analyzer *an, int sev, const char *code, int trac
 	f->evidence = an_strdup(evidence);
 	f->advice = an_strdup(advice);
 	f->f.severity = sev;
-	f->f.code = code;
+	f->f.code = an_kinds[code].code;
 	f->f.title = f->title;
 	f->f.evidence = f->evidence;
 	f->f.advice = f->advice;
@@ -243,8 +260,9 @@ static void an_diag_qp_error(struct rbt_analyzer *an, struct an_trace *t,
 	if (qp->flushes)
 		an_str_printf(&e, "%llu further WRs completed with WR_FLUSH_ERR\n",
 			      (unsigned long long)qp->flushes);
-	an_add_finding(an, RBT_SEV_ERROR, rnr ? "rnr_retry_exceeded" : "qp_error", t->idx,
-		       qp->m->qpn, an_ticks_ns(t, c->poll_ts), title.s, e.s,
+	an_add_finding(an, RBT_SEV_ERROR,
+		       rnr ? RBT_FINDING_rnr_retry_exceeded : RBT_FINDING_qp_error,
+		       t->idx, qp->m->qpn, an_ticks_ns(t, c->poll_ts), title.s, e.s,
 		       an_status_advice(c->status));
 	an_str_free(&e);
 	an_str_free(&title);
@@ -302,7 +320,7 @@ static void an_diag_bad_state(struct rbt_analyzer *an, struct an_trace *t,
 			      qp->m->hist[i].implicit ? "(by error completion)" : "");
 	an_str_printf(&e, "\n");
 	an_add_finding(
-		an, RBT_SEV_ERROR, "post_not_rts", t->idx, qp->m->qpn,
+		an, RBT_SEV_ERROR, RBT_FINDING_post_not_rts, t->idx, qp->m->qpn,
 		an_ticks_ns(t, qp->bad_state_ts[first]), title.s, e.s,
 		"Send WRs are only processed in RTS (receives from INIT): finish the "
 		"RESET->INIT->RTR->RTS transitions before posting, and check the return "
@@ -324,8 +342,8 @@ static void an_diag_qp(struct rbt_analyzer *an, struct an_trace *t, struct an_qp
 			 "%llu WRs completed with WR_FLUSH_ERR; no modify_qp to ERR was "
 			 "recorded\n",
 			 (unsigned long long)qp->flushes);
-		an_add_finding(an, RBT_SEV_WARNING, "qp_error", t->idx, qp->m->qpn, 0,
-			       title, ev,
+		an_add_finding(an, RBT_SEV_WARNING, RBT_FINDING_qp_error, t->idx,
+			       qp->m->qpn, 0, title, ev,
 			       "Look for an asynchronous event (QP_FATAL) or an error "
 			       "completion "
 			       "lost from the trace.");
@@ -348,8 +366,8 @@ static void an_diag_qp(struct rbt_analyzer *an, struct an_trace *t, struct an_qp
 			 (unsigned long long)qp->m->sq_sig_all,
 			 (unsigned long long)qp->posts_busy,
 			 (unsigned long long)qp->posts);
-		an_add_finding(an, RBT_SEV_WARNING, "all_signaled", t->idx, qp->m->qpn, 0,
-			       title, ev,
+		an_add_finding(an, RBT_SEV_WARNING, RBT_FINDING_all_signaled, t->idx,
+			       qp->m->qpn, 0, title, ev,
 			       "Signal one WR in N (e.g. every 16th, and the last of a "
 			       "burst): each "
 			       "completion costs a CQE write and a poll. Unsignaled WRs "
@@ -366,8 +384,8 @@ static void an_diag_qp(struct rbt_analyzer *an, struct an_trace *t, struct an_qp
 			 (unsigned long long)qp->posts,
 			 (unsigned long long)qp->posts_busy);
 		an_add_finding(
-			an, RBT_SEV_INFO, "one_wr_per_doorbell", t->idx, qp->m->qpn, 0,
-			title, ev,
+			an, RBT_SEV_INFO, RBT_FINDING_one_wr_per_doorbell, t->idx,
+			qp->m->qpn, 0, title, ev,
 			"Chain WRs (wr->next) and post them with one ibv_post_send: one "
 			"doorbell (MMIO write) per batch instead of per WR.");
 	}
@@ -384,8 +402,8 @@ static void an_diag_qp(struct rbt_analyzer *an, struct an_trace *t, struct an_qp
 			 (unsigned long long)qp->inline_eligible,
 			 (unsigned long long)qp->m->max_inline);
 		an_add_finding(
-			an, RBT_SEV_WARNING, "not_inlined", t->idx, qp->m->qpn, 0, title,
-			ev,
+			an, RBT_SEV_WARNING, RBT_FINDING_not_inlined, t->idx, qp->m->qpn,
+			0, title, ev,
 			"Set IBV_SEND_INLINE on small sends: the data goes with the "
 			"doorbell and the NIC saves a DMA read (and the buffer is free "
 			"at "
@@ -401,8 +419,8 @@ static void an_diag_qp(struct rbt_analyzer *an, struct an_trace *t, struct an_qp
 			 (unsigned long long)qp->unaligned,
 			 (unsigned long long)qp->data_wrs_256);
 		an_add_finding(
-			an, RBT_SEV_WARNING, "unaligned_buffer", t->idx, qp->m->qpn, 0,
-			title, ev,
+			an, RBT_SEV_WARNING, RBT_FINDING_unaligned_buffer, t->idx,
+			qp->m->qpn, 0, title, ev,
 			"Align buffers to the cache line (64 B) or better: unaligned DMA "
 			"costs extra PCIe transactions.");
 	}
@@ -414,8 +432,8 @@ static void an_diag_qp(struct rbt_analyzer *an, struct an_trace *t, struct an_qp
 			 "0x%llx\n",
 			 (unsigned long long)qp->unaligned_atomic,
 			 (unsigned long long)qp->unaligned_atomic_addr);
-		an_add_finding(an, RBT_SEV_ERROR, "unaligned_buffer", t->idx, qp->m->qpn,
-			       0, title, ev,
+		an_add_finding(an, RBT_SEV_ERROR, RBT_FINDING_unaligned_buffer, t->idx,
+			       qp->m->qpn, 0, title, ev,
 			       "Atomics need an 8-byte aligned remote address.");
 	}
 }
@@ -440,8 +458,8 @@ static void an_diag_cqs(struct rbt_analyzer *an, struct an_trace *t)
 				 ms(t, cq->overrun_ts),
 				 (unsigned long long)cq->m->res.handle,
 				 (unsigned long long)cq->m->cqe, (long long)cq->m->peak);
-			an_add_finding(an, RBT_SEV_ERROR, "cq_overrun", t->idx, 0,
-				       an_ticks_ns(t, cq->overrun_ts), title, ev,
+			an_add_finding(an, RBT_SEV_ERROR, RBT_FINDING_cq_overrun, t->idx,
+				       0, an_ticks_ns(t, cq->overrun_ts), title, ev,
 				       "Make the CQ at least as deep as the completions "
 				       "that can be "
 				       "outstanding (signaled sends + posted receives of "
@@ -464,8 +482,9 @@ static void an_diag_cqs(struct rbt_analyzer *an, struct an_trace *t)
 				 (unsigned long long)cq->m->res.handle,
 				 (unsigned long long)cq->m->cqe,
 				 (unsigned long long)cq->m->capacity);
-			an_add_finding(an, RBT_SEV_ERROR, "cq_too_small", t->idx, 0,
-				       an_ticks_ns(t, cq->m->peak_ts), title, ev,
+			an_add_finding(an, RBT_SEV_ERROR, RBT_FINDING_cq_too_small,
+				       t->idx, 0, an_ticks_ns(t, cq->m->peak_ts), title,
+				       ev,
 				       "Create the CQ with cqe >= the sum of max_send_wr "
 				       "(signaled) "
 				       "and max_recv_wr of the QPs using it; an overrun "
@@ -500,7 +519,8 @@ static void an_diag_trace(struct rbt_analyzer *an, struct an_trace *t)
 				   "or is still running)"
 				 : "");
 		an_add_finding(
-			an, RBT_SEV_WARNING, "trace_incomplete", t->idx, 0, 0, title, ev,
+			an, RBT_SEV_WARNING, RBT_FINDING_trace_incomplete, t->idx, 0, 0,
+			title, ev,
 			"This report's numbers count only what could be read of the "
 			"trace; joins across the gap may be missing.");
 	}
@@ -519,7 +539,7 @@ static void an_diag_trace(struct rbt_analyzer *an, struct an_trace *t)
 			 t->n_mr_reg_cand ? ms(t, t->mr_reg_cand[0]) : 0.0,
 			 t->mr_traffic_ns / 1e6);
 		an_add_finding(
-			an, RBT_SEV_WARNING, "mr_on_datapath", t->idx, 0,
+			an, RBT_SEV_WARNING, RBT_FINDING_mr_on_datapath, t->idx, 0,
 			t->n_mr_reg_cand ? an_ticks_ns(t, t->mr_reg_cand[0]) : 0, title,
 			ev,
 			"Registering memory pins pages and updates the NIC's tables "
@@ -542,7 +562,7 @@ static void an_diag_trace(struct rbt_analyzer *an, struct an_trace *t)
 			 (unsigned long long)t->early_dereg);
 		an_add_finding(
 			an, t->early_dereg_outstanding ? RBT_SEV_ERROR : RBT_SEV_WARNING,
-			"mr_dereg_before_qp", t->idx, t->early_dereg_qpn,
+			RBT_FINDING_mr_dereg_before_qp, t->idx, t->early_dereg_qpn,
 			an_ticks_ns(t, t->early_dereg_ts), title, ev,
 			"Destroy (or drain) the QPs first, then deregister their MRs: "
 			"a WR still in flight on a deregistered MR fails with a "
@@ -588,9 +608,9 @@ void an_pair_qps(struct rbt_analyzer *an)
 						 ms(p->t, p->m->rtr_ts), p->m->qpn,
 						 (unsigned long long)p->m->path_mtu);
 					an_add_finding(
-						an, RBT_SEV_WARNING, "mtu_mismatch", -1,
-						qp->m->qpn, an_ticks_ns(t, qp->m->rtr_ts),
-						title, ev,
+						an, RBT_SEV_WARNING,
+						RBT_FINDING_mtu_mismatch, -1, qp->m->qpn,
+						an_ticks_ns(t, qp->m->rtr_ts), title, ev,
 						"Use the same path MTU on both ends: the "
 						"smaller active_mtu of the two ports.");
 				}
@@ -617,8 +637,9 @@ void an_pair_qps(struct rbt_analyzer *an)
 						 (unsigned long long)a->m->sq_psn,
 						 ms(b->t, b->m->rtr_ts), b->m->qpn,
 						 (unsigned long long)b->m->rq_psn);
-					an_add_finding(an, RBT_SEV_ERROR, "psn_mismatch",
-						       -1, a->m->qpn,
+					an_add_finding(an, RBT_SEV_ERROR,
+						       RBT_FINDING_psn_mismatch, -1,
+						       a->m->qpn,
 						       an_ticks_ns(a->t, a->m->rts_ts),
 						       title, ev,
 						       "Each end's sq_psn must equal the "
@@ -651,9 +672,9 @@ void an_pair_qps(struct rbt_analyzer *an)
 					 target->m->qpn, target->t->idx,
 					 (unsigned long long)target->m->dest_qpn);
 				an_add_finding(
-					an, RBT_SEV_ERROR, "dest_qpn_mismatch", t->idx,
-					qp->m->qpn, an_ticks_ns(t, qp->m->rtr_ts), title,
-					ev,
+					an, RBT_SEV_ERROR, RBT_FINDING_dest_qpn_mismatch,
+					t->idx, qp->m->qpn, an_ticks_ns(t, qp->m->rtr_ts),
+					title, ev,
 					"The two ends must name each other: exchange QP "
 					"numbers out of band and use the peer's.");
 			} else {
@@ -670,9 +691,10 @@ void an_pair_qps(struct rbt_analyzer *an)
 					 ms(t, qp->m->rtr_ts), qp->m->qpn,
 					 (unsigned long long)qp->m->dest_qpn,
 					 an->n_traces);
-				an_add_finding(an, RBT_SEV_WARNING, "dest_qpn_unmatched",
-					       t->idx, qp->m->qpn,
-					       an_ticks_ns(t, qp->m->rtr_ts), title, ev,
+				an_add_finding(an, RBT_SEV_WARNING,
+					       RBT_FINDING_dest_qpn_unmatched, t->idx,
+					       qp->m->qpn, an_ticks_ns(t, qp->m->rtr_ts),
+					       title, ev,
 					       "Check the QP number exchanged out of "
 					       "band (a stale "
 					       "or mistyped number gives RETRY_EXC_ERR), "
@@ -732,9 +754,9 @@ static void an_diag_late_recvs(struct rbt_analyzer *an)
 				 (unsigned long long)tx->m->rnr_retry,
 				 (unsigned long long)tx->m->timeout, qp->m->qpn,
 				 (unsigned long long)qp->rq_empty_count);
-			an_add_finding(an, RBT_SEV_WARNING, "rnr_late_receives", t->idx,
-				       qp->m->qpn, an_ticks_ns(t, qp->late_max_ts), title,
-				       ev,
+			an_add_finding(an, RBT_SEV_WARNING, RBT_FINDING_rnr_late_receives,
+				       t->idx, qp->m->qpn,
+				       an_ticks_ns(t, qp->late_max_ts), title, ev,
 				       "A message that finds no receive is NAKed (RNR) "
 				       "and resent "
 				       "after min_rnr_timer, or fails once rnr_retry "

@@ -340,8 +340,8 @@ void an_note_error(struct an_qp *qp, const struct rbt_model_comp *c,
 
 /* analyzer_diag.c */
 void an_diagnose(struct rbt_analyzer *an);
-void an_add_finding(struct rbt_analyzer *an, int sev, const char *code, int trace,
-		    uint32_t qpn, double time_ns, const char *title, const char *evidence,
+void an_add_finding(struct rbt_analyzer *an, int sev, int code, int trace, uint32_t qpn,
+		    double time_ns, const char *title, const char *evidence,
 		    const char *advice);
 void an_pair_qps(struct rbt_analyzer *an);
 

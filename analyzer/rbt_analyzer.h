@@ -72,6 +72,47 @@ enum rbt_severity {
 	RBT_SEV_ERROR = 2,
 };
 
+/* Every finding the diagnoser can raise, once: X(code, severity, also, title).
+ * severity: what it is raised at; also: the other severity it takes in the case
+ * docs/findings.md names (-1: none); title: what it is about, in a few words (each
+ * finding has its own title with the numbers). docs/findings.md has one entry per
+ * code (tests/findings_test checks both ways), report_check.py checks the JSON. */
+/* clang-format off */
+#define RBT_FINDING_LIST(X)                                                               \
+	X(qp_error, RBT_SEV_ERROR, RBT_SEV_WARNING, "a QP went to the error state")       \
+	X(rnr_retry_exceeded, RBT_SEV_ERROR, -1, "the peer had no receive posted")        \
+	X(rnr_late_receives, RBT_SEV_WARNING, -1, "messages sent before their receive")   \
+	X(post_not_rts, RBT_SEV_ERROR, -1, "a post on a QP not ready for it")             \
+	X(cq_too_small, RBT_SEV_ERROR, -1, "a CQ shallower than its QPs' work")           \
+	X(cq_overrun, RBT_SEV_ERROR, -1, "a CQ overran")                                  \
+	X(all_signaled, RBT_SEV_WARNING, -1, "every send WR asks for a completion")       \
+	X(one_wr_per_doorbell, RBT_SEV_INFO, -1, "one WR per ibv_post_send")              \
+	X(not_inlined, RBT_SEV_WARNING, -1, "small sends not inlined")                    \
+	X(unaligned_buffer, RBT_SEV_WARNING, RBT_SEV_ERROR, "unaligned buffers")          \
+	X(mr_on_datapath, RBT_SEV_WARNING, -1, "MRs registered on the data path")         \
+	X(mr_dereg_before_qp, RBT_SEV_WARNING, RBT_SEV_ERROR, "an MR freed before its QP") \
+	X(mtu_mismatch, RBT_SEV_WARNING, -1, "the two ends' path MTUs differ")            \
+	X(psn_mismatch, RBT_SEV_ERROR, -1, "the two ends' PSNs differ")                   \
+	X(dest_qpn_mismatch, RBT_SEV_ERROR, -1, "two QPs that do not name each other")    \
+	X(dest_qpn_unmatched, RBT_SEV_WARNING, -1, "a destination QP in no trace")        \
+	X(trace_incomplete, RBT_SEV_WARNING, -1, "the trace is incomplete")
+/* clang-format on */
+
+enum rbt_finding_code {
+#define RBT__FINDING_ENUM(code, sev, also, title) RBT_FINDING_##code,
+	RBT_FINDING_LIST(RBT__FINDING_ENUM)
+#undef RBT__FINDING_ENUM
+		RBT_FINDING_COUNT
+};
+
+struct rbt_finding_kind {
+	const char *code;
+	int severity, also; /* enum rbt_severity; also -1: none */
+	const char *title;
+};
+/* The list above as a table: RBT_FINDING_COUNT entries in list order. */
+const struct rbt_finding_kind *rbt_analyzer_finding_kinds(void);
+
 struct rbt_finding {
 	int severity;	      /* enum rbt_severity */
 	const char *code;     /* stable id: "qp_error", "rnr_retry_exceeded", ... */

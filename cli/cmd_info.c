@@ -201,11 +201,23 @@ int rbt_cmd_info(int argc, char **argv)
 			       st->lost_events_in_bad_chunks);
 	}
 	printf("\n");
-	if (t)
+	if (t) {
 		printf("finished:  yes (trailer: %" PRIu64 " events, %" PRIu64 " lost)\n",
 		       t->events, t->lost_events);
-	else
+		if (t->end_how == RBT_END_SIGNAL)
+			printf("ended:     by signal %u (%s)\n", t->end_signal,
+			       strsignal((int)t->end_signal));
+		else if (t->end_how == RBT_END_EXIT)
+			printf("ended:     exit(%d)\n", t->exit_code);
+		else if (rbt_end_name(t->end_how) && t->end_how)
+			printf("ended:     %s\n", rbt_end_name(t->end_how));
+		if (t->lost_events)
+			printf("complete:  no (%" PRIu64
+			       " records the recorder could not keep)\n",
+			       t->lost_events);
+	} else {
 		printf("finished:  no (no trailer)\n");
+	}
 	rc = rbt_cli_trace_verdict("info", path, r, err);
 	free(streams.v);
 	rbt_reader_close(r);

@@ -54,6 +54,7 @@ static const char usage[] =
 	"                            periodic host/NIC clock samples\n"
 	"  RBTRACE_PAYLOAD=0         bytes of each send's payload to keep (on = 256);\n"
 	"                            off by default: payloads can hold secrets\n"
+	"  RBTRACE_WRITER_CPU=N      run the trace writer thread on CPU N only\n"
 	"  RBTRACE_DEBUG=0           1: recorder diagnostics on stderr\n"
 	"  RBTRACE_DISABLE           1: record nothing, forward every call untouched\n"
 	"  RBTRACE_LIB=PATH          librbtrace.so to use (default: next to rbtrace)\n"

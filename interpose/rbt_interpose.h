@@ -22,6 +22,9 @@
 #define RBT_ENV_NIC_TS "RBTRACE_NIC_TS"
 /* Payload bytes captured per send WR: 0/off (default), on (= 256), or a number. */
 #define RBT_ENV_PAYLOAD "RBTRACE_PAYLOAD"
+/* A CPU number: the writer thread runs only there (default: wherever the
+ * scheduler puts it). */
+#define RBT_ENV_WRITER_CPU "RBTRACE_WRITER_CPU"
 /* Diagnostics on stderr: 0 (default) or 1. */
 #define RBT_ENV_DEBUG "RBTRACE_DEBUG"
 /* Set by `rbtrace record`: a file to which every traced process appends the path

@@ -15,6 +15,7 @@
 
 #include <infiniband/verbs.h>
 
+#include "interpose/rbt_verbs.h"
 #include "trace_format/rbt_format.h"
 
 #define RBT_EXPORT	__attribute__((visibility("default")))
@@ -34,12 +35,19 @@ struct rbt_config {
 	char output[4096];    /* RBTRACE_OUTPUT, "" = current directory */
 	char manifest[4096];  /* RBTRACE_MANIFEST, "" = none */
 	uint64_t flush_ticks; /* flush_ms in TSC ticks */
+	int writer_cpu;	      /* RBTRACE_WRITER_CPU, -1 = not pinned */
 };
 extern struct rbt_config rbt_cfg;
 
-/* 0 not started, 1 recording, 2 off (disabled, failed, or finished). */
+/* 0 not started, 1 recording, 2 off (disabled, failed, or finished and released:
+ * exec failed), 3 sealed: the final flush began (exit, a signal, exec), and a
+ * thread that enters a verb now parks until the process ends (rbt_park). */
+#define RBT_STATE_SEALED 3
 extern _Atomic int rbt_state;
 int rbt_start_slow(void);
+/* Parks the calling thread while the state is sealed (returns at once in the
+ * thread that finishes the trace, and when exec failed). */
+void rbt_park(void);
 
 /* Nonzero while this thread runs tracer code: verbs called from inside the tracer
  * (or from a provider inside a wrapped verb) are forwarded untraced. */
@@ -50,8 +58,9 @@ static inline uint64_t rbt_now(void)
 	return __rdtsc();
 }
 
-/* 1 when the calling wrapper should record. Starts the recorder on first use so
- * that a program which never calls a verb gets no thread and no file. */
+/* 1 when the calling (slow-path) wrapper should record. Starts the recorder on
+ * first use so that a program which never calls a verb gets no thread and no
+ * file. */
 static inline int rbt_recording(void)
 {
 	int s = atomic_load_explicit(&rbt_state, memory_order_relaxed);
@@ -60,6 +69,8 @@ static inline int rbt_recording(void)
 		return !rbt_tls_inside;
 	if (s == 0)
 		return rbt_start_slow() && !rbt_tls_inside;
+	if (s == RBT_STATE_SEALED && !rbt_tls_inside)
+		rbt_park();
 	return 0;
 }
 
@@ -159,7 +170,8 @@ struct rbt_ring {
 	char pad0[56];
 	_Atomic uint64_t tail; /* consumer: bytes consumed */
 	char pad1[56];
-	/* producer-private */
+	/* producer-private (busy: read by the writer thread when sealing) */
+	_Atomic int busy; /* inside a data-path call, from its state check to done */
 	uint64_t cached_tail;
 	uint64_t reserved; /* head after the record being written */
 	int dropping;	   /* waited in vain: drop until half empty */
@@ -170,7 +182,8 @@ struct rbt_ring {
 	/* shared */
 	uint64_t size, mask;
 	uint32_t tid;
-	_Atomic int dead; /* the thread exited: drain then free */
+	_Atomic int dead;    /* the thread exited: drain then free */
+	uint64_t lost_calls; /* writer thread: calls whose record was never committed */
 	struct rbt_ring *next;
 	uint8_t *buf;
 };
@@ -188,6 +201,35 @@ static inline struct rbt_ring *rbt_ring_get(void)
 	if (RBT_UNLIKELY(!r))
 		r = rbt_ring_create();
 	return r;
+}
+
+/* ---- data-path entry and exit ------------------------------------------------
+ * A post or poll wrapper brackets its call: rbt_dp_recording() marks the thread
+ * busy, then reads the state; rbt_dp_done() clears busy after the record is
+ * committed. The writer thread seals (state 3), forces a barrier on every thread
+ * (membarrier), and waits for each busy flag to clear before its final drain: a
+ * call either saw the seal and parks before calling the provider, or is waited
+ * for. Two plain stores per call; no fence on this side. */
+int rbt_dp_recording_slow(void);
+
+static inline int rbt_dp_recording(void)
+{
+	struct rbt_ring *r = rbt_tls_ring;
+
+	if (RBT_LIKELY(r != NULL && !rbt_tls_inside)) {
+		atomic_store_explicit(&r->busy, 1, memory_order_relaxed);
+		atomic_signal_fence(memory_order_seq_cst);
+		if (RBT_LIKELY(atomic_load_explicit(&rbt_state, memory_order_relaxed) ==
+			       1))
+			return 1;
+	}
+	return rbt_dp_recording_slow();
+}
+
+/* Only after rbt_dp_recording() returned 1. */
+static inline void rbt_dp_done(void)
+{
+	atomic_store_explicit(&rbt_tls_ring->busy, 0, memory_order_release);
 }
 
 /* Room for a record of len bytes (multiple of 8), or NULL when it has to be
@@ -227,7 +269,24 @@ void rbt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Resolves the next definition of a libibverbs symbol (version first). */
 void *rbt_real(const char *name, const char *version);
 
-/* ---- data path (shim_datapath.c) -------------------------------------------- */
+/* rbt_next_<name>(): the next definition of a function listed in rbt_verbs.h,
+ * under the version listed there (glibc's by name), resolved once per file. */
+#define RBT_NEXT_DEF(name, ver, ret, params, lookup_ver)                    \
+	static inline __typeof__(&name) rbt_next_##name(void)               \
+	{                                                                   \
+		static __typeof__(&name) p;                                 \
+		if (RBT_UNLIKELY(!p))                                       \
+			p = (__typeof__(&name))rbt_real(#name, lookup_ver); \
+		return p;                                                   \
+	}
+#define RBT_NEXT_VER(name, ver, ret, params)  RBT_NEXT_DEF(name, ver, ret, params, ver)
+#define RBT_NEXT_NAME(name, ver, ret, params) RBT_NEXT_DEF(name, ver, ret, params, NULL)
+RBT_VERBS_IBV(RBT_NEXT_VER)
+RBT_VERBS_MLX5(RBT_NEXT_VER)
+RBT_VERBS_CALLED(RBT_NEXT_VER)
+RBT_VERBS_LIBC(RBT_NEXT_NAME)
+
+/* ---- data path (shim_patch.c, shim_nicclock.c, shim_poll.c, shim_qpx.c) --------- */
 /* Patches ctx->ops and the verbs_context ops of a newly opened context. */
 void rbt_dp_patch_context(struct ibv_context *ctx);
 void rbt_dp_forget_context(struct ibv_context *ctx);

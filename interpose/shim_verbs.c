@@ -1,5 +1,5 @@
 /* shim_verbs.c - the exported libibverbs functions librbtrace.so defines in front
- * of the real ones (same names, same symbol versions, see librbtrace.lds).
+ * of the real ones (same names, same symbol versions, listed in rbt_verbs.h).
  *
  * Shape of every wrapper: take the time, call the next definition (found with
  * dlvsym(RTLD_NEXT)), take the time, record, then return exactly what the real
@@ -15,16 +15,8 @@
 
 #include "interpose/shim.h"
 
-/* verbs.h turns these into inline helpers; the shim defines the functions. */
-#undef ibv_reg_mr
-#undef ibv_reg_mr_iova
-#undef ibv_query_port
-#undef ibv_get_device_list
-
-#define RBT_RESOLVE(name, ver)         \
-	static __typeof__(&name) real; \
-	if (RBT_UNLIKELY(!real))       \
-		real = (__typeof__(&name))rbt_real(#name, ver);
+/* The next definition of a listed function (rbt_verbs.h), resolved once. */
+#define RBT_RESOLVE(name) __typeof__(&name) real = rbt_next_##name()
 
 /* Calls the real function with the tracer flag set; t0/t1 around it and the
  * errno it left in rerrno. */
@@ -39,7 +31,7 @@
 #define RBT_PERR(p) ((p) ? 0 : rerrno)
 #define RBT_IERR(r) ((r) ? rerrno : 0)
 
-/* ---- record helpers shared with shim_datapath.c ----------------------------------- */
+/* ---- record helpers shared with the data-path files ------------------------------ */
 void rbt_rec_cq_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ctx,
 		       struct ibv_cq *cq, uint32_t cqe_asked, struct ibv_comp_channel *ch,
 		       uint32_t vec, int ex, uint64_t wc_flags, uint32_t flags,
@@ -134,7 +126,7 @@ void rbt_rec_port_attr(struct ibv_context *ctx, uint8_t port,
 {
 	struct rbt_event ev = { .type = RBT_EV_PORT_ATTR, .ts = rbt_now() };
 	struct rbt_ev_port_attr *e = &ev.u.port_attr;
-	static __typeof__(&ibv_query_gid) qgid;
+	__typeof__(&ibv_query_gid) qgid = rbt_next_ibv_query_gid();
 	union ibv_gid gid;
 
 	e->ctx = (uintptr_t)ctx;
@@ -148,9 +140,6 @@ void rbt_rec_port_attr(struct ibv_context *ctx, uint8_t port,
 	e->gid_tbl_len = a->gid_tbl_len;
 	e->active_speed = a->active_speed;
 	e->active_width = a->active_width;
-	if (!qgid)
-		qgid = (__typeof__(&ibv_query_gid))rbt_real("ibv_query_gid",
-							    "IBVERBS_1.1");
 	rbt_tls_inside++;
 	if (qgid && a->gid_tbl_len > 0 && !qgid(ctx, port, 0, &gid)) {
 		e->gid0.data = gid.raw;
@@ -194,25 +183,24 @@ void rbt_rec_device_attr(struct ibv_context *ctx, const struct ibv_device_attr *
 
 /* ---- one-handle releases ----------------------------------------------------------- */
 /* The verbs that release one object and return 0 or an errno all record the same
- * shape (ts_exit, ret, err, the handle), so they are written once. Columns: symbol,
- * version, handle type, event, its union member, its handle field, and whether the
+ * shape (ts_exit, ret, err, the handle), so they are written once. Columns: symbol
+ * (its version is in rbt_verbs.h), handle type, event, its union member, its handle field, and whether the
  * data path keeps state for the object (forgotten once the release succeeded, after
  * the event so the event still names a live object). */
-#define RBT_RELEASE_VERBS(X)                                                             \
-	X(ibv_dealloc_pd, "IBVERBS_1.1", struct ibv_pd, PD_DEALLOC, pd_dealloc, pd, 0)   \
-	X(ibv_dereg_mr, "IBVERBS_1.1", struct ibv_mr, MR_DEREG, mr_dereg, mr, 0)         \
-	X(ibv_destroy_comp_channel, "IBVERBS_1.0", struct ibv_comp_channel,              \
-	  CHANNEL_DESTROY, channel_destroy, channel, 0)                                  \
-	X(ibv_destroy_cq, "IBVERBS_1.1", struct ibv_cq, CQ_DESTROY, cq_destroy, cq, 1)   \
-	X(ibv_destroy_srq, "IBVERBS_1.1", struct ibv_srq, SRQ_DESTROY, srq_destroy, srq, \
-	  0)                                                                             \
-	X(ibv_destroy_qp, "IBVERBS_1.1", struct ibv_qp, QP_DESTROY, qp_destroy, qp, 1)   \
-	X(ibv_destroy_ah, "IBVERBS_1.1", struct ibv_ah, AH_DESTROY, ah_destroy, ah, 0)
+#define RBT_RELEASE_VERBS(X)                                                  \
+	X(ibv_dealloc_pd, struct ibv_pd, PD_DEALLOC, pd_dealloc, pd, 0)       \
+	X(ibv_dereg_mr, struct ibv_mr, MR_DEREG, mr_dereg, mr, 0)             \
+	X(ibv_destroy_comp_channel, struct ibv_comp_channel, CHANNEL_DESTROY, \
+	  channel_destroy, channel, 0)                                        \
+	X(ibv_destroy_cq, struct ibv_cq, CQ_DESTROY, cq_destroy, cq, 1)       \
+	X(ibv_destroy_srq, struct ibv_srq, SRQ_DESTROY, srq_destroy, srq, 0)  \
+	X(ibv_destroy_qp, struct ibv_qp, QP_DESTROY, qp_destroy, qp, 1)       \
+	X(ibv_destroy_ah, struct ibv_ah, AH_DESTROY, ah_destroy, ah, 0)
 
-#define RBT_RELEASE_WRAPPER(name, ver, htype, EV, lname, field, forget)  \
+#define RBT_RELEASE_WRAPPER(name, htype, EV, lname, field, forget)       \
 	RBT_EXPORT int name(htype *obj)                                  \
 	{                                                                \
-		RBT_RESOLVE(name, ver);                                  \
+		RBT_RESOLVE(name);                                       \
 		if (!real)                                               \
 			return ENOSYS;                                   \
 		if (!rbt_recording()) {                                  \
@@ -239,7 +227,7 @@ RBT_RELEASE_VERBS(RBT_RELEASE_WRAPPER)
 /* ---- devices ----------------------------------------------------------------------- */
 RBT_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 {
-	RBT_RESOLVE(ibv_get_device_list, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_get_device_list);
 	if (!real) {
 		errno = ENOSYS;
 		return NULL;
@@ -267,7 +255,7 @@ RBT_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 
 RBT_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
 {
-	RBT_RESOLVE(ibv_open_device, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_open_device);
 	if (!real) {
 		errno = ENOSYS;
 		return NULL;
@@ -277,10 +265,7 @@ RBT_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
 	RBT_CALL(struct ibv_context * ctx, real(dev));
 	struct rbt_event ev = { .type = RBT_EV_DEVICE_OPEN, .ts = t0 };
 	struct rbt_ev_device_open *e = &ev.u.device_open;
-	static __typeof__(&ibv_get_device_guid) guid;
-	if (!guid)
-		guid = (__typeof__(&ibv_get_device_guid))rbt_real("ibv_get_device_guid",
-								  "IBVERBS_1.1");
+	__typeof__(&ibv_get_device_guid) guid = rbt_next_ibv_get_device_guid();
 	e->ts_exit = t1;
 	e->ret = ctx ? 0 : -rerrno;
 	e->err = RBT_PERR(ctx);
@@ -305,7 +290,7 @@ RBT_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
 
 RBT_EXPORT int ibv_close_device(struct ibv_context *ctx)
 {
-	RBT_RESOLVE(ibv_close_device, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_close_device);
 	if (!real)
 		return -1;
 	/* Always, recording or not: the writer thread must stop reading this
@@ -340,7 +325,7 @@ RBT_EXPORT int ibv_close_device(struct ibv_context *ctx)
 
 RBT_EXPORT int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
 {
-	RBT_RESOLVE(ibv_query_device, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_query_device);
 	if (!real)
 		return ENOSYS;
 	if (!rbt_recording())
@@ -357,7 +342,7 @@ RBT_EXPORT int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr 
 RBT_EXPORT int ibv_query_port(struct ibv_context *ctx, uint8_t port,
 			      struct _compat_ibv_port_attr *attr)
 {
-	RBT_RESOLVE(ibv_query_port, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_query_port);
 	if (!real)
 		return ENOSYS;
 	if (!rbt_recording())
@@ -379,7 +364,7 @@ RBT_EXPORT int ibv_query_port(struct ibv_context *ctx, uint8_t port,
 /* ---- PD, MR ------------------------------------------------------------------------- */
 RBT_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
 {
-	RBT_RESOLVE(ibv_alloc_pd, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_alloc_pd);
 	if (!real) {
 		errno = ENOSYS;
 		return NULL;
@@ -427,26 +412,25 @@ static void rbt_rec_mr(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
 /* The registrations differ only in their arguments and in what they tell rbt_rec_mr:
  * address, length, iova, access, which call (api), dma-buf fd and offset. */
 #define RBT_REG_MR_VERBS(X)                                                        \
-	X(ibv_reg_mr, "IBVERBS_1.1",                                               \
-	  (struct ibv_pd * pd, void *addr, size_t len, int access),                \
+	X(ibv_reg_mr, (struct ibv_pd * pd, void *addr, size_t len, int access),    \
 	  (pd, addr, len, access), (addr, len, (uintptr_t)addr, access, 0, -1, 0)) \
-	X(ibv_reg_mr_iova, "IBVERBS_1.7",                                          \
+	X(ibv_reg_mr_iova,                                                         \
 	  (struct ibv_pd * pd, void *addr, size_t len, uint64_t iova, int access), \
 	  (pd, addr, len, iova, access), (addr, len, iova, access, 1, -1, 0))      \
-	X(ibv_reg_mr_iova2, "IBVERBS_1.8",                                         \
+	X(ibv_reg_mr_iova2,                                                        \
 	  (struct ibv_pd * pd, void *addr, size_t len, uint64_t iova,              \
 	   unsigned int access),                                                   \
 	  (pd, addr, len, iova, access), (addr, len, iova, access, 2, -1, 0))      \
-	X(ibv_reg_dmabuf_mr, "IBVERBS_1.12",                                       \
+	X(ibv_reg_dmabuf_mr,                                                       \
 	  (struct ibv_pd * pd, uint64_t offset, size_t len, uint64_t iova, int fd, \
 	   int access),                                                            \
 	  (pd, offset, len, iova, fd, access), (NULL, len, iova, access, 3, fd, offset))
 
 #define RBT_ARGS(...) __VA_ARGS__
-#define RBT_REG_MR_WRAPPER(name, ver, params, args, rec)                \
+#define RBT_REG_MR_WRAPPER(name, params, args, rec)                     \
 	RBT_EXPORT struct ibv_mr *name params                           \
 	{                                                               \
-		RBT_RESOLVE(name, ver);                                 \
+		RBT_RESOLVE(name);                                      \
 		if (!real) {                                            \
 			errno = ENOSYS;                                 \
 			return NULL;                                    \
@@ -464,7 +448,7 @@ RBT_REG_MR_VERBS(RBT_REG_MR_WRAPPER)
 RBT_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
 			    size_t len, int access)
 {
-	RBT_RESOLVE(ibv_rereg_mr, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_rereg_mr);
 	if (!real)
 		return ENOSYS;
 	if (!rbt_recording())
@@ -492,7 +476,7 @@ RBT_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, voi
 /* ---- completion channels and CQs ------------------------------------------------------ */
 RBT_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
 {
-	RBT_RESOLVE(ibv_create_comp_channel, "IBVERBS_1.0");
+	RBT_RESOLVE(ibv_create_comp_channel);
 	if (!real) {
 		errno = ENOSYS;
 		return NULL;
@@ -517,7 +501,7 @@ RBT_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe,
 					void *cq_context,
 					struct ibv_comp_channel *channel, int comp_vector)
 {
-	RBT_RESOLVE(ibv_create_cq, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_create_cq);
 	if (!real) {
 		errno = ENOSYS;
 		return NULL;
@@ -558,7 +542,7 @@ RBT_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe,
 
 RBT_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 {
-	RBT_RESOLVE(ibv_resize_cq, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_resize_cq);
 	if (!real)
 		return ENOSYS;
 	if (!rbt_recording())
@@ -578,7 +562,7 @@ RBT_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 RBT_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq,
 				void **cq_context)
 {
-	RBT_RESOLVE(ibv_get_cq_event, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_get_cq_event);
 	if (!real)
 		return -1;
 	if (!rbt_recording())
@@ -597,7 +581,7 @@ RBT_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq,
 
 RBT_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 {
-	RBT_RESOLVE(ibv_ack_cq_events, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_ack_cq_events);
 	if (!real)
 		return;
 	if (!rbt_recording()) {
@@ -619,7 +603,7 @@ RBT_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 RBT_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd,
 					  struct ibv_srq_init_attr *attr)
 {
-	RBT_RESOLVE(ibv_create_srq, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_create_srq);
 	if (!real) {
 		errno = ENOSYS;
 		return NULL;
@@ -638,7 +622,7 @@ RBT_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd,
 
 RBT_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
 {
-	RBT_RESOLVE(ibv_modify_srq, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_modify_srq);
 	if (!real)
 		return ENOSYS;
 	if (!rbt_recording())
@@ -660,7 +644,7 @@ RBT_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, in
 /* ---- QP ------------------------------------------------------------------------------------ */
 RBT_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	RBT_RESOLVE(ibv_create_qp, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_create_qp);
 	if (!real) {
 		errno = ENOSYS;
 		return NULL;
@@ -683,7 +667,7 @@ RBT_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_at
 
 RBT_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
 {
-	RBT_RESOLVE(ibv_qp_to_qp_ex, "IBVERBS_1.6");
+	RBT_RESOLVE(ibv_qp_to_qp_ex);
 	if (!real)
 		return NULL;
 	rbt_tls_inside++;
@@ -720,7 +704,7 @@ static void rbt_fill_ah(struct rbt_event *ev, const struct ibv_ah_attr *a, int m
 
 RBT_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 {
-	RBT_RESOLVE(ibv_modify_qp, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_modify_qp);
 	if (!real)
 		return ENOSYS;
 	if (!rbt_recording())
@@ -764,7 +748,7 @@ RBT_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int ma
 RBT_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
 			    struct ibv_qp_init_attr *init)
 {
-	RBT_RESOLVE(ibv_query_qp, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_query_qp);
 	if (!real)
 		return ENOSYS;
 	if (!rbt_recording())
@@ -790,7 +774,7 @@ RBT_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mas
 /* ---- AH ------------------------------------------------------------------------------------ */
 RBT_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
-	RBT_RESOLVE(ibv_create_ah, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_create_ah);
 	if (!real) {
 		errno = ENOSYS;
 		return NULL;
@@ -814,7 +798,7 @@ RBT_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *a
 RBT_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc,
 						struct ibv_grh *grh, uint8_t port)
 {
-	RBT_RESOLVE(ibv_create_ah_from_wc, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_create_ah_from_wc);
 	if (!real) {
 		errno = ENOSYS;
 		return NULL;
@@ -830,11 +814,8 @@ RBT_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc
 	ev.u.ah_create.ah = (uintptr_t)ah;
 	/* The attributes the library derived from the completion, derived again
 	 * the same (side-effect free) way. */
-	static __typeof__(&ibv_init_ah_from_wc) init;
+	__typeof__(&ibv_init_ah_from_wc) init = rbt_next_ibv_init_ah_from_wc();
 	struct ibv_ah_attr attr;
-	if (!init)
-		init = (__typeof__(&ibv_init_ah_from_wc))rbt_real("ibv_init_ah_from_wc",
-								  "IBVERBS_1.1");
 	memset(&attr, 0, sizeof(attr));
 	rbt_tls_inside++;
 	if (ah && init && !init(pd->context, port, wc, grh, &attr))
@@ -849,7 +830,7 @@ RBT_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc
 /* ---- async events ----------------------------------------------------------------------- */
 RBT_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
 {
-	RBT_RESOLVE(ibv_get_async_event, "IBVERBS_1.1");
+	RBT_RESOLVE(ibv_get_async_event);
 	if (!real)
 		return -1;
 	if (!rbt_recording())
@@ -912,23 +893,21 @@ static void rbt_dv_note(const char *fn)
 	rbt_note(1, text);
 }
 
-#define RBT_DV(ret_t, name, ver, params, args)                        \
-	RBT_EXPORT ret_t name params                                  \
-	{                                                             \
-		static ret_t(*real) params;                           \
-		if (!real)                                            \
-			real = (ret_t(*) params)rbt_real(#name, ver); \
-		int saved = errno;                                    \
-		rbt_dv_note(#name);                                   \
-		errno = saved;                                        \
-		if (!real) {                                          \
-			errno = EOPNOTSUPP;                           \
-			return (ret_t)0;                              \
-		}                                                     \
-		return real args;                                     \
+#define RBT_DV(ret_t, name, params, args)   \
+	RBT_EXPORT ret_t name params        \
+	{                                   \
+		RBT_RESOLVE(name);          \
+		int saved = errno;          \
+		rbt_dv_note(#name);         \
+		errno = saved;              \
+		if (!real) {                \
+			errno = EOPNOTSUPP; \
+			return (ret_t)0;    \
+		}                           \
+		return real args;           \
 	}
 
-RBT_DV(int, mlx5dv_init_obj, "MLX5_1.2", (void *obj, uint64_t type), (obj, type))
-RBT_DV(void *, mlx5dv_create_qp, "MLX5_1.3", (void *ctx, void *a, void *b), (ctx, a, b))
-RBT_DV(void *, mlx5dv_create_cq, "MLX5_1.1", (void *ctx, void *a, void *b), (ctx, a, b))
-RBT_DV(void *, mlx5dv_open_device, "MLX5_1.7", (void *dev, void *a), (dev, a))
+RBT_DV(int, mlx5dv_init_obj, (void *obj, uint64_t type), (obj, type))
+RBT_DV(void *, mlx5dv_create_qp, (void *ctx, void *a, void *b), (ctx, a, b))
+RBT_DV(void *, mlx5dv_create_cq, (void *ctx, void *a, void *b), (ctx, a, b))
+RBT_DV(void *, mlx5dv_open_device, (void *dev, void *a), (dev, a))

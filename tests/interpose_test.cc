@@ -8,6 +8,7 @@
 #include <set>
 #include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/interpose_util.h"
 
@@ -419,6 +420,32 @@ TEST(Interpose, UnwritableOutputCostsOneWarning)
 	// Exactly one line on stderr, from the recorder.
 	EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 	EXPECT_NE(r.err.find("rbtrace"), std::string::npos);
+}
+
+TEST(Interpose, WriterCpuPinsTheWriterThread)
+{
+	std::string d = tmpdir("writercpu");
+	int cpu = (int)sysconf(_SC_NPROCESSORS_ONLN) - 1;
+	run_result r = run("RBTRACE_DEBUG=1 RBTRACE_WRITER_CPU=" + std::to_string(cpu) +
+			   " " + env_prefix(d + "/") + prog() + " basic 20000");
+	ASSERT_EQ(r.status, 0) << r.err;
+	EXPECT_NE(r.err.find("writer thread on CPU " + std::to_string(cpu)),
+		  std::string::npos)
+		<< r.err;
+	EXPECT_NE(r.err.find("last on CPU " + std::to_string(cpu)), std::string::npos)
+		<< r.err;
+	// Out of range, or a CPU this machine does not have: one warning each, and
+	// the program runs traced as ever.
+	for (const char *bad_cpu : { "4000", "1000" }) {
+		std::string b = tmpdir("writercpu_bad");
+		run_result bad = run(std::string("RBTRACE_WRITER_CPU=") + bad_cpu + " " +
+				     env_prefix(b + "/") + prog() + " basic 100");
+		EXPECT_EQ(bad.status, 0) << bad.err;
+		EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+		EXPECT_NE(bad.err.find("RBTRACE_WRITER_CPU"), std::string::npos)
+			<< bad.err;
+		EXPECT_EQ(list_traces(b).size(), 1u);
+	}
 }
 
 TEST(Interpose, InertWithoutVerbs)

@@ -12,6 +12,8 @@
 Standard library only. Exits non-zero with one line saying what is wrong.
 """
 import json
+import os
+import re
 import struct
 import sys
 import zlib
@@ -84,6 +86,21 @@ def check_perfetto(path):
           (len(wr_slices), len(phases), len(starts)))
 
 
+def finding_kinds():
+    """code -> its severities, from RBT_FINDING_LIST in analyzer/rbt_analyzer.h."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    hdr = os.path.join(here, "..", "analyzer", "rbt_analyzer.h")
+    with open(hdr) as f:
+        text = f.read()
+    sev = {"RBT_SEV_ERROR": "error", "RBT_SEV_WARNING": "warning", "RBT_SEV_INFO": "info"}
+    kinds = {}
+    for m in re.finditer(r"X\((\w+), (RBT_SEV_\w+), (RBT_SEV_\w+|-1),", text):
+        kinds[m.group(1)] = {sev[m.group(2)]} | ({sev[m.group(3)]} if m.group(3) in sev else set())
+    if len(kinds) < 10:
+        fail("RBT_FINDING_LIST not found in " + hdr)
+    return kinds
+
+
 def check_json(path, checks):
     with open(path) as f:
         doc = json.load(f)
@@ -107,6 +124,13 @@ def check_json(path, checks):
                   "time_ns"):
             if k not in fd:
                 fail("finding without " + k)
+    kinds = finding_kinds()
+    for fd in doc["findings"]:
+        if fd["code"] not in kinds:
+            fail("finding code %s is not in RBT_FINDING_LIST" % fd["code"])
+        if fd["severity"] not in kinds[fd["code"]]:
+            fail("finding %s raised as %s, the list says %s"
+                 % (fd["code"], fd["severity"], kinds[fd["code"]]))
     codes = [f["code"] for f in doc["findings"]]
     for c in checks:
         key, _, val = c.partition("=")

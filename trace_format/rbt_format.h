@@ -673,11 +673,31 @@ struct rbt_header {
 	const char *tool;    /* "librbtrace 0.1" or the writing program */
 };
 
+/* How the recording ended (trailer end_how). 0: not said (older writers, or a
+ * writer that is not a recorder). */
+#define RBT_END_LIST(X)                                                    \
+	X(UNKNOWN, 0, "not said")                                          \
+	X(EXIT, 1, "exit")     /* exit() or return from main: exit_code */ \
+	X(SIGNAL, 2, "signal") /* killed by end_signal */                  \
+	X(EXEC, 3, "exec")     /* the image was replaced */                \
+	X(UNLOAD, 4, "unload") /* recorder unloaded without exit */
+
+enum rbt_end {
+#define RBT__END_ENUM(NAME, id, text) RBT_END_##NAME = id,
+	RBT_END_LIST(RBT__END_ENUM)
+#undef RBT__END_ENUM
+};
+/* "exit", "signal", ...; NULL for an unknown value. */
+const char *rbt_end_name(uint32_t how);
+
 /* Written by rbt_writer_close(): a file that has one was finished cleanly. */
 struct rbt_trailer {
 	struct rbt_clock_pair end;
 	uint64_t events;      /* events written, all streams */
 	uint64_t lost_events; /* the sum of the file's loss events */
+	uint32_t end_how;     /* enum rbt_end */
+	uint32_t end_signal;  /* RBT_END_SIGNAL: the signal number */
+	int32_t exit_code;    /* RBT_END_EXIT: the status given to exit() */
 };
 
 /* ---- writer -------------------------------------------------------------------

@@ -227,13 +227,13 @@ int rbt__chunk_hdr_get(const uint8_t *p, struct rbt_chunk_hdr *h)
 void rbt__trailer_put(uint8_t *p, const struct rbt_trailer *t)
 {
 	rbt__put_le32(p, RBT_TRAILER_MAGIC);
-	rbt__put_le32(p + 4, 0);
+	rbt__put_le32(p + 4, (t->end_how & 0xff) | (t->end_signal & 0xff) << 8);
 	rbt__put_le64(p + 8, t->end.ticks);
 	rbt__put_le64(p + 16, t->end.mono_ns);
 	rbt__put_le64(p + 24, t->end.real_ns);
 	rbt__put_le64(p + 32, t->events);
 	rbt__put_le64(p + 40, t->lost_events);
-	rbt__put_le32(p + 48, 0);
+	rbt__put_le32(p + 48, (uint32_t)t->exit_code);
 	rbt__put_le32(p + 52, rbt__crc32c(0, p, 52));
 }
 
@@ -248,7 +248,22 @@ int rbt__trailer_get(const uint8_t *p, struct rbt_trailer *t)
 	t->end.real_ns = rbt__get_le64(p + 24);
 	t->events = rbt__get_le64(p + 32);
 	t->lost_events = rbt__get_le64(p + 40);
+	t->end_how = rbt__get_le32(p + 4) & 0xff;
+	t->end_signal = rbt__get_le32(p + 4) >> 8 & 0xff;
+	t->exit_code = (int32_t)rbt__get_le32(p + 48);
 	return 0;
+}
+
+const char *rbt_end_name(uint32_t how)
+{
+	switch (how) {
+#define RBT__END_NAME(NAME, id, text) \
+	case id:                      \
+		return text;
+		RBT_END_LIST(RBT__END_NAME)
+#undef RBT__END_NAME
+	}
+	return NULL;
 }
 
 const char *rbt_event_name(uint32_t type)

@@ -11,7 +11,8 @@
  * mask return EINVAL. QPs made by ibv_create_qp_ex with send_ops_flags support
  * ibv_wr_start/wr_send/wr_set_sge/wr_complete, and every move to RTS installs
  * another set of those pointers (as mlx5 does). FAKEVERBS_SZ=N makes the
- * verbs_context report size N. Never use it for anything but tests.
+ * verbs_context report size N; FAKEVERBS_STALL=FILE holds every ibv_post_send while
+ * FILE exists. Never use it for anything but tests.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -63,6 +64,10 @@ static struct ibv_device fake_dev = {
 static struct ibv_device *fake_list[2] = { &fake_dev, NULL };
 static _Atomic uint32_t next_qpn = 100;
 
+/* FAKEVERBS_STALL=FILE: while FILE exists, ibv_post_send does not return (a call
+ * that stays under way, for the recorder's end-of-trace accounting). */
+static const char *fake_stall;
+
 static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 			  struct ibv_send_wr **bad)
 {
@@ -71,6 +76,8 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 
 	if (cq->bench)
 		return 0;
+	while (fake_stall && access(fake_stall, F_OK) == 0)
+		usleep(10000);
 	pthread_spin_lock(&cq->lock);
 	for (; wr; wr = wr->next) {
 		if (wr->num_sge < 0 || wr->num_sge > 16) {
@@ -348,6 +355,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *d)
 	v->query_device_ex = fake_query_device_ex;
 	v->create_qp_ex = fake_create_qp_ex;
 	/* FAKEVERBS_SZ: pretend to be a provider with another verbs_context size. */
+	fake_stall = getenv("FAKEVERBS_STALL");
 	if (getenv("FAKEVERBS_SZ"))
 		v->sz = strtoul(getenv("FAKEVERBS_SZ"), NULL, 0);
 	return &v->context;
