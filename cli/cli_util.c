@@ -357,35 +357,17 @@ int rbt_cli_softnic_arg(const char *cmd, int end, char **argv, int *mode)
 	return 0;
 }
 
-/* softnic's directory: $RBTRACE_SOFTNIC_DIR, else ../softnic (a build),
- * ../lib/rbtrace/softnic (installed), softnic or . next to the rbtrace
- * executable (the first that holds the drop-in). */
+/* softnic's directory: $RBTRACE_SOFTNIC_DIR, else ../softnic, softnic or .
+ * next to the rbtrace executable (the first that holds the drop-in). */
 static int softnic_dir(char *buf, size_t n)
 {
-	static const char *const rel[] = { "../softnic", "../lib/rbtrace/softnic",
-					   "softnic", "." };
 	const char *env = getenv("RBTRACE_SOFTNIC_DIR");
-	char self[PATH_MAX], so[2 * PATH_MAX + 64];
-	ssize_t len;
 
 	if (env && *env) {
 		snprintf(buf, n, "%s", env);
 		return 0;
 	}
-	len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (len <= 0)
-		return -1;
-	self[len] = 0;
-	*strrchr(self, '/') = 0;
-	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-		if (snprintf(buf, n, "%s/%s", self, rel[i]) >= (int)n ||
-		    snprintf(so, sizeof(so), "%s/libibverbs.so.1", buf) >=
-			    (int)sizeof(so))
-			continue;
-		if (!access(so, R_OK))
-			return 0;
-	}
-	return -1;
+	return rbt_cli_find_part(RBT_CLI_SOFTNIC_DIRS, "libibverbs.so.1", buf, n);
 }
 
 /* The system's libibverbs.so.1 (never ours): its real path, its rdma-core

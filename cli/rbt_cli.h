@@ -115,6 +115,27 @@ int rbt_cli_check_output(const char *cmd, const char *what, const char *out);
  * exit code after one line on stderr. */
 int rbt_cli_check_traces(const char *cmd, char *const *paths, int n, int distinct);
 
+/* ---- rbtrace's own parts ----
+ * Found relative to the directory of the rbtrace executable (/proc/self/exe), in
+ * each layout rbtrace runs from, in this order: bazel-bin (cli/rbtrace beside
+ * interpose/ and softnic/), then an installed prefix (PREFIX/bin/rbtrace with
+ * PREFIX/lib/rbtrace/..., as packaging/artifacts installs them). A part added to
+ * the artifact list gets its pair of paths here. */
+#define RBT_CLI_RECORDER_PATHS                                                     \
+	(const char *const[])                                                      \
+	{                                                                          \
+		"../interpose/librbtrace.so", "../lib/rbtrace/librbtrace.so", NULL \
+	}
+#define RBT_CLI_SOFTNIC_DIRS                                 \
+	(const char *const[])                                \
+	{                                                    \
+		"../softnic", "../lib/rbtrace/softnic", NULL \
+	}
+/* Sets out to <dir of rbtrace>/<rel> for the first rel of the NULL-ended list
+ * where that path exists (with file: where <path>/<file> is readable) and
+ * returns 0; -1 when none does. */
+int rbt_cli_find_part(const char *const *rels, const char *file, char *out, size_t len);
+
 /* ---- softnic ----
  * Which front end of softnic runs a program: the provider under the
  * system's libibverbs (rdma-core with private ABI 34, v36..v56) wherever one
@@ -153,26 +174,6 @@ void rbt_cli_softnic_said(void);
  * librdmacm (cm/) on it. Returns 0 or -1 with errno. */
 int rbt_cli_softnic_apply(const struct rbt_softnic_setup *s);
 
-/* ---- rbtrace's own parts ----
- * Found relative to the directory of the rbtrace executable (/proc/self/exe), in
- * each layout rbtrace runs from, in this order: bazel-bin (cli/rbtrace beside
- * interpose/ and softnic/), then an installed prefix (PREFIX/bin/rbtrace with
- * PREFIX/lib/rbtrace/..., as packaging/artifacts installs them). A part added to
- * the artifact list gets its pair of paths here. */
-#define RBT_CLI_RECORDER_PATHS                                                     \
-	(const char *const[])                                                      \
-	{                                                                          \
-		"../interpose/librbtrace.so", "../lib/rbtrace/librbtrace.so", NULL \
-	}
-#define RBT_CLI_SOFTNIC_DIRS                                 \
-	(const char *const[])                                \
-	{                                                    \
-		"../softnic", "../lib/rbtrace/softnic", NULL \
-	}
-/* Sets out to <dir of rbtrace>/<rel> for the first rel of the NULL-ended list
- * where that path exists (with file: where <path>/<file> is readable) and
- * returns 0; -1 when none does. */
-int rbt_cli_find_part(const char *const *rels, const char *file, char *out, size_t len);
 /* dirname(/proc/self/exe)/rel into out when that exists: the real executable,
  * so a symlink to rbtrace (bazel's runfiles) still finds what was built beside
  * it. 0, or -1 when it is not there. */
