@@ -24,6 +24,12 @@ RBT_ARTIFACTS = [
     # softnic's connection manager: found beside its libibverbs.so.1 by programs
     # that `rbtrace softnic` / `record --softnic` run (LD_LIBRARY_PATH)
     ("//softnic:librdmacm.so.1", "lib/rbtrace/softnic/librdmacm.so.1", "0644"),
+    # provider mode: softnic under the system's libibverbs (private ABI 34), its
+    # preload, and the connection manager alone in cm/ (no libibverbs.so.1 of
+    # ours may sit on LD_LIBRARY_PATH there)
+    ("//softnic/provider:libsoftnic-rdmav34.so", "lib/rbtrace/softnic/provider/libsoftnic-rdmav34.so", "0644"),
+    ("//softnic/provider:libsoftnic-preload.so", "lib/rbtrace/softnic/provider/libsoftnic-preload.so", "0644"),
+    ("//softnic/cm:librdmacm", "lib/rbtrace/softnic/cm/librdmacm.so.1", "0644"),
     ("//trace_format:librbtformat.so.1", "@LIBDIR@/librbtformat.so.1", "0644"),
     ("//trace_format:rbt_format.h", "include/rbtrace/rbt_format.h", "0644"),
     ("//packaging:rbtformat.pc.in", "@LIBDIR@/pkgconfig/rbtformat.pc", "subst"),
