@@ -173,7 +173,15 @@ static void an_cb_wr_posted(void *arg, struct rbt_model_res *q, struct rbt_model
 			    const struct rbt_send_wr *sw)
 {
 	struct rbt_analyzer *an = arg;
-	if (!sw || !an->n_stream)
+	if (!sw)
+		return;
+	struct an_trace *t = an->traces[q->trace];
+	struct an_qp *qp = q->user;
+	if (qp) {
+		an_send_wr_checks(an, t, qp, sw, w);
+		an_attr_posted(an, qp, w->post_ts, w->post_exit, sw);
+	}
+	if (!an->n_stream)
 		return;
 	w->user = ++an->flow_seq;
 	for (int i = 0; i < an->n_stream; i++)

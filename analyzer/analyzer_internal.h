@@ -163,7 +163,8 @@ struct an_qp {
 	uint64_t rq_empty_count, rq_empty_since, rq_empty_longest, rq_empty_longest_ts;
 	bool rq_empty;
 	uint64_t last_lkey;
-	void *last_mr;
+	void *last_mr;	  /* the MR of last_lkey, NULL: none */
+	bool lkey_cached; /* last_lkey/last_mr are valid */
 	/* round trips (analyzer_attr.c) */
 	struct an_rt_msg *rt_msgs; /* [AN_RT_N], messages sent to the peer */
 	uint64_t rt_send_seq, rt_recv_seq;
@@ -327,6 +328,8 @@ void an_before(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_eve
 	       struct rbt_model_res *r);
 void an_after(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_event *ev,
 	      struct rbt_model_res *r);
+void an_send_wr_checks(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
+		       const struct rbt_send_wr *wr, const struct rbt_model_wr *w);
 
 int an_opcode_slot(int op);
 int an_slot_opcode(int slot);
