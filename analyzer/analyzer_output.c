@@ -364,6 +364,7 @@ int rbt_analyzer_write_text(struct rbt_analyzer *an, FILE *f)
 					     c->recvs_outstanding_at_end),
 			(unsigned long long)c->recvs_outstanding_at_end);
 	}
+	an_cm_write_text(an, f);
 	fprintf(f, "== findings: %d\n", an->n_findings);
 	for (int i = 0; i < an->n_findings; i++) {
 		const struct rbt_finding *fd = &an->findings[i].f;
@@ -658,7 +659,9 @@ int rbt_analyzer_write_json(struct rbt_analyzer *an, FILE *f)
 			fputs(",\n", f);
 		an_json_trace(f, an, an->traces[i]);
 	}
-	fprintf(f, "],\n\"findings\":");
+	fputc(']', f);
+	an_cm_write_json(an, f);
+	fprintf(f, ",\n\"findings\":");
 	an_json_findings(f, an);
 	fprintf(f, "}\n");
 	return ferror(f) ? -EIO : 0;
@@ -801,6 +804,7 @@ int rbt_analyzer_write_html(struct rbt_analyzer *an, FILE *f)
 	if (!an->n_findings)
 		fputs("<li>no problems found</li>\n", f);
 	fputs("</ul>\n", f);
+	an_cm_write_html(an, f);
 	for (int i = 0; i < an->n_traces; i++) {
 		fprintf(f, "<h2>Trace %d: ", i);
 		an_html_esc(f, an->traces[i]->mt->name);
