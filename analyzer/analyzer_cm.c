@@ -345,6 +345,9 @@ static void cm_build(struct cm_trace *ct, int trace)
 				if (!c)
 					break;
 				cm_set(&c->t_create, r->ts);
+				/* rdma_create_ep resolves the address and route itself */
+				if (r->what == RBT_CM_CREATE_EP && r->dst[0])
+					cm_set(&c->t_raddr, r->ts);
 				if (r->what == RBT_CM_CREATE_ID)
 					c->ps = r->arg, c->qp_type = r->why;
 				if (r->dst[0]) {
@@ -401,8 +404,19 @@ static void cm_build(struct cm_trace *ct, int trace)
 			case RBT_CM_DESTROY_ID_BEGIN:
 				cm_set(&c->t_destroy_begin, r->ts);
 				break;
+			case RBT_CM_DESTROY_EP:
 			case RBT_CM_DESTROY_ID:
 				cm_set(&c->t_destroyed, r->ts_exit);
+				/* librdmacm acks a synchronous id's last event itself
+				 * (in its destroy; softnic's without a call) */
+				for (uint32_t k = 0; c->sync && !r->ret && k < np;) {
+					if (pend[k].conn != (uint32_t)(c - ct->conns)) {
+						k++;
+						continue;
+					}
+					c->acked++;
+					pend[k] = pend[--np];
+				}
 				break;
 			default:
 				break;
@@ -424,6 +438,10 @@ static void cm_build(struct cm_trace *ct, int trace)
 				cm_set(&c->t_raddr_done, at);
 				break;
 			case CM_EV_ROUTE_RESOLVED:
+				/* no rdma_resolve_route seen (rdma_create_ep): from the
+				 * address's resolution */
+				if (c->t_rroute == CM_NONE && c->t_raddr_done != CM_NONE)
+					c->t_rroute = c->t_raddr_done;
 				cm_set(&c->t_rroute_done, at);
 				break;
 			case CM_EV_CONNECT_REQUEST:
