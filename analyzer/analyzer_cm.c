@@ -72,6 +72,9 @@ struct cm_conn {
 	uint64_t events, wait_ticks, acked, ack_lag_sum, ack_lag_max, unacked;
 	uint64_t unacked_ts;
 	int unacked_type;
+	/* an ack that came only while rdma_destroy_id waited for it */
+	uint64_t late_ack_ts, late_ack_ev_ts;
+	int late_ack_type;
 	uint64_t posts_after_disc, last_post;
 	int peer_trace, peer; /* index in the peer trace's conns, -1: none */
 };
@@ -495,6 +498,15 @@ static void cm_build(struct cm_trace *ct, int trace)
 				struct cm_conn *pc = &ct->conns[pend[k].conn];
 				uint64_t lag =
 					r->ts > pend[k].ts ? r->ts - pend[k].ts : 0;
+				if (pc->t_destroy_begin != CM_NONE && !r->nested &&
+				    r->ts >= pc->t_destroy_begin &&
+				    (pc->t_destroyed == CM_NONE ||
+				     r->ts <= pc->t_destroyed) &&
+				    !pc->late_ack_ts) {
+					pc->late_ack_ts = r->ts;
+					pc->late_ack_ev_ts = pend[k].ts;
+					pc->late_ack_type = pend[k].type;
+				}
 				pc->acked++;
 				pc->ack_lag_sum += lag;
 				if (lag > pc->ack_lag_max)
@@ -520,8 +532,13 @@ static void cm_build(struct cm_trace *ct, int trace)
 			break;
 		}
 	}
+	/* left unacked: a finding only when the id's destroy began after the event
+	 * was delivered (it waits for the ack); an event delivered to an id that
+	 * was still alive when the process ended hung nothing */
 	for (uint32_t k = 0; k < np; k++) {
 		struct cm_conn *pc = &ct->conns[pend[k].conn];
+		if (pc->t_destroy_begin == CM_NONE || pend[k].ts > pc->t_destroy_begin)
+			continue;
 		pc->unacked++;
 		if (pc->unacked_type < 0 || pend[k].ts < pc->unacked_ts) {
 			pc->unacked_type = pend[k].type;
@@ -715,6 +732,30 @@ static void cm_findings(struct rbt_analyzer *an, struct an_trace *t, struct cm_c
 			       "ack every event with rdma_ack_cm_event (after copying "
 			       "what it carries) before rdma_destroy_id or "
 			       "rdma_destroy_event_channel");
+		an_str_free(&title);
+		an_str_free(&ev);
+	}
+	if (!c->unacked && c->late_ack_ts) {
+		double waited = cm_span(t, c->t_destroy_begin, c->late_ack_ts);
+		an_str_printf(&title,
+			      "rdma_destroy_id of id 0x%" PRIx64
+			      " waited %.3f ms for a CM event to be acked",
+			      c->id, waited / 1e6);
+		an_str_printf(
+			&ev,
+			"%s delivered at %.3f ms; rdma_destroy_id entered at %.3f ms; "
+			"the ack at %.3f ms",
+			cm_ev_name((uint64_t)c->late_ack_type),
+			an_ticks_ns(t, c->late_ack_ev_ts) / 1e6,
+			an_ticks_ns(t, c->t_destroy_begin) / 1e6,
+			an_ticks_ns(t, c->late_ack_ts) / 1e6);
+		an_add_finding(
+			an, RBT_SEV_WARNING, RBT_FINDING_cm_event_not_acked, t->idx,
+			(uint32_t)c->qp_num, an_ticks_ns(t, c->t_destroy_begin), title.s,
+			ev.s,
+			"ack every event with rdma_ack_cm_event before "
+			"rdma_destroy_id: the destroy blocks until then (forever when "
+			"the ack never comes)");
 		an_str_free(&title);
 		an_str_free(&ev);
 	}
