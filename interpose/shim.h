@@ -171,7 +171,8 @@ struct rbt_ring {
 	_Atomic uint64_t tail; /* consumer: bytes consumed */
 	char pad1[56];
 	/* producer-private (busy: read by the writer thread when sealing) */
-	_Atomic int busy; /* inside a data-path call, from its state check to done */
+	_Atomic int busy;     /* inside a data-path call, from its state check to done */
+	_Atomic int deferred; /* a terminating signal that came while busy */
 	uint64_t cached_tail;
 	uint64_t reserved; /* head after the record being written */
 	int dropping;	   /* waited in vain: drop until half empty */
@@ -226,10 +227,18 @@ static inline int rbt_dp_recording(void)
 	return rbt_dp_recording_slow();
 }
 
+/* A terminating signal held back until this thread's call was recorded. */
+void rbt_dp_deferred(struct rbt_ring *r);
+
 /* Only after rbt_dp_recording() returned 1. */
 static inline void rbt_dp_done(void)
 {
-	atomic_store_explicit(&rbt_tls_ring->busy, 0, memory_order_release);
+	struct rbt_ring *r = rbt_tls_ring;
+
+	atomic_store_explicit(&r->busy, 0, memory_order_release);
+	atomic_signal_fence(memory_order_seq_cst);
+	if (RBT_UNLIKELY(atomic_load_explicit(&r->deferred, memory_order_relaxed)))
+		rbt_dp_deferred(r);
 }
 
 /* Room for a record of len bytes (multiple of 8), or NULL when it has to be

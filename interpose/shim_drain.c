@@ -620,6 +620,7 @@ void *rbt_drainer_main(void *arg)
 	uint32_t me = rbt_gettid();
 	uint64_t next_flush, next_sample, next_nic = 0;
 	unsigned tick = rbt_cfg.flush_ms < 20 ? rbt_cfg.flush_ms : 5;
+	int kill_sig = 0;
 	sigset_t all;
 
 	(void)arg;
@@ -661,6 +662,9 @@ void *rbt_drainer_main(void *arg)
 			(void)n;
 		}
 		uint64_t now = rbt_now();
+		if (atomic_load(&rbt_deferred_sig) &&
+		    (kill_sig = rbt_deferred_overdue(now)))
+			break;
 		int all = now >= next_flush;
 		uint64_t drained;
 		uint64_t seen = rbt_drain_pass(all, &drained);
@@ -699,6 +703,8 @@ void *rbt_drainer_main(void *arg)
 				next > t ? (next - t) / (rbt_tsc_hz / 1000 + 1) + 1 : 1;
 			wait_ms = ms > 1000 ? 1000 : (int)ms;
 		}
+		if (atomic_load(&rbt_deferred_sig) && wait_ms > 20)
+			wait_ms = 20;
 	}
 	rbt_seal_rings();
 	pthread_mutex_lock(&rbt_writer_lock);
@@ -719,5 +725,7 @@ void *rbt_drainer_main(void *arg)
 			sched_getcpu());
 	}
 	atomic_store(&rbt_closed, 1);
+	if (kill_sig)
+		rbt_deliver_signal(kill_sig);
 	return NULL;
 }

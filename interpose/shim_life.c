@@ -326,6 +326,9 @@ static void rbt_finish(int from_signal, uint32_t how, int sig)
 	if (rbt_owner_pid != getpid() || !rbt_drainer_running ||
 	    atomic_load(&rbt_drainer_tid) == rbt_gettid())
 		return;
+	int st = atomic_load(&rbt_state);
+	if (st != 1 && st != RBT_STATE_SEALED)
+		return;
 	rbt_tls_finishing = 1;
 	if (atomic_exchange(&rbt_finishing, 1)) {
 		/* Another thread finishes: let the trailer be written first. */
@@ -361,12 +364,73 @@ static void rbt_finish(int from_signal, uint32_t how, int sig)
 static const int rbt_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGSEGV,
 				   SIGBUS, SIGILL,  SIGFPE, SIGABRT };
 
+/* SIGINT, SIGTERM, SIGHUP, SIGQUIT that arrive while their thread is inside a
+ * data-path call are held back until the call is recorded (rbt_dp_done raises
+ * them again), so that the call is in the trace. Should the call not return
+ * (a provider stuck), the writer thread ends the trace after RBT_DEFER_MS and
+ * delivers the signal itself (rbt_deferred_overdue). */
+#define RBT_DEFER_MS 200
+_Atomic int rbt_deferred_sig;
+_Atomic uint64_t rbt_deferred_at;
+
+static int rbt_async_signal(int sig)
+{
+	return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT;
+}
+
+void rbt_dp_deferred(struct rbt_ring *r)
+{
+	int sig = atomic_exchange(&r->deferred, 0);
+
+	if (sig) {
+		rbt_log("signal %d held back until this thread's call was recorded", sig);
+		raise(sig);
+	}
+}
+
+/* Writer thread: a held-back signal whose call never came back. */
+int rbt_deferred_overdue(uint64_t now)
+{
+	int sig = atomic_load(&rbt_deferred_sig);
+	uint64_t hz = rbt_tsc_hz ? rbt_tsc_hz : 3000000000ull;
+
+	if (!sig || now - atomic_load(&rbt_deferred_at) < hz / 1000 * RBT_DEFER_MS)
+		return 0;
+	if (atomic_exchange(&rbt_finishing, 1))
+		return 0; /* someone finishes already */
+	rbt_end_how = RBT_END_SIGNAL;
+	rbt_end_signal = sig;
+	return sig;
+}
+
+/* Writer thread, after the trailer: the held-back signal, with its default
+ * action, to the process (this thread blocks it; the one it came to does not). */
+void rbt_deliver_signal(int sig)
+{
+	struct sigaction dfl = { .sa_handler = SIG_DFL };
+
+	sigemptyset(&dfl.sa_mask);
+	sigaction(sig, &dfl, NULL);
+	kill(getpid(), sig);
+}
+
 static void rbt_on_signal(int sig, siginfo_t *si, void *uc)
 {
 	int saved = errno;
 	struct sigaction dfl = { .sa_handler = SIG_DFL };
+	struct rbt_ring *r = rbt_tls_ring;
 
 	(void)uc;
+	if (rbt_async_signal(sig) && r && atomic_load(&r->busy) &&
+	    atomic_load(&rbt_state) == 1 && rbt_owner_pid == getpid() &&
+	    !atomic_load(&rbt_finishing)) {
+		atomic_store(&rbt_deferred_at, rbt_now());
+		atomic_store(&rbt_deferred_sig, sig);
+		atomic_store(&r->deferred, sig);
+		rbt_wake_drainer();
+		errno = saved;
+		return;
+	}
 	rbt_finish(1, RBT_END_SIGNAL, sig);
 	sigemptyset(&dfl.sa_mask);
 	sigaction(sig, &dfl, NULL);

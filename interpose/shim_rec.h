@@ -75,6 +75,12 @@ extern int rbt_exit_code;
 /* The ring of a thread that finishes from a signal handler while inside a call:
  * that call cannot complete before the trailer (counted as lost). */
 extern struct rbt_ring *_Atomic rbt_finisher_ring;
+/* A signal held back (rbt_dp_done raises it); writer thread's safety net: the
+ * signal number when it is overdue (the trace is then this thread's to end),
+ * and its delivery after the trailer. */
+extern _Atomic int rbt_deferred_sig;
+int rbt_deferred_overdue(uint64_t now);
+void rbt_deliver_signal(int sig);
 
 static inline pid_t rbt_gettid(void)
 {

@@ -10,7 +10,8 @@
  * process, a call that returned to the program is counted done.
  *
  * usage: interpose_lossless COUNTERS MODE
- * MODE: wait (run until a signal from outside), segv (a fifth thread faults),
+ * MODE: wait (run until a signal from outside), tgkill (SIGTERM sent to worker 0
+ * itself, 0.3 s after ready), segv (a fifth thread faults),
  * exit (a fifth thread calls exit(3)), abort (a fifth thread calls abort()),
  * exec (a fifth thread execs /bin/true). The fifth thread acts once every worker
  * has done 2000 posts; "ready" is set in the file at that point.
@@ -20,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -216,6 +218,15 @@ int main(int argc, char **argv)
 	}
 	atomic_store(&cnt->ready, 1);
 	if (!strcmp(mode, "wait")) {
+		for (;;)
+			pause();
+	}
+	if (!strcmp(mode, "tgkill")) {
+		/* SIGTERM to worker 0 itself: it is most likely inside a verb. */
+		struct timespec d = { 0, 300000000 };
+		nanosleep(&d, NULL); /* (time for the test to stall the device) */
+		syscall(SYS_tgkill, getpid(), (pid_t)atomic_load(&cnt->w[0].tid),
+			SIGTERM);
 		for (;;)
 			pause();
 	}
