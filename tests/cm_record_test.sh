@@ -1,7 +1,8 @@
 #!/bin/bash
 # cm_record_test.sh - librdmacm programs recorded with `rbtrace record --softnic`
 # (rping, ucmatose -c 8, udaddy, rdma_server/rdma_client, ib_send_lat -R,
-# ib_write_bw -R), both ends, over softnic's librdmacm.so.1:
+# ib_write_bw -R), both ends, over softnic's librdmacm.so.1, in softnic's two
+# modes (drop-in libibverbs, provider):
 # - the trace holds every CM event both ends saw: rping -d prints each event it
 #   handles (the count to match); for the others, the event sequence librdmacm
 #   gives those programs (written below, not taken from the recorder);
@@ -70,10 +71,11 @@ rec() {
 	port=$((port + 1))
 	scmd=${scmd//@P/$port}
 	ccmd=${ccmd//@P/$port}
-	timeout 60 "$R" record --softnic -o "$tmp/$name.srv.rbt" -- $scmd >"$tmp/$name.srv.out" 2>&1 &
+	name=$mode.$name
+	timeout 60 "$R" record --softnic=$mode -o "$tmp/$name.srv.rbt" -- $scmd >"$tmp/$name.srv.out" 2>&1 &
 	spid=$!
 	wait_listen "${lport:-$port}" || fail "$name: the server never listened"
-	timeout 60 "$R" record --softnic -o "$tmp/$name.cli.rbt" -- $ccmd >"$tmp/$name.cli.out" 2>&1
+	timeout 60 "$R" record --softnic=$mode -o "$tmp/$name.cli.rbt" -- $ccmd >"$tmp/$name.cli.out" 2>&1
 	crc=$?
 	wait $spid
 	src=$?
@@ -140,6 +142,12 @@ PY
 	echo "ok   $name: $(grep -c '^  trace' "$tmp/$name.txt") ids, $m"
 }
 
+# both of softnic's modes: its drop-in libibverbs, and a provider under the
+# system's libibverbs (softnic's librdmacm.so.1 in both)
+modes=dropin
+[ -e "$RBTRACE_SOFTNIC_DIR/cm/librdmacm.so.1" ] && [ -d "$RBTRACE_SOFTNIC_DIR/provider" ] &&
+	modes="dropin provider"
+for mode in $modes; do
 noreplay="rping's replay does not match yet: the server's post_send returns ENOMEM in the replay (a replay limit, the CM events play no part in it)" \
 	rec rping "rping -s -a 127.0.0.1 -p @P -C 10 -d" "rping -c -a 127.0.0.1 -p @P -C 10 -d" - -
 rec ucmatose "ucmatose -p @P -c 8" "ucmatose -s 127.0.0.1 -p @P -c 8" \
@@ -157,6 +165,8 @@ rec ib_send_lat "ib_send_lat -n 1000 -R -p @P" "ib_send_lat -n 1000 -R -p @P 127
 	CONNECT_REQUEST=2 ADDR_RESOLVED=2,ROUTE_RESOLVED=2,ESTABLISHED=2,DISCONNECTED=1
 rec ib_write_bw "ib_write_bw -n 1000 -R -p @P" "ib_write_bw -n 1000 -R -p @P 127.0.0.1" \
 	CONNECT_REQUEST=2 ADDR_RESOLVED=2,ROUTE_RESOLVED=2,ESTABLISHED=2,DISCONNECTED=1
+
+done
 
 # each failure, recorded: the program's own check passes and the report names it
 for p in noone:cm_no_listener reject:cm_rejected silent:cm_timeout addr:cm_addr_error \
