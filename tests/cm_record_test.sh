@@ -198,5 +198,18 @@ PY
 	echo "ok   $c: $code"
 done
 
+# an event never acked: rdma_destroy_id hangs; the program is killed and its
+# trace (ended by the signal) must say the destroy waits forever
+timeout -s TERM 5 "$R" record --softnic -o "$tmp/hang.rbt" -- "$root/tests/cm_hang" >"$tmp/hang.out" 2>&1
+grep -q '^got RDMA_CM_EVENT_ADDR_RESOLVED, destroying' "$tmp/hang.out" || fail "cm_hang: $(cat "$tmp/hang.out")"
+grep -q '^destroy returned' "$tmp/hang.out" && fail "cm_hang: the destroy returned without the ack"
+"$R" report --format=json -o "$tmp/hang.json" "$tmp/hang.rbt" 2>/dev/null || fail "hang: report failed"
+python3 - "$tmp/hang.json" <<'PY' && echo "ok   hang: cm_event_not_acked (error)" || fail "hang: the report does not say the destroy hangs"
+import json, sys
+d = json.load(open(sys.argv[1]))
+f = [x for x in d["findings"] if x["code"] == "cm_event_not_acked"]
+assert f and f[0]["severity"] == "error" and "forever" in f[0]["title"], d["findings"]
+PY
+
 [ $fails -eq 0 ] && echo "all CM recordings passed" || echo "$fails failed"
 exit $((fails > 0))
