@@ -125,10 +125,18 @@ static struct cm_trace *cm_trace_get(struct rbt_analyzer *an, int idx)
 	return &cm->t[idx];
 }
 
+/* Addresses come from the trace: kept printable (a damaged or hostile trace
+ * must not put control characters in the report). */
 static void cm_copy(char *dst, const char *s)
 {
 	size_t n = s ? strnlen(s, CM_ADDR - 1) : 0;
-	memcpy(dst, s ? s : "", n);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		dst[i] = ch < 0x20 || ch >= 0x7f || ch == '<' || ch == '&' || ch == '"' ||
+					 ch == '\\'
+				 ? '?'
+				 : (char)ch;
+	}
 	dst[n] = 0;
 }
 
@@ -929,6 +937,8 @@ static void cm_json_at(FILE *f, const char *key, const struct an_trace *t, uint6
 void an_cm_write_json(struct rbt_analyzer *an, FILE *f)
 {
 	struct an_cm *cm = an->cm;
+	if (!cm_count(cm))
+		return; /* no rdma_cm in the traces: no key (older reports' shape) */
 	fputs(",\n\"connections\":[", f);
 	bool first = true;
 	for (int i = 0; cm && i < cm->nt && i < an->n_traces; i++) {
