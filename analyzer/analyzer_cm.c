@@ -50,6 +50,80 @@ struct cm_rec {
 	char src[CM_ADDR], dst[CM_ADDR];
 };
 
+/* handle -> index, open addressing (key 0: empty). Lookups stay O(1) however
+ * many ids, events or QPs a (hostile) trace holds. */
+struct cm_map {
+	uint64_t *k;
+	uint32_t *v;
+	uint32_t cap, n;
+};
+
+static uint32_t cm_hash(uint64_t k)
+{
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdull;
+	k ^= k >> 33;
+	return (uint32_t)k;
+}
+
+static bool cm_map_get(const struct cm_map *m, uint64_t k, uint32_t *v)
+{
+	if (!k || !m->cap)
+		return false;
+	for (uint32_t i = cm_hash(k) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+		if (!m->k[i])
+			return false;
+		if (m->k[i] == k) {
+			*v = m->v[i];
+			return true;
+		}
+	}
+}
+
+static void cm_map_put(struct cm_map *m, uint64_t k, uint32_t v)
+{
+	if (!k)
+		return;
+	if ((m->n + 1) * 2 > m->cap) {
+		uint32_t nc = m->cap ? m->cap * 2 : 64;
+		uint64_t *nk = calloc(nc, sizeof(*nk));
+		uint32_t *nv = calloc(nc, sizeof(*nv));
+		if (!nk || !nv || nc < m->cap) {
+			free(nk);
+			free(nv);
+			return;
+		}
+		for (uint32_t i = 0; i < m->cap; i++) {
+			if (!m->k[i])
+				continue;
+			uint32_t j = cm_hash(m->k[i]) & (nc - 1);
+			while (nk[j])
+				j = (j + 1) & (nc - 1);
+			nk[j] = m->k[i];
+			nv[j] = m->v[i];
+		}
+		free(m->k);
+		free(m->v);
+		m->k = nk;
+		m->v = nv;
+		m->cap = nc;
+	}
+	uint32_t i = cm_hash(k) & (m->cap - 1);
+	while (m->k[i] && m->k[i] != k)
+		i = (i + 1) & (m->cap - 1);
+	if (!m->k[i])
+		m->n++;
+	m->k[i] = k;
+	m->v[i] = v;
+}
+
+static void cm_map_free(struct cm_map *m)
+{
+	free(m->k);
+	free(m->v);
+	memset(m, 0, sizeof(*m));
+}
+
 struct cm_qp_posts {
 	uint64_t qp, last_post, posts;
 };
@@ -77,6 +151,7 @@ struct cm_conn {
 	int late_ack_type;
 	uint64_t posts_after_disc, last_post;
 	int peer_trace, peer; /* index in the peer trace's conns, -1: none */
+	uint32_t pend_head;   /* 1 + its latest pending event, 0: none */
 };
 
 struct cm_trace {
@@ -84,6 +159,7 @@ struct cm_trace {
 	uint32_t n, cap;
 	struct cm_qp_posts *qps;
 	uint32_t nq, capq;
+	struct cm_map qp_map, conn_map; /* QP handle -> qps[], id -> latest conns[] */
 	struct cm_conn *conns;
 	uint32_t nc, capc;
 };
@@ -142,13 +218,15 @@ static void cm_copy(char *dst, const char *s)
 
 static void cm_posted(struct cm_trace *ct, uint64_t qp, uint64_t ts)
 {
-	for (uint32_t i = 0; i < ct->nq; i++)
-		if (ct->qps[i].qp == qp) {
-			ct->qps[i].posts++;
-			if (ts > ct->qps[i].last_post)
-				ct->qps[i].last_post = ts;
-			return;
-		}
+	uint32_t i;
+	if (!qp)
+		return;
+	if (cm_map_get(&ct->qp_map, qp, &i)) {
+		ct->qps[i].posts++;
+		if (ts > ct->qps[i].last_post)
+			ct->qps[i].last_post = ts;
+		return;
+	}
 	if (ct->nq == ct->capq) {
 		uint32_t nc = ct->capq ? ct->capq * 2 : 16;
 		struct cm_qp_posts *n = realloc(ct->qps, nc * sizeof(*n));
@@ -157,6 +235,7 @@ static void cm_posted(struct cm_trace *ct, uint64_t qp, uint64_t ts)
 		ct->qps = n;
 		ct->capq = nc;
 	}
+	cm_map_put(&ct->qp_map, qp, ct->nq);
 	ct->qps[ct->nq++] = (struct cm_qp_posts){ qp, ts, 1 };
 }
 
@@ -315,21 +394,28 @@ static struct cm_conn *cm_conn_new(struct cm_trace *ct, int trace, uint64_t id)
 static struct cm_conn *cm_conn_of(struct cm_trace *ct, int trace, uint64_t id,
 				  bool create)
 {
+	uint32_t i;
 	if (!id)
 		return NULL;
-	for (uint32_t i = ct->nc; i-- > 0;)
-		if (ct->conns[i].id == id) {
-			if (ct->conns[i].t_destroyed == CM_NONE || !create)
-				return &ct->conns[i];
-			break;
-		}
-	return create ? cm_conn_new(ct, trace, id) : NULL;
+	if (cm_map_get(&ct->conn_map, id, &i) &&
+	    (ct->conns[i].t_destroyed == CM_NONE || !create))
+		return &ct->conns[i];
+	if (!create)
+		return NULL;
+	struct cm_conn *c = cm_conn_new(ct, trace, id);
+	if (c)
+		cm_map_put(&ct->conn_map, id, ct->nc - 1);
+	return c;
 }
 
+/* An event returned and not yet acked. prev_ev: 1 + the one before it with the
+ * same handle (a hostile or lossy trace may reuse one unacked); prev_conn:
+ * 1 + the one before it of the same connection. */
 struct cm_pending {
 	uint64_t ev, ts;
-	uint32_t conn;
+	uint32_t conn, prev_ev, prev_conn;
 	int type;
+	bool done;
 };
 
 static void cm_set(uint64_t *slot, uint64_t v)
@@ -342,7 +428,8 @@ static void cm_build(struct cm_trace *ct, int trace)
 {
 	qsort(ct->recs, ct->n, sizeof(*ct->recs), cm_rec_cmp);
 	struct cm_pending *pend = NULL;
-	uint32_t np = 0, capp = 0;
+	uint32_t np = 0, capp = 0, k;
+	struct cm_map ev_map = { 0 }; /* event handle -> 1 + its latest pending */
 
 	for (uint32_t i = 0; i < ct->n; i++) {
 		const struct cm_rec *r = &ct->recs[i];
@@ -420,14 +507,12 @@ static void cm_build(struct cm_trace *ct, int trace)
 				cm_set(&c->t_destroyed, r->ts_exit);
 				/* librdmacm acks a synchronous id's last event itself
 				 * (in its destroy; softnic's without a call) */
-				for (uint32_t k = 0; c->sync && !r->ret && k < np;) {
-					if (pend[k].conn != (uint32_t)(c - ct->conns)) {
-						k++;
-						continue;
+				for (k = c->pend_head; c->sync && !r->ret && k;
+				     k = pend[k - 1].prev_conn)
+					if (!pend[k - 1].done) {
+						pend[k - 1].done = true;
+						c->acked++;
 					}
-					c->acked++;
-					pend[k] = pend[--np];
-				}
 				break;
 			default:
 				break;
@@ -494,33 +579,42 @@ static void cm_build(struct cm_trace *ct, int trace)
 				pend = n;
 				capp = nc;
 			}
-			pend[np++] =
-				(struct cm_pending){ r->ev, at, (uint32_t)(c - ct->conns),
-						     r->what };
+			uint32_t pk = 0;
+			cm_map_get(&ev_map, r->ev, &pk);
+			pend[np] = (struct cm_pending){
+				r->ev, at,	     (uint32_t)(c - ct->conns),
+				pk,    c->pend_head, r->what,
+				false
+			};
+			np++;
+			c->pend_head = np;
+			cm_map_put(&ev_map, r->ev, np);
 			break;
 		}
 		case RBT_EV_CM_ACK:
-			for (uint32_t k = 0; k < np; k++) {
-				if (pend[k].ev != r->ev)
-					continue;
-				struct cm_conn *pc = &ct->conns[pend[k].conn];
-				uint64_t lag =
-					r->ts > pend[k].ts ? r->ts - pend[k].ts : 0;
+			k = 0;
+			cm_map_get(&ev_map, r->ev, &k);
+			while (k && pend[k - 1].done)
+				k = pend[k - 1].prev_ev;
+			if (k) {
+				struct cm_pending *pp = &pend[k - 1];
+				struct cm_conn *pc = &ct->conns[pp->conn];
+				uint64_t lag = r->ts > pp->ts ? r->ts - pp->ts : 0;
 				if (pc->t_destroy_begin != CM_NONE && !r->nested &&
 				    r->ts >= pc->t_destroy_begin &&
 				    (pc->t_destroyed == CM_NONE ||
 				     r->ts <= pc->t_destroyed) &&
 				    !pc->late_ack_ts) {
 					pc->late_ack_ts = r->ts;
-					pc->late_ack_ev_ts = pend[k].ts;
-					pc->late_ack_type = pend[k].type;
+					pc->late_ack_ev_ts = pp->ts;
+					pc->late_ack_type = pp->type;
 				}
 				pc->acked++;
 				pc->ack_lag_sum += lag;
 				if (lag > pc->ack_lag_max)
 					pc->ack_lag_max = lag;
-				pend[k] = pend[--np];
-				break;
+				pp->done = true;
+				cm_map_put(&ev_map, r->ev, pp->prev_ev);
 			}
 			break;
 		case RBT_EV_CM_ID:
@@ -543,9 +637,10 @@ static void cm_build(struct cm_trace *ct, int trace)
 	/* left unacked: a finding only when the id's destroy began after the event
 	 * was delivered (it waits for the ack); an event delivered to an id that
 	 * was still alive when the process ended hung nothing */
-	for (uint32_t k = 0; k < np; k++) {
+	for (k = 0; k < np; k++) {
 		struct cm_conn *pc = &ct->conns[pend[k].conn];
-		if (pc->t_destroy_begin == CM_NONE || pend[k].ts > pc->t_destroy_begin)
+		if (pend[k].done || pc->t_destroy_begin == CM_NONE ||
+		    pend[k].ts > pc->t_destroy_begin)
 			continue;
 		pc->unacked++;
 		if (pc->unacked_type < 0 || pend[k].ts < pc->unacked_ts) {
@@ -554,48 +649,93 @@ static void cm_build(struct cm_trace *ct, int trace)
 		}
 	}
 	free(pend);
+	cm_map_free(&ev_map);
 	/* posts on a connection's QP after its DISCONNECTED event */
 	for (uint32_t i = 0; i < ct->nc; i++) {
 		struct cm_conn *c = &ct->conns[i];
 		if (!c->qp || c->t_disc_ev == CM_NONE)
 			continue;
-		for (uint32_t q = 0; q < ct->nq; q++)
-			if (ct->qps[q].qp == c->qp && ct->qps[q].last_post > c->t_disc_ev)
-				c->last_post = ct->qps[q].last_post,
-				c->posts_after_disc = 1;
+		uint32_t q;
+		if (cm_map_get(&ct->qp_map, c->qp, &q) &&
+		    ct->qps[q].last_post > c->t_disc_ev)
+			c->last_post = ct->qps[q].last_post, c->posts_after_disc = 1;
 	}
 }
 
+static uint64_t cm_addr_key(const char *a, const char *b)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (; *a; a++)
+		h = (h ^ (unsigned char)*a) * 1099511628211ull;
+	h = (h ^ '|') * 1099511628211ull;
+	for (; *b; b++)
+		h = (h ^ (unsigned char)*b) * 1099511628211ull;
+	return h ? h : 1;
+}
+
+static bool cm_pairable(const struct cm_conn *x, const struct cm_conn *y, bool by_qpn)
+{
+	if (y->role != CM_ROLE_PASSIVE || y->peer >= 0)
+		return false;
+	if (by_qpn)
+		return x->qp_num && y->qp_num && x->peer_qpn == y->qp_num &&
+		       y->peer_qpn == x->qp_num;
+	return !strcmp(x->src, y->dst) && !strcmp(x->dst, y->src);
+}
+
 /* Active <-> passive across traces: each names the other's QP number (the REQ and
- * REP carry them), else the addresses mirror each other. */
+ * REP carry them), else the addresses mirror each other. Passive ids are looked
+ * up by QP number and by address pair (maps per trace). */
 static void cm_pair(struct an_cm *cm)
 {
+	struct cm_map *byq = calloc((size_t)cm->nt, sizeof(*byq));
+	struct cm_map *bya = calloc((size_t)cm->nt, sizeof(*bya));
+
+	if (!byq || !bya)
+		goto out;
+	for (int b = 0; b < cm->nt; b++)
+		for (uint32_t j = 0; j < cm->t[b].nc; j++) {
+			const struct cm_conn *y = &cm->t[b].conns[j];
+			if (y->role != CM_ROLE_PASSIVE)
+				continue;
+			cm_map_put(&byq[b], y->qp_num, j);
+			if (y->src[0] && y->dst[0])
+				cm_map_put(&bya[b], cm_addr_key(y->src, y->dst), j);
+		}
 	for (int a = 0; a < cm->nt; a++)
 		for (uint32_t i = 0; i < cm->t[a].nc; i++) {
 			struct cm_conn *x = &cm->t[a].conns[i];
 			if (x->role != CM_ROLE_ACTIVE || x->peer >= 0)
 				continue;
-			for (int b = 0; b < cm->nt && x->peer < 0; b++) {
-				if (b == a)
-					continue;
-				for (uint32_t j = 0; j < cm->t[b].nc; j++) {
-					struct cm_conn *y = &cm->t[b].conns[j];
-					if (y->role != CM_ROLE_PASSIVE || y->peer >= 0)
-						continue;
-					bool qpn = x->qp_num && y->qp_num &&
-						   x->peer_qpn == y->qp_num &&
-						   y->peer_qpn == x->qp_num;
-					bool addr = x->src[0] && x->dst[0] &&
-						    !strcmp(x->src, y->dst) &&
-						    !strcmp(x->dst, y->src);
-					if (!qpn && !addr)
+			for (int pass = 0; pass < 2 && x->peer < 0; pass++)
+				for (int b = 0; b < cm->nt && x->peer < 0; b++) {
+					uint32_t j;
+					bool hit =
+						b != a &&
+						(pass ? x->src[0] && x->dst[0] &&
+								 cm_map_get(
+									 &bya[b],
+									 cm_addr_key(
+										 x->dst,
+										 x->src),
+									 &j)
+						      : cm_map_get(&byq[b], x->peer_qpn,
+								   &j));
+					if (!hit ||
+					    !cm_pairable(x, &cm->t[b].conns[j], !pass))
 						continue;
 					x->peer_trace = b, x->peer = (int)j;
-					y->peer_trace = a, y->peer = (int)i;
-					break;
+					cm->t[b].conns[j].peer_trace = a;
+					cm->t[b].conns[j].peer = (int)i;
 				}
-			}
 		}
+out:
+	for (int b = 0; byq && bya && b < cm->nt; b++) {
+		cm_map_free(&byq[b]);
+		cm_map_free(&bya[b]);
+	}
+	free(byq);
+	free(bya);
 }
 
 static double cm_span(const struct an_trace *t, uint64_t from, uint64_t to)
@@ -810,6 +950,8 @@ void an_cm_free(struct rbt_analyzer *an)
 		free(cm->t[i].recs);
 		free(cm->t[i].qps);
 		free(cm->t[i].conns);
+		cm_map_free(&cm->t[i].qp_map);
+		cm_map_free(&cm->t[i].conn_map);
 	}
 	free(cm->t);
 	free(cm);
