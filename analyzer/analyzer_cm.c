@@ -976,7 +976,10 @@ static void cm_text_span(FILE *f, const char *label, double ns, bool *first)
 {
 	if (ns < 0)
 		return;
-	fprintf(f, "%s%s %.3f ms", *first ? "    " : ", ", label, ns / 1e6);
+	if (ns < 1e6)
+		fprintf(f, "%s%s %.1f us", *first ? "    " : ", ", label, ns / 1e3);
+	else
+		fprintf(f, "%s%s %.3f ms", *first ? "    " : ", ", label, ns / 1e6);
 	*first = false;
 }
 
