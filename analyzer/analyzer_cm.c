@@ -635,12 +635,16 @@ static void cm_build(struct cm_trace *ct, int trace)
 		}
 	}
 	/* left unacked: a finding only when the id's destroy began after the event
-	 * was delivered (it waits for the ack); an event delivered to an id that
-	 * was still alive when the process ended hung nothing */
+	 * was delivered and never returned (it waits for the ack); an event
+	 * delivered to an id still alive when the process ended hung nothing */
 	for (k = 0; k < np; k++) {
 		struct cm_conn *pc = &ct->conns[pend[k].conn];
 		if (pend[k].done || pc->t_destroy_begin == CM_NONE ||
 		    pend[k].ts > pc->t_destroy_begin)
+			continue;
+		/* a destroy that returned had its acks (librdmacm waits for
+		 * them): the ack's record was lost at the process's end */
+		if (pc->t_destroyed != CM_NONE)
 			continue;
 		pc->unacked++;
 		if (pc->unacked_type < 0 || pend[k].ts < pc->unacked_ts) {
