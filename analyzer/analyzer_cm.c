@@ -1182,21 +1182,11 @@ void an_cm_write_html(struct rbt_analyzer *an, FILE *f)
 					 cm_span(t, c->t_rroute, c->t_rroute_done),
 					 cm_span(t, c->t_connect, c->t_established),
 					 cm_span(t, c->t_request, c->t_accept) };
-			/* addresses are printed by us ("a.b.c.d:port", "[v6]:port"):
-			 * nothing to escape but they come from the trace */
-			fprintf(f, "<tr><td>%d</td><td>0x%" PRIx64 "</td><td>%s</td><td>",
-				i, c->id, cm_role_name(c->role));
-			for (const char *s = c->src; *s; s++)
-				fputs(*s == '<'	  ? "&lt;"
-				      : *s == '&' ? "&amp;"
-						  : (char[2]){ *s, 0 },
-				      f);
-			fputs(" &rarr; ", f);
-			for (const char *s = c->dst; *s; s++)
-				fputs(*s == '<'	  ? "&lt;"
-				      : *s == '&' ? "&amp;"
-						  : (char[2]){ *s, 0 },
-				      f);
+			/* addresses are kept printable without <, & or " (cm_copy) */
+			fprintf(f,
+				"<tr><td>%d</td><td>0x%" PRIx64 "</td><td>%s</td><td>%s "
+				"&rarr; %s",
+				i, c->id, cm_role_name(c->role), c->src, c->dst);
 			fprintf(f, "</td><td>%" PRIu64 "</td>", c->qp_num);
 			for (int s = 0; s < 4; s++) {
 				if (sp[s] < 0)

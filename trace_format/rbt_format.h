@@ -605,31 +605,31 @@ struct rbt_blob {
  * type, set_option's level; qp and qp_num the id's QP after the call; conn_*
  * the rdma_conn_param given to connect/accept (conn_given 0: none);
  * private_data_len and private_data: connect/accept/reject's. */
-#define RBT_CM_FN_LIST(X)                       \
-	X(CREATE_EVENT_CHANNEL, 1, "create_event_channel")         \
-	X(DESTROY_EVENT_CHANNEL, 2, "destroy_event_channel")       \
-	X(CREATE_ID, 3, "create_id")            \
-	X(CREATE_EP, 4, "create_ep")            \
-	X(DESTROY_EP, 5, "destroy_ep")          \
-	X(DESTROY_ID, 6, "destroy_id")          \
-	X(BIND_ADDR, 7, "bind_addr")            \
-	X(RESOLVE_ADDR, 8, "resolve_addr")      \
-	X(RESOLVE_ROUTE, 9, "resolve_route")    \
-	X(CREATE_QP, 10, "create_qp")           \
-	X(CREATE_QP_EX, 11, "create_qp_ex")     \
-	X(DESTROY_QP, 12, "destroy_qp")         \
-	X(CONNECT, 13, "connect")               \
-	X(LISTEN, 14, "listen")                 \
-	X(GET_REQUEST, 15, "get_request")       \
-	X(ACCEPT, 16, "accept")                 \
-	X(REJECT, 17, "reject")                 \
-	X(DISCONNECT, 18, "disconnect")         \
-	X(SET_OPTION, 19, "set_option")         \
-	X(MIGRATE_ID, 20, "migrate_id")         \
-	X(JOIN_MULTICAST, 21, "join_multicast") \
-	X(LEAVE_MULTICAST, 22, "leave_multicast") \
-	X(ESTABLISH, 23, "establish")           \
-	X(INIT_QP_ATTR, 24, "init_qp_attr")     \
+#define RBT_CM_FN_LIST(X)                                       \
+	X(CREATE_EVENT_CHANNEL, 1, "create_event_channel")      \
+	X(DESTROY_EVENT_CHANNEL, 2, "destroy_event_channel")    \
+	X(CREATE_ID, 3, "create_id")                            \
+	X(CREATE_EP, 4, "create_ep")                            \
+	X(DESTROY_EP, 5, "destroy_ep")                          \
+	X(DESTROY_ID, 6, "destroy_id")                          \
+	X(BIND_ADDR, 7, "bind_addr")                            \
+	X(RESOLVE_ADDR, 8, "resolve_addr")                      \
+	X(RESOLVE_ROUTE, 9, "resolve_route")                    \
+	X(CREATE_QP, 10, "create_qp")                           \
+	X(CREATE_QP_EX, 11, "create_qp_ex")                     \
+	X(DESTROY_QP, 12, "destroy_qp")                         \
+	X(CONNECT, 13, "connect")                               \
+	X(LISTEN, 14, "listen")                                 \
+	X(GET_REQUEST, 15, "get_request")                       \
+	X(ACCEPT, 16, "accept")                                 \
+	X(REJECT, 17, "reject")                                 \
+	X(DISCONNECT, 18, "disconnect")                         \
+	X(SET_OPTION, 19, "set_option")                         \
+	X(MIGRATE_ID, 20, "migrate_id")                         \
+	X(JOIN_MULTICAST, 21, "join_multicast")                 \
+	X(LEAVE_MULTICAST, 22, "leave_multicast")               \
+	X(ESTABLISH, 23, "establish")                           \
+	X(INIT_QP_ATTR, 24, "init_qp_attr")                     \
 	X(DESTROY_ID_BEGIN, 25, "destroy_id_begin") /* entry of a destroy_id */
 
 enum rbt_cm_fn {
