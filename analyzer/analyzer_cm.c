@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "analyzer/analyzer_internal.h"
+#include "util/rbt_json.h"
 
 #define CM_ADDR 48
 #define CM_NONE UINT64_MAX
@@ -1070,95 +1071,105 @@ void an_cm_write_text(struct rbt_analyzer *an, FILE *f)
 	fputc('\n', f);
 }
 
-static void cm_json_ns(FILE *f, const char *key, double ns)
+static void cm_json_ns(struct rbt_json *j, const char *key, double ns)
 {
+	rbt_json_key(j, key);
 	if (ns < 0)
-		fprintf(f, ",\"%s\":null", key);
+		rbt_json_null(j);
 	else
-		fprintf(f, ",\"%s\":%.0f", key, ns);
+		rbt_json_dbl(j, "%.0f", ns);
 }
 
-static void cm_json_at(FILE *f, const char *key, const struct an_trace *t, uint64_t ts)
+static void cm_json_at(struct rbt_json *j, const char *key, const struct an_trace *t,
+		       uint64_t ts)
 {
-	cm_json_ns(f, key, ts == CM_NONE ? -1 : an_ticks_ns(t, ts));
+	cm_json_ns(j, key, ts == CM_NONE ? -1 : an_ticks_ns(t, ts));
 }
 
-void an_cm_write_json(struct rbt_analyzer *an, FILE *f)
+static void cm_json_hex(struct rbt_json *j, const char *key, uint64_t v)
+{
+	char b[24];
+	snprintf(b, sizeof(b), "0x%" PRIx64, v);
+	rbt_json_kstr(j, key, b);
+}
+
+void an_cm_write_json(struct rbt_analyzer *an, struct rbt_json *j)
 {
 	struct an_cm *cm = an->cm;
 	if (!cm_count(cm))
 		return; /* no rdma_cm in the traces: no key (older reports' shape) */
-	fputs(",\n\"connections\":[", f);
-	bool first = true;
-	for (int i = 0; cm && i < cm->nt && i < an->n_traces; i++) {
+	rbt_json_key(j, "connections");
+	rbt_json_arr(j);
+	for (int i = 0; i < cm->nt && i < an->n_traces; i++) {
 		struct an_trace *t = an->traces[i];
 		double nst = t->mt->ns_per_tick;
 		for (uint32_t k = 0; k < cm->t[i].nc; k++) {
 			const struct cm_conn *c = &cm->t[i].conns[k];
 			const char *qt = rbt_verbs_name(RBT_NAMES_QP_TYPE, c->qp_type);
-			fprintf(f,
-				"%s{\"trace\":%d,\"id\":\"0x%" PRIx64
-				"\",\"role\":\"%s\",",
-				first ? "" : ",\n", i, c->id, cm_role_name(c->role));
-			first = false;
-			fputs("\"src\":", f);
-			rbt_json_fput_str(f, c->src);
-			fputs(",\"dst\":", f);
-			rbt_json_fput_str(f, c->dst);
-			fprintf(f,
-				",\"synchronous\":%s,\"qp_num\":%" PRIu64
-				",\"qp_type\":\"%s\","
-				"\"peer_qp_num\":%" PRIu64,
-				c->sync ? "true" : "false", c->qp_num, qt ? qt : "",
-				c->peer_qpn);
-			cm_json_ns(f, "addr_resolve_ns",
+			rbt_json_obj(j);
+			rbt_json_ki64(j, "trace", i);
+			cm_json_hex(j, "id", c->id);
+			rbt_json_kstr(j, "role", cm_role_name(c->role));
+			rbt_json_kstr(j, "src", c->src);
+			rbt_json_kstr(j, "dst", c->dst);
+			rbt_json_kbool(j, "synchronous", c->sync);
+			rbt_json_ku64(j, "qp_num", c->qp_num);
+			rbt_json_kstr(j, "qp_type", qt ? qt : "");
+			rbt_json_ku64(j, "peer_qp_num", c->peer_qpn);
+			cm_json_ns(j, "addr_resolve_ns",
 				   cm_span(t, c->t_raddr, c->t_raddr_done));
-			cm_json_ns(f, "route_resolve_ns",
+			cm_json_ns(j, "route_resolve_ns",
 				   cm_span(t, c->t_rroute, c->t_rroute_done));
-			cm_json_ns(f, "connect_ns",
+			cm_json_ns(j, "connect_ns",
 				   cm_span(t, c->t_connect, c->t_established));
-			cm_json_ns(f, "accept_delay_ns",
+			cm_json_ns(j, "accept_delay_ns",
 				   cm_span(t, c->t_request, c->t_accept));
-			cm_json_ns(f, "accept_to_established_ns",
+			cm_json_ns(j, "accept_to_established_ns",
 				   cm_span(t, c->t_accept, c->t_established));
-			cm_json_at(f, "established_at_ns", t, c->t_established);
-			fprintf(f,
-				",\"events\":%" PRIu64
-				",\"get_event_wait_ns\":%.0f,\"acked\":%" PRIu64
-				",\"unacked\":%" PRIu64,
-				c->events, (double)c->wait_ticks * nst, c->acked,
-				c->unacked);
-			cm_json_ns(f, "ack_lag_mean_ns",
+			cm_json_at(j, "established_at_ns", t, c->t_established);
+			rbt_json_ku64(j, "events", c->events);
+			rbt_json_kdbl(j, "get_event_wait_ns", "%.0f",
+				      (double)c->wait_ticks * nst);
+			rbt_json_ku64(j, "acked", c->acked);
+			rbt_json_ku64(j, "unacked", c->unacked);
+			cm_json_ns(j, "ack_lag_mean_ns",
 				   c->acked ? (double)c->ack_lag_sum * nst /
 						      (double)c->acked
 					    : -1);
-			cm_json_ns(f, "ack_lag_max_ns",
+			cm_json_ns(j, "ack_lag_max_ns",
 				   c->acked ? (double)c->ack_lag_max * nst : -1);
-			if (c->err_event >= 0)
-				fprintf(f,
-					",\"error\":{\"event\":\"%s\",\"status\":%" PRId64
-					",\"private_data_len\":%" PRIu64
-					",\"at_ns\":%.0f}",
+			rbt_json_key(j, "error");
+			if (c->err_event >= 0) {
+				rbt_json_obj(j);
+				rbt_json_kstr(
+					j, "event",
 					c->err_event == 1000
 						? "rdma_connect"
-						: cm_ev_name((uint64_t)c->err_event),
-					c->err_status, c->err_pdlen,
-					an_ticks_ns(t, c->err_ts));
-			else
-				fputs(",\"error\":null", f);
-			cm_json_at(f, "disconnect_call_ns", t, c->t_disc_call);
-			cm_json_at(f, "disconnected_event_ns", t, c->t_disc_ev);
-			if (c->peer >= 0)
-				fprintf(f,
-					",\"peer\":{\"trace\":%d,\"id\":\"0x%" PRIx64
-					"\"}}",
-					c->peer_trace,
-					cm->t[c->peer_trace].conns[c->peer].id);
-			else
-				fputs(",\"peer\":null}", f);
+						: cm_ev_name((uint64_t)c->err_event));
+				rbt_json_ki64(j, "status", c->err_status);
+				rbt_json_ku64(j, "private_data_len", c->err_pdlen);
+				rbt_json_kdbl(j, "at_ns", "%.0f",
+					      an_ticks_ns(t, c->err_ts));
+				rbt_json_obj_end(j);
+			} else {
+				rbt_json_null(j);
+			}
+			cm_json_at(j, "disconnect_call_ns", t, c->t_disc_call);
+			cm_json_at(j, "disconnected_event_ns", t, c->t_disc_ev);
+			rbt_json_key(j, "peer");
+			if (c->peer >= 0) {
+				rbt_json_obj(j);
+				rbt_json_ki64(j, "trace", c->peer_trace);
+				cm_json_hex(j, "id",
+					    cm->t[c->peer_trace].conns[c->peer].id);
+				rbt_json_obj_end(j);
+			} else {
+				rbt_json_null(j);
+			}
+			rbt_json_obj_end(j);
 		}
 	}
-	fputc(']', f);
+	rbt_json_arr_end(j);
 }
 
 void an_cm_write_html(struct rbt_analyzer *an, FILE *f)
