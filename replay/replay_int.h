@@ -109,6 +109,7 @@ struct rp_qp {
 	int peer_dir; /* index into dir.qps, -1 */
 	/* completions: [0] send queue, [1] receive queue */
 	struct rp_wclist rec_wc[2], rep_wc[2];
+	uint32_t rec_all[2];		    /* rec_wc[d].n before a stop cut the lists */
 	struct rp_idset send_ids, recv_ids; /* wr_ids posted to each queue */
 	uint32_t replay_state;
 	/* in rp_side.xqp: another process's TGT QP, known only by number */
@@ -195,6 +196,10 @@ struct rp_side {
 	size_t inline_used, inline_cap;
 	pthread_t thr;
 	int timeouts;
+	/* after a divergence: ns its waits spent finding nothing (bounded by
+	 * RBT_REPLAY_DIVERGED_WAIT_MS); the step it stopped at and why */
+	uint64_t wasted_ns;
+	int stop_at, stop_why; /* stop_at: nstep when it ran all */
 	uint64_t cq_events_missed;
 	size_t late_from, late_to; /* report: this side's slice of the lateness */
 	double late_p50, late_p99, late_max;
@@ -231,9 +236,18 @@ struct rp_dir {
 };
 
 /* ---- the divergence list --------------------------------------------------- */
+/* One kind of divergence: the first message, and how many more alike (the same
+ * message but for step numbers, completion indexes and waited times). */
+struct rp_div {
+	char *msg, *key;
+	uint64_t count;
+	long long last_step; /* of the last repeat, -1: none named */
+};
+
 struct rp_report {
-	char **div;
+	struct rp_div *div;
 	int ndiv, capdiv;
+	uint64_t total;
 	pthread_mutex_t lock;
 };
 
@@ -252,6 +266,8 @@ struct rp_job {
 	int peer_is_responder;
 	pthread_barrier_t bar;
 	int poll_timeout_ms;
+	volatile int diverged; /* some side of this process has diverged */
+	uint64_t end_ns;       /* --max-time: the run ends here; 0: none */
 	/* XRC domains opened through a file in the recording are rebuilt through
 	 * one file per recorded host, PREFIX.<host hash>, shared by every side of
 	 * the job (both replayer processes: the listener names it) */
@@ -347,6 +363,11 @@ void rp_go_realtime(struct rp_job *j, int on);
 void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to);
 void rp_side_finish(struct rp_job *j, struct rp_side *s);
 void rp_final_states(struct rp_side *s);
+/* SIGINT/SIGTERM during the run: each side stops at its next step. */
+void rp_signals_catch(int on);
+int rp_signal_caught(void);
+/* A stopped side's recorded completions cut to those it reached. */
+void rp_side_cut(struct rp_side *s);
 
 /* replay_report.c: the fidelity report */
 void rp_diverge(struct rp_job *j, const char *fmt, ...)

@@ -68,8 +68,10 @@ static void rp_job_free(struct rp_job *j)
 		rp_teardown_side(&j->side[i]);
 		rp_side_free(&j->side[i]);
 	}
-	for (int i = 0; i < j->rep.ndiv; i++)
-		free(j->rep.div[i]);
+	for (int i = 0; i < j->rep.ndiv; i++) {
+		free(j->rep.div[i].msg);
+		free(j->rep.div[i].key);
+	}
 	free(j->rep.div);
 	free(j->dir.qps);
 	free(j->dir.mrs);
@@ -184,8 +186,10 @@ static int rp_job_run(struct rp_job *j)
 	int rc;
 
 	j->t0 = rp_now_ns();
-	for (int i = 0; i < j->nside; i++)
+	for (int i = 0; i < j->nside; i++) {
+		j->side[i].stop_at = j->side[i].nstep;
 		rp_run_steps(j, &j->side[i], 0, j->side[i].prefix);
+	}
 	if (j->net_fd >= 0 && (rc = rp_net_barrier(j, "READY")) < 0)
 		return rc;
 	/* Everyone starts 2 ms after the barrier (two processes: the later of
@@ -196,7 +200,20 @@ static int rp_job_run(struct rp_job *j)
 	if (j->net_fd >= 0 && !j->peer_is_responder &&
 	    (rc = rp_net_agree_t0(j, &j->t0)) < 0)
 		return rc;
+	if (j->o->max_time_ms)
+		j->end_ns = j->t0 + j->o->max_time_ms * 1000000ull;
 	rp_job_run_sides(j);
+	for (int i = 0; i < j->nside; i++) {
+		struct rp_side *s = &j->side[i];
+
+		if (s->stop_why == RBT_REPLAY_STOP_DIVERGED)
+			rp_diverge(
+				j,
+				"%s: stopped before step %d of %d: after a divergence, "
+				"its waits found nothing for %d ms in all",
+				s->path, s->stop_at, s->nstep,
+				RBT_REPLAY_DIVERGED_WAIT_MS);
+	}
 	/* Let the peer finish before anyone destroys a QP it still talks to. */
 	if (j->net_fd >= 0)
 		rp_net_barrier(j, "DONE");
@@ -250,13 +267,18 @@ int rbt_replay_run(const char *const *traces, int ntraces,
 	rc = rp_job_load(j, traces);
 	if (!rc)
 		rc = rp_job_setup(j);
-	if (!rc)
+	/* From here a SIGINT/SIGTERM (or --max-time) ends the run with the
+	 * report of what ran; a second signal ends the process. */
+	if (!rc) {
+		rp_signals_catch(1);
 		rc = rp_job_run(j);
+	}
 	if (!rc) {
 		rp_report_print(j, sum);
 		if (o->out)
 			rc = rp_job_record(j);
 	}
+	rp_signals_catch(0);
 	rp_job_free(j);
 	return rc;
 }

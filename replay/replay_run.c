@@ -6,13 +6,17 @@
  *
  * The post path does no allocation and no syscall: everything was prepared by
  * replay_translate.c before the start barrier. Must never block without a
- * bound: every wait has a timeout, shorter once the side has diverged.
+ * bound: every wait has a timeout, shorter once the side has diverged, and
+ * once a side's waits have found nothing for RBT_REPLAY_DIVERGED_WAIT_MS after
+ * a divergence the side stops; SIGINT, SIGTERM and --max-time stop every side
+ * at its next step (a sleep or a wait notices within 10 ms).
  */
 #define _GNU_SOURCE
 #include <endian.h>
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -64,23 +68,98 @@ uint64_t rp_now_ns(void)
 	return rp_mono_ns();
 }
 
-static void rp_wait_until(uint64_t deadline)
+/* ---- stopping: signals, --max-time, the wait budget after a divergence ---- */
+static volatile sig_atomic_t rp_sig;
+static struct sigaction rp_old_int, rp_old_term;
+static int rp_caught_int, rp_caught_term;
+
+static void rp_on_signal(int sig)
 {
-	for (;;) {
+	rp_sig = sig;
+}
+
+/* A signal the caller ignores stays ignored (nohup, a shell's background job).
+ * SA_RESETHAND: a second Ctrl-C ends the process at once. */
+void rp_signals_catch(int on)
+{
+	struct sigaction sa;
+
+	if (!on) {
+		if (rp_caught_int)
+			sigaction(SIGINT, &rp_old_int, NULL);
+		if (rp_caught_term)
+			sigaction(SIGTERM, &rp_old_term, NULL);
+		rp_caught_int = rp_caught_term = 0;
+		return;
+	}
+	rp_sig = 0;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = rp_on_signal;
+	sa.sa_flags = SA_RESETHAND;
+	sigemptyset(&sa.sa_mask);
+	if (!sigaction(SIGINT, NULL, &rp_old_int) && rp_old_int.sa_handler != SIG_IGN)
+		rp_caught_int = !sigaction(SIGINT, &sa, NULL);
+	if (!sigaction(SIGTERM, NULL, &rp_old_term) && rp_old_term.sa_handler != SIG_IGN)
+		rp_caught_term = !sigaction(SIGTERM, &sa, NULL);
+}
+
+int rp_signal_caught(void)
+{
+	return rp_sig;
+}
+
+/* Whether the side must stop now (a signal, --max-time); says why in the side. */
+static int rp_must_stop(struct rp_job *j, struct rp_side *s)
+{
+	if (rp_sig)
+		s->stop_why = RBT_REPLAY_STOP_SIGNAL;
+	else if (j->end_ns && rp_now_ns() >= j->end_ns)
+		s->stop_why = RBT_REPLAY_STOP_MAX_TIME;
+	return s->stop_why != 0;
+}
+
+/* How long a wait may take: normal_ns until something in this process has
+ * diverged; after that at most what is left of the side's budget for waits
+ * that find nothing. 0: the budget is spent, the side stops. */
+static uint64_t rp_wait_limit(struct rp_job *j, struct rp_side *s, uint64_t normal_ns)
+{
+	uint64_t budget = (uint64_t)RBT_REPLAY_DIVERGED_WAIT_MS * 1000000ull;
+
+	if (!j->diverged)
+		return normal_ns;
+	if (s->wasted_ns >= budget) {
+		s->stop_why = RBT_REPLAY_STOP_DIVERGED;
+		return 0;
+	}
+	return budget - s->wasted_ns < normal_ns ? budget - s->wasted_ns : normal_ns;
+}
+
+/* A wait from t_start that ended without what it waited for. */
+static void rp_wasted(struct rp_job *j, struct rp_side *s, uint64_t t_start)
+{
+	if (j->diverged)
+		s->wasted_ns += rp_now_ns() - t_start;
+}
+
+/* 1 when the side must stop instead. Sleeps at most 10 ms at a time. */
+static int rp_wait_until(struct rp_job *j, struct rp_side *s, uint64_t deadline)
+{
+	for (unsigned spins = 0;; spins++) {
 		uint64_t now = rp_now_ns();
 
 		if (now >= deadline)
-			return;
+			return 0;
 		/* Sleep when far, spin the last stretch: a sleep wakes up late. */
 		if (deadline - now > 300000) {
-			struct timespec ts = { 0, (long)(deadline - now - 200000) };
+			uint64_t d = deadline - now - 200000;
+			struct timespec ts = { 0, (long)(d < 10000000 ? d : 10000000) };
 
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec = ts.tv_nsec / 1000000000L;
-				ts.tv_nsec %= 1000000000L;
-			}
+			if (rp_must_stop(j, s))
+				return 1;
 			nanosleep(&ts, NULL);
 		} else {
+			if ((spins & 255) == 0 && rp_must_stop(j, s))
+				return 1;
 #if defined(__x86_64__)
 			_mm_pause();
 #endif
@@ -148,20 +227,29 @@ static void rp_step_modify(struct rp_job *j, struct rp_side *s, struct rp_step *
 			   st->ret ? strerror((int)st->ret) : "succeeded");
 }
 
-static void rp_step_poll(struct rp_job *j, struct rp_side *s, struct rp_step *st, int i)
+/* 1 when the side must stop (what the poll got so far is kept). */
+static int rp_step_poll(struct rp_job *j, struct rp_side *s, struct rp_step *st, int i)
 {
 	const struct rbt_ev_poll_cq *p = &st->ev->u.poll_cq;
 	uint32_t want = p->n_wcs;
-	/* Once a side has diverged, waiting the full time at every poll would only
-	 * make the report late: 200 ms for a few, then 10 ms. */
-	int tmo = s->timeouts == 0 ? j->poll_timeout_ms : s->timeouts < 3 ? 200 : 10;
-
-	if (tmo > j->poll_timeout_ms)
-		tmo = j->poll_timeout_ms;
-	uint64_t give_up = rp_now_ns() + (uint64_t)tmo * 1000000ull;
+	/* Once the process has diverged, waiting the full time at every poll
+	 * would only make the report late: 200 ms for a few, then 10 ms, and no
+	 * more than the side's budget allows in all. */
+	uint64_t tmo = (uint64_t)(s->timeouts == 0  ? j->poll_timeout_ms
+				  : s->timeouts < 3 ? 200
+						    : 10) *
+		       1000000ull;
+	uint64_t give_up;
 	unsigned spins = 0;
+	int stop = 0;
 
+	if (tmo > (uint64_t)j->poll_timeout_ms * 1000000ull)
+		tmo = (uint64_t)j->poll_timeout_ms * 1000000ull;
 	st->t_issue = rp_now_ns();
+	tmo = rp_wait_limit(j, s, tmo);
+	if (!tmo)
+		return 1;
+	give_up = st->t_issue + tmo;
 	while (st->got < want) {
 		int n;
 
@@ -182,12 +270,20 @@ static void rp_step_poll(struct rp_job *j, struct rp_side *s, struct rp_step *st
 			continue;
 		}
 		if ((++spins & 255) == 0) {
-			if (rp_now_ns() > give_up) {
+			uint64_t now = rp_now_ns();
+
+			if (rp_must_stop(j, s)) {
+				stop = 1;
+				break;
+			}
+			if (now > give_up) {
 				s->timeouts++;
+				rp_wasted(j, s, st->t_issue);
 				rp_diverge(j,
 					   "%s: step %d: expected %u completions, got %u "
-					   "within %d ms",
-					   s->path, i, want, st->got, tmo);
+					   "(waited %llu ms)",
+					   s->path, i, want, st->got,
+					   (unsigned long long)(tmo / 1000000ull));
 				break;
 			}
 			/* let softnic's helper thread (and on a 2-CPU machine the
@@ -199,14 +295,17 @@ static void rp_step_poll(struct rp_job *j, struct rp_side *s, struct rp_step *st
 	st->t_exit = rp_now_ns();
 	st->ret = st->got;
 	/* matched against the recording after the run (rp_collect_completions) */
+	return stop;
 }
 
-static void rp_step_cq_event(struct rp_job *j, struct rp_side *s, struct rp_step *st)
+/* 1 when the side must stop instead. */
+static int rp_step_cq_event(struct rp_job *j, struct rp_side *s, struct rp_step *st)
 {
 	struct rp_cq *c = st->cq;
 	struct ibv_comp_channel *ch = c->nch;
-	int tmo = s->timeouts ? 50 : 1000;
+	uint64_t tmo = (j->diverged ? 50 : 1000) * 1000000ull;
 	uint64_t give_up;
+	int stop = 0;
 	struct pollfd pfd;
 	struct ibv_cq *cq;
 	void *ctx;
@@ -214,9 +313,12 @@ static void rp_step_cq_event(struct rp_job *j, struct rp_side *s, struct rp_step
 	st->t_issue = rp_now_ns();
 	if (!ch) {
 		st->skipped = 1;
-		return;
+		return 0;
 	}
-	give_up = st->t_issue + (uint64_t)tmo * 1000000ull;
+	tmo = rp_wait_limit(j, s, tmo);
+	if (!tmo)
+		return 1;
+	give_up = st->t_issue + tmo;
 	pfd.fd = ch->fd;
 	pfd.events = POLLIN;
 	/* The program slept here until a completion arrived after its arm. A replay
@@ -247,12 +349,18 @@ static void rp_step_cq_event(struct rp_job *j, struct rp_side *s, struct rp_step
 			st->ret = 0;
 			break;
 		}
-		if (rp_now_ns() > give_up)
+		if (rp_must_stop(j, s)) {
+			stop = 1;
 			break;
+		}
+		if (rp_now_ns() > give_up) {
+			rp_wasted(j, s, st->t_issue);
+			break;
+		}
 		if (poll(&pfd, 1, 1) == 1)
 			continue;
 	}
-	if (st->ret) {
+	if (st->ret && !stop) {
 		s->cq_events_missed++;
 		if (getenv("RBTRACE_REPLAY_DEBUG"))
 			fprintf(j->log,
@@ -260,6 +368,7 @@ static void rp_step_cq_event(struct rp_job *j, struct rp_side *s, struct rp_step
 				s->path, (int)(st - s->step), ch->fd);
 	}
 	st->t_exit = rp_now_ns();
+	return stop;
 }
 
 void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to)
@@ -270,6 +379,8 @@ void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to)
 		 anchor_rec = j->same_clock ? j->rec_epoch : s->rec_epoch_ns;
 	uint64_t rec_epoch = anchor_rec;
 
+	if (s->stop_why)
+		return;
 	for (int i = from; i < to; i++) {
 		struct rp_step *st = &s->step[i];
 		const struct rbt_event *e = st->ev;
@@ -295,8 +406,14 @@ void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to)
 				st->deadline = anchor_rep + (uint64_t)(off > 0 ? off : 0);
 			}
 			st->ready = rp_now_ns();
-			if (st->deadline)
-				rp_wait_until(st->deadline);
+			if (st->deadline && rp_wait_until(j, s, st->deadline)) {
+				s->stop_at = i;
+				return;
+			}
+		}
+		if (rp_must_stop(j, s)) {
+			s->stop_at = i;
+			return;
 		}
 		switch (e->type) {
 		case RBT_EV_QP_MODIFY:
@@ -319,7 +436,10 @@ void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to)
 			st->t_exit = rp_now_ns();
 			break;
 		case RBT_EV_POLL_CQ:
-			rp_step_poll(j, s, st, i);
+			if (rp_step_poll(j, s, st, i)) {
+				s->stop_at = i;
+				return;
+			}
 			anchor_rep = st->t_exit;
 			anchor_rec = st->rec_exit_ns;
 			break;
@@ -336,7 +456,10 @@ void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to)
 			st->t_exit = st->t_issue;
 			break;
 		case RBT_EV_GET_CQ_EVENT:
-			rp_step_cq_event(j, s, st);
+			if (rp_step_cq_event(j, s, st)) {
+				s->stop_at = i;
+				return;
+			}
 			anchor_rep = st->t_exit;
 			anchor_rec = st->rec_exit_ns;
 			break;
@@ -450,17 +573,24 @@ static void rp_drain_owed(struct rp_job *j, struct rp_side *s)
 {
 	for (int ci = 0; ci < s->ncq; ci++) {
 		struct rp_cq *c = &s->cq[ci];
-		int tmo = s->timeouts == 0  ? j->poll_timeout_ms
-			  : s->timeouts < 3 ? 200
-					    : 10;
-		uint64_t give_up;
+		uint64_t tmo = (uint64_t)(s->timeouts == 0  ? j->poll_timeout_ms
+					  : s->timeouts < 3 ? 200
+							    : 10) *
+			       1000000ull;
+		uint64_t give_up, t_start;
 		unsigned spins = 0;
 
 		if (!c->cq || !rp_cq_owed(s, ci))
 			continue;
-		if (tmo > j->poll_timeout_ms)
-			tmo = j->poll_timeout_ms;
-		give_up = rp_now_ns() + (uint64_t)tmo * 1000000ull;
+		if (tmo > (uint64_t)j->poll_timeout_ms * 1000000ull)
+			tmo = (uint64_t)j->poll_timeout_ms * 1000000ull;
+		t_start = rp_now_ns();
+		tmo = rp_wait_limit(j, s, tmo);
+		if (!tmo) {
+			s->stop_why = 0; /* every step ran: only the drain ends */
+			return;
+		}
+		give_up = t_start + tmo;
 		while (rp_cq_owed(s, ci)) {
 			struct ibv_wc wc[16];
 			int n = 0;
@@ -481,8 +611,11 @@ static void rp_drain_owed(struct rp_job *j, struct rp_side *s)
 				continue;
 			if ((++spins & 255) == 0) {
 				/* the report names what is still missing */
-				if (rp_now_ns() > give_up) {
+				uint64_t now = rp_now_ns();
+
+				if (now > give_up || rp_sig) {
 					s->timeouts++;
+					rp_wasted(j, s, t_start);
 					break;
 				}
 				if ((spins & 1023) == 0)
@@ -492,10 +625,37 @@ static void rp_drain_owed(struct rp_job *j, struct rp_side *s)
 	}
 }
 
+/* A side that stopped early is compared up to where it stopped: the recorded
+ * completions of the poll steps it never reached are set aside (rec_all keeps
+ * how many there were). */
+void rp_side_cut(struct rp_side *s)
+{
+	uint64_t cut = s->stop_at < s->nstep ? s->step[s->stop_at].rec_ns : UINT64_MAX;
+
+	for (int i = 0; i < s->nqp + s->nxqp; i++) {
+		struct rp_qp *q = i < s->nqp ? &s->qp[i] : &s->xqp[i - s->nqp];
+
+		for (int d = 0; d < 2; d++) {
+			struct rp_wclist *l = &q->rec_wc[d];
+			uint32_t n = 0;
+
+			q->rec_all[d] = l->n;
+			while (cut != UINT64_MAX && n < l->n &&
+			       rp_abs_ns(s, l->v[n].ts) < cut)
+				n++;
+			if (cut != UINT64_MAX)
+				l->n = n;
+		}
+	}
+}
+
 void rp_side_finish(struct rp_job *j, struct rp_side *s)
 {
 	rp_collect_completions(j, s);
-	rp_drain_owed(j, s);
+	rp_side_cut(s);
+	/* a side that stopped owes nothing more: its report is what it ran */
+	if (!s->stop_why)
+		rp_drain_owed(j, s);
 }
 
 /* ---- after the run: each QP's end state, for the report ------------------------ */
