@@ -705,7 +705,7 @@ TEST_F(ReplayRecorded, PacerInEveryTimingMode)
 			<< m << ": " << out;
 		EXPECT_NE(std::string::npos,
 			  out.find("\"completions\":{\"expected\":1000,"
-				   "\"matched\":1000}"))
+				   "\"matched\":1000,\"recorded\":1000}"))
 			<< m << ": " << out;
 	}
 }
