@@ -140,6 +140,23 @@ struct rp_step {
 	int skipped;
 };
 
+/* A recorded thread of a side (its stream): replayed by a thread of its own,
+ * in its own order, with its own waits. Before a post or a modify it waits
+ * until every other lane of the side has done the polls, completion-event
+ * waits and modifies that had returned before it in the recording (gate). */
+struct rp_lane {
+	struct rp_side *s;
+	uint32_t stream;
+	int *idx;	   /* its steps, in order; NULL: the range [from, to) */
+	int n, from, to;   /* how many; the range */
+	uint64_t *gate_at; /* the earliest recorded return of its gating steps
+			    * from idx[k] on (UINT64_MAX: none left) */
+	uint64_t gate;	   /* published as it goes (atomic) */
+	int timeouts, stop_why, stop_at, ran;
+	uint64_t wasted_ns, xwaits;
+	pthread_t thr;
+};
+
 struct rp_side {
 	int idx;
 	const char *path;
@@ -194,12 +211,15 @@ struct rp_side {
 	uint64_t mem_bytes;
 	uint8_t *inline_pool; /* inline sends that point outside every MR */
 	size_t inline_used, inline_cap;
-	pthread_t thr;
-	int timeouts;
-	/* after a divergence: ns its waits spent finding nothing (bounded by
-	 * RBT_REPLAY_DIVERGED_WAIT_MS); the step it stopped at and why */
-	uint64_t wasted_ns;
-	int stop_at, stop_why; /* stop_at: nstep when it ran all */
+	/* the step it stopped at and why (each lane's: see rp_lane) */
+	int stop_at, stop_why; /* stop_at: nstep when it ran all (the earliest
+				* of its lanes' stops) */
+	int nran;	       /* steps run */
+	/* one lane per recorded thread (the steps from the prefix on); the
+	 * prefix and the drain at the end run as lane pre */
+	struct rp_lane *lane, pre;
+	int nlane;
+	uint64_t xwaits; /* posts and modifies that waited for another lane */
 	uint64_t cq_events_missed;
 	size_t late_from, late_to; /* report: this side's slice of the lateness */
 	double late_p50, late_p99, late_max;
@@ -360,7 +380,11 @@ int rp_prepare_side(struct rp_job *j, struct rp_side *s);
 void rp_clock_init(void);
 uint64_t rp_now_ns(void);
 void rp_go_realtime(struct rp_job *j, int on);
-void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to);
+void rp_run_lane(struct rp_job *j, struct rp_lane *L);
+/* The lanes of a side (replay_timeline.c, after the prefix is known). */
+int rp_lanes_build(struct rp_side *s);
+/* The lanes' outcome into the side (after every lane's thread ended). */
+void rp_lanes_done(struct rp_side *s);
 void rp_side_finish(struct rp_job *j, struct rp_side *s);
 void rp_final_states(struct rp_side *s);
 /* SIGINT/SIGTERM during the run: each side stops at its next step. */

@@ -17,8 +17,7 @@
 
 struct rp_thread_arg {
 	struct rp_job *j;
-	struct rp_side *s;
-	int from, to;
+	struct rp_lane *L;
 };
 
 static void *rp_thread(void *arg)
@@ -26,8 +25,7 @@ static void *rp_thread(void *arg)
 	struct rp_thread_arg *a = arg;
 
 	rp_go_realtime(a->j, 1);
-	rp_run_steps(a->j, a->s, a->from, a->to);
-	rp_side_finish(a->j, a->s);
+	rp_run_lane(a->j, a->L);
 	return NULL;
 }
 
@@ -152,32 +150,50 @@ static int rp_job_setup(struct rp_job *j)
 	return rc;
 }
 
-/* One thread per side (the caller's own when there is one side, or when a
- * thread cannot be had), all from the agreed start. */
+/* One thread per recorded thread (lane) of every side (the caller's own when
+ * there is one in all, or when a thread cannot be had: such a lane runs after
+ * the others, which then wait for its order only up to the poll timeout), all
+ * from the agreed start; then each side's completions, and those it owes. */
 static void rp_job_run_sides(struct rp_job *j)
 {
-	struct rp_thread_arg args[RP_MAX_SIDES];
-	int n = j->nside;
+	struct rp_thread_arg *args;
+	int n = 0, k = 0;
+	uint8_t *own;
 
-	for (int i = 0; i < n; i++) {
-		args[i] = (struct rp_thread_arg){ j, &j->side[i], j->side[i].prefix,
-						  j->side[i].nstep };
-		if (n == 1 || pthread_create(&j->side[i].thr, NULL, rp_thread, &args[i]))
-			j->side[i].thr = 0;
-	}
-	if (n == 1) {
-		rp_go_realtime(j, 1);
-		rp_run_steps(j, &j->side[0], args[0].from, args[0].to);
-		rp_side_finish(j, &j->side[0]);
-		rp_go_realtime(j, 0);
-	}
-	for (int i = 0; i < n; i++)
-		if (j->side[i].thr) {
-			pthread_join(j->side[i].thr, NULL);
-		} else if (n > 1) {
-			rp_run_steps(j, &j->side[i], args[i].from, args[i].to);
-			rp_side_finish(j, &j->side[i]);
+	for (int i = 0; i < j->nside; i++)
+		n += j->side[i].nlane;
+	args = calloc((size_t)n + 1, sizeof(*args));
+	own = calloc((size_t)n + 1, 1);
+	for (int i = 0; i < j->nside; i++)
+		for (int l = 0; l < j->side[i].nlane; l++, k++) {
+			struct rp_lane *L = &j->side[i].lane[l];
+
+			L->stop_why = j->side[i].pre.stop_why;
+			if (!args || !own)
+				continue;
+			args[k] = (struct rp_thread_arg){ j, L };
+			own[k] = n > 1 &&
+				 !pthread_create(&L->thr, NULL, rp_thread, &args[k]);
 		}
+	k = 0;
+	for (int i = 0; i < j->nside; i++)
+		for (int l = 0; l < j->side[i].nlane; l++, k++) {
+			struct rp_lane *L = &j->side[i].lane[l];
+
+			if (own && own[k]) {
+				pthread_join(L->thr, NULL);
+				continue;
+			}
+			rp_go_realtime(j, 1);
+			rp_run_lane(j, L);
+			rp_go_realtime(j, 0);
+		}
+	free(args);
+	free(own);
+	for (int i = 0; i < j->nside; i++) {
+		rp_lanes_done(&j->side[i]);
+		rp_side_finish(j, &j->side[i]);
+	}
 }
 
 /* Prefixes (connect, pre-post receives), then everyone starts together. */
@@ -187,8 +203,11 @@ static int rp_job_run(struct rp_job *j)
 
 	j->t0 = rp_now_ns();
 	for (int i = 0; i < j->nside; i++) {
-		j->side[i].stop_at = j->side[i].nstep;
-		rp_run_steps(j, &j->side[i], 0, j->side[i].prefix);
+		struct rp_side *s = &j->side[i];
+
+		s->stop_at = s->nstep;
+		s->pre = (struct rp_lane){ .s = s, .from = 0, .to = s->prefix };
+		rp_run_lane(j, &s->pre);
 	}
 	if (j->net_fd >= 0 && (rc = rp_net_barrier(j, "READY")) < 0)
 		return rc;

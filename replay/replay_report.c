@@ -389,7 +389,9 @@ static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
 			     s->own_max);
 		rbt_json_ku64(w, "cq_events_missed", s->cq_events_missed);
 		rbt_json_ku64(w, "steps", (uint64_t)s->nstep);
-		rbt_json_ku64(w, "steps_run", (uint64_t)s->stop_at);
+		rbt_json_ku64(w, "steps_run", (uint64_t)s->nran);
+		rbt_json_ku64(w, "threads", (uint64_t)s->nlane);
+		rbt_json_ku64(w, "cross_thread_waits", s->xwaits);
 		rbt_json_kstr(w, "stopped", stop_names[s->stop_why & 3]);
 		rbt_json_obj_end(w);
 	}
@@ -549,7 +551,13 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 
 		if (s->stop_why)
 			fprintf(f, "stopped: %s ran %d of %d steps (%s)\n", s->path,
-				s->stop_at, s->nstep, rp_stop_text(j, s->stop_why, sum));
+				s->nran, s->nstep, rp_stop_text(j, s->stop_why, sum));
+		if (s->nlane > 1)
+			fprintf(f,
+				"threads: %s: %d recorded threads, each replayed by its "
+				"own; %llu posts/modifies waited for another thread's "
+				"step recorded before them\n",
+				s->path, s->nlane, (unsigned long long)s->xwaits);
 	}
 	if (j->nside > 1) {
 		rp_text_side_late(j, f, 0);

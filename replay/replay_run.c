@@ -108,8 +108,8 @@ int rp_signal_caught(void)
 	return rp_sig;
 }
 
-/* Whether the side must stop now (a signal, --max-time); says why in the side. */
-static int rp_must_stop(struct rp_job *j, struct rp_side *s)
+/* Whether the lane must stop now (a signal, --max-time); says why in it. */
+static int rp_must_stop(struct rp_job *j, struct rp_lane *s)
 {
 	if (rp_sig)
 		s->stop_why = RBT_REPLAY_STOP_SIGNAL;
@@ -121,7 +121,7 @@ static int rp_must_stop(struct rp_job *j, struct rp_side *s)
 /* How long a wait may take: normal_ns until something in this process has
  * diverged; after that at most what is left of the side's budget for waits
  * that find nothing. 0: the budget is spent, the side stops. */
-static uint64_t rp_wait_limit(struct rp_job *j, struct rp_side *s, uint64_t normal_ns)
+static uint64_t rp_wait_limit(struct rp_job *j, struct rp_lane *s, uint64_t normal_ns)
 {
 	uint64_t budget = (uint64_t)RBT_REPLAY_DIVERGED_WAIT_MS * 1000000ull;
 
@@ -135,14 +135,14 @@ static uint64_t rp_wait_limit(struct rp_job *j, struct rp_side *s, uint64_t norm
 }
 
 /* A wait from t_start that ended without what it waited for. */
-static void rp_wasted(struct rp_job *j, struct rp_side *s, uint64_t t_start)
+static void rp_wasted(struct rp_job *j, struct rp_lane *s, uint64_t t_start)
 {
 	if (j->diverged)
 		s->wasted_ns += rp_now_ns() - t_start;
 }
 
 /* 1 when the side must stop instead. Sleeps at most 10 ms at a time. */
-static int rp_wait_until(struct rp_job *j, struct rp_side *s, uint64_t deadline)
+static int rp_wait_until(struct rp_job *j, struct rp_lane *s, uint64_t deadline)
 {
 	for (unsigned spins = 0;; spins++) {
 		uint64_t now = rp_now_ns();
@@ -228,15 +228,16 @@ static void rp_step_modify(struct rp_job *j, struct rp_side *s, struct rp_step *
 }
 
 /* 1 when the side must stop (what the poll got so far is kept). */
-static int rp_step_poll(struct rp_job *j, struct rp_side *s, struct rp_step *st, int i)
+static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i)
 {
+	struct rp_side *s = L->s;
 	const struct rbt_ev_poll_cq *p = &st->ev->u.poll_cq;
 	uint32_t want = p->n_wcs;
 	/* Once the process has diverged, waiting the full time at every poll
 	 * would only make the report late: 200 ms for a few, then 10 ms, and no
 	 * more than the side's budget allows in all. */
-	uint64_t tmo = (uint64_t)(s->timeouts == 0  ? j->poll_timeout_ms
-				  : s->timeouts < 3 ? 200
+	uint64_t tmo = (uint64_t)(L->timeouts == 0  ? j->poll_timeout_ms
+				  : L->timeouts < 3 ? 200
 						    : 10) *
 		       1000000ull;
 	uint64_t give_up;
@@ -246,7 +247,7 @@ static int rp_step_poll(struct rp_job *j, struct rp_side *s, struct rp_step *st,
 	if (tmo > (uint64_t)j->poll_timeout_ms * 1000000ull)
 		tmo = (uint64_t)j->poll_timeout_ms * 1000000ull;
 	st->t_issue = rp_now_ns();
-	tmo = rp_wait_limit(j, s, tmo);
+	tmo = rp_wait_limit(j, L, tmo);
 	if (!tmo)
 		return 1;
 	give_up = st->t_issue + tmo;
@@ -272,13 +273,13 @@ static int rp_step_poll(struct rp_job *j, struct rp_side *s, struct rp_step *st,
 		if ((++spins & 255) == 0) {
 			uint64_t now = rp_now_ns();
 
-			if (rp_must_stop(j, s)) {
+			if (rp_must_stop(j, L)) {
 				stop = 1;
 				break;
 			}
 			if (now > give_up) {
-				s->timeouts++;
-				rp_wasted(j, s, st->t_issue);
+				L->timeouts++;
+				rp_wasted(j, L, st->t_issue);
 				rp_diverge(j,
 					   "%s: step %d: expected %u completions, got %u "
 					   "(waited %llu ms)",
@@ -299,8 +300,9 @@ static int rp_step_poll(struct rp_job *j, struct rp_side *s, struct rp_step *st,
 }
 
 /* 1 when the side must stop instead. */
-static int rp_step_cq_event(struct rp_job *j, struct rp_side *s, struct rp_step *st)
+static int rp_step_cq_event(struct rp_job *j, struct rp_lane *L, struct rp_step *st)
 {
+	struct rp_side *s = L->s;
 	struct rp_cq *c = st->cq;
 	struct ibv_comp_channel *ch = c->nch;
 	uint64_t tmo = (j->diverged ? 50 : 1000) * 1000000ull;
@@ -315,7 +317,7 @@ static int rp_step_cq_event(struct rp_job *j, struct rp_side *s, struct rp_step 
 		st->skipped = 1;
 		return 0;
 	}
-	tmo = rp_wait_limit(j, s, tmo);
+	tmo = rp_wait_limit(j, L, tmo);
 	if (!tmo)
 		return 1;
 	give_up = st->t_issue + tmo;
@@ -349,19 +351,19 @@ static int rp_step_cq_event(struct rp_job *j, struct rp_side *s, struct rp_step 
 			st->ret = 0;
 			break;
 		}
-		if (rp_must_stop(j, s)) {
+		if (rp_must_stop(j, L)) {
 			stop = 1;
 			break;
 		}
 		if (rp_now_ns() > give_up) {
-			rp_wasted(j, s, st->t_issue);
+			rp_wasted(j, L, st->t_issue);
 			break;
 		}
 		if (poll(&pfd, 1, 1) == 1)
 			continue;
 	}
 	if (st->ret && !stop) {
-		s->cq_events_missed++;
+		__atomic_fetch_add(&s->cq_events_missed, 1, __ATOMIC_RELAXED);
 		if (getenv("RBTRACE_REPLAY_DEBUG"))
 			fprintf(j->log,
 				"%s: step %d: no completion event on channel fd %d\n",
@@ -371,22 +373,90 @@ static int rp_step_cq_event(struct rp_job *j, struct rp_side *s, struct rp_step 
 	return stop;
 }
 
-void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to)
+/* Another recorded thread's order: before a post or a modify at recorded time
+ * t, every other lane of the side must have done the polls, completion-event
+ * waits and modifies that had returned before t in the recording (each lane
+ * publishes the earliest return among those it has not done). Bounded by the
+ * poll timeout like any wait; 1 when the lane must stop. */
+static int rp_gate_wait(struct rp_job *j, struct rp_lane *L, uint64_t t, int i)
 {
+	struct rp_side *s = L->s;
+	uint64_t t0 = 0, lim = 0;
+	unsigned spins = 0;
+
+	for (int l = 0; l < s->nlane; l++) {
+		struct rp_lane *A = &s->lane[l];
+
+		if (A == L)
+			continue;
+		while (__atomic_load_n(&A->gate, __ATOMIC_ACQUIRE) < t) {
+			if (!t0) {
+				t0 = rp_now_ns();
+				lim = rp_wait_limit(
+					j, L, (uint64_t)j->poll_timeout_ms * 1000000ull);
+				L->xwaits++;
+				if (!lim)
+					return 1;
+			}
+			if ((++spins & 255) == 0) {
+				if (rp_must_stop(j, L))
+					return 1;
+				if (rp_now_ns() - t0 > lim) {
+					L->timeouts++;
+					rp_wasted(j, L, t0);
+					rp_diverge(
+						j,
+						"%s: step %d: thread %u's step before it "
+						"(thread %u) did not come (waited %llu "
+						"ms)",
+						s->path, i, L->stream, A->stream,
+						(unsigned long long)(lim / 1000000ull));
+					break;
+				}
+				if ((spins & 1023) == 0)
+					sched_yield();
+			}
+#if defined(__x86_64__)
+			_mm_pause();
+#endif
+		}
+	}
+	return 0;
+}
+
+static void rp_lane_publish(struct rp_lane *L, int k)
+{
+	if (L->gate_at)
+		__atomic_store_n(&L->gate, k < L->n ? L->gate_at[k] : UINT64_MAX,
+				 __ATOMIC_RELEASE);
+}
+
+/* Runs a lane's steps (lane pre: the range from..to, on one thread). */
+void rp_run_lane(struct rp_job *j, struct rp_lane *L)
+{
+	struct rp_side *s = L->s;
 	const struct rbt_replay_opts *o = j->o;
 	double scale = o->timing == RBT_REPLAY_SCALE ? o->scale : 1.0;
 	uint64_t anchor_rep = j->t0,
 		 anchor_rec = j->same_clock ? j->rec_epoch : s->rec_epoch_ns;
 	uint64_t rec_epoch = anchor_rec;
 
-	if (s->stop_why)
+	int n = L->idx ? L->n : L->to - L->from, cur = -1;
+
+	L->stop_at = -1;
+	if (L->stop_why) {
+		L->stop_at = L->idx ? (L->n ? L->idx[0] : s->nstep) : L->from;
 		return;
-	for (int i = from; i < to; i++) {
+	}
+	for (int k = 0; k < n; k++) {
+		int i = L->idx ? L->idx[k] : L->from + k;
 		struct rp_step *st = &s->step[i];
 		const struct rbt_event *e = st->ev;
 		struct ibv_send_wr *bs;
 		struct ibv_recv_wr *br;
 
+		cur = i;
+		rp_lane_publish(L, k);
 		if (st->skipped)
 			continue;
 		st->deadline = 0;
@@ -406,15 +476,16 @@ void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to)
 				st->deadline = anchor_rep + (uint64_t)(off > 0 ? off : 0);
 			}
 			st->ready = rp_now_ns();
-			if (st->deadline && rp_wait_until(j, s, st->deadline)) {
-				s->stop_at = i;
-				return;
-			}
+			if (st->deadline && rp_wait_until(j, L, st->deadline))
+				goto stop;
 		}
-		if (rp_must_stop(j, s)) {
-			s->stop_at = i;
-			return;
-		}
+		if (rp_must_stop(j, L))
+			goto stop;
+		if (s->nlane > 1 && L->idx &&
+		    (e->type == RBT_EV_POST_SEND || e->type == RBT_EV_POST_RECV ||
+		     e->type == RBT_EV_POST_SRQ_RECV || e->type == RBT_EV_QP_MODIFY) &&
+		    rp_gate_wait(j, L, st->rec_ns, i))
+			goto stop;
 		switch (e->type) {
 		case RBT_EV_QP_MODIFY:
 			rp_step_modify(j, s, st, i);
@@ -436,10 +507,8 @@ void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to)
 			st->t_exit = rp_now_ns();
 			break;
 		case RBT_EV_POLL_CQ:
-			if (rp_step_poll(j, s, st, i)) {
-				s->stop_at = i;
-				return;
-			}
+			if (rp_step_poll(j, L, st, i))
+				goto stop;
 			anchor_rep = st->t_exit;
 			anchor_rec = st->rec_exit_ns;
 			break;
@@ -456,10 +525,8 @@ void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to)
 			st->t_exit = st->t_issue;
 			break;
 		case RBT_EV_GET_CQ_EVENT:
-			if (rp_step_cq_event(j, s, st)) {
-				s->stop_at = i;
-				return;
-			}
+			if (rp_step_cq_event(j, L, st))
+				goto stop;
 			anchor_rep = st->t_exit;
 			anchor_rec = st->rec_exit_ns;
 			break;
@@ -477,7 +544,13 @@ void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to)
 					   s->path, i, rbt_event_name(e->type),
 					   (long long)st->ret, (long long)rec);
 		}
+		L->ran++;
 	}
+	rp_lane_publish(L, n);
+	return;
+stop:
+	L->stop_at = cur;
+	rp_lane_publish(L, n);
 }
 
 /* A shared machine preempts a spinning replayer for milliseconds; SCHED_FIFO keeps
@@ -571,10 +644,12 @@ static uint32_t rp_cq_owed(const struct rp_side *s, int ci)
  * the report accepts those beyond the recorded count only as successes. */
 static void rp_drain_owed(struct rp_job *j, struct rp_side *s)
 {
+	struct rp_lane *L = &s->pre; /* its timeouts and budget: all lanes' */
+
 	for (int ci = 0; ci < s->ncq; ci++) {
 		struct rp_cq *c = &s->cq[ci];
-		uint64_t tmo = (uint64_t)(s->timeouts == 0  ? j->poll_timeout_ms
-					  : s->timeouts < 3 ? 200
+		uint64_t tmo = (uint64_t)(L->timeouts == 0  ? j->poll_timeout_ms
+					  : L->timeouts < 3 ? 200
 							    : 10) *
 			       1000000ull;
 		uint64_t give_up, t_start;
@@ -585,9 +660,9 @@ static void rp_drain_owed(struct rp_job *j, struct rp_side *s)
 		if (tmo > (uint64_t)j->poll_timeout_ms * 1000000ull)
 			tmo = (uint64_t)j->poll_timeout_ms * 1000000ull;
 		t_start = rp_now_ns();
-		tmo = rp_wait_limit(j, s, tmo);
+		tmo = rp_wait_limit(j, L, tmo);
 		if (!tmo) {
-			s->stop_why = 0; /* every step ran: only the drain ends */
+			L->stop_why = 0; /* every step ran: only the drain ends */
 			return;
 		}
 		give_up = t_start + tmo;
@@ -614,8 +689,8 @@ static void rp_drain_owed(struct rp_job *j, struct rp_side *s)
 				uint64_t now = rp_now_ns();
 
 				if (now > give_up || rp_sig) {
-					s->timeouts++;
-					rp_wasted(j, s, t_start);
+					L->timeouts++;
+					rp_wasted(j, L, t_start);
 					break;
 				}
 				if ((spins & 1023) == 0)
@@ -646,6 +721,33 @@ void rp_side_cut(struct rp_side *s)
 			if (cut != UINT64_MAX)
 				l->n = n;
 		}
+	}
+}
+
+/* Every lane's thread has ended: the side stopped where its earliest lane
+ * stopped (for the cut), for the first reason; the drain after it gets all
+ * lanes' timeouts and the most any lane spent of its budget. */
+void rp_lanes_done(struct rp_side *s)
+{
+	struct rp_lane *P = &s->pre;
+
+	s->stop_why = P->stop_why;
+	s->stop_at = P->stop_why ? P->stop_at : s->nstep;
+	s->nran = P->ran;
+	for (int l = 0; l < s->nlane; l++) {
+		struct rp_lane *L = &s->lane[l];
+
+		s->nran += L->ran;
+		s->xwaits += L->xwaits;
+		P->timeouts += L->timeouts;
+		if (L->wasted_ns > P->wasted_ns)
+			P->wasted_ns = L->wasted_ns;
+		if (!L->stop_why)
+			continue;
+		if (!s->stop_why || L->stop_why < s->stop_why)
+			s->stop_why = L->stop_why;
+		if (L->stop_at >= 0 && L->stop_at < s->stop_at)
+			s->stop_at = L->stop_at;
 	}
 }
 

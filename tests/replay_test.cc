@@ -710,4 +710,35 @@ TEST_F(ReplayRecorded, PacerInEveryTimingMode)
 	}
 }
 
+// 8 threads of one process, one QP each (QP t connected to QP t^1), ping-pong
+// per pair, then a relay whose order the recording proves (thread t writes
+// after thread t-1 is done). Each recorded thread is replayed by a thread of
+// its own in its own order; every completion, per QP and so per thread, in
+// order, matches in every timing mode. (The main thread's setup chunk is
+// written after the workers' chunks: the loader orders events by time.)
+TEST_F(ReplayRecorded, EightThreadsOnEightQpsReplayPerThread)
+{
+	std::string t = Tmp() + "/threads.rbt", out;
+	ASSERT_EQ(0, Sh(rec_ + t + " tests/replay_threads --threads 8 --iters 200", &out))
+		<< out;
+	for (const char *m : { "recorded", "asap", "deps" }) {
+		EXPECT_EQ(0,
+			  Sh(env_ + kRbtrace + " replay --json --timing=" + m + " " + t,
+			     &out))
+			<< m << ": " << out;
+		EXPECT_NE(
+			std::string::npos,
+			out.find("\"completions\":{\"expected\":3208,\"matched\":3208,"))
+			<< m << ": " << out;
+		EXPECT_NE(std::string::npos, out.find("\"threads\":8,"))
+			<< m << ": " << out;
+		EXPECT_NE(std::string::npos, out.find("\"divergences\":[]"))
+			<< m << ": " << out;
+	}
+	EXPECT_EQ(0, Sh(env_ + kRbtrace + " replay " + t, &out)) << out;
+	EXPECT_NE(std::string::npos,
+		  out.find("8 recorded threads, each replayed by its own"))
+		<< out;
+}
+
 } // namespace
