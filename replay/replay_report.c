@@ -346,6 +346,33 @@ static void rp_report_timing(struct rp_job *j, struct rp_tally *t,
 	sum->rec_wall_ns = t->rlast > t->rfirst ? (double)(t->rlast - t->rfirst) : 0;
 }
 
+/* One recorded thread's lateness (timed posts), for sides of several threads:
+ * count, p50, p99, max in ns; 0 when none was timed. */
+static size_t rp_lane_late(const struct rp_lane *L, double *p50, double *p99, double *max)
+{
+	const struct rp_side *s = L->s;
+	uint64_t *v = malloc(((size_t)L->n + 1) * sizeof(*v));
+	size_t n = 0;
+
+	*p50 = *p99 = *max = 0;
+	if (!v)
+		return 0;
+	for (int k = 0; k < L->n; k++) {
+		const struct rp_step *st = &s->step[L->idx[k]];
+		uint32_t ty = st->ev->type;
+
+		if (st->skipped || !st->t_issue || !st->deadline ||
+		    (ty != RBT_EV_POST_SEND && ty != RBT_EV_POST_RECV &&
+		     ty != RBT_EV_POST_SRQ_RECV))
+			continue;
+		v[n++] = st->t_issue > st->deadline ? st->t_issue - st->deadline : 0;
+	}
+	if (n)
+		rp_pcts(v, n, p50, p99, max);
+	free(v);
+	return n;
+}
+
 /* ---- printing ---------------------------------------------------------------- */
 static const char *const stop_names[] = { "", "signal", "max-time", "divergence" };
 static const char *const timing_names[] = { "recorded", "asap", "scale", "deps" };
@@ -392,6 +419,22 @@ static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
 		rbt_json_ku64(w, "steps_run", (uint64_t)s->nran);
 		rbt_json_ku64(w, "threads", (uint64_t)s->nlane);
 		rbt_json_ku64(w, "cross_thread_waits", s->xwaits);
+		rbt_json_key(w, "per_thread");
+		rbt_json_arr(w);
+		for (int l = 0; s->nlane > 1 && l < s->nlane; l++) {
+			const struct rp_lane *L = &s->lane[l];
+			double p50, p99, max;
+			size_t n = rp_lane_late(L, &p50, &p99, &max);
+
+			rbt_json_obj(w);
+			rbt_json_ku64(w, "thread", L->stream);
+			rbt_json_ku64(w, "steps", (uint64_t)L->n);
+			rbt_json_ku64(w, "steps_run", (uint64_t)L->ran);
+			rbt_json_ku64(w, "cross_thread_waits", L->xwaits);
+			rp_json_pcts(w, "lateness_ns", (long long)n, p50, p99, max);
+			rbt_json_obj_end(w);
+		}
+		rbt_json_arr_end(w);
 		rbt_json_kstr(w, "stopped", stop_names[s->stop_why & 3]);
 		rbt_json_obj_end(w);
 	}
@@ -558,6 +601,19 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 				"own; %llu posts/modifies waited for another thread's "
 				"step recorded before them\n",
 				s->path, s->nlane, (unsigned long long)s->xwaits);
+		for (int l = 0; s->nlane > 1 && j->o->timing != RBT_REPLAY_ASAP &&
+				l < s->nlane && l < 16;
+		     l++) {
+			double p50, p99, max;
+			size_t n = rp_lane_late(&s->lane[l], &p50, &p99, &max);
+
+			if (n)
+				fprintf(f,
+					"  thread %u: lateness p50 %.2f us, p99 %.2f us, "
+					"max %.2f us (%zu posts)\n",
+					s->lane[l].stream, p50 / 1e3, p99 / 1e3,
+					max / 1e3, n);
+		}
 	}
 	if (j->nside > 1) {
 		rp_text_side_late(j, f, 0);

@@ -292,6 +292,10 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 			if ((spins & 1023) == 0)
 				sched_yield();
 		}
+		/* several recorded threads: the one that will produce this
+		 * completion may be waiting for this CPU */
+		if (s->nlane > 1 && (spins & 15) == 0)
+			sched_yield();
 	}
 	st->t_exit = rp_now_ns();
 	st->ret = st->got;
@@ -398,7 +402,11 @@ static int rp_gate_wait(struct rp_job *j, struct rp_lane *L, uint64_t t, int i)
 				if (!lim)
 					return 1;
 			}
-			if ((++spins & 255) == 0) {
+			/* the thread waited for may need this CPU (more
+			 * recorded threads than CPUs): give it way often */
+			if ((++spins & 15) == 0)
+				sched_yield();
+			if ((spins & 255) == 0) {
 				if (rp_must_stop(j, L))
 					return 1;
 				if (rp_now_ns() - t0 > lim) {
@@ -413,8 +421,6 @@ static int rp_gate_wait(struct rp_job *j, struct rp_lane *L, uint64_t t, int i)
 						(unsigned long long)(lim / 1000000ull));
 					break;
 				}
-				if ((spins & 1023) == 0)
-					sched_yield();
 			}
 #if defined(__x86_64__)
 			_mm_pause();
