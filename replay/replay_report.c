@@ -436,6 +436,7 @@ static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
 		}
 		rbt_json_arr_end(w);
 		rbt_json_kstr(w, "stopped", stop_names[s->stop_why & 3]);
+		rp_cm_json(s, w);
 		rbt_json_obj_end(w);
 	}
 	rbt_json_arr_end(w);
@@ -642,6 +643,7 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 				j->side[si].path, (unsigned long long)q->rec.qp_num,
 				q->foreign_new_qpn, q->rep_wc[1].n, q->rec_wc[1].n);
 		}
+	rp_cm_text(j, f);
 	fprintf(f, "completions matched: %llu of %llu",
 		(unsigned long long)sum->completions_matched,
 		(unsigned long long)sum->completions_expected);
