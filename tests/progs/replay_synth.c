@@ -10,6 +10,9 @@
  *       rkey     (the client writes with an rkey the server never had),
  *       unpolled (one CQ per QP; the client never polls its SEND's completion),
  *       unpolled-lost (the same, but the answer the client polled never comes)
+ *       deaf     (the client polls for an answer and reposts its receive every U us,
+ *                 N times; the server never sends: the replay diverges at the
+ *                 first poll, and every later one would wait in vain)
  * Writes OUTDIR/a.rbt (client, QP 100) and OUTDIR/b.rbt (server, QP 200).
  * Test fixture only: it never touches a verbs device.
  */
@@ -169,7 +172,8 @@ int main(int argc, char **argv)
 	if (argc < 2) {
 		fprintf(stderr,
 			"usage: replay_synth OUTDIR [--iters N] [--interval-us U] "
-			"[--scenario pingpong|stream|rnr|rkey|unpolled|unpolled-lost]\n");
+			"[--scenario "
+			"pingpong|stream|rnr|rkey|unpolled|unpolled-lost|deaf]\n");
 		return 2;
 	}
 	for (int i = 2; i + 1 < argc; i += 2) {
@@ -190,6 +194,8 @@ int main(int argc, char **argv)
 	modify(&a, IBV_QPS_INIT, 0);
 	modify(&b, IBV_QPS_INIT, 0);
 	a.t = b.t = t0 + 20000;
+	if (!strcmp(scen, "deaf"))
+		b.t = t0 + 20000; /* the server only connects */
 	if (strcmp(scen, "stream") && strcmp(scen, "rnr")) {
 		post_recv(&a, 0x10, 64);
 	}
@@ -270,6 +276,13 @@ int main(int argc, char **argv)
 		}
 		a.t = start + 2000000;
 		poll1(&a, 0x10, IBV_WC_SUCCESS, IBV_WC_RECV, 64);
+	} else if (!strcmp(scen, "deaf")) {
+		for (int i = 0; i < iters; i++) {
+			a.t = start + (uint64_t)i * (uint64_t)interval * 1000;
+			poll1(&a, 0x10, IBV_WC_SUCCESS, IBV_WC_RECV, 64);
+			a.t += 1000;
+			post_recv(&a, 0x10, 64);
+		}
 	} else if (!strcmp(scen, "rnr")) {
 		a.t = start;
 		post_send(&a, 0x20, IBV_WR_SEND, 64, 0, 0);
