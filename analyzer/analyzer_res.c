@@ -14,46 +14,30 @@
 
 #include "analyzer/analyzer_internal.h"
 
-/* The analyzer's side of a new object of the model. */
+/* The analyzer's side of a new object of the model: each starts with a pointer to
+ * the model's object (its "m"). */
 void an_res_new(struct rbt_analyzer *an, struct rbt_model_res *r)
 {
-	struct an_trace *t = an->traces[r->trace];
-	switch (r->kind) {
-	case RBT_MODEL_QP: {
-		struct an_qp *qp = calloc(1, sizeof(*qp));
-		if (!qp)
-			return;
-		qp->m = (struct rbt_model_qp *)r;
+	static const size_t size[RBT_MODEL_KINDS] = {
+		[RBT_MODEL_QP] = sizeof(struct an_qp),
+		[RBT_MODEL_CQ] = sizeof(struct an_cq),
+		[RBT_MODEL_SRQ] = sizeof(struct an_srq),
+		[RBT_MODEL_MR] = sizeof(struct an_mr),
+	};
+	if ((unsigned)r->kind >= RBT_MODEL_KINDS || !size[r->kind])
+		return;
+	void *ext = calloc(1, size[r->kind]);
+	if (!ext)
+		return;
+	memcpy(ext, &r, sizeof(r)); /* ext->m */
+	r->user = ext;
+	if (r->kind == RBT_MODEL_QP) {
+		struct an_trace *t = an->traces[r->trace];
+		struct an_qp *qp = ext;
 		qp->t = t;
 		qp->rt_wait.elem = sizeof(struct an_rt_wait);
 		qp->next = t->qp_list;
 		t->qp_list = qp;
-		r->user = qp;
-		break;
-	}
-	case RBT_MODEL_CQ: {
-		struct an_cq *cq = calloc(1, sizeof(*cq));
-		if (cq)
-			cq->m = (struct rbt_model_cq *)r;
-		r->user = cq;
-		break;
-	}
-	case RBT_MODEL_SRQ: {
-		struct an_srq *s = calloc(1, sizeof(*s));
-		if (s)
-			s->m = (struct rbt_model_srq *)r;
-		r->user = s;
-		break;
-	}
-	case RBT_MODEL_MR: {
-		struct an_mr *mr = calloc(1, sizeof(*mr));
-		if (mr)
-			mr->m = (struct rbt_model_mr *)r;
-		r->user = mr;
-		break;
-	}
-	default:
-		break;
 	}
 }
 

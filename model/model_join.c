@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "model/model_int.h"
+#include "util/rbt_grow.h"
 
 #define MT_PARK_MAX  4096
 #define MT_DEFER_MAX 65536
@@ -284,15 +285,10 @@ static void mt_park(struct rbt_model *m, struct mt_trace *t, struct rbt_model_qp
 		m->stats.unmatched_completions++;
 		return;
 	}
-	if (qp->n_parked == qp->cap_parked) {
-		uint32_t nc = qp->cap_parked ? qp->cap_parked * 2 : 8;
-		struct rbt_model_parked *np = realloc(qp->parked, nc * sizeof(*np));
-		if (!np) {
-			m->stats.unmatched_completions++;
-			return;
-		}
-		qp->parked = np;
-		qp->cap_parked = nc;
+	if (rbt_grow(&qp->parked, &qp->cap_parked, qp->n_parked + 1, sizeof(*qp->parked),
+		     8, 0)) {
+		m->stats.unmatched_completions++;
+		return;
 	}
 	qp->parked[qp->n_parked++].c = *c;
 	qp->park_mask |= mt_park_bit(c->wr_id);

@@ -82,7 +82,7 @@ struct rbt_model_res {
 	 * cq_resize, mr_rereg) in trace order, and of the destroy. */
 	const struct rbt_event *create;
 	const struct rbt_event *const *mods;
-	uint32_t n_mods;
+	uint32_t n_mods, cap_mods;
 	const struct rbt_event *destroy;
 	void *user; /* the consumer's (set it in ops->res_new) */
 	/* The trace's objects of this kind, newest first (rbt_model_list()). */
