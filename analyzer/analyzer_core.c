@@ -268,8 +268,11 @@ static void an_trace_free(struct rbt_analyzer *an, struct an_trace *t)
 	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
 		for (struct rbt_model_res *r =
 			     rbt_model_list(an->model, t->idx, kinds[k]);
-		     r; r = r->next_of_kind)
+		     r; r = r->next_of_kind) {
+			if (r->user && kinds[k] == RBT_MODEL_CQ)
+				free(((struct an_cq *)r->user)->senders);
 			free(r->user);
+		}
 	free(t);
 }
 
@@ -369,6 +372,7 @@ int rbt_analyzer_finish(struct rbt_analyzer *an)
 	if (an->finished)
 		return -EALREADY;
 	an->finished = true;
+	an_stall_end(an);
 	rbt_model_finish(an->model);
 	struct rbt_model_stats ms;
 	rbt_model_stats(an->model, &ms);

@@ -95,6 +95,8 @@ enum rbt_severity {
 	X(psn_mismatch, RBT_SEV_ERROR, -1, "the two ends' PSNs differ")                   \
 	X(dest_qpn_mismatch, RBT_SEV_ERROR, -1, "two QPs that do not name each other")    \
 	X(dest_qpn_unmatched, RBT_SEV_WARNING, -1, "a destination QP in no trace")        \
+	X(wr_stalled, RBT_SEV_ERROR, RBT_SEV_WARNING, "a WR stalled while its CQ was polled") \
+	X(polling_stopped, RBT_SEV_WARNING, -1, "WRs left outstanding, no more polls")    \
 	X(trace_incomplete, RBT_SEV_WARNING, -1, "the trace is incomplete")
 /* clang-format on */
 
