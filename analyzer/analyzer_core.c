@@ -227,6 +227,8 @@ int rbt_analyzer_create(const struct rbt_analyzer_opts *opts, struct rbt_analyze
 	bool per_wr = false;
 	if (an->opts.perfetto)
 		an->stream[an->n_stream++] = &an_sink_perfetto;
+	if (an->opts.export_wrs)
+		an->stream[an->n_stream++] = &an_sink_export;
 	for (int i = 0; i < an->n_stream; i++)
 		per_wr |= an->stream[i]->per_wr;
 	struct rbt_model_opts mo = {

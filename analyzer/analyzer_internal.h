@@ -284,7 +284,7 @@ struct an_sink_ops {
 	int (*write)(struct rbt_analyzer *an, FILE *out);
 };
 extern const struct an_sink_ops an_sink_text, an_sink_json, an_sink_html,
-	an_sink_perfetto;
+	an_sink_perfetto, an_sink_export;
 
 struct rbt_analyzer {
 	struct rbt_analyzer_opts opts;
@@ -307,6 +307,7 @@ struct rbt_analyzer {
 	const struct an_sink_ops *stream[2];
 	int n_stream;
 	struct rbt_json pf; /* the Perfetto stream */
+	bool export_header; /* the CSV header line is out */
 
 	/* per (trace, qp) group storage */
 	struct an_group **groups;
@@ -357,6 +358,15 @@ void an_attr_completion(struct rbt_analyzer *an, struct an_qp *qp,
 			const struct rbt_model_comp *c, const struct rbt_model_wr *w);
 void an_attr_done(struct rbt_analyzer *an, struct an_qp *qp, const struct rbt_model_wr *w,
 		  const struct rbt_model_comp *c, uint32_t n, uint32_t nsig);
+/* A completed WR's phases in ns, as the histograms get them (receives: recv_wait
+ * and poll or poll_hi); poll_exit: the ticks its WR slice ends. */
+struct an_wr_times {
+	uint64_t post, e2e, nic, poll, nic_lo, nic_hi, poll_hi, recv_wait;
+	uint64_t poll_exit;
+	bool outside; /* the NIC time fell outside [post, poll] (clamped) */
+};
+void an_wr_times(const struct an_trace *t, const struct rbt_model_wr *w,
+		 const struct rbt_model_comp *c, struct an_wr_times *x);
 void an_note_error(struct an_qp *qp, const struct rbt_model_comp *c,
 		   const struct rbt_model_wr *w);
 
