@@ -164,6 +164,7 @@ static void an_cb_after(void *arg, int trace, const struct rbt_event *ev,
 {
 	struct rbt_analyzer *an = arg;
 	an_after(an, an->traces[trace], ev, r);
+	an_cm_feed(an, an->traces[trace], ev);
 	an->counts.events++;
 	if (an->opts.progress && an->counts.events >= an->progress_next)
 		an_progress(an);
@@ -173,7 +174,15 @@ static void an_cb_wr_posted(void *arg, struct rbt_model_res *q, struct rbt_model
 			    const struct rbt_send_wr *sw)
 {
 	struct rbt_analyzer *an = arg;
-	if (!sw || !an->n_stream)
+	if (!sw)
+		return;
+	struct an_trace *t = an->traces[q->trace];
+	struct an_qp *qp = q->user;
+	if (qp) {
+		an_send_wr_checks(an, t, qp, sw, w);
+		an_attr_posted(an, qp, w->post_ts, w->post_exit, sw);
+	}
+	if (!an->n_stream)
 		return;
 	w->user = ++an->flow_seq;
 	for (int i = 0; i < an->n_stream; i++)
@@ -306,6 +315,7 @@ void rbt_analyzer_destroy(struct rbt_analyzer *an)
 	}
 	free(an->findings);
 	free(an->pub_findings);
+	an_cm_free(an);
 	rbt_model_destroy(an->model);
 	free(an);
 }
@@ -381,6 +391,7 @@ int rbt_analyzer_finish(struct rbt_analyzer *an)
 	an->counts.unmatched_completions = ms.unmatched_completions;
 	an->counts.peak_tracked_wrs = ms.peak_tracked_wrs;
 	an_diagnose(an);
+	an_cm_diagnose(an);
 	an_sort_findings(an);
 	for (int i = 0; i < an->n_stream; i++)
 		if (an->stream[i]->end)

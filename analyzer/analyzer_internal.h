@@ -175,7 +175,8 @@ struct an_qp {
 	uint64_t rq_empty_count, rq_empty_since, rq_empty_longest, rq_empty_longest_ts;
 	bool rq_empty;
 	uint64_t last_lkey;
-	void *last_mr;
+	void *last_mr;	  /* the MR of last_lkey, NULL: none */
+	bool lkey_cached; /* last_lkey/last_mr are valid */
 	/* round trips (analyzer_attr.c) */
 	struct an_rt_msg *rt_msgs; /* [AN_RT_N], messages sent to the peer */
 	uint64_t rt_send_seq, rt_recv_seq;
@@ -286,6 +287,8 @@ struct an_sink_ops {
 extern const struct an_sink_ops an_sink_text, an_sink_json, an_sink_html,
 	an_sink_perfetto, an_sink_export;
 
+struct an_cm;
+
 struct rbt_analyzer {
 	struct rbt_analyzer_opts opts;
 	struct rbt_model *model;
@@ -314,6 +317,7 @@ struct rbt_analyzer {
 	uint32_t n_groups, cap_groups;
 	uint64_t progress_next;
 	uint64_t progress_rchar0;
+	struct an_cm *cm; /* analyzer_cm.c: the connection manager's records */
 };
 
 static inline struct an_qp *an_qp_of(const struct rbt_model_qp *q)
@@ -347,6 +351,8 @@ void an_before(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_eve
 	       struct rbt_model_res *r);
 void an_after(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_event *ev,
 	      struct rbt_model_res *r);
+void an_send_wr_checks(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
+		       const struct rbt_send_wr *wr, const struct rbt_model_wr *w);
 
 int an_opcode_slot(int op);
 int an_slot_opcode(int slot);
@@ -398,5 +404,14 @@ void an_add_finding(struct rbt_analyzer *an, int sev, int code, int trace, uint3
 		    double time_ns, const char *title, const char *evidence,
 		    const char *advice);
 void an_pair_qps(struct rbt_analyzer *an);
+
+/* analyzer_cm.c: connections made through librdmacm (one per CM id) */
+void an_cm_feed(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_event *ev);
+void an_cm_diagnose(struct rbt_analyzer *an); /* builds, pairs, adds findings */
+void an_cm_write_text(struct rbt_analyzer *an, FILE *f);
+struct rbt_json;
+void an_cm_write_json(struct rbt_analyzer *an, struct rbt_json *j); /* "connections" */
+void an_cm_write_html(struct rbt_analyzer *an, FILE *f);
+void an_cm_free(struct rbt_analyzer *an);
 
 #endif
