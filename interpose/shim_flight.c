@@ -509,6 +509,8 @@ static void rbt_fire(uint64_t trigger, uint64_t ts, uint64_t qp, uint64_t qp_num
 		rbt_pend.also_fired++;
 		return;
 	}
+	if (!rbt_writer)
+		return;
 	if (rbt_snaps >= rbt_fcfg.max_snaps ||
 	    (rbt_last_snap && ts - rbt_last_snap < rbt_ms_ticks(rbt_fcfg.gap_ms) &&
 	     trigger != RBT_TRIGGER_REQUEST)) {
@@ -707,7 +709,6 @@ struct rbt_writer *rbt_flight_open(const struct rbt_header *hdr, int fd, int *er
 		struct rbt_writer_opts o = { .sink = rbt_ring_sink };
 		rbt_final_fd = fd;
 		*err = rbt_writer_open_sink(&rbt_fhdr, &o, &w);
-		rbt_flight_install_signal();
 		return w;
 	}
 	snprintf(rbt_fseries, sizeof(rbt_fseries), "%s", rbt_base(rbt_path));

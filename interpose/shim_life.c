@@ -232,6 +232,7 @@ int rbt_start_slow(void)
 					pthread_atfork(rbt_fork_prepare, rbt_fork_parent,
 						       rbt_fork_child);
 				rbt_install_signals();
+				rbt_flight_install_signal();
 				static int on_exit_done;
 				if (!on_exit_done++)
 					on_exit(rbt_on_exit, NULL);
