@@ -11,6 +11,8 @@
  *                              completion it does not poll for MS ms
  *   flight_prog wait N FILE    N iterations, prints "ready", then one iteration
  *                              per ms until FILE exists (at most 20 s)
+ *   flight_prog spin N SEC     N iterations, prints "ready", then iterates flat
+ *                              out for SEC seconds (bench/flight_soak.sh)
  *
  * Prints "flight_prog sends=S errors=E" at the end: its own counts. Test fixture
  * only; one line on stderr and exit 1 when a verb fails unexpectedly.
@@ -213,6 +215,12 @@ int main(int argc, char **argv)
 			iterate(&c, 1);
 			usleep(1000);
 		}
+	} else if (!strcmp(mode, "spin")) {
+		uint64_t end = now_ms() + 1000 * (uint64_t)(argc > 3 ? atol(argv[3]) : 10);
+		printf("ready\n");
+		fflush(stdout);
+		while (now_ms() < end)
+			iterate(&c, 1000);
 	} else if (strcmp(mode, "run")) {
 		fprintf(stderr, "flight_prog: unknown mode %s\n", mode);
 		return 2;
