@@ -260,33 +260,44 @@ static int rbt_carry_sink(void *arg, const void *chunk, size_t len, uint64_t fir
 	return 0;
 }
 
-/* Drops the carried events of resources destroyed before seq (all of their
- * events: create, modifies, stacks, destroy). Keeps the order of the rest. */
+/* Drops the carried events of resources destroyed before seq: the destroy
+ * and everything older about that handle (an earlier life of a reused handle
+ * ended too); a later life of the handle stays. Keeps the order of the rest. */
 static void rbt_carry_compact(uint64_t seq)
 {
 	struct rbt_fvec *q = &rbt_carry_q;
-	size_t n = q->n, out = 0;
+	size_t n = q->n, nd = 0, cap = 0;
 	uint64_t *dead = NULL;
-	size_t nd = 0;
+	uint8_t *drop = calloc(n ? n : 1, 1);
 
-	for (size_t i = 0; i < n; i++) {
+	if (!drop)
+		return;
+	for (size_t i = n; i-- > 0;) {
 		struct rbt_fchunk *c = rbt_fvec_at(q, i);
-		if (c->destroys && c->handle && c->seq < seq) {
-			uint64_t *d = realloc(dead, (nd + 1) * sizeof(*d));
-			if (!d)
-				break;
-			dead = d;
+		if (!c->handle || c->seq >= seq)
+			continue;
+		size_t k = 0;
+		while (k < nd && dead[k] != c->handle)
+			k++;
+		if (k < nd) {
+			drop[i] = 1;
+		} else if (c->destroys) {
+			if (nd == cap) {
+				size_t nc = cap ? cap * 2 : 64;
+				uint64_t *d = realloc(dead, nc * sizeof(*d));
+				if (!d)
+					break;
+				dead = d;
+				cap = nc;
+			}
 			dead[nd++] = c->handle;
+			drop[i] = 1;
 		}
 	}
-	if (!nd)
-		return;
+	size_t out = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct rbt_fchunk c = *rbt_fvec_at(q, i);
-		int drop = 0;
-		for (size_t k = 0; k < nd && !drop; k++)
-			drop = c.handle == dead[k] && c.seq < seq;
-		if (drop) {
+		if (drop[i]) {
 			q->bytes -= c.len;
 			free(c.buf);
 		} else {
@@ -295,6 +306,7 @@ static void rbt_carry_compact(uint64_t seq)
 	}
 	q->n = out;
 	free(dead);
+	free(drop);
 }
 
 /* The resource an event creates, changes or ends; whether it keeps it aside. */
@@ -608,9 +620,11 @@ void rbt_flight_note(const struct rbt_event *ev)
 	int destroys;
 
 	if (rbt_carried_kind(ev, &h, &destroys) && rbt_carry_w) {
-		if (ev->type != RBT_EV_STACK)
+		/* a stack belongs to the event before it: its handle, its end */
+		if (ev->type != RBT_EV_STACK) {
 			rbt_cur_handle = h;
-		rbt_cur_destroys = destroys;
+			rbt_cur_destroys = destroys;
+		}
 		if (rbt_writer_begin_chunk(rbt_carry_w, ev->stream) == 0 &&
 		    rbt_writer_append(rbt_carry_w, ev) == 0)
 			rbt_writer_end_chunk(rbt_carry_w);
@@ -792,17 +806,31 @@ static int rbt_write_snapshot(struct rbt_ev_snapshot *s, int fd,
 	/* Back to the posts of the WRs outstanding at its start, when the ring
 	 * still has them (else their completions are in it without their posts:
 	 * docs/recording.md). */
-	uint64_t oldest = UINT64_MAX;
+	/* The window [i, n) is whole when every completion in it has its post in
+	 * it: the oldest chunk its chunks reach back to is not before i. Take the
+	 * whole window that starts closest before the wanted start; when the ring
+	 * no longer holds the posts, the oldest whole one after it. */
+	size_t pick = rbt_ring_q.n, lowest = rbt_ring_q.n;
+	uint64_t reach = UINT64_MAX;
 	for (size_t i = rbt_ring_q.n; i-- > 0;) {
 		struct rbt_fchunk *c = rbt_fvec_at(&rbt_ring_q, i);
-		if (i < first) {
-			if (c->seq < oldest)
+		if (c->reach < reach)
+			reach = c->reach;
+		if (reach >= c->seq) {
+			lowest = i;
+			if (i <= first) {
+				pick = i;
 				break;
-			first = i; /* holds posts the window completes */
+			}
 		}
-		if (c->reach < oldest)
-			oldest = c->reach;
 	}
+	rbt_log("flight: window wanted from chunk %zu of %zu; whole from %zu (lowest "
+		"%zu)",
+		first, rbt_ring_q.n, pick, lowest);
+	if (pick < rbt_ring_q.n)
+		first = pick;
+	else if (lowest < rbt_ring_q.n)
+		first = lowest;
 	uint64_t seq = first < rbt_ring_q.n ? rbt_fvec_at(&rbt_ring_q, first)->seq
 					    : rbt_main_seq;
 	s->seq = rbt_snaps + 1;

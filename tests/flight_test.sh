@@ -65,9 +65,9 @@ else:
 PY
 }
 
-echo "== error completion: the window cut 20 ms before it, resources carried"
-RBTRACE_FLIGHT=8M RBTRACE_FLUSH_MS=2 RBTRACE_FLIGHT_BEFORE_MS=20 RBTRACE_FLIGHT_AFTER_MS=10 \
-	run "$tmp/err.rbt" "$PROG" error 20000 >/dev/null
+echo "== error completion: the window cut 10 ms before it, resources carried"
+RBTRACE_FLIGHT=8M RBTRACE_FLUSH_MS=2 RBTRACE_FLIGHT_BEFORE_MS=10 RBTRACE_FLIGHT_AFTER_MS=10 \
+	run "$tmp/err.rbt" "$PROG" error 40000 >/dev/null
 [ -f "$tmp/err-snap1.rbt" ] || fail "no snapshot on the error completion"
 [ ! -f "$tmp/err-snap2.rbt" ] || fail "the rate limit let a second snapshot through"
 trigger "$tmp/err-snap1.rbt" error_completion
@@ -80,6 +80,21 @@ replayed "$tmp/err-snap1.rbt" badlkey
 # the trace file itself holds the last window (trigger "end")
 trigger "$tmp/err.rbt" end
 grep -q "^ended:     exit(0)" "$tmp/info.txt" || fail "the end window's trailer"
+
+echo "== resources destroyed before the window are not carried (QP churn, 1M ring)"
+RBTRACE_FLIGHT=1M run "$tmp/churn.rbt" "$PROG" churn 100 2500 >/dev/null
+trigger "$tmp/churn.rbt" end
+grep -q "older chunks not kept" "$tmp/info.txt" || fail "the 1M ring never wrapped"
+"$RBTRACE" report --format=json -o "$tmp/r.json" "$tmp/churn.rbt"
+python3 - "$tmp/r.json" "$tmp/info.txt" <<'PY'
+import json, re, sys
+c = json.load(open(sys.argv[1]))["counts"]
+qps = int(re.search(r"qp_create +(\d+)", open(sys.argv[2]).read()).group(1))
+# 2 QPs per 100 WRs in the window, and the carried ones (a destroyed QP's are
+# dropped once they are as many as the rest): far fewer than all 5000
+assert c["unmatched_completions"] == 0 and qps < 4 * c["wrs_completed"] // 100 + 300, (qps, c)
+PY
+replayed "$tmp/churn.rbt"
 
 echo "== stall: a signaled send not polled for 1 s"
 RBTRACE_FLIGHT=8M RBTRACE_FLIGHT_STALL_MS=200 run "$tmp/stall.rbt" "$PROG" stall 500 1000 >/dev/null

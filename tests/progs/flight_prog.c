@@ -11,6 +11,8 @@
  *                              completion it does not poll for MS ms
  *   flight_prog wait N FILE    N iterations, prints "ready", then one iteration
  *                              per ms until FILE exists (at most 20 s)
+ *   flight_prog churn N K      K times: N iterations on a fresh QP pair, then
+ *                              the pair destroyed
  *   flight_prog spin N SEC     N iterations, prints "ready", then iterates flat
  *                              out for SEC seconds (bench/flight_soak.sh)
  *
@@ -215,8 +217,17 @@ int main(int argc, char **argv)
 			iterate(&c, 1);
 			usleep(1000);
 		}
+	} else if (!strcmp(mode, "churn")) {
+		long k = argc > 3 ? atol(argv[3]) : 10;
+		for (long i = 0; i < k; i++) {
+			ibv_destroy_qp(c.a);
+			ibv_destroy_qp(c.b);
+			pair(&c);
+			iterate(&c, n);
+		}
 	} else if (!strcmp(mode, "spin")) {
-		uint64_t end = now_ms() + 1000 * (uint64_t)(argc > 3 ? atol(argv[3]) : 10);
+		uint64_t end =
+			now_ms() + 1000 * (uint64_t)(argc > 3 ? atol(argv[3]) : 10);
 		printf("ready\n");
 		fflush(stdout);
 		while (now_ms() < end)
