@@ -183,6 +183,9 @@ static int valid_duration(const char *s)
 struct summary {
 	uint64_t events, lost;
 	int finished, damaged;
+	uint64_t series_index; /* > 0: a later file of a series */
+	uint32_t series_files; /* the first file of a series: the files after it */
+	uint64_t trigger;      /* a flight snapshot: what fired it */
 };
 
 static int summarize(const char *path, struct summary *s)
@@ -199,8 +202,12 @@ static int summarize(const char *path, struct summary *s)
 		s->events++;
 		if (ev->type == RBT_EV_LOSS)
 			s->lost += ev->u.loss.events;
+		if (ev->type == RBT_EV_SNAPSHOT)
+			s->trigger = ev->u.snapshot.trigger;
 	}
 	const struct rbt_reader_stats *st = rbt_reader_stats(r);
+	s->series_index = rbt_reader_header(r)->series_index;
+	s->series_files = st->series_files;
 	s->finished = rbt_reader_trailer(r) != NULL;
 	s->damaged = err < 0 || st->bad_chunks || st->truncated;
 	s->lost += st->lost_events_in_bad_chunks;
@@ -254,12 +261,23 @@ static int report(const char *manifest)
 				(long long)st.st_size, rbt_strerror(err));
 			continue;
 		}
+		if (s.series_index)
+			continue; /* counted in the series' first file */
+		char extra[96] = "";
+		if (s.series_files)
+			snprintf(extra, sizeof(extra),
+				 " (a series of %u files read as one)",
+				 s.series_files + 1);
+		else if (s.trigger && s.trigger != RBT_TRIGGER_END)
+			snprintf(extra, sizeof(extra), " (flight snapshot: %s)",
+				 rbt_trigger_name(s.trigger) ? rbt_trigger_name(s.trigger)
+							     : "?");
 		fprintf(stderr,
 			"rbtrace record: %s: %" PRIu64 " events, %lld bytes, %" PRIu64
-			" lost%s%s\n",
+			" lost%s%s%s\n",
 			line, s.events, (long long)st.st_size, s.lost,
 			s.finished ? "" : ", not finished (process killed?)",
-			s.damaged ? ", damaged" : "");
+			s.damaged ? ", damaged" : "", extra);
 	}
 	fclose(f);
 	for (size_t i = 0; i < nseen; i++)

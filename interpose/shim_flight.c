@@ -390,18 +390,23 @@ static struct rbt_oqp *rbt_oqps;
 
 static struct rbt_oqp *rbt_oqp(uint32_t qpn)
 {
+	static struct rbt_oqp *last[2]; /* a post and its completion, two QPs */
+	static unsigned turn;
+
 	if (!qpn)
 		return NULL;
+	if (last[0] && last[0]->qp_num == qpn)
+		return last[0];
+	if (last[1] && last[1]->qp_num == qpn)
+		return last[1];
 	if (!rbt_oqps && !(rbt_oqps = calloc(RBT_OQP_SLOTS, sizeof(*rbt_oqps))))
 		return NULL;
 	uint32_t h = (qpn * 2654435761u) % RBT_OQP_SLOTS;
 	for (uint32_t k = 0; k < RBT_OQP_SLOTS; k++) {
 		struct rbt_oqp *o = &rbt_oqps[(h + k) % RBT_OQP_SLOTS];
-		if (o->qp_num == qpn)
-			return o;
-		if (!o->qp_num) {
+		if (o->qp_num == qpn || !o->qp_num) {
 			o->qp_num = qpn;
-			return o;
+			return last[turn++ & 1] = o;
 		}
 	}
 	return NULL; /* full: that QP is not followed */
