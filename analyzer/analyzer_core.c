@@ -69,6 +69,16 @@ struct an_thread *an_thread_get(struct rbt_analyzer *an, struct an_trace *t, uin
 	return th ? th->user : NULL;
 }
 
+struct an_cq *an_cq_next(const struct rbt_analyzer *an, const struct an_trace *t,
+			 uint32_t *pos)
+{
+	for (struct rbt_model_res *r;
+	     (r = rbt_model_table_next(an->model, t->idx, RBT_MODEL_CQ, pos));)
+		if (r->user)
+			return r->user;
+	return NULL;
+}
+
 /* ---- the model's callbacks ---- */
 
 static void an_cb_begin(void *arg)
@@ -163,7 +173,15 @@ static void an_cb_wr_posted(void *arg, struct rbt_model_res *q, struct rbt_model
 			    const struct rbt_send_wr *sw)
 {
 	struct rbt_analyzer *an = arg;
-	if (!sw || !an->n_stream)
+	if (!sw)
+		return;
+	struct an_trace *t = an->traces[q->trace];
+	struct an_qp *qp = q->user;
+	if (qp) {
+		an_send_wr_checks(an, t, qp, sw, w);
+		an_attr_posted(an, qp, w->post_ts, w->post_exit, sw);
+	}
+	if (!an->n_stream)
 		return;
 	w->user = ++an->flow_seq;
 	for (int i = 0; i < an->n_stream; i++)
@@ -214,7 +232,6 @@ int rbt_analyzer_create(const struct rbt_analyzer_opts *opts, struct rbt_analyze
 		return -ENOMEM;
 	if (opts)
 		an->opts = *opts;
-	an->perfetto_first = true;
 	bool per_wr = false;
 	if (an->opts.perfetto)
 		an->stream[an->n_stream++] = &an_sink_perfetto;
@@ -296,26 +313,30 @@ void rbt_analyzer_destroy(struct rbt_analyzer *an)
 	free(an);
 }
 
-int rbt_analyzer_add_trace(struct rbt_analyzer *an, const struct rbt_header *hdr,
-			   const char *name)
+/* The analyzer's side of the model's trace idx (its mt is set once the model has
+ * the trace). */
+static int an_trace_push(struct rbt_analyzer *an, int idx)
 {
-	struct an_trace *t = calloc(1, sizeof(*t));
-	struct an_trace **nt = realloc(an->traces, sizeof(*nt) * (an->n_traces + 1));
-	if (!t || !nt) {
-		free(t);
-		free(nt);
+	if (rbt_grow(&an->traces, &an->cap_traces, (uint32_t)an->n_traces + 1,
+		     sizeof(*an->traces), 4, 0))
 		return -ENOMEM;
-	}
-	an->traces = nt;
-	int idx = rbt_model_add_trace(an->model, hdr, name);
-	if (idx < 0) {
-		free(t);
-		return idx;
-	}
+	struct an_trace *t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
 	t->idx = idx;
 	t->mt = rbt_model_trace(an->model, idx);
 	an->traces[an->n_traces++] = t;
-	return idx;
+	return 0;
+}
+
+int rbt_analyzer_add_trace(struct rbt_analyzer *an, const struct rbt_header *hdr,
+			   const char *name)
+{
+	int idx = rbt_model_add_trace(an->model, hdr, name);
+	if (idx < 0)
+		return idx;
+	int ret = an_trace_push(an, idx);
+	return ret < 0 ? ret : idx;
 }
 
 int rbt_analyzer_feed(struct rbt_analyzer *an, int trace, const struct rbt_event *ev)
@@ -336,19 +357,9 @@ int rbt_analyzer_run_files(struct rbt_analyzer *an, const char *const *paths, in
 {
 	/* the model adds the traces: the analyzer's side follows them */
 	int before = rbt_model_n_traces(an->model);
-	for (int i = 0; i < n; i++) {
-		struct an_trace *t = calloc(1, sizeof(*t));
-		struct an_trace **nt =
-			realloc(an->traces, sizeof(*nt) * (an->n_traces + 1));
-		if (!t || !nt) {
-			free(t);
-			free(nt);
+	for (int i = 0; i < n; i++)
+		if (an_trace_push(an, before + i) < 0)
 			return -ENOMEM;
-		}
-		an->traces = nt;
-		t->idx = before + i;
-		an->traces[an->n_traces++] = t;
-	}
 	int ret = rbt_model_run_files(an->model, paths, n, errbuf, errlen);
 	/* traces the model did not take (an error opening one) */
 	int have = rbt_model_n_traces(an->model);

@@ -3,6 +3,7 @@
  * Errors are one line on stderr naming the command and the file or argument at
  * fault. Nothing here may allocate per argument or exit except rbt_cli_die().
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -337,6 +338,255 @@ out:
 	return rc;
 }
 
+/* ---------------- softnic's two modes ---------------- */
+
+int rbt_cli_softnic_arg(const char *cmd, int end, char **argv, int *mode)
+{
+	*mode = RBT_SOFTNIC_AUTO;
+	for (int i = 1; i < end; i++) {
+		const char *v;
+
+		if (!strcmp(argv[i], "--"))
+			break;
+		if (strncmp(argv[i], "--softnic=", 10))
+			continue;
+		v = argv[i] + 10;
+		if (!strcmp(v, "provider"))
+			*mode = RBT_SOFTNIC_PROVIDER;
+		else if (!strcmp(v, "dropin") || !strcmp(v, "drop-in"))
+			*mode = RBT_SOFTNIC_DROPIN;
+		else if (strcmp(v, "auto"))
+			return rbt_cli_usage(
+				cmd, "--softnic=%s: not provider, dropin or auto", v);
+		argv[i] = "--softnic";
+	}
+	return 0;
+}
+
+/* softnic's directory: $RBTRACE_SOFTNIC_DIR, else ../softnic, softnic or .
+ * next to the rbtrace executable (the first that holds the drop-in). */
+static int softnic_dir(char *buf, size_t n)
+{
+	const char *env = getenv("RBTRACE_SOFTNIC_DIR");
+
+	if (env && *env) {
+		snprintf(buf, n, "%s", env);
+		return 0;
+	}
+	return rbt_cli_find_part(RBT_CLI_SOFTNIC_DIRS, "libibverbs.so.1", buf, n);
+}
+
+/* The system's libibverbs.so.1 (never ours): its real path, its rdma-core
+ * release from the file name (libibverbs.so.1.<n>.<release>.0) and the
+ * private ABI it defines (IBVERBS_PRIVATE_<n>, read from its bytes: rbtrace
+ * itself never loads it). Returns 0 when one was found. */
+static int system_verbs(char *path, size_t n, int *release, int *pabi)
+{
+	static const char *const dirs[] = {
+		"/usr/lib/x86_64-linux-gnu",
+		"/lib/x86_64-linux-gnu",
+		"/usr/lib64",
+		"/lib64",
+		"/usr/lib/aarch64-linux-gnu",
+		"/usr/lib",
+	};
+	static const char key[] = "IBVERBS_PRIVATE_";
+	/* another library to judge (tests; a non-standard prefix) */
+	const char *force = getenv("RBTRACE_SYSTEM_LIBIBVERBS");
+	size_t ndirs = force && *force ? 1 : sizeof(dirs) / sizeof(dirs[0]);
+
+	for (size_t i = 0; i < ndirs; i++) {
+		char cand[PATH_MAX], real[PATH_MAX], buf[65536];
+		const char *p;
+		size_t keep = 0, got;
+		int a, b, rel, z;
+		FILE *f;
+
+		if (force && *force)
+			snprintf(cand, sizeof(cand), "%s", force);
+		else
+			snprintf(cand, sizeof(cand), "%s/libibverbs.so.1", dirs[i]);
+		if (!realpath(cand, real) || !(f = fopen(real, "rb")))
+			continue;
+		snprintf(path, n, "%s", real);
+		p = strstr(real, ".so.");
+		*release = p && sscanf(p, ".so.%d.%d.%d.%d", &a, &b, &rel, &z) == 4 ? rel
+										    : 0;
+		*pabi = 0;
+		while (!*pabi &&
+		       (got = fread(buf + keep, 1, sizeof(buf) - keep - 1, f)) > 0) {
+			size_t len = keep + got;
+			const char *q = memmem(buf, len, key, sizeof(key) - 1);
+
+			if (q && q + sizeof(key) < buf + len)
+				*pabi = atoi(q + sizeof(key) - 1);
+			keep = len > 64 ? 64 : len;
+			memmove(buf, buf + len - keep, keep);
+		}
+		fclose(f);
+		return 0;
+	}
+	return -1;
+}
+
+int rbt_cli_softnic_setup(const char *cmd, int mode, struct rbt_softnic_setup *s)
+{
+	const char *env = getenv("RBTRACE_SOFTNIC_MODE");
+	char sys[PATH_MAX] = "", why[PATH_MAX + 128] = "", so[sizeof(s->dir) + 32];
+	int release = 0, pabi = 0, have_sys, can;
+
+	memset(s, 0, sizeof(*s));
+	if (mode == RBT_SOFTNIC_AUTO && env && *env) {
+		if (!strcmp(env, "provider"))
+			mode = RBT_SOFTNIC_PROVIDER;
+		else if (!strcmp(env, "dropin") || !strcmp(env, "drop-in"))
+			mode = RBT_SOFTNIC_DROPIN;
+		else if (strcmp(env, "auto")) {
+			rbt_cli_error(
+				cmd,
+				"RBTRACE_SOFTNIC_MODE=%s: not provider, dropin or auto",
+				env);
+			return RBT_EXIT_FAIL;
+		}
+	}
+	if (softnic_dir(s->dir, sizeof(s->dir))) {
+		rbt_cli_error(cmd, "softnic not found next to rbtrace (../softnic/ or "
+				   "../lib/rbtrace/softnic/); set RBTRACE_SOFTNIC_DIR");
+		return RBT_EXIT_FAIL;
+	}
+	snprintf(s->preload, sizeof(s->preload), "%s/provider/libsoftnic-preload.so",
+		 s->dir);
+	snprintf(s->provider, sizeof(s->provider), "%s/provider/libsoftnic", s->dir);
+	snprintf(so, sizeof(so), "%s/provider/libsoftnic-rdmav34.so", s->dir);
+	have_sys = !system_verbs(sys, sizeof(sys), &release, &pabi);
+	can = have_sys && pabi == 34 && release >= 36 && release <= 56;
+	if (!have_sys)
+		snprintf(why, sizeof(why), "no system libibverbs.so.1");
+	else if (pabi != 34)
+		snprintf(why, sizeof(why), "the system's %s has private ABI %d, not 34",
+			 sys, pabi);
+	else if (!can)
+		snprintf(why, sizeof(why),
+			 "the system's %s is rdma-core v%d, not v36..v56 (provider "
+			 "layout)",
+			 sys, release);
+	else if (access(s->preload, R_OK) || access(so, R_OK)) {
+		snprintf(why, sizeof(why), "%s: %s (is //softnic/provider built?)", so,
+			 strerror(errno));
+		can = 0;
+	}
+	if (mode == RBT_SOFTNIC_PROVIDER && !can) {
+		rbt_cli_error(cmd, "--softnic=provider: %s; use --softnic=dropin", why);
+		return RBT_EXIT_FAIL;
+	}
+	s->mode = mode == RBT_SOFTNIC_AUTO
+			  ? (can ? RBT_SOFTNIC_PROVIDER : RBT_SOFTNIC_DROPIN)
+			  : mode;
+	if (s->mode == RBT_SOFTNIC_DROPIN) {
+		snprintf(so, sizeof(so), "%s/libibverbs.so.1", s->dir);
+		if (access(so, R_OK)) {
+			rbt_cli_error(cmd, "%s: %s (is softnic built?)", so,
+				      strerror(errno));
+			return RBT_EXIT_FAIL;
+		}
+	}
+	if (s->mode == RBT_SOFTNIC_PROVIDER)
+		snprintf(s->say, sizeof(s->say),
+			 "rbtrace %s: softnic as a provider under %s\n", cmd, sys);
+	else if (mode == RBT_SOFTNIC_DROPIN)
+		snprintf(s->say, sizeof(s->say),
+			 "rbtrace %s: softnic's drop-in libibverbs.so.1 (asked for)\n",
+			 cmd);
+	else
+		snprintf(s->say, sizeof(s->say),
+			 "rbtrace %s: softnic's drop-in libibverbs.so.1 (%s)\n", cmd,
+			 why);
+	return 0;
+}
+
+void rbt_cli_softnic_say(const struct rbt_softnic_setup *s)
+{
+	fputs(s->say, stderr);
+}
+
+void rbt_cli_softnic_said(void)
+{
+	const char *say = getenv("RBTRACE_SOFTNIC_SAY");
+
+	if (say && *say)
+		fputs(say, stderr);
+	unsetenv("RBTRACE_SOFTNIC_SAY");
+}
+
+static int softnic_setenv_list(const char *name, const char *value, int last)
+{
+	const char *old = getenv(name);
+	size_t n = strlen(value) + (old ? strlen(old) : 0) + 2;
+	char *v = malloc(n);
+	int r;
+
+	if (!v)
+		return -1;
+	if (old && *old)
+		snprintf(v, n, "%s:%s", last ? old : value, last ? value : old);
+	else
+		snprintf(v, n, "%s", value);
+	r = setenv(name, v, 1);
+	free(v);
+	return r;
+}
+
+/* LD_LIBRARY_PATH without dir (the drop-in must not shadow the system's). */
+static int softnic_drop_dir(const char *dir)
+{
+	const char *old = getenv("LD_LIBRARY_PATH");
+	char real[PATH_MAX], *copy, *out, *tok, *save = NULL;
+	int r;
+
+	if (!old || !*old || !realpath(dir, real))
+		return 0;
+	copy = strdup(old);
+	out = calloc(1, strlen(old) + 1);
+	if (!copy || !out) {
+		free(copy);
+		free(out);
+		return -1;
+	}
+	for (tok = strtok_r(copy, ":", &save); tok; tok = strtok_r(NULL, ":", &save)) {
+		char r2[PATH_MAX];
+
+		if (realpath(tok, r2) && !strcmp(r2, real))
+			continue;
+		if (*out)
+			strcat(out, ":");
+		strcat(out, tok);
+	}
+	r = *out ? setenv("LD_LIBRARY_PATH", out, 1) : unsetenv("LD_LIBRARY_PATH");
+	free(copy);
+	free(out);
+	return r;
+}
+
+int rbt_cli_softnic_apply(const struct rbt_softnic_setup *s)
+{
+	char cm[sizeof(s->dir) + 32];
+
+	if (s->mode == RBT_SOFTNIC_DROPIN)
+		return softnic_setenv_list("LD_LIBRARY_PATH", s->dir, 0);
+	if (softnic_drop_dir(s->dir) ||
+	    softnic_setenv_list("LD_PRELOAD", s->preload, 1) ||
+	    setenv("RDMAV_DRIVERS", s->provider, 1))
+		return -1;
+	/* softnic's librdmacm.so.1, alone in cm/ so that the system's
+	 * libibverbs stays the one found */
+	snprintf(cm, sizeof(cm), "%s/cm/librdmacm.so.1", s->dir);
+	if (!access(cm, R_OK)) {
+		snprintf(cm, sizeof(cm), "%s/cm", s->dir);
+		return softnic_setenv_list("LD_LIBRARY_PATH", cm, 0);
+	}
+	return 0;
+}
+
 int rbt_cli_beside_self(const char *rel, char *out, size_t len)
 {
 	char exe[PATH_MAX], *slash;
@@ -352,4 +602,19 @@ int rbt_cli_beside_self(const char *rel, char *out, size_t len)
 	if (snprintf(out, len, "%s/%s", exe, rel) >= (int)len)
 		return -1;
 	return access(out, F_OK) == 0 ? 0 : -1;
+}
+
+int rbt_cli_find_part(const char *const *rels, const char *file, char *out, size_t len)
+{
+	char probe[2 * PATH_MAX + 2];
+
+	for (; *rels; rels++) {
+		if (rbt_cli_beside_self(*rels, out, len))
+			continue;
+		if (!file || (snprintf(probe, sizeof(probe), "%s/%s", out, file) <
+				      (int)sizeof(probe) &&
+			      !access(probe, R_OK)))
+			return 0;
+	}
+	return -1;
 }

@@ -41,8 +41,10 @@ static const char usage[] =
 	"                         first traced process writes FILE and others write\n"
 	"                         FILE-<pid>.rbt beside it. A DIR must exist (write\n"
 	"                         DIR/ to insist on a directory).\n"
-	"  --softnic              run CMD on softnic, the software RDMA device\n"
-	"                         (LD_LIBRARY_PATH gets softnic's libibverbs.so.1)\n"
+	"  --softnic[=MODE]       run CMD on softnic, the software RDMA device: as a\n"
+	"                         provider under the system's libibverbs where it\n"
+	"                         can (rdma-core, private ABI 34), else its drop-in\n"
+	"                         libibverbs.so.1; MODE provider|dropin chooses\n"
 	"  --flight=SIZE          flight recorder: keep the last SIZE (64M, 1G) of\n"
 	"                         compressed trace in memory per process and write a\n"
 	"                         snapshot FILE-snapN.rbt when something goes wrong\n"
@@ -81,6 +83,7 @@ static const char usage[] =
 	"  RBTRACE_DISABLE           1: record nothing, forward every call untouched\n"
 	"  RBTRACE_LIB=PATH          librbtrace.so to use (default: next to rbtrace)\n"
 	"  RBTRACE_SOFTNIC_DIR=DIR   softnic's libibverbs.so.1 directory for --softnic\n"
+	"  RBTRACE_SOFTNIC_MODE=M    --softnic's mode when none is given\n"
 	"\n"
 	"examples (--softnic: on softnic, no RDMA hardware needed; a server is\n"
 	"given a second to listen, as the client does not retry, and `wait` lets it\n"
@@ -105,24 +108,6 @@ static void pass_on(int sig)
 {
 	if (child_pid > 0)
 		kill(child_pid, sig);
-}
-
-/* dirname(/proc/self/exe)/rel, when that exists. */
-static int beside_self(const char *rel, char *out, size_t len)
-{
-	char exe[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-
-	if (n <= 0)
-		return -1;
-	exe[n] = 0;
-	char *slash = strrchr(exe, '/');
-	if (!slash)
-		return -1;
-	*slash = 0;
-	if (snprintf(out, len, "%s/%s", exe, rel) >= (int)len)
-		return -1;
-	return access(out, F_OK) == 0 ? 0 : -1;
 }
 
 /* where: 0 puts value first, 1 last (LD_PRELOAD: a sanitizer runtime the user
@@ -302,8 +287,9 @@ int rbt_cmd_record(int argc, char **argv)
 		{ "rotate", 0, &rotate, NULL },
 		{ 0 },
 	};
-	char lib[PATH_MAX], sndir[PATH_MAX], manifest[] = "/tmp/rbtrace-manifest-XXXXXX";
-	int i, parsed;
+	char lib[PATH_MAX], manifest[] = "/tmp/rbtrace-manifest-XXXXXX";
+	struct rbt_softnic_setup sn;
+	int i, parsed, snmode;
 
 	/* Our options end at "--" or at the first word that is not one of ours. */
 	int split = argc;
@@ -321,6 +307,8 @@ int rbt_cmd_record(int argc, char **argv)
 		    i + 1 < argc)
 			i++;
 	}
+	if (rbt_cli_softnic_arg(cmd, split, argv, &snmode))
+		return RBT_EXIT_USAGE;
 	parsed = rbt_cli_parse(cmd, split, argv, opts, 0, pos, 0);
 	int done = rbt_cli_parse_done(parsed, usage);
 	if (done >= 0)
@@ -345,35 +333,17 @@ int rbt_cmd_record(int argc, char **argv)
 	const char *envlib = getenv("RBTRACE_LIB");
 	if (envlib && *envlib) {
 		snprintf(lib, sizeof(lib), "%s", envlib);
-	} else if (beside_self("../interpose/librbtrace.so", lib, sizeof(lib)) &&
-		   beside_self("librbtrace.so", lib, sizeof(lib))) {
+	} else if (rbt_cli_find_part(RBT_CLI_RECORDER_PATHS, NULL, lib, sizeof(lib))) {
 		rbt_cli_error(cmd, "librbtrace.so not found next to rbtrace "
-				   "(../interpose/librbtrace.so); set RBTRACE_LIB");
+				   "(../interpose/ or ../lib/rbtrace/); set RBTRACE_LIB");
 		return RBT_EXIT_FAIL;
 	}
 	if (access(lib, R_OK)) {
 		rbt_cli_error(cmd, "%s: %s", lib, strerror(errno));
 		return RBT_EXIT_FAIL;
 	}
-	if (softnic) {
-		const char *envdir = getenv("RBTRACE_SOFTNIC_DIR");
-		if (envdir && *envdir) {
-			snprintf(sndir, sizeof(sndir), "%s", envdir);
-		} else if (beside_self("../softnic", sndir, sizeof(sndir))) {
-			rbt_cli_error(
-				cmd,
-				"softnic not found next to rbtrace (../softnic); set "
-				"RBTRACE_SOFTNIC_DIR");
-			return RBT_EXIT_FAIL;
-		}
-		char so[PATH_MAX + 32];
-		snprintf(so, sizeof(so), "%s/libibverbs.so.1", sndir);
-		if (access(so, R_OK)) {
-			rbt_cli_error(cmd, "%s: %s (is softnic built?)", so,
-				      strerror(errno));
-			return RBT_EXIT_FAIL;
-		}
-	}
+	if (softnic && rbt_cli_softnic_setup(cmd, snmode, &sn))
+		return RBT_EXIT_FAIL;
 	if (out && !*out)
 		return rbt_cli_usage(cmd, "--output: empty path");
 	const char *envout = getenv(RBT_ENV_OUTPUT);
@@ -390,6 +360,8 @@ int rbt_cmd_record(int argc, char **argv)
 		: envout && *envout && rbt_cli_check_output(cmd, RBT_ENV_OUTPUT, envout))
 		return RBT_EXIT_FAIL;
 
+	if (softnic)
+		rbt_cli_softnic_say(&sn);
 	int mfd = mkstemp(manifest);
 	if (mfd < 0) {
 		rbt_cli_error(cmd, "%s: %s", manifest, strerror(errno));
@@ -430,8 +402,10 @@ int rbt_cmd_record(int argc, char **argv)
 		sigaction(SIGQUIT, &old_quit, NULL);
 		sigaction(SIGTERM, &old_term, NULL);
 		sigaction(SIGHUP, &old_hup, NULL);
+		/* the recorder first: it must see the calls softnic's preload
+		 * serves (completion channels) */
 		if (add_env("LD_PRELOAD", lib, ':', 1) ||
-		    (softnic && add_env("LD_LIBRARY_PATH", sndir, ':', 0)) ||
+		    (softnic && rbt_cli_softnic_apply(&sn)) ||
 		    setenv(RBT_ENV_MANIFEST, manifest, 1) ||
 		    (out && setenv(RBT_ENV_OUTPUT, out, 1))) {
 			fprintf(stderr, "rbtrace record: environment: %s\n",

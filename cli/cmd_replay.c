@@ -9,7 +9,6 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
-#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +35,8 @@ static const char usage[] =
 	"\n"
 	"options:\n"
 	"  --softnic            replay on softnic, the userspace RDMA device (for a\n"
-	"                       machine without RDMA hardware, as this one may be)\n"
+	"                       machine without RDMA hardware, as this one may be);\n"
+	"                       --softnic=provider|dropin chooses its mode\n"
 	"  --device NAME        the device to replay on (default: the recorded one, or "
 	"the first)\n"
 	"  --timing=MODE        recorded (default), asap, scale:X (X=2 is twice as "
@@ -80,12 +80,12 @@ static const char usage[] =
 	"&&\n"
 	"      rbtrace diff client.rbt replay.0.rbt               # original vs replay\n";
 
-/* softnic is a drop-in libibverbs.so.1: the dynamic loader must find it before
- * ours starts, so --softnic re-executes rbtrace with LD_LIBRARY_PATH set. */
-static int rp_cli_softnic_exec(int argc, char **argv)
+/* softnic (provider or drop-in) must be in place before the dynamic loader
+ * starts us, so --softnic re-executes rbtrace with the environment set. */
+static int rp_cli_softnic_exec(int argc, char **argv, int mode)
 {
-	char exe[PATH_MAX], dir[PATH_MAX], lib[PATH_MAX + 32], path[2 * PATH_MAX];
-	const char *env = getenv("RBTRACE_SOFTNIC_DIR"), *old = getenv("LD_LIBRARY_PATH");
+	char exe[PATH_MAX];
+	struct rbt_softnic_setup sn;
 	char **nargv = calloc((size_t)argc + 2, sizeof(*nargv));
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	int k = 0;
@@ -96,27 +96,12 @@ static int rp_cli_softnic_exec(int argc, char **argv)
 		return RBT_EXIT_FAIL;
 	}
 	exe[n] = 0;
-	if (env) {
-		snprintf(dir, sizeof(dir), "%s", env);
-	} else {
-		char tmp[PATH_MAX];
-
-		snprintf(tmp, sizeof(tmp), "%s", exe);
-		snprintf(dir, sizeof(dir), "%s/../softnic", dirname(tmp));
-	}
-	snprintf(lib, sizeof(lib), "%s/libibverbs.so.1", dir);
-	if (access(lib, R_OK)) {
-		rbt_cli_error("replay",
-			      "--softnic: %s not found (build //softnic, or set "
-			      "RBTRACE_SOFTNIC_DIR)",
-			      lib);
+	if (rbt_cli_softnic_setup("replay", mode, &sn) || rbt_cli_softnic_apply(&sn)) {
 		free(nargv);
 		return RBT_EXIT_FAIL;
 	}
-	snprintf(path, sizeof(path), "%s%s%s", dir, old && *old ? ":" : "",
-		 old ? old : "");
-	setenv("LD_LIBRARY_PATH", path, 1);
 	setenv("RBTRACE_SOFTNIC_ACTIVE", "1", 1);
+	setenv("RBTRACE_SOFTNIC_SAY", sn.say, 1);
 	nargv[k++] = "rbtrace";
 	for (int i = 0; i < argc; i++)
 		if (strcmp(argv[i], "--softnic"))
@@ -262,7 +247,8 @@ int rbt_cmd_replay(int argc, char **argv)
 	const struct rbt_replay_module *mod;
 	const char *device = NULL, *timing = NULL, *listen = NULL, *connect = NULL,
 		   *out = NULL, *ptmo = NULL;
-	int responder = 0, allow_damaged = 0, json = 0, softnic = 0, rt = 0, n, rc;
+	int responder = 0, allow_damaged = 0, json = 0, softnic = 0, rt = 0, n, rc,
+	    snmode;
 	char *pos[16];
 	const struct rbt_cli_opt opts[] = {
 		{ "device", 0, &device, NULL },
@@ -281,12 +267,14 @@ int rbt_cmd_replay(int argc, char **argv)
 	struct rbt_replay_opts o = { 0 };
 	struct rbt_replay_summary sum;
 
+	if (rbt_cli_softnic_arg("replay", argc, argv, &snmode))
+		return RBT_EXIT_USAGE;
 	n = rbt_cli_parse("replay", argc, argv, opts, 0, pos, 16);
 	rc = rbt_cli_parse_done(n, usage);
 	if (rc >= 0)
 		return rc;
 	if (softnic && !getenv("RBTRACE_SOFTNIC_ACTIVE"))
-		return rp_cli_softnic_exec(argc, argv);
+		return rp_cli_softnic_exec(argc, argv, snmode);
 	o.device = device;
 	o.listen = listen;
 	o.connect = connect;
@@ -368,6 +356,7 @@ int rbt_cmd_replay(int argc, char **argv)
 	rc = mod->run((const char *const *)pos, n, &o, &sum);
 	if (rc < 0)
 		return RBT_EXIT_FAIL;
+	rbt_cli_softnic_said();
 	if (responder)
 		return RBT_EXIT_OK;
 	return sum.divergences ? RBT_EXIT_FAIL : RBT_EXIT_OK;

@@ -1,6 +1,8 @@
 /* cmd_softnic.c - `rbtrace softnic [options] -- CMD ARGS`: run an unmodified
- * verbs program on softnic (our userspace RDMA device) by putting softnic's
- * libibverbs.so.1 first on LD_LIBRARY_PATH, and `rbtrace softnic --counters`
+ * verbs program on softnic (our userspace RDMA device): as a provider under the
+ * system's libibverbs (preload and RDMAV_DRIVERS) where rdma-core with private
+ * ABI 34 is installed, else with softnic's drop-in libibverbs.so.1 first on
+ * LD_LIBRARY_PATH (see rbt_cli_softnic_setup); and `rbtrace softnic --counters`
  * to print the fabric's port and per-QP counters.
  *
  * It only sets the environment and execs: it must never link libibverbs or
@@ -25,9 +27,13 @@ static const char usage[] =
 	"usage: rbtrace softnic [options] [--] CMD [ARGS...]\n"
 	"       rbtrace softnic --counters\n"
 	"\n"
-	"Runs CMD on softnic, a userspace RDMA device (softnic0) shipped as a\n"
-	"drop-in libibverbs.so.1: processes on this host talk through a shared\n"
-	"fabric directory, with no RDMA hardware or kernel support.\n"
+	"Runs CMD on softnic, a userspace RDMA device (softnic0): processes on this\n"
+	"host talk through a shared fabric directory, with no RDMA hardware or\n"
+	"kernel support. Where the system has rdma-core's libibverbs (private ABI\n"
+	"34, v36..v56) softnic runs as its provider, under that very library (a\n"
+	"small preload gives it a fake sysfs, a device node and completion\n"
+	"channels; no root needed); elsewhere as a drop-in libibverbs.so.1. One\n"
+	"line on stderr says which.\n"
 	"\n"
 	"options:\n"
 	"  --fabric DIR      fabric directory (default /dev/shm/softnic-<uid>, or\n"
@@ -38,60 +44,34 @@ static const char usage[] =
 	"  --ns-per-kib NS   NIC time per KiB of payload (<= 1 s)\n"
 	"  --jitter NS       uniform random extra NIC time, 0..NS (<= 60 s)\n"
 	"  --counters        print port and per-QP counters of the fabric, exit\n"
+	"  --softnic=MODE    provider, dropin or auto (the default; also\n"
+	"                    RBTRACE_SOFTNIC_MODE)\n"
 	"\n"
-	"Finds softnic in $RBTRACE_SOFTNIC_DIR or ../softnic next to rbtrace.\n"
+	"Finds softnic in $RBTRACE_SOFTNIC_DIR, else next to rbtrace: ../softnic (a\n"
+	"build) or ../lib/rbtrace/softnic (installed).\n"
 	"\n"
 	"examples:\n"
 	"  rbtrace softnic -- ibv_rc_pingpong &\n"
 	"  sleep 1; rbtrace softnic -- ibv_rc_pingpong localhost   # server listens "
 	"first\n"
+	"  rbtrace softnic --softnic=dropin -- ibv_devinfo -v\n"
 	"  rbtrace softnic --link eth -- ib_send_lat -x 0 &\n"
 	"  sleep 1; rbtrace softnic --link eth -- ib_send_lat -x 0 localhost\n"
 	"  rbtrace softnic --counters\n";
 
-static int softnic_dir(char *buf, size_t n)
-{
-	const char *env = getenv("RBTRACE_SOFTNIC_DIR");
-	static const char *const rel[] = { "../softnic", "softnic", "." };
-	char self[PATH_MAX];
-	ssize_t len;
-
-	if (env && *env) {
-		snprintf(buf, n, "%s", env);
-		return 0;
-	}
-	len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (len <= 0)
-		return -1;
-	self[len] = 0;
-	*strrchr(self, '/') = 0;
-	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-		char so[2 * PATH_MAX + 64];
-
-		if (snprintf(buf, n, "%s/%s", self, rel[i]) >= (int)n ||
-		    snprintf(so, sizeof(so), "%s/libibverbs.so.1", buf) >=
-			    (int)sizeof(so))
-			continue;
-		if (!access(so, R_OK))
-			return 0;
-	}
-	return -1;
-}
-
 int rbt_cmd_softnic(int argc, char **argv)
 {
 	const char *fabric = NULL, *link = NULL, *lat = NULL, *kib = NULL, *jit = NULL;
-	int counters = 0, i, split = argc, parsed, done;
+	int counters = 0, flag = 0, i, split = argc, parsed, done;
 	const struct rbt_cli_opt opts[] = {
-		{ "fabric", 0, &fabric, NULL },
-		{ "link", 0, &link, NULL },
-		{ "latency", 0, &lat, NULL },
-		{ "ns-per-kib", 0, &kib, NULL },
-		{ "jitter", 0, &jit, NULL },
-		{ "counters", 0, NULL, &counters },
-		{ 0 },
+		{ "fabric", 0, &fabric, NULL }, { "link", 0, &link, NULL },
+		{ "latency", 0, &lat, NULL },	{ "ns-per-kib", 0, &kib, NULL },
+		{ "jitter", 0, &jit, NULL },	{ "counters", 0, NULL, &counters },
+		{ "softnic", 0, NULL, &flag },	{ 0 },
 	};
-	char dir[PATH_MAX], so[PATH_MAX + 64], *pos[1];
+	struct rbt_softnic_setup sn;
+	char *pos[1];
+	int mode;
 	uint64_t v;
 
 	/* our options end at "--" or at the first word that is not an option */
@@ -101,9 +81,12 @@ int rbt_cmd_softnic(int argc, char **argv)
 			break;
 		}
 		if (!strchr(argv[i], '=') && strcmp(argv[i], "--counters") &&
-		    strcmp(argv[i], "-h") && strcmp(argv[i], "--help") && i + 1 < argc)
+		    strcmp(argv[i], "--softnic") && strcmp(argv[i], "-h") &&
+		    strcmp(argv[i], "--help") && i + 1 < argc)
 			i++;
 	}
+	if (rbt_cli_softnic_arg(cmd, split, argv, &mode))
+		return RBT_EXIT_USAGE;
 	parsed = rbt_cli_parse(cmd, split, argv, opts, 0, pos, 0);
 	done = rbt_cli_parse_done(parsed, usage);
 	if (done >= 0)
@@ -160,28 +143,13 @@ int rbt_cmd_softnic(int argc, char **argv)
 	i = split < argc && !strcmp(argv[split], "--") ? split + 1 : split;
 	if (i >= argc)
 		return rbt_cli_usage(cmd, "no command to run");
-	if (softnic_dir(dir, sizeof(dir))) {
-		rbt_cli_error(cmd, "softnic not found next to rbtrace (../softnic); set "
-				   "RBTRACE_SOFTNIC_DIR");
+	if (rbt_cli_softnic_setup(cmd, mode, &sn))
+		return RBT_EXIT_FAIL;
+	if (rbt_cli_softnic_apply(&sn)) {
+		rbt_cli_error(cmd, "environment: %s", strerror(errno));
 		return RBT_EXIT_FAIL;
 	}
-	snprintf(so, sizeof(so), "%s/libibverbs.so.1", dir);
-	if (access(so, R_OK)) {
-		rbt_cli_error(cmd, "%s: %s (is softnic built?)", so, strerror(errno));
-		return RBT_EXIT_FAIL;
-	}
-	{
-		const char *old = getenv("LD_LIBRARY_PATH");
-		size_t n = strlen(dir) + (old ? strlen(old) : 0) + 2;
-		char *lp = malloc(n);
-
-		if (!lp)
-			return RBT_EXIT_FAIL;
-		snprintf(lp, n, "%s%s%s", dir, old && *old ? ":" : "",
-			 old && *old ? old : "");
-		setenv("LD_LIBRARY_PATH", lp, 1);
-		free(lp);
-	}
+	rbt_cli_softnic_say(&sn);
 	execvp(argv[i], argv + i);
 	rbt_cli_error(cmd, "%s: %s", argv[i], strerror(errno));
 	return errno == ENOENT ? 127 : 126;

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "build_defs/rbt_version.h"
 #include "cli/rbt_cli.h"
+#include "trace_format/rbt_format.h"
 
 static const struct rbt_cmd cmds[] = {
 	{ "record", "run a program with the recorder, one trace per process",
@@ -41,7 +43,8 @@ static void usage(FILE *f)
 		fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].summary);
 	fprintf(f, "\n"
 		   "rbtrace help <command>  or  rbtrace <command> --help  shows a "
-		   "command's options and an example.\n");
+		   "command's options and an example;\n"
+		   "rbtrace --version  the release and the trace format versions.\n");
 }
 
 static const struct rbt_cmd *find(const char *name)
@@ -75,6 +78,15 @@ int main(int argc, char **argv)
 	if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
 		usage(stdout);
 		return check_stdout("--help", RBT_EXIT_OK);
+	}
+	if (!strcmp(name, "--version") || !strcmp(name, "-V")) {
+		/* The recorder writes the same release into each trace's tool field. */
+		printf("rbtrace %s\n"
+		       "trace format %u: writes version %u, reads every trace whose "
+		       "minimum reader version is %u or lower\n",
+		       RBT_VERSION, RBT_FORMAT_VERSION, RBT_FORMAT_VERSION,
+		       RBT_FORMAT_VERSION);
+		return check_stdout("--version", RBT_EXIT_OK);
 	}
 	if (!strcmp(name, "help")) {
 		if (argc < 3) {

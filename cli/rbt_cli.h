@@ -10,6 +10,7 @@
 #ifndef RBT_CLI_H
 #define RBT_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct rbt_cmd {
@@ -114,6 +115,65 @@ int rbt_cli_check_output(const char *cmd, const char *what, const char *out);
  * traces (replay) would pair every QP with itself. Returns RBT_EXIT_OK, or the
  * exit code after one line on stderr. */
 int rbt_cli_check_traces(const char *cmd, char *const *paths, int n, int distinct);
+
+/* ---- rbtrace's own parts ----
+ * Found relative to the directory of the rbtrace executable (/proc/self/exe), in
+ * each layout rbtrace runs from, in this order: bazel-bin (cli/rbtrace beside
+ * interpose/ and softnic/), then an installed prefix (PREFIX/bin/rbtrace with
+ * PREFIX/lib/rbtrace/..., as packaging/artifacts installs them). A part added to
+ * the artifact list gets its pair of paths here. */
+#define RBT_CLI_RECORDER_PATHS                                                     \
+	(const char *const[])                                                      \
+	{                                                                          \
+		"../interpose/librbtrace.so", "../lib/rbtrace/librbtrace.so", NULL \
+	}
+#define RBT_CLI_SOFTNIC_DIRS                                 \
+	(const char *const[])                                \
+	{                                                    \
+		"../softnic", "../lib/rbtrace/softnic", NULL \
+	}
+/* Sets out to <dir of rbtrace>/<rel> for the first rel of the NULL-ended list
+ * where that path exists (with file: where <path>/<file> is readable) and
+ * returns 0; -1 when none does. */
+int rbt_cli_find_part(const char *const *rels, const char *file, char *out, size_t len);
+
+/* ---- softnic ----
+ * Which front end of softnic runs a program: the provider under the
+ * system's libibverbs (rdma-core with private ABI 34, v36..v56) wherever one
+ * is installed, else the drop-in libibverbs.so.1. `--softnic=provider|dropin`
+ * (or RBTRACE_SOFTNIC_MODE) chooses. */
+enum { RBT_SOFTNIC_AUTO, RBT_SOFTNIC_PROVIDER, RBT_SOFTNIC_DROPIN };
+
+struct rbt_softnic_setup {
+	int mode;	     /* RBT_SOFTNIC_PROVIDER or RBT_SOFTNIC_DROPIN */
+	char dir[4096];	     /* the drop-in's directory (has libibverbs.so.1) */
+	char preload[4200];  /* provider mode: libsoftnic-preload.so */
+	char provider[4200]; /* provider mode: .../libsoftnic (RDMAV_DRIVERS) */
+	char say[8400];	     /* the line that says which, for rbt_cli_softnic_say */
+};
+
+/* "--softnic=MODE" anywhere before argv[end] becomes "--softnic" (a flag
+ * for the option table) and *mode says which; other words are left alone.
+ * Returns 0, or RBT_EXIT_USAGE after one line for an unknown MODE. */
+int rbt_cli_softnic_arg(const char *cmd, int end, char **argv, int *mode);
+
+/* Finds softnic and the system's libibverbs and decides the mode (mode AUTO:
+ * RBTRACE_SOFTNIC_MODE, else provider where it can run). Returns 0, or
+ * RBT_EXIT_FAIL after one line (softnic not built, provider asked for where
+ * it cannot run). */
+int rbt_cli_softnic_setup(const char *cmd, int mode, struct rbt_softnic_setup *s);
+/* The one line on stderr that says which mode runs: printed once the command's
+ * own checks passed, so that a refused command line stays one line. _said()
+ * prints the line a parent left in RBTRACE_SOFTNIC_SAY (replay re-executes). */
+void rbt_cli_softnic_say(const struct rbt_softnic_setup *s);
+void rbt_cli_softnic_said(void);
+
+/* Sets this process's environment so that what it execs runs on softnic:
+ * LD_LIBRARY_PATH for the drop-in; for the provider LD_PRELOAD (appended:
+ * a recorder preloaded before it sees the channel calls first),
+ * RDMAV_DRIVERS, the drop-in's directory off LD_LIBRARY_PATH and softnic's
+ * librdmacm (cm/) on it. Returns 0 or -1 with errno. */
+int rbt_cli_softnic_apply(const struct rbt_softnic_setup *s);
 
 /* dirname(/proc/self/exe)/rel into out when that exists: the real executable,
  * so a symlink to rbtrace (bazel's runfiles) still finds what was built beside

@@ -7,6 +7,9 @@
 #ifndef RBT_INTERPOSE_H
 #define RBT_INTERPOSE_H
 
+#include "build_defs/rbt_version.h"
+#include "trace_format/rbt_format.h"
+
 /* File, or directory (existing, or ending in '/'), where traces go. */
 #define RBT_ENV_OUTPUT "RBTRACE_OUTPUT"
 /* Per-thread ring size in KiB (default 2048). */
@@ -55,6 +58,9 @@
  * the "sigusr2" trigger). */
 #define RBT_SNAPSHOT_SIGVAL 0x52425453 /* "RBTS" */
 
-#define RBT_TOOL_NAME "librbtrace 0.1"
+/* The header's tool field: the release and the format it writes, as
+ * `rbtrace --version` says them. */
+#define RBT_TOOL_NAME \
+	"librbtrace " RBT_VERSION " (format " RBT_STR(RBT_FORMAT_VERSION) ")"
 
 #endif

@@ -72,7 +72,9 @@ struct rp_wcrec {
 	uint32_t status, opcode, byte_len;
 	uint8_t no_len;	  /* byte_len was not recorded */
 	uint8_t unpolled; /* replay: taken off the CQ after the last poll step */
-	uint64_t ts, seq; /* recorded: the poll's ticks and the join's order */
+	uint64_t ts, seq; /* recorded: the poll step's ticks and the join's order */
+	uint32_t imm;	  /* recorded: the immediate data (host order), with_imm */
+	uint8_t with_imm;
 };
 
 struct rp_idset {
@@ -282,8 +284,12 @@ struct rp_loading {
 	struct rp_side *s;
 	int cappd, capmr, capch, capcq, capxrcd, capsrq, capqp, capah, capstep;
 	uint64_t seq; /* file order: the tie-break of steps recorded at one time */
-	int cur_cq;   /* 1 + index of the CQ of the poll being fed, or 0 */
-	int err;      /* from a model callback: -ENOMEM */
+	/* the poll being fed (NULL: another event), 1 + index of its CQ, and
+	 * the first of its completions the model has not handed over yet */
+	const struct rbt_event *cur_poll;
+	int cur_cq;
+	uint32_t wc_next;
+	int err; /* from a model callback: -ENOMEM */
 };
 
 /* The phases, in the order replay_job.c runs them. Each returns 0 or a negative

@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "softnic_mem.h"
+
 #define SN_EXPORT      __attribute__((visibility("default")))
 #define SN_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define SN_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -138,6 +140,7 @@ struct sn_qp_shm {
 struct sn_mr_run {
 	uint64_t va, len;
 	uint32_t file_id, pad;
+	struct sn_mem_src src; /* shared memory: how a peer maps it */
 };
 
 struct sn_mrt_ent {
@@ -204,6 +207,9 @@ struct sn_run; /* locally backed page range */
 
 struct sn_mr {
 	struct ibv_mr mr;
+	/* rdma-core's struct verbs_mr continues here (provider mode reads it) */
+	uint32_t vmr_type; /* IBV_MR_TYPE_MR */
+	int vmr_access;
 	uint32_t idx;
 	int nruns;
 	struct sn_run *runs[SN_MAX_RUNS];
@@ -267,6 +273,10 @@ struct sn_pend {
 
 struct sn_qp {
 	struct ibv_qp_ex qpx; /* first: ibv_qp is its prefix */
+	/* rdma-core's struct verbs_qp continues here: its ibv_qp_to_qp_ex
+	 * answers from vqp_comp_mask (VERBS_QP_EX) */
+	uint32_t vqp_comp_mask;
+	void *vqp_xrcd;
 	struct sn_qp_shm *shm;
 	size_t shm_len;
 	char name[SN_NAME];
@@ -384,14 +394,19 @@ bool sn_rqp_alive(struct sn_rqp *r);
 bool sn_proc_alive(const char *procid);
 uint64_t sn_coarse_ns(void);
 void sn_notify_fd(int *fdp, const char *path, uint64_t cookie);
+struct sn_async_rec {
+	uint64_t element;
+	uint32_t type, reserved;
+};
+_Static_assert(sizeof(struct sn_async_rec) == 16, "the kernel's async event record");
 void sn_async_event(const char *path, int *fdp, uint32_t type, uint64_t cookie);
 
-/* memory windows (softnic_verbs.c; binding in softnic_data.c) */
+/* memory windows (softnic_verbs.c; binding in softnic_mw.c) */
 struct ibv_mw *sn_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
 int sn_dealloc_mw(struct ibv_mw *mw);
 int sn_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
 
-/* data path (softnic_data.c) */
+/* data path (softnic_post.c, softnic_cq.c, softnic_wr.c, softnic_pending.c) */
 extern const struct ibv_context_ops sn_ops_template;
 int sn_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int sn_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
@@ -429,5 +444,52 @@ static inline struct sn_ctx *sn_ctx_of(struct ibv_context *c)
 
 #define sn_qp_of(q) ((struct sn_qp *)(q))
 #define sn_cq_of(c) ((struct sn_cq *)(c))
+
+/* ---------------- core verbs (softnic_verbs.c) ---------------- */
+
+int sn_query_device(struct ibv_context *context, struct ibv_device_attr *attr);
+struct ibv_pd *sn_alloc_pd(struct ibv_context *context);
+int sn_dealloc_pd(struct ibv_pd *pd);
+struct ibv_mr *sn_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length,
+			       uint64_t iova, unsigned int access);
+struct ibv_mr *sn_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access);
+struct ibv_mr *sn_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+			      int access);
+int sn_dereg_mr(struct ibv_mr *ibmr);
+int sn_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
+		size_t length, int access);
+struct ibv_cq *sn_create_cq(struct ibv_context *context, int cqe, void *cq_context,
+			    struct ibv_comp_channel *channel, int comp_vector);
+int sn_resize_cq(struct ibv_cq *cq, int cqe);
+int sn_destroy_cq(struct ibv_cq *ibcq);
+struct ibv_srq *sn_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *init);
+int sn_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask);
+int sn_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr);
+int sn_destroy_srq(struct ibv_srq *ibsrq);
+struct ibv_qp *sn_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *init);
+struct ibv_qp_ex *sn_qp_to_qp_ex(struct ibv_qp *ibqp);
+int sn_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask);
+int sn_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask,
+		struct ibv_qp_init_attr *init);
+int sn_destroy_qp(struct ibv_qp *ibqp);
+struct ibv_ah *sn_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
+int sn_destroy_ah(struct ibv_ah *ah);
+int sn_query_port_full(struct ibv_context *c, uint8_t port, struct ibv_port_attr *a,
+		       size_t len);
+int sn_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_input *in,
+		       struct ibv_device_attr_ex *attr, size_t len);
+struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr_ex *a);
+struct ibv_qp *sn_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex *a);
+int sn_query_rt_values(struct ibv_context *c, struct ibv_values_ex *v);
+struct ibv_srq *sn_create_srq_ex(struct ibv_context *c, struct ibv_srq_init_attr_ex *a);
+int sn_get_srq_num(struct ibv_srq *srq, uint32_t *num);
+struct ibv_xrcd *sn_open_xrcd(struct ibv_context *c, struct ibv_xrcd_init_attr *a);
+int sn_close_xrcd(struct ibv_xrcd *x);
+uint32_t sn_next_id(void);
+int sn_mkfifo(char *name, size_t n, const char *kind);
+struct ibv_comp_channel *sn_create_comp_channel(struct ibv_context *context);
+int sn_destroy_comp_channel(struct ibv_comp_channel *channel);
+uint32_t sn_pow2(uint32_t v);
+int sn_check_av(const struct ibv_ah_attr *ah);
 
 #endif

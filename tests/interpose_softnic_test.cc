@@ -182,6 +182,28 @@ TEST(InterposeSoftnic, SrqPingpong)
 	EXPECT_LE(r.c.wc_recv_ok, r.s.send_wrs);
 }
 
+// ibv_xsrq_pingpong (one client): XRC domain, an XRC SRQ on each side, one
+// XRC_SEND and one XRC_RECV QP; -n 100 sends exactly 100 messages each way.
+TEST(InterposeSoftnic, XsrqPingpong)
+{
+	pair_result r = record_pair("xsrq", "ibv_xsrq_pingpong -n 100",
+				    "ibv_xsrq_pingpong -n 100");
+	ASSERT_EQ(r.both.out, "0 0\n") << r.server_out << r.client_out;
+	ASSERT_NE(r.client_out.find("success"), std::string::npos) << r.client_out;
+	for (summary *s : { &r.s, &r.c }) {
+		expect_clean(*s, "xsrq");
+		EXPECT_EQ(s->by_type[RBT_EV_XRCD_OPEN], 1u);
+		EXPECT_EQ(s->by_type[RBT_EV_SRQ_CREATE], 1u);
+		EXPECT_EQ(s->by_type[RBT_EV_QP_CREATE], 2u);
+		EXPECT_EQ(s->send_wrs, 100u);
+		EXPECT_GE(s->signaled_send_wrs, 1u); /* it signals some sends only */
+		EXPECT_EQ(s->wc_send_ok, s->signaled_send_wrs);
+		EXPECT_EQ(s->wc_recv_ok, 100u);
+		EXPECT_EQ(s->srq_recv_wrs, 101u);
+		EXPECT_EQ(s->recv_wrs, 0u);
+	}
+}
+
 // perftest prints "#bytes #iterations ..." and then one row: the iteration count
 // is the row's second number.
 long long perftest_iters(const std::string &out)

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <cstring>
 #include <string>
 
 #include <arpa/inet.h>
@@ -55,14 +56,23 @@ int Sh(const std::string &cmd, std::string *out)
 const std::string kRbtrace = "cli/rbtrace";
 const std::string kSynth = "tests/replay_synth";
 
-// softnic's libibverbs.so.1 (a data dependency of this test).
-std::string SoftnicEnv()
+// The environment that runs a command on softnic (a data dependency of this
+// test) in the mode RBTRACE_SOFTNIC_MODE names: the drop-in libibverbs.so.1,
+// or provider (the system's libibverbs with softnic's preload). pre: a
+// library preloaded first (the recorder).
+std::string SoftnicEnv(const std::string &pre = "")
 {
 	char cwd[4096];
 	if (!getcwd(cwd, sizeof(cwd)))
 		return "";
 	std::string dir = std::string(cwd) + "/softnic";
-	return "LD_LIBRARY_PATH=" + dir + " SOFTNIC_FABRIC=" + Tmp() + "/fabric ";
+	const char *mode = getenv("RBTRACE_SOFTNIC_MODE");
+	std::string fab = " SOFTNIC_FABRIC=" + Tmp() + "/fabric ";
+	if (mode && !strcmp(mode, "provider"))
+		return "LD_PRELOAD=" + (pre.empty() ? "" : pre + ":") + dir +
+		       "/provider/libsoftnic-preload.so RDMAV_DRIVERS=" + dir +
+		       "/provider/libsoftnic" + fab;
+	return "LD_LIBRARY_PATH=" + dir + (pre.empty() ? "" : " LD_PRELOAD=" + pre) + fab;
 }
 
 std::string Synth(const std::string &name, const std::string &args)
@@ -370,8 +380,8 @@ class ReplayRecorded : public ReplaySoftnic
 		char cwd[4096];
 		ASSERT_NE(nullptr, getcwd(cwd, sizeof(cwd)));
 		ASSERT_TRUE(Exists("interpose/librbtrace.so"));
-		rec_ = env_ + "LD_PRELOAD=" + std::string(cwd) +
-		       "/interpose/librbtrace.so RBTRACE_OUTPUT=";
+		rec_ = SoftnicEnv(std::string(cwd) + "/interpose/librbtrace.so") +
+		       "RBTRACE_OUTPUT=";
 	}
 	std::string rec_; // + trace path + " " + command
 };
@@ -424,8 +434,28 @@ TEST_F(ReplayRecorded, PingpongBothEndsInTwoProcessesAndDiff)
 		<< out;
 }
 
+// Replays d/cli.rbt alone against `rbtrace replay --responder` (its log in
+// d/resp.log); returns the replay's exit code and output.
+int VsResponder(const std::string &env, const std::string &d, std::string *out)
+{
+	int port = Port();
+	FILE *bg = popen((env + kRbtrace + " replay --responder --listen " +
+			  std::to_string(port) + " > " + d + "/resp.log 2>&1")
+				 .c_str(),
+			 "r");
+	if (!bg)
+		return -1;
+	int rc = Sh(env + kRbtrace + " replay --connect 127.0.0.1:" +
+			    std::to_string(port) + " " + d + "/cli.rbt",
+		    out);
+	pclose(bg);
+	return rc;
+}
+
 // Completion channels (-e), extended CQs polled in sessions that post in between
-// (-t), UD (address handles) and an SRQ shared by 16 QPs: both ends in one process.
+// (-t), UD (address handles) and an SRQ shared by 16 QPs: both ends in one process;
+// the RC client's end alone against the responder too (-t reads no QP number in
+// its completions: the responder learns what to send from the model's join).
 TEST_F(ReplayRecorded, PingpongVariantsInOneProcess)
 {
 	const char *progs[][2] = { { "ibv_rc_pingpong", "-e" },
@@ -457,6 +487,11 @@ TEST_F(ReplayRecorded, PingpongVariantsInOneProcess)
 				&out))
 			<< bin << pr[1] << ": " << out;
 		EXPECT_TRUE(AllMatched(out)) << bin << pr[1] << ": " << out;
+		if (strcmp(pr[0], "ibv_rc_pingpong"))
+			continue;
+		EXPECT_EQ(0, VsResponder(env_, d, &out))
+			<< bin << pr[1] << " vs responder: " << out;
+		EXPECT_TRUE(AllMatched(out)) << bin << pr[1] << " vs responder: " << out;
 	}
 }
 
@@ -520,16 +555,7 @@ TEST_F(ReplayRecorded, PerftestTwoProcessesDiffAndResponder)
 				&out))
 			<< tool << ": " << out;
 
-		int port = Port();
-		FILE *bg = popen((env_ + kRbtrace + " replay --responder --listen " +
-				  std::to_string(port) + " > " + d + "/resp.log 2>&1")
-					 .c_str(),
-				 "r");
-		ASSERT_NE(nullptr, bg);
-		rc = Sh(env_ + kRbtrace + " replay --connect 127.0.0.1:" +
-				std::to_string(port) + " " + d + "/cli.rbt",
-			&out);
-		pclose(bg);
+		rc = VsResponder(env_, d, &out);
 		EXPECT_EQ(0, rc) << tool << " vs responder: " << out;
 		EXPECT_TRUE(AllMatched(out)) << tool << " vs responder: " << out;
 	}

@@ -17,6 +17,8 @@ WAITER=$root/tests/report_waiter
 CHECK=$root/tests/report_check.py
 SOFTNIC=$root/softnic
 SHIM=$root/interpose/librbtrace.so
+SOFTNIC_DIR=$SOFTNIC
+. "$root/tests/softnic_env.sh"
 tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/report_softnic.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 export SOFTNIC_FABRIC=$tmp/fabric
@@ -27,7 +29,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 run() {
 	local out=$1
 	shift
-	LD_LIBRARY_PATH=$SOFTNIC LD_PRELOAD=$SHIM RBTRACE_OUTPUT=$out timeout 60 "$@"
+	RBTRACE_OUTPUT=$out on_softnic --preload "$SHIM" timeout 60 "$@"
 }
 
 echo "== ground truth: NIC 20 us (latency model), poll 60 us after each post"

@@ -32,9 +32,27 @@ check bad_latency 2 "not a number" "$rbtrace" softnic --latency soon -- true
 check no_command 2 "no command" "$rbtrace" softnic
 check missing_program 127 "no-such-program" "$rbtrace" softnic -- no-such-program
 check help 0 "example" "$rbtrace" softnic --help
-# a fabric directory that cannot be made: one line naming it, no device
-check bad_fabric 1 "softnic: cannot use fabric directory /proc/no-such-dir/fabric: " \
-	env SOFTNIC_FABRIC=/proc/no-such-dir/fabric "$rbtrace" softnic -- ibv_devices
+# which mode runs, in one line (RBTRACE_SOFTNIC_MODE, as the test target sets it)
+mode=${RBTRACE_SOFTNIC_MODE:-dropin}
+[ "$mode" = provider ] && said="softnic as a provider under /" || said="softnic's drop-in"
+check says_mode 0 "^rbtrace softnic: $said" "$rbtrace" softnic -- true
+check mode_dropin 0 "^rbtrace softnic: softnic's drop-in libibverbs.so.1 \(asked for\)" \
+	"$rbtrace" softnic --softnic=dropin -- ibv_devices
+check mode_bad 2 "--softnic=fast: not provider, dropin or auto" \
+	"$rbtrace" softnic --softnic=fast -- true
+# a libibverbs with another private ABI: one line, and the drop-in runs
+fake=$SOFTNIC_FABRIC/lib/libibverbs.so.1.14.57.0
+mkdir -p "${fake%/*}" && printf '\177ELF...IBVERBS_PRIVATE_57...' >"$fake"
+check other_abi_auto 0 "^rbtrace softnic: softnic's drop-in libibverbs.so.1 \(the system's .*libibverbs.so.1.14.57.0 has private ABI 57, not 34\)" \
+	env RBTRACE_SOFTNIC_MODE=auto RBTRACE_SYSTEM_LIBIBVERBS="$fake" "$rbtrace" softnic -- ibv_devices
+check other_abi_provider 1 "^rbtrace softnic: --softnic=provider: the system's .* has private ABI 57, not 34; use --softnic=dropin\$" \
+	env RBTRACE_SYSTEM_LIBIBVERBS="$fake" "$rbtrace" softnic --softnic=provider -- true
+check mode_provider_missing 1 "--softnic=provider: .*use --softnic=dropin" \
+	env RBTRACE_SOFTNIC_DIR="$root/softnic/../no-such" "$rbtrace" softnic --softnic=provider -- true
+# a fabric directory that cannot be made: one line naming it, no device (the
+# drop-in fails the device list, the provider adds no device to it)
+check bad_fabric 255 "softnic: cannot use fabric directory /proc/no-such-dir/fabric: " \
+	env SOFTNIC_FABRIC=/proc/no-such-dir/fabric "$rbtrace" softnic -- ibv_devinfo -d softnic0
 # bad settings from the environment: one line each, defaults used, device works
 check env_jitter_huge 0 "SOFTNIC_JITTER_NS=18446744073709551615: not a number" \
 	env SOFTNIC_JITTER_NS=18446744073709551615 "$rbtrace" softnic -- ibv_devices
@@ -50,8 +68,8 @@ printf 'OLDBUILD' | dd of="$stale/fabric" bs=1 count=8 conv=notrunc status=none
 flock -x "$stale/pid-1-0000beef" sh -c "echo \$\$ > $stale.holder; exec sleep 5" &
 holder=$!
 for i in 1 2 3 4 5 6 7 8 9 10; do [ -s "$stale.holder" ] && break; sleep 0.1; done
-check stale_in_use 1 "fabric in use by processes of another softnic build" \
-	env SOFTNIC_FABRIC="$stale" "$rbtrace" softnic -- ibv_devices
+check stale_in_use 255 "fabric in use by processes of another softnic build" \
+	env SOFTNIC_FABRIC="$stale" "$rbtrace" softnic -- ibv_devinfo -d softnic0
 kill "$(cat "$stale.holder")" 2>/dev/null; wait $holder 2>/dev/null # the lock goes
 check stale_renewed 0 "softnic0" env SOFTNIC_FABRIC="$stale" "$rbtrace" softnic -- ibv_devices
 # missing parents are created

@@ -300,6 +300,66 @@ TEST(SoftnicRemote, ReceiveTooSmallIsLocalLengthErrorThere)
 		}));
 }
 
+/* A UD receive's SGEs are checked for the bytes written into them, as on RC
+ * (and as hardware and rxe do): a 4096-byte receive posted 128 bytes before
+ * the end of its MR takes a 64-byte datagram (40 + 64 bytes land in the MR),
+ * and fails with LOC_PROT_ERR only when the datagram reaches past the MR. */
+TEST(SoftnicUD, ReceiveBoundsAreTheBytesWritten)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_UD);
+			size_t off = n.len - 128;
+			n.post_recv(1, off, 4096);
+			n.post_recv(2, off, 4096);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			ibv_wc wc = n.wait1();
+			SN_CHECK_EQ(wc.wr_id, 1);
+			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			SN_CHECK_EQ(wc.byte_len, 40 + 64);
+			SN_CHECK_EQ((unsigned char)n.buf[off + 40], 0xab);
+			SN_CHECK_EQ((unsigned char)n.buf[off + 40 + 63], 0xab);
+			wc = n.wait1();
+			SN_CHECK_EQ(wc.wr_id, 2);
+			SN_CHECK_EQ(wc.status, IBV_WC_LOC_PROT_ERR);
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_UD);
+			memset(n.buf, 0xab, 200);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			ibv_ah_attr aa = {};
+			aa.dlid = r.lid;
+			aa.port_num = 1;
+			ibv_ah *ah = ibv_create_ah(n.pd, &aa);
+			SN_CHECK(ah);
+			sn_sync(fd);
+			for (uint32_t len : { 64u, 200u }) {
+				ibv_sge s = { (uint64_t)(uintptr_t)n.buf, len,
+					      n.mr->lkey };
+				ibv_send_wr wr = {}, *bad;
+				wr.wr_id = len;
+				wr.sg_list = &s;
+				wr.num_sge = 1;
+				wr.opcode = IBV_WR_SEND;
+				wr.send_flags = IBV_SEND_SIGNALED;
+				wr.wr.ud.ah = ah;
+				wr.wr.ud.remote_qpn = r.qpn;
+				wr.wr.ud.remote_qkey = 0x11111111;
+				SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad), 0);
+				/* unreliable: the sender never learns of the receiver's error */
+				SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			}
+			sn_sync(fd);
+			ibv_destroy_ah(ah);
+		}));
+}
+
 TEST(SoftnicRemote, RnrRetriesThenRetryExceededOrSuccess)
 {
 	SN_EXPECT_ENDS(sn_run2(

@@ -16,7 +16,8 @@ if [ -z "$dir" ]; then
 fi
 dir=$(cd "$dir" && pwd) || { echo "no softnic dir"; exit 2; }
 [ -r "$dir/libibverbs.so.1" ] || { echo "$dir/libibverbs.so.1 missing"; exit 2; }
-export LD_LIBRARY_PATH=$dir
+SOFTNIC_DIR=$dir
+. "$(dirname "$0")/softnic_env.sh"
 # built with --config=asan: the runtime must come first in uninstrumented programs
 asan=$(ldd "$dir/libibverbs.so.1" | awk '/libasan|libubsan/ {print $3}' | tr '\n' ' ')
 if [ -n "$asan" ]; then
@@ -38,11 +39,11 @@ pair() {
 	local s=$tmp/$name.srv c=$tmp/$name.cli crc=1 src=1
 	for attempt in 1 2 3; do
 		port=$((port + 1))
-		timeout 60 "$@" -p $port >"$s" 2>&1 &
+		on_softnic timeout 60 "$@" -p $port >"$s" 2>&1 &
 		local spid=$!
 		for try in 1 2 3 4 5 6 7 8 9 10; do
 			sleep 0.2
-			timeout 60 "$@" -p $port localhost >"$c" 2>&1
+			on_softnic timeout 60 "$@" -p $port localhost >"$c" 2>&1
 			crc=$?
 			# the server may not listen yet: retry only a refused connection
 			grep -qi "couldn't connect\|Unable to connect\|Connection refused" "$c" || break
@@ -83,7 +84,41 @@ pair ib_write_lat "$lat" ib_write_lat -n 1000
 SERVER_QUIET=1 pair ib_atomic_lat "$lat" ib_atomic_lat -n 1000
 SOFTNIC_LINK=eth pair ib_send_lat_roce "$lat" ib_send_lat -n 1000 -x 0
 
-# ibv_devinfo shows the device
-if ibv_devinfo -d softnic0 | grep -q "PORT_ACTIVE"; then echo "ok   ibv_devinfo"; else echo "FAIL ibv_devinfo"; fails=$((fails + 1)); fi
+# ibv_devinfo shows the device (in provider mode the system's own ibv_devinfo
+# through the system's libibverbs)
+if on_softnic ibv_devinfo -v -d softnic0 >"$tmp/devinfo" 2>&1 &&
+	grep -q "hca_id:.*softnic0" "$tmp/devinfo" && grep -q "PORT_ACTIVE" "$tmp/devinfo" &&
+	grep -q "GID\[  0\]:.*fe80:0000:0000:0000" "$tmp/devinfo"; then
+	echo "ok   ibv_devinfo -v"
+else
+	echo "FAIL ibv_devinfo -v"; cat "$tmp/devinfo"; fails=$((fails + 1))
+fi
+
+# the libibverbs a running program maps: in provider mode the system's (with
+# softnic's provider beside it), never softnic's drop-in
+port=$((port + 1))
+ON_SOFTNIC_EXEC=1 on_softnic ibv_rc_pingpong -p $port >"$tmp/maps.out" 2>&1 &
+mpid=$!
+for i in $(seq 100); do
+	grep -q 'libibverbs\.so' "/proc/$mpid/maps" 2>/dev/null &&
+		{ [ "$softnic_mode" != provider ] || grep -q libsoftnic-rdmav34 "/proc/$mpid/maps"; } && break
+	sleep 0.05
+done
+verbs=$(awk '/libibverbs\.so/ {print $6}' "/proc/$mpid/maps" 2>/dev/null | sort -u)
+provider=$(awk '/libsoftnic-rdmav34/ {print $6}' "/proc/$mpid/maps" 2>/dev/null | sort -u)
+kill $mpid 2>/dev/null; wait $mpid 2>/dev/null
+dropin=$(readlink -f "$dir/libibverbs.so.1")
+ok=0
+if [ "$softnic_mode" = provider ]; then
+	[ -n "$verbs" ] && [ "$verbs" != "$dropin" ] && [ -n "$provider" ] && ok=1
+else
+	[ "$verbs" = "$dropin" ] && ok=1
+fi
+if [ $ok = 1 ]; then
+	echo "ok   maps: libibverbs $verbs${provider:+, provider $provider}"
+else
+	echo "FAIL maps: libibverbs '$verbs', provider '$provider' (mode $softnic_mode)"
+	fails=$((fails + 1))
+fi
 [ $fails -eq 0 ] && echo "all programs ran" || echo "$fails program(s) failed"
 exit $fails

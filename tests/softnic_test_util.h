@@ -87,7 +87,21 @@ static inline void sn_test_setup_env(int argc, char **argv)
 		fprintf(stderr, "softnic libibverbs.so.1 not found\n");
 		exit(2);
 	}
-	setenv("LD_LIBRARY_PATH", dir, 1);
+	/* RBTRACE_SOFTNIC_MODE=provider: the system's libibverbs with softnic's
+	 * provider and preload (the test target's mode); else the drop-in */
+	const char *mode = getenv("RBTRACE_SOFTNIC_MODE");
+	if (mode && !strcmp(mode, "provider")) {
+		std::string pre = std::string(dir) + "/provider/libsoftnic-preload.so";
+		const char *old = getenv("LD_PRELOAD");
+		if (old && *old)
+			pre = std::string(old) + ":" + pre;
+		setenv("LD_PRELOAD", pre.c_str(), 1);
+		setenv("RDMAV_DRIVERS",
+		       (std::string(dir) + "/provider/libsoftnic").c_str(), 1);
+		unsetenv("LD_LIBRARY_PATH");
+	} else {
+		setenv("LD_LIBRARY_PATH", dir, 1);
+	}
 	setenv("SN_TEST_REEXEC", "1", 1);
 	/* unique even across PID namespaces (bazel sandboxes share /dev/shm) */
 	char fab[] = "/dev/shm/softnic-test-XXXXXX";

@@ -49,6 +49,82 @@ TEST(SoftnicDevice, AttributesProgramsCheck)
 	n.close();
 }
 
+/* What rdma-core's pyverbs suite expects of a device without a feature:
+ * EOPNOTSUPP for what it does not do, EINVAL for what is wrong, and
+ * IBV_QP_INIT_ATTR_CREATE_FLAGS with no flag is no feature at all. */
+TEST(SoftnicDevice, UnsupportedIsEopnotsuppWrongIsEinval)
+{
+	SnNode n;
+	n.open();
+	ibv_cq *cq = ibv_create_cq(n.ctx, 8, nullptr, nullptr, 0);
+	ASSERT_TRUE(cq);
+	ibv_qp_init_attr_ex ia = {};
+	ia.send_cq = ia.recv_cq = cq;
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = ia.cap.max_recv_wr = 4;
+	ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+	ia.pd = n.pd;
+	ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	ibv_qp *q = ibv_create_qp_ex(n.ctx, &ia);
+	ASSERT_TRUE(q) << strerror(errno);
+	ia.create_flags = IBV_QP_CREATE_SCATTER_FCS;
+	errno = 0;
+	EXPECT_FALSE(ibv_create_qp_ex(n.ctx, &ia));
+	EXPECT_EQ(errno, EOPNOTSUPP);
+	ia.create_flags = 0;
+	ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	ia.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_ATOMIC_WRITE;
+	errno = 0;
+	EXPECT_FALSE(ibv_create_qp_ex(n.ctx, &ia));
+	EXPECT_EQ(errno, EOPNOTSUPP);
+	ia.comp_mask = IBV_QP_INIT_ATTR_PD;
+	ia.qp_type = IBV_QPT_RAW_PACKET;
+	errno = 0;
+	EXPECT_FALSE(ibv_create_qp_ex(n.ctx, &ia));
+	EXPECT_EQ(errno, EOPNOTSUPP);
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_sge = 1000;
+	errno = 0;
+	EXPECT_FALSE(ibv_create_qp_ex(n.ctx, &ia));
+	EXPECT_EQ(errno, EINVAL);
+	/* ATOMIC_WRITE through ibv_post_send: a real opcode softnic lacks */
+	ibv_qp_attr a = {};
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	ASSERT_EQ(ibv_modify_qp(q, &a,
+				IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					IBV_QP_ACCESS_FLAGS),
+		  0);
+	ibv_port_attr pa;
+	ASSERT_EQ(ibv_query_port(n.ctx, 1, &pa), 0);
+	SnInfo self = {};
+	self.qpn = q->qp_num;
+	self.lid = pa.lid;
+	self.psn = 0x1234;
+	n.qp = q;
+	n.type = IBV_QPT_RC;
+	n.connect(self, q); /* to itself: RTS is all this needs */
+	ibv_send_wr wr = {}, *bad = nullptr;
+	wr.opcode = IBV_WR_ATOMIC_WRITE;
+	EXPECT_EQ(ibv_post_send(q, &wr, &bad), EOPNOTSUPP);
+	EXPECT_EQ(bad, &wr);
+	/* a completion vector the device does not have */
+	ibv_cq_init_attr_ex ca = {};
+	ca.cqe = 8;
+	ca.comp_vector = (uint32_t)n.ctx->num_comp_vectors;
+	errno = 0;
+	EXPECT_FALSE(ibv_create_cq_ex(n.ctx, &ca));
+	EXPECT_EQ(errno, EINVAL);
+	/* a GID table buffer too small for the table */
+	ibv_gid_entry ent[8];
+	EXPECT_EQ(ibv_query_gid_table(n.ctx, ent, 0, 0), -EINVAL);
+	EXPECT_GE(ibv_query_gid_table(n.ctx, ent, 8, 0), 1);
+	ASSERT_EQ(ibv_destroy_qp(q), 0);
+	n.qp = nullptr;
+	ASSERT_EQ(ibv_destroy_cq(cq), 0);
+	n.close();
+}
+
 TEST(SoftnicRC, SendAndSendImmLandInPostedReceives)
 {
 	SN_EXPECT_ENDS(sn_run2(
@@ -438,6 +514,42 @@ TEST(SoftnicChannel, BlockingCompletionEvent)
 			n.connect(r);
 			sn_sync(fd);
 			usleep(20000); /* the peer is blocked in poll() by now */
+			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+		}));
+}
+
+/* A CQ destroyed with its event unread leaves nothing in the channel:
+ * rdma-core's ibv_get_cq_event (provider mode) would return the dead CQ. */
+TEST(SoftnicChannel, DestroyedCqLeavesNoEvent)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC, 65536, 64, true);
+			n.post_recv(1, 0, 64);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			SN_CHECK_EQ(ibv_req_notify_cq(n.cq, 0), 0);
+			sn_sync(fd);
+			struct pollfd p = { n.ch->fd, POLLIN, 0 };
+			SN_CHECK_EQ(::poll(&p, 1, 5000), 1); /* the event is there */
+			SN_CHECK_EQ(ibv_destroy_qp(n.qp), 0);
+			n.qp = nullptr;
+			SN_CHECK_EQ(ibv_destroy_cq(n.cq), 0);
+			n.cq = nullptr;
+			p.revents = 0;
+			SN_CHECK_EQ(::poll(&p, 1, 0), 0);
+			sn_sync(fd);
+			n.close();
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
 			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
 			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
 			sn_sync(fd);

@@ -1,0 +1,456 @@
+/*
+ * softnic completion queues: pushing a completion into a CQ ring (from any
+ * process), ibv_poll_cq, arming and notification, the extended CQ's
+ * start/next/end_poll and readers, and cleaning a dead QP's entries.
+ * The push and poll paths must never allocate or take a lock other than a
+ * CQ's own poll flag; the only syscalls are a FIFO write to an armed CQ's
+ * channel and a bounded futex sleep on an empty CQ.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "softnic_data.h"
+
+/* ---------------- completion queues ---------------- */
+
+uint64_t sn_model_ns(uint64_t bytes)
+{
+	uint64_t t = sn_g.lat_ns + bytes * sn_g.ns_per_kib / 1024;
+
+	if (sn_g.jitter_ns) {
+		static __thread uint64_t x = 88172645463325252ull;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		t += x % (sn_g.jitter_ns + 1);
+	}
+	return t;
+}
+
+static void sn_cq_overflow(struct sn_cq_shm *cq)
+{
+	if (!atomic_exchange(&cq->error, 1))
+		sn_async_event(cq->async_path, NULL, IBV_EVENT_CQ_ERR, cq->cookie);
+}
+
+/* Append one completion; false if the CQ overflowed (or already had). */
+bool sn_cq_push(struct sn_cq_shm *cq, const struct sn_cqe *src, int *chan_fd)
+{
+	uint64_t idx, cons;
+	struct sn_cqe *e;
+	uint32_t armed;
+
+	if (SN_UNLIKELY(atomic_load_explicit(&cq->error, memory_order_relaxed)))
+		return false;
+	idx = atomic_fetch_add_explicit(&cq->prod, 1, memory_order_relaxed);
+	cons = atomic_load_explicit(&cq->cons, memory_order_acquire);
+	if (SN_UNLIKELY(idx - cons >= cq->cap)) {
+		sn_cq_overflow(cq);
+		return false;
+	}
+	e = &cq->e[idx & (cq->ring - 1)];
+	e->wr_id = src->wr_id;
+	e->ts = src->ts;
+	e->visible_ns = src->visible_ns;
+	e->local_qp = src->local_qp;
+	e->status = src->status;
+	e->opcode = src->opcode;
+	e->byte_len = src->byte_len;
+	e->imm = src->imm;
+	e->qp_num = src->qp_num;
+	e->src_qp = src->src_qp;
+	e->wc_flags = src->wc_flags;
+	e->vendor_err = src->vendor_err;
+	e->sq_idx = src->sq_idx;
+	e->slid = src->slid;
+	e->pkey_index = src->pkey_index;
+	e->sl = src->sl;
+	e->dlid_path_bits = src->dlid_path_bits;
+	e->solicited = src->solicited;
+	atomic_store_explicit(&e->dropped, 0, memory_order_relaxed);
+	/* seq_cst store then load: pairs with req_notify's store of armed and
+	 * load of the ring (Dekker), so an arm and a new completion never miss
+	 * each other */
+	atomic_store_explicit(&e->seq, idx + 1, memory_order_seq_cst);
+	if (SN_UNLIKELY(atomic_load_explicit(&cq->sleepers, memory_order_seq_cst))) {
+		atomic_fetch_add(&cq->wake_seq, 1);
+		syscall(SYS_futex, &cq->wake_seq, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+	}
+	armed = atomic_load_explicit(&cq->armed, memory_order_seq_cst);
+	if (SN_UNLIKELY(armed) &&
+	    (armed == 1 || src->solicited || src->status != IBV_WC_SUCCESS) &&
+	    atomic_exchange(&cq->armed, 0)) {
+		/* with the latency model the event waits for the completion */
+		if (SN_UNLIKELY(src->visible_ns) && src->visible_ns > sn_now_ns())
+			sn_delay_notify(cq, src->visible_ns);
+		else
+			sn_notify_fd(chan_fd, cq->chan_path, cq->cookie);
+	}
+	return true;
+}
+
+/* A program spinning on an empty CQ keeps spinning for a few microseconds,
+ * then sleeps on the CQ (a futex in the CQ file that every producer wakes)
+ * for at most 200 us per poll call: on an oversubscribed host the peer it
+ * waits for needs that core, and a wake-up hands it back at once. */
+/* A wait ended with a completion: if spinning alone got it, allow more. */
+static void sn_spin_done(struct sn_cq *cq)
+{
+	if (!cq->slept && cq->spin_budget < 4096)
+		cq->spin_budget *= 2;
+	cq->slept = false;
+	cq->empty_polls = 0;
+}
+
+static void sn_empty_poll(struct sn_cq *cq)
+{
+	struct sn_cq_shm *s = cq->shm;
+	uint32_t n = ++cq->empty_polls, seq;
+	uint64_t cons, wait = 200000;
+	struct sn_cqe *e;
+	struct timespec ts;
+
+	if (SN_LIKELY(n < cq->spin_budget)) {
+		/* a peer runnable on our own core gets it at once */
+		if (SN_UNLIKELY(!(n & 63)))
+			sched_yield();
+		return;
+	}
+	if (atomic_load_explicit(&sn_npending, memory_order_relaxed)) {
+		/* our own WRs wait for a peer's receive: keep retrying them
+		 * (each poll does), only stepping aside now and then */
+		if (!(n & 15))
+			sched_yield();
+		return;
+	}
+	seq = atomic_load(&s->wake_seq);
+	atomic_fetch_add(&s->sleepers, 1);
+	cons = atomic_load_explicit(&s->cons, memory_order_relaxed);
+	e = &s->e[cons & (s->ring - 1)];
+	if (atomic_load(&e->seq) == cons + 1) {
+		uint64_t now;
+
+		/* there is one, not yet visible (latency model): sleep until it is */
+		if (!e->visible_ns || e->visible_ns <= (now = sn_now_ns()))
+			wait = 0;
+		else if (e->visible_ns - now < wait)
+			wait = e->visible_ns - now;
+	}
+	if (wait) {
+		ts.tv_sec = 0;
+		ts.tv_nsec = (long)wait;
+		syscall(SYS_futex, &s->wake_seq, FUTEX_WAIT, seq, &ts, NULL, 0);
+		/* spinning did not pay: spin less next time (the peer likely
+		 * shares our core) */
+		if (!cq->slept && cq->spin_budget > 1024)
+			cq->spin_budget /= 2;
+		cq->slept = true;
+	}
+	atomic_fetch_sub(&s->sleepers, 1);
+}
+
+static inline int sn_poll_cq_body(struct sn_cq *cq, int n, struct ibv_wc *wc)
+{
+	struct sn_cq_shm *s = cq->shm;
+	uint64_t cons = atomic_load_explicit(&s->cons, memory_order_relaxed);
+	uint64_t now = 0;
+	int got = 0;
+
+	if (SN_UNLIKELY(atomic_load_explicit(&sn_npending, memory_order_relaxed)))
+		sn_progress_all();
+	while (got < n) {
+		struct sn_cqe *e = &s->e[cons & (s->ring - 1)];
+		struct ibv_wc *w;
+
+		if (atomic_load_explicit(&e->seq, memory_order_acquire) != cons + 1)
+			break;
+		if (SN_UNLIKELY(e->visible_ns)) {
+			if (!now)
+				now = sn_now_ns();
+			if (e->visible_ns > now)
+				break;
+		}
+		cons++;
+		if (SN_UNLIKELY(atomic_load_explicit(&e->dropped, memory_order_relaxed)))
+			continue;
+		w = &wc[got++];
+		w->wr_id = e->wr_id;
+		w->status = e->status;
+		w->opcode = e->opcode;
+		w->vendor_err = e->vendor_err;
+		w->byte_len = e->byte_len;
+		w->imm_data = e->imm;
+		w->qp_num = e->qp_num;
+		w->src_qp = e->src_qp;
+		w->wc_flags = e->wc_flags;
+		w->pkey_index = e->pkey_index;
+		w->slid = e->slid;
+		w->sl = e->sl;
+		w->dlid_path_bits = e->dlid_path_bits;
+		if (e->local_qp)
+			atomic_store_explicit(&((struct sn_qp *)e->local_qp)->sq_tail,
+					      e->sq_idx + 1, memory_order_release);
+	}
+	atomic_store_explicit(&s->cons, cons, memory_order_release);
+	return got;
+}
+
+int sn_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
+{
+	struct sn_cq *cq = sn_cq_of(ibcq);
+	int got;
+
+	if (SN_LIKELY(cq->single_threaded)) {
+		got = sn_poll_cq_body(cq, n, wc);
+	} else {
+		sn_spin_lock(&cq->poll_lock);
+		got = sn_poll_cq_body(cq, n, wc);
+		sn_spin_unlock(&cq->poll_lock);
+	}
+	/* outside the lock: this may sleep */
+	if (SN_UNLIKELY(!got))
+		sn_empty_poll(cq);
+	else if (SN_UNLIKELY(cq->empty_polls))
+		sn_spin_done(cq);
+	return got;
+}
+
+/* The latency model: the earliest time at which a completion already in the
+ * ring becomes visible, 0 when none waits. Any entry counts, not only the
+ * oldest: one that is visible (and not polled yet) may sit before it. */
+static uint64_t sn_cq_next_visible(struct sn_cq_shm *s)
+{
+	uint64_t i, cons = atomic_load_explicit(&s->cons, memory_order_relaxed);
+	uint64_t prod = atomic_load_explicit(&s->prod, memory_order_acquire);
+	uint64_t now = sn_now_ns(), best = 0;
+
+	if (prod - cons > s->ring)
+		prod = cons + s->ring;
+	for (i = cons; i < prod; i++) {
+		struct sn_cqe *e = &s->e[i & (s->ring - 1)];
+
+		if (atomic_load_explicit(&e->seq, memory_order_acquire) != i + 1)
+			break;
+		if (e->visible_ns > now && (!best || e->visible_ns < best))
+			best = e->visible_ns;
+	}
+	return best;
+}
+
+int sn_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
+{
+	struct sn_cq *cq = sn_cq_of(ibcq);
+	struct sn_cq_shm *s = cq->shm;
+	uint64_t when;
+
+	if (!cq->cq.channel)
+		return EINVAL;
+	atomic_store(&s->armed, solicited_only ? 2 : 1);
+	/* With the latency model a completion may already sit in the ring,
+	 * not yet visible: on hardware it would arrive after this arm, so it
+	 * must raise the event when it becomes visible. */
+	if (SN_UNLIKELY(sn_g.model) && (when = sn_cq_next_visible(s)) &&
+	    atomic_exchange(&s->armed, 0))
+		sn_delay_notify(s, when);
+	return 0;
+}
+
+/* Mark the completions of a QP that is going away so polls skip them. */
+void sn_cq_clean(struct sn_cq *cq, uint64_t local_qp, uint32_t qpn)
+{
+	struct sn_cq_shm *s = cq->shm;
+	uint64_t i, prod = atomic_load(&s->prod), cons = atomic_load(&s->cons);
+
+	if (prod - cons > s->ring)
+		prod = cons + s->ring;
+	for (i = cons; i < prod; i++) {
+		struct sn_cqe *e = &s->e[i & (s->ring - 1)];
+
+		if (atomic_load(&e->seq) != i + 1)
+			continue;
+		if ((local_qp && e->local_qp == local_qp) ||
+		    (!e->local_qp && e->qp_num == qpn))
+			atomic_store(&e->dropped, 1);
+	}
+}
+
+/* ---------------- extended CQ ---------------- */
+
+static bool sn_cq_pull(struct sn_cq *cq, struct sn_cqe *out)
+{
+	struct sn_cq_shm *s = cq->shm;
+	uint64_t cons = atomic_load_explicit(&s->cons, memory_order_relaxed);
+
+	for (;;) {
+		struct sn_cqe *e = &s->e[cons & (s->ring - 1)];
+
+		if (atomic_load_explicit(&e->seq, memory_order_acquire) != cons + 1)
+			return false;
+		if (e->visible_ns && e->visible_ns > sn_now_ns())
+			return false;
+		cons++;
+		if (atomic_load(&e->dropped)) {
+			atomic_store_explicit(&s->cons, cons, memory_order_release);
+			continue;
+		}
+		memcpy(out, e, sizeof(*out));
+		if (e->local_qp)
+			atomic_store(&((struct sn_qp *)e->local_qp)->sq_tail,
+				     e->sq_idx + 1);
+		atomic_store_explicit(&s->cons, cons, memory_order_release);
+		return true;
+	}
+}
+
+static int sn_next_poll(struct ibv_cq_ex *cx)
+{
+	struct sn_cq *cq = (struct sn_cq *)cx;
+
+	if (!sn_cq_pull(cq, &cq->cur))
+		return ENOENT;
+	cx->wr_id = cq->cur.wr_id;
+	cx->status = cq->cur.status;
+	return 0;
+}
+
+static int sn_start_poll(struct ibv_cq_ex *cx, struct ibv_poll_cq_attr *attr)
+{
+	if (attr && attr->comp_mask)
+		return EINVAL;
+	struct sn_cq *cq = (struct sn_cq *)cx;
+	int ret;
+
+	if (SN_UNLIKELY(atomic_load_explicit(&sn_npending, memory_order_relaxed)))
+		sn_progress_all();
+	/* the CQ is ours from start_poll to end_poll (not after ENOENT) */
+	if (!cq->single_threaded)
+		sn_spin_lock(&cq->poll_lock);
+	ret = sn_next_poll(cx);
+	if (ret) {
+		if (!cq->single_threaded)
+			sn_spin_unlock(&cq->poll_lock);
+		sn_empty_poll(cq); /* outside the lock: this may sleep */
+	} else if (SN_UNLIKELY(cq->empty_polls)) {
+		sn_spin_done(cq);
+	}
+	return ret;
+}
+
+static void sn_end_poll(struct ibv_cq_ex *cx)
+{
+	struct sn_cq *cq = (struct sn_cq *)cx;
+
+	if (!cq->single_threaded)
+		sn_spin_unlock(&cq->poll_lock);
+}
+
+#define SN_CUR(cx) (((struct sn_cq *)(cx))->cur)
+static enum ibv_wc_opcode sn_read_opcode(struct ibv_cq_ex *cx)
+{
+	return SN_CUR(cx).opcode;
+}
+static uint32_t sn_read_vendor_err(struct ibv_cq_ex *cx)
+{
+	return SN_CUR(cx).vendor_err;
+}
+static uint32_t sn_read_byte_len(struct ibv_cq_ex *cx)
+{
+	return SN_CUR(cx).byte_len;
+}
+static __be32 sn_read_imm(struct ibv_cq_ex *cx)
+{
+	return SN_CUR(cx).imm;
+}
+static uint32_t sn_read_qp_num(struct ibv_cq_ex *cx)
+{
+	return SN_CUR(cx).qp_num;
+}
+static uint32_t sn_read_src_qp(struct ibv_cq_ex *cx)
+{
+	return SN_CUR(cx).src_qp;
+}
+static unsigned int sn_read_wc_flags(struct ibv_cq_ex *cx)
+{
+	return SN_CUR(cx).wc_flags;
+}
+static uint32_t sn_read_slid(struct ibv_cq_ex *cx)
+{
+	return SN_CUR(cx).slid;
+}
+static uint8_t sn_read_sl(struct ibv_cq_ex *cx)
+{
+	return SN_CUR(cx).sl;
+}
+static uint8_t sn_read_dlid_path_bits(struct ibv_cq_ex *cx)
+{
+	return SN_CUR(cx).dlid_path_bits;
+}
+static uint64_t sn_read_ts(struct ibv_cq_ex *cx)
+{
+	return sn_nic_ticks(SN_CUR(cx).ts);
+}
+static uint64_t sn_read_wallclock(struct ibv_cq_ex *cx)
+{
+	struct timespec rt;
+	uint64_t mono = sn_now_ns(), real;
+
+	clock_gettime(CLOCK_REALTIME, &rt);
+	real = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
+	return SN_CUR(cx).ts + (real - mono);
+}
+static uint16_t sn_read_cvlan(struct ibv_cq_ex *cx)
+{
+	return 0;
+}
+static uint32_t sn_read_flow_tag(struct ibv_cq_ex *cx)
+{
+	return 0;
+}
+static void sn_read_tm_info(struct ibv_cq_ex *cx, struct ibv_wc_tm_info *ti)
+{
+	memset(ti, 0, sizeof(*ti));
+}
+
+void sn_cq_ex_init(struct sn_cq *cq)
+{
+	struct ibv_cq_ex *x = &cq->cq;
+
+	x->start_poll = sn_start_poll;
+	x->next_poll = sn_next_poll;
+	x->end_poll = sn_end_poll;
+	x->read_opcode = sn_read_opcode;
+	x->read_vendor_err = sn_read_vendor_err;
+	x->read_byte_len = sn_read_byte_len;
+	x->read_imm_data = sn_read_imm;
+	x->read_qp_num = sn_read_qp_num;
+	x->read_src_qp = sn_read_src_qp;
+	x->read_wc_flags = sn_read_wc_flags;
+	x->read_slid = sn_read_slid;
+	x->read_sl = sn_read_sl;
+	x->read_dlid_path_bits = sn_read_dlid_path_bits;
+	x->read_completion_ts = sn_read_ts;
+	x->read_cvlan = sn_read_cvlan;
+	x->read_flow_tag = sn_read_flow_tag;
+	x->read_tm_info = sn_read_tm_info;
+	x->read_completion_wallclock_ns = sn_read_wallclock;
+}
+
+const struct ibv_context_ops sn_ops_template = {
+	.poll_cq = sn_poll_cq,
+	.req_notify_cq = sn_req_notify_cq,
+	.post_srq_recv = sn_post_srq_recv,
+	.post_send = sn_post_send,
+	.post_recv = sn_post_recv,
+	.alloc_mw = sn_alloc_mw,
+	.dealloc_mw = sn_dealloc_mw,
+	.bind_mw = sn_bind_mw,
+};

@@ -1,0 +1,204 @@
+/*
+ * softnic's preload for provider mode (libsoftnic-preload.so, loaded with
+ * LD_PRELOAD by `rbtrace softnic`): what the system's libibverbs needs
+ * around softnic's provider on a machine with no RDMA kernel support.
+ *  - the fake sysfs: SYSFS_PATH (made here when unset) holds softnic0, and
+ *    RDMAV_DRIVERS names the provider beside this library when unset;
+ *  - the device node: stat and open of /dev/infiniband/uverbs_softnic0 go
+ *    to /dev/null (the sysfs says 1:3), opened read-only so that any kernel
+ *    command libibverbs writes there fails (EBADF) instead of "succeeding";
+ *  - completion channels, a raw kernel command in libibverbs: for a
+ *    softnic context the provider's own (handed over when it loads), for
+ *    any other the next definition.
+ * It must never change a call that is not about softnic, link libibverbs,
+ * or allocate in the wrappers of stat and open.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "softnic_pabi.h"
+#include "softnic_preload.h"
+#include "softnic_sysfs.h"
+
+#define SN_EXPORT __attribute__((visibility("default")))
+
+static struct sn_preload_hooks sn_hooks;
+
+SN_EXPORT void softnic_preload_attach(const struct sn_preload_hooks *h)
+{
+	if (h && h->magic == SN_PRELOAD_MAGIC)
+		sn_hooks = *h;
+}
+
+static bool sn_is_cdev(const char *path)
+{
+	return path && !strcmp(path, SN_SYSFS_CDEV);
+}
+
+SN_EXPORT int stat(const char *restrict path, struct stat *restrict st)
+{
+	static int (*real)(const char *restrict, struct stat *restrict);
+
+	if (sn_is_cdev(path))
+		path = "/dev/null";
+	if (!real)
+		real = (int (*)(const char *restrict, struct stat *restrict))dlsym(
+			RTLD_NEXT, "stat");
+	if (!real) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return real(path, st);
+}
+
+static int sn_open_real(const char *path, int flags, mode_t mode, const char *name)
+{
+	int (*real)(const char *, int, ...) =
+		(int (*)(const char *, int, ...))dlsym(RTLD_NEXT, name);
+
+	if (!real) {
+		errno = ENOSYS;
+		return -1;
+	}
+	if (sn_is_cdev(path))
+		return real("/dev/null", O_RDONLY | (flags & O_CLOEXEC));
+	return real(path, flags, mode);
+}
+
+static mode_t sn_open_mode(int flags, va_list ap)
+{
+	return (flags & (O_CREAT | __O_TMPFILE)) ? (mode_t)va_arg(ap, int) : 0;
+}
+
+SN_EXPORT int open(const char *path, int flags, ...)
+{
+	va_list ap;
+	mode_t mode;
+
+	va_start(ap, flags);
+	mode = sn_open_mode(flags, ap);
+	va_end(ap);
+	return sn_open_real(path, flags, mode, "open");
+}
+
+SN_EXPORT int open64(const char *path, int flags, ...)
+{
+	va_list ap;
+	mode_t mode;
+
+	va_start(ap, flags);
+	mode = sn_open_mode(flags, ap);
+	va_end(ap);
+	return sn_open_real(path, flags, mode, "open64");
+}
+
+/* ---------------- completion channels ---------------- */
+
+static bool sn_ours(struct ibv_context *c)
+{
+	return c && sn_hooks.dev_ops && c->device &&
+	       ((struct sn_pabi_device *)c->device)->ops == sn_hooks.dev_ops;
+}
+
+SN_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c)
+{
+	struct ibv_comp_channel *(*real)(struct ibv_context *);
+
+	if (sn_ours(c))
+		return sn_hooks.create_comp_channel(c);
+	real = (struct ibv_comp_channel * (*)(struct ibv_context *))
+		dlvsym(RTLD_NEXT, "ibv_create_comp_channel", "IBVERBS_1.0");
+	if (!real) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	return real(c);
+}
+
+SN_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
+{
+	int (*real)(struct ibv_comp_channel *);
+
+	if (ch && sn_ours(ch->context))
+		return sn_hooks.destroy_comp_channel(ch);
+	real = (int (*)(struct ibv_comp_channel *))dlvsym(
+		RTLD_NEXT, "ibv_destroy_comp_channel", "IBVERBS_1.0");
+	if (!real)
+		return ENOSYS;
+	return real(ch);
+}
+
+/* ---------------- set-up, before main ---------------- */
+
+static void sn_say(const char *what, int err)
+{
+	fprintf(stderr, "softnic preload: %s: %s\n", what, strerror(err));
+}
+
+/* SYSFS_PATH: ours (per user and link layer) when unset; another tree given by the user is left as
+ * it is (then softnic0 is in it or not). */
+static void sn_preload_sysfs(void)
+{
+	const char *root = getenv("SYSFS_PATH");
+	char def[SN_SYSFS_PATH], p[SN_SYSFS_PATH + 32];
+	int ret;
+
+	if (!root || !*root) {
+		const char *link = getenv("SOFTNIC_LINK");
+		bool eth = link && (!strcmp(link, "eth") || !strcmp(link, "ethernet") ||
+				    !strcmp(link, "roce"));
+
+		/* the GID files differ between link layers */
+		snprintf(def, sizeof(def), "/tmp/softnic-sysfs-%u-%s", (unsigned)getuid(),
+			 eth ? "eth" : "ib");
+		setenv("SYSFS_PATH", def, 1);
+		root = def;
+	}
+	if (sn_sysfs_ours(root))
+		return;
+	snprintf(p, sizeof(p), "%s/class", root);
+	if (access(p, F_OK) == 0)
+		return; /* someone else's tree */
+	ret = sn_sysfs_make(root);
+	if (ret)
+		sn_say(root, -ret);
+}
+
+/* RDMAV_DRIVERS: the provider beside this library (libsoftnic-rdmav34.so
+ * is named without its suffix), unless the user named providers. */
+static void sn_preload_driver(void)
+{
+	Dl_info info;
+	char dir[PATH_MAX], v[PATH_MAX + 16];
+	char *slash;
+
+	if (getenv("RDMAV_DRIVERS") || getenv("IBV_DRIVERS"))
+		return;
+	if (!dladdr((void *)sn_preload_driver, &info) || !info.dli_fname ||
+	    !realpath(info.dli_fname, dir))
+		return;
+	slash = strrchr(dir, '/');
+	if (!slash)
+		return;
+	*slash = 0;
+	snprintf(v, sizeof(v), "%s/libsoftnic", dir);
+	setenv("RDMAV_DRIVERS", v, 1);
+}
+
+__attribute__((constructor)) static void sn_preload_init(void)
+{
+	int e = errno;
+
+	sn_preload_sysfs();
+	sn_preload_driver();
+	errno = e;
+}
