@@ -23,7 +23,7 @@ LD_LIBRARY_PATH=$bin/softnic LD_PRELOAD=$bin/interpose/librbtrace.so \
 pid=$!
 for _ in $(seq 200); do grep -q ready "$tmp/out" && break; sleep 0.05; done
 echo "flight soak: pid $pid, ring $ring, $minutes min; RSS every $period s"
-printf "%8s %10s %12s %14s\n" "t_s" "rss_kib" "cpu_s" "posts/s(avg)"
+printf "%8s %10s %12s\n" "t_s" "rss_kib" "cpu_s"
 t0=$(date +%s)
 first_rss=
 while kill -0 "$pid" 2>/dev/null; do
@@ -41,6 +41,8 @@ done
 sleep 1
 wait "$pid" || true
 cat "$tmp/out"
+sends=$(sed -n 's/.*sends=\([0-9]*\).*/\1/p' "$tmp/out")
+echo "sends/s (average over the run): $((${sends:-0} / secs))"
 ls -la "$tmp"
 [ -f "$tmp/soak-snap1.rbt" ] && "$bin/cli/rbtrace" info "$tmp/soak-snap1.rbt" |
 	grep -E "^(snapshot|duration|events|finished):"

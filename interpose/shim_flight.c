@@ -210,7 +210,7 @@ static struct rbt_writer *rbt_carry_w;
 static uint64_t rbt_cur_handle;
 static int rbt_cur_destroys;
 static struct rbt_header rbt_fhdr;
-static char rbt_fhost[256], rbt_fcmd[4096], rbt_ftool[64], rbt_fseries[PATH_MAX];
+static char rbt_fhost[256], rbt_fcmd[4096], rbt_ftool[128], rbt_fseries[PATH_MAX];
 static uint64_t rbt_cur_reach = UINT64_MAX; /* of the open chunk: see below */
 static int rbt_clock_carried;		    /* the first clock sample is kept aside */
 static int rbt_final_fd = -1; /* flight: the trace file, written at the end */

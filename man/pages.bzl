@@ -11,6 +11,7 @@ CMDS = [
     "diff",
     "report",
     "softnic",
+    "snapshot",
 ]
 
 MAN_PAGES = ["rbtrace.1"] + ["rbtrace-%s.1" % c for c in CMDS]
