@@ -25,9 +25,8 @@
 #include "trace_format/rbt_format.h"
 
 static const char usage[] =
-	"usage: rbtrace record [-o FILE|DIR] [--softnic] [--flight=SIZE | "
-	"--rotate=SIZE|DURATION]\n"
-	"                      -- CMD [ARGS...]\n"
+	"usage: rbtrace record [-o FILE|DIR] [--softnic] [--flight=SIZE|--rotate=SIZE] "
+	"-- CMD [ARGS...]\n"
 	"\n"
 	"Runs CMD with the rbtrace recorder (librbtrace.so) preloaded. Every process\n"
 	"of CMD that uses libibverbs writes its own trace; when CMD ends, each trace\n"

@@ -99,10 +99,10 @@ static struct rbt_fdesc hdr_fields[] = {
 	  .off = offsetof(struct rbt_header, cmdline),
 	  .name = "cmdline" },
 	{ .kind = RBT_K_S, .off = offsetof(struct rbt_header, tool), .name = "tool" },
-	{ .kind = RBT_K_S, .off = offsetof(struct rbt_header, series), .name = "series" },
 	{ .kind = RBT_K_U,
 	  .off = offsetof(struct rbt_header, series_index),
 	  .name = "series_index" },
+	{ .kind = RBT_K_S, .off = offsetof(struct rbt_header, series), .name = "series" },
 };
 struct rbt_desc rbt__hdr_desc;
 
