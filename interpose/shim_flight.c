@@ -529,7 +529,7 @@ static void rbt_fire(uint64_t trigger, uint64_t ts, uint64_t qp, uint64_t qp_num
 	if (!rbt_writer)
 		return;
 	if (rbt_snaps >= rbt_fcfg.max_snaps ||
-	    (rbt_last_snap && ts - rbt_last_snap < rbt_ms_ticks(rbt_fcfg.gap_ms) &&
+	    (rbt_last_snap && ts < rbt_last_snap + rbt_ms_ticks(rbt_fcfg.gap_ms) &&
 	     trigger != RBT_TRIGGER_REQUEST)) {
 		rbt_suppressed++;
 		return;

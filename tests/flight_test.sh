@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # flight_test.sh - the flight recorder and rotation on real programs over softnic
 # (tests/progs/flight_prog.c, a loopback RC pair):
-# - a snapshot on an injected error completion, on a stall, on SIGUSR2 and from
-#   `rbtrace snapshot PID`: each says its trigger (info), is reported without
+# - a snapshot on an injected error completion, a QP moved to ERR, a stall, SIGUSR2 and
+#   from `rbtrace snapshot PID`: each says its trigger (info), is reported without
 #   unmatched completions, and replays on softnic with every completion matched;
 #   the error snapshot's window is cut (older chunks dropped, its resources
 #   carried over); `rbtrace snapshot` refuses a process without the recorder;
@@ -95,6 +95,12 @@ qps = int(re.search(r"qp_create +(\d+)", open(sys.argv[2]).read()).group(1))
 assert c["unmatched_completions"] == 0 and qps < 4 * c["wrs_completed"] // 100 + 300, (qps, c)
 PY
 replayed "$tmp/churn.rbt"
+
+echo "== a QP modified to ERR"
+RBTRACE_FLIGHT=8M run "$tmp/qperr.rbt" "$PROG" qperr 500 >/dev/null
+trigger "$tmp/qperr-snap1.rbt" qp_error
+reported "$tmp/qperr-snap1.rbt"
+replayed "$tmp/qperr-snap1.rbt"
 
 echo "== stall: a signaled send not polled for 1 s"
 RBTRACE_FLIGHT=8M RBTRACE_FLIGHT_STALL_MS=200 run "$tmp/stall.rbt" "$PROG" stall 500 1000 >/dev/null

@@ -11,6 +11,7 @@
  *                              completion it does not poll for MS ms
  *   flight_prog wait N FILE    N iterations, prints "ready", then one iteration
  *                              per ms until FILE exists (at most 20 s)
+ *   flight_prog qperr N        N iterations, then QP A modified to ERR
  *   flight_prog churn N K      K times: N iterations on a fresh QP pair, then
  *                              the pair destroyed
  *   flight_prog spin N SEC     N iterations, prints "ready", then iterates flat
@@ -217,6 +218,11 @@ int main(int argc, char **argv)
 			iterate(&c, 1);
 			usleep(1000);
 		}
+	} else if (!strcmp(mode, "qperr")) {
+		struct ibv_qp_attr at = { .qp_state = IBV_QPS_ERR };
+		if (ibv_modify_qp(c.a, &at, IBV_QP_STATE))
+			die("modify ERR");
+		usleep(200000);
 	} else if (!strcmp(mode, "churn")) {
 		long k = argc > 3 ? atol(argv[3]) : 10;
 		for (long i = 0; i < k; i++) {
