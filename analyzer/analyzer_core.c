@@ -164,6 +164,7 @@ static void an_cb_after(void *arg, int trace, const struct rbt_event *ev,
 {
 	struct rbt_analyzer *an = arg;
 	an_after(an, an->traces[trace], ev, r);
+	an_cm_feed(an, an->traces[trace], ev);
 	an->counts.events++;
 	if (an->opts.progress && an->counts.events >= an->progress_next)
 		an_progress(an);
@@ -309,6 +310,7 @@ void rbt_analyzer_destroy(struct rbt_analyzer *an)
 	}
 	free(an->findings);
 	free(an->pub_findings);
+	an_cm_free(an);
 	rbt_model_destroy(an->model);
 	free(an);
 }
@@ -383,6 +385,7 @@ int rbt_analyzer_finish(struct rbt_analyzer *an)
 	an->counts.unmatched_completions = ms.unmatched_completions;
 	an->counts.peak_tracked_wrs = ms.peak_tracked_wrs;
 	an_diagnose(an);
+	an_cm_diagnose(an);
 	an_sort_findings(an);
 	for (int i = 0; i < an->n_stream; i++)
 		if (an->stream[i]->end)

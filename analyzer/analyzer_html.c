@@ -148,6 +148,7 @@ static int an_html_write(struct rbt_analyzer *an, FILE *f)
 	if (!an->n_findings)
 		fputs("<li>no problems found</li>\n", f);
 	fputs("</ul>\n", f);
+	an_cm_write_html(an, f);
 	for (int i = 0; i < an->n_traces; i++) {
 		fprintf(f, "<h2>Trace %d: ", i);
 		an_html_esc(f, an->traces[i]->mt->name);

@@ -268,6 +268,8 @@ struct an_sink_ops {
 extern const struct an_sink_ops an_sink_text, an_sink_json, an_sink_html,
 	an_sink_perfetto;
 
+struct an_cm;
+
 struct rbt_analyzer {
 	struct rbt_analyzer_opts opts;
 	struct rbt_model *model;
@@ -295,6 +297,7 @@ struct rbt_analyzer {
 	uint32_t n_groups, cap_groups;
 	uint64_t progress_next;
 	uint64_t progress_rchar0;
+	struct an_cm *cm; /* analyzer_cm.c: the connection manager's records */
 };
 
 static inline struct an_qp *an_qp_of(const struct rbt_model_qp *q)
@@ -365,5 +368,14 @@ void an_add_finding(struct rbt_analyzer *an, int sev, int code, int trace, uint3
 		    double time_ns, const char *title, const char *evidence,
 		    const char *advice);
 void an_pair_qps(struct rbt_analyzer *an);
+
+/* analyzer_cm.c: connections made through librdmacm (one per CM id) */
+void an_cm_feed(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_event *ev);
+void an_cm_diagnose(struct rbt_analyzer *an); /* builds, pairs, adds findings */
+void an_cm_write_text(struct rbt_analyzer *an, FILE *f);
+struct rbt_json;
+void an_cm_write_json(struct rbt_analyzer *an, struct rbt_json *j); /* "connections" */
+void an_cm_write_html(struct rbt_analyzer *an, FILE *f);
+void an_cm_free(struct rbt_analyzer *an);
 
 #endif

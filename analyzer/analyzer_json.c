@@ -339,6 +339,7 @@ static int an_json_write(struct rbt_analyzer *an, FILE *f)
 	for (int i = 0; i < an->n_traces; i++)
 		an_json_trace(&j, an, an->traces[i]);
 	rbt_json_arr_end(&j);
+	an_cm_write_json(an, &j);
 	rbt_json_key(&j, "findings");
 	an_json_findings(&j, an);
 	rbt_json_obj_end(&j);

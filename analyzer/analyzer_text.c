@@ -302,6 +302,7 @@ static int an_text_write(struct rbt_analyzer *an, FILE *f)
 					     c->recvs_outstanding_at_end),
 			(unsigned long long)c->recvs_outstanding_at_end);
 	}
+	an_cm_write_text(an, f);
 	fprintf(f, "== findings: %d\n", an->n_findings);
 	for (int i = 0; i < an->n_findings; i++) {
 		const struct rbt_finding *fd = &an->findings[i].f;

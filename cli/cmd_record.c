@@ -44,6 +44,8 @@ static const char usage[] =
 	"                         provider under the system's libibverbs where it\n"
 	"                         can (rdma-core, private ABI 34), else its drop-in\n"
 	"                         libibverbs.so.1; MODE provider|dropin chooses\n"
+	"                         (softnic's librdmacm.so.1 too; rdma_cm calls and\n"
+	"                         events are recorded, on hardware as well)\n"
 	"  --flight=SIZE          flight recorder: keep the last SIZE (64M, 1G) of\n"
 	"                         compressed trace in memory per process and write a\n"
 	"                         snapshot FILE-snapN.rbt when something goes wrong\n"

@@ -360,6 +360,21 @@ static int rbt_carried_kind(const struct rbt_event *ev, uint64_t *h, int *destro
 		RBT_CARRY(AH_CREATE, ah_create.ah, 0)
 		RBT_CARRY(AH_DESTROY, ah_destroy.ah, 1)
 #undef RBT_CARRY
+	/* rdma_cm: every call, event and id state of a CM id (rare: a few per
+	 * connection), so that a window's report has its connections */
+	case RBT_EV_CM_CALL:
+		*h = ev->u.cm_call.id;
+		*destroys = ev->u.cm_call.fn == RBT_CM_DESTROY_ID && !ev->u.cm_call.ret;
+		return 1;
+	case RBT_EV_CM_EVENT:
+		*h = ev->u.cm_event.id;
+		return 1;
+	case RBT_EV_CM_ACK:
+		*h = ev->u.cm_ack.id;
+		return 1;
+	case RBT_EV_CM_ID:
+		*h = ev->u.cm_id.id;
+		return 1;
 	default:
 		return 0;
 	}

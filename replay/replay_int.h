@@ -139,6 +139,11 @@ struct rp_step {
 	int skipped;
 };
 
+/* replay_cm.c: the CM calls of a trace (the connection was made by rdma_cm) */
+struct rp_cm_info {
+	uint32_t calls, connects, accepts, qps;
+};
+
 struct rp_side {
 	int idx;
 	const char *path;
@@ -148,6 +153,7 @@ struct rp_side {
 	/* recorded resources */
 	char devname[64];
 	const char *mw_use; /* the first use of a memory window, or NULL */
+	struct rp_cm_info cm;
 	uint64_t rec_lid;
 	uint8_t rec_gid[16];
 	uint32_t rec_active_mtu;
@@ -317,6 +323,12 @@ void rp_pattern(uint8_t *p, size_t n, uint64_t seed);
 /* replay_load.c, replay_timeline.c, replay_join.c: one trace into a side */
 int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path);
 int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev);
+
+/* replay_cm.c */
+struct rbt_json;
+int rp_load_cm(struct rp_loading *ld, const struct rbt_event *ev);
+void rp_cm_text(struct rp_job *j, FILE *f);
+void rp_cm_json(const struct rp_side *s, struct rbt_json *w);
 void rp_timeline_finish(struct rp_side *s);
 extern const struct rbt_model_ops rp_join_ops; /* arg: struct rp_loading * */
 void rp_join_finish(struct rp_side *s);

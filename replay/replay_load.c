@@ -247,6 +247,7 @@ static int (*const rp_loaders[RBT_EV_MAX_ID + 1])(struct rp_loading *,
 	[RBT_EV_GET_CQ_EVENT] = rp_timeline_add,
 	[RBT_EV_ASYNC_EVENT] = rp_timeline_add,
 	[RBT_EV_QP_QUERY] = rp_timeline_add,
+	[RBT_EV_CM_CALL] = rp_load_cm,
 };
 
 /* A damaged trace is refused unless --allow-damaged; then its intact part

@@ -319,6 +319,7 @@ static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
 		rp_json_pcts(w, "own_lateness_ns", -1, s->own_p50, s->own_p99,
 			     s->own_max);
 		rbt_json_ku64(w, "cq_events_missed", s->cq_events_missed);
+		rp_cm_json(s, w);
 		rbt_json_obj_end(w);
 	}
 	rbt_json_arr_end(w);
@@ -470,6 +471,7 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 				j->side[si].path, (unsigned long long)q->rec.qp_num,
 				q->foreign_new_qpn, q->rep_wc[1].n, q->rec_wc[1].n);
 		}
+	rp_cm_text(j, f);
 	fprintf(f, "completions matched: %llu of %llu\n",
 		(unsigned long long)sum->completions_matched,
 		(unsigned long long)sum->completions_expected);
