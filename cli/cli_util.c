@@ -223,6 +223,12 @@ int rbt_cli_trace_verdict(const char *cmd, const char *path, const struct rbt_re
 			      rbt_reader_error(r), (unsigned long long)st->events, lost);
 		return RBT_EXIT_FAIL;
 	}
+	if (!st->finished && *rbt_reader_error(r)) {
+		/* a rotated series whose next file is missing or foreign */
+		rbt_cli_error(cmd, "%s: series incomplete (%s); %llu events read", path,
+			      rbt_reader_error(r), (unsigned long long)st->events);
+		return RBT_EXIT_FAIL;
+	}
 	if (!st->finished) {
 		rbt_cli_error(cmd,
 			      "%s: not finished cleanly (no trailer: the recorder was "

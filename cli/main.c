@@ -14,6 +14,8 @@
 static const struct rbt_cmd cmds[] = {
 	{ "record", "run a program with the recorder, one trace per process",
 	  rbt_cmd_record },
+	{ "snapshot", "make a flight-recording process write a snapshot now",
+	  rbt_cmd_snapshot },
 	{ "info", "header, clocks, chunk and event counts, damage of a trace",
 	  rbt_cmd_info },
 	{ "dump", "every event of a trace, one line each or JSON", rbt_cmd_dump },

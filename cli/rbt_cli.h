@@ -28,6 +28,7 @@ int rbt_cmd_diff(int argc, char **argv);
 int rbt_cmd_report(int argc, char **argv);
 int rbt_cmd_export(int argc, char **argv);
 int rbt_cmd_softnic(int argc, char **argv);
+int rbt_cmd_snapshot(int argc, char **argv);
 
 /* ---- exit codes ---- */
 enum {

@@ -39,6 +39,21 @@ struct rbt_config {
 };
 extern struct rbt_config rbt_cfg;
 
+/* shim_flight.c: the flight recorder and rotation (docs/recording.md). */
+struct rbt_flight_cfg {
+	uint64_t flight_bytes; /* RBTRACE_FLIGHT, 0 = off */
+	unsigned before_ms;    /* window before a trigger, 0 = the whole ring */
+	unsigned after_ms;     /* window after it */
+	unsigned gap_ms;       /* least time between two snapshots */
+	unsigned max_snaps;    /* snapshots per process at most */
+	unsigned stall_ms;     /* WRs outstanding, no completion: 0 = off */
+	unsigned slow_post_us; /* 0 = off */
+	unsigned slow_poll_us; /* 0 = off */
+	uint64_t rotate_bytes; /* RBTRACE_ROTATE=SIZE */
+	uint64_t rotate_ms;    /* RBTRACE_ROTATE=DURATION */
+};
+extern struct rbt_flight_cfg rbt_fcfg;
+
 /* 0 not started, 1 recording, 2 off (disabled, failed, or finished and released:
  * exec failed), 3 sealed: the final flush began (exit, a signal, exec), and a
  * thread that enters a verb now parks until the process ends (rbt_park). */

@@ -12,6 +12,7 @@ CMDS = [
     "report",
     "export",
     "softnic",
+    "snapshot",
 ]
 
 MAN_PAGES = ["rbtrace.1"] + ["rbtrace-%s.1" % c for c in CMDS]

@@ -98,6 +98,13 @@ struct rbt_reader {
 	struct rbt_reader_stats st;
 	int damaged;
 	char err[256];
+
+	/* a rotated series: the path of the file being read, the series' sums of
+	 * the trailers before it, and whether its carried chunks are skipped */
+	char *path;
+	uint64_t series_index;
+	uint64_t sum_events, sum_lost;
+	int skip_carried;
 };
 
 static void damage(struct rbt_reader *r, uint64_t off, const char *fmt, ...)
@@ -700,7 +707,7 @@ static int read_header(struct rbt_reader *r)
 	uint32_t min_reader = rbt__get_le32(prefix + 12);
 	uint32_t body_len = rbt__get_le32(prefix + 16);
 	uint32_t crc = rbt__get_le32(prefix + 20);
-	r->hdr.host = r->hdr.cmdline = r->hdr.tool = empty_str;
+	r->hdr.host = r->hdr.cmdline = r->hdr.tool = r->hdr.series = empty_str;
 	r->off = RBT_FILE_PREFIX;
 	p = NULL;
 	if (body_len <= RBT_MAX_HEADER_BODY)
@@ -795,7 +802,10 @@ int rbt_reader_open(const char *path, struct rbt_reader **out)
 	}
 	r->fd = fd;
 	r->size = (uint64_t)st.st_size;
-	int err = reader_init(r);
+	r->path = strdup(path);
+	int err = r->path ? reader_init(r) : -ENOMEM;
+	if (!err)
+		r->series_index = r->hdr.series_index;
 	if (err) {
 		rbt_reader_close(r);
 		return err;
@@ -814,6 +824,7 @@ void rbt_reader_close(struct rbt_reader *r)
 	free(r->scratch);
 	free(r->raw);
 	free(r->hdr_body);
+	free(r->path);
 	while (r->arena) {
 		struct arena_block *n = r->arena->next;
 		free(r->arena);
@@ -828,6 +839,63 @@ static void lose_chunk(struct rbt_reader *r, uint32_t events)
 {
 	r->st.bad_chunks++;
 	r->st.lost_events_in_bad_chunks += events;
+}
+
+/* The file of a rotated series after the one just finished: opened in its place
+ * (1), or 0 with the damage said (missing, not the same recording). */
+static int next_in_series(struct rbt_reader *r)
+{
+	const char *series = r->hdr.series;
+	char name[4096], path[8192];
+
+	if (r->fd < 0 || !r->path || !series || !*series || strchr(series, '/'))
+		return 0;
+	if (!rbt_series_path(series, (uint32_t)r->series_index + 1, name, sizeof(name)) ||
+	    strlen(name) >= sizeof(name))
+		return 0;
+	const char *slash = strrchr(r->path, '/');
+	int dl = slash ? (int)(slash - r->path + 1) : 0;
+	if (snprintf(path, sizeof(path), "%.*s%s", dl, r->path, name) >=
+	    (int)sizeof(path))
+		return 0;
+	struct rbt_reader *n;
+	int err = rbt_reader_open(path, &n);
+	if (err) {
+		damage(r, r->size, "the series goes on in %s: %s", path,
+		       rbt_strerror(err));
+		r->have_trailer = 0;
+		r->st.finished = 0;
+		return 0;
+	}
+	if (!rbt_header_same_recording(&r->hdr, &n->hdr) ||
+	    strcmp(n->hdr.series, series) || n->hdr.series_index != r->series_index + 1) {
+		damage(r, r->size, "%s is not the next file of this series", path);
+		rbt_reader_close(n);
+		r->have_trailer = 0;
+		r->st.finished = 0;
+		return 0;
+	}
+	/* Take over its file; keep our header (the first file's). */
+	r->sum_events += r->trailer.events;
+	r->sum_lost += r->trailer.lost_events;
+	close(r->fd);
+	r->fd = n->fd;
+	n->fd = -1;
+	r->size = n->size;
+	r->off = n->off;
+	r->win_len = 0;
+	r->win_off = 0;
+	free(r->path);
+	r->path = n->path;
+	n->path = NULL;
+	r->series_index = n->hdr.series_index;
+	rbt_reader_close(n);
+	r->have_trailer = 0;
+	r->st.finished = 0;
+	r->done = 0;
+	r->skip_carried = 1;
+	r->st.series_files++;
+	return 1;
 }
 
 /* Moves to the next chunk: 1 when one is loaded, 0 at the end. */
@@ -859,6 +927,10 @@ static int load_chunk(struct rbt_reader *r)
 				r->st.bad_bytes += left - RBT_TRAILER_SIZE;
 			}
 			r->done = 1;
+			if (r->trailer.end_how == RBT_END_ROTATED && next_in_series(r))
+				continue;
+			r->trailer.events += r->sum_events;
+			r->trailer.lost_events += r->sum_lost;
 			break;
 		}
 		if (magic == RBT_TRAILER_MAGIC && left == RBT_TRAILER_SIZE) {
@@ -910,6 +982,11 @@ static int load_chunk(struct rbt_reader *r)
 			break;
 		}
 		r->off = off + total;
+		if (r->skip_carried && (h.flags & RBT_CHUNK_CARRIED)) {
+			r->st.carried_skipped += h.events;
+			r->sum_events -= h.events;
+			continue;
+		}
 		const uint8_t *frame = src_get(r, off + RBT_CHUNK_HDR, h.comp_len);
 		if (!frame || !CRC_OK(rd_crc32c(0, frame, h.comp_len), h.data_crc)) {
 			damage(r, off, "chunk data checksum mismatch (%u events lost)",
