@@ -65,6 +65,13 @@ void sn_unlink(const char *name)
 
 int sn_shm_create(const char *name, size_t len, void **out)
 {
+	return sn_shm_create_reserve(name, len, len, out);
+}
+
+/* As sn_shm_create, but the mapping spans `reserve` bytes (>= len): the
+ * file can grow later (sn_shm_grow) under every mapping made this way. */
+int sn_shm_create_reserve(const char *name, size_t len, size_t reserve, void **out)
+{
 	char p[512];
 	int fd;
 	void *m;
@@ -81,7 +88,7 @@ int sn_shm_create(const char *name, size_t len, void **out)
 		unlink(p);
 		return -e;
 	}
-	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	m = mmap(NULL, reserve, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
 	if (m == MAP_FAILED) {
 		unlink(p);
@@ -91,7 +98,28 @@ int sn_shm_create(const char *name, size_t len, void **out)
 	return 0;
 }
 
+/* Make a fabric file at least len bytes long, its new pages reserved now. */
+int sn_shm_grow(const char *name, size_t len)
+{
+	char p[512];
+	int fd, e;
+
+	sn_path(p, sizeof(p), name);
+	fd = open(p, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	e = posix_fallocate(fd, 0, (off_t)len);
+	close(fd);
+	return -e;
+}
+
 int sn_shm_map(const char *name, void **out, size_t *len)
+{
+	return sn_shm_map_reserve(name, 0, out, len);
+}
+
+/* Map a fabric file over at least `reserve` bytes (a CQ's ring may grow). */
+int sn_shm_map_reserve(const char *name, size_t reserve, void **out, size_t *len)
 {
 	char p[512];
 	struct stat st;
@@ -106,12 +134,14 @@ int sn_shm_map(const char *name, void **out, size_t *len)
 		close(fd);
 		return -ENOENT;
 	}
-	m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (reserve < (size_t)st.st_size)
+		reserve = (size_t)st.st_size;
+	m = mmap(NULL, reserve, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
 	if (m == MAP_FAILED)
 		return -ENOMEM;
 	*out = m;
-	*len = (size_t)st.st_size;
+	*len = reserve;
 	return 0;
 }
 

@@ -69,7 +69,11 @@ struct sn_cqe {
 };
 
 struct sn_cq_shm {
-	uint32_t magic, ring, cap, wall;
+	uint32_t magic;
+	/* ring size and capacity: written only by a resize while it holds
+	 * prod's gate, read by producers after a fetch_add on prod */
+	_Atomic uint32_t ring, cap;
+	uint32_t wall;
 	_Atomic uint32_t armed; /* 0 no, 1 any, 2 solicited only */
 	_Atomic uint32_t error;
 	_Atomic uint32_t dnote;	   /* a delayed (latency model) event is pending */
@@ -362,6 +366,15 @@ uint64_t sn_now_ns(void);
 uint64_t sn_nic_ticks(uint64_t host_ns);
 int sn_shm_create(const char *name, size_t len, void **out);
 int sn_shm_map(const char *name, void **out, size_t *len);
+int sn_shm_create_reserve(const char *name, size_t len, size_t reserve, void **out);
+int sn_shm_map_reserve(const char *name, size_t reserve, void **out, size_t *len);
+int sn_shm_grow(const char *name, size_t len);
+/* Every mapping of a CQ file spans the largest ring a CQ may grow to
+ * (address space only: the file holds the current ring's pages). */
+#define SN_CQ_RESERVE \
+	(sizeof(struct sn_cq_shm) + (size_t)2 * SN_MAX_CQE * sizeof(struct sn_cqe))
+/* prod's top bit: a resize holds the ring (softnic_cq.c) */
+#define SN_CQ_GATE (1ull << 63)
 void sn_path(char *buf, size_t n, const char *name);
 void sn_unlink(const char *name);
 
@@ -458,6 +471,7 @@ int sn_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
 struct ibv_cq *sn_create_cq(struct ibv_context *context, int cqe, void *cq_context,
 			    struct ibv_comp_channel *channel, int comp_vector);
 int sn_resize_cq(struct ibv_cq *cq, int cqe);
+int sn_cq_resize(struct sn_cq *cq, uint32_t cqe); /* softnic_cq.c */
 int sn_destroy_cq(struct ibv_cq *ibcq);
 struct ibv_srq *sn_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *init);
 int sn_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask);

@@ -357,8 +357,10 @@ static struct sn_cq *sn_cq_create(struct ibv_context *context, int cqe, void *cq
 	}
 	ring = sn_pow2((uint32_t)cqe + 1);
 	snprintf(cq->name, sizeof(cq->name), "cq-%s-%u", sn_g.procid, sn_next_id());
-	cq->shm_len = sizeof(struct sn_cq_shm) + ring * sizeof(struct sn_cqe);
-	ret = sn_shm_create(cq->name, cq->shm_len, &m);
+	cq->shm_len = SN_CQ_RESERVE; /* the ring may grow (sn_cq_resize) */
+	ret = sn_shm_create_reserve(
+		cq->name, sizeof(struct sn_cq_shm) + ring * sizeof(struct sn_cqe),
+		cq->shm_len, &m);
 	if (ret) {
 		free(cq);
 		errno = -ret;
@@ -437,9 +439,19 @@ struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr
 	return cq ? &cq->cq : NULL;
 }
 
-int sn_resize_cq(struct ibv_cq *cq, int cqe)
+int sn_resize_cq(struct ibv_cq *ibcq, int cqe)
 {
-	return cqe <= cq->cqe && cqe > 0 ? 0 : EINVAL;
+	struct sn_cq *cq = sn_cq_of(ibcq);
+	int ret;
+
+	if (cqe < 1 || cqe > SN_MAX_CQE)
+		return EINVAL;
+	if (!cq->single_threaded)
+		sn_spin_lock(&cq->poll_lock);
+	ret = sn_cq_resize(cq, (uint32_t)cqe);
+	if (!cq->single_threaded)
+		sn_spin_unlock(&cq->poll_lock);
+	return ret;
 }
 
 /* Events this CQ raised that nobody read: rdma-core's ibv_get_cq_event

@@ -863,6 +863,85 @@ TEST(SoftnicCQ, ConcurrentPollersSeeEachCompletionOnce)
 		}));
 }
 
+/* ibv_resize_cq under a producer in another process: a CQ of 3 grows to
+ * hold 12 waiting completions (they keep their order), refuses to shrink
+ * below what waits, shrinks once polled; then the receiver resizes back and
+ * forth while the sender streams, and every completion arrives once, in
+ * order, with its length. */
+TEST(SoftnicCQ, ResizeGrowsAndShrinksUnderARemoteProducer)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			const int N = 2000;
+			SnNode n;
+			n.make(IBV_QPT_RC, 65536, 4096, false, 64, false, 3);
+			SN_CHECK_EQ(n.cq->cqe, 3);
+			for (int i = 0; i < N + 12; i++)
+				n.post_recv((uint64_t)i, 0, 64);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd); /* the peer sends 2 */
+			sn_sync(fd);
+			SN_CHECK_EQ(ibv_resize_cq(n.cq, 15), 0);
+			SN_CHECK(n.cq->cqe >= 15);
+			sn_sync(fd); /* the peer sends 10 more: past the old size */
+			sn_sync(fd);
+			SN_CHECK_EQ(ibv_resize_cq(n.cq, 1), EINVAL);
+			for (int i = 0; i < 12; i++) {
+				ibv_wc wc = n.wait1();
+				SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+				SN_CHECK_EQ(wc.wr_id, i);
+				SN_CHECK_EQ(wc.byte_len, i + 1);
+			}
+			SN_CHECK_EQ(ibv_resize_cq(n.cq, 1), 0);
+			SN_CHECK(n.cq->cqe >= 1 && n.cq->cqe < 15);
+			SN_CHECK_EQ(ibv_resize_cq(n.cq, 0), EINVAL);
+			sn_sync(fd); /* the stream */
+			int got = 0, flip = 0;
+			uint64_t end = sn_test_now_ns() + 20000000000ull;
+			while (got < N) {
+				ibv_wc wc[16];
+				int rs = ibv_resize_cq(n.cq, (flip++ & 1) ? 4095 : 2047);
+				SN_CHECK(rs == 0 || rs == EINVAL);
+				int k = ibv_poll_cq(n.cq, 16, wc);
+				SN_CHECK(k >= 0);
+				for (int j = 0; j < k; j++, got++) {
+					SN_CHECK_EQ(wc[j].status, IBV_WC_SUCCESS);
+					SN_CHECK_EQ(wc[j].wr_id, 12 + got);
+					SN_CHECK_EQ(wc[j].byte_len, got % 64 + 1);
+				}
+				SN_CHECK(sn_test_now_ns() < end);
+			}
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC, 65536, 4096, false, 64, false, 4096);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			auto send = [&n](int i, uint32_t len, bool sig) {
+				SN_CHECK_EQ(n.post(IBV_WR_SEND, (uint64_t)i, 0, len,
+						   nullptr, 0,
+						   sig ? IBV_SEND_SIGNALED : 0),
+					    0);
+				if (sig)
+					SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			};
+			sn_sync(fd);
+			for (int i = 0; i < 2; i++)
+				send(i, (uint32_t)i + 1, true);
+			sn_sync(fd);
+			sn_sync(fd);
+			for (int i = 2; i < 12; i++)
+				send(i, (uint32_t)i + 1, true);
+			sn_sync(fd);
+			sn_sync(fd);
+			for (int i = 0; i < 2000; i++)
+				send(i, (uint32_t)(i % 64) + 1, (i % 64) == 63);
+			sn_sync(fd);
+		}));
+}
+
 /* MRs that share pages with other data and with each other, and a
  * deregistered rkey: the peer's WRITEs land exactly where they should. */
 TEST(SoftnicMR, SharedPagesOverlapsAndDeregistration)
