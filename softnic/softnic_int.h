@@ -29,6 +29,7 @@
 #define SN_MAX_QP_WR   16384
 #define SN_MAX_SGE     32
 #define SN_MAX_INLINE  1024
+#define SN_WQE_INLINE  64 /* inline sizes are granted in these steps */
 #define SN_MAX_CQE     (1 << 22)
 #define SN_MAX_RD_ATOM 16
 #define SN_MAX_MR      8192 /* per process */

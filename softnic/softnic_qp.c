@@ -80,6 +80,16 @@ static struct ibv_qp *sn_qp_create(struct ibv_context *c, struct ibv_qp_init_att
 		cap->max_send_wr = 0;
 		cap->max_send_sge = 0;
 		cap->max_inline_data = 0;
+	} else {
+		/* a send queue grants inline data by the WQE (64 bytes), as
+		 * hardware rounds it up: programs post inline what fits one
+		 * even when they asked for less (rdma_xclient asks for 0) */
+		cap->max_inline_data = cap->max_inline_data
+					       ? (cap->max_inline_data + SN_WQE_INLINE -
+						  1) & ~(uint32_t)(SN_WQE_INLINE - 1)
+					       : SN_WQE_INLINE;
+		if (cap->max_inline_data > SN_MAX_INLINE)
+			cap->max_inline_data = SN_MAX_INLINE;
 	}
 	if (a->srq || xini || xtgt) {
 		cap->max_recv_wr = 0;
