@@ -383,6 +383,8 @@ void sn_unlink(const char *name);
 int sn_mr_register(struct sn_mr *mr, void *addr, size_t len, uint64_t iova,
 		   uint32_t access, uint32_t pd_id);
 int sn_mr_unregister(struct sn_mr *mr);
+int sn_mr_reregister(struct sn_mr *mr, void *addr, size_t len, uint64_t iova,
+		     uint32_t access, uint32_t pd_id);
 int sn_mw_alloc(struct sn_mw *mw, uint32_t type, uint32_t pd_id);
 void sn_mw_free(struct sn_mw *mw);
 bool sn_mw_wlock(struct sn_mw_ent *m);

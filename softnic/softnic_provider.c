@@ -106,6 +106,7 @@ static const struct sn_pabi_ops sn_pops = {
 	.reg_mr = sn_p_reg_mr,
 	.req_notify_cq = sn_req_notify_cq,
 	.resize_cq = sn_resize_cq,
+	.rereg_mr = sn_rereg_mr,
 };
 
 /* ---------------- the device ---------------- */

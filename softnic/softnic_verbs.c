@@ -294,11 +294,45 @@ int sn_dealloc_mw(struct ibv_mw *ibmw)
 	return 0;
 }
 
-int sn_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
+/* Also the provider's rereg_mr (rdma-core checks the flags, then sets pd,
+ * addr and length itself on success; the drop-in relies on us for that). */
+int sn_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr,
 		size_t length, int access)
 {
-	errno = EOPNOTSUPP;
-	return IBV_REREG_MR_ERR_INPUT;
+	struct sn_mr *mr = (struct sn_mr *)ibmr;
+	struct ibv_pd *npd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : ibmr->pd;
+	bool tr = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
+	void *naddr = tr ? addr : ibmr->addr;
+	size_t nlen = tr ? length : ibmr->length;
+	unsigned int nacc = (flags & IBV_REREG_MR_CHANGE_ACCESS)
+				    ? (unsigned)access
+				    : (unsigned)mr->vmr_access;
+	int ret;
+
+	if ((flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) || !flags || !npd ||
+	    npd->context != ibmr->context || (tr && (!addr || !length)) ||
+	    (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS))) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	nacc &= ~IBV_ACCESS_OPTIONAL_RANGE;
+	if ((nacc & ~SN_ACCESS_KNOWN) ||
+	    ((nacc & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+	     !(nacc & IBV_ACCESS_LOCAL_WRITE))) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	ret = sn_mr_reregister(mr, naddr, nlen, (uint64_t)(uintptr_t)naddr, nacc,
+			       ((struct sn_pd *)npd)->id);
+	if (ret) {
+		errno = -ret;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	ibmr->pd = npd;
+	ibmr->addr = naddr;
+	ibmr->length = nlen;
+	mr->vmr_access = (int)nacc;
+	return 0;
 }
 /* ---------------- completion channels ---------------- */
 

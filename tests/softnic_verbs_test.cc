@@ -942,6 +942,71 @@ TEST(SoftnicCQ, ResizeGrowsAndShrinksUnderARemoteProducer)
 		}));
 }
 
+/* ibv_rereg_mr: a new range keeps the MR's keys and takes the peer's
+ * WRITEs from then on (the old buffer no longer changes); taking remote
+ * write away makes the next WRITE a remote access error; bad flags EINVAL. */
+TEST(SoftnicMR, ReregMovesTheRangeAndChangesAccess)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			uint32_t lkey = n.mr->lkey, rkey = n.mr->rkey;
+			sn_sync(fd); /* WRITE 1 */
+			sn_sync(fd);
+			SN_CHECK_EQ((unsigned char)n.buf[0], 0x11);
+			errno = 0;
+			SN_CHECK(ibv_rereg_mr(n.mr, 0, nullptr, nullptr, 0, 0) != 0);
+			SN_CHECK_EQ(errno, EINVAL);
+			SN_CHECK(ibv_rereg_mr(n.mr, IBV_REREG_MR_CHANGE_PD, n.pd, nullptr,
+					      0, IBV_ACCESS_LOCAL_WRITE) != 0);
+			char *b2;
+			SN_CHECK(posix_memalign((void **)&b2, 4096, 8192) == 0);
+			memset(b2, 0, 8192);
+			SN_CHECK_EQ(ibv_rereg_mr(n.mr, IBV_REREG_MR_CHANGE_TRANSLATION,
+						 nullptr, b2, 8192, 0),
+				    0);
+			SN_CHECK_EQ(n.mr->lkey, lkey);
+			SN_CHECK_EQ(n.mr->rkey, rkey);
+			SN_CHECK(n.mr->addr == b2);
+			SN_CHECK_EQ(n.mr->length, 8192);
+			uint64_t a2 = (uint64_t)(uintptr_t)b2;
+			sn_xwrite(fd, &a2, sizeof(a2));
+			sn_sync(fd); /* WRITE 2 into the new range */
+			SN_CHECK_EQ((unsigned char)b2[100], 0x22);
+			SN_CHECK_EQ((unsigned char)n.buf[100], 0);
+			SN_CHECK_EQ(ibv_rereg_mr(n.mr, IBV_REREG_MR_CHANGE_ACCESS,
+						 nullptr, nullptr, 0,
+						 IBV_ACCESS_LOCAL_WRITE),
+				    0);
+			sn_sync(fd); /* WRITE 3: refused */
+			sn_sync(fd);
+			SN_CHECK_EQ((unsigned char)b2[200], 0);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			memset(n.buf, 0x11, 64);
+			SN_CHECK_EQ(n.post(IBV_WR_RDMA_WRITE, 1, 0, 8, &r, 0), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+			sn_xread(fd, &r.addr, sizeof(r.addr));
+			memset(n.buf, 0x22, 64);
+			SN_CHECK_EQ(n.post(IBV_WR_RDMA_WRITE, 2, 0, 8, &r, 100), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+			sn_sync(fd);
+			SN_CHECK_EQ(n.post(IBV_WR_RDMA_WRITE, 3, 0, 8, &r, 200), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_REM_ACCESS_ERR);
+			sn_sync(fd);
+		}));
+}
+
 /* MRs that share pages with other data and with each other, and a
  * deregistered rkey: the peer's WRITEs land exactly where they should. */
 TEST(SoftnicMR, SharedPagesOverlapsAndDeregistration)
