@@ -46,8 +46,12 @@ static int64_t sn_clk_ppb;
 uint64_t sn_nic_ticks(uint64_t host_ns)
 {
 	__int128 skew = (__int128)host_ns * sn_clk_ppb / 1000000000;
+	uint64_t ns = (uint64_t)((int64_t)host_ns + (int64_t)skew + sn_g.clk_offset);
 
-	return (uint64_t)((int64_t)host_ns + (int64_t)skew + sn_g.clk_offset);
+	/* mlx5: a free-running counter at hca_core_clock (156.25 MHz), not ns */
+	if (SN_UNLIKELY(sn_g.quirk_mlx5))
+		return (uint64_t)((unsigned __int128)ns * SN_MLX5_CLOCK_KHZ / 1000000);
+	return ns;
 }
 
 void sn_path(char *buf, size_t n, const char *name)
@@ -599,6 +603,12 @@ static void sn_init_settings(void)
 		ppm = 3.5;
 	}
 	sn_clk_ppb = (int64_t)(ppm * 1000.0);
+	v = getenv("SOFTNIC_QUIRKS");
+	if (v && !strcmp(v, "mlx5"))
+		sn_g.quirk_mlx5 = true;
+	else if (v && *v && strcmp(v, "none"))
+		fprintf(stderr,
+			"softnic: SOFTNIC_QUIRKS=%s: not mlx5 or none; no quirks\n", v);
 	sn_g.lat_ns = env_u64("SOFTNIC_LATENCY_NS", 0, 60000000000ull);
 	sn_g.ns_per_kib = env_u64("SOFTNIC_NS_PER_KIB", 0, 1000000000ull);
 	sn_g.jitter_ns = env_u64("SOFTNIC_JITTER_NS", 0, 60000000000ull);

@@ -23,22 +23,23 @@
 #define SN_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define SN_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-#define SN_DEV_NAME    "softnic0"
-#define SN_VENDOR_ID   0x02534e /* locally administered OUI: no real vendor */
-#define SN_VENDOR_PART 0x5301
-#define SN_MAX_QP_WR   16384
-#define SN_MAX_SGE     32
-#define SN_MAX_INLINE  1024
-#define SN_WQE_INLINE  64 /* inline sizes are granted in these steps */
-#define SN_MAX_CQE     (1 << 22)
-#define SN_MAX_RD_ATOM 16
-#define SN_MAX_MR      8192 /* per process */
-#define SN_MAX_MW      1024 /* per process; their key indices follow the MRs' */
-#define SN_MAX_RUNS    8
-#define SN_GID_TBL     2
-#define SN_NAME	       96
-#define SN_UD_GRH      40
-#define SN_MTU_BYTES   4096
+#define SN_DEV_NAME	  "softnic0"
+#define SN_VENDOR_ID	  0x02534e /* locally administered OUI: no real vendor */
+#define SN_VENDOR_PART	  0x5301
+#define SN_MAX_QP_WR	  16384
+#define SN_MAX_SGE	  32
+#define SN_MAX_INLINE	  1024
+#define SN_MLX5_CLOCK_KHZ 156250 /* SOFTNIC_QUIRKS=mlx5: ConnectX-4's core clock */
+#define SN_WQE_INLINE	  64	 /* inline sizes are granted in these steps */
+#define SN_MAX_CQE	  (1 << 22)
+#define SN_MAX_RD_ATOM	  16
+#define SN_MAX_MR	  8192 /* per process */
+#define SN_MAX_MW	  1024 /* per process; their key indices follow the MRs' */
+#define SN_MAX_RUNS	  8
+#define SN_GID_TBL	  2
+#define SN_NAME		  96
+#define SN_UD_GRH	  40
+#define SN_MTU_BYTES	  4096
 
 /* ---------------- shared (file-backed) layouts ---------------- */
 
@@ -354,6 +355,9 @@ struct sn_global {
 	/* latency model (ns) */
 	uint64_t lat_ns, ns_per_kib, jitter_ns;
 	bool model;
+	/* SOFTNIC_QUIRKS=mlx5: behave like mlx5 where the recorder has
+	 * defences (qp_ex pointers rewritten on RTS/RESET, a 156.25 MHz clock) */
+	bool quirk_mlx5;
 	struct sn_cq *cqs;
 	struct sn_qp *qps;
 	struct sn_srq *srqs;
@@ -429,6 +433,7 @@ int sn_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int sn_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 void sn_cq_ex_init(struct sn_cq *cq);
 void sn_qp_ex_init(struct sn_qp *qp);
+void sn_qp_ex_rewrite(struct sn_qp *qp, uint32_t state);
 void sn_qp_flush(struct sn_qp *qp);
 void sn_rq_flush(struct sn_rq_shm *rq, struct sn_cq_shm *cq, uint32_t qpn, int *chan_fd);
 void sn_cq_clean(struct sn_cq *cq, uint64_t local_qp, uint32_t qpn);

@@ -541,10 +541,15 @@ int sn_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		qp->peer = NULL;
 		atomic_store(&qp->shm->state, IBV_QPS_RESET);
 		sn_qp_unlock(qp);
+		if (SN_UNLIKELY(sn_g.quirk_mlx5) && qp->has_ex)
+			sn_qp_ex_rewrite(qp, IBV_QPS_RESET);
 	} else {
 		if (next == IBV_QPS_RTR && cur != IBV_QPS_RTR)
 			atomic_store(&qp->shm->comm_est, 0);
 		atomic_store(&qp->shm->state, next);
+		if (SN_UNLIKELY(sn_g.quirk_mlx5) && qp->has_ex && next == IBV_QPS_RTS &&
+		    cur != IBV_QPS_RTS)
+			sn_qp_ex_rewrite(qp, IBV_QPS_RTS);
 		/* our send queue never holds work in flight beyond the pending
 		 * queue: SQD is reached as soon as that is empty */
 		if (next == IBV_QPS_SQD && (m & IBV_QP_EN_SQD_ASYNC_NOTIFY) &&

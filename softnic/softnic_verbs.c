@@ -118,7 +118,8 @@ int sn_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_i
 	memset(&a, 0, sizeof(a));
 	sn_fill_dev_attr(&a.orig_attr);
 	a.completion_timestamp_mask = UINT64_MAX;
-	a.hca_core_clock = 1000000; /* kHz: one tick per nanosecond */
+	/* kHz: one tick per nanosecond (mlx5 quirk: its 156.25 MHz) */
+	a.hca_core_clock = sn_g.quirk_mlx5 ? SN_MLX5_CLOCK_KHZ : 1000000;
 	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
 	a.phys_port_cnt_ex = 1;
 	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));

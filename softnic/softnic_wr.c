@@ -343,3 +343,18 @@ void sn_qp_ex_init(struct sn_qp *qp)
 	x->wr_abort = sn_wr_abort;
 	x->wr_atomic_write = sn_wr_atomic_write;
 }
+
+/* SOFTNIC_QUIRKS=mlx5: as mlx5 does on every move to RTS and to RESET, the
+ * qp_ex's wr_* pointers are written again (over whatever a wrapper such as
+ * the recorder put there), and in RTS wr_complete is another function. */
+static int sn_wr_complete_rts(struct ibv_qp_ex *qx)
+{
+	return sn_wr_complete(qx);
+}
+
+void sn_qp_ex_rewrite(struct sn_qp *qp, uint32_t state)
+{
+	sn_qp_ex_init(qp);
+	if (state == IBV_QPS_RTS)
+		qp->qpx.wr_complete = sn_wr_complete_rts;
+}
