@@ -138,6 +138,42 @@ out:
 	return ret;
 }
 
+/* CQ moderation: true when this completion's event is held back (fewer
+ * than mod_count since the arm); the first one held starts the period,
+ * after which the helper thread raises the event if the CQ is still armed.
+ * Errors are never held back. */
+static bool sn_cq_moderated(struct sn_cq_shm *cq, const struct sn_cqe *src)
+{
+	uint32_t count = atomic_load_explicit(&cq->mod_count, memory_order_relaxed);
+	uint32_t period, n;
+
+	if (SN_LIKELY(count <= 1) || src->status != IBV_WC_SUCCESS)
+		return false;
+	n = atomic_fetch_add(&cq->mod_seen, 1) + 1;
+	if (n >= count)
+		return false;
+	period = atomic_load_explicit(&cq->mod_period_us, memory_order_relaxed);
+	if (n == 1 && period)
+		sn_delay_notify_armed(cq, sn_now_ns() + (uint64_t)period * 1000);
+	return true;
+}
+
+/* ibv_modify_cq: moderation only (count and period as mlx5 bounds them). */
+int sn_modify_cq(struct ibv_cq *ibcq, struct ibv_modify_cq_attr *attr)
+{
+	struct sn_cq_shm *s = sn_cq_of(ibcq)->shm;
+
+	if (!attr || (attr->attr_mask & ~(uint32_t)IBV_CQ_ATTR_MODERATE))
+		return EOPNOTSUPP;
+	if (!(attr->attr_mask & IBV_CQ_ATTR_MODERATE))
+		return EINVAL;
+	if (attr->moderate.cq_period > SN_CQ_MOD_MAX_PERIOD_US)
+		return EINVAL; /* cq_count is 16 bits: any count is in range */
+	atomic_store(&s->mod_period_us, attr->moderate.cq_period);
+	atomic_store(&s->mod_count, attr->moderate.cq_count);
+	return 0;
+}
+
 /* Append one completion; false if the CQ overflowed (or already had). */
 bool sn_cq_push(struct sn_cq_shm *cq, const struct sn_cqe *src, int *chan_fd)
 {
@@ -191,7 +227,7 @@ bool sn_cq_push(struct sn_cq_shm *cq, const struct sn_cqe *src, int *chan_fd)
 	armed = atomic_load_explicit(&cq->armed, memory_order_seq_cst);
 	if (SN_UNLIKELY(armed) &&
 	    (armed == 1 || src->solicited || src->status != IBV_WC_SUCCESS) &&
-	    atomic_exchange(&cq->armed, 0)) {
+	    !sn_cq_moderated(cq, src) && atomic_exchange(&cq->armed, 0)) {
 		/* with the latency model the event waits for the completion */
 		if (SN_UNLIKELY(src->visible_ns) && src->visible_ns > sn_now_ns())
 			sn_delay_notify(cq, src->visible_ns);
@@ -358,6 +394,7 @@ int sn_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 
 	if (!cq->cq.channel)
 		return EINVAL;
+	atomic_store(&s->mod_seen, 0);
 	atomic_store(&s->armed, solicited_only ? 2 : 1);
 	/* With the latency model a completion may already sit in the ring,
 	 * not yet visible: on hardware it would arrive after this arm, so it

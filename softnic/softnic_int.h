@@ -81,7 +81,11 @@ struct sn_cq_shm {
 	_Atomic uint32_t dnote;	   /* a delayed (latency model) event is pending */
 	_Atomic uint32_t sleepers; /* pollers waiting on wake_seq (futex) */
 	_Atomic uint32_t wake_seq;
-	uint32_t pad;
+	/* CQ moderation (ibv_modify_cq): an armed CQ's event waits for
+	 * mod_count completions or mod_period_us after the first, whichever
+	 * comes first; mod_seen counts them since the arm */
+	_Atomic uint32_t mod_seen;
+	_Atomic uint32_t mod_count, mod_period_us;
 	uint64_t cookie; /* owner's struct sn_cq* */
 	uint64_t async_cookie;
 	char chan_path[SN_NAME];
@@ -479,6 +483,9 @@ int sn_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
 struct ibv_cq *sn_create_cq(struct ibv_context *context, int cqe, void *cq_context,
 			    struct ibv_comp_channel *channel, int comp_vector);
 int sn_resize_cq(struct ibv_cq *cq, int cqe);
+int sn_modify_cq(struct ibv_cq *cq, struct ibv_modify_cq_attr *attr);
+#define SN_CQ_MOD_MAX_COUNT	65535 /* as mlx5 */
+#define SN_CQ_MOD_MAX_PERIOD_US 4095
 int sn_cq_resize(struct sn_cq *cq, uint32_t cqe); /* softnic_cq.c */
 int sn_destroy_cq(struct ibv_cq *ibcq);
 struct ibv_srq *sn_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *init);

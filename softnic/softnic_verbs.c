@@ -120,6 +120,8 @@ int sn_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_i
 	a.completion_timestamp_mask = UINT64_MAX;
 	/* kHz: one tick per nanosecond (mlx5 quirk: its 156.25 MHz) */
 	a.hca_core_clock = sn_g.quirk_mlx5 ? SN_MLX5_CLOCK_KHZ : 1000000;
+	a.cq_mod_caps.max_cq_count = SN_CQ_MOD_MAX_COUNT;
+	a.cq_mod_caps.max_cq_period = SN_CQ_MOD_MAX_PERIOD_US;
 	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
 	a.phys_port_cnt_ex = 1;
 	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));

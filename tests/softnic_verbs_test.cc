@@ -520,6 +520,89 @@ TEST(SoftnicChannel, BlockingCompletionEvent)
 		}));
 }
 
+/* CQ moderation (ibv_modify_cq): with count 4 and period 4 ms, one
+ * completion's event waits for the period; four in a burst raise one event
+ * (the period's timer then finds the CQ disarmed and stays quiet); count 0
+ * turns it off. Bad attributes: EINVAL. */
+TEST(SoftnicChannel, CqModerationHoldsTheEvent)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC, 65536, 64, true);
+			ibv_modify_cq_attr ma = {};
+			SN_CHECK_EQ(ibv_modify_cq(n.cq, &ma), EINVAL);
+			ma.attr_mask = IBV_CQ_ATTR_MODERATE;
+			ma.moderate.cq_count = 4;
+			ma.moderate.cq_period = 5000; /* beyond max_cq_period */
+			SN_CHECK_EQ(ibv_modify_cq(n.cq, &ma), EINVAL);
+			ibv_device_attr_ex dx = {};
+			SN_CHECK_EQ(ibv_query_device_ex(n.ctx, nullptr, &dx), 0);
+			SN_CHECK_EQ(dx.cq_mod_caps.max_cq_period, 4095);
+			ma.moderate.cq_period = 4000;
+			SN_CHECK_EQ(ibv_modify_cq(n.cq, &ma), 0);
+			for (int i = 0; i < 16; i++)
+				n.post_recv((uint64_t)i, 0, 64);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			struct pollfd p = { n.ch->fd, POLLIN, 0 };
+			ibv_cq *ecq;
+			void *ectx;
+			ibv_wc wc;
+			auto event = [&] {
+				SN_CHECK_EQ(::poll(&p, 1, 5000), 1);
+				SN_CHECK_EQ(ibv_get_cq_event(n.ch, &ecq, &ectx), 0);
+				SN_CHECK(ecq == n.cq);
+				ibv_ack_cq_events(ecq, 1);
+			};
+			/* one completion: the event comes with the period */
+			SN_CHECK_EQ(ibv_req_notify_cq(n.cq, 0), 0);
+			sn_sync(fd);
+			int k;
+			while ((k = ibv_poll_cq(n.cq, 1, &wc)) == 0)
+				;
+			SN_CHECK_EQ(k, 1);
+			uint64_t t0 = sn_test_now_ns();
+			event();
+			uint64_t dt = sn_test_now_ns() - t0;
+			SN_CHECK(dt >= 1500000);
+			/* four: one event, and none later */
+			SN_CHECK_EQ(ibv_req_notify_cq(n.cq, 0), 0);
+			sn_sync(fd);
+			event();
+			for (int got = 0; got < 4;)
+				got += ibv_poll_cq(n.cq, 1, &wc);
+			SN_CHECK_EQ(::poll(&p, 1, 30), 0);
+			/* off: as before */
+			ma.moderate.cq_count = 0;
+			ma.moderate.cq_period = 0;
+			SN_CHECK_EQ(ibv_modify_cq(n.cq, &ma), 0);
+			SN_CHECK_EQ(ibv_req_notify_cq(n.cq, 0), 0);
+			sn_sync(fd);
+			event();
+			SN_CHECK_EQ(ibv_poll_cq(n.cq, 1, &wc), 1);
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+			for (int i = 0; i < 4; i++)
+				SN_CHECK_EQ(n.post(IBV_WR_SEND, 2, 0, 8), 0);
+			for (int i = 0; i < 4; i++)
+				SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+			SN_CHECK_EQ(n.post(IBV_WR_SEND, 3, 0, 8), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+		}));
+}
+
 /* A CQ destroyed with its event unread leaves nothing in the channel:
  * rdma-core's ibv_get_cq_event (provider mode) would return the dead CQ. */
 TEST(SoftnicChannel, DestroyedCqLeavesNoEvent)
