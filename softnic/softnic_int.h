@@ -207,8 +207,22 @@ struct sn_ctx {
 
 struct sn_pd {
 	struct ibv_pd pd;
-	uint32_t id;
+	uint32_t id; /* a parent domain's is its protection domain's */
+	/* a parent domain (ibv_alloc_parent_domain): its allocators, used for
+	 * the process-local buffers of its QPs (the shared rings are fabric
+	 * files, which no allocator can provide) */
+	bool parent;
+	void *(*alloc)(struct ibv_pd *pd, void *pd_context, size_t size, size_t alignment,
+		       uint64_t resource_type);
+	void (*free)(struct ibv_pd *pd, void *pd_context, void *ptr,
+		     uint64_t resource_type);
+	void *pd_context;
 };
+/* resource_type softnic passes to a parent domain's allocator (types are
+ * per provider, as mlx5dv's MLX5DV_RES_TYPE_*): a QP's ibv_wr_* buffer */
+#define SN_RES_TYPE_QP (((uint64_t)0x534e << 32) + 1)
+struct ibv_pd *sn_alloc_parent_domain(struct ibv_context *c,
+				      struct ibv_parent_domain_init_attr *a);
 
 struct sn_run; /* locally backed page range */
 
@@ -313,6 +327,7 @@ struct sn_qp {
 	int wr_err;
 	uint32_t wr_nwr, wr_stride, wr_inl_used, wr_inl_cap;
 	unsigned char *wr_buf, *wr_inl;
+	struct sn_pd *wr_buf_pd; /* wr_buf came from this parent domain's allocator */
 	struct sn_qp *next_live;
 };
 
@@ -437,6 +452,8 @@ int sn_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int sn_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 void sn_cq_ex_init(struct sn_cq *cq);
 void sn_qp_ex_init(struct sn_qp *qp);
+int sn_qp_wr_buf_alloc(struct sn_qp *qp);
+void sn_qp_wr_buf_free(struct sn_qp *qp);
 void sn_qp_ex_rewrite(struct sn_qp *qp, uint32_t state);
 void sn_qp_flush(struct sn_qp *qp);
 void sn_rq_flush(struct sn_rq_shm *rq, struct sn_cq_shm *cq, uint32_t qpn, int *chan_fd);

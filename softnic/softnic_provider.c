@@ -78,6 +78,7 @@ static const struct sn_pabi_ops sn_pops = {
 	.create_ah = sn_create_ah,
 	.create_cq = sn_p_create_cq,
 	.create_cq_ex = sn_create_cq_ex,
+	.alloc_parent_domain = sn_alloc_parent_domain,
 	.modify_cq = sn_modify_cq,
 	.create_qp = sn_create_qp,
 	.create_qp_ex = sn_create_qp_ex,

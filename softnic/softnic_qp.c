@@ -625,8 +625,7 @@ int sn_destroy_qp(struct ibv_qp *ibqp)
 	sn_unlink(qp->name);
 	/* peers may still hold the mapping; it stays valid for them */
 	munmap(qp->shm, qp->shm_len);
-	free(qp->wr_buf);
-	free(qp->wr_inl);
+	sn_qp_wr_buf_free(qp);
 	free(qp);
 	return 0;
 }

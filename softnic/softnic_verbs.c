@@ -185,6 +185,45 @@ struct ibv_pd *sn_alloc_pd(struct ibv_context *context)
 	return &pd->pd;
 }
 
+/* A parent domain: a PD for every verb (its protection domain's keys and
+ * checks) whose allocators serve its QPs' process-local buffers. softnic
+ * has no thread domains (no alloc_td), so td must be NULL. */
+struct ibv_pd *sn_alloc_parent_domain(struct ibv_context *c,
+				      struct ibv_parent_domain_init_attr *a)
+{
+	struct sn_pd *prot, *pd;
+
+	if (!a || !a->pd || a->pd->context != c || a->td ||
+	    (a->comp_mask & ~(uint32_t)(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS |
+					IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)) ||
+	    ((a->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) &&
+	     (!a->alloc || !a->free))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	prot = (struct sn_pd *)a->pd;
+	if (prot->parent) {
+		errno = EINVAL; /* a parent of a parent */
+		return NULL;
+	}
+	pd = calloc(1, sizeof(*pd));
+	if (!pd) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pd->pd.context = c;
+	pd->pd.handle = prot->pd.handle;
+	pd->id = prot->id;
+	pd->parent = true;
+	if (a->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) {
+		pd->alloc = a->alloc;
+		pd->free = a->free;
+	}
+	if (a->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)
+		pd->pd_context = a->pd_context;
+	return &pd->pd;
+}
+
 int sn_dealloc_pd(struct ibv_pd *pd)
 {
 	free(pd);
@@ -461,6 +500,12 @@ struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr
 
 	if (a->comp_vector >= (uint32_t)c->num_comp_vectors) {
 		errno = EINVAL; /* as ibv_create_cq's */
+		return NULL;
+	}
+	if ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) &&
+	    (!a->parent_domain || a->parent_domain->context != c ||
+	     !((struct sn_pd *)a->parent_domain)->parent)) {
+		errno = EINVAL; /* only a parent domain may be named here */
 		return NULL;
 	}
 	if ((a->wc_flags & ~(uint64_t)SN_WC_EX_OK) ||

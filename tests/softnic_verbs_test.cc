@@ -1090,6 +1090,104 @@ TEST(SoftnicMR, ReregMovesTheRangeAndChangesAccess)
 		}));
 }
 
+/* Parent domains: an MR and an ibv_wr_* QP made on one act as on its
+ * protection domain (the peer's WRITE lands, the QP's SEND arrives), the
+ * QP's builder buffer comes from the domain's allocator (softnic's resource
+ * type, freed through it at destroy); a CQ may name only a parent domain;
+ * a thread domain or a parent of a parent is EINVAL. */
+static int pd_allocs, pd_frees;
+static uint64_t pd_type;
+static void *pd_alloc(ibv_pd *, void *ctx, size_t size, size_t align, uint64_t type)
+{
+	void *p = nullptr;
+	pd_allocs++;
+	pd_type = type;
+	SN_CHECK(ctx == (void *)&pd_allocs);
+	SN_CHECK(posix_memalign(&p, align, size) == 0);
+	memset(p, 0xee, size); /* softnic must not rely on zeroed memory */
+	return p;
+}
+static void pd_free(ibv_pd *, void *, void *ptr, uint64_t)
+{
+	pd_frees++;
+	free(ptr);
+}
+
+TEST(SoftnicPD, ParentDomainWithAllocators)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.open();
+			ibv_parent_domain_init_attr pa = {};
+			pa.pd = n.pd;
+			pa.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS |
+				       IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+			pa.alloc = pd_alloc;
+			pa.free = pd_free;
+			pa.pd_context = &pd_allocs;
+			ibv_pd *par = ibv_alloc_parent_domain(n.ctx, &pa);
+			SN_CHECK(par);
+			ibv_parent_domain_init_attr bad = pa;
+			bad.pd = par;
+			SN_CHECK(!ibv_alloc_parent_domain(n.ctx, &bad) &&
+				 errno == EINVAL);
+			bad = pa;
+			bad.td = (ibv_td *)&bad;
+			SN_CHECK(!ibv_alloc_parent_domain(n.ctx, &bad) &&
+				 errno == EINVAL);
+			ibv_cq_init_attr_ex ca = {};
+			ca.cqe = 16;
+			ca.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
+			ca.parent_domain = n.pd;
+			SN_CHECK(!ibv_create_cq_ex(n.ctx, &ca) && errno == EINVAL);
+			ca.parent_domain = par;
+			ibv_cq_ex *cx = ibv_create_cq_ex(n.ctx, &ca);
+			SN_CHECK(cx);
+			ibv_pd *prot = n.pd;
+			n.pd = par;
+			n.make(IBV_QPT_RC);
+			ibv_qp_ex *qx;
+			ibv_qp *q = n.new_qpx(IBV_QP_EX_WITH_SEND,
+					      IBV_ACCESS_REMOTE_WRITE, &qx);
+			SnInfo r = n.exchange(fd, q);
+			n.connect(r, q);
+			ibv_wr_start(qx);
+			qx->wr_id = 7;
+			qx->wr_flags = IBV_SEND_SIGNALED;
+			ibv_wr_send(qx);
+			ibv_wr_set_sge(qx, n.mr->lkey, (uint64_t)(uintptr_t)n.buf, 16);
+			SN_CHECK_EQ(ibv_wr_complete(qx), 0);
+			ibv_wc wc = n.wait1();
+			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			SN_CHECK_EQ(wc.wr_id, 7);
+			SN_CHECK_EQ(pd_allocs, 1);
+			SN_CHECK_EQ(pd_type, (0x534eull << 32) + 1);
+			sn_sync(fd); /* the peer WRITEs into our MR */
+			SN_CHECK_EQ((unsigned char)n.buf[300], 0x77);
+			SN_CHECK_EQ(ibv_destroy_qp(q), 0);
+			SN_CHECK_EQ(pd_frees, 1);
+			SN_CHECK_EQ(ibv_destroy_cq(ibv_cq_ex_to_cq(cx)), 0);
+			(void)prot;
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			n.post_recv(1, 0, 64);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			ibv_wc wc = n.wait1();
+			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			SN_CHECK_EQ(wc.byte_len, 16);
+			memset(n.buf + 1000, 0x77, 8);
+			SN_CHECK_EQ(n.post(IBV_WR_RDMA_WRITE, 2, 1000, 8, &r, 300), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+			sn_sync(fd);
+		}));
+}
+
 /* MRs that share pages with other data and with each other, and a
  * deregistered rkey: the peer's WRITEs land exactly where they should. */
 TEST(SoftnicMR, SharedPagesOverlapsAndDeregistration)
