@@ -39,6 +39,9 @@
 #define SN_GID_TBL	  2
 #define SN_NAME		  96
 #define SN_UD_GRH	  40
+#define SN_MC_QPS	  64 /* QPs attached to one multicast group */
+#define SN_QP_MCS	  16 /* groups one QP may join */
+#define SN_MC_QPN	  0xffffff
 #define SN_MTU_BYTES	  4096
 
 /* ---------------- shared (file-backed) layouts ---------------- */
@@ -327,7 +330,9 @@ struct sn_qp {
 	int wr_err;
 	uint32_t wr_nwr, wr_stride, wr_inl_used, wr_inl_cap;
 	unsigned char *wr_buf, *wr_inl;
-	struct sn_pd *wr_buf_pd; /* wr_buf came from this parent domain's allocator */
+	struct sn_pd *wr_buf_pd;     /* wr_buf came from this parent domain's allocator */
+	union ibv_gid mc[SN_QP_MCS]; /* multicast groups joined */
+	int nmc;
 	struct sn_qp *next_live;
 };
 
@@ -346,6 +351,13 @@ struct sn_ah {
 	struct ibv_ah_attr attr;
 	bool path_bad;
 };
+
+/* multicast (softnic_mcast.c) */
+int sn_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
+int sn_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
+void sn_mc_detach_all(struct sn_qp *qp);
+int sn_mc_members(const union ibv_gid *gid, uint32_t *qpn, int max);
+bool sn_gid_is_mcast(const union ibv_gid *gid);
 
 /* Does an address vector reach this fabric's port (LID, or a GID of it)? */
 bool sn_av_reaches(const struct ibv_ah_attr *ah);

@@ -394,6 +394,11 @@ static const struct sn_trans sn_qp_table[7][7] = {
 
 bool sn_av_reaches(const struct ibv_ah_attr *ah)
 {
+	/* a multicast group spans the fabric */
+	if (ah->is_global && sn_gid_is_mcast(&ah->grh.dgid))
+		return true;
+	if (!ah->is_global && !sn_g.eth && ah->dlid >= 0xc000 && ah->dlid != 0xffff)
+		return true;
 	if (ah->is_global) {
 		for (int i = 0; i < sn_g.ngid; i++)
 			if (!memcmp(&ah->grh.dgid, &sn_g.gid[i], sizeof(union ibv_gid)))
@@ -599,6 +604,7 @@ int sn_destroy_qp(struct ibv_qp *ibqp)
 			break;
 		}
 	pthread_mutex_unlock(&sn_g.lock);
+	sn_mc_detach_all(qp);
 	sn_helper_forget(qp);
 	{
 		/* the port keeps what this QP counted */

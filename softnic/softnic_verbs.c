@@ -92,6 +92,9 @@ static void sn_fill_dev_attr(struct ibv_device_attr *a)
 	a->max_qp_init_rd_atom = SN_MAX_RD_ATOM;
 	a->atomic_cap = IBV_ATOMIC_HCA;
 	a->max_ah = 65536;
+	a->max_mcast_grp = 65536; /* files of the fabric: no real bound */
+	a->max_mcast_qp_attach = SN_MC_QPS;
+	a->max_total_mcast_qp_attach = SN_MC_QPS * 65536;
 	a->max_srq = 65536;
 	a->max_srq_wr = SN_MAX_QP_WR;
 	a->max_srq_sge = SN_MAX_SGE;

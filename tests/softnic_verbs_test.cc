@@ -438,6 +438,100 @@ TEST(SoftnicUD, SendWithGrhSpaceAndAddressHandle)
 		}));
 }
 
+/* Multicast: a datagram to a group (QPN 0xffffff, the MGID in the GRH)
+ * reaches every UD QP attached to it in the fabric (two in the peer's
+ * process), not the sender's own although attached, and a detached QP no
+ * longer; attach checks as the kernel does (UD, multicast GID and LID). */
+TEST(SoftnicUD, MulticastReachesEveryAttachedQp)
+{
+	static union ibv_gid mgid;
+	memset(&mgid, 0, sizeof(mgid));
+	mgid.raw[0] = 0xff;
+	mgid.raw[1] = 0x12;
+	mgid.raw[15] = 0x42;
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_UD);
+			ibv_qp *q2 = n.new_qp(IBV_QPT_UD, 64);
+			union ibv_gid uni = {};
+			uni.raw[0] = 0xfe;
+			SN_CHECK_EQ(ibv_attach_mcast(n.qp, &uni, 0xc001), EINVAL);
+			SN_CHECK_EQ(ibv_attach_mcast(n.qp, &mgid, 0x0001), EINVAL);
+			SN_CHECK_EQ(ibv_attach_mcast(n.qp, &mgid, 0xc001), 0);
+			SN_CHECK_EQ(ibv_attach_mcast(q2, &mgid, 0xc001), 0);
+			SN_CHECK_EQ(ibv_detach_mcast(q2, &uni, 0xc001), EINVAL);
+			for (int i = 0; i < 4; i++) {
+				n.post_recv((uint64_t)i, (size_t)i * 256, 256);
+				n.post_recv((uint64_t)(10 + i), 4096 + (size_t)i * 256,
+					    256, q2);
+			}
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			n.connect(r, q2);
+			sn_sync(fd); /* the first datagram */
+			ibv_wc a = n.wait1(), b = n.wait1();
+			SN_CHECK_EQ(a.status, IBV_WC_SUCCESS);
+			SN_CHECK_EQ(b.status, IBV_WC_SUCCESS);
+			SN_CHECK(a.qp_num != b.qp_num);
+			SN_CHECK(a.qp_num == n.qp->qp_num || a.qp_num == q2->qp_num);
+			SN_CHECK(b.qp_num == n.qp->qp_num || b.qp_num == q2->qp_num);
+			SN_CHECK_EQ(a.byte_len, 40 + 32);
+			SN_CHECK(a.wc_flags & IBV_WC_GRH);
+			SN_CHECK_EQ(a.src_qp, r.qpn);
+			/* where receive wr_id landed: QP 1's at 256 * id, QP 2's from 4096 */
+			size_t at = a.wr_id >= 10 ? 4096 + (a.wr_id - 10) * 256
+						  : a.wr_id * 256;
+			SN_CHECK(!memcmp(n.buf + at + 24, mgid.raw,
+					 16)); /* the GRH's dgid */
+			SN_CHECK_EQ((unsigned char)n.buf[at + 40], 0x5c);
+			SN_CHECK_EQ(ibv_detach_mcast(q2, &mgid, 0xc001), 0);
+			sn_sync(fd); /* the second */
+			ibv_wc c = n.wait1();
+			SN_CHECK_EQ(c.qp_num, n.qp->qp_num);
+			SN_CHECK(n.none_within(100));
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_UD);
+			SN_CHECK_EQ(ibv_attach_mcast(n.qp, &mgid, 0xc001), 0);
+			n.post_recv(1, 0, 256);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			ibv_ah_attr aa = {};
+			aa.is_global = 1;
+			aa.grh.dgid = mgid;
+			aa.grh.hop_limit = 1;
+			aa.dlid = 0xc001;
+			aa.port_num = 1;
+			ibv_ah *ah = ibv_create_ah(n.pd, &aa);
+			SN_CHECK(ah);
+			memset(n.buf + 1024, 0x5c, 32);
+			for (int round = 0; round < 2; round++) {
+				sn_sync(fd);
+				ibv_sge sg = { (uint64_t)(uintptr_t)(n.buf + 1024), 32,
+					       n.mr->lkey };
+				ibv_send_wr wr = {}, *bad;
+				wr.wr_id = 5;
+				wr.sg_list = &sg;
+				wr.num_sge = 1;
+				wr.opcode = IBV_WR_SEND;
+				wr.send_flags = IBV_SEND_SIGNALED;
+				wr.wr.ud.ah = ah;
+				wr.wr.ud.remote_qpn = 0xffffff;
+				wr.wr.ud.remote_qkey = 0x11111111;
+				SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad), 0);
+				ibv_wc wc = n.wait1();
+				SN_CHECK_EQ(wc.wr_id,
+					    5); /* the send, not a receive of our own */
+				SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			}
+			SN_CHECK(n.none_within(50));
+			sn_sync(fd);
+		}));
+}
+
 TEST(SoftnicSRQ, TwoQpsShareOneSrq)
 {
 	SN_EXPECT_ENDS(sn_run2(
