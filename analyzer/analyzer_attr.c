@@ -42,14 +42,9 @@ static struct an_group *an_group_get(struct rbt_analyzer *an, struct an_qp *qp,
 	struct an_group **g = &qp->groups[slot * AN_SIZE_CLASSES + sc];
 	if (*g)
 		return *g;
-	if (an->n_groups == an->cap_groups) {
-		uint32_t nc = an->cap_groups ? an->cap_groups * 2 : 64;
-		struct an_group **ng = realloc(an->groups, nc * sizeof(*ng));
-		if (!ng)
-			return NULL;
-		an->groups = ng;
-		an->cap_groups = nc;
-	}
+	if (rbt_grow(&an->groups, &an->cap_groups, an->n_groups + 1, sizeof(*an->groups),
+		     64, 0))
+		return NULL;
 	*g = calloc(1, sizeof(**g));
 	if (!*g)
 		return NULL;

@@ -69,6 +69,16 @@ struct an_thread *an_thread_get(struct rbt_analyzer *an, struct an_trace *t, uin
 	return th ? th->user : NULL;
 }
 
+struct an_cq *an_cq_next(const struct rbt_analyzer *an, const struct an_trace *t,
+			 uint32_t *pos)
+{
+	for (struct rbt_model_res *r;
+	     (r = rbt_model_table_next(an->model, t->idx, RBT_MODEL_CQ, pos));)
+		if (r->user)
+			return r->user;
+	return NULL;
+}
+
 /* ---- the model's callbacks ---- */
 
 static void an_cb_begin(void *arg)
@@ -154,6 +164,7 @@ static void an_cb_after(void *arg, int trace, const struct rbt_event *ev,
 {
 	struct rbt_analyzer *an = arg;
 	an_after(an, an->traces[trace], ev, r);
+	an_cm_feed(an, an->traces[trace], ev);
 	an->counts.events++;
 	if (an->opts.progress && an->counts.events >= an->progress_next)
 		an_progress(an);
@@ -163,7 +174,15 @@ static void an_cb_wr_posted(void *arg, struct rbt_model_res *q, struct rbt_model
 			    const struct rbt_send_wr *sw)
 {
 	struct rbt_analyzer *an = arg;
-	if (!sw || !an->n_stream)
+	if (!sw)
+		return;
+	struct an_trace *t = an->traces[q->trace];
+	struct an_qp *qp = q->user;
+	if (qp) {
+		an_send_wr_checks(an, t, qp, sw, w);
+		an_attr_posted(an, qp, w->post_ts, w->post_exit, sw);
+	}
+	if (!an->n_stream)
 		return;
 	w->user = ++an->flow_seq;
 	for (int i = 0; i < an->n_stream; i++)
@@ -214,7 +233,6 @@ int rbt_analyzer_create(const struct rbt_analyzer_opts *opts, struct rbt_analyze
 		return -ENOMEM;
 	if (opts)
 		an->opts = *opts;
-	an->perfetto_first = true;
 	bool per_wr = false;
 	if (an->opts.perfetto)
 		an->stream[an->n_stream++] = &an_sink_perfetto;
@@ -292,30 +310,35 @@ void rbt_analyzer_destroy(struct rbt_analyzer *an)
 	}
 	free(an->findings);
 	free(an->pub_findings);
+	an_cm_free(an);
 	rbt_model_destroy(an->model);
 	free(an);
+}
+
+/* The analyzer's side of the model's trace idx (its mt is set once the model has
+ * the trace). */
+static int an_trace_push(struct rbt_analyzer *an, int idx)
+{
+	if (rbt_grow(&an->traces, &an->cap_traces, (uint32_t)an->n_traces + 1,
+		     sizeof(*an->traces), 4, 0))
+		return -ENOMEM;
+	struct an_trace *t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->idx = idx;
+	t->mt = rbt_model_trace(an->model, idx);
+	an->traces[an->n_traces++] = t;
+	return 0;
 }
 
 int rbt_analyzer_add_trace(struct rbt_analyzer *an, const struct rbt_header *hdr,
 			   const char *name)
 {
-	struct an_trace *t = calloc(1, sizeof(*t));
-	struct an_trace **nt = realloc(an->traces, sizeof(*nt) * (an->n_traces + 1));
-	if (!t || !nt) {
-		free(t);
-		free(nt);
-		return -ENOMEM;
-	}
-	an->traces = nt;
 	int idx = rbt_model_add_trace(an->model, hdr, name);
-	if (idx < 0) {
-		free(t);
+	if (idx < 0)
 		return idx;
-	}
-	t->idx = idx;
-	t->mt = rbt_model_trace(an->model, idx);
-	an->traces[an->n_traces++] = t;
-	return idx;
+	int ret = an_trace_push(an, idx);
+	return ret < 0 ? ret : idx;
 }
 
 int rbt_analyzer_feed(struct rbt_analyzer *an, int trace, const struct rbt_event *ev)
@@ -336,19 +359,9 @@ int rbt_analyzer_run_files(struct rbt_analyzer *an, const char *const *paths, in
 {
 	/* the model adds the traces: the analyzer's side follows them */
 	int before = rbt_model_n_traces(an->model);
-	for (int i = 0; i < n; i++) {
-		struct an_trace *t = calloc(1, sizeof(*t));
-		struct an_trace **nt =
-			realloc(an->traces, sizeof(*nt) * (an->n_traces + 1));
-		if (!t || !nt) {
-			free(t);
-			free(nt);
+	for (int i = 0; i < n; i++)
+		if (an_trace_push(an, before + i) < 0)
 			return -ENOMEM;
-		}
-		an->traces = nt;
-		t->idx = before + i;
-		an->traces[an->n_traces++] = t;
-	}
 	int ret = rbt_model_run_files(an->model, paths, n, errbuf, errlen);
 	/* traces the model did not take (an error opening one) */
 	int have = rbt_model_n_traces(an->model);
@@ -372,6 +385,7 @@ int rbt_analyzer_finish(struct rbt_analyzer *an)
 	an->counts.unmatched_completions = ms.unmatched_completions;
 	an->counts.peak_tracked_wrs = ms.peak_tracked_wrs;
 	an_diagnose(an);
+	an_cm_diagnose(an);
 	an_sort_findings(an);
 	for (int i = 0; i < an->n_stream; i++)
 		if (an->stream[i]->end)

@@ -33,14 +33,9 @@ void an_add_finding(struct rbt_analyzer *an, int sev, int code, int trace, uint3
 		return;
 	if (sev != an_kinds[code].severity && sev != an_kinds[code].also)
 		sev = an_kinds[code].severity;
-	if (an->n_findings == an->cap_findings) {
-		int nc = an->cap_findings ? an->cap_findings * 2 : 16;
-		struct an_finding_priv *nf = realloc(an->findings, nc * sizeof(*nf));
-		if (!nf)
-			return;
-		an->findings = nf;
-		an->cap_findings = nc;
-	}
+	if (rbt_grow(&an->findings, &an->cap_findings, (uint32_t)an->n_findings + 1,
+		     sizeof(*an->findings), 16, 0))
+		return;
 	struct an_finding_priv *f = &an->findings[an->n_findings++];
 	memset(f, 0, sizeof(*f));
 	f->title = an_strdup(title);
@@ -441,12 +436,8 @@ static void an_diag_qp(struct rbt_analyzer *an, struct an_trace *t, struct an_qp
 static void an_diag_cqs(struct rbt_analyzer *an, struct an_trace *t)
 {
 	char title[256], ev[512];
-	uint32_t cq_pos = 0;
-	for (struct rbt_model_res *cr;
-	     (cr = rbt_model_table_next(an->model, t->idx, RBT_MODEL_CQ, &cq_pos));) {
-		struct an_cq *cq = cr->user;
-		if (!cq)
-			continue;
+	uint32_t pos = 0;
+	for (struct an_cq *cq; (cq = an_cq_next(an, t, &pos));) {
 		if (cq->overrun) {
 			snprintf(title, sizeof(title),
 				 "CQ 0x%llx overran (IBV_EVENT_CQ_ERR)",

@@ -14,6 +14,7 @@
 
 #include "analyzer/rbt_analyzer.h"
 #include "model/rbt_model.h"
+#include "util/rbt_grow.h"
 #include "util/rbt_json.h"
 
 /* ---- small utilities (analyzer_util.c) ---------------------------------------- */
@@ -162,7 +163,8 @@ struct an_qp {
 	uint64_t rq_empty_count, rq_empty_since, rq_empty_longest, rq_empty_longest_ts;
 	bool rq_empty;
 	uint64_t last_lkey;
-	void *last_mr;
+	void *last_mr;	  /* the MR of last_lkey, NULL: none */
+	bool lkey_cached; /* last_lkey/last_mr are valid */
 	/* round trips (analyzer_attr.c) */
 	struct an_rt_msg *rt_msgs; /* [AN_RT_N], messages sent to the peer */
 	uint64_t rt_send_seq, rt_recv_seq;
@@ -266,15 +268,19 @@ struct an_sink_ops {
 extern const struct an_sink_ops an_sink_text, an_sink_json, an_sink_html,
 	an_sink_perfetto;
 
+struct an_cm;
+
 struct rbt_analyzer {
 	struct rbt_analyzer_opts opts;
 	struct rbt_model *model;
 	struct an_trace **traces;
 	int n_traces;
+	uint32_t cap_traces;
 	bool finished;
 
 	struct an_finding_priv *findings;
-	int n_findings, cap_findings;
+	int n_findings;
+	uint32_t cap_findings;
 	struct rbt_finding *pub_findings;
 
 	struct rbt_analyzer_counts counts;
@@ -284,13 +290,14 @@ struct rbt_analyzer {
 	/* the streaming sinks (Perfetto when opts.perfetto) */
 	const struct an_sink_ops *stream[2];
 	int n_stream;
-	bool perfetto_first;
+	struct rbt_json pf; /* the Perfetto stream */
 
 	/* per (trace, qp) group storage */
 	struct an_group **groups;
 	uint32_t n_groups, cap_groups;
 	uint64_t progress_next;
 	uint64_t progress_rchar0;
+	struct an_cm *cm; /* analyzer_cm.c: the connection manager's records */
 };
 
 static inline struct an_qp *an_qp_of(const struct rbt_model_qp *q)
@@ -324,6 +331,8 @@ void an_before(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_eve
 	       struct rbt_model_res *r);
 void an_after(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_event *ev,
 	      struct rbt_model_res *r);
+void an_send_wr_checks(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
+		       const struct rbt_send_wr *wr, const struct rbt_model_wr *w);
 
 int an_opcode_slot(int op);
 int an_slot_opcode(int slot);
@@ -338,11 +347,35 @@ void an_attr_done(struct rbt_analyzer *an, struct an_qp *qp, const struct rbt_mo
 void an_note_error(struct an_qp *qp, const struct rbt_model_comp *c,
 		   const struct rbt_model_wr *w);
 
+/* analyzer_core.c: a trace's CQs in the model's table order (start with *pos 0). */
+struct an_cq *an_cq_next(const struct rbt_analyzer *an, const struct an_trace *t,
+			 uint32_t *pos);
+
+/* analyzer_output.c: shared by the sinks */
+extern const char *const an_phase_name[RBT_PHASE_COUNT];
+const char *an_sev_name(int s);
+const char *an_qp_type_name(uint32_t t);
+const char *an_fmt_ns(char *buf, size_t n, double ns);
+/* Merged histograms of a trace (all when t NULL) or a QP, per phase. */
+void an_trace_hists(const struct rbt_analyzer *an, const struct an_trace *t,
+		    const struct an_qp *qp, struct an_hist h[RBT_PHASE_COUNT]);
+void an_hists_free(struct an_hist h[RBT_PHASE_COUNT]);
+double an_trace_dur_ns(const struct an_trace *t);
+
 /* analyzer_diag.c */
 void an_diagnose(struct rbt_analyzer *an);
 void an_add_finding(struct rbt_analyzer *an, int sev, int code, int trace, uint32_t qpn,
 		    double time_ns, const char *title, const char *evidence,
 		    const char *advice);
 void an_pair_qps(struct rbt_analyzer *an);
+
+/* analyzer_cm.c: connections made through librdmacm (one per CM id) */
+void an_cm_feed(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_event *ev);
+void an_cm_diagnose(struct rbt_analyzer *an); /* builds, pairs, adds findings */
+void an_cm_write_text(struct rbt_analyzer *an, FILE *f);
+struct rbt_json;
+void an_cm_write_json(struct rbt_analyzer *an, struct rbt_json *j); /* "connections" */
+void an_cm_write_html(struct rbt_analyzer *an, FILE *f);
+void an_cm_free(struct rbt_analyzer *an);
 
 #endif

@@ -1,5 +1,6 @@
-/* analyzer_perfetto.c - the Perfetto / Chrome trace-event JSON timeline, streamed while
- * the events are analysed (nothing of it is kept in memory).
+/* analyzer_perfetto.c - the Perfetto / Chrome trace-event JSON timeline, a streaming
+ * sink: written while the events are analysed (nothing of it is kept in memory),
+ * through the one JSON writer, one trace event per line.
  *
  * Tracks: each recording thread shows its verbs calls (post, poll); each WR is a slice
  * from its post to the poll that returned it, with its phases as sub-slices, on a
@@ -16,14 +17,6 @@
 #define AN_MAX_LANES  4096u /* per thread and kind; beyond, slices share the last */
 #define AN_LANE_SPACE (2 * AN_MAX_LANES)
 
-static void an_pf_sep(struct rbt_analyzer *an)
-{
-	FILE *f = an->opts.perfetto;
-	if (!an->perfetto_first)
-		fputs(",\n", f);
-	an->perfetto_first = false;
-}
-
 static uint32_t an_pf_pid(const struct an_trace *t)
 {
 	return t->mt->hdr.pid ? t->mt->hdr.pid : (uint32_t)t->idx + 1;
@@ -34,60 +27,95 @@ static double an_us(const struct an_trace *t, double ticks)
 	return an_aligned_ns(t, ticks) / 1000.0;
 }
 
+/* A trace event's common part: {"ph":..,"name":..,"pid":..[,"tid":..] (left open). */
+static struct rbt_json *an_pf_event(struct rbt_analyzer *an, const char *ph,
+				    const char *cat, const char *name,
+				    const struct an_trace *t)
+{
+	struct rbt_json *j = &an->pf;
+	rbt_json_obj(j);
+	rbt_json_kstr(j, "ph", ph);
+	if (cat)
+		rbt_json_kstr(j, "cat", cat);
+	rbt_json_kstr(j, "name", name);
+	rbt_json_ku64(j, "pid", an_pf_pid(t));
+	return j;
+}
+
+/* A metadata event naming a process or thread track: args {key: value}. */
+static void an_pf_meta(struct rbt_analyzer *an, const char *name,
+		       const struct an_trace *t, int64_t tid, const char *key,
+		       const char *sval, uint64_t uval)
+{
+	struct rbt_json *j = an_pf_event(an, "M", NULL, name, t);
+	if (tid >= 0)
+		rbt_json_ku64(j, "tid", (uint64_t)tid);
+	rbt_json_key(j, "args");
+	rbt_json_obj(j);
+	if (sval)
+		rbt_json_kstr(j, key, sval);
+	else
+		rbt_json_ku64(j, key, uval);
+	rbt_json_obj_end(j);
+	rbt_json_obj_end(j);
+}
+
 static void an_pf_trace(struct rbt_analyzer *an, struct an_trace *t)
 {
-	FILE *f = an->opts.perfetto;
 	char name[512];
 	snprintf(name, sizeof(name), "%s (pid %u) %s", t->mt->name, t->mt->hdr.pid,
 		 t->mt->hdr.cmdline);
-	an_pf_sep(an);
-	fprintf(f,
-		"{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%u,\"args\":{\"name\":",
-		an_pf_pid(t));
-	rbt_json_fput_str(f, name);
-	fputs("}}", f);
+	an_pf_meta(an, "process_name", t, -1, "name", name, 0);
 }
 
 static void an_pf_thread(struct rbt_analyzer *an, struct an_trace *t,
 			 struct an_thread *th)
 {
-	FILE *f = an->opts.perfetto;
 	char name[300];
 	snprintf(name, sizeof(name), "thread %u%s%s", th->m->tid, th->m->name ? " " : "",
 		 th->m->name ? th->m->name : "");
-	an_pf_sep(an);
-	fprintf(f,
-		"{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%u,\"tid\":%u,\"args\":{"
-		"\"name\":",
-		an_pf_pid(t), th->m->tid);
-	rbt_json_fput_str(f, name);
-	fputs("}}", f);
+	an_pf_meta(an, "thread_name", t, th->m->tid, "name", name, 0);
 }
 
 static void an_pf_call(struct rbt_analyzer *an, struct an_trace *t, uint32_t tid,
 		       const char *name, uint64_t ts, uint64_t ts_exit,
 		       const char *args_json)
 {
-	FILE *f = an->opts.perfetto;
 	an_thread_get(an, t, tid);
-	an_pf_sep(an);
-	fprintf(f,
-		"{\"ph\":\"X\",\"cat\":\"verbs\",\"name\":\"%s\",\"pid\":%u,\"tid\":%u,"
-		"\"ts\":%.3f,\"dur\":%.3f%s%s}",
-		name, an_pf_pid(t), tid, an_us(t, (double)ts),
-		(double)(ts_exit - ts) * t->mt->ns_per_tick / 1000.0,
-		args_json ? ",\"args\":" : "", args_json ? args_json : "");
+	struct rbt_json *j = an_pf_event(an, "X", "verbs", name, t);
+	rbt_json_ku64(j, "tid", tid);
+	rbt_json_kdbl(j, "ts", "%.3f", an_us(t, (double)ts));
+	rbt_json_kdbl(j, "dur", "%.3f",
+		      (double)(ts_exit - ts) * t->mt->ns_per_tick / 1000.0);
+	if (args_json) {
+		rbt_json_key(j, "args");
+		rbt_json_raw(j, args_json);
+	}
+	rbt_json_obj_end(j);
+}
+
+/* A flow arrow's start ("s") or end ("f", bound to the enclosing slice). */
+static void an_pf_flow(struct rbt_analyzer *an, struct an_trace *t, bool end,
+		       uint32_t tid, double ts_us, uint64_t flow)
+{
+	struct rbt_json *j = &an->pf;
+	rbt_json_obj(j);
+	rbt_json_kstr(j, "ph", end ? "f" : "s");
+	if (end)
+		rbt_json_kstr(j, "bp", "e");
+	rbt_json_kstr(j, "cat", "wr");
+	rbt_json_kstr(j, "name", "wr");
+	rbt_json_ku64(j, "id", flow);
+	rbt_json_ku64(j, "pid", an_pf_pid(t));
+	rbt_json_ku64(j, "tid", tid);
+	rbt_json_kdbl(j, "ts", "%.3f", ts_us);
+	rbt_json_obj_end(j);
 }
 
 static void an_pf_flow_start(struct rbt_analyzer *an, struct an_trace *t, uint32_t tid,
 			     uint64_t ts, uint64_t flow)
 {
-	an_pf_sep(an);
-	fprintf(an->opts.perfetto,
-		"{\"ph\":\"s\",\"cat\":\"wr\",\"name\":\"wr\",\"id\":%llu,\"pid\":%u,"
-		"\"tid\":%u,"
-		"\"ts\":%.3f}",
-		(unsigned long long)flow, an_pf_pid(t), tid, an_us(t, (double)ts));
+	an_pf_flow(an, t, false, tid, an_us(t, (double)ts), flow);
 }
 
 static void an_pf_slice(struct rbt_analyzer *an, struct an_trace *t, uint32_t lane_tid,
@@ -95,18 +123,53 @@ static void an_pf_slice(struct rbt_analyzer *an, struct an_trace *t, uint32_t la
 {
 	if (b < a)
 		b = a;
-	an_pf_sep(an);
-	fprintf(an->opts.perfetto,
-		"{\"ph\":\"X\",\"cat\":\"phase\",\"name\":\"%s\",\"pid\":%u,\"tid\":%u,"
-		"\"ts\":%.3f,\"dur\":%.3f}",
-		name, an_pf_pid(t), lane_tid, an_us(t, a),
-		(b - a) * t->mt->ns_per_tick / 1000.0);
+	struct rbt_json *j = an_pf_event(an, "X", "phase", name, t);
+	rbt_json_ku64(j, "tid", lane_tid);
+	rbt_json_kdbl(j, "ts", "%.3f", an_us(t, a));
+	rbt_json_kdbl(j, "dur", "%.3f", (b - a) * t->mt->ns_per_tick / 1000.0);
+	rbt_json_obj_end(j);
+}
+
+/* The lane of a WR slice from start to end: one whose last slice ended before this
+ * one starts (slices are emitted at completion, not in start order, but a lane free
+ * at our start holds only slices that ended before it, so none overlaps). Returns
+ * its track id, 0 when the thread has no lane at all. */
+static uint32_t an_pf_lane(struct rbt_analyzer *an, struct an_trace *t,
+			   struct an_thread *th, int kind, uint64_t s_ns, uint64_t e_ns)
+{
+	uint32_t lane = 0, n = th->n_lanes[kind];
+	uint32_t base = AN_LANE_BASE + th->m->idx * AN_LANE_SPACE + kind * AN_MAX_LANES;
+	while (lane < n && th->lane_end[kind][lane] > s_ns)
+		lane++;
+	if (lane == n && n < AN_MAX_LANES) {
+		uint64_t *nl = realloc(th->lane_end[kind], (n + 1) * sizeof(*nl));
+		if (nl) {
+			char name[64];
+			th->lane_end[kind] = nl;
+			nl[n] = 0;
+			th->n_lanes[kind] = ++n;
+			snprintf(name, sizeof(name), "%s of thread %u #%u",
+				 kind ? "receives" : "WRs", th->m->tid, lane);
+			an_pf_meta(an, "thread_name", t, base + lane, "name", name, 0);
+			an_pf_meta(an, "thread_sort_index", t, base + lane, "sort_index",
+				   NULL,
+				   100 + th->m->idx * AN_LANE_SPACE +
+					   kind * AN_MAX_LANES + lane);
+		}
+	}
+	if (lane >= n) {
+		if (!n)
+			return 0;
+		lane = n - 1;
+	}
+	if (e_ns > th->lane_end[kind][lane])
+		th->lane_end[kind][lane] = e_ns;
+	return base + lane;
 }
 
 static void an_pf_wr(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
 		     const struct rbt_model_wr *w, const struct rbt_model_comp *c)
 {
-	FILE *f = an->opts.perfetto;
 	bool recv = w->recv;
 	struct an_thread *th = an_thread_get(an, t, w->tid);
 	if (!th)
@@ -116,64 +179,27 @@ static void an_pf_wr(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *
 	double pe = (double)(w->post_exit < c->poll_exit ? w->post_exit : c->poll_exit);
 	if (pe < start)
 		pe = start;
-	/* A lane whose last slice ended before this one starts: slices are emitted at
-	 * completion, not in start order, but a lane free at our start holds only
-	 * slices that ended before it, so none overlaps. */
-	uint64_t s_ns = rbt_model_aligned_u64(t->mt, start),
-		 e_ns = rbt_model_aligned_u64(t->mt, end);
-	int kind = recv ? 1 : 0;
-	uint32_t lane = 0, n = th->n_lanes[kind];
-	while (lane < n && th->lane_end[kind][lane] > s_ns)
-		lane++;
-	if (lane == n) {
-		if (n < AN_MAX_LANES) {
-			uint64_t *nl = realloc(th->lane_end[kind], (n + 1) * sizeof(*nl));
-			if (nl) {
-				th->lane_end[kind] = nl;
-				nl[n] = 0;
-				th->n_lanes[kind] = ++n;
-				uint32_t tid = AN_LANE_BASE + th->m->idx * AN_LANE_SPACE +
-					       kind * AN_MAX_LANES + lane;
-				an_pf_sep(an);
-				fprintf(f,
-					"{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%"
-					"u,"
-					"\"tid\":%u,\"args\":{\"name\":\"%s of thread %u "
-					"#%u\"}}",
-					an_pf_pid(t), tid, recv ? "receives" : "WRs",
-					th->m->tid, lane);
-				an_pf_sep(an);
-				fprintf(f,
-					"{\"ph\":\"M\",\"name\":\"thread_sort_index\","
-					"\"pid\":%u,"
-					"\"tid\":%u,\"args\":{\"sort_index\":%u}}",
-					an_pf_pid(t), tid,
-					100 + th->m->idx * AN_LANE_SPACE +
-						kind * AN_MAX_LANES + lane);
-			}
-		}
-		if (lane >= n) {
-			if (!n)
-				return;
-			lane = n - 1;
-		}
-	}
-	if (e_ns > th->lane_end[kind][lane])
-		th->lane_end[kind][lane] = e_ns;
 	uint32_t lane_tid =
-		AN_LANE_BASE + th->m->idx * AN_LANE_SPACE + kind * AN_MAX_LANES + lane;
-	/* the WR */
-	an_pf_sep(an);
-	fprintf(f,
-		"{\"ph\":\"X\",\"cat\":\"wr\",\"name\":\"%s %llu "
-		"B\",\"pid\":%u,\"tid\":%u,"
-		"\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"qp_num\":%u,\"wr_id\":%llu,"
-		"\"status\":\"%s\","
-		"\"flow\":%llu,\"nic_ts\":%s}}",
-		an_wr_opcode_name(w->opcode), (unsigned long long)w->bytes, an_pf_pid(t),
-		lane_tid, an_us(t, start), (end - start) * t->mt->ns_per_tick / 1000.0,
-		qp->m->qpn, (unsigned long long)w->wr_id, an_wc_status_name(c->status),
-		(unsigned long long)w->user, c->exact ? "true" : "false");
+		an_pf_lane(an, t, th, recv ? 1 : 0, rbt_model_aligned_u64(t->mt, start),
+			   rbt_model_aligned_u64(t->mt, end));
+	if (!lane_tid)
+		return;
+	char name[64];
+	snprintf(name, sizeof(name), "%s %llu B", an_wr_opcode_name(w->opcode),
+		 (unsigned long long)w->bytes);
+	struct rbt_json *j = an_pf_event(an, "X", "wr", name, t);
+	rbt_json_ku64(j, "tid", lane_tid);
+	rbt_json_kdbl(j, "ts", "%.3f", an_us(t, start));
+	rbt_json_kdbl(j, "dur", "%.3f", (end - start) * t->mt->ns_per_tick / 1000.0);
+	rbt_json_key(j, "args");
+	rbt_json_obj(j);
+	rbt_json_ku64(j, "qp_num", qp->m->qpn);
+	rbt_json_ku64(j, "wr_id", w->wr_id);
+	rbt_json_kstr(j, "status", an_wc_status_name(c->status));
+	rbt_json_ku64(j, "flow", w->user);
+	rbt_json_kbool(j, "nic_ts", c->exact);
+	rbt_json_obj_end(j);
+	rbt_json_obj_end(j);
 	an_pf_slice(an, t, lane_tid, "post", start, pe);
 	if (c->exact) {
 		double comp = c->host < pe ? pe : c->host > end ? end : c->host;
@@ -189,42 +215,51 @@ static void an_pf_wr(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *
 			    pe, lo);
 		an_pf_slice(an, t, lane_tid, "completion window", lo, end);
 	}
-	if (w->user) {
-		an_pf_sep(an);
-		fprintf(f,
-			"{\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"wr\",\"name\":\"wr\","
-			"\"id\":%llu,"
-			"\"pid\":%u,\"tid\":%u,\"ts\":%.3f}",
-			(unsigned long long)w->user, an_pf_pid(t), c->poll_tid,
-			an_us(t, (double)c->poll_ts));
-	}
-}
-
-static void an_pf_end(struct rbt_analyzer *an)
-{
-	FILE *f = an->opts.perfetto;
-	for (int i = 0; i < an->n_findings; i++) {
-		const struct rbt_finding *fd = &an->findings[i].f;
-		const struct an_trace *t = an->traces[fd->trace >= 0 ? fd->trace : 0];
-		an_pf_sep(an);
-		fprintf(f,
-			"{\"ph\":\"i\",\"s\":\"p\",\"cat\":\"finding\",\"name\":\"%s\","
-			"\"pid\":%u,"
-			"\"tid\":0,\"ts\":%.3f,\"args\":{\"title\":",
-			fd->code, an_pf_pid(t),
-			(fd->time_ns + (double)t->mt->align_ns) / 1000.0);
-		rbt_json_fput_str(f, fd->title);
-		fputs("}}", f);
-	}
-	fputs("\n]}\n", f);
-	fflush(f);
+	if (w->user)
+		an_pf_flow(an, t, true, c->poll_tid, an_us(t, (double)c->poll_ts),
+			   w->user);
 }
 
 static void an_pf_begin(struct rbt_analyzer *an)
 {
-	fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n", an->opts.perfetto);
+	struct rbt_json *j = &an->pf;
+	rbt_json_init(j, an->opts.perfetto);
+	j->line_depth = 2; /* one trace event per line */
+	rbt_json_obj(j);
+	rbt_json_kstr(j, "displayTimeUnit", "ns");
+	rbt_json_key(j, "traceEvents");
+	rbt_json_arr(j);
+	fputc('\n', j->f);
 	for (int i = 0; i < an->n_traces; i++)
 		an_pf_trace(an, an->traces[i]);
+}
+
+static void an_pf_end(struct rbt_analyzer *an)
+{
+	struct rbt_json *j = &an->pf;
+	for (int i = 0; i < an->n_findings; i++) {
+		const struct rbt_finding *fd = &an->findings[i].f;
+		const struct an_trace *t = an->traces[fd->trace >= 0 ? fd->trace : 0];
+		rbt_json_obj(j);
+		rbt_json_kstr(j, "ph", "i");
+		rbt_json_kstr(j, "s", "p");
+		rbt_json_kstr(j, "cat", "finding");
+		rbt_json_kstr(j, "name", fd->code);
+		rbt_json_ku64(j, "pid", an_pf_pid(t));
+		rbt_json_ku64(j, "tid", 0);
+		rbt_json_kdbl(j, "ts", "%.3f",
+			      (fd->time_ns + (double)t->mt->align_ns) / 1000.0);
+		rbt_json_key(j, "args");
+		rbt_json_obj(j);
+		rbt_json_kstr(j, "title", fd->title);
+		rbt_json_obj_end(j);
+		rbt_json_obj_end(j);
+	}
+	fputc('\n', j->f);
+	rbt_json_arr_end(j);
+	rbt_json_obj_end(j);
+	fputc('\n', j->f);
+	fflush(j->f);
 }
 
 const struct an_sink_ops an_sink_perfetto = {

@@ -14,46 +14,30 @@
 
 #include "analyzer/analyzer_internal.h"
 
-/* The analyzer's side of a new object of the model. */
+/* The analyzer's side of a new object of the model: each starts with a pointer to
+ * the model's object (its "m"). */
 void an_res_new(struct rbt_analyzer *an, struct rbt_model_res *r)
 {
-	struct an_trace *t = an->traces[r->trace];
-	switch (r->kind) {
-	case RBT_MODEL_QP: {
-		struct an_qp *qp = calloc(1, sizeof(*qp));
-		if (!qp)
-			return;
-		qp->m = (struct rbt_model_qp *)r;
+	static const size_t size[RBT_MODEL_KINDS] = {
+		[RBT_MODEL_QP] = sizeof(struct an_qp),
+		[RBT_MODEL_CQ] = sizeof(struct an_cq),
+		[RBT_MODEL_SRQ] = sizeof(struct an_srq),
+		[RBT_MODEL_MR] = sizeof(struct an_mr),
+	};
+	if ((unsigned)r->kind >= RBT_MODEL_KINDS || !size[r->kind])
+		return;
+	void *ext = calloc(1, size[r->kind]);
+	if (!ext)
+		return;
+	memcpy(ext, &r, sizeof(r)); /* ext->m */
+	r->user = ext;
+	if (r->kind == RBT_MODEL_QP) {
+		struct an_trace *t = an->traces[r->trace];
+		struct an_qp *qp = ext;
 		qp->t = t;
 		qp->rt_wait.elem = sizeof(struct an_rt_wait);
 		qp->next = t->qp_list;
 		t->qp_list = qp;
-		r->user = qp;
-		break;
-	}
-	case RBT_MODEL_CQ: {
-		struct an_cq *cq = calloc(1, sizeof(*cq));
-		if (cq)
-			cq->m = (struct rbt_model_cq *)r;
-		r->user = cq;
-		break;
-	}
-	case RBT_MODEL_SRQ: {
-		struct an_srq *s = calloc(1, sizeof(*s));
-		if (s)
-			s->m = (struct rbt_model_srq *)r;
-		r->user = s;
-		break;
-	}
-	case RBT_MODEL_MR: {
-		struct an_mr *mr = calloc(1, sizeof(*mr));
-		if (mr)
-			mr->m = (struct rbt_model_mr *)r;
-		r->user = mr;
-		break;
-	}
-	default:
-		break;
 	}
 }
 
@@ -74,14 +58,15 @@ static void an_bad_state(struct an_qp *qp, uint64_t ts, bool recv, int64_t ret)
 static void an_mr_use(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
 		      uint64_t lkey)
 {
-	if (qp->last_mr && qp->last_lkey == lkey)
-		return; /* common case: the same buffer again */
+	if (qp->lkey_cached && qp->last_lkey == lkey)
+		return; /* common case: the same buffer (or the same unknown key) again */
 	struct rbt_model_mr *mm = rbt_model_mr_by_lkey(an->model, t->idx, lkey);
 	struct an_mr *mr = mm ? mm->res.user : NULL;
-	if (!mr)
-		return;
 	qp->last_mr = mr;
 	qp->last_lkey = lkey;
+	qp->lkey_cached = true;
+	if (!mr)
+		return;
 	for (uint32_t i = 0; i < mr->n_users; i++)
 		if (mr->users[i] == qp)
 			return;
@@ -89,14 +74,12 @@ static void an_mr_use(struct rbt_analyzer *an, struct an_trace *t, struct an_qp 
 		mr->users[mr->n_users++] = qp;
 }
 
-/* Inline use, alignment and buffers of one send WR. */
-static void an_send_wr_checks(struct rbt_analyzer *an, struct an_trace *t,
-			      struct an_qp *qp, const struct rbt_send_wr *wr)
+/* Inline use, alignment and buffers of one send WR the model queued as w. */
+void an_send_wr_checks(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
+		       const struct rbt_send_wr *wr, const struct rbt_model_wr *w)
 {
-	bool inl = wr->send_flags & IBV_SEND_INLINE;
-	uint64_t bytes = 0;
-	for (uint32_t s = 0; s < wr->n_sges; s++)
-		bytes += wr->sges[s].length;
+	bool inl = w->inl;
+	uint64_t bytes = w->bytes;
 	int op = (int)wr->opcode;
 	bool data = op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM ||
 		    op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
@@ -129,8 +112,7 @@ static void an_send_wr_checks(struct rbt_analyzer *an, struct an_trace *t,
 		qp->op_max[slot] = bytes;
 	qp->op_posts[slot]++;
 	qp->op_bytes[slot] += bytes;
-	bool sig = (wr->send_flags & IBV_SEND_SIGNALED) || qp->m->sq_sig_all;
-	qp->post_wrs_signaled += sig;
+	qp->post_wrs_signaled += w->signaled;
 	qp->post_bytes += bytes;
 	qp->inlined += inl;
 }
@@ -165,10 +147,7 @@ static void an_post_send(struct rbt_analyzer *an, struct an_trace *t,
 		qp->max_chain = posted;
 	if (qp->m->sq.n)
 		qp->posts_busy++;
-	for (uint32_t i = 0; i < posted; i++) {
-		an_send_wr_checks(an, t, qp, &p->wrs[i]);
-		an_attr_posted(an, qp, ev->ts, exit, &p->wrs[i]);
-	}
+	/* each WR: an_send_wr_checks() when the model queues it */
 }
 
 static void an_post_recv(struct rbt_analyzer *an, struct an_trace *t,
@@ -221,12 +200,22 @@ static void an_poll(struct rbt_analyzer *an, struct an_trace *t,
 
 /* ---- MRs ---- */
 
+/* The QPs' last-MR caches, after the keys changed. */
+static void an_mr_forget(struct an_trace *t)
+{
+	for (struct an_qp *q = t->qp_list; q; q = q->next) {
+		q->last_mr = NULL;
+		q->lkey_cached = false;
+	}
+}
+
 static void an_mr_reg(struct an_trace *t, const struct rbt_event *ev)
 {
 	const struct rbt_ev_mr_reg *p = &ev->u.mr_reg;
 	if (p->ret != 0 || !p->mr)
 		return;
 	t->mr_regs++;
+	an_mr_forget(t);
 	if (!t->any_post)
 		return;
 	t->mr_reg_cand_total++;
@@ -264,11 +253,7 @@ static void an_mr_dereg(struct an_trace *t, const struct rbt_event *ev,
 		}
 		break;
 	}
-	for (struct an_qp *q = t->qp_list; q; q = q->next)
-		if (q->last_mr == mr) {
-			q->last_mr = NULL;
-			q->last_lkey = 0;
-		}
+	an_mr_forget(t);
 }
 
 static void an_async(struct rbt_analyzer *an, struct an_trace *t,
@@ -320,6 +305,9 @@ void an_before(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_eve
 		break;
 	case RBT_EV_MR_DEREG:
 		an_mr_dereg(t, ev, r);
+		break;
+	case RBT_EV_MR_REREG:
+		an_mr_forget(t);
 		break;
 	case RBT_EV_ASYNC_EVENT:
 		an_async(an, t, ev);

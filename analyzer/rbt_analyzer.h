@@ -95,7 +95,14 @@ enum rbt_severity {
 	X(psn_mismatch, RBT_SEV_ERROR, -1, "the two ends' PSNs differ")                   \
 	X(dest_qpn_mismatch, RBT_SEV_ERROR, -1, "two QPs that do not name each other")    \
 	X(dest_qpn_unmatched, RBT_SEV_WARNING, -1, "a destination QP in no trace")        \
-	X(trace_incomplete, RBT_SEV_WARNING, -1, "the trace is incomplete")
+	X(trace_incomplete, RBT_SEV_WARNING, -1, "the trace is incomplete")               \
+	X(cm_rejected, RBT_SEV_ERROR, -1, "a connect rejected by the peer")                \
+	X(cm_no_listener, RBT_SEV_ERROR, -1, "a connect to a port nobody listened on")     \
+	X(cm_addr_error, RBT_SEV_ERROR, -1, "an address on no RDMA device")                \
+	X(cm_timeout, RBT_SEV_ERROR, -1, "a route or connect timed out")                  \
+	X(cm_connect_error, RBT_SEV_ERROR, -1, "a connect whose QP set-up failed")         \
+	X(cm_event_not_acked, RBT_SEV_WARNING, RBT_SEV_ERROR, "a CM event never acked")     \
+	X(cm_qp_after_disconnect, RBT_SEV_WARNING, -1, "a QP used after DISCONNECTED")
 /* clang-format on */
 
 enum rbt_finding_code {

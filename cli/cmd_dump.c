@@ -124,41 +124,59 @@ static int *shown_slot(struct shown *s, uint32_t stream)
 	return &s->v[i].shown;
 }
 
+/* A stack event as one JSON object, through the one JSON writer. */
+static void print_stack_json(const struct rbt_header *h, const struct rbt_event *ev,
+			     struct rbt_symbolizer *sym)
+{
+	const struct rbt_ev_stack *s = &ev->u.stack;
+	const char *ref = rbt_event_name((uint32_t)s->ref_type);
+	struct rbt_json j;
+	rbt_json_init(&j, stdout);
+	rbt_json_obj(&j);
+	rbt_json_kstr(&j, "type", "stack");
+	rbt_json_ku64(&j, "stream", ev->stream);
+	rbt_json_ku64(&j, "ts", ev->ts);
+	rbt_json_kdbl(&j, "t_ns", "%.1f", rbt_ticks_to_ns(h, ev->ts));
+	rbt_json_ku64(&j, "ref_type", s->ref_type);
+	rbt_json_kstr(&j, "ref", ref ? ref : "");
+	rbt_json_key(&j, "frames");
+	rbt_json_arr(&j);
+	for (uint32_t i = 0; i < s->n_frames; i++) {
+		struct rbt_sym y;
+		uint64_t ip = s->frames[i].ip;
+		rbt_sym_lookup(sym, ip, i > 0, &y);
+		rbt_json_obj(&j);
+		rbt_json_ku64(&j, "ip", ip);
+		if (y.module) {
+			rbt_json_kstr(&j, "module", y.module);
+			rbt_json_ku64(&j, "module_off", y.module_off);
+		}
+		if (y.function) {
+			rbt_json_kstr(&j, "function", y.function);
+			rbt_json_ku64(&j, "function_off", y.function_off);
+		}
+		rbt_json_obj_end(&j);
+	}
+	rbt_json_arr_end(&j);
+	rbt_json_obj_end(&j);
+	putchar('\n');
+}
+
 static void print_stack(const struct rbt_header *h, const struct rbt_event *ev,
 			struct rbt_symbolizer *sym, int json)
 {
 	const struct rbt_ev_stack *s = &ev->u.stack;
 	const char *ref = rbt_event_name((uint32_t)s->ref_type);
 	if (json) {
-		printf("{\"type\":\"stack\",\"stream\":%u,\"ts\":%" PRIu64
-		       ",\"t_ns\":%.1f,\"ref_type\":%" PRIu64 ",\"ref\":",
-		       ev->stream, ev->ts, rbt_ticks_to_ns(h, ev->ts), s->ref_type);
-		rbt_json_fput_str(stdout, ref ? ref : "");
-		printf(",\"frames\":[");
-	} else {
-		printf("%.9f [%u] stack ref=%s frames=%u\n",
-		       rbt_ticks_to_ns(h, ev->ts) / 1e9, ev->stream, ref ? ref : "?",
-		       s->n_frames);
+		print_stack_json(h, ev, sym);
+		return;
 	}
+	printf("%.9f [%u] stack ref=%s frames=%u\n", rbt_ticks_to_ns(h, ev->ts) / 1e9,
+	       ev->stream, ref ? ref : "?", s->n_frames);
 	for (uint32_t i = 0; i < s->n_frames; i++) {
 		struct rbt_sym y;
 		uint64_t ip = s->frames[i].ip;
 		rbt_sym_lookup(sym, ip, i > 0, &y);
-		if (json) {
-			printf("%s{\"ip\":%" PRIu64, i ? "," : "", ip);
-			if (y.module) {
-				printf(",\"module\":");
-				rbt_json_fput_str(stdout, y.module);
-				printf(",\"module_off\":%" PRIu64, y.module_off);
-			}
-			if (y.function) {
-				printf(",\"function\":");
-				rbt_json_fput_str(stdout, y.function);
-				printf(",\"function_off\":%" PRIu64, y.function_off);
-			}
-			printf("}");
-			continue;
-		}
 		printf("    #%-2u 0x%" PRIx64, i, ip);
 		if (y.module) {
 			putchar(' ');
@@ -172,8 +190,6 @@ static void print_stack(const struct rbt_header *h, const struct rbt_event *ev,
 		}
 		printf("\n");
 	}
-	if (json)
-		printf("]}\n");
 }
 
 int rbt_cmd_dump(int argc, char **argv)

@@ -43,6 +43,8 @@ static const char usage[] =
 	"                         provider under the system's libibverbs where it\n"
 	"                         can (rdma-core, private ABI 34), else its drop-in\n"
 	"                         libibverbs.so.1; MODE provider|dropin chooses\n"
+	"                         (softnic's librdmacm.so.1 too; rdma_cm calls and\n"
+	"                         events are recorded, on hardware as well)\n"
 	"\n"
 	"settings (environment, passed on to CMD; see docs/recording.md):\n"
 	"  RBTRACE_OUTPUT=FILE|DIR   same as -o\n"

@@ -17,6 +17,7 @@
 #define RBT_VERBS_H
 
 #include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
 
 /* verbs.h turns these into inline helpers; the recorder defines the functions. */
 #undef ibv_reg_mr
@@ -113,8 +114,61 @@
 	X(ibv_ack_async_event, "IBVERBS_1.1", void, (struct ibv_async_event *))    \
 	X(ibv_wc_status_str, "IBVERBS_1.1", const char *, (enum ibv_wc_status))
 
+/* librdmacm functions wrapped (shim_cm.c) and exported under librdmacm's own
+ * version nodes: Debian's library on hardware, softnic's on softnic. The rest of
+ * librdmacm (getaddrinfo, event_str, devices, rsockets ...) is not wrapped: a
+ * program binds those straight to the library. */
+#define RBT_VERBS_RDMACM(X)                                                              \
+	X(rdma_create_event_channel, "RDMACM_1.0", struct rdma_event_channel *, (void))  \
+	X(rdma_destroy_event_channel, "RDMACM_1.0", void, (struct rdma_event_channel *)) \
+	X(rdma_create_id, "RDMACM_1.0", int,                                             \
+	  (struct rdma_event_channel *, struct rdma_cm_id **, void *,                    \
+	   enum rdma_port_space))                                                        \
+	X(rdma_create_ep, "RDMACM_1.0", int,                                             \
+	  (struct rdma_cm_id **, struct rdma_addrinfo *, struct ibv_pd *,                \
+	   struct ibv_qp_init_attr *))                                                   \
+	X(rdma_destroy_ep, "RDMACM_1.0", void, (struct rdma_cm_id *))                    \
+	X(rdma_destroy_id, "RDMACM_1.0", int, (struct rdma_cm_id *))                     \
+	X(rdma_bind_addr, "RDMACM_1.0", int, (struct rdma_cm_id *, struct sockaddr *))   \
+	X(rdma_resolve_addr, "RDMACM_1.0", int,                                          \
+	  (struct rdma_cm_id *, struct sockaddr *, struct sockaddr *, int))              \
+	X(rdma_resolve_route, "RDMACM_1.0", int, (struct rdma_cm_id *, int))             \
+	X(rdma_create_qp, "RDMACM_1.0", int,                                             \
+	  (struct rdma_cm_id *, struct ibv_pd *, struct ibv_qp_init_attr *))             \
+	X(rdma_create_qp_ex, "RDMACM_1.0", int,                                          \
+	  (struct rdma_cm_id *, struct ibv_qp_init_attr_ex *))                           \
+	X(rdma_destroy_qp, "RDMACM_1.0", void, (struct rdma_cm_id *))                    \
+	X(rdma_connect, "RDMACM_1.0", int,                                               \
+	  (struct rdma_cm_id *, struct rdma_conn_param *))                               \
+	X(rdma_listen, "RDMACM_1.0", int, (struct rdma_cm_id *, int))                    \
+	X(rdma_get_request, "RDMACM_1.0", int,                                           \
+	  (struct rdma_cm_id *, struct rdma_cm_id **))                                   \
+	X(rdma_accept, "RDMACM_1.0", int,                                                \
+	  (struct rdma_cm_id *, struct rdma_conn_param *))                               \
+	X(rdma_reject, "RDMACM_1.0", int, (struct rdma_cm_id *, const void *, uint8_t))  \
+	X(rdma_disconnect, "RDMACM_1.0", int, (struct rdma_cm_id *))                     \
+	X(rdma_get_cm_event, "RDMACM_1.0", int,                                          \
+	  (struct rdma_event_channel *, struct rdma_cm_event **))                        \
+	X(rdma_ack_cm_event, "RDMACM_1.0", int, (struct rdma_cm_event *))                \
+	X(rdma_set_option, "RDMACM_1.0", int,                                            \
+	  (struct rdma_cm_id *, int, int, void *, size_t))                               \
+	X(rdma_migrate_id, "RDMACM_1.0", int,                                            \
+	  (struct rdma_cm_id *, struct rdma_event_channel *))                            \
+	X(rdma_join_multicast, "RDMACM_1.0", int,                                        \
+	  (struct rdma_cm_id *, struct sockaddr *, void *))                              \
+	X(rdma_leave_multicast, "RDMACM_1.0", int,                                       \
+	  (struct rdma_cm_id *, struct sockaddr *))                                      \
+	X(rdma_join_multicast_ex, "RDMACM_1.1", int,                                     \
+	  (struct rdma_cm_id *, struct rdma_cm_join_mc_attr_ex *, void *))               \
+	X(rdma_establish, "RDMACM_1.2", int, (struct rdma_cm_id *))                      \
+	X(rdma_init_qp_attr, "RDMACM_1.2", int,                                          \
+	  (struct rdma_cm_id *, struct ibv_qp_attr *, int *))                            \
+	X(rdma_reject_ece, "RDMACM_1.3", int,                                            \
+	  (struct rdma_cm_id *, const void *, uint8_t))
+
 /* Every exported wrapper. */
-#define RBT_VERBS_EXPORTED(X) RBT_VERBS_IBV(X) RBT_VERBS_MLX5(X) RBT_VERBS_LIBC(X)
+#define RBT_VERBS_EXPORTED(X) \
+	RBT_VERBS_IBV(X) RBT_VERBS_MLX5(X) RBT_VERBS_LIBC(X) RBT_VERBS_RDMACM(X)
 
 /* One prototype per entry: a signature here that differs from the library's
  * header (or from the wrapper's definition) does not compile. */
@@ -122,6 +176,7 @@
 RBT_VERBS_IBV(RBT_VERB_PROTO)
 RBT_VERBS_MLX5(RBT_VERB_PROTO)
 RBT_VERBS_LIBC(RBT_VERB_PROTO)
+RBT_VERBS_RDMACM(RBT_VERB_PROTO)
 RBT_VERBS_CALLED(RBT_VERB_PROTO)
 RBT_VERBS_COMPANIONS(RBT_VERB_PROTO)
 #undef RBT_VERB_PROTO

@@ -20,11 +20,12 @@ struct ent {
 #define E_IBV(name, ver, ret, params)	 { "wrapped", #name, ver },
 #define E_MLX5(name, ver, ret, params)	 { "mlx5", #name, ver },
 #define E_LIBC(name, ver, ret, params)	 { "libc", #name, ver },
+#define E_CM(name, ver, ret, params)	 { "rdmacm", #name, ver },
 #define E_CALLED(name, ver, ret, params) { "called", #name, ver },
 #define E_COMP(name, ver, ret, params)	 { "companion", #name, ver },
 
 static const struct ent ents[] = { RBT_VERBS_IBV(E_IBV) RBT_VERBS_MLX5(E_MLX5)
-					   RBT_VERBS_LIBC(E_LIBC)
+					   RBT_VERBS_LIBC(E_LIBC) RBT_VERBS_RDMACM(E_CM)
 						   RBT_VERBS_CALLED(E_CALLED)
 							   RBT_VERBS_COMPANIONS(E_COMP) };
 #define NENTS (sizeof(ents) / sizeof(ents[0]))
@@ -112,7 +113,8 @@ static int print_script(const char *const *groups, const char *title)
 
 int main(int argc, char **argv)
 {
-	static const char *const preload[] = { "wrapped", "mlx5", "libc", NULL };
+	static const char *const preload[] = { "wrapped", "mlx5", "libc", "rdmacm",
+					       NULL };
 	static const char *const fake[] = { "wrapped", "called", "companion", NULL };
 
 	if (argc == 2 && !strcmp(argv[1], "lds"))

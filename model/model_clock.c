@@ -15,24 +15,6 @@
 
 #include "model/model_int.h"
 
-uint64_t rbt_model_aligned_u64(const struct rbt_model_trace *t, double ticks)
-{
-	double v = rbt_model_aligned_ns(t, ticks);
-	if (!(v > 0))
-		return 0;
-	if (v >= 9.2e18)
-		return (uint64_t)9.2e18;
-	return (uint64_t)v;
-}
-
-uint64_t rbt_model_dur_ns(const struct rbt_model_trace *t, double ticks)
-{
-	double v = ticks * t->ns_per_tick;
-	if (!(v > 0))
-		return 0;
-	return v < 9.2e18 ? (uint64_t)(v + 0.5) : (uint64_t)9.2e18;
-}
-
 uint64_t rbt_model_mono_ns(const struct rbt_model_trace *t, uint64_t ticks)
 {
 	const struct rbt_header *h = &t->hdr;

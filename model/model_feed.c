@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "model/model_int.h"
+#include "util/rbt_grow.h"
 
 static const struct rbt_model_ops mt_no_ops;
 
@@ -49,14 +50,12 @@ int rbt_model_add_trace(struct rbt_model *m, const struct rbt_header *hdr,
 {
 	if (m->origin_set)
 		return -EBUSY; /* the timeline's origin is already fixed */
-	struct mt_trace *t = calloc(1, sizeof(*t));
-	struct mt_trace **nt = realloc(m->traces, sizeof(*nt) * (m->n_traces + 1));
-	if (!t || !nt) {
-		free(t);
-		free(nt);
+	if (rbt_grow(&m->traces, &m->cap_traces, (uint32_t)m->n_traces + 1,
+		     sizeof(*m->traces), 4, 0))
 		return -ENOMEM;
-	}
-	m->traces = nt;
+	struct mt_trace *t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
 	t->pub.idx = m->n_traces;
 	t->pub.hdr = *hdr;
 	t->host = mt_strdup(hdr->host);
@@ -108,19 +107,24 @@ static void mt_on_thread(struct rbt_model *m, int trace, const struct rbt_event 
 	}
 }
 
+static bool mt_is_data_path(uint32_t type)
+{
+	return type == RBT_EV_POST_SEND || type == RBT_EV_POST_RECV ||
+	       type == RBT_EV_POST_SRQ_RECV || type == RBT_EV_POLL_CQ;
+}
+
 /* The object a data-path event works on, resolved before the consumer sees it. */
 static struct rbt_model_res *mt_data_res(struct rbt_model *m, struct mt_trace *t,
 					 const struct rbt_event *ev)
 {
+	bool send = ev->type == RBT_EV_POST_SEND;
 	switch (ev->type) {
-	case RBT_EV_POST_SEND: {
-		struct rbt_model_qp *qp = mt_qp_find(m, t, ev->u.post_send.qp,
-						     (uint32_t)ev->u.post_send.qp_num);
-		return qp ? &qp->res : NULL;
-	}
+	case RBT_EV_POST_SEND:
 	case RBT_EV_POST_RECV: {
-		struct rbt_model_qp *qp = mt_qp_find(m, t, ev->u.post_recv.qp,
-						     (uint32_t)ev->u.post_recv.qp_num);
+		struct rbt_model_qp *qp =
+			mt_qp_find(m, t, send ? ev->u.post_send.qp : ev->u.post_recv.qp,
+				   (uint32_t)(send ? ev->u.post_send.qp_num
+						   : ev->u.post_recv.qp_num));
 		return qp ? &qp->res : NULL;
 	}
 	case RBT_EV_POST_SRQ_RECV:
@@ -141,23 +145,21 @@ static struct rbt_model_res *mt_data_res(struct rbt_model *m, struct mt_trace *t
 static void mt_apply(struct rbt_model *m, struct mt_trace *t, const struct rbt_event *ev,
 		     struct rbt_model_res **r)
 {
+	void *q = *r;
+	if (mt_is_data_path(ev->type)) {
+		if (!q)
+			return;
+		if (ev->type == RBT_EV_POST_SEND)
+			mt_on_post_send(m, t, ev, q);
+		else if (ev->type == RBT_EV_POST_RECV)
+			mt_on_post_recv(m, t, ev, q);
+		else if (ev->type == RBT_EV_POST_SRQ_RECV)
+			mt_on_post_srq_recv(m, t, ev, q);
+		else
+			mt_on_poll(m, t, ev, q);
+		return;
+	}
 	switch (ev->type) {
-	case RBT_EV_POST_SEND:
-		if (*r)
-			mt_on_post_send(m, t, ev, (struct rbt_model_qp *)*r);
-		break;
-	case RBT_EV_POST_RECV:
-		if (*r)
-			mt_on_post_recv(m, t, ev, (struct rbt_model_qp *)*r);
-		break;
-	case RBT_EV_POST_SRQ_RECV:
-		if (*r)
-			mt_on_post_srq_recv(m, t, ev, (struct rbt_model_srq *)*r);
-		break;
-	case RBT_EV_POLL_CQ:
-		if (*r)
-			mt_on_poll(m, t, ev, (struct rbt_model_cq *)*r);
-		break;
 	case RBT_EV_THREAD:
 		mt_on_thread(m, t->pub.idx, ev);
 		break;
@@ -171,12 +173,6 @@ static void mt_apply(struct rbt_model *m, struct mt_trace *t, const struct rbt_e
 		break;
 	}
 	}
-}
-
-static bool mt_is_data_path(uint32_t type)
-{
-	return type == RBT_EV_POST_SEND || type == RBT_EV_POST_RECV ||
-	       type == RBT_EV_POST_SRQ_RECV || type == RBT_EV_POLL_CQ;
 }
 
 int rbt_model_feed(struct rbt_model *m, int trace, const struct rbt_event *ev)

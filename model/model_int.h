@@ -71,6 +71,7 @@ struct rbt_model {
 	int batch, keep_events;
 	struct mt_trace **traces;
 	int n_traces;
+	uint32_t cap_traces;
 	bool origin_set, finished;
 	uint64_t next_id;
 	struct rbt_model_stats stats;

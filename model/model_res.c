@@ -8,10 +8,12 @@
  * then (create_ts 0).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/model_int.h"
+#include "util/rbt_grow.h"
 
 static const char *const mt_kind_names[RBT_MODEL_KINDS] = {
 	[RBT_MODEL_CTX] = "ctx",   [RBT_MODEL_PD] = "pd",
@@ -78,14 +80,13 @@ static void mt_res_keep(struct rbt_model *m, struct rbt_model_res *r,
 {
 	if (!m->keep_events)
 		return;
-	const struct rbt_event **nm =
-		realloc((void *)r->mods, (r->n_mods + 1) * sizeof(*nm));
-	if (!nm)
-		return;
-	r->mods = nm;
 	struct rbt_event *c = rbt_model_event_copy(ev);
-	if (c)
-		nm[r->n_mods++] = c;
+	if (!c ||
+	    rbt_grow(&r->mods, &r->cap_mods, r->n_mods + 1, sizeof(*r->mods), 4, 0)) {
+		free(c);
+		return;
+	}
+	((const struct rbt_event **)r->mods)[r->n_mods++] = c;
 }
 
 static void mt_res_destroy(struct rbt_model *m, struct rbt_model_res *r,
@@ -250,16 +251,10 @@ struct rbt_model_qp *mt_qp_find(struct rbt_model *m, struct mt_trace *t, uint64_
 void mt_qp_history(struct rbt_model_qp *qp, uint64_t ts, uint32_t to, uint64_t mask,
 		   int64_t ret, bool implicit)
 {
-	if (qp->n_hist == qp->cap_hist) {
-		uint32_t nc = qp->cap_hist ? qp->cap_hist * 2 : 8;
-		if (nc > 4096)
-			return; /* a QP modified forever: keep the first ones */
-		struct rbt_model_state_change *nh = realloc(qp->hist, nc * sizeof(*nh));
-		if (!nh)
-			return;
-		qp->hist = nh;
-		qp->cap_hist = nc;
-	}
+	/* a QP modified forever: keep the first 4096 */
+	if (rbt_grow(&qp->hist, &qp->cap_hist, qp->n_hist + 1, sizeof(*qp->hist), 8,
+		     4096))
+		return;
 	struct rbt_model_state_change *h = &qp->hist[qp->n_hist++];
 	h->ts = ts;
 	h->from = (uint8_t)qp->state;
@@ -438,33 +433,6 @@ static struct rbt_model_res *mt_on_mr_dereg(struct rbt_model *m, struct mt_trace
 
 /* ---- the rest ---- */
 
-/* Every other kind: created when the call returned a handle and no error. */
-static bool mt_create_ok(int64_t ret, uint64_t err, uint64_t h)
-{
-	return h != 0 && err == 0 && ret >= 0;
-}
-
-static struct rbt_model_res *mt_generic_create(struct rbt_model *m, struct mt_trace *t,
-					       enum rbt_model_kind k, int64_t ret,
-					       uint64_t err, uint64_t h,
-					       const struct rbt_event *ev)
-{
-	if (!mt_create_ok(ret, err, h))
-		return NULL;
-	return mt_res_new(m, t, k, h, ev);
-}
-
-static struct rbt_model_res *mt_generic_destroy(struct rbt_model *m, struct mt_trace *t,
-						enum rbt_model_kind k, int64_t ret,
-						uint64_t h, const struct rbt_event *ev)
-{
-	struct rbt_model_res *r = mt_map_get(&t->tab[k], h);
-	if (ret != 0 || !r || r->destroyed)
-		return NULL;
-	mt_res_destroy(m, r, ev);
-	return r;
-}
-
 static struct rbt_model_res *mt_on_cq_create(struct rbt_model *m, struct mt_trace *t,
 					     const struct rbt_event *ev)
 {
@@ -517,187 +485,190 @@ static struct rbt_model_res *mt_on_modify(struct rbt_model *m, struct mt_trace *
 	return r;
 }
 
+/* ---- the event -> object table ----
+ * Which events create, modify or destroy an object of which kind, and where the
+ * handle is. Every one of them starts with ts_exit, ret, err (struct mt_call). */
+
+struct mt_call {
+	uint64_t ts_exit;
+	int64_t ret;
+	uint64_t err;
+};
+
+enum { MT_CREATE, MT_MODIFY, MT_DESTROY };
+
+#define MT_H(lname, field) offsetof(struct rbt_event, u.lname.field)
+static const struct mt_life {
+	uint32_t type;
+	uint8_t kind, what;
+	uint16_t h_off;
+} mt_lives[] = {
+	{ RBT_EV_DEVICE_OPEN, RBT_MODEL_CTX, MT_CREATE, MT_H(device_open, ctx) },
+	{ RBT_EV_DEVICE_CLOSE, RBT_MODEL_CTX, MT_DESTROY, MT_H(device_close, ctx) },
+	{ RBT_EV_PD_ALLOC, RBT_MODEL_PD, MT_CREATE, MT_H(pd_alloc, pd) },
+	{ RBT_EV_PD_DEALLOC, RBT_MODEL_PD, MT_DESTROY, MT_H(pd_dealloc, pd) },
+	{ RBT_EV_MR_REG, RBT_MODEL_MR, MT_CREATE, MT_H(mr_reg, mr) },
+	{ RBT_EV_MR_REREG, RBT_MODEL_MR, MT_MODIFY, MT_H(mr_rereg, mr) },
+	{ RBT_EV_MR_DEREG, RBT_MODEL_MR, MT_DESTROY, MT_H(mr_dereg, mr) },
+	{ RBT_EV_MW_ALLOC, RBT_MODEL_MW, MT_CREATE, MT_H(mw_alloc, mw) },
+	{ RBT_EV_MW_DEALLOC, RBT_MODEL_MW, MT_DESTROY, MT_H(mw_dealloc, mw) },
+	{ RBT_EV_XRCD_OPEN, RBT_MODEL_XRCD, MT_CREATE, MT_H(xrcd_open, xrcd) },
+	{ RBT_EV_XRCD_CLOSE, RBT_MODEL_XRCD, MT_DESTROY, MT_H(xrcd_close, xrcd) },
+	{ RBT_EV_CHANNEL_CREATE, RBT_MODEL_CHANNEL, MT_CREATE,
+	  MT_H(channel_create, channel) },
+	{ RBT_EV_CHANNEL_DESTROY, RBT_MODEL_CHANNEL, MT_DESTROY,
+	  MT_H(channel_destroy, channel) },
+	{ RBT_EV_CQ_CREATE, RBT_MODEL_CQ, MT_CREATE, MT_H(cq_create, cq) },
+	{ RBT_EV_CQ_RESIZE, RBT_MODEL_CQ, MT_MODIFY, MT_H(cq_resize, cq) },
+	{ RBT_EV_CQ_DESTROY, RBT_MODEL_CQ, MT_DESTROY, MT_H(cq_destroy, cq) },
+	{ RBT_EV_SRQ_CREATE, RBT_MODEL_SRQ, MT_CREATE, MT_H(srq_create, srq) },
+	{ RBT_EV_SRQ_MODIFY, RBT_MODEL_SRQ, MT_MODIFY, MT_H(srq_modify, srq) },
+	{ RBT_EV_SRQ_DESTROY, RBT_MODEL_SRQ, MT_DESTROY, MT_H(srq_destroy, srq) },
+	{ RBT_EV_QP_CREATE, RBT_MODEL_QP, MT_CREATE, MT_H(qp_create, qp) },
+	{ RBT_EV_QP_MODIFY, RBT_MODEL_QP, MT_MODIFY, MT_H(qp_modify, qp) },
+	{ RBT_EV_QP_DESTROY, RBT_MODEL_QP, MT_DESTROY, MT_H(qp_destroy, qp) },
+	{ RBT_EV_AH_CREATE, RBT_MODEL_AH, MT_CREATE, MT_H(ah_create, ah) },
+	{ RBT_EV_AH_DESTROY, RBT_MODEL_AH, MT_DESTROY, MT_H(ah_destroy, ah) },
+};
+#undef MT_H
+
+static const struct mt_life *mt_life_of(uint32_t type)
+{
+	for (size_t i = 0; i < sizeof(mt_lives) / sizeof(mt_lives[0]); i++)
+		if (mt_lives[i].type == type)
+			return &mt_lives[i];
+	return NULL;
+}
+
+static uint64_t mt_life_handle(const struct mt_life *l, const struct rbt_event *ev)
+{
+	uint64_t h;
+	memcpy(&h, (const char *)ev + l->h_off, sizeof(h));
+	return h;
+}
+
+static struct rbt_model_res *mt_on_generic(struct rbt_model *m, struct mt_trace *t,
+					   const struct mt_life *l,
+					   const struct rbt_event *ev)
+{
+	struct mt_call call, *c = &call;
+	memcpy(&call, &ev->u, sizeof(call)); /* the common first fields */
+	uint64_t h = mt_life_handle(l, ev);
+	struct rbt_model_res *r = mt_map_get(&t->tab[l->kind], h);
+	if (l->what == MT_CREATE) /* a handle returned and no error */
+		return h && !c->err && c->ret >= 0 ? mt_res_new(m, t, l->kind, h, ev)
+						   : NULL;
+	if (!r || r->destroyed)
+		return NULL;
+	if (l->what == MT_MODIFY) {
+		mt_res_keep(m, r, ev);
+		return r;
+	}
+	if (c->ret != 0)
+		return NULL;
+	mt_res_destroy(m, r, ev);
+	return r;
+}
+
+/* Applies a resource event; returns its object (NULL: none, or it changed nothing). */
 struct rbt_model_res *mt_on_resource(struct rbt_model *m, struct mt_trace *t,
 				     const struct rbt_event *ev)
 {
-	const typeof(ev->u) *u = &ev->u;
+	const struct mt_life *l = mt_life_of(ev->type);
+	if (!l)
+		return NULL;
 	switch (ev->type) {
-	case RBT_EV_DEVICE_OPEN:
-		return mt_generic_create(m, t, RBT_MODEL_CTX, u->device_open.ret,
-					 u->device_open.err, u->device_open.ctx, ev);
-	case RBT_EV_DEVICE_CLOSE:
-		return mt_generic_destroy(m, t, RBT_MODEL_CTX, u->device_close.ret,
-					  u->device_close.ctx, ev);
-	case RBT_EV_PD_ALLOC:
-		return mt_generic_create(m, t, RBT_MODEL_PD, u->pd_alloc.ret,
-					 u->pd_alloc.err, u->pd_alloc.pd, ev);
-	case RBT_EV_PD_DEALLOC:
-		return mt_generic_destroy(m, t, RBT_MODEL_PD, u->pd_dealloc.ret,
-					  u->pd_dealloc.pd, ev);
 	case RBT_EV_MR_REG:
 		return mt_on_mr_reg(m, t, ev);
-	case RBT_EV_MR_REREG:
-		return mt_on_modify(m, t, RBT_MODEL_MR, u->mr_rereg.mr, ev);
 	case RBT_EV_MR_DEREG:
 		return mt_on_mr_dereg(m, t, ev);
-	case RBT_EV_MW_ALLOC:
-		return mt_generic_create(m, t, RBT_MODEL_MW, u->mw_alloc.ret,
-					 u->mw_alloc.err, u->mw_alloc.mw, ev);
-	case RBT_EV_MW_DEALLOC:
-		return mt_generic_destroy(m, t, RBT_MODEL_MW, u->mw_dealloc.ret,
-					  u->mw_dealloc.mw, ev);
-	case RBT_EV_XRCD_OPEN:
-		return mt_generic_create(m, t, RBT_MODEL_XRCD, u->xrcd_open.ret,
-					 u->xrcd_open.err, u->xrcd_open.xrcd, ev);
-	case RBT_EV_XRCD_CLOSE:
-		return mt_generic_destroy(m, t, RBT_MODEL_XRCD, u->xrcd_close.ret,
-					  u->xrcd_close.xrcd, ev);
-	case RBT_EV_CHANNEL_CREATE:
-		return mt_generic_create(m, t, RBT_MODEL_CHANNEL, u->channel_create.ret,
-					 u->channel_create.err, u->channel_create.channel,
-					 ev);
-	case RBT_EV_CHANNEL_DESTROY:
-		return mt_generic_destroy(m, t, RBT_MODEL_CHANNEL, u->channel_destroy.ret,
-					  u->channel_destroy.channel, ev);
 	case RBT_EV_CQ_CREATE:
 		return mt_on_cq_create(m, t, ev);
 	case RBT_EV_CQ_RESIZE:
-		return mt_on_modify(m, t, RBT_MODEL_CQ, u->cq_resize.cq, ev);
-	case RBT_EV_CQ_DESTROY:
-		return mt_generic_destroy(m, t, RBT_MODEL_CQ, u->cq_destroy.ret,
-					  u->cq_destroy.cq, ev);
+	case RBT_EV_SRQ_MODIFY:
+		return mt_on_modify(m, t, l->kind, mt_life_handle(l, ev), ev);
 	case RBT_EV_SRQ_CREATE:
 		return mt_on_srq_create(m, t, ev);
-	case RBT_EV_SRQ_MODIFY:
-		return mt_on_modify(m, t, RBT_MODEL_SRQ, u->srq_modify.srq, ev);
-	case RBT_EV_SRQ_DESTROY:
-		return mt_generic_destroy(m, t, RBT_MODEL_SRQ, u->srq_destroy.ret,
-					  u->srq_destroy.srq, ev);
 	case RBT_EV_QP_CREATE:
 		return mt_on_qp_create(m, t, ev);
 	case RBT_EV_QP_MODIFY:
 		return mt_on_qp_modify(m, t, ev);
-	case RBT_EV_QP_DESTROY: {
-		if (u->qp_destroy.ret != 0)
+	case RBT_EV_QP_DESTROY:
+		if (ev->u.qp_destroy.ret != 0)
 			return NULL;
 		t->c_qp = t->c_qpn = NULL;
-		return mt_generic_destroy(m, t, RBT_MODEL_QP, 0, u->qp_destroy.qp, ev);
-	}
-	case RBT_EV_AH_CREATE:
-		return mt_generic_create(m, t, RBT_MODEL_AH, u->ah_create.ret,
-					 u->ah_create.err, u->ah_create.ah, ev);
-	case RBT_EV_AH_DESTROY:
-		return mt_generic_destroy(m, t, RBT_MODEL_AH, u->ah_destroy.ret,
-					  u->ah_destroy.ah, ev);
+		return mt_on_generic(m, t, l, ev);
 	default:
-		return NULL;
+		return mt_on_generic(m, t, l, ev);
 	}
 }
 
 /* The live object a modify or destroy names, before the model applies it. */
 struct rbt_model_res *mt_resource_of(struct mt_trace *t, const struct rbt_event *ev)
 {
-	enum rbt_model_kind k;
-	uint64_t h;
-	const typeof(ev->u) *u = &ev->u;
-	switch (ev->type) {
-	case RBT_EV_DEVICE_CLOSE:
-		k = RBT_MODEL_CTX, h = u->device_close.ctx;
-		break;
-	case RBT_EV_PD_DEALLOC:
-		k = RBT_MODEL_PD, h = u->pd_dealloc.pd;
-		break;
-	case RBT_EV_MR_REREG:
-		k = RBT_MODEL_MR, h = u->mr_rereg.mr;
-		break;
-	case RBT_EV_MR_DEREG:
-		k = RBT_MODEL_MR, h = u->mr_dereg.mr;
-		break;
-	case RBT_EV_MW_DEALLOC:
-		k = RBT_MODEL_MW, h = u->mw_dealloc.mw;
-		break;
-	case RBT_EV_XRCD_CLOSE:
-		k = RBT_MODEL_XRCD, h = u->xrcd_close.xrcd;
-		break;
-	case RBT_EV_CHANNEL_DESTROY:
-		k = RBT_MODEL_CHANNEL, h = u->channel_destroy.channel;
-		break;
-	case RBT_EV_CQ_RESIZE:
-		k = RBT_MODEL_CQ, h = u->cq_resize.cq;
-		break;
-	case RBT_EV_CQ_DESTROY:
-		k = RBT_MODEL_CQ, h = u->cq_destroy.cq;
-		break;
-	case RBT_EV_SRQ_MODIFY:
-		k = RBT_MODEL_SRQ, h = u->srq_modify.srq;
-		break;
-	case RBT_EV_SRQ_DESTROY:
-		k = RBT_MODEL_SRQ, h = u->srq_destroy.srq;
-		break;
-	case RBT_EV_QP_MODIFY:
-		k = RBT_MODEL_QP, h = u->qp_modify.qp;
-		break;
-	case RBT_EV_QP_DESTROY:
-		k = RBT_MODEL_QP, h = u->qp_destroy.qp;
-		break;
-	case RBT_EV_AH_DESTROY:
-		k = RBT_MODEL_AH, h = u->ah_destroy.ah;
-		break;
-	default:
+	const struct mt_life *l = mt_life_of(ev->type);
+	if (!l || l->what == MT_CREATE)
 		return NULL;
-	}
-	struct rbt_model_res *r = mt_map_get(&t->tab[k], h);
+	struct rbt_model_res *r = mt_map_get(&t->tab[l->kind], mt_life_handle(l, ev));
 	return r && !r->destroyed ? r : NULL;
 }
 
 /* ---- queries ---- */
 
+static struct mt_trace *mt_trace_of(const struct rbt_model *m, int trace)
+{
+	return trace >= 0 && trace < m->n_traces ? m->traces[trace] : NULL;
+}
+
+static void *mt_lookup(const struct rbt_model *m, int trace, size_t map_off, uint64_t key)
+{
+	struct mt_trace *t = mt_trace_of(m, trace);
+	return t ? mt_map_get((const struct mt_map *)((const char *)t + map_off), key)
+		 : NULL;
+}
+
 struct rbt_model_res *rbt_model_by_handle(const struct rbt_model *m, int trace,
 					  enum rbt_model_kind kind, uint64_t handle)
 {
-	if (trace < 0 || trace >= m->n_traces || (unsigned)kind >= RBT_MODEL_KINDS)
+	if ((unsigned)kind >= RBT_MODEL_KINDS)
 		return NULL;
-	return mt_map_get(&m->traces[trace]->tab[kind], handle);
+	return mt_lookup(m, trace,
+			 offsetof(struct mt_trace, tab) + kind * sizeof(struct mt_map),
+			 handle);
 }
 
 struct rbt_model_qp *rbt_model_qp_by_num(const struct rbt_model *m, int trace,
 					 uint32_t qpn)
 {
-	if (trace < 0 || trace >= m->n_traces)
-		return NULL;
-	return mt_map_get(&m->traces[trace]->qpns, qpn + 1ULL);
+	return mt_lookup(m, trace, offsetof(struct mt_trace, qpns), qpn + 1ULL);
 }
 
 struct rbt_model_mr *rbt_model_mr_by_lkey(const struct rbt_model *m, int trace,
 					  uint64_t lkey)
 {
-	if (trace < 0 || trace >= m->n_traces)
-		return NULL;
-	return mt_map_get(&m->traces[trace]->lkeys, lkey + 1ULL);
+	return mt_lookup(m, trace, offsetof(struct mt_trace, lkeys), lkey + 1ULL);
 }
 
 struct rbt_model_mr *rbt_model_mr_by_rkey(const struct rbt_model *m, int trace,
 					  uint64_t rkey)
 {
-	if (trace < 0 || trace >= m->n_traces)
-		return NULL;
-	return mt_map_get(&m->traces[trace]->rkeys, rkey + 1ULL);
+	return mt_lookup(m, trace, offsetof(struct mt_trace, rkeys), rkey + 1ULL);
 }
 
 struct rbt_model_res *rbt_model_list(const struct rbt_model *m, int trace,
 				     enum rbt_model_kind kind)
 {
-	if (trace < 0 || trace >= m->n_traces || (unsigned)kind >= RBT_MODEL_KINDS)
-		return NULL;
-	return m->traces[trace]->lists[kind];
+	struct mt_trace *t = mt_trace_of(m, trace);
+	return t && (unsigned)kind < RBT_MODEL_KINDS ? t->lists[kind] : NULL;
 }
 
 struct rbt_model_res *rbt_model_table_next(const struct rbt_model *m, int trace,
 					   enum rbt_model_kind kind, uint32_t *pos)
 {
-	if (trace < 0 || trace >= m->n_traces || (unsigned)kind >= RBT_MODEL_KINDS)
+	struct mt_trace *t = mt_trace_of(m, trace);
+	if (!t || (unsigned)kind >= RBT_MODEL_KINDS)
 		return NULL;
-	const struct mt_map *tab = &m->traces[trace]->tab[kind];
+	const struct mt_map *tab = &t->tab[kind];
 	while (*pos < tab->cap) {
 		void *v = tab->vals[(*pos)++];
 		if (v)

@@ -82,7 +82,7 @@ struct rbt_model_res {
 	 * cq_resize, mr_rereg) in trace order, and of the destroy. */
 	const struct rbt_event *create;
 	const struct rbt_event *const *mods;
-	uint32_t n_mods;
+	uint32_t n_mods, cap_mods;
 	const struct rbt_event *destroy;
 	void *user; /* the consumer's (set it in ops->res_new) */
 	/* The trace's objects of this kind, newest first (rbt_model_list()). */
@@ -290,9 +290,23 @@ static inline double rbt_model_aligned_ns(const struct rbt_model_trace *t, doubl
 	       (double)t->align_ns;
 }
 /* The same clamped to [0, 9.2e18]: a damaged trace may put events anywhere. */
-uint64_t rbt_model_aligned_u64(const struct rbt_model_trace *t, double ticks);
-/* A duration in ticks as ns, rounded, clamped to [0, 9.2e18]. */
-uint64_t rbt_model_dur_ns(const struct rbt_model_trace *t, double ticks);
+static inline uint64_t rbt_model_aligned_u64(const struct rbt_model_trace *t,
+					     double ticks)
+{
+	double v = rbt_model_aligned_ns(t, ticks);
+	if (!(v > 0))
+		return 0;
+	return v < 9.2e18 ? (uint64_t)v : (uint64_t)9.2e18;
+}
+/* A duration in ticks as ns, rounded, clamped to [0, 9.2e18]. Inline: the
+ * attribution converts several durations per WR. */
+static inline uint64_t rbt_model_dur_ns(const struct rbt_model_trace *t, double ticks)
+{
+	double v = ticks * t->ns_per_tick;
+	if (!(v > 0))
+		return 0;
+	return v < 9.2e18 ? (uint64_t)(v + 0.5) : (uint64_t)9.2e18;
+}
 /* The trace's CLOCK_MONOTONIC in ns at ticks (from the header's start pair). */
 uint64_t rbt_model_mono_ns(const struct rbt_model_trace *t, uint64_t ticks);
 

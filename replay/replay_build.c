@@ -96,8 +96,7 @@ static int rp_build_mrs(struct rp_job *j, struct rp_side *s)
 		if (!m->mr) {
 			fprintf(j->log,
 				"rbtrace replay: %s: registering an MR of %zu bytes "
-				"(access 0x%x) "
-				"failed: %s\n",
+				"(access 0x%x) failed: %s\n",
 				s->path, len, acc, strerror(errno));
 			return -errno ? -errno : -EIO;
 		}
@@ -162,8 +161,7 @@ static int rp_build_xrcds(struct rp_job *j, struct rp_side *s)
 
 				fprintf(j->log,
 					"rbtrace replay: %s: cannot create the XRC "
-					"domain "
-					"file %s: %s\n",
+					"domain file %s: %s\n",
 					s->path, s->xrcd_path, strerror(e));
 				s->xrcd_path[0] = 0;
 				return -e;

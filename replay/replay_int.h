@@ -72,7 +72,9 @@ struct rp_wcrec {
 	uint32_t status, opcode, byte_len;
 	uint8_t no_len;	  /* byte_len was not recorded */
 	uint8_t unpolled; /* replay: taken off the CQ after the last poll step */
-	uint64_t ts, seq; /* recorded: the poll's ticks and the join's order */
+	uint64_t ts, seq; /* recorded: the poll step's ticks and the join's order */
+	uint32_t imm;	  /* recorded: the immediate data (host order), with_imm */
+	uint8_t with_imm;
 };
 
 struct rp_idset {
@@ -137,6 +139,11 @@ struct rp_step {
 	int skipped;
 };
 
+/* replay_cm.c: the CM calls of a trace (the connection was made by rdma_cm) */
+struct rp_cm_info {
+	uint32_t calls, connects, accepts, qps;
+};
+
 struct rp_side {
 	int idx;
 	const char *path;
@@ -146,6 +153,7 @@ struct rp_side {
 	/* recorded resources */
 	char devname[64];
 	const char *mw_use; /* the first use of a memory window, or NULL */
+	struct rp_cm_info cm;
 	uint64_t rec_lid;
 	uint8_t rec_gid[16];
 	uint32_t rec_active_mtu;
@@ -282,8 +290,12 @@ struct rp_loading {
 	struct rp_side *s;
 	int cappd, capmr, capch, capcq, capxrcd, capsrq, capqp, capah, capstep;
 	uint64_t seq; /* file order: the tie-break of steps recorded at one time */
-	int cur_cq;   /* 1 + index of the CQ of the poll being fed, or 0 */
-	int err;      /* from a model callback: -ENOMEM */
+	/* the poll being fed (NULL: another event), 1 + index of its CQ, and
+	 * the first of its completions the model has not handed over yet */
+	const struct rbt_event *cur_poll;
+	int cur_cq;
+	uint32_t wc_next;
+	int err; /* from a model callback: -ENOMEM */
 };
 
 /* The phases, in the order replay_job.c runs them. Each returns 0 or a negative
@@ -311,6 +323,12 @@ void rp_pattern(uint8_t *p, size_t n, uint64_t seed);
 /* replay_load.c, replay_timeline.c, replay_join.c: one trace into a side */
 int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path);
 int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev);
+
+/* replay_cm.c */
+struct rbt_json;
+int rp_load_cm(struct rp_loading *ld, const struct rbt_event *ev);
+void rp_cm_text(struct rp_job *j, FILE *f);
+void rp_cm_json(const struct rp_side *s, struct rbt_json *w);
 void rp_timeline_finish(struct rp_side *s);
 extern const struct rbt_model_ops rp_join_ops; /* arg: struct rp_loading * */
 void rp_join_finish(struct rp_side *s);

@@ -121,11 +121,35 @@ static void rp_join_posted(void *arg, struct rbt_model_res *q, struct rbt_model_
 	}
 }
 
+/* The entry of the poll being fed that the model hands over as c: it hands
+ * them over in the poll's order, skipping those it holds back, so the next
+ * one from the cursor on that names the same WR. NULL for a completion the
+ * model held until its post came (no poll is being fed then). */
+static const struct rbt_wc *rp_join_wc(struct rp_loading *ld,
+				       const struct rbt_model_comp *c, uint32_t *k)
+{
+	const struct rbt_ev_poll_cq *p = ld->cur_poll ? &ld->cur_poll->u.poll_cq : NULL;
+
+	for (*k = ld->wc_next; p && *k < p->n_wcs; (*k)++) {
+		const struct rbt_wc *w = &p->wcs[*k];
+
+		if (w->wr_id == c->wr_id && w->status == c->status &&
+		    w->byte_len == c->byte_len) {
+			ld->wc_next = *k + 1;
+			return w;
+		}
+	}
+	return NULL;
+}
+
 /* A recorded completion onto its QP's list. cq: the CQ of the poll that
  * returned it when known (0: one the model held until its post came). */
 static void rp_join_push(struct rp_loading *ld, struct rbt_model_qp *mq, int cq,
 			 const struct rbt_model_comp *c)
 {
+	uint32_t k = 0;
+	const struct rbt_wc *w = rp_join_wc(ld, c, &k);
+	const struct rbt_ev_poll_cq *p = w ? &ld->cur_poll->u.poll_cq : NULL;
 	struct rp_side *s = ld->s;
 	int i = mq ? rp_res_idx(&mq->res) : 0;
 	struct rp_qp *q;
@@ -150,8 +174,12 @@ static void rp_join_push(struct rp_loading *ld, struct rbt_model_qp *mq, int cq,
 		/* an extended poll records what the app read: byte_len may not
 		 * be among it */
 		.no_len = (uint8_t)(cq && s->cq[cq - 1].rec.ex && !c->byte_len),
-		.ts = c->poll_ts,
+		/* the time of its poll step: the rest of an extended poll
+		 * session is a step at the session's end (replay_timeline.c) */
+		.ts = p && p->api == 1 && k > 0 ? p->ts_exit : c->poll_ts,
 		.seq = s->wc_seq++,
+		.imm = w ? (uint32_t)w->imm_data : 0,
+		.with_imm = (uint8_t)(w && (w->wc_flags & IBV_WC_WITH_IMM)),
 	};
 	rp_wclist_push(&q->rec_wc[c->recv ? 1 : 0], &r);
 }

@@ -247,6 +247,7 @@ static int (*const rp_loaders[RBT_EV_MAX_ID + 1])(struct rp_loading *,
 	[RBT_EV_GET_CQ_EVENT] = rp_timeline_add,
 	[RBT_EV_ASYNC_EVENT] = rp_timeline_add,
 	[RBT_EV_QP_QUERY] = rp_timeline_add,
+	[RBT_EV_CM_CALL] = rp_load_cm,
 };
 
 /* A damaged trace is refused unless --allow-damaged; then its intact part
@@ -286,9 +287,12 @@ static int rp_load_event(struct rp_loading *ld, const struct rbt_event *ev)
 {
 	int rc;
 
-	ld->cur_cq =
-		ev->type == RBT_EV_POLL_CQ ? rp_cq_index(ld->s, ev->u.poll_cq.cq) : 0;
+	ld->cur_poll = ev->type == RBT_EV_POLL_CQ ? ev : NULL;
+	ld->cur_cq = ld->cur_poll ? rp_cq_index(ld->s, ev->u.poll_cq.cq) : 0;
+	ld->wc_next = 0;
 	rc = rbt_model_feed(ld->s->model, 0, ev);
+	ld->cur_poll = NULL;
+	ld->cur_cq = 0;
 	if (rc == -ENOMEM || ld->err)
 		return -ENOMEM;
 	if (ev->type > RBT_EV_MAX_ID || !rp_loaders[ev->type])

@@ -346,6 +346,36 @@ static int rp_is_msg_op(uint64_t op)
 	       op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_SEND_WITH_INV;
 }
 
+/* The messages the recording received on q (the model's join, per QP), each
+ * after as many of q's messages as the recording had posted by then. */
+static int rp_send_received(struct rp_job *j, const struct rp_side *s,
+			    const struct rp_qp *q)
+{
+	const struct rp_wclist *rl = &q->rec_wc[1];
+	uint64_t nmsg = 0;
+	int i = 0;
+
+	for (uint32_t k = 0; k < rl->n; k++) {
+		const struct rp_wcrec *w = &rl->v[k];
+
+		for (; i < s->nstep && s->step[i].ev->ts < w->ts; i++) {
+			const struct rbt_event *e = s->step[i].ev;
+
+			if (e->type != RBT_EV_POST_SEND || s->step[i].qp != q)
+				continue;
+			for (uint32_t x = 0; x < e->u.post_send.n_wrs; x++)
+				nmsg += rp_is_msg_op(e->u.post_send.wrs[x].opcode);
+		}
+		if (w->status != IBV_WC_SUCCESS || !(w->opcode & IBV_WC_RECV))
+			continue;
+		if (rp_sendf(j->net_fd, "NS %u %llu %u %u %u\n", q->rec_dest_qpn,
+			     (unsigned long long)nmsg, w->with_imm ? IBV_WC_WITH_IMM : 0,
+			     w->byte_len, w->imm))
+			return -EPIPE;
+	}
+	return 0;
+}
+
 /* What the responder must stand in for: each of our QPs whose peer is missing,
  * the remote memory our posts name, the receives our messages consume, and the
  * messages the recording received (sent once the responder has seen as many of
@@ -427,42 +457,8 @@ static int rp_send_needs(struct rp_job *j)
 				    (unsigned long long)maxlen) ||
 			    rp_sendf(fd, "NG %u %s\n", q->rec_dest_qpn, gid))
 				return -EPIPE;
-			/* the sends the recording received on q */
-			nmsg = 0;
-			for (int i = 0; i < s->nstep; i++) {
-				const struct rbt_event *e = s->step[i].ev;
-
-				if (e->type == RBT_EV_POST_SEND && s->step[i].qp == q) {
-					for (uint32_t w = 0; w < e->u.post_send.n_wrs;
-					     w++)
-						if (rp_is_msg_op(
-							    e->u.post_send.wrs[w].opcode))
-							nmsg++;
-				} else if (e->type == RBT_EV_POLL_CQ) {
-					for (uint32_t k = 0; k < e->u.poll_cq.n_wcs;
-					     k++) {
-						const struct rbt_wc *w =
-							&e->u.poll_cq.wcs[k];
-
-						if (w->qp_num != q->rec.qp_num ||
-						    w->status != IBV_WC_SUCCESS ||
-						    !(w->opcode & IBV_WC_RECV))
-							continue;
-						if (rp_sendf(
-							    fd,
-							    "NS %u %llu %llu %llu %llu\n",
-							    q->rec_dest_qpn,
-							    (unsigned long long)nmsg,
-							    (unsigned long long)(w->wc_flags &
-										 IBV_WC_WITH_IMM),
-							    (unsigned long long)
-								    w->byte_len,
-							    (unsigned long long)
-								    w->imm_data))
-							return -EPIPE;
-					}
-				}
-			}
+			if (rp_send_received(j, s, q))
+				return -EPIPE;
 		}
 	}
 	return rp_sendf(fd, "E\n");

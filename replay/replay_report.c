@@ -106,11 +106,8 @@ static void rp_report_match_queue(struct rp_job *j, struct rp_side *s, struct rp
 		}
 		if (shown++ < 5)
 			rp_diverge(j,
-				   "%s: QP %llu %s completion #%u: "
-				   "recorded "
-				   "status %s opcode %u len %u, "
-				   "replay status "
-				   "%s opcode %u len %u",
+				   "%s: QP %llu %s completion #%u: recorded status %s "
+				   "opcode %u len %u, replay status %s opcode %u len %u",
 				   s->path, (unsigned long long)q->rec.qp_num,
 				   d ? "recv" : "send", k,
 				   ibv_wc_status_str(r->v[k].status), r->v[k].opcode,
@@ -118,16 +115,11 @@ static void rp_report_match_queue(struct rp_job *j, struct rp_side *s, struct rp
 				   p->v[k].opcode, p->v[k].byte_len);
 	}
 	if (shown > 5)
-		rp_diverge(j,
-			   "%s: QP %llu %s: %u more mismatching "
-			   "completions",
-			   s->path, (unsigned long long)q->rec.qp_num,
-			   d ? "recv" : "send", shown - 5);
+		rp_diverge(j, "%s: QP %llu %s: %u more mismatching completions", s->path,
+			   (unsigned long long)q->rec.qp_num, d ? "recv" : "send",
+			   shown - 5);
 	if (r->n > p->n)
-		rp_diverge(j,
-			   "%s: QP %llu %s: recorded %u "
-			   "completions, replay "
-			   "%u",
+		rp_diverge(j, "%s: QP %llu %s: recorded %u completions, replay %u",
 			   s->path, (unsigned long long)q->rec.qp_num,
 			   d ? "recv" : "send", r->n, p->n);
 	/* Beyond the recorded count: completions of WRs the
@@ -141,9 +133,8 @@ static void rp_report_match_queue(struct rp_job *j, struct rp_side *s, struct rp
 			continue;
 		}
 		rp_diverge(j,
-			   "%s: QP %llu %s completion #%u, which "
-			   "the "
-			   "program never polled: replay status %s",
+			   "%s: QP %llu %s completion #%u, which the program never "
+			   "polled: replay status %s",
 			   s->path, (unsigned long long)q->rec.qp_num,
 			   d ? "recv" : "send", k, ibv_wc_status_str(p->v[k].status));
 	}
@@ -204,9 +195,8 @@ static void rp_report_debug_late(struct rp_job *j, struct rp_side *s, int i)
 
 	if (getenv("RBTRACE_REPLAY_DEBUG") && st->t_issue > st->deadline + 5000)
 		fprintf(j->log,
-			"late: %s step %d %s by %.2f us (step before: "
-			"%s, took "
-			"%.2f us, recorded %.2f us)\n",
+			"late: %s step %d %s by %.2f us (step before: %s, took %.2f us, "
+			"recorded %.2f us)\n",
 			s->path, i, rbt_event_name(t),
 			(double)(st->t_issue - st->deadline) / 1e3,
 			i ? rbt_event_name(s->step[i - 1].ev->type) : "-",
@@ -329,6 +319,7 @@ static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
 		rp_json_pcts(w, "own_lateness_ns", -1, s->own_p50, s->own_p99,
 			     s->own_max);
 		rbt_json_ku64(w, "cq_events_missed", s->cq_events_missed);
+		rp_cm_json(s, w);
 		rbt_json_obj_end(w);
 	}
 	rbt_json_arr_end(w);
@@ -435,17 +426,15 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 	fprintf(f, ", %llu posts\n", (unsigned long long)sum->posts);
 	if (nlate)
 		fprintf(f,
-			"post lateness vs schedule: p50 %.2f us, p99 %.2f us, "
-			"max %.2f us "
-			"(%zu posts)\n",
+			"post lateness vs schedule: p50 %.2f us, p99 %.2f us, max %.2f "
+			"us (%zu posts)\n",
 			sum->late_p50_ns / 1e3, sum->late_p99_ns / 1e3,
 			sum->late_max_ns / 1e3, nlate);
 	if (nlate)
 		fprintf(f,
-			"  of which the replayer's own (past the deadline and "
-			"past the "
-			"end of the step before): p50 %.2f us, p99 %.2f us, max "
-			"%.2f us\n",
+			"  of which the replayer's own (past the deadline and past the "
+			"end of the step before): p50 %.2f us, p99 %.2f us, max %.2f "
+			"us\n",
 			sum->own_p50_ns / 1e3, sum->own_p99_ns / 1e3,
 			sum->own_max_ns / 1e3);
 	fprintf(f, "span: replay %.3f ms, recorded %.3f ms", sum->wall_ns / 1e6,
@@ -464,8 +453,7 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 			struct rp_qp *q = &j->side[si].qp[qi];
 
 			fprintf(f,
-				"  %s QP %llu -> %u: send %u/%u, recv %u/%u "
-				"completions "
+				"  %s QP %llu -> %u: send %u/%u, recv %u/%u completions "
 				"(replayed/recorded), state %s (recorded %s)\n",
 				j->side[si].path, (unsigned long long)q->rec.qp_num,
 				q->qp ? q->qp->qp_num : 0, q->rep_wc[0].n, q->rec_wc[0].n,
@@ -478,20 +466,19 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 			struct rp_qp *q = &j->side[si].xqp[qi];
 
 			fprintf(f,
-				"  %s XRC receives through QP %llu -> %u of "
-				"another trace: recv %u/%u completions "
-				"(replayed/recorded)\n",
+				"  %s XRC receives through QP %llu -> %u of another "
+				"trace: recv %u/%u completions (replayed/recorded)\n",
 				j->side[si].path, (unsigned long long)q->rec.qp_num,
 				q->foreign_new_qpn, q->rep_wc[1].n, q->rec_wc[1].n);
 		}
+	rp_cm_text(j, f);
 	fprintf(f, "completions matched: %llu of %llu\n",
 		(unsigned long long)sum->completions_matched,
 		(unsigned long long)sum->completions_expected);
 	if (sum->completions_unpolled)
 		fprintf(f,
-			"plus %llu successful completions the program never "
-			"polled (beyond its recorded ones on a QP; see "
-			"docs/replay.md)\n",
+			"plus %llu successful completions the program never polled "
+			"(beyond its recorded ones on a QP; see docs/replay.md)\n",
 			(unsigned long long)sum->completions_unpolled);
 	if (j->rep.ndiv) {
 		fprintf(f, "divergences (%d):\n", j->rep.ndiv);

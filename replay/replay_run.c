@@ -186,8 +186,7 @@ static void rp_step_poll(struct rp_job *j, struct rp_side *s, struct rp_step *st
 				s->timeouts++;
 				rp_diverge(j,
 					   "%s: step %d: expected %u completions, got %u "
-					   "within "
-					   "%d ms",
+					   "within %d ms",
 					   s->path, i, want, st->got, tmo);
 				break;
 			}
@@ -329,12 +328,11 @@ void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to)
 			st->ret = ibv_req_notify_cq(st->cq->cq,
 						    (int)e->u.req_notify.solicited_only);
 			if ((st->ret == 0) != (e->u.req_notify.ret == 0))
-				rp_diverge(
-					j,
-					"%s: step %d: ibv_req_notify_cq returned %lld, "
-					"recorded %lld",
-					s->path, i, (long long)st->ret,
-					(long long)e->u.req_notify.ret);
+				rp_diverge(j,
+					   "%s: step %d: ibv_req_notify_cq returned "
+					   "%lld, recorded %lld",
+					   s->path, i, (long long)st->ret,
+					   (long long)e->u.req_notify.ret);
 			st->t_exit = st->t_issue;
 			break;
 		case RBT_EV_GET_CQ_EVENT:
@@ -370,8 +368,8 @@ void rp_go_realtime(struct rp_job *j, int on)
 	if (pthread_setschedparam(pthread_self(), on ? SCHED_FIFO : SCHED_OTHER, &sp) &&
 	    on)
 		fprintf(j->log,
-			"rbtrace replay: --realtime: cannot use SCHED_FIFO (%s); "
-			"running with normal priority\n",
+			"rbtrace replay: --realtime: cannot use SCHED_FIFO (%s); running "
+			"with normal priority\n",
 			strerror(errno ? errno : EPERM));
 }
 

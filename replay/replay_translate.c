@@ -170,12 +170,11 @@ static int rp_map_sge(struct rp_job *j, struct rp_side *s, const struct rbt_sge 
 		return 0;
 	}
 	out->lkey = rp_unused_lkey(s);
-	rp_diverge(
-		j,
-		"%s: step %d: local buffer 0x%llx+%llu (lkey 0x%llx) lies in no recorded "
-		"MR: posted with an invalid lkey into scratch memory",
-		s->path, post_idx, (unsigned long long)in->addr,
-		(unsigned long long)in->length, (unsigned long long)in->lkey);
+	rp_diverge(j,
+		   "%s: step %d: local buffer 0x%llx+%llu (lkey 0x%llx) lies in no "
+		   "recorded MR: posted with an invalid lkey into scratch memory",
+		   s->path, post_idx, (unsigned long long)in->addr,
+		   (unsigned long long)in->length, (unsigned long long)in->lkey);
 	return 0;
 }
 
@@ -218,8 +217,7 @@ static void rp_map_remote(struct rp_job *j, struct rp_side *s, struct rp_qp *q,
 	}
 	fprintf(j->log,
 		"rbtrace replay: %s: step %d: remote 0x%llx+%llu rkey 0x%x %s: replayed "
-		"with "
-		"an invalid rkey (the recorded access would fail too)\n",
+		"with an invalid rkey (the recorded access would fail too)\n",
 		s->path, post_idx, (unsigned long long)raddr, (unsigned long long)len,
 		rkey,
 		key_known ? "lies outside the peer's MR" : "names no MR of the peer");

@@ -1335,7 +1335,9 @@ static void cm_ack_locked(struct rdma_cm_event *event)
 	free(e);
 }
 
-/* a synchronous id's call waits for its own event, as librdmacm does */
+/* a synchronous id's call waits for its own event, as librdmacm does: through
+ * the exported rdma_get_cm_event / rdma_ack_cm_event (the PLT), as Debian's
+ * library does, so that a preloaded tracer sees the events (nested in the call) */
 static int cm_complete(struct cm_id *c)
 {
 	struct rdma_cm_event *ev;
@@ -1343,12 +1345,10 @@ static int cm_complete(struct cm_id *c)
 	if (!c->sync)
 		return 0;
 	if (c->id.event) {
-		pthread_mutex_lock(&cm_mu);
-		cm_ack_locked(c->id.event);
-		pthread_mutex_unlock(&cm_mu);
+		rdma_ack_cm_event(c->id.event);
 		c->id.event = NULL;
 	}
-	if (cm_get_event(cm_chan_of(c), &ev))
+	if (rdma_get_cm_event(&cm_chan_of(c)->ch, &ev))
 		return -1;
 	c->id.event = ev;
 	if (ev->status) {
@@ -2586,12 +2586,10 @@ CM_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id
 	if (!listen || !id || !l->sync)
 		return cm_err(EINVAL);
 	if (listen->event) {
-		pthread_mutex_lock(&cm_mu);
-		cm_ack_locked(listen->event);
-		pthread_mutex_unlock(&cm_mu);
+		rdma_ack_cm_event(listen->event); /* the PLT, as cm_complete */
 		listen->event = NULL;
 	}
-	ret = cm_get_event(cm_chan_of(l), &ev);
+	ret = rdma_get_cm_event(&cm_chan_of(l)->ch, &ev);
 	if (ret)
 		return ret;
 	if (ev->event == RDMA_CM_EVENT_REJECTED) {

@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "softnic_mem.h"
+
 #define SN_EXPORT      __attribute__((visibility("default")))
 #define SN_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define SN_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -151,6 +153,7 @@ struct sn_qp_shm {
 struct sn_mr_run {
 	uint64_t va, len;
 	uint32_t file_id, pad;
+	struct sn_mem_src src; /* shared memory: how a peer maps it */
 };
 
 struct sn_mrt_ent {

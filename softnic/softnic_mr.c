@@ -32,6 +32,7 @@ struct sn_run {
 	uint64_t va, len;
 	uint32_t file_id;
 	int refs;
+	struct sn_mem_src src;
 };
 
 static struct sn_run **sn_runs;
@@ -47,6 +48,11 @@ void sn_fabric_atfork_child(void)
 	 * semantics are copy-on-write): give it private copies. */
 	for (i = 0; i < sn_nruns; i++) {
 		struct sn_run *r = sn_runs[i];
+
+		if (r->src.kind != SN_MEM_FABRIC) {
+			sn_mem_release(&r->src); /* shared pages stay shared */
+			continue;
+		}
 		void *tmp = mmap(NULL, r->len, PROT_READ | PROT_WRITE,
 				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
@@ -117,7 +123,18 @@ static struct sn_run *sn_run_new(uint64_t va, uint64_t len)
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return NULL;
+	/* shared memory keeps its pages (softnic_mem.c) */
+	int64_t n = sn_mem_probe(va, len, &r->src);
+
+	if (n <= 0) {
+		free(r);
+		errno = EFAULT;
+		return NULL;
+	}
+	len = (uint64_t)n;
 	r->file_id = ++sn_g.next_file;
+	if (r->src.kind != SN_MEM_FABRIC)
+		goto done;
 	snprintf(name, sizeof(name), "m-%s-%u", sn_g.procid, r->file_id);
 	sn_path(p, sizeof(p), name);
 	fd = open(p, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -150,6 +167,7 @@ static struct sn_run *sn_run_new(uint64_t va, uint64_t len)
 	if (m == MAP_FAILED)
 		goto fail_fd;
 	close(fd);
+done:
 	r->va = va;
 	r->len = len;
 	sn_runs[sn_nruns++] = r;
@@ -172,7 +190,9 @@ static void sn_run_put(struct sn_run *r)
 	/* The pages stay backed by the (now unlinked) file: the process keeps
 	 * seeing its own data; peers that mapped it keep a stale view only. */
 	snprintf(name, sizeof(name), "m-%s-%u", sn_g.procid, r->file_id);
-	sn_unlink(name);
+	if (r->src.kind == SN_MEM_FABRIC)
+		sn_unlink(name);
+	sn_mem_release(&r->src);
 	for (i = 0; i < sn_nruns; i++)
 		if (sn_runs[i] == r) {
 			sn_runs[i] = sn_runs[--sn_nruns];
@@ -240,6 +260,7 @@ int sn_mr_register(struct sn_mr *mr, void *addr, size_t len, uint64_t iova,
 		e->runs[k].va = mr->runs[k]->va;
 		e->runs[k].len = mr->runs[k]->len;
 		e->runs[k].file_id = mr->runs[k]->file_id;
+		e->runs[k].src = mr->runs[k]->src;
 	}
 	{
 		static uint8_t gen;

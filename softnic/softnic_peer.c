@@ -85,8 +85,9 @@ struct sn_mrt_shm *sn_rproc_mrt(struct sn_rproc *p)
 	return p->mrt;
 }
 
-static void *sn_rproc_map(struct sn_rproc *p, uint32_t file_id)
+static void *sn_rproc_map(struct sn_rproc *p, const struct sn_mr_run *r)
 {
+	uint32_t file_id = r->file_id;
 	struct sn_maptab *t = atomic_load_explicit(&p->maps, memory_order_acquire);
 	void *m = NULL;
 	char name[96];
@@ -123,10 +124,12 @@ static void *sn_rproc_map(struct sn_rproc *p, uint32_t file_id)
 	m = atomic_load_explicit(&t->slot[file_id], memory_order_relaxed);
 	if (!m) {
 		snprintf(name, sizeof(name), "m-%s-%u", p->procid, file_id);
-		if (sn_shm_map(name, &m, &len) == 0)
-			atomic_store_explicit(&t->slot[file_id], m, memory_order_release);
-		else
+		if (r->src.kind != SN_MEM_FABRIC) /* shared: softnic_mem.c */
+			m = sn_mem_peer_map(&r->src, r->len);
+		else if (sn_shm_map(name, &m, &len))
 			m = NULL;
+		if (m)
+			atomic_store_explicit(&t->slot[file_id], m, memory_order_release);
 	}
 out:
 	pthread_mutex_unlock(&sn_g.lock);
@@ -147,7 +150,7 @@ void *sn_remote_ptr(struct sn_rproc *p, const struct sn_mrt_ent *e, uint64_t va,
 			*contig = (size_t)(r->va + r->len - va);
 			if (p->self)
 				return (void *)va;
-			base = sn_rproc_map(p, r->file_id);
+			base = sn_rproc_map(p, r);
 			return base ? base + (va - r->va) : NULL;
 		}
 	}

@@ -745,6 +745,90 @@ TEST(Diagnose, ModifyToRtsOnAnotherThreadSeenLateIsNoFinding)
 	EXPECT_FALSE(fx.find("post_not_rts"));
 }
 
+// rdma_cm: an active id in one trace, its passive peer in the other; the active
+// side keeps posting after DISCONNECTED; a second active id is refused with
+// REJECTED 8. The connection section pairs the two ids by their QP numbers.
+static void cm_call(Trace &t, uint64_t ts, uint64_t fn, uint64_t id, uint64_t qp = 0,
+		    uint64_t qpn = 0, const char *dst = "")
+{
+	rbt_event ev{};
+	ev.type = RBT_EV_CM_CALL;
+	ev.u.cm_call.ts_exit = ts + 10;
+	ev.u.cm_call.fn = fn;
+	ev.u.cm_call.id = id;
+	ev.u.cm_call.qp = qp;
+	ev.u.cm_call.qp_num = qpn;
+	ev.u.cm_call.dst = dst;
+	t.put(ev, ts);
+}
+static void cm_ev(Trace &t, uint64_t ts, uint64_t id, uint64_t type, int64_t status,
+		  uint64_t peer_qpn, uint64_t evh, uint64_t listen = 0)
+{
+	rbt_event ev{};
+	ev.type = RBT_EV_CM_EVENT;
+	ev.u.cm_event.ts_exit = ts + 100;
+	ev.u.cm_event.id = id;
+	ev.u.cm_event.listen_id = listen;
+	ev.u.cm_event.ev = evh;
+	ev.u.cm_event.event = type;
+	ev.u.cm_event.status = status;
+	ev.u.cm_event.conn_qp_num = peer_qpn;
+	t.put(ev, ts);
+	rbt_event ack{};
+	ack.type = RBT_EV_CM_ACK;
+	ack.u.cm_ack.ev = evh;
+	ack.u.cm_ack.id = id;
+	ack.u.cm_ack.event = type;
+	t.put(ack, ts + 150);
+}
+
+TEST(Diagnose, CmConnectionsFindingsAndPairing)
+{
+	Fixture fx(2);
+	Trace &c = fx.t[0], &s = fx.t[1];
+	c.cq(1000, CQ, 256);
+	c.qp(1100, QP, QPN, CQ, CQ);
+	cm_call(c, 1000, RBT_CM_CREATE_ID, 0xa1);
+	cm_call(c, 1200, RBT_CM_RESOLVE_ADDR, 0xa1, 0, 0, "10.0.0.2:7471");
+	cm_ev(c, 1300, 0xa1, 0 /* ADDR_RESOLVED */, 0, 0, 0xe1);
+	cm_call(c, 1600, RBT_CM_RESOLVE_ROUTE, 0xa1);
+	cm_ev(c, 1700, 0xa1, 2 /* ROUTE_RESOLVED */, 0, 0, 0xe1);
+	cm_call(c, 2000, RBT_CM_CONNECT, 0xa1, QP, QPN);
+	cm_ev(c, 2500, 0xa1, 9 /* ESTABLISHED */, 0, 77, 0xe1);
+	cm_ev(c, 5000, 0xa1, 10 /* DISCONNECTED */, 0, 0, 0xe1);
+	c.modify(3000, QP, IBV_QPS_RTS);
+	c.post(6000, 6100, QP, QPN, { swr(1) }, fx.sges);
+	cm_call(c, 7000, RBT_CM_CREATE_ID, 0xa2);
+	cm_call(c, 7100, RBT_CM_CONNECT, 0xa2);
+	cm_ev(c, 7200, 0xa2, 8 /* REJECTED */, 8, 0, 0xe2);
+	cm_call(s, 1000, RBT_CM_LISTEN, 0xb0);
+	cm_ev(s, 2100, 0xb1, 4 /* CONNECT_REQUEST */, 0, QPN, 0xe3, 0xb0);
+	cm_call(s, 2300, RBT_CM_ACCEPT, 0xb1, 0x77, 77);
+	fx.finish();
+	const rbt_finding *f = fx.find("cm_qp_after_disconnect");
+	ASSERT_TRUE(f);
+	EXPECT_EQ(QPN, f->qp_num);
+	f = fx.find("cm_no_listener");
+	ASSERT_TRUE(f);
+	EXPECT_NE(nullptr, strstr(f->evidence, "REJECTED status 8"));
+	EXPECT_EQ(nullptr, fx.find("cm_rejected"));
+	char *buf = nullptr;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+	ASSERT_EQ(0, rbt_analyzer_write_text(fx.an, m));
+	fclose(m);
+	std::string text(buf, len);
+	free(buf);
+	EXPECT_NE(std::string::npos, text.find("== connections (rdma_cm): 4 ids"))
+		<< text;
+	EXPECT_NE(std::string::npos, text.find("connect -> ESTABLISHED 0.6 us")) << text;
+	EXPECT_NE(std::string::npos, text.find("address resolution 0.2 us")) << text;
+	EXPECT_NE(std::string::npos, text.find("CONNECT_REQUEST -> accept 0.1 us"))
+		<< text;
+	EXPECT_NE(std::string::npos, text.find("peer: trace 1 id 0xb1")) << text;
+	EXPECT_NE(std::string::npos, text.find("peer: trace 0 id 0xa1")) << text;
+}
+
 TEST(Diagnose, MtuPsnAndDestQpnAcrossTraces)
 {
 	Fixture fx(2);

@@ -3,13 +3,15 @@
 # against what the libraries really export: every libibverbs entry under the same
 # version node in softnic's libibverbs.map and as the default version of the
 # installed rdma-core libibverbs.so.1; the mlx5dv entries against libmlx5.so.1;
-# the exec family against libc.so.6. Then the built libraries against the list:
+# the exec family against libc.so.6; the librdmacm entries against softnic's
+# librdmacm.map and the installed rdma-core librdmacm.so.1. Then the built libraries against the list:
 # librbtrace.so exports exactly the wrapped entries, each under its version, and
 # defines no exported-looking wrapper that the list (hence its version script)
 # lacks; the tests' fake libibverbs.so.1 likewise.
 set -u
 LIST=${LIST:-interpose/rbt_verbs.list}
 MAP=${MAP:-softnic/libibverbs.map}
+CMMAP=${CMMAP:-softnic/librdmacm.map}
 PRELOAD=${PRELOAD:-interpose/librbtrace.so}
 FAKE=${FAKE:-tests/progs/fakeverbs/libibverbs.so.1}
 T=${TEST_TMPDIR:-$(mktemp -d)}
@@ -47,6 +49,9 @@ echo "list: $nlist entries"
 ibv=$(syslib libibverbs.so.1) || { echo "FAIL: libibverbs.so.1 of rdma-core not installed (./dev setup)"; exit 1; }
 map_names "$MAP" >"$T/map.txt"
 defaults "$ibv" >"$T/ibv.txt"
+cm=$(syslib librdmacm.so.1) || { echo "FAIL: librdmacm.so.1 of rdma-core not installed (./dev setup)"; exit 1; }
+map_names "$CMMAP" >"$T/cmmap.txt"
+defaults "$cm" >"$T/cm.txt"
 while read -r group name ver; do
 	case $group in
 	wrapped | called | companion)
@@ -63,6 +68,12 @@ while read -r group name ver; do
 			echo "note: libmlx5.so.1 not installed, $name not checked"
 		fi
 		;;
+	rdmacm)
+		m=$(awk -v n="$name" '$1 == n { print $2 }' "$T/cmmap.txt")
+		[ "$m" = "$ver" ] || fail "$name: list says $ver, softnic/librdmacm.map says ${m:-nothing}"
+		d=$(awk -v n="$name" '$1 == n { print $2 }' "$T/cm.txt")
+		[ "$d" = "$ver" ] || fail "$name: list says $ver, $cm exports ${d:-nothing} as default"
+		;;
 	libc)
 		libc=$(syslib libc.so.6) || { fail "libc.so.6 not found"; continue; }
 		d=$(defaults "$libc" | awk -v n="$name" '$1 == n { print $2 }')
@@ -73,7 +84,7 @@ while read -r group name ver; do
 done <"$LIST"
 
 # 2. librbtrace.so exports exactly the wrapped entries, each under its version.
-awk '$1 == "wrapped" || $1 == "mlx5" || $1 == "libc" { print $2, $3 }' "$LIST" | sort -u >"$T/want.txt"
+awk '$1 == "wrapped" || $1 == "mlx5" || $1 == "libc" || $1 == "rdmacm" { print $2, $3 }' "$LIST" | sort -u >"$T/want.txt"
 defaults "$PRELOAD" >"$T/have.txt"
 diff "$T/want.txt" "$T/have.txt" >/dev/null || {
 	fail "librbtrace.so exports differ from the list (< list only, > library only):"
@@ -82,7 +93,7 @@ diff "$T/want.txt" "$T/have.txt" >/dev/null || {
 # A wrapper defined with default visibility but missing from the list is made
 # local by the version script: it would never be called.
 readelf -s -W "$PRELOAD" | awk '$4 == "FUNC" && $5 == "LOCAL" && $6 == "DEFAULT" { print $8 }' |
-	grep -E '^(ibv_|mlx5dv_|exec)' | while read -r s; do
+	grep -E '^(ibv_|mlx5dv_|exec|rdma_)' | while read -r s; do
 	echo "FAIL: librbtrace.so defines $s for export but the list lacks it"
 done | tee "$T/stray.txt"
 [ -s "$T/stray.txt" ] && fails=$((fails + 1))

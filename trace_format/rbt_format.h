@@ -173,7 +173,11 @@ struct rbt_blob {
 	X(REQ_NOTIFY, 54, req_notify)           \
 	X(GET_CQ_EVENT, 55, get_cq_event)       \
 	X(ACK_CQ_EVENTS, 56, ack_cq_events)     \
-	X(ASYNC_EVENT, 57, async_event)
+	X(ASYNC_EVENT, 57, async_event)         \
+	X(CM_CALL, 58, cm_call)                 \
+	X(CM_EVENT, 59, cm_event)               \
+	X(CM_ACK, 60, cm_ack)                   \
+	X(CM_ID, 61, cm_id)
 
 /* A thread of the recording process (stream ids are these tids). */
 #define RBT_EV_thread(F, A)             \
@@ -583,6 +587,146 @@ struct rbt_blob {
 	F(U, event_type)                \
 	F(H, element)                   \
 	F(U, port)
+
+/* ---- librdmacm (connection manager) --------------------------------------------
+ * The rdma_* calls a program makes, the events it gets and acks, and snapshots of
+ * its ids. nested: 0 for a call the program made, N for one librdmacm made
+ * from inside another of its calls (e.g. the rdma_get_cm_event of a synchronous
+ * id's rdma_resolve_addr, the rdma_create_id of rdma_create_ep). Addresses are
+ * text ("192.168.1.2:7471", "[fe80::1]:7471"). Private data bytes are kept only
+ * with payload capture on (they often carry rkeys and addresses); their length
+ * always.
+ *
+ * fn says which call (RBT_CM_FN_LIST, ids never change). Fields by fn: id is the
+ * cm id (create_id, create_ep, get_request: the new one); channel the event
+ * channel (create_id, create_event_channel, migrate_id: the new one); arg is
+ * resolve_addr/route's timeout_ms, listen's backlog, create_id's port space,
+ * set_option's optname, the QP's type for create_qp(_ex); arg2 create_id's QP
+ * type, set_option's level; qp and qp_num the id's QP after the call; conn_*
+ * the rdma_conn_param given to connect/accept (conn_given 0: none);
+ * private_data_len and private_data: connect/accept/reject's. */
+#define RBT_CM_FN_LIST(X)                                       \
+	X(CREATE_EVENT_CHANNEL, 1, "create_event_channel")      \
+	X(DESTROY_EVENT_CHANNEL, 2, "destroy_event_channel")    \
+	X(CREATE_ID, 3, "create_id")                            \
+	X(CREATE_EP, 4, "create_ep")                            \
+	X(DESTROY_EP, 5, "destroy_ep")                          \
+	X(DESTROY_ID, 6, "destroy_id")                          \
+	X(BIND_ADDR, 7, "bind_addr")                            \
+	X(RESOLVE_ADDR, 8, "resolve_addr")                      \
+	X(RESOLVE_ROUTE, 9, "resolve_route")                    \
+	X(CREATE_QP, 10, "create_qp")                           \
+	X(CREATE_QP_EX, 11, "create_qp_ex")                     \
+	X(DESTROY_QP, 12, "destroy_qp")                         \
+	X(CONNECT, 13, "connect")                               \
+	X(LISTEN, 14, "listen")                                 \
+	X(GET_REQUEST, 15, "get_request")                       \
+	X(ACCEPT, 16, "accept")                                 \
+	X(REJECT, 17, "reject")                                 \
+	X(DISCONNECT, 18, "disconnect")                         \
+	X(SET_OPTION, 19, "set_option")                         \
+	X(MIGRATE_ID, 20, "migrate_id")                         \
+	X(JOIN_MULTICAST, 21, "join_multicast")                 \
+	X(LEAVE_MULTICAST, 22, "leave_multicast")               \
+	X(ESTABLISH, 23, "establish")                           \
+	X(INIT_QP_ATTR, 24, "init_qp_attr")                     \
+	X(DESTROY_ID_BEGIN, 25, "destroy_id_begin") /* entry of a destroy_id */
+
+enum rbt_cm_fn {
+#define RBT__CM_FN_ENUM(NAME, id, text) RBT_CM_##NAME = id,
+	RBT_CM_FN_LIST(RBT__CM_FN_ENUM)
+#undef RBT__CM_FN_ENUM
+};
+
+#define RBT_EV_cm_call(F, A)            \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(U, fn)                        \
+	F(U, nested)                    \
+	F(H, id)                        \
+	F(H, channel)                   \
+	F(H, listen_id)                 \
+	F(S, src)                       \
+	F(S, dst)                       \
+	F(U, arg)                       \
+	F(U, arg2)                      \
+	F(H, qp)                        \
+	F(U, qp_num)                    \
+	F(U, conn_given)                \
+	F(U, responder_resources)       \
+	F(U, initiator_depth)           \
+	F(U, flow_control)              \
+	F(U, retry_count)               \
+	F(U, rnr_retry_count)           \
+	F(U, srq)                       \
+	F(U, conn_qp_num)               \
+	F(U, private_data_len)          \
+	F(B, private_data)
+
+/* One event rdma_get_cm_event returned (ret != 0: none, the call failed).
+ * event: enum rdma_cm_event_type; status as the event carries it (a negative
+ * errno, or the IB CM's reject reason for REJECTED). conn_*: param.conn; for UD
+ * ids (and multicast events) ud_qp_num and qkey from param.ud. */
+#define RBT_EV_cm_event(F, A)           \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(U, nested)                    \
+	F(H, channel)                   \
+	F(H, ev)                        \
+	F(H, id)                        \
+	F(H, listen_id)                 \
+	F(U, event)                     \
+	F(I, status)                    \
+	F(U, responder_resources)       \
+	F(U, initiator_depth)           \
+	F(U, flow_control)              \
+	F(U, retry_count)               \
+	F(U, rnr_retry_count)           \
+	F(U, srq)                       \
+	F(U, conn_qp_num)               \
+	F(U, ud)                        \
+	F(U, ud_qp_num)                 \
+	F(U, qkey)                      \
+	F(U, private_data_len)          \
+	F(B, private_data)
+
+/* rdma_ack_cm_event of the event `ev` (as recorded by cm_event). */
+#define RBT_EV_cm_ack(F, A)             \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(U, err)                       \
+	F(U, nested)                    \
+	F(H, ev)                        \
+	F(H, id)                        \
+	F(U, event)
+
+/* What an id holds, after a call (why = the call's fn) or an event (why = 100 +
+ * the event type) changed it: its addresses, device port, GIDs, path and QP. */
+#define RBT_EV_cm_id(F, A)              \
+	F(U, why)                       \
+	F(H, id)                        \
+	F(H, channel)                   \
+	F(H, ctx)                       \
+	F(H, qp)                        \
+	F(U, qp_num)                    \
+	F(U, ps)                        \
+	F(U, qp_type)                   \
+	F(U, port_num)                  \
+	F(S, src)                       \
+	F(S, dst)                       \
+	F(B, sgid)                      \
+	F(B, dgid)                      \
+	F(U, pkey)                      \
+	F(U, num_paths)                 \
+	F(U, path_mtu)                  \
+	F(U, path_sl)                   \
+	F(U, path_rate)                 \
+	F(U, packet_life_time)          \
+	F(U, hop_limit)                 \
+	F(U, dlid)                      \
+	F(U, slid)
 /* clang-format on */
 
 /* ---- generated structs ------------------------------------------------------ */
@@ -796,6 +940,8 @@ enum rbt_verbs_enum {
 	RBT_NAMES_WC_STATUS, /* enum ibv_wc_status */
 	RBT_NAMES_QP_STATE,  /* enum ibv_qp_state */
 	RBT_NAMES_QP_TYPE,   /* enum ibv_qp_type */
+	RBT_NAMES_CM_FN,     /* enum rbt_cm_fn: "resolve_addr" */
+	RBT_NAMES_CM_EVENT,  /* enum rdma_cm_event_type: "ESTABLISHED" */
 };
 const char *rbt_verbs_name(enum rbt_verbs_enum which, uint64_t v);
 

@@ -55,7 +55,7 @@ static void put_hex(struct out *o, const struct rbt_blob *b, uint32_t max)
 /* Fields that read better shown even when zero (an opcode of 0 is RDMA_WRITE). */
 static int always_shown(const char *name)
 {
-	static const char *const names[] = { "ret",    "wr_id",	   "opcode",
+	static const char *const names[] = { "ret",    "wr_id",	   "opcode", "event",
 					     "status", "byte_len", "length" };
 	for (size_t i = 0; i < RBT_ARRAY_SIZE(names); i++)
 		if (!strcmp(name, names[i]))
@@ -156,12 +156,45 @@ static const struct rbt_sym wc_flags[] = {
 	{ 0, NULL },
 };
 
+static const struct rbt_sym cm_fns[] = {
+#define RBT__CM_FN_SYM(NAME, id, text) { id, text },
+	RBT_CM_FN_LIST(RBT__CM_FN_SYM)
+#undef RBT__CM_FN_SYM
+		{ 0, NULL },
+};
+/* enum rdma_cm_event_type (librdmacm ABI). */
+static const struct rbt_sym cm_events[] = {
+	{ 0, "ADDR_RESOLVED" },
+	{ 1, "ADDR_ERROR" },
+	{ 2, "ROUTE_RESOLVED" },
+	{ 3, "ROUTE_ERROR" },
+	{ 4, "CONNECT_REQUEST" },
+	{ 5, "CONNECT_RESPONSE" },
+	{ 6, "CONNECT_ERROR" },
+	{ 7, "UNREACHABLE" },
+	{ 8, "REJECTED" },
+	{ 9, "ESTABLISHED" },
+	{ 10, "DISCONNECTED" },
+	{ 11, "DEVICE_REMOVAL" },
+	{ 12, "MULTICAST_JOIN" },
+	{ 13, "MULTICAST_ERROR" },
+	{ 14, "ADDR_CHANGE" },
+	{ 15, "TIMEWAIT_EXIT" },
+	{ 0, NULL },
+};
+/* enum rdma_port_space. */
+static const struct rbt_sym cm_ps[] = {
+	{ 0x0002, "IPOIB" }, { 0x0106, "TCP" }, { 0x0111, "UDP" },
+	{ 0x013f, "IB" },    { 0, NULL },
+};
+
 const char *rbt_verbs_name(enum rbt_verbs_enum which, uint64_t v)
 {
 	static const struct rbt_sym *const tables[] = {
 		[RBT_NAMES_WR_OPCODE] = wr_opcodes, [RBT_NAMES_WC_OPCODE] = wc_opcodes,
 		[RBT_NAMES_WC_STATUS] = wc_status,  [RBT_NAMES_QP_STATE] = qp_states,
-		[RBT_NAMES_QP_TYPE] = qp_types,
+		[RBT_NAMES_QP_TYPE] = qp_types,	    [RBT_NAMES_CM_FN] = cm_fns,
+		[RBT_NAMES_CM_EVENT] = cm_events,
 	};
 
 	if ((unsigned)which >= RBT_ARRAY_SIZE(tables))
@@ -186,6 +219,11 @@ static const struct {
 	{ "qp_modify", "cur_qp_state", qp_states, 0 },
 	{ "qp_query", "qp_state", qp_states, 0 },
 	{ "qp_create", "qp_type", qp_types, 0 },
+	{ "cm_call", "fn", cm_fns, 0 },
+	{ "cm_event", "event", cm_events, 0 },
+	{ "cm_ack", "event", cm_events, 0 },
+	{ "cm_id", "ps", cm_ps, 0 },
+	{ "cm_id", "qp_type", qp_types, 0 },
 };
 
 /* Prints v by name when the field has names and v is one of them (or, for flags,

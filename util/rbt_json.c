@@ -142,7 +142,7 @@ static void rbt_json_sep(struct rbt_json *j)
 	}
 	uint64_t bit = 1ull << (j->depth % RBT_JSON_MAX_DEPTH);
 	if (j->depth && (j->nonempty & bit))
-		fputc(',', j->f);
+		fputs(j->depth == j->line_depth ? ",\n" : ",", j->f);
 	j->nonempty |= bit;
 }
 

@@ -37,6 +37,9 @@ struct rbt_json {
 	uint32_t depth;
 	bool after_key;
 	uint64_t nonempty; /* bit d: the container at depth d has a member */
+	/* members of the containers at this depth are separated by ",\n" (one per
+	 * line, for documents read line by line); 0: never */
+	uint32_t line_depth;
 };
 
 void rbt_json_init(struct rbt_json *j, FILE *f);

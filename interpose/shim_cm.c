@@ -1,0 +1,768 @@
+/* shim_cm.c - the librdmacm functions librbtrace.so defines in front of the real
+ * ones (Debian's librdmacm.so.1 on hardware, softnic's on softnic), listed with
+ * their version nodes in rbt_verbs.h: each CM call (arguments, connection
+ * parameters, return, errno), each event rdma_get_cm_event returns (before the
+ * program can ack it), each ack, and snapshots of the ids (addresses, GIDs,
+ * path, QP) after the calls and events that fill them.
+ *
+ * librdmacm calls its own exports through the PLT (rdma_create_qp ->
+ * rdma_create_qp_ex, a synchronous id's rdma_resolve_addr -> rdma_get_cm_event,
+ * rdma_create_ep -> rdma_create_id ...): those come back here, and a
+ * thread-local nesting depth marks them (field `nested`). The verbs librdmacm
+ * issues (ibv_create_qp, ibv_modify_qp ...) must still be recorded as verbs, so
+ * the CM wrappers never raise rbt_tls_inside around the real call.
+ *
+ * The recorder never links librdmacm: the next definitions are found with
+ * dlvsym(RTLD_NEXT) on first use, so a program that never loads librdmacm never
+ * reaches this file. Shape of every wrapper as in shim_verbs.c: time, real call,
+ * time, record, return what the real call returned with errno as it left it.
+ * Nothing here may fail the program; no locks, no allocation.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <rdma/rdma_cma.h>
+
+#include "interpose/shim.h"
+
+RBT_VERBS_RDMACM(RBT_NEXT_VER)
+
+/* Depth of CM wrappers this thread is inside (0: the program's own call). */
+static RBT_TLS unsigned rbt_cm_depth;
+
+#define CM_RESOLVE(name)                            \
+	__typeof__(&name) real = rbt_next_##name(); \
+	unsigned nested = rbt_cm_depth;
+
+/* The real call with the depth raised; t0/t1 around it, errno in rerrno. */
+#define CM_CALL(lhs, expr)       \
+	uint64_t t0 = rbt_now(); \
+	rbt_cm_depth++;          \
+	lhs = expr;              \
+	rbt_cm_depth--;          \
+	int rerrno = errno;      \
+	uint64_t t1 = rbt_now();
+
+#define CM_VCALL(expr)           \
+	uint64_t t0 = rbt_now(); \
+	rbt_cm_depth++;          \
+	expr;                    \
+	rbt_cm_depth--;          \
+	int rerrno = errno;      \
+	uint64_t t1 = rbt_now();
+
+/* No librdmacm behind us (cannot happen for a program linked to it; a dlsym'd
+ * call with the library unloaded): fail as a missing function would. */
+#define CM_MISSING(ret)                    \
+	do {                               \
+		if (RBT_UNLIKELY(!real)) { \
+			errno = ENOSYS;    \
+			return ret;        \
+		}                          \
+	} while (0)
+
+/* "a.b.c.d:port", "[v6]:port", "" for none or a family we do not spell. */
+static void cm_addr_text(const struct sockaddr *sa, char *buf, size_t len)
+{
+	char a[INET6_ADDRSTRLEN];
+
+	buf[0] = 0;
+	if (!sa)
+		return;
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *s = (const void *)sa;
+		if (inet_ntop(AF_INET, &s->sin_addr, a, sizeof(a)))
+			snprintf(buf, len, "%s:%u", a, ntohs(s->sin_port));
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *s = (const void *)sa;
+		if (inet_ntop(AF_INET6, &s->sin6_addr, a, sizeof(a)))
+			snprintf(buf, len, "[%s]:%u", a, ntohs(s->sin6_port));
+	} else if (sa->sa_family == AF_IB) {
+		snprintf(buf, len, "ib");
+	}
+}
+
+struct cm_rec {
+	struct rbt_event ev;
+	char src[64], dst[64];
+};
+
+static struct rbt_ev_cm_call *cm_begin(struct cm_rec *r, enum rbt_cm_fn fn, uint64_t t0,
+				       uint64_t t1, int ret, int err, unsigned nested,
+				       struct rdma_cm_id *id)
+{
+	struct rbt_ev_cm_call *e = &r->ev.u.cm_call;
+
+	memset(r, 0, sizeof(*r));
+	r->ev.type = RBT_EV_CM_CALL;
+	r->ev.ts = t0;
+	e->ts_exit = t1;
+	e->ret = ret;
+	e->err = ret ? (uint64_t)err : 0;
+	e->fn = fn;
+	e->nested = nested;
+	e->id = (uintptr_t)id;
+	e->src = r->src;
+	e->dst = r->dst;
+	return e;
+}
+
+static void cm_conn(struct rbt_ev_cm_call *e, const struct rdma_conn_param *p)
+{
+	if (!p)
+		return;
+	e->conn_given = 1;
+	e->responder_resources = p->responder_resources;
+	e->initiator_depth = p->initiator_depth;
+	e->flow_control = p->flow_control;
+	e->retry_count = p->retry_count;
+	e->rnr_retry_count = p->rnr_retry_count;
+	e->srq = p->srq;
+	e->conn_qp_num = p->qp_num;
+	e->private_data_len = p->private_data_len;
+	if (rbt_cfg.payload && p->private_data && p->private_data_len) {
+		e->private_data.data = p->private_data;
+		e->private_data.len = p->private_data_len;
+	}
+}
+
+static void cm_qp(struct rbt_ev_cm_call *e, const struct rdma_cm_id *id)
+{
+	if (id && id->qp) {
+		e->qp = (uintptr_t)id->qp;
+		e->qp_num = id->qp->qp_num;
+	}
+}
+
+/* A snapshot of id (why: the call's fn, or 100 + an event type). */
+static void cm_id_snap(const struct rdma_cm_id *id, unsigned why)
+{
+	struct rbt_event ev = { .type = RBT_EV_CM_ID, .ts = rbt_now() };
+	struct rbt_ev_cm_id *e = &ev.u.cm_id;
+	char src[64], dst[64];
+
+	if (!id)
+		return;
+	e->why = why;
+	e->id = (uintptr_t)id;
+	e->channel = (uintptr_t)id->channel;
+	e->ctx = (uintptr_t)id->verbs;
+	e->qp = (uintptr_t)id->qp;
+	e->qp_num = id->qp ? id->qp->qp_num : 0;
+	e->ps = id->ps;
+	e->qp_type = id->qp_type;
+	e->port_num = id->port_num;
+	cm_addr_text(&id->route.addr.src_addr, src, sizeof(src));
+	cm_addr_text(&id->route.addr.dst_addr, dst, sizeof(dst));
+	e->src = src;
+	e->dst = dst;
+	e->sgid.data = id->route.addr.addr.ibaddr.sgid.raw;
+	e->sgid.len = 16;
+	e->dgid.data = id->route.addr.addr.ibaddr.dgid.raw;
+	e->dgid.len = 16;
+	e->pkey = id->route.addr.addr.ibaddr.pkey;
+	e->num_paths = id->route.num_paths > 0 ? (uint64_t)id->route.num_paths : 0;
+	if (id->route.num_paths > 0 && id->route.path_rec) {
+		const struct ibv_sa_path_rec *p = id->route.path_rec;
+		e->path_mtu = p->mtu;
+		e->path_sl = p->sl;
+		e->path_rate = p->rate;
+		e->packet_life_time = p->packet_life_time;
+		e->hop_limit = p->hop_limit;
+		e->dlid = ntohs(p->dlid);
+		e->slid = ntohs(p->slid);
+	}
+	rbt_emit(&ev);
+}
+
+static int cm_is_ud(const struct rdma_cm_event *ev)
+{
+	if (ev->event == RDMA_CM_EVENT_MULTICAST_JOIN ||
+	    ev->event == RDMA_CM_EVENT_MULTICAST_ERROR)
+		return 1;
+	return ev->id && (ev->id->ps == RDMA_PS_UDP || ev->id->ps == RDMA_PS_IPOIB);
+}
+
+/* ---- channels ----------------------------------------------------------------- */
+RBT_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
+{
+	CM_RESOLVE(rdma_create_event_channel);
+	CM_MISSING(NULL);
+	if (!rbt_recording())
+		return real();
+	CM_CALL(struct rdma_event_channel * ch, real());
+	struct cm_rec r;
+	struct rbt_ev_cm_call *e = cm_begin(&r, RBT_CM_CREATE_EVENT_CHANNEL, t0, t1,
+					    ch ? 0 : -1, rerrno, nested, NULL);
+	e->channel = (uintptr_t)ch;
+	e->arg = ch ? (uint64_t)ch->fd : 0;
+	rbt_emit(&r.ev);
+	errno = rerrno;
+	return ch;
+}
+
+RBT_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
+{
+	CM_RESOLVE(rdma_destroy_event_channel);
+	if (!real)
+		return;
+	if (!rbt_recording()) {
+		real(channel);
+		return;
+	}
+	CM_VCALL(real(channel));
+	struct cm_rec r;
+	struct rbt_ev_cm_call *e =
+		cm_begin(&r, RBT_CM_DESTROY_EVENT_CHANNEL, t0, t1, 0, 0, nested, NULL);
+	e->channel = (uintptr_t)channel;
+	rbt_emit(&r.ev);
+	errno = rerrno;
+}
+
+/* ---- ids ------------------------------------------------------------------------ */
+RBT_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id,
+			      void *context, enum rdma_port_space ps)
+{
+	CM_RESOLVE(rdma_create_id);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(channel, id, context, ps);
+	CM_CALL(int ret, real(channel, id, context, ps));
+	struct cm_rec r;
+	struct rdma_cm_id *nid = !ret && id ? *id : NULL;
+	struct rbt_ev_cm_call *e =
+		cm_begin(&r, RBT_CM_CREATE_ID, t0, t1, ret, rerrno, nested, nid);
+	e->channel = (uintptr_t)(nid ? nid->channel : channel);
+	e->arg = ps;
+	e->arg2 = nid ? nid->qp_type : 0;
+	rbt_emit(&r.ev);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res,
+			      struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init_attr)
+{
+	CM_RESOLVE(rdma_create_ep);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id, res, pd, qp_init_attr);
+	CM_CALL(int ret, real(id, res, pd, qp_init_attr));
+	struct cm_rec r;
+	struct rdma_cm_id *nid = !ret && id ? *id : NULL;
+	struct rbt_ev_cm_call *e =
+		cm_begin(&r, RBT_CM_CREATE_EP, t0, t1, ret, rerrno, nested, nid);
+	if (res) {
+		cm_addr_text(res->ai_src_addr, r.src, sizeof(r.src));
+		cm_addr_text(res->ai_dst_addr, r.dst, sizeof(r.dst));
+		e->arg = (uint64_t)res->ai_port_space;
+		e->arg2 = (uint64_t)res->ai_qp_type;
+	}
+	if (nid)
+		e->channel = (uintptr_t)nid->channel;
+	cm_qp(e, nid);
+	rbt_emit(&r.ev);
+	if (nid)
+		cm_id_snap(nid, RBT_CM_CREATE_EP);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT void rdma_destroy_ep(struct rdma_cm_id *id)
+{
+	CM_RESOLVE(rdma_destroy_ep);
+	if (!real)
+		return;
+	if (!rbt_recording()) {
+		real(id);
+		return;
+	}
+	CM_VCALL(real(id));
+	struct cm_rec r;
+	cm_begin(&r, RBT_CM_DESTROY_EP, t0, t1, 0, 0, nested, id);
+	rbt_emit(&r.ev);
+	errno = rerrno;
+}
+
+RBT_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
+{
+	CM_RESOLVE(rdma_destroy_id);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id);
+	/* destroy waits for every delivered event to be acked: say it began, so a
+	 * destroy that never returns is still in the trace. */
+	struct cm_rec r;
+	cm_begin(&r, RBT_CM_DESTROY_ID_BEGIN, rbt_now(), 0, 0, 0, nested, id);
+	r.ev.u.cm_call.ts_exit = r.ev.ts;
+	rbt_emit(&r.ev);
+	CM_CALL(int ret, real(id));
+	cm_begin(&r, RBT_CM_DESTROY_ID, t0, t1, ret, rerrno, nested, id);
+	rbt_emit(&r.ev);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
+{
+	CM_RESOLVE(rdma_migrate_id);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id, channel);
+	CM_CALL(int ret, real(id, channel));
+	struct cm_rec r;
+	struct rbt_ev_cm_call *e =
+		cm_begin(&r, RBT_CM_MIGRATE_ID, t0, t1, ret, rerrno, nested, id);
+	e->channel = (uintptr_t)(!ret && id ? id->channel : channel);
+	rbt_emit(&r.ev);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname,
+			       void *optval, size_t optlen)
+{
+	CM_RESOLVE(rdma_set_option);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id, level, optname, optval, optlen);
+	CM_CALL(int ret, real(id, level, optname, optval, optlen));
+	struct cm_rec r;
+	struct rbt_ev_cm_call *e =
+		cm_begin(&r, RBT_CM_SET_OPTION, t0, t1, ret, rerrno, nested, id);
+	e->arg = (uint64_t)(unsigned)optname;
+	e->arg2 = (uint64_t)(unsigned)level;
+	rbt_emit(&r.ev);
+	errno = rerrno;
+	return ret;
+}
+
+/* ---- addresses and routes -------------------------------------------------------- */
+RBT_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	CM_RESOLVE(rdma_bind_addr);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id, addr);
+	CM_CALL(int ret, real(id, addr));
+	struct cm_rec r;
+	cm_begin(&r, RBT_CM_BIND_ADDR, t0, t1, ret, rerrno, nested, id);
+	cm_addr_text(addr, r.src, sizeof(r.src));
+	rbt_emit(&r.ev);
+	if (!ret)
+		cm_id_snap(id, RBT_CM_BIND_ADDR);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
+				 struct sockaddr *dst_addr, int timeout_ms)
+{
+	CM_RESOLVE(rdma_resolve_addr);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id, src_addr, dst_addr, timeout_ms);
+	CM_CALL(int ret, real(id, src_addr, dst_addr, timeout_ms));
+	struct cm_rec r;
+	struct rbt_ev_cm_call *e =
+		cm_begin(&r, RBT_CM_RESOLVE_ADDR, t0, t1, ret, rerrno, nested, id);
+	cm_addr_text(src_addr, r.src, sizeof(r.src));
+	cm_addr_text(dst_addr, r.dst, sizeof(r.dst));
+	e->arg = (uint64_t)(unsigned)timeout_ms;
+	rbt_emit(&r.ev);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
+{
+	CM_RESOLVE(rdma_resolve_route);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id, timeout_ms);
+	CM_CALL(int ret, real(id, timeout_ms));
+	struct cm_rec r;
+	struct rbt_ev_cm_call *e =
+		cm_begin(&r, RBT_CM_RESOLVE_ROUTE, t0, t1, ret, rerrno, nested, id);
+	e->arg = (uint64_t)(unsigned)timeout_ms;
+	rbt_emit(&r.ev);
+	errno = rerrno;
+	return ret;
+}
+
+/* ---- QPs ------------------------------------------------------------------------- */
+RBT_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd,
+			      struct ibv_qp_init_attr *qp_init_attr)
+{
+	CM_RESOLVE(rdma_create_qp);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id, pd, qp_init_attr);
+	CM_CALL(int ret, real(id, pd, qp_init_attr));
+	struct cm_rec r;
+	struct rbt_ev_cm_call *e =
+		cm_begin(&r, RBT_CM_CREATE_QP, t0, t1, ret, rerrno, nested, id);
+	e->arg = qp_init_attr ? qp_init_attr->qp_type : 0;
+	cm_qp(e, id);
+	rbt_emit(&r.ev);
+	if (!ret && !nested)
+		cm_id_snap(id, RBT_CM_CREATE_QP);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
+{
+	CM_RESOLVE(rdma_create_qp_ex);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id, attr);
+	CM_CALL(int ret, real(id, attr));
+	struct cm_rec r;
+	struct rbt_ev_cm_call *e =
+		cm_begin(&r, RBT_CM_CREATE_QP_EX, t0, t1, ret, rerrno, nested, id);
+	e->arg = attr ? attr->qp_type : 0;
+	cm_qp(e, id);
+	rbt_emit(&r.ev);
+	if (!ret && !nested)
+		cm_id_snap(id, RBT_CM_CREATE_QP_EX);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
+{
+	CM_RESOLVE(rdma_destroy_qp);
+	if (!real)
+		return;
+	if (!rbt_recording()) {
+		real(id);
+		return;
+	}
+	struct cm_rec r;
+	struct ibv_qp *qp = id ? id->qp : NULL;
+	CM_VCALL(real(id));
+	struct rbt_ev_cm_call *e =
+		cm_begin(&r, RBT_CM_DESTROY_QP, t0, t1, 0, 0, nested, id);
+	e->qp = (uintptr_t)qp;
+	rbt_emit(&r.ev);
+	errno = rerrno;
+}
+
+RBT_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr,
+				 int *qp_attr_mask)
+{
+	CM_RESOLVE(rdma_init_qp_attr);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id, qp_attr, qp_attr_mask);
+	CM_CALL(int ret, real(id, qp_attr, qp_attr_mask));
+	struct cm_rec r;
+	struct rbt_ev_cm_call *e =
+		cm_begin(&r, RBT_CM_INIT_QP_ATTR, t0, t1, ret, rerrno, nested, id);
+	if (!ret && qp_attr && qp_attr_mask) {
+		e->arg = (uint64_t)(unsigned)*qp_attr_mask;
+		e->arg2 = qp_attr->qp_state;
+	}
+	cm_qp(e, id);
+	rbt_emit(&r.ev);
+	errno = rerrno;
+	return ret;
+}
+
+/* ---- connections ----------------------------------------------------------------- */
+RBT_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
+{
+	CM_RESOLVE(rdma_connect);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id, conn_param);
+	CM_CALL(int ret, real(id, conn_param));
+	struct cm_rec r;
+	struct rbt_ev_cm_call *e =
+		cm_begin(&r, RBT_CM_CONNECT, t0, t1, ret, rerrno, nested, id);
+	cm_conn(e, conn_param);
+	cm_qp(e, id);
+	if (id)
+		cm_addr_text(&id->route.addr.dst_addr, r.dst, sizeof(r.dst));
+	rbt_emit(&r.ev);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int rdma_establish(struct rdma_cm_id *id)
+{
+	CM_RESOLVE(rdma_establish);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id);
+	CM_CALL(int ret, real(id));
+	struct cm_rec r;
+	struct rbt_ev_cm_call *e =
+		cm_begin(&r, RBT_CM_ESTABLISH, t0, t1, ret, rerrno, nested, id);
+	cm_qp(e, id);
+	rbt_emit(&r.ev);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
+{
+	CM_RESOLVE(rdma_listen);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id, backlog);
+	CM_CALL(int ret, real(id, backlog));
+	struct cm_rec r;
+	struct rbt_ev_cm_call *e =
+		cm_begin(&r, RBT_CM_LISTEN, t0, t1, ret, rerrno, nested, id);
+	e->arg = (uint64_t)(unsigned)backlog;
+	if (id)
+		cm_addr_text(&id->route.addr.src_addr, r.src, sizeof(r.src));
+	rbt_emit(&r.ev);
+	if (!ret)
+		cm_id_snap(id, RBT_CM_LISTEN);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
+{
+	CM_RESOLVE(rdma_get_request);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(listen, id);
+	CM_CALL(int ret, real(listen, id));
+	struct cm_rec r;
+	struct rdma_cm_id *nid = !ret && id ? *id : NULL;
+	struct rbt_ev_cm_call *e =
+		cm_begin(&r, RBT_CM_GET_REQUEST, t0, t1, ret, rerrno, nested, nid);
+	e->listen_id = (uintptr_t)listen;
+	cm_qp(e, nid);
+	rbt_emit(&r.ev);
+	if (nid)
+		cm_id_snap(nid, RBT_CM_GET_REQUEST);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
+{
+	CM_RESOLVE(rdma_accept);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id, conn_param);
+	CM_CALL(int ret, real(id, conn_param));
+	struct cm_rec r;
+	struct rbt_ev_cm_call *e =
+		cm_begin(&r, RBT_CM_ACCEPT, t0, t1, ret, rerrno, nested, id);
+	cm_conn(e, conn_param);
+	cm_qp(e, id);
+	rbt_emit(&r.ev);
+	errno = rerrno;
+	return ret;
+}
+
+static int cm_reject(enum rbt_cm_fn fn, __typeof__(&rdma_reject) real, unsigned nested,
+		     struct rdma_cm_id *id, const void *pdata, uint8_t len)
+{
+	CM_CALL(int ret, real(id, pdata, len));
+	struct cm_rec r;
+	struct rbt_ev_cm_call *e = cm_begin(&r, fn, t0, t1, ret, rerrno, nested, id);
+	e->private_data_len = len;
+	if (rbt_cfg.payload && pdata && len) {
+		e->private_data.data = pdata;
+		e->private_data.len = len;
+	}
+	rbt_emit(&r.ev);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *private_data,
+			   uint8_t private_data_len)
+{
+	CM_RESOLVE(rdma_reject);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id, private_data, private_data_len);
+	return cm_reject(RBT_CM_REJECT, real, nested, id, private_data, private_data_len);
+}
+
+RBT_EXPORT int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data,
+			       uint8_t private_data_len)
+{
+	CM_RESOLVE(rdma_reject_ece);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id, private_data, private_data_len);
+	return cm_reject(RBT_CM_REJECT, real, nested, id, private_data, private_data_len);
+}
+
+RBT_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
+{
+	CM_RESOLVE(rdma_disconnect);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id);
+	CM_CALL(int ret, real(id));
+	struct cm_rec r;
+	struct rbt_ev_cm_call *e =
+		cm_begin(&r, RBT_CM_DISCONNECT, t0, t1, ret, rerrno, nested, id);
+	cm_qp(e, id);
+	rbt_emit(&r.ev);
+	errno = rerrno;
+	return ret;
+}
+
+/* ---- multicast ------------------------------------------------------------------- */
+RBT_EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr,
+				   void *context)
+{
+	CM_RESOLVE(rdma_join_multicast);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id, addr, context);
+	CM_CALL(int ret, real(id, addr, context));
+	struct cm_rec r;
+	cm_begin(&r, RBT_CM_JOIN_MULTICAST, t0, t1, ret, rerrno, nested, id);
+	cm_addr_text(addr, r.dst, sizeof(r.dst));
+	rbt_emit(&r.ev);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id,
+				      struct rdma_cm_join_mc_attr_ex *attr, void *context)
+{
+	CM_RESOLVE(rdma_join_multicast_ex);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id, attr, context);
+	CM_CALL(int ret, real(id, attr, context));
+	struct cm_rec r;
+	struct rbt_ev_cm_call *e =
+		cm_begin(&r, RBT_CM_JOIN_MULTICAST, t0, t1, ret, rerrno, nested, id);
+	if (attr) {
+		cm_addr_text(attr->addr, r.dst, sizeof(r.dst));
+		e->arg = attr->join_flags;
+		e->arg2 = 1; /* the _ex form */
+	}
+	rbt_emit(&r.ev);
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	CM_RESOLVE(rdma_leave_multicast);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(id, addr);
+	CM_CALL(int ret, real(id, addr));
+	struct cm_rec r;
+	cm_begin(&r, RBT_CM_LEAVE_MULTICAST, t0, t1, ret, rerrno, nested, id);
+	cm_addr_text(addr, r.dst, sizeof(r.dst));
+	rbt_emit(&r.ev);
+	errno = rerrno;
+	return ret;
+}
+
+/* ---- events ---------------------------------------------------------------------- */
+RBT_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel,
+				 struct rdma_cm_event **event)
+{
+	CM_RESOLVE(rdma_get_cm_event);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(channel, event);
+	CM_CALL(int ret, real(channel, event));
+	struct rbt_event ev = { .type = RBT_EV_CM_EVENT, .ts = t0 };
+	struct rbt_ev_cm_event *e = &ev.u.cm_event;
+	const struct rdma_cm_event *c = !ret && event ? *event : NULL;
+
+	e->ts_exit = t1;
+	e->ret = ret;
+	e->err = ret ? (uint64_t)rerrno : 0;
+	e->nested = nested;
+	e->channel = (uintptr_t)channel;
+	if (c) {
+		e->ev = (uintptr_t)c;
+		e->id = (uintptr_t)c->id;
+		e->listen_id = (uintptr_t)c->listen_id;
+		e->event = c->event;
+		e->status = c->status;
+		if (cm_is_ud(c)) {
+			e->ud = 1;
+			e->ud_qp_num = c->param.ud.qp_num;
+			e->qkey = c->param.ud.qkey;
+			e->private_data_len = c->param.ud.private_data_len;
+			if (rbt_cfg.payload && c->param.ud.private_data &&
+			    c->param.ud.private_data_len) {
+				e->private_data.data = c->param.ud.private_data;
+				e->private_data.len = c->param.ud.private_data_len;
+			}
+		} else {
+			const struct rdma_conn_param *p = &c->param.conn;
+			e->responder_resources = p->responder_resources;
+			e->initiator_depth = p->initiator_depth;
+			e->flow_control = p->flow_control;
+			e->retry_count = p->retry_count;
+			e->rnr_retry_count = p->rnr_retry_count;
+			e->srq = p->srq;
+			e->conn_qp_num = p->qp_num;
+			e->private_data_len = p->private_data_len;
+			if (rbt_cfg.payload && p->private_data && p->private_data_len) {
+				e->private_data.data = p->private_data;
+				e->private_data.len = p->private_data_len;
+			}
+		}
+	}
+	rbt_emit(&ev);
+	if (c) {
+		switch (c->event) {
+		case RDMA_CM_EVENT_ADDR_RESOLVED:
+		case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		case RDMA_CM_EVENT_CONNECT_REQUEST:
+		case RDMA_CM_EVENT_CONNECT_RESPONSE:
+		case RDMA_CM_EVENT_ESTABLISHED:
+		case RDMA_CM_EVENT_MULTICAST_JOIN:
+			cm_id_snap(c->id, 100 + (unsigned)c->event);
+			break;
+		default:
+			break;
+		}
+	}
+	errno = rerrno;
+	return ret;
+}
+
+RBT_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
+{
+	CM_RESOLVE(rdma_ack_cm_event);
+	CM_MISSING(-1);
+	if (!rbt_recording())
+		return real(event);
+	/* read before the call: the ack frees the event */
+	uint64_t id = event ? (uintptr_t)event->id : 0;
+	uint64_t type = event ? (uint64_t)event->event : 0;
+	CM_CALL(int ret, real(event));
+	struct rbt_event ev = { .type = RBT_EV_CM_ACK, .ts = t0 };
+	struct rbt_ev_cm_ack *e = &ev.u.cm_ack;
+
+	e->ts_exit = t1;
+	e->ret = ret;
+	e->err = ret ? (uint64_t)rerrno : 0;
+	e->nested = nested;
+	e->ev = (uintptr_t)event;
+	e->id = id;
+	e->event = type;
+	rbt_emit(&ev);
+	errno = rerrno;
+	return ret;
+}
