@@ -23,6 +23,8 @@ static const struct rbt_cmd cmds[] = {
 	  rbt_cmd_diff },
 	{ "report", "where the time went (post / NIC / poll), statistics, diagnoses",
 	  rbt_cmd_report },
+	{ "export", "one CSV / NDJSON row per WR or resource, for DuckDB, Spark, pandas",
+	  rbt_cmd_export },
 	{ "softnic", "run a program on softnic, the userspace RDMA device; counters",
 	  rbt_cmd_softnic },
 };

@@ -279,14 +279,19 @@ void rbt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *rbt_real(const char *name, const char *version);
 
 /* rbt_next_<name>(): the next definition of a function listed in rbt_verbs.h,
- * under the version listed there (glibc's by name), resolved once per file. */
-#define RBT_NEXT_DEF(name, ver, ret, params, lookup_ver)                    \
-	static inline __typeof__(&name) rbt_next_##name(void)               \
-	{                                                                   \
-		static __typeof__(&name) p;                                 \
-		if (RBT_UNLIKELY(!p))                                       \
-			p = (__typeof__(&name))rbt_real(#name, lookup_ver); \
-		return p;                                                   \
+ * under the version listed there (glibc's by name), resolved once per file.
+ * Threads may make their first call at once: the slot is read and written
+ * atomically (relaxed: every thread stores the same address). */
+#define RBT_NEXT_DEF(name, ver, ret, params, lookup_ver)                        \
+	static inline __typeof__(&name) rbt_next_##name(void)                   \
+	{                                                                       \
+		static __typeof__(&name) slot;                                  \
+		__typeof__(&name) p = __atomic_load_n(&slot, __ATOMIC_RELAXED); \
+		if (RBT_UNLIKELY(!p)) {                                         \
+			p = (__typeof__(&name))rbt_real(#name, lookup_ver);     \
+			__atomic_store_n(&slot, p, __ATOMIC_RELAXED);           \
+		}                                                               \
+		return p;                                                       \
 	}
 #define RBT_NEXT_VER(name, ver, ret, params)  RBT_NEXT_DEF(name, ver, ret, params, ver)
 #define RBT_NEXT_NAME(name, ver, ret, params) RBT_NEXT_DEF(name, ver, ret, params, NULL)

@@ -579,8 +579,8 @@ static void rbt_seal_rings(void)
 {
 	struct rbt_ring *fin = rbt_finisher_ring, *r;
 	uint64_t drained, t0 = rbt_now();
-	uint64_t limit =
-		(rbt_tsc_hz ? rbt_tsc_hz : 3000000000ull) / 1000 * RBT_SEAL_WAIT_MS;
+	uint64_t hz = __atomic_load_n(&rbt_tsc_hz, __ATOMIC_RELAXED); /* any thread */
+	uint64_t limit = (hz ? hz : 3000000000ull) / 1000 * RBT_SEAL_WAIT_MS;
 	int busy;
 
 	atomic_store(&rbt_state, RBT_STATE_SEALED);
@@ -642,10 +642,13 @@ void *rbt_drainer_main(void *arg)
 	}
 	atomic_store(&rbt_drainer_tid, me);
 	if (!rbt_tsc_hz) {
-		rbt_tsc_hz = rbt_calibrate(&rbt_start_pair, 20);
-		if (!rbt_tsc_hz)
-			rbt_tsc_hz = 1000000000ull;
-		rbt_cfg.flush_ticks = rbt_tsc_hz / 1000 * rbt_cfg.flush_ms;
+		/* the traced threads read both (atomically) while we set them */
+		uint64_t hz = rbt_calibrate(&rbt_start_pair, 20);
+		if (!hz)
+			hz = 1000000000ull;
+		__atomic_store_n(&rbt_tsc_hz, hz, __ATOMIC_RELAXED);
+		__atomic_store_n(&rbt_cfg.flush_ticks, hz / 1000 * rbt_cfg.flush_ms,
+				 __ATOMIC_RELAXED);
 	}
 	pthread_mutex_lock(&rbt_writer_lock);
 	rbt_open_writer();

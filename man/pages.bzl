@@ -10,6 +10,7 @@ CMDS = [
     "replay",
     "diff",
     "report",
+    "export",
     "softnic",
 ]
 

@@ -20,14 +20,20 @@
 
 #include "softnic_data.h"
 
+/* Posting threads race to fill the cache: atomics (each stores what the others
+ * would; release/acquire publish the struct sn_rproc_get() filled; a stale pid
+ * only looks the process up once more). */
 static struct sn_rproc *sn_self_proc(void)
 {
-	static struct sn_rproc *self;
+	static struct sn_rproc *self_slot;
 	static pid_t self_pid;
+	struct sn_rproc *self = __atomic_load_n(&self_slot, __ATOMIC_ACQUIRE);
 
-	if (SN_UNLIKELY(!self || self_pid != sn_g.pid)) {
+	if (SN_UNLIKELY(!self ||
+			__atomic_load_n(&self_pid, __ATOMIC_RELAXED) != sn_g.pid)) {
 		self = sn_rproc_get(sn_g.procid);
-		self_pid = sn_g.pid;
+		__atomic_store_n(&self_slot, self, __ATOMIC_RELEASE);
+		__atomic_store_n(&self_pid, sn_g.pid, __ATOMIC_RELAXED);
 	}
 	return self;
 }

@@ -261,11 +261,14 @@ struct sn_cq {
 	struct sn_cqe cur; /* entry being read through start/next_poll */
 	bool polling;
 	int chan_wfd; /* our own write end for self-notification */
-	uint32_t empty_polls;
-	_Atomic int poll_lock; /* consumers of one CQ take turns, as in mlx5 */
-	bool single_threaded;  /* IBV_CREATE_CQ_ATTR_SINGLE_THREADED: no lock */
-	uint32_t spin_budget;  /* adaptive: empty polls before sleeping */
-	bool slept;
+	/* empty_polls, spin_budget and slept are updated outside poll_lock by
+	 * every thread polling the CQ: atomics (a lost update only retunes the
+	 * spinning), the paths that write them spin or sleep anyway */
+	_Atomic uint32_t empty_polls;
+	_Atomic int poll_lock;	      /* consumers of one CQ take turns, as in mlx5 */
+	bool single_threaded;	      /* IBV_CREATE_CQ_ATTR_SINGLE_THREADED: no lock */
+	_Atomic uint32_t spin_budget; /* adaptive: empty polls before sleeping */
+	_Atomic bool slept;
 	struct sn_cq *next_live;
 };
 

@@ -94,7 +94,9 @@ static uint64_t sn_run_next_start(uint64_t va)
 	return best;
 }
 
-__attribute__((no_sanitize("address"))) static void
+/* Whole pages: other objects' bytes, freed or being written by other threads,
+ * are copied as they are, so neither ASan nor TSan may look. */
+__attribute__((no_sanitize("address", "thread"))) static void
 sn_copy_pages(void *dst, const void *src, size_t len)
 {
 	const volatile uint64_t *s = src;

@@ -18,6 +18,12 @@
 
 #include "softnic_data.h"
 
+/* A QP's pend_head and pend_next_try_ns are written under its lock and read
+ * without it by the helper thread (sn_helper_pass): relaxed atomic accesses,
+ * plain moves on x86. */
+#define SN_PEND_SET(f, v) __atomic_store_n(&(f), (v), __ATOMIC_RELAXED)
+#define SN_PEND_GET(f)	  __atomic_load_n(&(f), __ATOMIC_RELAXED)
+
 void sn_spin_lock(_Atomic int *l)
 {
 	int spins = 0;
@@ -82,7 +88,7 @@ static void sn_pend_pop_flush(struct sn_qp *qp)
 	while (qp->pend_head) {
 		struct sn_pend *p = qp->pend_head;
 
-		qp->pend_head = p->next;
+		SN_PEND_SET(qp->pend_head, p->next);
 		if (!qp->pend_head) {
 			qp->pend_tail = NULL;
 			atomic_fetch_sub(&sn_npending, 1);
@@ -99,7 +105,7 @@ void sn_pend_free_all(struct sn_qp *qp)
 	while (qp->pend_head) {
 		struct sn_pend *p = qp->pend_head;
 
-		qp->pend_head = p->next;
+		SN_PEND_SET(qp->pend_head, p->next);
 		if (!qp->pend_head)
 			atomic_fetch_sub(&sn_npending, 1);
 		free(p->w.inl);
@@ -176,9 +182,9 @@ static bool sn_pend_add(struct sn_qp *qp, struct sn_swr *w)
 	if (qp->pend_tail)
 		qp->pend_tail->next = p;
 	else {
-		qp->pend_head = p;
+		SN_PEND_SET(qp->pend_head, p);
 		qp->pend_deadline_ns = 0;
-		qp->pend_next_try_ns = 0;
+		SN_PEND_SET(qp->pend_next_try_ns, 0);
 		atomic_fetch_add(&sn_npending, 1);
 	}
 	qp->pend_tail = p;
@@ -237,14 +243,14 @@ static void sn_progress(struct sn_qp *qp)
 
 				if (step > 10000000)
 					step = 10000000;
-				qp->pend_next_try_ns = now + step;
+				SN_PEND_SET(qp->pend_next_try_ns, now + step);
 				SN_ADD1(qp->shm->cnt.retries, 1);
 				return;
 			}
 			st = r == SN_RETRY_RNR ? IBV_WC_RNR_RETRY_EXC_ERR
 					       : IBV_WC_RETRY_EXC_ERR;
 		}
-		qp->pend_head = p->next;
+		SN_PEND_SET(qp->pend_head, p->next);
 		if (!qp->pend_head) {
 			qp->pend_tail = NULL;
 			atomic_fetch_sub(&sn_npending, 1);
@@ -335,13 +341,15 @@ static void sn_helper_pass(uint64_t *earliest)
 				sn_progress(qp);
 			sn_qp_unlock(qp);
 		}
-		if (!qp->pend_head) {
+		/* the QP may be busy (its lock taken by a poster): both reads
+		 * below are racy by design, hence SN_PEND_GET */
+		if (!SN_PEND_GET(qp->pend_head)) {
 			qp->on_helper = false;
 			*pp = qp->helper_next;
 			continue;
 		}
-		if (earliest && qp->pend_next_try_ns < *earliest)
-			*earliest = qp->pend_next_try_ns;
+		if (earliest && SN_PEND_GET(qp->pend_next_try_ns) < *earliest)
+			*earliest = SN_PEND_GET(qp->pend_next_try_ns);
 		pp = &qp->helper_next;
 	}
 }
