@@ -300,6 +300,7 @@ static bool sn_hstarted;
 struct sn_dnote {
 	struct sn_dnote *next;
 	struct sn_cq_shm *cq;
+	bool if_armed; /* moderation: only if the CQ is still armed then */
 	uint64_t when, cookie;
 	char path[SN_NAME];
 };
@@ -315,7 +316,8 @@ static void sn_dnotes_pass(uint64_t *earliest)
 			int fd = -1;
 
 			atomic_store(&d->cq->dnote, 0);
-			sn_notify_fd(&fd, d->path, d->cookie);
+			if (!d->if_armed || atomic_exchange(&d->cq->armed, 0))
+				sn_notify_fd(&fd, d->path, d->cookie);
 			if (fd >= 0)
 				close(fd);
 			*pp = d->next;
@@ -436,18 +438,41 @@ void sn_helper_kick(struct sn_qp *qp)
 	pthread_mutex_unlock(&sn_hm);
 }
 
+static void sn_delay_notify_how(struct sn_cq_shm *cq, uint64_t when, bool if_armed);
+
 void sn_delay_notify(struct sn_cq_shm *cq, uint64_t when)
+{
+	sn_delay_notify_how(cq, when, false);
+}
+
+void sn_delay_notify_armed(struct sn_cq_shm *cq, uint64_t when)
+{
+	sn_delay_notify_how(cq, when, true);
+}
+
+static void sn_delay_notify_how(struct sn_cq_shm *cq, uint64_t when, bool if_armed)
 {
 	struct sn_dnote *d;
 
-	if (atomic_exchange(&cq->dnote, 1))
-		return; /* one event per arm: a pending one will do */
+	if (atomic_exchange(&cq->dnote, 1)) {
+		/* one event per arm: a pending one will do, but it must not
+		 * wait for an arm this caller already took */
+		if (!if_armed) {
+			pthread_mutex_lock(&sn_hm);
+			for (d = sn_dnotes; d; d = d->next)
+				if (d->cq == cq)
+					d->if_armed = false;
+			pthread_mutex_unlock(&sn_hm);
+		}
+		return;
+	}
 	d = calloc(1, sizeof(*d));
 	if (!d) {
 		atomic_store(&cq->dnote, 0);
 		return;
 	}
 	d->cq = cq;
+	d->if_armed = if_armed;
 	d->when = when;
 	d->cookie = cq->cookie;
 	memcpy(d->path, cq->chan_path, sizeof(d->path));
