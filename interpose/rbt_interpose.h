@@ -42,10 +42,10 @@
 /* ms of the window before a trigger (default 0: the whole ring) and after it
  * (default 100). */
 #define RBT_ENV_FLIGHT_BEFORE_MS "RBTRACE_FLIGHT_BEFORE_MS"
-#define RBT_ENV_FLIGHT_AFTER_MS "RBTRACE_FLIGHT_AFTER_MS"
+#define RBT_ENV_FLIGHT_AFTER_MS	 "RBTRACE_FLIGHT_AFTER_MS"
 /* Rate limit: least ms between snapshots (default 1000), most per process (32). */
 #define RBT_ENV_FLIGHT_GAP_MS "RBTRACE_FLIGHT_GAP_MS"
-#define RBT_ENV_FLIGHT_MAX "RBTRACE_FLIGHT_MAX"
+#define RBT_ENV_FLIGHT_MAX    "RBTRACE_FLIGHT_MAX"
 /* Stall trigger: signaled send WRs outstanding and no completion for this many
  * ms (default 1000, 0 = off). */
 #define RBT_ENV_FLIGHT_STALL_MS "RBTRACE_FLIGHT_STALL_MS"

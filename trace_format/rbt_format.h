@@ -846,15 +846,15 @@ struct rbt_header {
 size_t rbt_series_path(const char *first, uint32_t index, char *buf, size_t len);
 
 /* What fired a flight-recorder snapshot (the snapshot event's trigger). */
-#define RBT_TRIGGER_LIST(X)                                   \
-	X(ERROR_WC, 1, "error_completion")                    \
-	X(QP_ERR, 2, "qp_error")                              \
-	X(ASYNC_EVENT, 3, "async_event")                      \
-	X(STALL, 4, "stall")                                  \
-	X(SLOW_POST, 5, "slow_post")                          \
-	X(SLOW_POLL, 6, "slow_poll")                          \
-	X(SIGNAL, 7, "sigusr2")                               \
-	X(REQUEST, 8, "request") /* rbtrace snapshot PID */    \
+#define RBT_TRIGGER_LIST(X)                                 \
+	X(ERROR_WC, 1, "error_completion")                  \
+	X(QP_ERR, 2, "qp_error")                            \
+	X(ASYNC_EVENT, 3, "async_event")                    \
+	X(STALL, 4, "stall")                                \
+	X(SLOW_POST, 5, "slow_post")                        \
+	X(SLOW_POLL, 6, "slow_poll")                        \
+	X(SIGNAL, 7, "sigusr2")                             \
+	X(REQUEST, 8, "request") /* rbtrace snapshot PID */ \
 	X(END, 9, "end")	 /* the recording ended */
 
 enum rbt_trigger {
@@ -867,13 +867,13 @@ const char *rbt_trigger_name(uint64_t trigger);
 
 /* How the recording ended (trailer end_how). 0: not said (older writers, or a
  * writer that is not a recorder). */
-#define RBT_END_LIST(X)                                                    \
-	X(UNKNOWN, 0, "not said")                                          \
-	X(EXIT, 1, "exit")     /* exit() or return from main: exit_code */ \
-	X(SIGNAL, 2, "signal") /* killed by end_signal */                  \
-	X(EXEC, 3, "exec")     /* the image was replaced */                \
-	X(UNLOAD, 4, "unload") /* recorder unloaded without exit */     \
-	X(ROTATED, 5, "rotated") /* continues in the series' next file */ \
+#define RBT_END_LIST(X)                                                        \
+	X(UNKNOWN, 0, "not said")                                              \
+	X(EXIT, 1, "exit")	   /* exit() or return from main: exit_code */ \
+	X(SIGNAL, 2, "signal")	   /* killed by end_signal */                  \
+	X(EXEC, 3, "exec")	   /* the image was replaced */                \
+	X(UNLOAD, 4, "unload")	   /* recorder unloaded without exit */        \
+	X(ROTATED, 5, "rotated")   /* continues in the series' next file */    \
 	X(SNAPSHOT, 6, "snapshot") /* a flight snapshot; the process went on */
 
 enum rbt_end {
@@ -926,8 +926,8 @@ struct rbt_writer_opts {
 #define RBT_CHUNK_CARRIED 1u
 
 /* A writer whose chunks go to opts->sink (required). */
-int rbt_writer_open_sink(const struct rbt_header *hdr,
-			 const struct rbt_writer_opts *opts, struct rbt_writer **out);
+int rbt_writer_open_sink(const struct rbt_header *hdr, const struct rbt_writer_opts *opts,
+			 struct rbt_writer **out);
 /* Writes a chunk a sink received, unchanged, after the open one (which it
  * ends); its events count in the trailer. -EBADMSG when it is not one chunk. */
 int rbt_writer_copy_chunk(struct rbt_writer *w, const void *chunk, size_t len);
