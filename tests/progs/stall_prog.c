@@ -75,6 +75,7 @@ static void dev_open(struct dev *d)
 	if (!l || !n)
 		die("no device");
 	d->ctx = ibv_open_device(l[0]);
+	ibv_free_device_list(l);
 	if (!d->ctx)
 		die("ibv_open_device");
 	struct ibv_port_attr pa;
