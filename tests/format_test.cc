@@ -345,8 +345,10 @@ TEST(Format, RandomRoundTripOfEveryEventType)
 					if (kv.second.empty())
 						continue;
 					size_t i = kv.second.front();
-					if (best == SIZE_MAX || written[i].ts < written[best].ts ||
-					    (written[i].ts == written[best].ts && i < best))
+					if (best == SIZE_MAX ||
+					    written[i].ts < written[best].ts ||
+					    (written[i].ts == written[best].ts &&
+					     i < best))
 						best = i;
 				}
 				want.push_back(written[best]);

@@ -1,5 +1,5 @@
-/* rbt_reader.c - the streaming reader: one chunk in memory at a time, decoded
- * event by event with per-type decoders generated from the X-macro lists (the
+/* rbt_reader.c - the streaming reader: a file's streams merged by time (chunk
+ * headers read ahead, one decoded chunk per stream), decoded event by event with per-type decoders generated from the X-macro lists (the
  * header body, read once, uses the generic table-driven decoder).
  *
  * Input is untrusted (truncated by kill -9, damaged on disk, or a fuzzer's):
@@ -102,8 +102,8 @@ struct rd_stream {
  * RD_MAX_PEND of them, and decoded chunks hold at most RD_MAX_OPEN_BYTES (one
  * chunk per stream). Past a bound the reader hands the events in the best order
  * it has. */
-#define RD_MERGE_SEC 10
-#define RD_MAX_PEND 65536
+#define RD_MERGE_SEC	  10
+#define RD_MAX_PEND	  65536
 #define RD_MAX_OPEN_BYTES (512u << 20)
 
 struct rbt_reader {
@@ -121,18 +121,18 @@ struct rbt_reader {
 	size_t win_len[2];
 	int win_next; /* the window to replace next */
 
-	struct rd_cur *cur; /* the chunk being decoded (the decoders' slots) */
+	struct rd_cur *cur;	    /* the chunk being decoded (the decoders' slots) */
 	struct rd_stream **streams; /* active streams */
 	struct rd_stream **heap;    /* the same, a min-heap on (key_ts, key_seq) */
 	int n_streams, cap_streams;
-	struct rd_cur *retired; /* holds the last event handed out */
+	struct rd_cur *retired;	 /* holds the last event handed out */
 	struct rd_cur *spare[4]; /* closed cursors, buffers kept for reuse */
 	int n_spare;
-	uint64_t n_pend;     /* chunk headers read, frames not decoded yet */
-	uint64_t open_bytes; /* raw bytes of the decoded chunks */
-	uint64_t seq;	     /* chunk headers read so far */
-	uint64_t scan_ts;    /* first_ts of the last chunk header read */
-	uint64_t window;     /* RD_MERGE_SEC in ticks */
+	uint64_t n_pend;	       /* chunk headers read, frames not decoded yet */
+	uint64_t open_bytes;	       /* raw bytes of the decoded chunks */
+	uint64_t seq;		       /* chunk headers read so far */
+	uint64_t scan_ts;	       /* first_ts of the last chunk header read */
+	uint64_t window;	       /* RD_MERGE_SEC in ticks */
 	uint64_t slots[RBT_MAX_SLOTS]; /* the generic decoder's (header only) */
 	ZSTD_DCtx *dctx;
 
@@ -198,8 +198,8 @@ static const uint8_t *src_get(struct rbt_reader *r, uint64_t off, size_t n)
 	r->win_len[w] = 0;
 	size_t got = 0;
 	while (got < want) {
-		ssize_t k = pread(r->fd, r->scratch[w] + got, want - got,
-				  (off_t)(off + got));
+		ssize_t k =
+			pread(r->fd, r->scratch[w] + got, want - got, (off_t)(off + got));
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k <= 0)
@@ -712,7 +712,7 @@ RD_PROTO(frame)
 		struct rbt_reader *r, struct rbt_##lname *o, const uint8_t *q, \
 		const uint8_t *end, uint64_t ts)                               \
 	{                                                                      \
-		RD_BODY(RBT_REC_##lname, r->cur->sl.rec_##lname)                    \
+		RD_BODY(RBT_REC_##lname, r->cur->sl.rec_##lname)               \
 	}
 RD_REC(sge)
 RD_REC(send_wr)
@@ -728,7 +728,7 @@ typedef int (*rd_ev_fn)(struct rbt_reader *r, struct rbt_event *ev, const uint8_
 				 const uint8_t *q, const uint8_t *end, uint64_t ts) \
 	{                                                                           \
 		struct rbt_ev_##lname *o = &ev->u.lname;                            \
-		RD_BODY(RBT_EV_##lname, r->cur->sl.lname)                              \
+		RD_BODY(RBT_EV_##lname, r->cur->sl.lname)                           \
 	}
 RBT_EVENT_LIST(RD_EV)
 
@@ -1040,7 +1040,8 @@ static struct rd_cur *open_chunk(struct rbt_reader *r, const struct rd_pend *p)
 	uint64_t off = p->off, total = RBT_CHUNK_HDR + (uint64_t)h->comp_len;
 	const uint8_t *frame = src_get(r, off + RBT_CHUNK_HDR, h->comp_len);
 	if (!frame || !CRC_OK(rd_crc32c(0, frame, h->comp_len), h->data_crc)) {
-		damage(r, off, "chunk data checksum mismatch (%u events lost)", h->events);
+		damage(r, off, "chunk data checksum mismatch (%u events lost)",
+		       h->events);
 		lose_chunk(r, h->events);
 		r->st.bad_bytes += total;
 		return NULL;
@@ -1085,8 +1086,8 @@ static struct rd_cur *open_chunk(struct rbt_reader *r, const struct rd_pend *p)
 			return NULL;
 		}
 	}
-	size_t got = h->raw_len ? ZSTD_decompressDCtx(r->dctx, c->raw, c->raw_cap,
-						      frame, h->comp_len)
+	size_t got = h->raw_len ? ZSTD_decompressDCtx(r->dctx, c->raw, c->raw_cap, frame,
+						      h->comp_len)
 				: 0;
 	if (h->raw_len && (ZSTD_isError(got) || got != h->raw_len)) {
 		damage(r, off, "chunk does not decompress (%u events lost)", h->events);
@@ -1134,7 +1135,8 @@ static void end_chunk_early(struct rbt_reader *r, struct rd_cur *c, const char *
 
 static int st_less(const struct rd_stream *a, const struct rd_stream *b)
 {
-	return a->key_ts < b->key_ts || (a->key_ts == b->key_ts && a->key_seq < b->key_seq);
+	return a->key_ts < b->key_ts ||
+	       (a->key_ts == b->key_ts && a->key_seq < b->key_seq);
 }
 
 static void heap_swap(struct rbt_reader *r, int i, int j)
@@ -1291,7 +1293,7 @@ static void scan_ahead(struct rbt_reader *r)
 		if (r->n_streams && r->seq) {
 			uint64_t top = r->heap[0]->key_ts;
 			uint64_t lim = top > UINT64_MAX - r->window ? UINT64_MAX
-								   : top + r->window;
+								    : top + r->window;
 			if (r->scan_ts > lim)
 				return;
 		}
