@@ -245,39 +245,76 @@ static void an_stream_wr(struct rbt_analyzer *an, struct an_trace *t, struct an_
 			an->stream[i]->wr(an, t, qp, w, c);
 }
 
-static void an_send_phases(struct an_trace *t, struct an_group *g,
-			   const struct rbt_model_wr *w, const struct rbt_model_comp *c,
-			   uint32_t n, struct rbt_analyzer_counts *counts)
+void an_wr_times(const struct an_trace *t, const struct rbt_model_wr *w,
+		 const struct rbt_model_comp *c, struct an_wr_times *x)
 {
+	memset(x, 0, sizeof(*x));
+	if (w->recv) {
+		uint64_t poll_exit =
+			c->poll_exit > w->post_exit ? c->poll_exit : w->post_exit;
+		x->poll_exit = poll_exit;
+		x->recv_wait = an_ns(t, (double)(poll_exit - w->post_exit));
+		if (c->exact) {
+			double comp = c->host;
+			if (comp < (double)w->post_ts)
+				comp = (double)w->post_ts;
+			if (comp > (double)poll_exit)
+				comp = (double)poll_exit;
+			x->poll = an_ns(t, (double)poll_exit - comp);
+		} else {
+			uint64_t lo = c->lo > w->post_ts ? c->lo : w->post_ts;
+			if (lo > poll_exit)
+				lo = poll_exit;
+			x->poll_hi = an_ns(t, (double)(poll_exit - lo));
+		}
+		return;
+	}
 	uint64_t pe = w->post_exit > w->post_ts ? w->post_exit : w->post_ts;
 	uint64_t poll_exit = c->poll_exit > pe ? c->poll_exit : pe;
-	an_hist_add_n(&g->h[RBT_PHASE_POST], an_ns(t, (double)w->share), n);
-	an_hist_add_n(&g->h[RBT_PHASE_E2E],
-		      an_ns(t, (double)w->share + (double)(poll_exit - pe)), n);
+	x->poll_exit = poll_exit;
+	x->post = an_ns(t, (double)w->share);
+	x->e2e = an_ns(t, (double)w->share + (double)(poll_exit - pe));
 	if (c->exact) {
 		double comp = c->host;
-		if (comp < (double)w->post_ts || comp > (double)c->poll_exit) {
-			counts->nic_outside_bound += n;
-			t->nic_outside += n;
-		}
+		x->outside = comp < (double)w->post_ts || comp > (double)c->poll_exit;
 		if (comp < (double)pe)
 			comp = (double)pe;
 		if (comp > (double)poll_exit)
 			comp = (double)poll_exit;
-		an_hist_add_n(&g->h[RBT_PHASE_NIC], an_ns(t, comp - (double)pe), n);
-		an_hist_add_n(&g->h[RBT_PHASE_POLL], an_ns(t, (double)poll_exit - comp),
-			      n);
-		g->exact += n;
-		counts->wrs_nic_exact += n;
+		x->nic = an_ns(t, comp - (double)pe);
+		x->poll = an_ns(t, (double)poll_exit - comp);
 		return;
 	}
 	uint64_t lo = c->lo > w->post_ts ? c->lo : w->post_ts;
 	if (lo > poll_exit)
 		lo = poll_exit;
-	an_hist_add_n(&g->h[RBT_PHASE_NIC_LO], lo > pe ? an_ns(t, (double)(lo - pe)) : 0,
-		      n);
-	an_hist_add_n(&g->h[RBT_PHASE_NIC_HI], an_ns(t, (double)(poll_exit - pe)), n);
-	an_hist_add_n(&g->h[RBT_PHASE_POLL_HI], an_ns(t, (double)(poll_exit - lo)), n);
+	x->nic_lo = lo > pe ? an_ns(t, (double)(lo - pe)) : 0;
+	x->nic_hi = an_ns(t, (double)(poll_exit - pe));
+	x->poll_hi = an_ns(t, (double)(poll_exit - lo));
+}
+
+static void an_send_phases(struct an_trace *t, struct an_group *g,
+			   const struct rbt_model_wr *w, const struct rbt_model_comp *c,
+			   uint32_t n, struct rbt_analyzer_counts *counts)
+{
+	struct an_wr_times x;
+	an_wr_times(t, w, c, &x);
+	an_hist_add_n(&g->h[RBT_PHASE_POST], x.post, n);
+	an_hist_add_n(&g->h[RBT_PHASE_E2E], x.e2e, n);
+	if (c->exact) {
+		if (x.outside) {
+			counts->nic_outside_bound += n;
+			t->nic_outside += n;
+		}
+		an_hist_add_n(&g->h[RBT_PHASE_NIC], x.nic, n);
+		an_hist_add_n(&g->h[RBT_PHASE_POLL], x.poll, n);
+		g->exact += n;
+		counts->wrs_nic_exact += n;
+		return;
+	}
+	an_hist_add_n(&g->h[RBT_PHASE_NIC_LO], x.nic_lo, n);
+	an_hist_add_n(&g->h[RBT_PHASE_NIC_HI], x.nic_hi, n);
+	an_hist_add_n(&g->h[RBT_PHASE_POLL_HI], x.poll_hi, n);
 	g->bounded += n;
 	counts->wrs_bounded += n;
 }
@@ -314,24 +351,14 @@ static void an_attribute_recv(struct rbt_analyzer *an, struct an_trace *t,
 	g->bytes += c->byte_len;
 	if (c->status)
 		g->errors++;
-	uint64_t poll_exit = c->poll_exit > r->post_exit ? c->poll_exit : r->post_exit;
-	an_hist_add(&g->h[RBT_PHASE_RECV_WAIT],
-		    an_ns(t, (double)(poll_exit - r->post_exit)));
+	struct an_wr_times x;
+	an_wr_times(t, r, c, &x);
+	an_hist_add(&g->h[RBT_PHASE_RECV_WAIT], x.recv_wait);
 	if (c->exact) {
-		double comp = c->host;
-		if (comp < (double)r->post_ts)
-			comp = (double)r->post_ts;
-		if (comp > (double)poll_exit)
-			comp = (double)poll_exit;
-		an_hist_add(&g->h[RBT_PHASE_RECV_POLL],
-			    an_ns(t, (double)poll_exit - comp));
+		an_hist_add(&g->h[RBT_PHASE_RECV_POLL], x.poll);
 		g->exact++;
 	} else {
-		uint64_t lo = c->lo > r->post_ts ? c->lo : r->post_ts;
-		if (lo > poll_exit)
-			lo = poll_exit;
-		an_hist_add(&g->h[RBT_PHASE_RECV_POLL_HI],
-			    an_ns(t, (double)(poll_exit - lo)));
+		an_hist_add(&g->h[RBT_PHASE_RECV_POLL_HI], x.poll_hi);
 		g->bounded++;
 	}
 	an_rate_add(&t->rate, rbt_model_aligned_u64(t->mt, (double)c->poll_exit), 1,

@@ -236,6 +236,8 @@ int rbt_analyzer_create(const struct rbt_analyzer_opts *opts, struct rbt_analyze
 	bool per_wr = false;
 	if (an->opts.perfetto)
 		an->stream[an->n_stream++] = &an_sink_perfetto;
+	if (an->opts.export_wrs)
+		an->stream[an->n_stream++] = &an_sink_export;
 	for (int i = 0; i < an->n_stream; i++)
 		per_wr |= an->stream[i]->per_wr;
 	struct rbt_model_opts mo = {
@@ -277,8 +279,11 @@ static void an_trace_free(struct rbt_analyzer *an, struct an_trace *t)
 	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
 		for (struct rbt_model_res *r =
 			     rbt_model_list(an->model, t->idx, kinds[k]);
-		     r; r = r->next_of_kind)
+		     r; r = r->next_of_kind) {
+			if (r->user && kinds[k] == RBT_MODEL_CQ)
+				free(((struct an_cq *)r->user)->senders);
 			free(r->user);
+		}
 	free(t);
 }
 
@@ -379,6 +384,7 @@ int rbt_analyzer_finish(struct rbt_analyzer *an)
 	if (an->finished)
 		return -EALREADY;
 	an->finished = true;
+	an_stall_end(an);
 	rbt_model_finish(an->model);
 	struct rbt_model_stats ms;
 	rbt_model_stats(an->model, &ms);

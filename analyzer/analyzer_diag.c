@@ -765,5 +765,6 @@ void an_diagnose(struct rbt_analyzer *an)
 	an_diag_late_recvs(an);
 	for (int i = 0; i < an->n_traces; i++)
 		an_diag_trace(an, an->traces[i]);
+	an_stall_diagnose(an);
 	an_pair_qps(an);
 }

@@ -125,6 +125,18 @@ struct an_rt_wait {
 	uint64_t recv_post_exit; /* when the receive that took it was posted */
 };
 
+/* A send WR outstanding while its CQ was polled empty (analyzer_stall.c). */
+struct an_stall {
+	bool active;
+	struct rbt_model_wr wr;		/* the oldest WR outstanding */
+	uint64_t first_poll, last_poll; /* ticks of the empty polls seen meanwhile */
+	uint64_t empty_polls;
+	uint32_t outstanding; /* send WRs outstanding (the most seen) */
+	uint64_t end;	      /* ticks: the last empty poll, or the trace's end */
+	uint64_t peer_rq;     /* receives the peer had posted (at the end) */
+	bool peer_known;
+};
+
 struct an_qp {
 	struct rbt_model_qp *m; /* the QP: number, type, state, set-up, queues */
 	struct an_trace *t;
@@ -181,6 +193,10 @@ struct an_qp {
 	struct an_hist late_recv;
 	uint64_t late_max_ts; /* receiver's ticks of the latest-posted receive */
 	double late_max_ns;
+	/* stalls (analyzer_stall.c): the episode of the send queue's oldest WR while
+	 * its CQ is polled empty, the longest one, and the queue at the trace's end */
+	struct an_stall st_cur, st_best, st_end;
+	uint64_t last_recv_post_ts; /* ticks of the last post_recv (the peer's view) */
 	/* stats */
 	struct an_group *groups[16 * AN_SIZE_CLASSES]; /* [opcode slot][size class] */
 	struct an_qp *next;			       /* the trace's QPs, newest first */
@@ -193,6 +209,9 @@ struct an_srq {
 struct an_cq {
 	struct rbt_model_cq *m;
 	uint64_t polls, empty_polls, polled_wcs;
+	uint64_t last_poll;	/* ticks: exit of the latest poll, empty or not */
+	struct an_qp **senders; /* the QPs whose send CQ it is */
+	uint32_t n_senders, cap_senders;
 	bool overrun;
 	uint64_t overrun_ts;
 };
@@ -266,7 +285,7 @@ struct an_sink_ops {
 	int (*write)(struct rbt_analyzer *an, FILE *out);
 };
 extern const struct an_sink_ops an_sink_text, an_sink_json, an_sink_html,
-	an_sink_perfetto;
+	an_sink_perfetto, an_sink_export;
 
 struct an_cm;
 
@@ -291,6 +310,7 @@ struct rbt_analyzer {
 	const struct an_sink_ops *stream[2];
 	int n_stream;
 	struct rbt_json pf; /* the Perfetto stream */
+	bool export_header; /* the CSV header line is out */
 
 	/* per (trace, qp) group storage */
 	struct an_group **groups;
@@ -344,6 +364,15 @@ void an_attr_completion(struct rbt_analyzer *an, struct an_qp *qp,
 			const struct rbt_model_comp *c, const struct rbt_model_wr *w);
 void an_attr_done(struct rbt_analyzer *an, struct an_qp *qp, const struct rbt_model_wr *w,
 		  const struct rbt_model_comp *c, uint32_t n, uint32_t nsig);
+/* A completed WR's phases in ns, as the histograms get them (receives: recv_wait
+ * and poll or poll_hi); poll_exit: the ticks its WR slice ends. */
+struct an_wr_times {
+	uint64_t post, e2e, nic, poll, nic_lo, nic_hi, poll_hi, recv_wait;
+	uint64_t poll_exit;
+	bool outside; /* the NIC time fell outside [post, poll] (clamped) */
+};
+void an_wr_times(const struct an_trace *t, const struct rbt_model_wr *w,
+		 const struct rbt_model_comp *c, struct an_wr_times *x);
 void an_note_error(struct an_qp *qp, const struct rbt_model_comp *c,
 		   const struct rbt_model_wr *w);
 
@@ -361,6 +390,13 @@ void an_trace_hists(const struct rbt_analyzer *an, const struct an_trace *t,
 		    const struct an_qp *qp, struct an_hist h[RBT_PHASE_COUNT]);
 void an_hists_free(struct an_hist h[RBT_PHASE_COUNT]);
 double an_trace_dur_ns(const struct an_trace *t);
+
+/* analyzer_stall.c: WRs that never complete while the program polls, or after it
+ * stopped polling */
+void an_stall_poll(struct an_cq *cq, uint64_t ts, uint64_t ts_exit, uint64_t count);
+void an_stall_sender(struct an_cq *cq, struct an_qp *qp);
+void an_stall_end(struct rbt_analyzer *an); /* before the model's finish */
+void an_stall_diagnose(struct rbt_analyzer *an);
 
 /* analyzer_diag.c */
 void an_diagnose(struct rbt_analyzer *an);

@@ -165,6 +165,7 @@ static void an_post_recv(struct rbt_analyzer *an, struct an_trace *t,
 		return;
 	qp->recv_posts++;
 	qp->recv_wrs += posted;
+	qp->last_recv_post_ts = ev->ts;
 	if (qp->rq_empty) {
 		qp->rq_empty = false;
 		if (ev->ts > qp->rq_empty_since &&
@@ -180,11 +181,16 @@ static void an_poll(struct rbt_analyzer *an, struct an_trace *t,
 {
 	const struct rbt_ev_poll_cq *p = &ev->u.poll_cq;
 	uint64_t count = p->count ? p->count : 1;
+	uint64_t exit = p->ts_exit >= ev->ts ? p->ts_exit : ev->ts;
+	if (exit > cq->last_poll)
+		cq->last_poll = exit;
 	if (p->n_wcs == 0) {
 		t->polls += count;
 		t->empty_polls += count;
 		cq->polls += count;
 		cq->empty_polls += count;
+		if (cq->n_senders)
+			an_stall_poll(cq, ev->ts, exit, count);
 		return;
 	}
 	t->polls++;
@@ -192,7 +198,6 @@ static void an_poll(struct rbt_analyzer *an, struct an_trace *t,
 	cq->polled_wcs += p->n_wcs;
 	if (an->n_stream) {
 		char args[64];
-		uint64_t exit = p->ts_exit >= ev->ts ? p->ts_exit : ev->ts;
 		snprintf(args, sizeof(args), "{\"wcs\":%u}", p->n_wcs);
 		an_sinks_call(an, t, ev->stream, "ibv_poll_cq", ev->ts, exit, args);
 	}
@@ -327,6 +332,8 @@ void an_after(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_even
 	if (ev->type == RBT_EV_QP_CREATE) {
 		qp->scq = an_cq_of(qp->m->scq);
 		qp->rcq = an_cq_of(qp->m->rcq);
+		if (qp->scq)
+			an_stall_sender(qp->scq, qp);
 		qp->srq = qp->m->srq ? qp->m->srq->res.user : NULL;
 	} else if (ev->type == RBT_EV_QP_MODIFY && qp->m->peer && !qp->peer) {
 		qp->peer = an_qp_of(qp->m->peer);

@@ -32,6 +32,10 @@ struct rbt_analyzer_opts {
 	 * the traces are long); progress_bytes: their total size, for the fraction. */
 	int progress;
 	uint64_t progress_bytes;
+	/* When set, one row per completed WR is streamed here (`rbtrace export`): CSV
+	 * with a header line, or NDJSON when export_ndjson; columns in docs/export.md. */
+	FILE *export_wrs;
+	int export_ndjson;
 };
 
 int rbt_analyzer_create(const struct rbt_analyzer_opts *opts, struct rbt_analyzer **out);
@@ -63,6 +67,9 @@ int rbt_analyzer_finish(struct rbt_analyzer *an);
 int rbt_analyzer_write_text(struct rbt_analyzer *an, FILE *out);
 int rbt_analyzer_write_json(struct rbt_analyzer *an, FILE *out);
 int rbt_analyzer_write_html(struct rbt_analyzer *an, FILE *out);
+/* One row per resource (device context, PD, MR, ..., QP, AH) of every trace, in
+ * the format of opts.export_ndjson (CSV or NDJSON); columns in docs/export.md. */
+int rbt_analyzer_write_resources(struct rbt_analyzer *an, FILE *out);
 
 /* ---- results, for tests and embedders ------------------------------------------ */
 
@@ -95,6 +102,8 @@ enum rbt_severity {
 	X(psn_mismatch, RBT_SEV_ERROR, -1, "the two ends' PSNs differ")                   \
 	X(dest_qpn_mismatch, RBT_SEV_ERROR, -1, "two QPs that do not name each other")    \
 	X(dest_qpn_unmatched, RBT_SEV_WARNING, -1, "a destination QP in no trace")        \
+	X(wr_stalled, RBT_SEV_ERROR, RBT_SEV_WARNING, "a WR stalled while its CQ was polled") \
+	X(polling_stopped, RBT_SEV_WARNING, -1, "WRs left outstanding, no more polls")    \
 	X(trace_incomplete, RBT_SEV_WARNING, -1, "the trace is incomplete")               \
 	X(cm_rejected, RBT_SEV_ERROR, -1, "a connect rejected by the peer")                \
 	X(cm_no_listener, RBT_SEV_ERROR, -1, "a connect to a port nobody listened on")     \

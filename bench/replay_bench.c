@@ -7,9 +7,13 @@
  * 2. Timing fidelity: the same program posting every 50 us, replayed with
  *    --timing=recorded (normal priority and --realtime): lateness p50/p99/max of
  *    every post against its schedule, and the replayer's own share of it.
+ * 3. Threads: tests/replay_threads (8 threads, one QP each) recorded at full
+ *    speed, replayed with --timing=asap: post rate of the replay against the
+ *    recorded program's (the same trace's span); then recorded every 50 us and
+ *    replayed with --timing=recorded: lateness per recorded thread.
  * Prints numbers, never pass/fail. Needs, built in the same bazel-bin:
  * //cli:rbtrace, //softnic:libibverbs.so.1, //interpose:librbtrace.so and
- * //tests:replay_pacer (all data dependencies of this target).
+ * //tests:replay_pacer, //tests:replay_threads (data dependencies of this target).
  *   bazel build -c opt //bench:replay_bench && bazel-bin/bench/replay_bench
  */
 #define _GNU_SOURCE
@@ -150,6 +154,52 @@ int main(void)
 			       json_num(o, "\"lateness_ns\"", "max") / 1e3,
 			       json_num(o, "\"own_lateness_ns\"", "p99") / 1e3);
 		}
+	/* 3. threads */
+	snprintf(cmd, sizeof(cmd),
+		 "LD_PRELOAD=%s/interpose/librbtrace.so RBTRACE_OUTPUT=%s/thr.rbt "
+		 "%s/tests/replay_threads --threads 8 --iters 20000 --interval-us 0",
+		 bin, fab, bin);
+	run(cmd);
+	printf("replay_bench: 8 threads, one QP each (tests/replay_threads, 20000 "
+	       "round trips per pair), --timing=asap, 3 runs\n");
+	for (int k = 0; k < 3; k++) {
+		double p, w, rw;
+
+		snprintf(cmd, sizeof(cmd),
+			 "%s/cli/rbtrace replay --json --timing=asap %s/thr.rbt", bin,
+			 fab);
+		o = run(cmd);
+		p = o ? json_num(o, NULL, "posts") : -1;
+		w = o ? json_num(o, NULL, "wall_ns") : -1;
+		rw = o ? json_num(o, NULL, "recorded_wall_ns") : -1;
+		if (p <= 0 || w <= 0 || rw <= 0) {
+			printf("  replay failed: %.300s\n", o ? o : "");
+			continue;
+		}
+		printf("  run %d: replay %9.0f posts/s, recorded %9.0f posts/s: ratio "
+		       "%.2f  (%.0f of %.0f completions matched)\n",
+		       k + 1, p / (w / 1e9), p / (rw / 1e9), rw / w,
+		       json_num(o, "\"completions\"", "matched"),
+		       json_num(o, "\"completions\"", "expected"));
+	}
+	snprintf(cmd, sizeof(cmd),
+		 "LD_PRELOAD=%s/interpose/librbtrace.so RBTRACE_OUTPUT=%s/thrp.rbt "
+		 "%s/tests/replay_threads --threads 8 --iters 1000 --interval-us 50",
+		 bin, fab, bin);
+	run(cmd);
+	snprintf(cmd, sizeof(cmd), "%s/cli/rbtrace replay --json %s/thrp.rbt", bin, fab);
+	o = run(cmd);
+	printf("replay_bench: the same, a round trip every 50 us per pair, "
+	       "--timing=recorded: lateness per recorded thread\n");
+	for (const char *t = o ? strstr(o, "\"per_thread\"") : NULL;
+	     t && (t = strstr(t, "{\"thread\":")); t++)
+		printf("  thread %6.0f: p50 %9.2f us  p99 %9.2f us  max %9.2f us  (%.0f "
+		       "posts)\n",
+		       json_num(t, NULL, "thread"),
+		       json_num(t, "\"lateness_ns\"", "p50") / 1e3,
+		       json_num(t, "\"lateness_ns\"", "p99") / 1e3,
+		       json_num(t, "\"lateness_ns\"", "max") / 1e3,
+		       json_num(t, "\"lateness_ns\"", "count"));
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", fab);
 	if (system(cmd))
 		return 0;

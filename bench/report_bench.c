@@ -21,6 +21,7 @@
 #include <infiniband/verbs.h>
 
 #include "analyzer/rbt_analyzer.h"
+#include "tests/trace_builder.h"
 #include "trace_format/rbt_format.h"
 
 static double now_s(void)
@@ -35,53 +36,32 @@ static double now_s(void)
  * threads. Returns events written. */
 static uint64_t write_trace(const char *path, uint64_t target)
 {
-	struct rbt_header h;
-	memset(&h, 0, sizeof(h));
-	h.pid = 1;
-	h.clock_source = RBT_CLOCK_MONO;
-	h.clock_hz = 1000000000;
-	h.start.real_ns = 1700000000000000000ull;
-	h.host = "bench";
-	h.cmdline = "report_bench";
-	h.tool = "report_bench";
-	struct rbt_writer *w;
-	if (rbt_writer_open(path, &h, NULL, &w)) {
-		fprintf(stderr, "report_bench: cannot write %s\n", path);
-		exit(1);
-	}
+	struct rbt_tb_opts o = { .tool = "report_bench",
+				 .host = "bench",
+				 .pid = 1,
+				 .real0 = 1700000000000000000ull };
+	struct rbt_tb *tb = rbt_tb_open(path, &o);
 	uint64_t n = 0, t = 1000;
-	struct rbt_event ev;
+	struct rbt_event *ev;
 	for (int q = 0; q < 4; q++) {
-		uint32_t tid = 10 + q % 2;
-		rbt_writer_begin_chunk(w, tid);
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_CQ_CREATE;
-		ev.stream = tid;
-		ev.ts = t++;
-		ev.u.cq_create.cq = 0xc000 + q;
-		ev.u.cq_create.cqe = 4096;
-		rbt_writer_append(w, &ev);
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_QP_CREATE;
-		ev.stream = tid;
-		ev.ts = t++;
-		ev.u.qp_create.qp = 0xa000 + q;
-		ev.u.qp_create.qp_num = 0x100 + q;
-		ev.u.qp_create.qp_type = IBV_QPT_RC;
-		ev.u.qp_create.send_cq = ev.u.qp_create.recv_cq = 0xc000 + q;
-		ev.u.qp_create.max_send_wr = 1024;
-		ev.u.qp_create.max_recv_wr = 1024;
-		rbt_writer_append(w, &ev);
+		rbt_tb_stream(tb, 10 + q % 2);
+		ev = rbt_tb_new(tb, RBT_EV_CQ_CREATE, t++);
+		ev->u.cq_create.cq = 0xc000 + q;
+		ev->u.cq_create.cqe = 4096;
+		rbt_tb_put(tb, ev);
+		struct rbt_tb_qp qp = { .qp = 0xa000 + q,
+					.qp_num = 0x100 + q,
+					.qp_type = IBV_QPT_RC,
+					.send_cq = 0xc000 + q,
+					.recv_cq = 0xc000 + q,
+					.max_send_wr = 1024,
+					.max_recv_wr = 1024 };
+		rbt_tb_qp(tb, t, 0, &qp);
+		t++;
 		for (int s = IBV_QPS_INIT; s <= IBV_QPS_RTS; s++) {
-			memset(&ev, 0, sizeof(ev));
-			ev.type = RBT_EV_QP_MODIFY;
-			ev.stream = tid;
-			ev.ts = t++;
-			ev.u.qp_modify.qp = 0xa000 + q;
-			ev.u.qp_modify.attr_mask = IBV_QP_STATE | IBV_QP_DEST_QPN;
-			ev.u.qp_modify.qp_state = s;
-			ev.u.qp_modify.dest_qp_num = 0x900 + q;
-			rbt_writer_append(w, &ev);
+			struct rbt_ev_qp_modify m = { .dest_qp_num = 0x900 + q };
+			rbt_tb_modify(tb, t++, 0, 0xa000 + q, (uint32_t)s,
+				      IBV_QP_STATE | IBV_QP_DEST_QPN, &m);
 		}
 		n += 5;
 	}
@@ -107,62 +87,30 @@ static uint64_t write_trace(const char *path, uint64_t target)
 	uint64_t id = 0;
 	while (n < target) {
 		for (int q = 0; q < 4 && n < target; q++) {
-			uint32_t tid = 10 + q % 2;
-			rbt_writer_begin_chunk(w, tid);
+			rbt_tb_stream(tb, 10 + q % 2);
 			for (int k = 0; k < 64; k++) {
 				for (int i = 0; i < 4; i++) {
 					wrs[i].wr_id = id + i;
 					wrs[i].send_flags =
 						i == 3 ? IBV_SEND_SIGNALED : 0;
 				}
-				memset(&ev, 0, sizeof(ev));
-				ev.type = RBT_EV_POST_SEND;
-				ev.stream = tid;
-				ev.ts = t;
-				ev.u.post_send.ts_exit = t + 150;
-				ev.u.post_send.qp = 0xa000 + q;
-				ev.u.post_send.qp_num = 0x100 + q;
-				ev.u.post_send.n_wrs = 4;
-				ev.u.post_send.wrs = wrs;
-				rbt_writer_append(w, &ev);
-				memset(&ev, 0, sizeof(ev));
-				ev.type = RBT_EV_POLL_CQ;
-				ev.stream = tid;
-				ev.ts = t + 200;
-				ev.u.poll_cq.ts_exit = t + 1800;
-				ev.u.poll_cq.cq = 0xc000 + q;
-				ev.u.poll_cq.asked = 16;
-				ev.u.poll_cq.count = 40;
-				rbt_writer_append(w, &ev);
+				rbt_tb_post_send(tb, t, t + 150, 0xa000 + q, 0x100 + q,
+						 wrs, 4);
+				/* 40 empty polls folded into one event */
+				rbt_tb_poll(tb, t + 200, t + 1800, 0xc000 + q, 16, NULL,
+					    0, 40);
 				wc[0].wr_id = id + 3;
 				wc[0].qp_num = wc[1].qp_num = 0x100 + q;
 				wc[1].wr_id = last_recv[q];
-				memset(&ev, 0, sizeof(ev));
-				ev.type = RBT_EV_POLL_CQ;
-				ev.stream = tid;
-				ev.ts = t + 1850;
-				ev.u.poll_cq.ts_exit = t + 1900 + (id % 97);
-				ev.u.poll_cq.ret = 1 + have_recv[q];
-				ev.u.poll_cq.cq = 0xc000 + q;
-				ev.u.poll_cq.asked = 16;
-				ev.u.poll_cq.count = 1;
-				ev.u.poll_cq.n_wcs = 1 + have_recv[q];
-				ev.u.poll_cq.wcs = wc;
-				rbt_writer_append(w, &ev);
+				rbt_tb_poll(tb, t + 1850, t + 1900 + (id % 97),
+					    0xc000 + q, 16, wc,
+					    1 + (uint32_t)have_recv[q], 1);
 				/* a receive completed by the next poll of this QP */
 				rwr.wr_id = id;
 				last_recv[q] = id;
 				have_recv[q] = 1;
-				memset(&ev, 0, sizeof(ev));
-				ev.type = RBT_EV_POST_RECV;
-				ev.stream = tid;
-				ev.ts = t + 2000;
-				ev.u.post_recv.ts_exit = t + 2050;
-				ev.u.post_recv.qp = 0xa000 + q;
-				ev.u.post_recv.qp_num = 0x100 + q;
-				ev.u.post_recv.n_wrs = 1;
-				ev.u.post_recv.wrs = &rwr;
-				rbt_writer_append(w, &ev);
+				rbt_tb_post_recv(tb, t + 2000, t + 2050, 0xa000 + q,
+						 0x100 + q, &rwr, 1);
 				n++;
 				n += 3;
 				id += 4;
@@ -170,10 +118,7 @@ static uint64_t write_trace(const char *path, uint64_t target)
 			}
 		}
 	}
-	if (rbt_writer_close(w, NULL)) {
-		fprintf(stderr, "report_bench: close failed\n");
-		exit(1);
-	}
+	rbt_tb_close(tb, NULL);
 	return n;
 }
 

@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -220,6 +221,12 @@ int rbt_cli_trace_verdict(const char *cmd, const char *path, const struct rbt_re
 		rbt_cli_error(cmd, "%s: %s%s at %s; %llu events salvaged, %s", path,
 			      st->truncated ? "truncated" : "damaged", where,
 			      rbt_reader_error(r), (unsigned long long)st->events, lost);
+		return RBT_EXIT_FAIL;
+	}
+	if (!st->finished && *rbt_reader_error(r)) {
+		/* a rotated series whose next file is missing or foreign */
+		rbt_cli_error(cmd, "%s: series incomplete (%s); %llu events read", path,
+			      rbt_reader_error(r), (unsigned long long)st->events);
 		return RBT_EXIT_FAIL;
 	}
 	if (!st->finished) {
@@ -611,4 +618,88 @@ int rbt_cli_find_part(const char *const *rels, const char *file, char *out, size
 			return 0;
 	}
 	return -1;
+}
+
+/* rbt_cli_out_open / rbt_cli_out_close: see rbt_cli.h. */
+int rbt_cli_out_open(const char *path, struct rbt_cli_out *o)
+{
+	struct stat st;
+	int exists = lstat(path, &st) == 0;
+	o->tmp = NULL;
+	o->unlink_on_fail = 0;
+	o->path = NULL;
+	if (exists && S_ISLNK(st.st_mode)) {
+		/* Replace what the link points to, not the link itself. */
+		char *real = realpath(path, NULL);
+		if (real && !lstat(real, &st) && S_ISREG(st.st_mode)) {
+			o->path = real;
+			path = real;
+		} else {
+			free(real);
+			goto in_place;
+		}
+	}
+	if ((exists && !S_ISREG(st.st_mode)) || (!exists && errno != ENOENT))
+		goto in_place;
+	size_t n = strlen(path) + 16;
+	o->tmp = malloc(n);
+	if (!o->tmp)
+		return -ENOMEM;
+	snprintf(o->tmp, n, "%s.tmp-XXXXXX", path);
+	int fd = mkstemp(o->tmp);
+	if (fd < 0) {
+		int err = -errno;
+		free(o->tmp);
+		o->tmp = NULL;
+		if (!exists)
+			return err;
+		/* A writable file in a read-only directory: the old way. */
+		o->unlink_on_fail = 1;
+		goto in_place;
+	}
+	/* mkstemp makes 0600; the report keeps the mode of the file it replaces,
+	 * or gets the one fopen would have given it. */
+	mode_t um = umask(0);
+	umask(um);
+	(void)!fchmod(fd, exists ? st.st_mode & 07777 : 0666 & ~um);
+	o->f = fdopen(fd, "w");
+	if (!o->f) {
+		int err = -errno;
+		close(fd);
+		unlink(o->tmp);
+		free(o->tmp);
+		o->tmp = NULL;
+		return err;
+	}
+	return 0;
+in_place:
+	o->f = fopen(path, "w");
+	if (o->f)
+		return 0;
+	int err = -errno;
+	free(o->path);
+	o->path = NULL;
+	return err;
+}
+
+/* 0, or the first write error of the whole output (-errno). */
+int rbt_cli_out_close(struct rbt_cli_out *o, const char *path, int ok)
+{
+	if (o->path)
+		path = o->path;
+	/* -EIO: an earlier write failed and stdio no longer knows why. */
+	int err = fflush(o->f) ? -errno : ferror(o->f) ? -EIO : 0;
+	if (fclose(o->f) && !err)
+		err = -errno;
+	if (o->tmp) {
+		if (ok && !err && rename(o->tmp, path))
+			err = -errno;
+		if (!ok || err)
+			unlink(o->tmp);
+		free(o->tmp);
+	} else if ((!ok || err) && o->unlink_on_fail) {
+		unlink(path);
+	}
+	free(o->path);
+	return err;
 }

@@ -106,6 +106,8 @@ int rbt_cmd_info(int argc, char **argv)
 
 	struct streams streams = { 0 };
 	uint64_t lost = 0, loss_events = 0, first_ts = 0, last_ts = 0;
+	struct rbt_ev_snapshot snap[4];
+	unsigned nsnap = 0;
 	const struct rbt_event *ev;
 	int err;
 	while ((err = rbt_reader_next(r, &ev)) > 0) {
@@ -123,6 +125,8 @@ int rbt_cmd_info(int argc, char **argv)
 			lost += ev->u.loss.events;
 			loss_events++;
 		}
+		if (ev->type == RBT_EV_SNAPSHOT && nsnap < 4)
+			snap[nsnap++] = ev->u.snapshot;
 	}
 	const struct rbt_header *h = rbt_reader_header(r);
 	const struct rbt_reader_stats *st = rbt_reader_stats(r);
@@ -163,6 +167,38 @@ int rbt_cmd_info(int argc, char **argv)
 		printf("duration:  %.6f s (first to last event)\n",
 		       (rbt_ticks_to_ns(h, last_ts) - rbt_ticks_to_ns(h, first_ts)) /
 			       1e9);
+	}
+	if (*h->series)
+		printf("series:    %s, file %" PRIu64
+		       " of the series; read with %u later "
+		       "file%s (%" PRIu64 " carried-over events skipped)\n",
+		       h->series, h->series_index, st->series_files,
+		       st->series_files == 1 ? "" : "s", st->carried_skipped);
+	for (unsigned i = 0; i < nsnap; i++) {
+		const struct rbt_ev_snapshot *p = &snap[i];
+		const char *tn = rbt_trigger_name(p->trigger);
+		printf("snapshot:  trigger %s at %.6f s; window %.6f s to %.6f s",
+		       tn ? tn : "(unknown)", rbt_ticks_to_ns(h, p->trigger_ts) / 1e9,
+		       rbt_ticks_to_ns(h, p->window_start) / 1e9,
+		       rbt_ticks_to_ns(h, p->window_end) / 1e9);
+		if (p->trigger == RBT_TRIGGER_ERROR_WC)
+			printf("; qp_num %" PRIu64 " wr_id %" PRIu64 " status %s",
+			       p->qp_num, p->wr_id,
+			       rbt_verbs_name(RBT_NAMES_WC_STATUS, p->detail)
+				       ? rbt_verbs_name(RBT_NAMES_WC_STATUS, p->detail)
+				       : "?");
+		else if (p->trigger == RBT_TRIGGER_STALL ||
+			 p->trigger == RBT_TRIGGER_SLOW_POST ||
+			 p->trigger == RBT_TRIGGER_SLOW_POLL)
+			printf("; %" PRIu64 " us", p->detail);
+		else if (p->trigger == RBT_TRIGGER_ASYNC_EVENT)
+			printf("; event type %" PRIu64, p->detail);
+		if (p->also_fired)
+			printf("; %" PRIu64 " more trigger%s", p->also_fired,
+			       p->also_fired == 1 ? "" : "s");
+		if (p->dropped_chunks)
+			printf("; %" PRIu64 " older chunks not kept", p->dropped_chunks);
+		printf("\n");
 	}
 	if (streams.n) /* no events: v is NULL, which qsort must not get */
 		qsort(streams.v, streams.n, sizeof(*streams.v), cmp_stream);

@@ -25,7 +25,8 @@
 #include "trace_format/rbt_format.h"
 
 static const char usage[] =
-	"usage: rbtrace record [-o FILE|DIR] [--softnic] -- CMD [ARGS...]\n"
+	"usage: rbtrace record [-o FILE|DIR] [--softnic] [--flight=SIZE|--rotate=SIZE] "
+	"-- CMD [ARGS...]\n"
 	"\n"
 	"Runs CMD with the rbtrace recorder (librbtrace.so) preloaded. Every process\n"
 	"of CMD that uses libibverbs writes its own trace; when CMD ends, each trace\n"
@@ -45,6 +46,17 @@ static const char usage[] =
 	"                         libibverbs.so.1; MODE provider|dropin chooses\n"
 	"                         (softnic's librdmacm.so.1 too; rdma_cm calls and\n"
 	"                         events are recorded, on hardware as well)\n"
+	"  --flight=SIZE          flight recorder: keep the last SIZE (64M, 1G) of\n"
+	"                         compressed trace in memory per process and write a\n"
+	"                         snapshot FILE-snapN.rbt when something goes wrong\n"
+	"                         (an error completion, a QP moved to ERR, an async\n"
+	"                         event, a stall, a slow post or poll, SIGUSR2,\n"
+	"                         `rbtrace snapshot PID`); FILE itself gets the last\n"
+	"                         window at the end. Each snapshot is a complete trace.\n"
+	"  --rotate=SIZE|DURATION a numbered series FILE, FILE-part1.rbt, ... each at\n"
+	"                         most SIZE (50M) or DURATION (10s, 5min, 1h) long and\n"
+	"                         complete; info, dump, report and replay given FILE\n"
+	"                         read the whole series as one trace\n"
 	"\n"
 	"settings (environment, passed on to CMD; see docs/recording.md):\n"
 	"  RBTRACE_OUTPUT=FILE|DIR   same as -o\n"
@@ -59,6 +71,15 @@ static const char usage[] =
 	"  RBTRACE_PAYLOAD=0         bytes of each send's payload to keep (on = 256);\n"
 	"                            off by default: payloads can hold secrets\n"
 	"  RBTRACE_WRITER_CPU=N      run the trace writer thread on CPU N only\n"
+	"  RBTRACE_FLIGHT=SIZE       same as --flight; RBTRACE_ROTATE: --rotate\n"
+	"  RBTRACE_FLIGHT_BEFORE_MS=0     window before a trigger (0: whole ring)\n"
+	"  RBTRACE_FLIGHT_AFTER_MS=100    window after it\n"
+	"  RBTRACE_FLIGHT_GAP_MS=1000     least time between two snapshots\n"
+	"  RBTRACE_FLIGHT_MAX=32          most snapshots per process\n"
+	"  RBTRACE_FLIGHT_STALL_MS=1000   stall: signaled sends outstanding, no\n"
+	"                                 completion for this long (0: off)\n"
+	"  RBTRACE_FLIGHT_SLOW_POST_US=0  a post this slow is a trigger (0: off)\n"
+	"  RBTRACE_FLIGHT_SLOW_POLL_US=0  a poll this slow is a trigger (0: off)\n"
 	"  RBTRACE_DEBUG=0           1: recorder diagnostics on stderr\n"
 	"  RBTRACE_DISABLE           1: record nothing, forward every call untouched\n"
 	"  RBTRACE_LIB=PATH          librbtrace.so to use (default: next to rbtrace)\n"
@@ -75,7 +96,11 @@ static const char usage[] =
 	"  mkdir -p traces\n"
 	"  RBTRACE_NIC_TS=1 rbtrace record --softnic -o traces/ -- ib_write_bw &\n"
 	"  sleep 1; RBTRACE_NIC_TS=1 rbtrace record --softnic -o traces/ -- ib_write_bw "
-	"localhost; wait\n";
+	"localhost; wait\n"
+	"  rbtrace record --softnic --flight=64M -o svc.rbt -- ./service &\n"
+	"  rbtrace snapshot $(pgrep -n service)   # svc-snap1.rbt, now\n"
+	"  rbtrace record --softnic --rotate=50M -o long.rbt -- ./service\n"
+	"  rbtrace report long.rbt                # long.rbt, long-part1.rbt, ...\n";
 
 static const char *cmd = "record";
 static volatile pid_t child_pid;
@@ -107,9 +132,46 @@ static int add_env(const char *name, const char *value, char sep, int last)
 	return r;
 }
 
+/* The recorder's size and duration syntax (shim_flight.c): 64M, 512K, 1G, a
+ * number of bytes; 500ms, 10s, 5min, 2h. */
+static int valid_size(const char *s, unsigned long long least)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || *s == '-')
+		return 0;
+	unsigned long long mul = 1;
+	if (*end == 'k' || *end == 'K')
+		mul = 1 << 10, end++;
+	else if (*end == 'M')
+		mul = 1 << 20, end++;
+	else if (*end == 'g' || *end == 'G')
+		mul = 1 << 30, end++;
+	if (*end == 'i' && end[1] == 'B')
+		end++;
+	if (*end == 'B')
+		end++;
+	return !*end && v * mul >= least && v <= (64ull << 30);
+}
+
+static int valid_duration(const char *s)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || *s == '-' || !v)
+		return 0;
+	return !strcmp(end, "ms") || !strcmp(end, "s") || !strcmp(end, "m") ||
+	       !strcmp(end, "min") || !strcmp(end, "h");
+}
+
 struct summary {
 	uint64_t events, lost;
 	int finished, damaged;
+	uint64_t series_index; /* > 0: a later file of a series */
+	uint32_t series_files; /* the first file of a series: the files after it */
+	uint64_t trigger;      /* a flight snapshot: what fired it */
 };
 
 static int summarize(const char *path, struct summary *s)
@@ -126,8 +188,12 @@ static int summarize(const char *path, struct summary *s)
 		s->events++;
 		if (ev->type == RBT_EV_LOSS)
 			s->lost += ev->u.loss.events;
+		if (ev->type == RBT_EV_SNAPSHOT)
+			s->trigger = ev->u.snapshot.trigger;
 	}
 	const struct rbt_reader_stats *st = rbt_reader_stats(r);
+	s->series_index = rbt_reader_header(r)->series_index;
+	s->series_files = st->series_files;
 	s->finished = rbt_reader_trailer(r) != NULL;
 	s->damaged = err < 0 || st->bad_chunks || st->truncated;
 	s->lost += st->lost_events_in_bad_chunks;
@@ -181,12 +247,23 @@ static int report(const char *manifest)
 				(long long)st.st_size, rbt_strerror(err));
 			continue;
 		}
+		if (s.series_index)
+			continue; /* counted in the series' first file */
+		char extra[96] = "";
+		if (s.series_files)
+			snprintf(extra, sizeof(extra),
+				 " (a series of %u files read as one)",
+				 s.series_files + 1);
+		else if (s.trigger && s.trigger != RBT_TRIGGER_END)
+			snprintf(extra, sizeof(extra), " (flight snapshot: %s)",
+				 rbt_trigger_name(s.trigger) ? rbt_trigger_name(s.trigger)
+							     : "?");
 		fprintf(stderr,
 			"rbtrace record: %s: %" PRIu64 " events, %lld bytes, %" PRIu64
-			" lost%s%s\n",
+			" lost%s%s%s\n",
 			line, s.events, (long long)st.st_size, s.lost,
 			s.finished ? "" : ", not finished (process killed?)",
-			s.damaged ? ", damaged" : "");
+			s.damaged ? ", damaged" : "", extra);
 	}
 	fclose(f);
 	for (size_t i = 0; i < nseen; i++)
@@ -201,12 +278,14 @@ static int report(const char *manifest)
 
 int rbt_cmd_record(int argc, char **argv)
 {
-	const char *out = NULL;
+	const char *out = NULL, *flight = NULL, *rotate = NULL;
 	int softnic = 0;
 	char *pos[1];
 	const struct rbt_cli_opt opts[] = {
 		{ "output", 'o', &out, NULL },
 		{ "softnic", 0, NULL, &softnic },
+		{ "flight", 0, &flight, NULL },
+		{ "rotate", 0, &rotate, NULL },
 		{ 0 },
 	};
 	char lib[PATH_MAX], manifest[] = "/tmp/rbtrace-manifest-XXXXXX";
@@ -224,7 +303,8 @@ int rbt_cmd_record(int argc, char **argv)
 			split = i;
 			break;
 		}
-		if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) &&
+		if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output") ||
+		     !strcmp(argv[i], "--flight") || !strcmp(argv[i], "--rotate")) &&
 		    i + 1 < argc)
 			i++;
 	}
@@ -237,6 +317,19 @@ int rbt_cmd_record(int argc, char **argv)
 	int cmd_at = split < argc && !strcmp(argv[split], "--") ? split + 1 : split;
 	if (cmd_at >= argc)
 		return rbt_cli_usage(cmd, "no command to record");
+	if (flight && rotate)
+		return rbt_cli_usage(cmd, "--flight and --rotate do not go together");
+	if (flight && !valid_size(flight, 1 << 20))
+		return rbt_cli_usage(cmd, "--flight: expected a size of 1M or more "
+					  "(e.g. 64M, 1G)");
+	if (rotate && !valid_size(rotate, 64 << 10) && !valid_duration(rotate))
+		return rbt_cli_usage(cmd, "--rotate: expected a size of 64K or more "
+					  "(e.g. 50M) or a duration (e.g. 10s, 5min)");
+	if ((flight && setenv(RBT_ENV_FLIGHT, flight, 1)) ||
+	    (rotate && setenv(RBT_ENV_ROTATE, rotate, 1))) {
+		rbt_cli_error(cmd, "cannot set the environment: %s", strerror(errno));
+		return RBT_EXIT_FAIL;
+	}
 
 	const char *envlib = getenv("RBTRACE_LIB");
 	if (envlib && *envlib) {

@@ -55,7 +55,13 @@ static const char usage[] =
 	"  --allow-damaged      replay the intact part of a damaged trace\n"
 	"  --json               the fidelity report as JSON\n"
 	"  --poll-timeout MS    how long to wait for a recorded completion (default "
-	"5000)\n"
+	"5000);\n"
+	"                       after a divergence, waits that find nothing take at "
+	"most\n"
+	"                       2 s in all per trace, then that trace stops\n"
+	"  --max-time S         end the run S seconds after the start (e.g. 1.5); "
+	"what ran\n"
+	"                       is reported and matched\n"
 	"\n"
 	"Each trace is given once: a ping-pong's two ends are two traces (client.rbt\n"
 	"and server.rbt, e.g. recorded as in the README); one end alone needs a peer\n"
@@ -65,9 +71,12 @@ static const char usage[] =
 	"by $RBTRACE_REPLAY_MODULE; it needs libibverbs.so.1 (rdma-core, or softnic's\n"
 	"with --softnic). The other commands need neither.\n"
 	"\n"
+	"SIGINT or SIGTERM ends the run with the report of what ran (a second one\n"
+	"ends the process at once).\n"
+	"\n"
 	"Exit status: 0 when every completion matched, 1 on divergence, refusal or an\n"
 	"-o that could not be written, 2 for a bad command line (a file named twice,\n"
-	"-o naming a trace).\n"
+	"-o naming a trace), 128+N after the report when signal N ended the run.\n"
 	"\n"
 	"examples (over softnic):\n"
 	"  rbtrace replay --softnic client.rbt server.rbt       # both ends, one "
@@ -246,7 +255,7 @@ int rbt_cmd_replay(int argc, char **argv)
 {
 	const struct rbt_replay_module *mod;
 	const char *device = NULL, *timing = NULL, *listen = NULL, *connect = NULL,
-		   *out = NULL, *ptmo = NULL;
+		   *out = NULL, *ptmo = NULL, *maxt = NULL;
 	int responder = 0, allow_damaged = 0, json = 0, softnic = 0, rt = 0, n, rc,
 	    snmode;
 	char *pos[16];
@@ -260,6 +269,7 @@ int rbt_cmd_replay(int argc, char **argv)
 		{ "allow-damaged", 0, NULL, &allow_damaged },
 		{ "json", 0, NULL, &json },
 		{ "poll-timeout", 0, &ptmo, NULL },
+		{ "max-time", 0, &maxt, NULL },
 		{ "softnic", 0, NULL, &softnic },
 		{ "realtime", 0, NULL, &rt },
 		{ 0 },
@@ -311,6 +321,18 @@ int rbt_cmd_replay(int argc, char **argv)
 			return RBT_EXIT_USAGE;
 		o.poll_timeout_ms = (int)(v > 3600000 ? 3600000 : v);
 	}
+	if (maxt) {
+		char *end;
+		double v = strtod(maxt, &end);
+
+		if (end == maxt || *end || !(v > 0) || v > 1e7)
+			return rbt_cli_usage(
+				"replay",
+				"--max-time %s: expected seconds > 0 (e.g. 1.5)", maxt);
+		o.max_time_ms = (uint64_t)(v * 1e3 + 0.5);
+		if (!o.max_time_ms)
+			o.max_time_ms = 1;
+	}
 	if (listen && connect)
 		return rbt_cli_usage("replay",
 				     "--listen and --connect exclude each other");
@@ -359,5 +381,8 @@ int rbt_cmd_replay(int argc, char **argv)
 	rbt_cli_softnic_said();
 	if (responder)
 		return RBT_EXIT_OK;
+	/* interrupted: the report of what ran was printed; the shell's code */
+	if (sum.stopped == RBT_REPLAY_STOP_SIGNAL)
+		return 128 + sum.stop_signal;
 	return sum.divergences ? RBT_EXIT_FAIL : RBT_EXIT_OK;
 }

@@ -51,99 +51,6 @@ static const char usage[] =
 	"ui.perfetto.dev\n"
 	"  rbtrace report --format=html -o report.html client.rbt server.rbt\n";
 
-/* The output: a regular file (new, existing, or the target of a symbolic link)
- * is written to tmp beside it and renamed over it on success; anything else
- * (/dev/null, a FIFO, a terminal) is written in place and never removed. */
-struct report_out {
-	FILE *f;
-	char *path;	    /* a symbolic link's target, else NULL */
-	char *tmp;	    /* NULL when written in place */
-	int unlink_on_fail; /* a regular file written in place */
-};
-
-static int out_open(const char *path, struct report_out *o)
-{
-	struct stat st;
-	int exists = lstat(path, &st) == 0;
-	o->tmp = NULL;
-	o->unlink_on_fail = 0;
-	o->path = NULL;
-	if (exists && S_ISLNK(st.st_mode)) {
-		/* Replace what the link points to, not the link itself. */
-		char *real = realpath(path, NULL);
-		if (real && !lstat(real, &st) && S_ISREG(st.st_mode)) {
-			o->path = real;
-			path = real;
-		} else {
-			free(real);
-			goto in_place;
-		}
-	}
-	if ((exists && !S_ISREG(st.st_mode)) || (!exists && errno != ENOENT))
-		goto in_place;
-	size_t n = strlen(path) + 16;
-	o->tmp = malloc(n);
-	if (!o->tmp)
-		return -ENOMEM;
-	snprintf(o->tmp, n, "%s.tmp-XXXXXX", path);
-	int fd = mkstemp(o->tmp);
-	if (fd < 0) {
-		int err = -errno;
-		free(o->tmp);
-		o->tmp = NULL;
-		if (!exists)
-			return err;
-		/* A writable file in a read-only directory: the old way. */
-		o->unlink_on_fail = 1;
-		goto in_place;
-	}
-	/* mkstemp makes 0600; the report keeps the mode of the file it replaces,
-	 * or gets the one fopen would have given it. */
-	mode_t um = umask(0);
-	umask(um);
-	(void)!fchmod(fd, exists ? st.st_mode & 07777 : 0666 & ~um);
-	o->f = fdopen(fd, "w");
-	if (!o->f) {
-		int err = -errno;
-		close(fd);
-		unlink(o->tmp);
-		free(o->tmp);
-		o->tmp = NULL;
-		return err;
-	}
-	return 0;
-in_place:
-	o->f = fopen(path, "w");
-	if (o->f)
-		return 0;
-	int err = -errno;
-	free(o->path);
-	o->path = NULL;
-	return err;
-}
-
-/* 0, or the first write error of the whole output (-errno). */
-static int out_close(struct report_out *o, const char *path, int ok)
-{
-	if (o->path)
-		path = o->path;
-	/* -EIO: an earlier write failed and stdio no longer knows why. */
-	int err = fflush(o->f) ? -errno : ferror(o->f) ? -EIO : 0;
-	if (fclose(o->f) && !err)
-		err = -errno;
-	if (o->tmp) {
-		if (ok && !err && rename(o->tmp, path))
-			err = -errno;
-		if (!ok || err)
-			unlink(o->tmp);
-		free(o->tmp);
-	} else if ((!ok || err) && o->unlink_on_fail) {
-		unlink(path);
-	}
-	free(o->path);
-	return err;
-}
-
 int rbt_cmd_report(int argc, char **argv)
 {
 	const char *cmd = "report";
@@ -201,9 +108,9 @@ int rbt_cmd_report(int argc, char **argv)
 		total += (uint64_t)st.st_size;
 	}
 	FILE *out = stdout;
-	struct report_out ro = { 0 };
+	struct rbt_cli_out ro = { 0 };
 	if (out_path) {
-		int e = out_open(out_path, &ro);
+		int e = rbt_cli_out_open(out_path, &ro);
 		if (e) {
 			rbt_cli_error(cmd, "%s: %s", out_path, strerror(-e));
 			return RBT_EXIT_FAIL;
@@ -246,7 +153,7 @@ int rbt_cmd_report(int argc, char **argv)
 	}
 	rbt_analyzer_destroy(an);
 	if (out != stdout) {
-		int e = out_close(&ro, out_path, ret == 0);
+		int e = rbt_cli_out_close(&ro, out_path, ret == 0);
 		if (ret == 0)
 			ret = e;
 	} /* stdout's write errors are main()'s to report */

@@ -46,6 +46,10 @@ static const char usage[] =
 	"  --counters        print port and per-QP counters of the fabric, exit\n"
 	"  --softnic=MODE    provider, dropin or auto (the default; also\n"
 	"                    RBTRACE_SOFTNIC_MODE)\n"
+	"  --quirks=mlx5     behave like mlx5 where tools must cope: the ibv_wr_*\n"
+	"                    pointers of a QP are rewritten on every move to RTS\n"
+	"                    and RESET, the clock ticks at 156.25 MHz (also\n"
+	"                    SOFTNIC_QUIRKS; none = off)\n"
 	"\n"
 	"Finds softnic in $RBTRACE_SOFTNIC_DIR, else next to rbtrace: ../softnic (a\n"
 	"build) or ../lib/rbtrace/softnic (installed).\n"
@@ -62,12 +66,18 @@ static const char usage[] =
 int rbt_cmd_softnic(int argc, char **argv)
 {
 	const char *fabric = NULL, *link = NULL, *lat = NULL, *kib = NULL, *jit = NULL;
+	const char *quirks = NULL;
 	int counters = 0, flag = 0, i, split = argc, parsed, done;
 	const struct rbt_cli_opt opts[] = {
-		{ "fabric", 0, &fabric, NULL }, { "link", 0, &link, NULL },
-		{ "latency", 0, &lat, NULL },	{ "ns-per-kib", 0, &kib, NULL },
-		{ "jitter", 0, &jit, NULL },	{ "counters", 0, NULL, &counters },
-		{ "softnic", 0, NULL, &flag },	{ 0 },
+		{ "fabric", 0, &fabric, NULL },
+		{ "link", 0, &link, NULL },
+		{ "latency", 0, &lat, NULL },
+		{ "ns-per-kib", 0, &kib, NULL },
+		{ "jitter", 0, &jit, NULL },
+		{ "counters", 0, NULL, &counters },
+		{ "softnic", 0, NULL, &flag },
+		{ "quirks", 0, &quirks, NULL },
+		{ 0 },
 	};
 	struct rbt_softnic_setup sn;
 	char *pos[1];
@@ -95,6 +105,12 @@ int rbt_cmd_softnic(int argc, char **argv)
 		return rbt_cli_usage(cmd, "--fabric: empty path");
 	if (fabric)
 		setenv("SOFTNIC_FABRIC", fabric, 1);
+	if (quirks) {
+		if (strcmp(quirks, "mlx5") && strcmp(quirks, "none"))
+			return rbt_cli_usage(cmd, "--quirks: '%s' is not mlx5 or none",
+					     quirks);
+		setenv("SOFTNIC_QUIRKS", quirks, 1);
+	}
 	if (link) {
 		if (strcmp(link, "ib") && strcmp(link, "eth"))
 			return rbt_cli_usage(cmd, "--link: '%s' is not ib or eth", link);

@@ -14,6 +14,8 @@
 static const struct rbt_cmd cmds[] = {
 	{ "record", "run a program with the recorder, one trace per process",
 	  rbt_cmd_record },
+	{ "snapshot", "make a flight-recording process write a snapshot now",
+	  rbt_cmd_snapshot },
 	{ "info", "header, clocks, chunk and event counts, damage of a trace",
 	  rbt_cmd_info },
 	{ "dump", "every event of a trace, one line each or JSON", rbt_cmd_dump },
@@ -23,6 +25,8 @@ static const struct rbt_cmd cmds[] = {
 	  rbt_cmd_diff },
 	{ "report", "where the time went (post / NIC / poll), statistics, diagnoses",
 	  rbt_cmd_report },
+	{ "export", "one CSV / NDJSON row per WR or resource, for DuckDB, Spark, pandas",
+	  rbt_cmd_export },
 	{ "softnic", "run a program on softnic, the userspace RDMA device; counters",
 	  rbt_cmd_softnic },
 };

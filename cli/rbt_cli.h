@@ -26,7 +26,9 @@ int rbt_cmd_dump(int argc, char **argv);
 int rbt_cmd_replay(int argc, char **argv);
 int rbt_cmd_diff(int argc, char **argv);
 int rbt_cmd_report(int argc, char **argv);
+int rbt_cmd_export(int argc, char **argv);
 int rbt_cmd_softnic(int argc, char **argv);
+int rbt_cmd_snapshot(int argc, char **argv);
 
 /* ---- exit codes ---- */
 enum {
@@ -178,5 +180,18 @@ int rbt_cli_softnic_apply(const struct rbt_softnic_setup *s);
  * so a symlink to rbtrace (bazel's runfiles) still finds what was built beside
  * it. 0, or -1 when it is not there. */
 int rbt_cli_beside_self(const char *rel, char *out, size_t len);
+
+/* An output file of report / export: a regular file (new, existing, or the target
+ * of a symbolic link) is written to a temporary file beside it and renamed over it
+ * on success; anything else (/dev/null, a FIFO, a terminal) is written in place.
+ * open: 0 or -errno; close(ok): 0, or the first write error (-errno). */
+struct rbt_cli_out {
+	FILE *f;
+	char *path;	    /* a symbolic link's target, else NULL */
+	char *tmp;	    /* NULL when written in place */
+	int unlink_on_fail; /* a regular file written in place */
+};
+int rbt_cli_out_open(const char *path, struct rbt_cli_out *o);
+int rbt_cli_out_close(struct rbt_cli_out *o, const char *path, int ok);
 
 #endif

@@ -36,6 +36,28 @@
 /* 1: do not trace at all (the library forwards every call untouched). */
 #define RBT_ENV_DISABLE "RBTRACE_DISABLE"
 
+/* Flight recorder: SIZE (64M, 1G) of compressed trace kept in memory; files
+ * are written only on triggers (and the last window at the end). */
+#define RBT_ENV_FLIGHT "RBTRACE_FLIGHT"
+/* ms of the window before a trigger (default 0: the whole ring) and after it
+ * (default 100). */
+#define RBT_ENV_FLIGHT_BEFORE_MS "RBTRACE_FLIGHT_BEFORE_MS"
+#define RBT_ENV_FLIGHT_AFTER_MS	 "RBTRACE_FLIGHT_AFTER_MS"
+/* Rate limit: least ms between snapshots (default 1000), most per process (32). */
+#define RBT_ENV_FLIGHT_GAP_MS "RBTRACE_FLIGHT_GAP_MS"
+#define RBT_ENV_FLIGHT_MAX    "RBTRACE_FLIGHT_MAX"
+/* Stall trigger: signaled send WRs outstanding and no completion for this many
+ * ms (default 1000, 0 = off). */
+#define RBT_ENV_FLIGHT_STALL_MS "RBTRACE_FLIGHT_STALL_MS"
+/* Slow-call triggers: a post / a poll taking at least this many us (0 = off). */
+#define RBT_ENV_FLIGHT_SLOW_POST_US "RBTRACE_FLIGHT_SLOW_POST_US"
+#define RBT_ENV_FLIGHT_SLOW_POLL_US "RBTRACE_FLIGHT_SLOW_POLL_US"
+/* Rotation: SIZE (50M) or DURATION (500ms, 10s, 5min, 1h) per file. */
+#define RBT_ENV_ROTATE "RBTRACE_ROTATE"
+/* `rbtrace snapshot PID` queues SIGUSR2 with this value (a plain SIGUSR2 is
+ * the "sigusr2" trigger). */
+#define RBT_SNAPSHOT_SIGVAL 0x52425453 /* "RBTS" */
+
 /* The header's tool field: the release and the format it writes, as
  * `rbtrace --version` says them. */
 #define RBT_TOOL_NAME \

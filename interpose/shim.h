@@ -39,6 +39,21 @@ struct rbt_config {
 };
 extern struct rbt_config rbt_cfg;
 
+/* shim_flight.c: the flight recorder and rotation (docs/recording.md). */
+struct rbt_flight_cfg {
+	uint64_t flight_bytes; /* RBTRACE_FLIGHT, 0 = off */
+	unsigned before_ms;    /* window before a trigger, 0 = the whole ring */
+	unsigned after_ms;     /* window after it */
+	unsigned gap_ms;       /* least time between two snapshots */
+	unsigned max_snaps;    /* snapshots per process at most */
+	unsigned stall_ms;     /* WRs outstanding, no completion: 0 = off */
+	unsigned slow_post_us; /* 0 = off */
+	unsigned slow_poll_us; /* 0 = off */
+	uint64_t rotate_bytes; /* RBTRACE_ROTATE=SIZE */
+	uint64_t rotate_ms;    /* RBTRACE_ROTATE=DURATION */
+};
+extern struct rbt_flight_cfg rbt_fcfg;
+
 /* 0 not started, 1 recording, 2 off (disabled, failed, or finished and released:
  * exec failed), 3 sealed: the final flush began (exit, a signal, exec), and a
  * thread that enters a verb now parks until the process ends (rbt_park). */
@@ -279,14 +294,19 @@ void rbt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *rbt_real(const char *name, const char *version);
 
 /* rbt_next_<name>(): the next definition of a function listed in rbt_verbs.h,
- * under the version listed there (glibc's by name), resolved once per file. */
-#define RBT_NEXT_DEF(name, ver, ret, params, lookup_ver)                    \
-	static inline __typeof__(&name) rbt_next_##name(void)               \
-	{                                                                   \
-		static __typeof__(&name) p;                                 \
-		if (RBT_UNLIKELY(!p))                                       \
-			p = (__typeof__(&name))rbt_real(#name, lookup_ver); \
-		return p;                                                   \
+ * under the version listed there (glibc's by name), resolved once per file.
+ * Threads may make their first call at once: the slot is read and written
+ * atomically (relaxed: every thread stores the same address). */
+#define RBT_NEXT_DEF(name, ver, ret, params, lookup_ver)                        \
+	static inline __typeof__(&name) rbt_next_##name(void)                   \
+	{                                                                       \
+		static __typeof__(&name) slot;                                  \
+		__typeof__(&name) p = __atomic_load_n(&slot, __ATOMIC_RELAXED); \
+		if (RBT_UNLIKELY(!p)) {                                         \
+			p = (__typeof__(&name))rbt_real(#name, lookup_ver);     \
+			__atomic_store_n(&slot, p, __ATOMIC_RELAXED);           \
+		}                                                               \
+		return p;                                                       \
 	}
 #define RBT_NEXT_VER(name, ver, ret, params)  RBT_NEXT_DEF(name, ver, ret, params, ver)
 #define RBT_NEXT_NAME(name, ver, ret, params) RBT_NEXT_DEF(name, ver, ret, params, NULL)

@@ -70,6 +70,7 @@ static void *rbt_scratch(struct rbt_scratch *s, size_t n)
 }
 
 static struct rbt_scratch rbt_sc_wr, rbt_sc_sge, rbt_sc_wc;
+static int rbt_flight_on; /* RBTRACE_FLIGHT or RBTRACE_ROTATE: shim_flight.c */
 uint64_t rbt_events_appended;
 
 static void rbt_append(struct rbt_event *ev, uint32_t stream)
@@ -79,6 +80,8 @@ static void rbt_append(struct rbt_event *ev, uint32_t stream)
 	if (!rbt_writer || rbt_writer_failed)
 		return;
 	ev->stream = stream;
+	if (rbt_flight_on)
+		rbt_flight_note(ev);
 	err = rbt_writer_append(rbt_writer, ev);
 	if (err < 0) {
 		rbt_writer_failed = 1;
@@ -476,7 +479,11 @@ static int rbt_open_writer(void)
 	hdr.tool = RBT_TOOL_NAME;
 	/* The writer's default zstd level (3): on a recorded ib_write_bw stream
 	 * it was both smaller and faster than level 1 or the negative levels. */
-	err = rbt_writer_open_fd(rbt_trace_fd, &hdr, NULL, &rbt_writer);
+	rbt_flight_on = rbt_flight_mode();
+	if (rbt_flight_on)
+		rbt_writer = rbt_flight_open(&hdr, rbt_trace_fd, &err);
+	else
+		err = rbt_writer_open_fd(rbt_trace_fd, &hdr, NULL, &rbt_writer);
 	rbt_trace_fd = -1; /* the writer owns it now, even on failure */
 	if (err < 0) {
 		rbt_writer = NULL;
@@ -501,7 +508,11 @@ static void rbt_close_writer(void)
 	tr.end_how = rbt_end_how;
 	tr.end_signal = (uint32_t)rbt_end_signal;
 	tr.exit_code = rbt_end_how == RBT_END_EXIT ? rbt_exit_code : 0;
-	int err = rbt_writer_close(rbt_writer, &tr);
+	int err = 0;
+	if (rbt_flight_on)
+		rbt_flight_close(&tr);
+	else
+		err = rbt_writer_close(rbt_writer, &tr);
 	if (err < 0 && !rbt_writer_failed)
 		rbt_warn("cannot finish trace %s: %s", rbt_path, rbt_strerror(err));
 	rbt_writer = NULL;
@@ -579,8 +590,8 @@ static void rbt_seal_rings(void)
 {
 	struct rbt_ring *fin = rbt_finisher_ring, *r;
 	uint64_t drained, t0 = rbt_now();
-	uint64_t limit =
-		(rbt_tsc_hz ? rbt_tsc_hz : 3000000000ull) / 1000 * RBT_SEAL_WAIT_MS;
+	uint64_t hz = __atomic_load_n(&rbt_tsc_hz, __ATOMIC_RELAXED); /* any thread */
+	uint64_t limit = (hz ? hz : 3000000000ull) / 1000 * RBT_SEAL_WAIT_MS;
 	int busy;
 
 	atomic_store(&rbt_state, RBT_STATE_SEALED);
@@ -642,10 +653,13 @@ void *rbt_drainer_main(void *arg)
 	}
 	atomic_store(&rbt_drainer_tid, me);
 	if (!rbt_tsc_hz) {
-		rbt_tsc_hz = rbt_calibrate(&rbt_start_pair, 20);
-		if (!rbt_tsc_hz)
-			rbt_tsc_hz = 1000000000ull;
-		rbt_cfg.flush_ticks = rbt_tsc_hz / 1000 * rbt_cfg.flush_ms;
+		/* the traced threads read both (atomically) while we set them */
+		uint64_t hz = rbt_calibrate(&rbt_start_pair, 20);
+		if (!hz)
+			hz = 1000000000ull;
+		__atomic_store_n(&rbt_tsc_hz, hz, __ATOMIC_RELAXED);
+		__atomic_store_n(&rbt_cfg.flush_ticks, hz / 1000 * rbt_cfg.flush_ms,
+				 __ATOMIC_RELAXED);
 	}
 	pthread_mutex_lock(&rbt_writer_lock);
 	rbt_open_writer();
@@ -670,6 +684,11 @@ void *rbt_drainer_main(void *arg)
 		uint64_t seen = rbt_drain_pass(all, &drained);
 		if (all)
 			next_flush = now + rbt_cfg.flush_ticks;
+		if (rbt_flight_on) {
+			pthread_mutex_lock(&rbt_writer_lock);
+			rbt_flight_tick(now);
+			pthread_mutex_unlock(&rbt_writer_lock);
+		}
 		if (now >= next_sample) {
 			pthread_mutex_lock(&rbt_writer_lock);
 			rbt_clock_sample(me);
@@ -702,6 +721,11 @@ void *rbt_drainer_main(void *arg)
 			uint64_t ms =
 				next > t ? (next - t) / (rbt_tsc_hz / 1000 + 1) + 1 : 1;
 			wait_ms = ms > 1000 ? 1000 : (int)ms;
+		}
+		if (rbt_flight_on) {
+			int f = rbt_flight_wait_ms(rbt_now());
+			if (f < wait_ms)
+				wait_ms = f;
 		}
 		if (atomic_load(&rbt_deferred_sig) && wait_ms > 20)
 			wait_ms = 20;

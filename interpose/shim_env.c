@@ -153,6 +153,7 @@ void rbt_config_load(void)
 	snprintf(rbt_cfg.output, sizeof(rbt_cfg.output), "%s", s ? s : "");
 	s = getenv(RBT_ENV_MANIFEST);
 	snprintf(rbt_cfg.manifest, sizeof(rbt_cfg.manifest), "%s", s ? s : "");
+	rbt_flight_config();
 }
 
 /* ---- clock ------------------------------------------------------------------- */

@@ -147,24 +147,28 @@ static int rbt_open_output(void)
 	struct stat st;
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
 		fchmod(fd, 0600);
-	if (rbt_cfg.manifest[0]) {
-		int mfd = open(rbt_cfg.manifest, O_WRONLY | O_APPEND | O_CLOEXEC);
-		if (mfd >= 0) {
-			char line[3 * PATH_MAX], cwd[PATH_MAX] = "";
-			int l;
-			if (rbt_path[0] != '/' && getcwd(cwd, sizeof(cwd)))
-				l = snprintf(line, sizeof(line), "%s/%s\n", cwd,
-					     rbt_path);
-			else
-				l = snprintf(line, sizeof(line), "%s\n", rbt_path);
-			if (l < 0 || l >= (int)sizeof(line))
-				l = 0;
-			ssize_t w = write(mfd, line, l);
-			(void)w;
-			close(mfd);
-		}
-	}
+	rbt_manifest_add(rbt_path);
 	return fd;
+}
+
+void rbt_manifest_add(const char *path)
+{
+	if (!rbt_cfg.manifest[0])
+		return;
+	int mfd = open(rbt_cfg.manifest, O_WRONLY | O_APPEND | O_CLOEXEC);
+	if (mfd >= 0) {
+		char line[3 * PATH_MAX], cwd[PATH_MAX] = "";
+		int l;
+		if (path[0] != '/' && getcwd(cwd, sizeof(cwd)))
+			l = snprintf(line, sizeof(line), "%s/%s\n", cwd, path);
+		else
+			l = snprintf(line, sizeof(line), "%s\n", path);
+		if (l < 0 || l >= (int)sizeof(line))
+			l = 0;
+		ssize_t w = write(mfd, line, l);
+		(void)w;
+		close(mfd);
+	}
 }
 
 /* ---- start, fork, signals, exit ---------------------------------------------------- */
@@ -228,6 +232,7 @@ int rbt_start_slow(void)
 					pthread_atfork(rbt_fork_prepare, rbt_fork_parent,
 						       rbt_fork_child);
 				rbt_install_signals();
+				rbt_flight_install_signal();
 				static int on_exit_done;
 				if (!on_exit_done++)
 					on_exit(rbt_on_exit, NULL);

@@ -29,7 +29,8 @@ static inline void rbt_rec_empty_poll(struct rbt_ring *r, void *cq, uint32_t ask
 
 	for (uint32_t i = 0; i < r->nfold; i++, f++) {
 		if (f->cq == cq && f->asked == asked && f->api == api) {
-			if (t1 - f->ts < rbt_cfg.flush_ticks) {
+			if (t1 - f->ts <
+			    __atomic_load_n(&rbt_cfg.flush_ticks, __ATOMIC_RELAXED)) {
 				f->n++;
 				f->exit = t1;
 				return;

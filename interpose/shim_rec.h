@@ -82,6 +82,19 @@ extern _Atomic int rbt_deferred_sig;
 int rbt_deferred_overdue(uint64_t now);
 void rbt_deliver_signal(int sig);
 
+/* Adds a file the recorder wrote to RBTRACE_MANIFEST (snapshots, series). */
+void rbt_manifest_add(const char *path);
+
+/* ---- shim_flight.c: flight recorder and rotation (writer thread) ------------------ */
+void rbt_flight_config(void);
+int rbt_flight_mode(void); /* 0 off, 1 flight, 2 rotation */
+struct rbt_writer *rbt_flight_open(const struct rbt_header *hdr, int fd, int *err);
+void rbt_flight_note(const struct rbt_event *ev);
+void rbt_flight_tick(uint64_t now);
+int rbt_flight_wait_ms(uint64_t now);
+void rbt_flight_close(const struct rbt_trailer *tr);
+void rbt_flight_install_signal(void);
+
 static inline pid_t rbt_gettid(void)
 {
 	return (pid_t)syscall(SYS_gettid);

@@ -230,19 +230,19 @@ void *rbt_ring_reserve_slow(struct rbt_ring *r, uint32_t len)
 		    rbt_tls_inside > 1)
 			break;
 		uint64_t now = rbt_now();
+		/* rbt_tsc_hz: 0 until the background thread calibrated */
+		uint64_t hz = __atomic_load_n(&rbt_tsc_hz, __ATOMIC_RELAXED);
+		if (!hz)
+			hz = 3000000000ull;
 		if (!deadline)
-			deadline =
-				now + rbt_cfg.block_ms *
-					      (rbt_tsc_hz ? rbt_tsc_hz : 3000000000ull) /
-					      1000;
+			deadline = now + rbt_cfg.block_ms * hz / 1000;
 		else if (now > deadline) {
 			r->dropping = 1;
 			break;
 		}
 		if (!woke++) {
 			rbt_wake_drainer();
-			spin_until =
-				now + (rbt_tsc_hz ? rbt_tsc_hz : 3000000000ull) / 10000;
+			spin_until = now + hz / 10000;
 		}
 		/* The writer frees space record by record as it drains: spin a
 		 * little (100 us) before sleeping, since a sleep is 50 us at best

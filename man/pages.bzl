@@ -10,7 +10,9 @@ CMDS = [
     "replay",
     "diff",
     "report",
+    "export",
     "softnic",
+    "snapshot",
 ]
 
 MAN_PAGES = ["rbtrace.1"] + ["rbtrace-%s.1" % c for c in CMDS]

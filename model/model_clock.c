@@ -21,7 +21,14 @@ uint64_t rbt_model_mono_ns(const struct rbt_model_trace *t, uint64_t ticks)
 	double d = (double)(int64_t)(ticks - h->start.ticks);
 	double hz = h->clock_hz ? (double)h->clock_hz : 1e9;
 
-	return h->start.mono_ns + (uint64_t)(int64_t)(d * 1e9 / hz);
+	double ns = d * 1e9 / hz;
+
+	/* a damaged header's clock (1 Hz, say) puts ticks beyond int64 ns */
+	if (!(ns > -9.2e18))
+		ns = -9.2e18;
+	else if (ns > 9.2e18)
+		ns = 9.2e18;
+	return h->start.mono_ns + (uint64_t)(int64_t)ns;
 }
 
 struct mt_clock *mt_clock_of(const struct mt_trace *t, uint64_t ctx)

@@ -42,7 +42,8 @@ class _Header(ctypes.Structure):
                 ("ppid", ctypes.c_uint32), ("clock_source", ctypes.c_uint32),
                 ("clock_hz", ctypes.c_uint64), ("start", _ClockPair),
                 ("host", ctypes.c_char_p), ("cmdline", ctypes.c_char_p),
-                ("tool", ctypes.c_char_p)]
+                ("tool", ctypes.c_char_p), ("series", ctypes.c_char_p),
+                ("series_index", ctypes.c_uint64)]
 
 
 class _Stats(ctypes.Structure):
@@ -53,7 +54,9 @@ class _Stats(ctypes.Structure):
                 ("first_damage_offset", ctypes.c_uint64),
                 ("truncated", ctypes.c_int), ("finished", ctypes.c_int),
                 ("unknown_events", ctypes.c_uint64),
-                ("unreadable_regions", ctypes.c_uint64)]
+                ("unreadable_regions", ctypes.c_uint64),
+                ("series_files", ctypes.c_uint32),
+                ("carried_skipped", ctypes.c_uint64)]
 
 
 def _candidates():

@@ -39,11 +39,27 @@ struct rbt_replay_opts {
 	const char *out;   /* record the replay here (several traces: X.0.rbt, X.1.rbt) */
 	int allow_damaged; /* replay the intact part of a damaged trace */
 	int json;	   /* fidelity report as JSON */
-	int poll_timeout_ms; /* how long a poll waits for recorded completions; 0=5000 */
-	int realtime;	     /* run timelines SCHED_FIFO (needs privilege) */
-	FILE *log;	     /* messages and the report; NULL = stderr */
-	FILE *report;	     /* the fidelity report; NULL = stdout */
+	int poll_timeout_ms;  /* how long a poll waits for recorded completions; 0=5000 */
+	int realtime;	      /* run timelines SCHED_FIFO (needs privilege) */
+	uint64_t max_time_ms; /* end the run this long after the start; 0: none */
+	FILE *log;	      /* messages and the report; NULL = stderr */
+	FILE *report;	      /* the fidelity report; NULL = stdout */
 };
+
+/* Why a replay ended before the end of its traces (rbt_replay_summary.stopped). */
+enum rbt_replay_stop {
+	RBT_REPLAY_RAN_ALL = 0,
+	RBT_REPLAY_STOP_SIGNAL = 1,   /* SIGINT or SIGTERM (stop_signal says which) */
+	RBT_REPLAY_STOP_MAX_TIME = 2, /* max_time_ms ran out */
+	/* after a divergence, the side's waits that found nothing used up
+	 * RBT_REPLAY_DIVERGED_WAIT_MS */
+	RBT_REPLAY_STOP_DIVERGED = 3,
+};
+
+/* After a side's first divergence (or another side's in the same process),
+ * its waits that end without what they waited for take at most this much in
+ * total; then the side stops and the report is printed. */
+#define RBT_REPLAY_DIVERGED_WAIT_MS 2000
 
 struct rbt_replay_summary {
 	uint64_t posts;
@@ -52,7 +68,13 @@ struct rbt_replay_summary {
 	/* successful completions beyond the recorded ones on a QP: work the replay
 	 * posted as recorded whose completion the program never polled */
 	uint64_t completions_unpolled;
-	uint64_t divergences;
+	uint64_t divergences; /* every one, repeats included */
+	uint64_t divergences_distinct;
+	/* recorded completions in all, and those up to where each side stopped
+	 * (completions_expected: the ones compared) */
+	uint64_t completions_recorded;
+	int stopped;	 /* enum rbt_replay_stop: the first reason any side stopped */
+	int stop_signal; /* RBT_REPLAY_STOP_SIGNAL: the signal */
 	double late_p50_ns, late_p99_ns, late_max_ns;
 	/* the replayer's own overshoot: issue time - max(deadline, the moment the
 	 * previous step (e.g. a poll waiting for a completion) was done) */
@@ -72,7 +94,7 @@ int rbt_replay_run(const char *const *traces, int ntraces,
  * call: a module from another build of rbtrace (other struct layouts) is
  * refused in one line instead of being called with the wrong arguments. Bump
  * RBT_REPLAY_ABI whenever a struct above or run's signature changes. */
-#define RBT_REPLAY_ABI	      1
+#define RBT_REPLAY_ABI	      2
 #define RBT_REPLAY_MODULE_SYM "rbt_replay_module"
 #define RBT_REPLAY_MODULE_SO  "librbtrace-replay.so"
 

@@ -109,6 +109,7 @@ struct rp_qp {
 	int peer_dir; /* index into dir.qps, -1 */
 	/* completions: [0] send queue, [1] receive queue */
 	struct rp_wclist rec_wc[2], rep_wc[2];
+	uint32_t rec_all[2];		    /* rec_wc[d].n before a stop cut the lists */
 	struct rp_idset send_ids, recv_ids; /* wr_ids posted to each queue */
 	uint32_t replay_state;
 	/* in rp_side.xqp: another process's TGT QP, known only by number */
@@ -137,6 +138,23 @@ struct rp_step {
 	struct ibv_wc *wcs; /* poll: room for the recorded count */
 	uint32_t got;
 	int skipped;
+};
+
+/* A recorded thread of a side (its stream): replayed by a thread of its own,
+ * in its own order, with its own waits. Before a post or a modify it waits
+ * until every other lane of the side has done the polls, completion-event
+ * waits and modifies that had returned before it in the recording (gate). */
+struct rp_lane {
+	struct rp_side *s;
+	uint32_t stream;
+	int *idx;	   /* its steps, in order; NULL: the range [from, to) */
+	int n, from, to;   /* how many; the range */
+	uint64_t *gate_at; /* the earliest recorded return of its gating steps
+			    * from idx[k] on (UINT64_MAX: none left) */
+	uint64_t gate;	   /* published as it goes (atomic) */
+	int timeouts, stop_why, stop_at, ran;
+	uint64_t wasted_ns, xwaits;
+	pthread_t thr;
 };
 
 /* replay_cm.c: the CM calls of a trace (the connection was made by rdma_cm) */
@@ -199,8 +217,15 @@ struct rp_side {
 	uint64_t mem_bytes;
 	uint8_t *inline_pool; /* inline sends that point outside every MR */
 	size_t inline_used, inline_cap;
-	pthread_t thr;
-	int timeouts;
+	/* the step it stopped at and why (each lane's: see rp_lane) */
+	int stop_at, stop_why; /* stop_at: nstep when it ran all (the earliest
+				* of its lanes' stops) */
+	int nran;	       /* steps run */
+	/* one lane per recorded thread (the steps from the prefix on); the
+	 * prefix and the drain at the end run as lane pre */
+	struct rp_lane *lane, pre;
+	int nlane;
+	uint64_t xwaits; /* posts and modifies that waited for another lane */
 	uint64_t cq_events_missed;
 	size_t late_from, late_to; /* report: this side's slice of the lateness */
 	double late_p50, late_p99, late_max;
@@ -237,9 +262,18 @@ struct rp_dir {
 };
 
 /* ---- the divergence list --------------------------------------------------- */
+/* One kind of divergence: the first message, and how many more alike (the same
+ * message but for step numbers, completion indexes and waited times). */
+struct rp_div {
+	char *msg, *key;
+	uint64_t count;
+	long long last_step; /* of the last repeat, -1: none named */
+};
+
 struct rp_report {
-	char **div;
+	struct rp_div *div;
 	int ndiv, capdiv;
+	uint64_t total;
 	pthread_mutex_t lock;
 };
 
@@ -258,6 +292,8 @@ struct rp_job {
 	int peer_is_responder;
 	pthread_barrier_t bar;
 	int poll_timeout_ms;
+	volatile int diverged; /* some side of this process has diverged */
+	uint64_t end_ns;       /* --max-time: the run ends here; 0: none */
 	/* XRC domains opened through a file in the recording are rebuilt through
 	 * one file per recorded host, PREFIX.<host hash>, shared by every side of
 	 * the job (both replayer processes: the listener names it) */
@@ -356,9 +392,18 @@ int rp_prepare_side(struct rp_job *j, struct rp_side *s);
 void rp_clock_init(void);
 uint64_t rp_now_ns(void);
 void rp_go_realtime(struct rp_job *j, int on);
-void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to);
+void rp_run_lane(struct rp_job *j, struct rp_lane *L);
+/* The lanes of a side (replay_timeline.c, after the prefix is known). */
+int rp_lanes_build(struct rp_side *s);
+/* The lanes' outcome into the side (after every lane's thread ended). */
+void rp_lanes_done(struct rp_side *s);
 void rp_side_finish(struct rp_job *j, struct rp_side *s);
 void rp_final_states(struct rp_side *s);
+/* SIGINT/SIGTERM during the run: each side stops at its next step. */
+void rp_signals_catch(int on);
+int rp_signal_caught(void);
+/* A stopped side's recorded completions cut to those it reached. */
+void rp_side_cut(struct rp_side *s);
 
 /* replay_report.c: the fidelity report */
 void rp_diverge(struct rp_job *j, const char *fmt, ...)

@@ -17,8 +17,7 @@
 
 struct rp_thread_arg {
 	struct rp_job *j;
-	struct rp_side *s;
-	int from, to;
+	struct rp_lane *L;
 };
 
 static void *rp_thread(void *arg)
@@ -26,8 +25,7 @@ static void *rp_thread(void *arg)
 	struct rp_thread_arg *a = arg;
 
 	rp_go_realtime(a->j, 1);
-	rp_run_steps(a->j, a->s, a->from, a->to);
-	rp_side_finish(a->j, a->s);
+	rp_run_lane(a->j, a->L);
 	return NULL;
 }
 
@@ -68,8 +66,10 @@ static void rp_job_free(struct rp_job *j)
 		rp_teardown_side(&j->side[i]);
 		rp_side_free(&j->side[i]);
 	}
-	for (int i = 0; i < j->rep.ndiv; i++)
-		free(j->rep.div[i]);
+	for (int i = 0; i < j->rep.ndiv; i++) {
+		free(j->rep.div[i].msg);
+		free(j->rep.div[i].key);
+	}
 	free(j->rep.div);
 	free(j->dir.qps);
 	free(j->dir.mrs);
@@ -150,32 +150,50 @@ static int rp_job_setup(struct rp_job *j)
 	return rc;
 }
 
-/* One thread per side (the caller's own when there is one side, or when a
- * thread cannot be had), all from the agreed start. */
+/* One thread per recorded thread (lane) of every side (the caller's own when
+ * there is one in all, or when a thread cannot be had: such a lane runs after
+ * the others, which then wait for its order only up to the poll timeout), all
+ * from the agreed start; then each side's completions, and those it owes. */
 static void rp_job_run_sides(struct rp_job *j)
 {
-	struct rp_thread_arg args[RP_MAX_SIDES];
-	int n = j->nside;
+	struct rp_thread_arg *args;
+	int n = 0, k = 0;
+	uint8_t *own;
 
-	for (int i = 0; i < n; i++) {
-		args[i] = (struct rp_thread_arg){ j, &j->side[i], j->side[i].prefix,
-						  j->side[i].nstep };
-		if (n == 1 || pthread_create(&j->side[i].thr, NULL, rp_thread, &args[i]))
-			j->side[i].thr = 0;
-	}
-	if (n == 1) {
-		rp_go_realtime(j, 1);
-		rp_run_steps(j, &j->side[0], args[0].from, args[0].to);
-		rp_side_finish(j, &j->side[0]);
-		rp_go_realtime(j, 0);
-	}
-	for (int i = 0; i < n; i++)
-		if (j->side[i].thr) {
-			pthread_join(j->side[i].thr, NULL);
-		} else if (n > 1) {
-			rp_run_steps(j, &j->side[i], args[i].from, args[i].to);
-			rp_side_finish(j, &j->side[i]);
+	for (int i = 0; i < j->nside; i++)
+		n += j->side[i].nlane;
+	args = calloc((size_t)n + 1, sizeof(*args));
+	own = calloc((size_t)n + 1, 1);
+	for (int i = 0; i < j->nside; i++)
+		for (int l = 0; l < j->side[i].nlane; l++, k++) {
+			struct rp_lane *L = &j->side[i].lane[l];
+
+			L->stop_why = j->side[i].pre.stop_why;
+			if (!args || !own)
+				continue;
+			args[k] = (struct rp_thread_arg){ j, L };
+			own[k] = n > 1 &&
+				 !pthread_create(&L->thr, NULL, rp_thread, &args[k]);
 		}
+	k = 0;
+	for (int i = 0; i < j->nside; i++)
+		for (int l = 0; l < j->side[i].nlane; l++, k++) {
+			struct rp_lane *L = &j->side[i].lane[l];
+
+			if (own && own[k]) {
+				pthread_join(L->thr, NULL);
+				continue;
+			}
+			rp_go_realtime(j, 1);
+			rp_run_lane(j, L);
+			rp_go_realtime(j, 0);
+		}
+	free(args);
+	free(own);
+	for (int i = 0; i < j->nside; i++) {
+		rp_lanes_done(&j->side[i]);
+		rp_side_finish(j, &j->side[i]);
+	}
 }
 
 /* Prefixes (connect, pre-post receives), then everyone starts together. */
@@ -184,8 +202,13 @@ static int rp_job_run(struct rp_job *j)
 	int rc;
 
 	j->t0 = rp_now_ns();
-	for (int i = 0; i < j->nside; i++)
-		rp_run_steps(j, &j->side[i], 0, j->side[i].prefix);
+	for (int i = 0; i < j->nside; i++) {
+		struct rp_side *s = &j->side[i];
+
+		s->stop_at = s->nstep;
+		s->pre = (struct rp_lane){ .s = s, .from = 0, .to = s->prefix };
+		rp_run_lane(j, &s->pre);
+	}
 	if (j->net_fd >= 0 && (rc = rp_net_barrier(j, "READY")) < 0)
 		return rc;
 	/* Everyone starts 2 ms after the barrier (two processes: the later of
@@ -196,7 +219,20 @@ static int rp_job_run(struct rp_job *j)
 	if (j->net_fd >= 0 && !j->peer_is_responder &&
 	    (rc = rp_net_agree_t0(j, &j->t0)) < 0)
 		return rc;
+	if (j->o->max_time_ms)
+		j->end_ns = j->t0 + j->o->max_time_ms * 1000000ull;
 	rp_job_run_sides(j);
+	for (int i = 0; i < j->nside; i++) {
+		struct rp_side *s = &j->side[i];
+
+		if (s->stop_why == RBT_REPLAY_STOP_DIVERGED)
+			rp_diverge(
+				j,
+				"%s: stopped before step %d of %d: after a divergence, "
+				"its waits found nothing for %d ms in all",
+				s->path, s->stop_at, s->nstep,
+				RBT_REPLAY_DIVERGED_WAIT_MS);
+	}
 	/* Let the peer finish before anyone destroys a QP it still talks to. */
 	if (j->net_fd >= 0)
 		rp_net_barrier(j, "DONE");
@@ -250,13 +286,18 @@ int rbt_replay_run(const char *const *traces, int ntraces,
 	rc = rp_job_load(j, traces);
 	if (!rc)
 		rc = rp_job_setup(j);
-	if (!rc)
+	/* From here a SIGINT/SIGTERM (or --max-time) ends the run with the
+	 * report of what ran; a second signal ends the process. */
+	if (!rc) {
+		rp_signals_catch(1);
 		rc = rp_job_run(j);
+	}
 	if (!rc) {
 		rp_report_print(j, sum);
 		if (o->out)
 			rc = rp_job_record(j);
 	}
+	rp_signals_catch(0);
 	rp_job_free(j);
 	return rc;
 }

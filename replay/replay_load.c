@@ -313,8 +313,127 @@ static int rp_load_model(struct rp_loading *ld, const struct rbt_header *hdr)
 	return s->mtrace ? 0 : -ENOMEM;
 }
 
+/* ---- time order across threads -------------------------------------------------
+ * The recorder writes each thread's events in chunks, each chunk when it fills
+ * or at most its flush interval (100 ms by default) after its first event: a
+ * thread that created every QP and then went quiet has its chunk written after
+ * the chunks of the threads that already post on those QPs. The model must meet
+ * the create first, so events go through a window ordered by time (per
+ * stream never backwards, file order between equal times): an event leaves it
+ * once the file has reached RP_REORDER_S seconds past it. */
+#define RP_REORDER_S 2
+
+struct rp_held {
+	uint64_t key, seq;
+	struct rbt_event *ev;
+};
+
+struct rp_reorder {
+	struct rp_held *h; /* a min-heap on (key, seq) */
+	size_t n, cap;
+	uint64_t seq, newest, window;
+	uint32_t streams[64];
+	uint64_t stream_ts[64];
+	int nstreams;
+};
+
+static int rp_held_less(const struct rp_held *a, const struct rp_held *b)
+{
+	return a->key < b->key || (a->key == b->key && a->seq < b->seq);
+}
+
+static int rp_reorder_push(struct rp_reorder *o, const struct rbt_event *ev)
+{
+	struct rp_held x = { .key = ev->ts, .seq = o->seq++ };
+	int si = 0;
+	size_t i;
+
+	/* never backwards within a stream (a stack record carries no time) */
+	while (si < o->nstreams && o->streams[si] != ev->stream)
+		si++;
+	if (si == o->nstreams && si < 64) {
+		o->streams[si] = ev->stream;
+		o->stream_ts[si] = 0;
+		o->nstreams++;
+	}
+	if (si < 64) {
+		if (x.key < o->stream_ts[si])
+			x.key = o->stream_ts[si];
+		o->stream_ts[si] = x.key;
+	}
+	if (x.key > o->newest)
+		o->newest = x.key;
+	if (o->n == o->cap) {
+		size_t cap = o->cap ? 2 * o->cap : 1024;
+		struct rp_held *h = realloc(o->h, cap * sizeof(*h));
+
+		if (!h)
+			return -ENOMEM;
+		o->h = h;
+		o->cap = cap;
+	}
+	if (!(x.ev = rbt_model_event_copy(ev)))
+		return -ENOMEM;
+	for (i = o->n++; i && rp_held_less(&x, &o->h[(i - 1) / 2]); i = (i - 1) / 2)
+		o->h[i] = o->h[(i - 1) / 2];
+	o->h[i] = x;
+	return 0;
+}
+
+/* The earliest event held, if it may leave (all: at the end of the file). */
+static struct rbt_event *rp_reorder_pop(struct rp_reorder *o, int all)
+{
+	struct rbt_event *ev;
+	struct rp_held last;
+	size_t i = 0;
+
+	if (!o->n || (!all && o->h[0].key + o->window > o->newest))
+		return NULL;
+	ev = o->h[0].ev;
+	last = o->h[--o->n];
+	for (;;) {
+		size_t c = 2 * i + 1;
+
+		if (c >= o->n)
+			break;
+		if (c + 1 < o->n && rp_held_less(&o->h[c + 1], &o->h[c]))
+			c++;
+		if (!rp_held_less(&o->h[c], &last))
+			break;
+		o->h[i] = o->h[c];
+		i = c;
+	}
+	if (o->n)
+		o->h[i] = last;
+	return ev;
+}
+
+/* Feeds what may leave the window (all of it at the end); 0 or -ENOMEM. */
+static int rp_reorder_feed(struct rp_loading *ld, struct rp_reorder *o, int all)
+{
+	struct rbt_event *ev;
+	int rc = 0;
+
+	while ((ev = rp_reorder_pop(o, all))) {
+		if (!rc)
+			rc = rp_load_event(ld, ev);
+		free(ev);
+	}
+	return rc;
+}
+
+static void rp_reorder_free(struct rp_reorder *o)
+{
+	struct rbt_event *ev;
+
+	while ((ev = rp_reorder_pop(o, 1)))
+		free(ev);
+	free(o->h);
+}
+
 int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 {
+	struct rp_reorder ro = { 0 };
 	struct rp_loading ld = { .j = j, .s = s };
 	struct rbt_reader *r = NULL;
 	const struct rbt_event *ev;
@@ -336,8 +455,15 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 	/* The model keeps &ld as its callbacks' argument: after loading it is
 	 * only asked (lookups), never fed, so no callback runs again. */
 	rc = rp_load_model(&ld, rbt_reader_header(r));
-	while (rc == 0 && (rc = rbt_reader_next(r, &ev)) == 1)
-		rc = rp_load_event(&ld, ev);
+	ro.window = (s->hdr.clock_hz ? s->hdr.clock_hz : 1000000000ull) * RP_REORDER_S;
+	while (rc == 0 && (rc = rbt_reader_next(r, &ev)) == 1) {
+		rc = rp_reorder_push(&ro, ev);
+		if (!rc)
+			rc = rp_reorder_feed(&ld, &ro, 0);
+	}
+	if (rc == 0)
+		rc = rp_reorder_feed(&ld, &ro, 1);
+	rp_reorder_free(&ro);
 	/* rc: 0 at the end, the reader's error, or -ENOMEM */
 	if (rc != -ENOMEM && (rbt_model_finish(s->model) < 0 || ld.err))
 		rc = -ENOMEM;
@@ -351,5 +477,7 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 	if (rc < 0)
 		return rc;
 	rp_timeline_finish(s);
+	if (rp_lanes_build(s) < 0)
+		return rp_fail(j, -ENOMEM, "%s: out of memory while loading", path);
 	return 0;
 }

@@ -5,6 +5,7 @@
  * Runs after the replay: it may allocate and print, never issue a verb.
  */
 #define _GNU_SOURCE
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,10 +13,50 @@
 #include "replay/replay_int.h"
 #include "util/rbt_json.h"
 
+/* The message with the numbers that differ between repeats of one divergence
+ * (step numbers, completion indexes, waited times) taken out. */
+static char *rp_div_key(const char *msg)
+{
+	static const char *const marks[] = { "step ", "#", "waited " };
+	char *k = strdup(msg), *o = k;
+
+	if (!k)
+		return NULL;
+	for (const char *p = msg; *p;) {
+		size_t ml = 0;
+
+		for (size_t m = 0; m < sizeof(marks) / sizeof(marks[0]); m++)
+			if (!strncmp(p, marks[m], strlen(marks[m])))
+				ml = strlen(marks[m]);
+		if (ml && p[ml] >= '0' && p[ml] <= '9') {
+			memcpy(o, p, ml);
+			o += ml;
+			p += ml;
+			*o++ = '*';
+			while (*p >= '0' && *p <= '9')
+				p++;
+			continue;
+		}
+		*o++ = *p++;
+	}
+	*o = 0;
+	return k;
+}
+
+static long long rp_div_step(const char *msg)
+{
+	const char *p = strstr(msg, "step ");
+
+	return p && p[5] >= '0' && p[5] <= '9' ? atoll(p + 5) : -1;
+}
+
+/* Files a divergence: a repeat of one already filed is counted with it (a
+ * thousand identical post failures are one line with their count). Any
+ * divergence shortens every later wait of this process (rp_run.c). */
 void rp_diverge(struct rp_job *j, const char *fmt, ...)
 {
 	va_list ap;
-	char *msg = NULL;
+	char *msg = NULL, *key;
 	int n;
 
 	va_start(ap, fmt);
@@ -23,21 +64,47 @@ void rp_diverge(struct rp_job *j, const char *fmt, ...)
 	va_end(ap);
 	if (n < 0)
 		return;
+	key = rp_div_key(msg);
+	if (!key) {
+		free(msg);
+		return;
+	}
 	pthread_mutex_lock(&j->rep.lock);
-	if (j->rep.ndiv == j->rep.capdiv) {
-		int cap = j->rep.capdiv ? 2 * j->rep.capdiv : 32;
-		char **d = realloc(j->rep.div, (size_t)cap * sizeof(*d));
+	j->diverged = 1;
+	j->rep.total++;
+	for (int i = j->rep.ndiv - 1; i >= 0; i--) {
+		struct rp_div *d = &j->rep.div[i];
 
-		if (!d) {
+		if (!strcmp(d->key, key)) {
+			d->count++;
+			d->last_step = rp_div_step(msg);
 			pthread_mutex_unlock(&j->rep.lock);
 			free(msg);
+			free(key);
 			return;
 		}
-		j->rep.div = d;
-		j->rep.capdiv = cap;
 	}
-	j->rep.div[j->rep.ndiv++] = msg;
+	if (!RP_GROW(j->rep.div, j->rep.ndiv, j->rep.capdiv)) {
+		pthread_mutex_unlock(&j->rep.lock);
+		free(msg);
+		free(key);
+		return;
+	}
+	j->rep.div[j->rep.ndiv++] =
+		(struct rp_div){ .msg = msg, .key = key, .count = 1, .last_step = -1 };
 	pthread_mutex_unlock(&j->rep.lock);
+}
+
+/* "MSG", or "MSG (x N, the last at step S)" for a divergence seen N times. */
+static void rp_div_text(const struct rp_div *d, char *buf, size_t n)
+{
+	if (d->count == 1)
+		snprintf(buf, n, "%s", d->msg);
+	else if (d->last_step >= 0)
+		snprintf(buf, n, "%s (x %llu, the last at step %lld)", d->msg,
+			 (unsigned long long)d->count, d->last_step);
+	else
+		snprintf(buf, n, "%s (x %llu)", d->msg, (unsigned long long)d->count);
 }
 
 int rp_fail(struct rp_job *j, int err, const char *fmt, ...)
@@ -99,6 +166,7 @@ static void rp_report_match_queue(struct rp_job *j, struct rp_side *s, struct rp
 	uint32_t n = r->n < p->n ? r->n : p->n, shown = 0;
 
 	sum->completions_expected += r->n;
+	sum->completions_recorded += q->rec_all[d] > r->n ? q->rec_all[d] : r->n;
 	for (uint32_t k = 0; k < n; k++) {
 		if (rp_wc_equal(&r->v[k], &p->v[k])) {
 			sum->completions_matched++;
@@ -278,7 +346,35 @@ static void rp_report_timing(struct rp_job *j, struct rp_tally *t,
 	sum->rec_wall_ns = t->rlast > t->rfirst ? (double)(t->rlast - t->rfirst) : 0;
 }
 
+/* One recorded thread's lateness (timed posts), for sides of several threads:
+ * count, p50, p99, max in ns; 0 when none was timed. */
+static size_t rp_lane_late(const struct rp_lane *L, double *p50, double *p99, double *max)
+{
+	const struct rp_side *s = L->s;
+	uint64_t *v = malloc(((size_t)L->n + 1) * sizeof(*v));
+	size_t n = 0;
+
+	*p50 = *p99 = *max = 0;
+	if (!v)
+		return 0;
+	for (int k = 0; k < L->n; k++) {
+		const struct rp_step *st = &s->step[L->idx[k]];
+		uint32_t ty = st->ev->type;
+
+		if (st->skipped || !st->t_issue || !st->deadline ||
+		    (ty != RBT_EV_POST_SEND && ty != RBT_EV_POST_RECV &&
+		     ty != RBT_EV_POST_SRQ_RECV))
+			continue;
+		v[n++] = st->t_issue > st->deadline ? st->t_issue - st->deadline : 0;
+	}
+	if (n)
+		rp_pcts(v, n, p50, p99, max);
+	free(v);
+	return n;
+}
+
 /* ---- printing ---------------------------------------------------------------- */
+static const char *const stop_names[] = { "", "signal", "max-time", "divergence" };
 static const char *const timing_names[] = { "recorded", "asap", "scale", "deps" };
 
 /* {"p50":..,"p99":..,"max":..} in ns (count first when count >= 0). */
@@ -319,6 +415,27 @@ static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
 		rp_json_pcts(w, "own_lateness_ns", -1, s->own_p50, s->own_p99,
 			     s->own_max);
 		rbt_json_ku64(w, "cq_events_missed", s->cq_events_missed);
+		rbt_json_ku64(w, "steps", (uint64_t)s->nstep);
+		rbt_json_ku64(w, "steps_run", (uint64_t)s->nran);
+		rbt_json_ku64(w, "threads", (uint64_t)s->nlane);
+		rbt_json_ku64(w, "cross_thread_waits", s->xwaits);
+		rbt_json_key(w, "per_thread");
+		rbt_json_arr(w);
+		for (int l = 0; s->nlane > 1 && l < s->nlane; l++) {
+			const struct rp_lane *L = &s->lane[l];
+			double p50, p99, max;
+			size_t n = rp_lane_late(L, &p50, &p99, &max);
+
+			rbt_json_obj(w);
+			rbt_json_ku64(w, "thread", L->stream);
+			rbt_json_ku64(w, "steps", (uint64_t)L->n);
+			rbt_json_ku64(w, "steps_run", (uint64_t)L->ran);
+			rbt_json_ku64(w, "cross_thread_waits", L->xwaits);
+			rp_json_pcts(w, "lateness_ns", (long long)n, p50, p99, max);
+			rbt_json_obj_end(w);
+		}
+		rbt_json_arr_end(w);
+		rbt_json_kstr(w, "stopped", stop_names[s->stop_why & 3]);
 		rp_cm_json(s, w);
 		rbt_json_obj_end(w);
 	}
@@ -387,16 +504,45 @@ static void rp_report_json(struct rp_job *j, FILE *f, size_t nlate,
 	rbt_json_obj(&w);
 	rbt_json_ku64(&w, "expected", sum->completions_expected);
 	rbt_json_ku64(&w, "matched", sum->completions_matched);
+	rbt_json_ku64(&w, "recorded", sum->completions_recorded);
 	rbt_json_obj_end(&w);
+	rbt_json_kstr(&w, "stopped", stop_names[sum->stopped & 3]);
+	if (sum->stopped == RBT_REPLAY_STOP_SIGNAL)
+		rbt_json_kstr(&w, "signal",
+			      sum->stop_signal == SIGTERM ? "SIGTERM" : "SIGINT");
+	rbt_json_ku64(&w, "divergences_total", sum->divergences);
 	rbt_json_ku64(&w, "completions_unpolled", sum->completions_unpolled);
 	rp_json_qps(j, &w);
 	rbt_json_key(&w, "divergences");
 	rbt_json_arr(&w);
-	for (int i = 0; i < j->rep.ndiv; i++)
-		rbt_json_str(&w, j->rep.div[i]);
+	for (int i = 0; i < j->rep.ndiv; i++) {
+		char line[2048];
+
+		rp_div_text(&j->rep.div[i], line, sizeof(line));
+		rbt_json_str(&w, line);
+	}
 	rbt_json_arr_end(&w);
 	rbt_json_obj_end(&w);
 	fputc('\n', f);
+}
+
+/* Why a side stopped, for the text report. */
+static const char *rp_stop_text(struct rp_job *j, int why,
+				const struct rbt_replay_summary *sum)
+{
+	static __thread char buf[96];
+
+	if (why == RBT_REPLAY_STOP_SIGNAL)
+		snprintf(buf, sizeof(buf), "%s",
+			 sum->stop_signal == SIGTERM ? "SIGTERM" : "SIGINT");
+	else if (why == RBT_REPLAY_STOP_MAX_TIME)
+		snprintf(buf, sizeof(buf), "--max-time %.3f s",
+			 (double)j->o->max_time_ms / 1e3);
+	else
+		snprintf(buf, sizeof(buf),
+			 "after a divergence its waits found nothing for %d ms",
+			 RBT_REPLAY_DIVERGED_WAIT_MS);
+	return buf;
 }
 
 /* Each side's lateness (own: the replayer's own part), with several sides. */
@@ -444,6 +590,32 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 			(double)sum->posts * 1e9 / sum->wall_ns,
 			(double)sum->posts * 1e9 / sum->rec_wall_ns);
 	fputc('\n', f);
+	for (int si = 0; si < j->nside; si++) {
+		const struct rp_side *s = &j->side[si];
+
+		if (s->stop_why)
+			fprintf(f, "stopped: %s ran %d of %d steps (%s)\n", s->path,
+				s->nran, s->nstep, rp_stop_text(j, s->stop_why, sum));
+		if (s->nlane > 1)
+			fprintf(f,
+				"threads: %s: %d recorded threads, each replayed by its "
+				"own; %llu posts/modifies waited for another thread's "
+				"step recorded before them\n",
+				s->path, s->nlane, (unsigned long long)s->xwaits);
+		for (int l = 0; s->nlane > 1 && j->o->timing != RBT_REPLAY_ASAP &&
+				l < s->nlane && l < 16;
+		     l++) {
+			double p50, p99, max;
+			size_t n = rp_lane_late(&s->lane[l], &p50, &p99, &max);
+
+			if (n)
+				fprintf(f,
+					"  thread %u: lateness p50 %.2f us, p99 %.2f us, "
+					"max %.2f us (%zu posts)\n",
+					s->lane[l].stream, p50 / 1e3, p99 / 1e3,
+					max / 1e3, n);
+		}
+	}
 	if (j->nside > 1) {
 		rp_text_side_late(j, f, 0);
 		rp_text_side_late(j, f, 1);
@@ -472,18 +644,32 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 				q->foreign_new_qpn, q->rep_wc[1].n, q->rec_wc[1].n);
 		}
 	rp_cm_text(j, f);
-	fprintf(f, "completions matched: %llu of %llu\n",
+	fprintf(f, "completions matched: %llu of %llu",
 		(unsigned long long)sum->completions_matched,
 		(unsigned long long)sum->completions_expected);
+	if (sum->completions_recorded > sum->completions_expected)
+		fprintf(f,
+			" (the recorded ones up to where the replay stopped; %llu in "
+			"all)",
+			(unsigned long long)sum->completions_recorded);
+	fputc('\n', f);
 	if (sum->completions_unpolled)
 		fprintf(f,
 			"plus %llu successful completions the program never polled "
 			"(beyond its recorded ones on a QP; see docs/replay.md)\n",
 			(unsigned long long)sum->completions_unpolled);
 	if (j->rep.ndiv) {
-		fprintf(f, "divergences (%d):\n", j->rep.ndiv);
-		for (int i = 0; i < j->rep.ndiv; i++)
-			fprintf(f, "  %s\n", j->rep.div[i]);
+		if (j->rep.total > (uint64_t)j->rep.ndiv)
+			fprintf(f, "divergences (%llu, %d distinct):\n",
+				(unsigned long long)j->rep.total, j->rep.ndiv);
+		else
+			fprintf(f, "divergences (%d):\n", j->rep.ndiv);
+		for (int i = 0; i < j->rep.ndiv; i++) {
+			char line[2048];
+
+			rp_div_text(&j->rep.div[i], line, sizeof(line));
+			fprintf(f, "  %s\n", line);
+		}
 	} else {
 		fprintf(f, "no divergence\n");
 	}
@@ -496,7 +682,17 @@ void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum)
 
 	rp_report_match(j, sum);
 	rp_report_timing(j, &t, sum);
-	sum->divergences = (uint64_t)j->rep.ndiv;
+	for (int si = 0; si < j->nside; si++) {
+		int w = j->side[si].stop_why;
+
+		/* a signal over --max-time over a divergence's stop */
+		if (w && (!sum->stopped || w < sum->stopped))
+			sum->stopped = w;
+	}
+	if (sum->stopped == RBT_REPLAY_STOP_SIGNAL)
+		sum->stop_signal = rp_signal_caught();
+	sum->divergences = j->rep.total;
+	sum->divergences_distinct = (uint64_t)j->rep.ndiv;
 	if (j->o->json)
 		rp_report_json(j, f, t.n, sum);
 	else

@@ -6,13 +6,17 @@
  *
  * The post path does no allocation and no syscall: everything was prepared by
  * replay_translate.c before the start barrier. Must never block without a
- * bound: every wait has a timeout, shorter once the side has diverged.
+ * bound: every wait has a timeout, shorter once the side has diverged, and
+ * once a side's waits have found nothing for RBT_REPLAY_DIVERGED_WAIT_MS after
+ * a divergence the side stops; SIGINT, SIGTERM and --max-time stop every side
+ * at its next step (a sleep or a wait notices within 10 ms).
  */
 #define _GNU_SOURCE
 #include <endian.h>
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -64,23 +68,98 @@ uint64_t rp_now_ns(void)
 	return rp_mono_ns();
 }
 
-static void rp_wait_until(uint64_t deadline)
+/* ---- stopping: signals, --max-time, the wait budget after a divergence ---- */
+static volatile sig_atomic_t rp_sig;
+static struct sigaction rp_old_int, rp_old_term;
+static int rp_caught_int, rp_caught_term;
+
+static void rp_on_signal(int sig)
 {
-	for (;;) {
+	rp_sig = sig;
+}
+
+/* A signal the caller ignores stays ignored (nohup, a shell's background job).
+ * SA_RESETHAND: a second Ctrl-C ends the process at once. */
+void rp_signals_catch(int on)
+{
+	struct sigaction sa;
+
+	if (!on) {
+		if (rp_caught_int)
+			sigaction(SIGINT, &rp_old_int, NULL);
+		if (rp_caught_term)
+			sigaction(SIGTERM, &rp_old_term, NULL);
+		rp_caught_int = rp_caught_term = 0;
+		return;
+	}
+	rp_sig = 0;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = rp_on_signal;
+	sa.sa_flags = SA_RESETHAND;
+	sigemptyset(&sa.sa_mask);
+	if (!sigaction(SIGINT, NULL, &rp_old_int) && rp_old_int.sa_handler != SIG_IGN)
+		rp_caught_int = !sigaction(SIGINT, &sa, NULL);
+	if (!sigaction(SIGTERM, NULL, &rp_old_term) && rp_old_term.sa_handler != SIG_IGN)
+		rp_caught_term = !sigaction(SIGTERM, &sa, NULL);
+}
+
+int rp_signal_caught(void)
+{
+	return rp_sig;
+}
+
+/* Whether the lane must stop now (a signal, --max-time); says why in it. */
+static int rp_must_stop(struct rp_job *j, struct rp_lane *s)
+{
+	if (rp_sig)
+		s->stop_why = RBT_REPLAY_STOP_SIGNAL;
+	else if (j->end_ns && rp_now_ns() >= j->end_ns)
+		s->stop_why = RBT_REPLAY_STOP_MAX_TIME;
+	return s->stop_why != 0;
+}
+
+/* How long a wait may take: normal_ns until something in this process has
+ * diverged; after that at most what is left of the side's budget for waits
+ * that find nothing. 0: the budget is spent, the side stops. */
+static uint64_t rp_wait_limit(struct rp_job *j, struct rp_lane *s, uint64_t normal_ns)
+{
+	uint64_t budget = (uint64_t)RBT_REPLAY_DIVERGED_WAIT_MS * 1000000ull;
+
+	if (!j->diverged)
+		return normal_ns;
+	if (s->wasted_ns >= budget) {
+		s->stop_why = RBT_REPLAY_STOP_DIVERGED;
+		return 0;
+	}
+	return budget - s->wasted_ns < normal_ns ? budget - s->wasted_ns : normal_ns;
+}
+
+/* A wait from t_start that ended without what it waited for. */
+static void rp_wasted(struct rp_job *j, struct rp_lane *s, uint64_t t_start)
+{
+	if (j->diverged)
+		s->wasted_ns += rp_now_ns() - t_start;
+}
+
+/* 1 when the side must stop instead. Sleeps at most 10 ms at a time. */
+static int rp_wait_until(struct rp_job *j, struct rp_lane *s, uint64_t deadline)
+{
+	for (unsigned spins = 0;; spins++) {
 		uint64_t now = rp_now_ns();
 
 		if (now >= deadline)
-			return;
+			return 0;
 		/* Sleep when far, spin the last stretch: a sleep wakes up late. */
 		if (deadline - now > 300000) {
-			struct timespec ts = { 0, (long)(deadline - now - 200000) };
+			uint64_t d = deadline - now - 200000;
+			struct timespec ts = { 0, (long)(d < 10000000 ? d : 10000000) };
 
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec = ts.tv_nsec / 1000000000L;
-				ts.tv_nsec %= 1000000000L;
-			}
+			if (rp_must_stop(j, s))
+				return 1;
 			nanosleep(&ts, NULL);
 		} else {
+			if ((spins & 255) == 0 && rp_must_stop(j, s))
+				return 1;
 #if defined(__x86_64__)
 			_mm_pause();
 #endif
@@ -148,20 +227,30 @@ static void rp_step_modify(struct rp_job *j, struct rp_side *s, struct rp_step *
 			   st->ret ? strerror((int)st->ret) : "succeeded");
 }
 
-static void rp_step_poll(struct rp_job *j, struct rp_side *s, struct rp_step *st, int i)
+/* 1 when the side must stop (what the poll got so far is kept). */
+static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i)
 {
+	struct rp_side *s = L->s;
 	const struct rbt_ev_poll_cq *p = &st->ev->u.poll_cq;
 	uint32_t want = p->n_wcs;
-	/* Once a side has diverged, waiting the full time at every poll would only
-	 * make the report late: 200 ms for a few, then 10 ms. */
-	int tmo = s->timeouts == 0 ? j->poll_timeout_ms : s->timeouts < 3 ? 200 : 10;
-
-	if (tmo > j->poll_timeout_ms)
-		tmo = j->poll_timeout_ms;
-	uint64_t give_up = rp_now_ns() + (uint64_t)tmo * 1000000ull;
+	/* Once the process has diverged, waiting the full time at every poll
+	 * would only make the report late: 200 ms for a few, then 10 ms, and no
+	 * more than the side's budget allows in all. */
+	uint64_t tmo = (uint64_t)(L->timeouts == 0  ? j->poll_timeout_ms
+				  : L->timeouts < 3 ? 200
+						    : 10) *
+		       1000000ull;
+	uint64_t give_up;
 	unsigned spins = 0;
+	int stop = 0;
 
+	if (tmo > (uint64_t)j->poll_timeout_ms * 1000000ull)
+		tmo = (uint64_t)j->poll_timeout_ms * 1000000ull;
 	st->t_issue = rp_now_ns();
+	tmo = rp_wait_limit(j, L, tmo);
+	if (!tmo)
+		return 1;
+	give_up = st->t_issue + tmo;
 	while (st->got < want) {
 		int n;
 
@@ -182,12 +271,20 @@ static void rp_step_poll(struct rp_job *j, struct rp_side *s, struct rp_step *st
 			continue;
 		}
 		if ((++spins & 255) == 0) {
-			if (rp_now_ns() > give_up) {
-				s->timeouts++;
+			uint64_t now = rp_now_ns();
+
+			if (rp_must_stop(j, L)) {
+				stop = 1;
+				break;
+			}
+			if (now > give_up) {
+				L->timeouts++;
+				rp_wasted(j, L, st->t_issue);
 				rp_diverge(j,
 					   "%s: step %d: expected %u completions, got %u "
-					   "within %d ms",
-					   s->path, i, want, st->got, tmo);
+					   "(waited %llu ms)",
+					   s->path, i, want, st->got,
+					   (unsigned long long)(tmo / 1000000ull));
 				break;
 			}
 			/* let softnic's helper thread (and on a 2-CPU machine the
@@ -195,18 +292,26 @@ static void rp_step_poll(struct rp_job *j, struct rp_side *s, struct rp_step *st
 			if ((spins & 1023) == 0)
 				sched_yield();
 		}
+		/* several recorded threads: the one that will produce this
+		 * completion may be waiting for this CPU */
+		if (s->nlane > 1 && (spins & 15) == 0)
+			sched_yield();
 	}
 	st->t_exit = rp_now_ns();
 	st->ret = st->got;
 	/* matched against the recording after the run (rp_collect_completions) */
+	return stop;
 }
 
-static void rp_step_cq_event(struct rp_job *j, struct rp_side *s, struct rp_step *st)
+/* 1 when the side must stop instead. */
+static int rp_step_cq_event(struct rp_job *j, struct rp_lane *L, struct rp_step *st)
 {
+	struct rp_side *s = L->s;
 	struct rp_cq *c = st->cq;
 	struct ibv_comp_channel *ch = c->nch;
-	int tmo = s->timeouts ? 50 : 1000;
+	uint64_t tmo = (j->diverged ? 50 : 1000) * 1000000ull;
 	uint64_t give_up;
+	int stop = 0;
 	struct pollfd pfd;
 	struct ibv_cq *cq;
 	void *ctx;
@@ -214,9 +319,12 @@ static void rp_step_cq_event(struct rp_job *j, struct rp_side *s, struct rp_step
 	st->t_issue = rp_now_ns();
 	if (!ch) {
 		st->skipped = 1;
-		return;
+		return 0;
 	}
-	give_up = st->t_issue + (uint64_t)tmo * 1000000ull;
+	tmo = rp_wait_limit(j, L, tmo);
+	if (!tmo)
+		return 1;
+	give_up = st->t_issue + tmo;
 	pfd.fd = ch->fd;
 	pfd.events = POLLIN;
 	/* The program slept here until a completion arrived after its arm. A replay
@@ -247,35 +355,114 @@ static void rp_step_cq_event(struct rp_job *j, struct rp_side *s, struct rp_step
 			st->ret = 0;
 			break;
 		}
-		if (rp_now_ns() > give_up)
+		if (rp_must_stop(j, L)) {
+			stop = 1;
 			break;
+		}
+		if (rp_now_ns() > give_up) {
+			rp_wasted(j, L, st->t_issue);
+			break;
+		}
 		if (poll(&pfd, 1, 1) == 1)
 			continue;
 	}
-	if (st->ret) {
-		s->cq_events_missed++;
+	if (st->ret && !stop) {
+		__atomic_fetch_add(&s->cq_events_missed, 1, __ATOMIC_RELAXED);
 		if (getenv("RBTRACE_REPLAY_DEBUG"))
 			fprintf(j->log,
 				"%s: step %d: no completion event on channel fd %d\n",
 				s->path, (int)(st - s->step), ch->fd);
 	}
 	st->t_exit = rp_now_ns();
+	return stop;
 }
 
-void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to)
+/* Another recorded thread's order: before a post or a modify at recorded time
+ * t, every other lane of the side must have done the polls, completion-event
+ * waits and modifies that had returned before t in the recording (each lane
+ * publishes the earliest return among those it has not done). Bounded by the
+ * poll timeout like any wait; 1 when the lane must stop. */
+static int rp_gate_wait(struct rp_job *j, struct rp_lane *L, uint64_t t, int i)
 {
+	struct rp_side *s = L->s;
+	uint64_t t0 = 0, lim = 0;
+	unsigned spins = 0;
+
+	for (int l = 0; l < s->nlane; l++) {
+		struct rp_lane *A = &s->lane[l];
+
+		if (A == L)
+			continue;
+		while (__atomic_load_n(&A->gate, __ATOMIC_ACQUIRE) < t) {
+			if (!t0) {
+				t0 = rp_now_ns();
+				lim = rp_wait_limit(
+					j, L, (uint64_t)j->poll_timeout_ms * 1000000ull);
+				L->xwaits++;
+				if (!lim)
+					return 1;
+			}
+			/* the thread waited for may need this CPU (more
+			 * recorded threads than CPUs): give it way often */
+			if ((++spins & 15) == 0)
+				sched_yield();
+			if ((spins & 255) == 0) {
+				if (rp_must_stop(j, L))
+					return 1;
+				if (rp_now_ns() - t0 > lim) {
+					L->timeouts++;
+					rp_wasted(j, L, t0);
+					rp_diverge(
+						j,
+						"%s: step %d: thread %u's step before it "
+						"(thread %u) did not come (waited %llu "
+						"ms)",
+						s->path, i, L->stream, A->stream,
+						(unsigned long long)(lim / 1000000ull));
+					break;
+				}
+			}
+#if defined(__x86_64__)
+			_mm_pause();
+#endif
+		}
+	}
+	return 0;
+}
+
+static void rp_lane_publish(struct rp_lane *L, int k)
+{
+	if (L->gate_at)
+		__atomic_store_n(&L->gate, k < L->n ? L->gate_at[k] : UINT64_MAX,
+				 __ATOMIC_RELEASE);
+}
+
+/* Runs a lane's steps (lane pre: the range from..to, on one thread). */
+void rp_run_lane(struct rp_job *j, struct rp_lane *L)
+{
+	struct rp_side *s = L->s;
 	const struct rbt_replay_opts *o = j->o;
 	double scale = o->timing == RBT_REPLAY_SCALE ? o->scale : 1.0;
 	uint64_t anchor_rep = j->t0,
 		 anchor_rec = j->same_clock ? j->rec_epoch : s->rec_epoch_ns;
 	uint64_t rec_epoch = anchor_rec;
 
-	for (int i = from; i < to; i++) {
+	int n = L->idx ? L->n : L->to - L->from, cur = -1;
+
+	L->stop_at = -1;
+	if (L->stop_why) {
+		L->stop_at = L->idx ? (L->n ? L->idx[0] : s->nstep) : L->from;
+		return;
+	}
+	for (int k = 0; k < n; k++) {
+		int i = L->idx ? L->idx[k] : L->from + k;
 		struct rp_step *st = &s->step[i];
 		const struct rbt_event *e = st->ev;
 		struct ibv_send_wr *bs;
 		struct ibv_recv_wr *br;
 
+		cur = i;
+		rp_lane_publish(L, k);
 		if (st->skipped)
 			continue;
 		st->deadline = 0;
@@ -295,9 +482,16 @@ void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to)
 				st->deadline = anchor_rep + (uint64_t)(off > 0 ? off : 0);
 			}
 			st->ready = rp_now_ns();
-			if (st->deadline)
-				rp_wait_until(st->deadline);
+			if (st->deadline && rp_wait_until(j, L, st->deadline))
+				goto stop;
 		}
+		if (rp_must_stop(j, L))
+			goto stop;
+		if (s->nlane > 1 && L->idx &&
+		    (e->type == RBT_EV_POST_SEND || e->type == RBT_EV_POST_RECV ||
+		     e->type == RBT_EV_POST_SRQ_RECV || e->type == RBT_EV_QP_MODIFY) &&
+		    rp_gate_wait(j, L, st->rec_ns, i))
+			goto stop;
 		switch (e->type) {
 		case RBT_EV_QP_MODIFY:
 			rp_step_modify(j, s, st, i);
@@ -319,7 +513,8 @@ void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to)
 			st->t_exit = rp_now_ns();
 			break;
 		case RBT_EV_POLL_CQ:
-			rp_step_poll(j, s, st, i);
+			if (rp_step_poll(j, L, st, i))
+				goto stop;
 			anchor_rep = st->t_exit;
 			anchor_rec = st->rec_exit_ns;
 			break;
@@ -336,7 +531,8 @@ void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to)
 			st->t_exit = st->t_issue;
 			break;
 		case RBT_EV_GET_CQ_EVENT:
-			rp_step_cq_event(j, s, st);
+			if (rp_step_cq_event(j, L, st))
+				goto stop;
 			anchor_rep = st->t_exit;
 			anchor_rec = st->rec_exit_ns;
 			break;
@@ -354,7 +550,13 @@ void rp_run_steps(struct rp_job *j, struct rp_side *s, int from, int to)
 					   s->path, i, rbt_event_name(e->type),
 					   (long long)st->ret, (long long)rec);
 		}
+		L->ran++;
 	}
+	rp_lane_publish(L, n);
+	return;
+stop:
+	L->stop_at = cur;
+	rp_lane_publish(L, n);
 }
 
 /* A shared machine preempts a spinning replayer for milliseconds; SCHED_FIFO keeps
@@ -448,19 +650,28 @@ static uint32_t rp_cq_owed(const struct rp_side *s, int ci)
  * the report accepts those beyond the recorded count only as successes. */
 static void rp_drain_owed(struct rp_job *j, struct rp_side *s)
 {
+	struct rp_lane *L = &s->pre; /* its timeouts and budget: all lanes' */
+
 	for (int ci = 0; ci < s->ncq; ci++) {
 		struct rp_cq *c = &s->cq[ci];
-		int tmo = s->timeouts == 0  ? j->poll_timeout_ms
-			  : s->timeouts < 3 ? 200
-					    : 10;
-		uint64_t give_up;
+		uint64_t tmo = (uint64_t)(L->timeouts == 0  ? j->poll_timeout_ms
+					  : L->timeouts < 3 ? 200
+							    : 10) *
+			       1000000ull;
+		uint64_t give_up, t_start;
 		unsigned spins = 0;
 
 		if (!c->cq || !rp_cq_owed(s, ci))
 			continue;
-		if (tmo > j->poll_timeout_ms)
-			tmo = j->poll_timeout_ms;
-		give_up = rp_now_ns() + (uint64_t)tmo * 1000000ull;
+		if (tmo > (uint64_t)j->poll_timeout_ms * 1000000ull)
+			tmo = (uint64_t)j->poll_timeout_ms * 1000000ull;
+		t_start = rp_now_ns();
+		tmo = rp_wait_limit(j, L, tmo);
+		if (!tmo) {
+			L->stop_why = 0; /* every step ran: only the drain ends */
+			return;
+		}
+		give_up = t_start + tmo;
 		while (rp_cq_owed(s, ci)) {
 			struct ibv_wc wc[16];
 			int n = 0;
@@ -481,8 +692,11 @@ static void rp_drain_owed(struct rp_job *j, struct rp_side *s)
 				continue;
 			if ((++spins & 255) == 0) {
 				/* the report names what is still missing */
-				if (rp_now_ns() > give_up) {
-					s->timeouts++;
+				uint64_t now = rp_now_ns();
+
+				if (now > give_up || rp_sig) {
+					L->timeouts++;
+					rp_wasted(j, L, t_start);
 					break;
 				}
 				if ((spins & 1023) == 0)
@@ -492,10 +706,64 @@ static void rp_drain_owed(struct rp_job *j, struct rp_side *s)
 	}
 }
 
+/* A side that stopped early is compared up to where it stopped: the recorded
+ * completions of the poll steps it never reached are set aside (rec_all keeps
+ * how many there were). */
+void rp_side_cut(struct rp_side *s)
+{
+	uint64_t cut = s->stop_at < s->nstep ? s->step[s->stop_at].rec_ns : UINT64_MAX;
+
+	for (int i = 0; i < s->nqp + s->nxqp; i++) {
+		struct rp_qp *q = i < s->nqp ? &s->qp[i] : &s->xqp[i - s->nqp];
+
+		for (int d = 0; d < 2; d++) {
+			struct rp_wclist *l = &q->rec_wc[d];
+			uint32_t n = 0;
+
+			q->rec_all[d] = l->n;
+			while (cut != UINT64_MAX && n < l->n &&
+			       rp_abs_ns(s, l->v[n].ts) < cut)
+				n++;
+			if (cut != UINT64_MAX)
+				l->n = n;
+		}
+	}
+}
+
+/* Every lane's thread has ended: the side stopped where its earliest lane
+ * stopped (for the cut), for the first reason; the drain after it gets all
+ * lanes' timeouts and the most any lane spent of its budget. */
+void rp_lanes_done(struct rp_side *s)
+{
+	struct rp_lane *P = &s->pre;
+
+	s->stop_why = P->stop_why;
+	s->stop_at = P->stop_why ? P->stop_at : s->nstep;
+	s->nran = P->ran;
+	for (int l = 0; l < s->nlane; l++) {
+		struct rp_lane *L = &s->lane[l];
+
+		s->nran += L->ran;
+		s->xwaits += L->xwaits;
+		P->timeouts += L->timeouts;
+		if (L->wasted_ns > P->wasted_ns)
+			P->wasted_ns = L->wasted_ns;
+		if (!L->stop_why)
+			continue;
+		if (!s->stop_why || L->stop_why < s->stop_why)
+			s->stop_why = L->stop_why;
+		if (L->stop_at >= 0 && L->stop_at < s->stop_at)
+			s->stop_at = L->stop_at;
+	}
+}
+
 void rp_side_finish(struct rp_job *j, struct rp_side *s)
 {
 	rp_collect_completions(j, s);
-	rp_drain_owed(j, s);
+	rp_side_cut(s);
+	/* a side that stopped owes nothing more: its report is what it ran */
+	if (!s->stop_why)
+		rp_drain_owed(j, s);
 }
 
 /* ---- after the run: each QP's end state, for the report ------------------------ */

@@ -264,3 +264,64 @@ void rp_timeline_finish(struct rp_side *s)
 		s->rec_epoch_ns =
 			s->step[s->prefix < s->nstep ? s->prefix : s->nstep - 1].rec_ns;
 }
+
+/* Gating steps: what another thread's later post may have relied on. */
+static int rp_gates(const struct rp_step *st)
+{
+	uint32_t t = st->ev->type;
+
+	return !st->skipped &&
+	       (t == RBT_EV_POLL_CQ || t == RBT_EV_GET_CQ_EVENT || t == RBT_EV_QP_MODIFY);
+}
+
+int rp_lanes_build(struct rp_side *s)
+{
+	int cap = 0;
+
+	s->nlane = 0;
+	for (int i = s->prefix; i < s->nstep; i++) {
+		uint32_t id = s->step[i].ev->stream;
+		int l = 0;
+
+		while (l < s->nlane && s->lane[l].stream != id)
+			l++;
+		if (l == s->nlane) {
+			if (!RP_GROW(s->lane, s->nlane, cap))
+				return -ENOMEM;
+			s->lane[s->nlane++] = (struct rp_lane){ .s = s, .stream = id };
+		}
+		s->lane[l].n++;
+	}
+	if (s->lane && rp_keep(s, s->lane) < 0)
+		return -ENOMEM;
+	for (int l = 0; l < s->nlane; l++) {
+		struct rp_lane *L = &s->lane[l];
+
+		L->idx = rp_alloc(s, (size_t)L->n * sizeof(*L->idx));
+		L->gate_at = rp_alloc(s, ((size_t)L->n + 1) * sizeof(*L->gate_at));
+		if (!L->idx || !L->gate_at)
+			return -ENOMEM;
+		L->n = 0;
+	}
+	for (int i = s->prefix; i < s->nstep; i++)
+		for (int l = 0; l < s->nlane; l++)
+			if (s->lane[l].stream == s->step[i].ev->stream) {
+				s->lane[l].idx[s->lane[l].n++] = i;
+				break;
+			}
+	for (int l = 0; l < s->nlane; l++) {
+		struct rp_lane *L = &s->lane[l];
+
+		L->gate_at[L->n] = UINT64_MAX;
+		for (int k = L->n - 1; k >= 0; k--) {
+			const struct rp_step *st = &s->step[L->idx[k]];
+			uint64_t r = st->rec_exit_ns > st->rec_ns ? st->rec_exit_ns
+								  : st->rec_ns;
+
+			L->gate_at[k] = rp_gates(st) && r < L->gate_at[k + 1]
+						? r
+						: L->gate_at[k + 1];
+		}
+	}
+	return 0;
+}

@@ -2214,13 +2214,6 @@ static int cm_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *at
 		attr->recv_cq = id->recv_cq;
 	if (id->srq && !attr->srq)
 		attr->srq = id->srq;
-	/* Hardware rounds a send queue's inline size up to what its WQE holds
-	 * (mlx5: at least 60 bytes) and programs rely on it (rdma_xclient posts
-	 * 16 inline bytes with max_inline_data 0); softnic's core grants what is
-	 * asked, so ask for a WQE's worth here. */
-	if (attr->cap.max_send_wr && attr->cap.max_inline_data < 64 &&
-	    attr->qp_type != IBV_QPT_XRC_RECV)
-		attr->cap.max_inline_data = 64;
 	qp = ibv_create_qp_ex(id->verbs, attr);
 	if (!qp) {
 		cm_destroy_cqs(id);

@@ -42,6 +42,138 @@ static void sn_cq_overflow(struct sn_cq_shm *cq)
 		sn_async_event(cq->async_path, NULL, IBV_EVENT_CQ_ERR, cq->cookie);
 }
 
+/*
+ * Resizing a CQ that producers in other processes write into.
+ *
+ * Every mapping of a CQ file spans SN_CQ_RESERVE bytes, so growing the file
+ * (posix_fallocate) makes the new slots reachable through every producer's
+ * existing mapping: nobody remaps. What changes is the ring's size, and with
+ * it where index i lives (i & (ring - 1)), so the live entries move. The
+ * owner takes the ring with one fetch_or of SN_CQ_GATE into prod, which
+ * splits the producers in two: those whose fetch_add on prod came before it
+ * hold a slot of the old ring and the owner waits until each has published
+ * its entry (seq); those after it see the gate in the value they got back,
+ * give that claim up and wait for the gate to clear, then claim again in
+ * the new ring. The owner moves the live entries, publishes ring and cap,
+ * then stores prod without the gate (which also drops the given-up claims).
+ * The fast path pays nothing but a bit test on a value it already has.
+ */
+static bool sn_cq_gate_wait(struct sn_cq_shm *cq)
+{
+	uint64_t t0 = 0;
+
+	for (uint32_t n = 0;
+	     atomic_load_explicit(&cq->prod, memory_order_acquire) & SN_CQ_GATE; n++) {
+		if (n & 63)
+			continue;
+		if (!t0)
+			t0 = sn_now_ns();
+		else if (sn_now_ns() - t0 > 2000000000ull) {
+			/* the owner died in the middle of a resize */
+			sn_cq_overflow(cq);
+			return false;
+		}
+		sched_yield();
+	}
+	return true;
+}
+
+/* The owner (holding the CQ's poll flag): grow or shrink the ring to hold
+ * cqe entries. EINVAL if more completions wait than the new size holds. */
+int sn_cq_resize(struct sn_cq *cq, uint32_t cqe)
+{
+	struct sn_cq_shm *s = cq->shm;
+	uint32_t ring = sn_pow2(cqe + 1), old = atomic_load(&s->ring);
+	uint64_t cons, prod, t0, n;
+	struct sn_cqe *tmp = NULL;
+	int ret = 0;
+
+	if (ring == old)
+		return 0;
+	if (ring > old) {
+		ret = sn_shm_grow(cq->name, sizeof(struct sn_cq_shm) +
+						    (size_t)ring * sizeof(struct sn_cqe));
+		if (ret)
+			return -ret;
+	}
+	prod = atomic_fetch_or(&s->prod, SN_CQ_GATE) & ~SN_CQ_GATE;
+	cons = atomic_load(&s->cons);
+	n = prod - cons;
+	if (atomic_load(&s->error) || n > ring - 1) {
+		ret = EINVAL;
+		goto out;
+	}
+	/* the claims made before the gate: wait until each entry is written */
+	t0 = sn_now_ns();
+	for (uint64_t i = cons; i < prod; i++) {
+		struct sn_cqe *e = &s->e[i & (old - 1)];
+
+		while (atomic_load_explicit(&e->seq, memory_order_acquire) != i + 1) {
+			if (atomic_load(&s->error) || sn_now_ns() - t0 > 2000000000ull) {
+				ret = EAGAIN; /* a producer died mid-write */
+				goto out;
+			}
+			sched_yield();
+		}
+	}
+	tmp = n ? malloc(n * sizeof(*tmp)) : NULL;
+	if (n && !tmp) {
+		ret = ENOMEM;
+		goto out;
+	}
+	for (uint64_t i = 0; i < n; i++)
+		memcpy(&tmp[i], &s->e[(cons + i) & (old - 1)], sizeof(*tmp));
+	for (uint32_t i = 0; i < ring; i++)
+		atomic_store_explicit(&s->e[i].seq, 0, memory_order_relaxed);
+	for (uint64_t i = 0; i < n; i++)
+		memcpy(&s->e[(cons + i) & (ring - 1)], &tmp[i], sizeof(*tmp));
+	free(tmp);
+	atomic_store_explicit(&s->ring, ring, memory_order_relaxed);
+	atomic_store_explicit(&s->cap, ring - 1, memory_order_relaxed);
+	cq->cq.cqe = (int)(ring - 1);
+out:
+	/* releases the ring and its new size together; claims made while
+	 * gated are dropped with the gate */
+	atomic_store_explicit(&s->prod, prod, memory_order_release);
+	return ret;
+}
+
+/* CQ moderation: true when this completion's event is held back (fewer
+ * than mod_count since the arm); the first one held starts the period,
+ * after which the helper thread raises the event if the CQ is still armed.
+ * Errors are never held back. */
+static bool sn_cq_moderated(struct sn_cq_shm *cq, const struct sn_cqe *src)
+{
+	uint32_t count = atomic_load_explicit(&cq->mod_count, memory_order_relaxed);
+	uint32_t period, n;
+
+	if (SN_LIKELY(count <= 1) || src->status != IBV_WC_SUCCESS)
+		return false;
+	n = atomic_fetch_add(&cq->mod_seen, 1) + 1;
+	if (n >= count)
+		return false;
+	period = atomic_load_explicit(&cq->mod_period_us, memory_order_relaxed);
+	if (n == 1 && period)
+		sn_delay_notify_armed(cq, sn_now_ns() + (uint64_t)period * 1000);
+	return true;
+}
+
+/* ibv_modify_cq: moderation only (count and period as mlx5 bounds them). */
+int sn_modify_cq(struct ibv_cq *ibcq, struct ibv_modify_cq_attr *attr)
+{
+	struct sn_cq_shm *s = sn_cq_of(ibcq)->shm;
+
+	if (!attr || (attr->attr_mask & ~(uint32_t)IBV_CQ_ATTR_MODERATE))
+		return EOPNOTSUPP;
+	if (!(attr->attr_mask & IBV_CQ_ATTR_MODERATE))
+		return EINVAL;
+	if (attr->moderate.cq_period > SN_CQ_MOD_MAX_PERIOD_US)
+		return EINVAL; /* cq_count is 16 bits: any count is in range */
+	atomic_store(&s->mod_period_us, attr->moderate.cq_period);
+	atomic_store(&s->mod_count, attr->moderate.cq_count);
+	return 0;
+}
+
 /* Append one completion; false if the CQ overflowed (or already had). */
 bool sn_cq_push(struct sn_cq_shm *cq, const struct sn_cqe *src, int *chan_fd)
 {
@@ -51,13 +183,20 @@ bool sn_cq_push(struct sn_cq_shm *cq, const struct sn_cqe *src, int *chan_fd)
 
 	if (SN_UNLIKELY(atomic_load_explicit(&cq->error, memory_order_relaxed)))
 		return false;
-	idx = atomic_fetch_add_explicit(&cq->prod, 1, memory_order_relaxed);
+	idx = atomic_fetch_add_explicit(&cq->prod, 1, memory_order_acquire);
+	if (SN_UNLIKELY(idx & SN_CQ_GATE)) {
+		/* a resize holds the ring: this claim counts for nothing */
+		if (!sn_cq_gate_wait(cq))
+			return false;
+		return sn_cq_push(cq, src, chan_fd);
+	}
 	cons = atomic_load_explicit(&cq->cons, memory_order_acquire);
-	if (SN_UNLIKELY(idx - cons >= cq->cap)) {
+	if (SN_UNLIKELY(idx - cons >=
+			atomic_load_explicit(&cq->cap, memory_order_relaxed))) {
 		sn_cq_overflow(cq);
 		return false;
 	}
-	e = &cq->e[idx & (cq->ring - 1)];
+	e = &cq->e[idx & (atomic_load_explicit(&cq->ring, memory_order_relaxed) - 1)];
 	e->wr_id = src->wr_id;
 	e->ts = src->ts;
 	e->visible_ns = src->visible_ns;
@@ -88,7 +227,7 @@ bool sn_cq_push(struct sn_cq_shm *cq, const struct sn_cqe *src, int *chan_fd)
 	armed = atomic_load_explicit(&cq->armed, memory_order_seq_cst);
 	if (SN_UNLIKELY(armed) &&
 	    (armed == 1 || src->solicited || src->status != IBV_WC_SUCCESS) &&
-	    atomic_exchange(&cq->armed, 0)) {
+	    !sn_cq_moderated(cq, src) && atomic_exchange(&cq->armed, 0)) {
 		/* with the latency model the event waits for the completion */
 		if (SN_UNLIKELY(src->visible_ns) && src->visible_ns > sn_now_ns())
 			sn_delay_notify(cq, src->visible_ns);
@@ -230,7 +369,8 @@ int sn_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 static uint64_t sn_cq_next_visible(struct sn_cq_shm *s)
 {
 	uint64_t i, cons = atomic_load_explicit(&s->cons, memory_order_relaxed);
-	uint64_t prod = atomic_load_explicit(&s->prod, memory_order_acquire);
+	uint64_t prod =
+		atomic_load_explicit(&s->prod, memory_order_acquire) & ~SN_CQ_GATE;
 	uint64_t now = sn_now_ns(), best = 0;
 
 	if (prod - cons > s->ring)
@@ -254,6 +394,7 @@ int sn_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 
 	if (!cq->cq.channel)
 		return EINVAL;
+	atomic_store(&s->mod_seen, 0);
 	atomic_store(&s->armed, solicited_only ? 2 : 1);
 	/* With the latency model a completion may already sit in the ring,
 	 * not yet visible: on hardware it would arrive after this arm, so it
@@ -268,7 +409,8 @@ int sn_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 void sn_cq_clean(struct sn_cq *cq, uint64_t local_qp, uint32_t qpn)
 {
 	struct sn_cq_shm *s = cq->shm;
-	uint64_t i, prod = atomic_load(&s->prod), cons = atomic_load(&s->cons);
+	uint64_t i, prod = atomic_load(&s->prod) & ~SN_CQ_GATE,
+		    cons = atomic_load(&s->cons);
 
 	if (prod - cons > s->ring)
 		prod = cons + s->ring;

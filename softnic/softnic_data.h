@@ -51,6 +51,7 @@ int sn_exec(struct sn_qp *qp, struct sn_swr *w, uint32_t *st);
 /* softnic_pending.c */
 bool sn_submit(struct sn_qp *qp, struct sn_swr *w);
 void sn_delay_notify(struct sn_cq_shm *cq, uint64_t when);
+void sn_delay_notify_armed(struct sn_cq_shm *cq, uint64_t when);
 void sn_progress_all(void);
 
 #endif

@@ -98,6 +98,8 @@ SN_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	v->query_port = sn_query_port_full;
 	v->query_device_ex = sn_query_device_ex;
 	v->create_cq_ex = sn_create_cq_ex;
+	v->alloc_parent_domain = sn_alloc_parent_domain;
+	v->modify_cq = sn_modify_cq;
 	v->create_qp_ex = sn_create_qp_ex;
 	v->query_rt_values = sn_query_rt_values;
 	v->create_srq_ex = sn_create_srq_ex;

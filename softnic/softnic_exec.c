@@ -20,14 +20,20 @@
 
 #include "softnic_data.h"
 
+/* Posting threads race to fill the cache: atomics (each stores what the others
+ * would; release/acquire publish the struct sn_rproc_get() filled; a stale pid
+ * only looks the process up once more). */
 static struct sn_rproc *sn_self_proc(void)
 {
-	static struct sn_rproc *self;
+	static struct sn_rproc *self_slot;
 	static pid_t self_pid;
+	struct sn_rproc *self = __atomic_load_n(&self_slot, __ATOMIC_ACQUIRE);
 
-	if (SN_UNLIKELY(!self || self_pid != sn_g.pid)) {
+	if (SN_UNLIKELY(!self ||
+			__atomic_load_n(&self_pid, __ATOMIC_RELAXED) != sn_g.pid)) {
 		self = sn_rproc_get(sn_g.procid);
-		self_pid = sn_g.pid;
+		__atomic_store_n(&self_slot, self, __ATOMIC_RELEASE);
+		__atomic_store_n(&self_pid, sn_g.pid, __ATOMIC_RELAXED);
 	}
 	return self;
 }
@@ -320,15 +326,37 @@ static void sn_ud_grh(struct sn_xfer *x, const struct sn_ah *ah)
 
 /* UD SEND: one datagram to the QP the WR names, lost when nobody there
  * takes it (no receive, wrong qkey, not ready). */
+static int sn_ud_deliver(struct sn_xfer *x, struct sn_rqp *peer, uint32_t qkey);
+
+/* A datagram to a multicast group (QPN 0xffffff, a multicast GID or LID):
+ * one copy into every QP attached to the group in the fabric, except the
+ * sender's own. Each member gets its own receive translation. */
+static int sn_exec_mcast(struct sn_xfer *x, const struct sn_ah *ah, uint32_t qkey)
+{
+	uint32_t qpn[SN_MC_QPS], me = x->qp->shm->qpn;
+	union ibv_gid g;
+	int n;
+
+	if (!ah->attr.is_global)
+		return SN_X_SENT; /* LID-only multicast: no group names it here */
+	g = ah->attr.grh.dgid;
+	n = sn_mc_members(&g, qpn, SN_MC_QPS);
+	for (int i = 0; i < n; i++) {
+		if (qpn[i] == me)
+			continue;
+		x->nr = 0;
+		x->peer = sn_rqp_get(qpn[i]);
+		sn_ud_deliver(x, x->peer, qkey);
+	}
+	return SN_X_SENT;
+}
+
 static int sn_exec_ud(struct sn_xfer *x)
 {
 	struct sn_swr *w = x->w;
 	struct sn_ah *ah = (struct sn_ah *)w->ah;
-	struct sn_rwqe *rw = x->rw;
 	struct sn_rqp *peer;
-	uint64_t need = x->total + SN_UD_GRH;
-	uint32_t i, qkey, pst;
-	int k;
+	uint32_t qkey;
 
 	if (x->total > SN_MTU_BYTES) {
 		x->st = IBV_WC_LOC_LEN_ERR;
@@ -340,8 +368,23 @@ static int sn_exec_ud(struct sn_xfer *x)
 	}
 	if (SN_UNLIKELY(!ah || ah->path_bad))
 		return SN_X_SENT; /* addressed to nobody here: lost */
-	peer = x->peer = sn_rqp_get(w->rqpn);
 	qkey = (w->rqkey & 0x80000000u) ? x->qp->attr.qkey : w->rqkey;
+	if (SN_UNLIKELY(w->rqpn == SN_MC_QPN))
+		return sn_exec_mcast(x, ah, qkey);
+	peer = x->peer = sn_rqp_get(w->rqpn);
+	return sn_ud_deliver(x, peer, qkey);
+}
+
+/* One UD datagram into one QP's receive queue (or lost, as UD may be). */
+static int sn_ud_deliver(struct sn_xfer *x, struct sn_rqp *peer, uint32_t qkey)
+{
+	struct sn_swr *w = x->w;
+	struct sn_ah *ah = (struct sn_ah *)w->ah;
+	struct sn_rwqe *rw = x->rw;
+	uint64_t need = x->total + SN_UD_GRH;
+	uint32_t i, pst;
+	int k;
+
 	if (!peer || !sn_rqp_alive(peer) || peer->shm->qp_type != IBV_QPT_UD)
 		return SN_X_SENT; /* unreliable: silently lost */
 	pst = atomic_load(&peer->shm->state);

@@ -46,8 +46,12 @@ static int64_t sn_clk_ppb;
 uint64_t sn_nic_ticks(uint64_t host_ns)
 {
 	__int128 skew = (__int128)host_ns * sn_clk_ppb / 1000000000;
+	uint64_t ns = (uint64_t)((int64_t)host_ns + (int64_t)skew + sn_g.clk_offset);
 
-	return (uint64_t)((int64_t)host_ns + (int64_t)skew + sn_g.clk_offset);
+	/* mlx5: a free-running counter at hca_core_clock (156.25 MHz), not ns */
+	if (SN_UNLIKELY(sn_g.quirk_mlx5))
+		return (uint64_t)((unsigned __int128)ns * SN_MLX5_CLOCK_KHZ / 1000000);
+	return ns;
 }
 
 void sn_path(char *buf, size_t n, const char *name)
@@ -65,6 +69,13 @@ void sn_unlink(const char *name)
 
 int sn_shm_create(const char *name, size_t len, void **out)
 {
+	return sn_shm_create_reserve(name, len, len, out);
+}
+
+/* As sn_shm_create, but the mapping spans `reserve` bytes (>= len): the
+ * file can grow later (sn_shm_grow) under every mapping made this way. */
+int sn_shm_create_reserve(const char *name, size_t len, size_t reserve, void **out)
+{
 	char p[512];
 	int fd;
 	void *m;
@@ -81,7 +92,7 @@ int sn_shm_create(const char *name, size_t len, void **out)
 		unlink(p);
 		return -e;
 	}
-	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	m = mmap(NULL, reserve, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
 	if (m == MAP_FAILED) {
 		unlink(p);
@@ -91,7 +102,28 @@ int sn_shm_create(const char *name, size_t len, void **out)
 	return 0;
 }
 
+/* Make a fabric file at least len bytes long, its new pages reserved now. */
+int sn_shm_grow(const char *name, size_t len)
+{
+	char p[512];
+	int fd, e;
+
+	sn_path(p, sizeof(p), name);
+	fd = open(p, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	e = posix_fallocate(fd, 0, (off_t)len);
+	close(fd);
+	return -e;
+}
+
 int sn_shm_map(const char *name, void **out, size_t *len)
+{
+	return sn_shm_map_reserve(name, 0, out, len);
+}
+
+/* Map a fabric file over at least `reserve` bytes (a CQ's ring may grow). */
+int sn_shm_map_reserve(const char *name, size_t reserve, void **out, size_t *len)
 {
 	char p[512];
 	struct stat st;
@@ -106,12 +138,14 @@ int sn_shm_map(const char *name, void **out, size_t *len)
 		close(fd);
 		return -ENOENT;
 	}
-	m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (reserve < (size_t)st.st_size)
+		reserve = (size_t)st.st_size;
+	m = mmap(NULL, reserve, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
 	if (m == MAP_FAILED)
 		return -ENOMEM;
 	*out = m;
-	*len = (size_t)st.st_size;
+	*len = reserve;
 	return 0;
 }
 
@@ -569,6 +603,12 @@ static void sn_init_settings(void)
 		ppm = 3.5;
 	}
 	sn_clk_ppb = (int64_t)(ppm * 1000.0);
+	v = getenv("SOFTNIC_QUIRKS");
+	if (v && !strcmp(v, "mlx5"))
+		sn_g.quirk_mlx5 = true;
+	else if (v && *v && strcmp(v, "none"))
+		fprintf(stderr,
+			"softnic: SOFTNIC_QUIRKS=%s: not mlx5 or none; no quirks\n", v);
 	sn_g.lat_ns = env_u64("SOFTNIC_LATENCY_NS", 0, 60000000000ull);
 	sn_g.ns_per_kib = env_u64("SOFTNIC_NS_PER_KIB", 0, 1000000000ull);
 	sn_g.jitter_ns = env_u64("SOFTNIC_JITTER_NS", 0, 60000000000ull);

@@ -25,21 +25,26 @@
 #define SN_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define SN_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-#define SN_DEV_NAME    "softnic0"
-#define SN_VENDOR_ID   0x02534e /* locally administered OUI: no real vendor */
-#define SN_VENDOR_PART 0x5301
-#define SN_MAX_QP_WR   16384
-#define SN_MAX_SGE     32
-#define SN_MAX_INLINE  1024
-#define SN_MAX_CQE     (1 << 22)
-#define SN_MAX_RD_ATOM 16
-#define SN_MAX_MR      8192 /* per process */
-#define SN_MAX_MW      1024 /* per process; their key indices follow the MRs' */
-#define SN_MAX_RUNS    8
-#define SN_GID_TBL     2
-#define SN_NAME	       96
-#define SN_UD_GRH      40
-#define SN_MTU_BYTES   4096
+#define SN_DEV_NAME	  "softnic0"
+#define SN_VENDOR_ID	  0x02534e /* locally administered OUI: no real vendor */
+#define SN_VENDOR_PART	  0x5301
+#define SN_MAX_QP_WR	  16384
+#define SN_MAX_SGE	  32
+#define SN_MAX_INLINE	  1024
+#define SN_MLX5_CLOCK_KHZ 156250 /* SOFTNIC_QUIRKS=mlx5: ConnectX-4's core clock */
+#define SN_WQE_INLINE	  64	 /* inline sizes are granted in these steps */
+#define SN_MAX_CQE	  (1 << 22)
+#define SN_MAX_RD_ATOM	  16
+#define SN_MAX_MR	  8192 /* per process */
+#define SN_MAX_MW	  1024 /* per process; their key indices follow the MRs' */
+#define SN_MAX_RUNS	  8
+#define SN_GID_TBL	  2
+#define SN_NAME		  96
+#define SN_UD_GRH	  40
+#define SN_MC_QPS	  64 /* QPs attached to one multicast group */
+#define SN_QP_MCS	  16 /* groups one QP may join */
+#define SN_MC_QPN	  0xffffff
+#define SN_MTU_BYTES	  4096
 
 /* ---------------- shared (file-backed) layouts ---------------- */
 
@@ -71,13 +76,21 @@ struct sn_cqe {
 };
 
 struct sn_cq_shm {
-	uint32_t magic, ring, cap, wall;
+	uint32_t magic;
+	/* ring size and capacity: written only by a resize while it holds
+	 * prod's gate, read by producers after a fetch_add on prod */
+	_Atomic uint32_t ring, cap;
+	uint32_t wall;
 	_Atomic uint32_t armed; /* 0 no, 1 any, 2 solicited only */
 	_Atomic uint32_t error;
 	_Atomic uint32_t dnote;	   /* a delayed (latency model) event is pending */
 	_Atomic uint32_t sleepers; /* pollers waiting on wake_seq (futex) */
 	_Atomic uint32_t wake_seq;
-	uint32_t pad;
+	/* CQ moderation (ibv_modify_cq): an armed CQ's event waits for
+	 * mod_count completions or mod_period_us after the first, whichever
+	 * comes first; mod_seen counts them since the arm */
+	_Atomic uint32_t mod_seen;
+	_Atomic uint32_t mod_count, mod_period_us;
 	uint64_t cookie; /* owner's struct sn_cq* */
 	uint64_t async_cookie;
 	char chan_path[SN_NAME];
@@ -200,8 +213,22 @@ struct sn_ctx {
 
 struct sn_pd {
 	struct ibv_pd pd;
-	uint32_t id;
+	uint32_t id; /* a parent domain's is its protection domain's */
+	/* a parent domain (ibv_alloc_parent_domain): its allocators, used for
+	 * the process-local buffers of its QPs (the shared rings are fabric
+	 * files, which no allocator can provide) */
+	bool parent;
+	void *(*alloc)(struct ibv_pd *pd, void *pd_context, size_t size, size_t alignment,
+		       uint64_t resource_type);
+	void (*free)(struct ibv_pd *pd, void *pd_context, void *ptr,
+		     uint64_t resource_type);
+	void *pd_context;
 };
+/* resource_type softnic passes to a parent domain's allocator (types are
+ * per provider, as mlx5dv's MLX5DV_RES_TYPE_*): a QP's ibv_wr_* buffer */
+#define SN_RES_TYPE_QP (((uint64_t)0x534e << 32) + 1)
+struct ibv_pd *sn_alloc_parent_domain(struct ibv_context *c,
+				      struct ibv_parent_domain_init_attr *a);
 
 struct sn_run; /* locally backed page range */
 
@@ -234,11 +261,14 @@ struct sn_cq {
 	struct sn_cqe cur; /* entry being read through start/next_poll */
 	bool polling;
 	int chan_wfd; /* our own write end for self-notification */
-	uint32_t empty_polls;
-	_Atomic int poll_lock; /* consumers of one CQ take turns, as in mlx5 */
-	bool single_threaded;  /* IBV_CREATE_CQ_ATTR_SINGLE_THREADED: no lock */
-	uint32_t spin_budget;  /* adaptive: empty polls before sleeping */
-	bool slept;
+	/* empty_polls, spin_budget and slept are updated outside poll_lock by
+	 * every thread polling the CQ: atomics (a lost update only retunes the
+	 * spinning), the paths that write them spin or sleep anyway */
+	_Atomic uint32_t empty_polls;
+	_Atomic int poll_lock;	      /* consumers of one CQ take turns, as in mlx5 */
+	bool single_threaded;	      /* IBV_CREATE_CQ_ATTR_SINGLE_THREADED: no lock */
+	_Atomic uint32_t spin_budget; /* adaptive: empty polls before sleeping */
+	_Atomic bool slept;
 	struct sn_cq *next_live;
 };
 
@@ -306,6 +336,9 @@ struct sn_qp {
 	int wr_err;
 	uint32_t wr_nwr, wr_stride, wr_inl_used, wr_inl_cap;
 	unsigned char *wr_buf, *wr_inl;
+	struct sn_pd *wr_buf_pd;     /* wr_buf came from this parent domain's allocator */
+	union ibv_gid mc[SN_QP_MCS]; /* multicast groups joined */
+	int nmc;
 	struct sn_qp *next_live;
 };
 
@@ -324,6 +357,13 @@ struct sn_ah {
 	struct ibv_ah_attr attr;
 	bool path_bad;
 };
+
+/* multicast (softnic_mcast.c) */
+int sn_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
+int sn_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
+void sn_mc_detach_all(struct sn_qp *qp);
+int sn_mc_members(const union ibv_gid *gid, uint32_t *qpn, int max);
+bool sn_gid_is_mcast(const union ibv_gid *gid);
 
 /* Does an address vector reach this fabric's port (LID, or a GID of it)? */
 bool sn_av_reaches(const struct ibv_ah_attr *ah);
@@ -352,6 +392,9 @@ struct sn_global {
 	/* latency model (ns) */
 	uint64_t lat_ns, ns_per_kib, jitter_ns;
 	bool model;
+	/* SOFTNIC_QUIRKS=mlx5: behave like mlx5 where the recorder has
+	 * defences (qp_ex pointers rewritten on RTS/RESET, a 156.25 MHz clock) */
+	bool quirk_mlx5;
 	struct sn_cq *cqs;
 	struct sn_qp *qps;
 	struct sn_srq *srqs;
@@ -365,6 +408,15 @@ uint64_t sn_now_ns(void);
 uint64_t sn_nic_ticks(uint64_t host_ns);
 int sn_shm_create(const char *name, size_t len, void **out);
 int sn_shm_map(const char *name, void **out, size_t *len);
+int sn_shm_create_reserve(const char *name, size_t len, size_t reserve, void **out);
+int sn_shm_map_reserve(const char *name, size_t reserve, void **out, size_t *len);
+int sn_shm_grow(const char *name, size_t len);
+/* Every mapping of a CQ file spans the largest ring a CQ may grow to
+ * (address space only: the file holds the current ring's pages). */
+#define SN_CQ_RESERVE \
+	(sizeof(struct sn_cq_shm) + (size_t)2 * SN_MAX_CQE * sizeof(struct sn_cqe))
+/* prod's top bit: a resize holds the ring (softnic_cq.c) */
+#define SN_CQ_GATE (1ull << 63)
 void sn_path(char *buf, size_t n, const char *name);
 void sn_unlink(const char *name);
 
@@ -372,6 +424,8 @@ void sn_unlink(const char *name);
 int sn_mr_register(struct sn_mr *mr, void *addr, size_t len, uint64_t iova,
 		   uint32_t access, uint32_t pd_id);
 int sn_mr_unregister(struct sn_mr *mr);
+int sn_mr_reregister(struct sn_mr *mr, void *addr, size_t len, uint64_t iova,
+		     uint32_t access, uint32_t pd_id);
 int sn_mw_alloc(struct sn_mw *mw, uint32_t type, uint32_t pd_id);
 void sn_mw_free(struct sn_mw *mw);
 bool sn_mw_wlock(struct sn_mw_ent *m);
@@ -416,6 +470,9 @@ int sn_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int sn_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 void sn_cq_ex_init(struct sn_cq *cq);
 void sn_qp_ex_init(struct sn_qp *qp);
+int sn_qp_wr_buf_alloc(struct sn_qp *qp);
+void sn_qp_wr_buf_free(struct sn_qp *qp);
+void sn_qp_ex_rewrite(struct sn_qp *qp, uint32_t state);
 void sn_qp_flush(struct sn_qp *qp);
 void sn_rq_flush(struct sn_rq_shm *rq, struct sn_cq_shm *cq, uint32_t qpn, int *chan_fd);
 void sn_cq_clean(struct sn_cq *cq, uint64_t local_qp, uint32_t qpn);
@@ -461,6 +518,10 @@ int sn_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
 struct ibv_cq *sn_create_cq(struct ibv_context *context, int cqe, void *cq_context,
 			    struct ibv_comp_channel *channel, int comp_vector);
 int sn_resize_cq(struct ibv_cq *cq, int cqe);
+int sn_modify_cq(struct ibv_cq *cq, struct ibv_modify_cq_attr *attr);
+#define SN_CQ_MOD_MAX_COUNT	65535 /* as mlx5 */
+#define SN_CQ_MOD_MAX_PERIOD_US 4095
+int sn_cq_resize(struct sn_cq *cq, uint32_t cqe); /* softnic_cq.c */
 int sn_destroy_cq(struct ibv_cq *ibcq);
 struct ibv_srq *sn_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *init);
 int sn_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask);

@@ -216,12 +216,12 @@ SN_EXPORT int ibv_dofork_range(void *base, size_t size)
 
 SN_EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	return EOPNOTSUPP;
+	return sn_attach_mcast(qp, gid, lid);
 }
 
 SN_EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	return EOPNOTSUPP;
+	return sn_detach_mcast(qp, gid, lid);
 }
 
 SN_EXPORT int ibv_resolve_eth_l2_from_gid(struct ibv_context *context,

@@ -94,7 +94,9 @@ static uint64_t sn_run_next_start(uint64_t va)
 	return best;
 }
 
-__attribute__((no_sanitize("address"))) static void
+/* Whole pages: other objects' bytes, freed or being written by other threads,
+ * are copied as they are, so neither ASan nor TSan may look. */
+__attribute__((no_sanitize("address", "thread"))) static void
 sn_copy_pages(void *dst, const void *src, size_t len)
 {
 	const volatile uint64_t *s = src;
@@ -301,6 +303,53 @@ int sn_mr_unregister(struct sn_mr *mr)
 	atomic_store(&sn_g.mrt->ent[mr->idx].key, 0);
 	while (mr->nruns)
 		sn_run_put(mr->runs[--mr->nruns]);
+	pthread_mutex_unlock(&sn_g.lock);
+	return 0;
+}
+
+/* ibv_rereg_mr: the MR keeps its slot and keys; its range, access and PD
+ * become the new ones. The new range is registered into a spare slot first
+ * (so a failure leaves the MR as it was), then moved into the MR's own slot
+ * and the old runs let go. A requester racing with the change may see
+ * either registration, as on hardware. EBUSY while a window is bound. */
+int sn_mr_reregister(struct sn_mr *mr, void *addr, size_t len, uint64_t iova,
+		     uint32_t access, uint32_t pd_id)
+{
+	struct sn_mrt_ent *e, *t;
+	struct sn_mr tmp;
+	int ret;
+
+	pthread_mutex_lock(&sn_g.lock);
+	for (uint32_t i = 0; i < SN_MAX_MW; i++) {
+		struct sn_mw_ent *m = &sn_g.mrt->mw[i];
+
+		if (atomic_load(&m->type) && (atomic_load(&m->seq), m->bound) &&
+		    m->mr_key == mr->mr.lkey) {
+			pthread_mutex_unlock(&sn_g.lock);
+			return -EBUSY;
+		}
+	}
+	pthread_mutex_unlock(&sn_g.lock);
+	memset(&tmp, 0, sizeof(tmp));
+	ret = sn_mr_register(&tmp, addr, len, iova, access, pd_id);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&sn_g.lock);
+	e = &sn_g.mrt->ent[mr->idx];
+	t = &sn_g.mrt->ent[tmp.idx];
+	e->addr = t->addr;
+	e->len = t->len;
+	e->delta = t->delta;
+	e->access = t->access;
+	e->pd_id = t->pd_id;
+	memcpy(e->runs, t->runs, sizeof(e->runs));
+	e->nruns = t->nruns;
+	atomic_thread_fence(memory_order_release);
+	atomic_store(&t->key, 0);
+	while (mr->nruns)
+		sn_run_put(mr->runs[--mr->nruns]);
+	memcpy(mr->runs, tmp.runs, sizeof(mr->runs));
+	mr->nruns = tmp.nruns;
 	pthread_mutex_unlock(&sn_g.lock);
 	return 0;
 }

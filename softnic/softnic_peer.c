@@ -186,7 +186,7 @@ static struct sn_rqp *sn_rqp_open(uint32_t qpn)
 		r->rq = &r->srq->rq;
 	}
 	if (r->shm->rcq_name[0]) {
-		if (sn_shm_map(r->shm->rcq_name, &m, &len))
+		if (sn_shm_map_reserve(r->shm->rcq_name, SN_CQ_RESERVE, &m, &len))
 			goto fail;
 		r->rcq = m;
 	}
@@ -265,7 +265,7 @@ struct sn_rqp *sn_rqp_xrc(struct sn_rqp *tgt, uint32_t srqn)
 	if (!v->srq->xrcd_id || v->srq->xrcd_id != tgt->shm->xrcd_id)
 		goto fail; /* not an XRC SRQ of the TGT's domain */
 	v->rq = &v->srq->rq;
-	if (sn_shm_map(v->srq->cq_name, &m, &len))
+	if (sn_shm_map_reserve(v->srq->cq_name, SN_CQ_RESERVE, &m, &len))
 		goto fail;
 	v->rcq = m;
 	v->proc = sn_rproc_get(v->srq->procid);

@@ -18,6 +18,12 @@
 
 #include "softnic_data.h"
 
+/* A QP's pend_head and pend_next_try_ns are written under its lock and read
+ * without it by the helper thread (sn_helper_pass): relaxed atomic accesses,
+ * plain moves on x86. */
+#define SN_PEND_SET(f, v) __atomic_store_n(&(f), (v), __ATOMIC_RELAXED)
+#define SN_PEND_GET(f)	  __atomic_load_n(&(f), __ATOMIC_RELAXED)
+
 void sn_spin_lock(_Atomic int *l)
 {
 	int spins = 0;
@@ -82,7 +88,7 @@ static void sn_pend_pop_flush(struct sn_qp *qp)
 	while (qp->pend_head) {
 		struct sn_pend *p = qp->pend_head;
 
-		qp->pend_head = p->next;
+		SN_PEND_SET(qp->pend_head, p->next);
 		if (!qp->pend_head) {
 			qp->pend_tail = NULL;
 			atomic_fetch_sub(&sn_npending, 1);
@@ -99,7 +105,7 @@ void sn_pend_free_all(struct sn_qp *qp)
 	while (qp->pend_head) {
 		struct sn_pend *p = qp->pend_head;
 
-		qp->pend_head = p->next;
+		SN_PEND_SET(qp->pend_head, p->next);
 		if (!qp->pend_head)
 			atomic_fetch_sub(&sn_npending, 1);
 		free(p->w.inl);
@@ -176,9 +182,9 @@ static bool sn_pend_add(struct sn_qp *qp, struct sn_swr *w)
 	if (qp->pend_tail)
 		qp->pend_tail->next = p;
 	else {
-		qp->pend_head = p;
+		SN_PEND_SET(qp->pend_head, p);
 		qp->pend_deadline_ns = 0;
-		qp->pend_next_try_ns = 0;
+		SN_PEND_SET(qp->pend_next_try_ns, 0);
 		atomic_fetch_add(&sn_npending, 1);
 	}
 	qp->pend_tail = p;
@@ -237,14 +243,14 @@ static void sn_progress(struct sn_qp *qp)
 
 				if (step > 10000000)
 					step = 10000000;
-				qp->pend_next_try_ns = now + step;
+				SN_PEND_SET(qp->pend_next_try_ns, now + step);
 				SN_ADD1(qp->shm->cnt.retries, 1);
 				return;
 			}
 			st = r == SN_RETRY_RNR ? IBV_WC_RNR_RETRY_EXC_ERR
 					       : IBV_WC_RETRY_EXC_ERR;
 		}
-		qp->pend_head = p->next;
+		SN_PEND_SET(qp->pend_head, p->next);
 		if (!qp->pend_head) {
 			qp->pend_tail = NULL;
 			atomic_fetch_sub(&sn_npending, 1);
@@ -294,6 +300,7 @@ static bool sn_hstarted;
 struct sn_dnote {
 	struct sn_dnote *next;
 	struct sn_cq_shm *cq;
+	bool if_armed; /* moderation: only if the CQ is still armed then */
 	uint64_t when, cookie;
 	char path[SN_NAME];
 };
@@ -309,7 +316,8 @@ static void sn_dnotes_pass(uint64_t *earliest)
 			int fd = -1;
 
 			atomic_store(&d->cq->dnote, 0);
-			sn_notify_fd(&fd, d->path, d->cookie);
+			if (!d->if_armed || atomic_exchange(&d->cq->armed, 0))
+				sn_notify_fd(&fd, d->path, d->cookie);
 			if (fd >= 0)
 				close(fd);
 			*pp = d->next;
@@ -333,13 +341,15 @@ static void sn_helper_pass(uint64_t *earliest)
 				sn_progress(qp);
 			sn_qp_unlock(qp);
 		}
-		if (!qp->pend_head) {
+		/* the QP may be busy (its lock taken by a poster): both reads
+		 * below are racy by design, hence SN_PEND_GET */
+		if (!SN_PEND_GET(qp->pend_head)) {
 			qp->on_helper = false;
 			*pp = qp->helper_next;
 			continue;
 		}
-		if (earliest && qp->pend_next_try_ns < *earliest)
-			*earliest = qp->pend_next_try_ns;
+		if (earliest && SN_PEND_GET(qp->pend_next_try_ns) < *earliest)
+			*earliest = SN_PEND_GET(qp->pend_next_try_ns);
 		pp = &qp->helper_next;
 	}
 }
@@ -428,18 +438,41 @@ void sn_helper_kick(struct sn_qp *qp)
 	pthread_mutex_unlock(&sn_hm);
 }
 
+static void sn_delay_notify_how(struct sn_cq_shm *cq, uint64_t when, bool if_armed);
+
 void sn_delay_notify(struct sn_cq_shm *cq, uint64_t when)
+{
+	sn_delay_notify_how(cq, when, false);
+}
+
+void sn_delay_notify_armed(struct sn_cq_shm *cq, uint64_t when)
+{
+	sn_delay_notify_how(cq, when, true);
+}
+
+static void sn_delay_notify_how(struct sn_cq_shm *cq, uint64_t when, bool if_armed)
 {
 	struct sn_dnote *d;
 
-	if (atomic_exchange(&cq->dnote, 1))
-		return; /* one event per arm: a pending one will do */
+	if (atomic_exchange(&cq->dnote, 1)) {
+		/* one event per arm: a pending one will do, but it must not
+		 * wait for an arm this caller already took */
+		if (!if_armed) {
+			pthread_mutex_lock(&sn_hm);
+			for (d = sn_dnotes; d; d = d->next)
+				if (d->cq == cq)
+					d->if_armed = false;
+			pthread_mutex_unlock(&sn_hm);
+		}
+		return;
+	}
 	d = calloc(1, sizeof(*d));
 	if (!d) {
 		atomic_store(&cq->dnote, 0);
 		return;
 	}
 	d->cq = cq;
+	d->if_armed = if_armed;
 	d->when = when;
 	d->cookie = cq->cookie;
 	memcpy(d->path, cq->chan_path, sizeof(d->path));

@@ -9,7 +9,12 @@
  *    command libibverbs writes there fails (EBADF) instead of "succeeding";
  *  - completion channels, a raw kernel command in libibverbs: for a
  *    softnic context the provider's own (handed over when it loads), for
- *    any other the next definition.
+ *    any other the next definition;
+ *  - /sys/class/infiniband/softnic0 itself, for tools that read the real
+ *    sysfs rather than SYSFS_PATH (rdma-core's pyverbs tests look for the
+ *    device's network interface there, with stat and ls): stat, lstat,
+ *    statx, fstatat, their *64 names, open and opendir of that subtree go
+ *    to the fake one.
  * It must never change a call that is not about softnic, link libibverbs,
  * or allocate in the wrappers of stat and open.
  */
@@ -22,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,12 +50,131 @@ static bool sn_is_cdev(const char *path)
 	return path && !strcmp(path, SN_SYSFS_CDEV);
 }
 
+#define SN_SYS_DEV "/sys/class/infiniband/" SN_SYSFS_IBDEV
+
+/* path itself, or its twin in our fake sysfs (in buf) when it names
+ * softnic0 in the real /sys and SYSFS_PATH is a tree of ours. */
+static const char *sn_sys(const char *path, char *buf, size_t n)
+{
+	size_t l = sizeof(SN_SYS_DEV) - 1;
+	const char *root;
+
+	if (!path || strncmp(path, SN_SYS_DEV, l) || (path[l] && path[l] != '/'))
+		return path;
+	root = getenv("SYSFS_PATH");
+	if (!root || !*root || !sn_sysfs_ours(root))
+		return path;
+	if ((size_t)snprintf(buf, n, "%s%s", root, path + 4) >= n)
+		return path;
+	return buf;
+}
+
+#define SN_SYS(p)                 \
+	char sn_sysbuf[PATH_MAX]; \
+	p = sn_sys(p, sn_sysbuf, sizeof(sn_sysbuf))
+
+SN_EXPORT int lstat(const char *restrict path, struct stat *restrict st)
+{
+	static int (*real)(const char *restrict, struct stat *restrict);
+
+	SN_SYS(path);
+	if (!real)
+		real = (int (*)(const char *restrict, struct stat *restrict))dlsym(
+			RTLD_NEXT, "lstat");
+	if (!real) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return real(path, st);
+}
+
+SN_EXPORT int statx(int dirfd, const char *restrict path, int flags, unsigned int mask,
+		    struct statx *restrict st)
+{
+	static int (*real)(int, const char *restrict, int, unsigned int,
+			   struct statx *restrict);
+
+	SN_SYS(path);
+	if (!real)
+		real = (int (*)(int, const char *restrict, int, unsigned int,
+				struct statx *restrict))dlsym(RTLD_NEXT, "statx");
+	if (!real) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return real(dirfd, path, flags, mask, st);
+}
+
+/* Python and others built for large files call the *64 names */
+SN_EXPORT int stat64(const char *restrict path, struct stat64 *restrict st)
+{
+	static int (*real)(const char *restrict, struct stat64 *restrict);
+
+	if (sn_is_cdev(path))
+		path = "/dev/null";
+	SN_SYS(path);
+	if (!real)
+		real = (int (*)(const char *restrict, struct stat64 *restrict))dlsym(
+			RTLD_NEXT, "stat64");
+	if (!real) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return real(path, st);
+}
+
+SN_EXPORT int lstat64(const char *restrict path, struct stat64 *restrict st)
+{
+	static int (*real)(const char *restrict, struct stat64 *restrict);
+
+	SN_SYS(path);
+	if (!real)
+		real = (int (*)(const char *restrict, struct stat64 *restrict))dlsym(
+			RTLD_NEXT, "lstat64");
+	if (!real) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return real(path, st);
+}
+
+SN_EXPORT int fstatat64(int dirfd, const char *restrict path, struct stat64 *restrict st,
+			int flags)
+{
+	static int (*real)(int, const char *restrict, struct stat64 *restrict, int);
+
+	SN_SYS(path); /* only an absolute path can name /sys */
+	if (!real)
+		real = (int (*)(int, const char *restrict, struct stat64 *restrict,
+				int))dlsym(RTLD_NEXT, "fstatat64");
+	if (!real) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return real(dirfd, path, st, flags);
+}
+
+SN_EXPORT DIR *opendir(const char *path)
+{
+	static DIR *(*real)(const char *);
+
+	SN_SYS(path);
+	if (!real)
+		real = (DIR * (*)(const char *)) dlsym(RTLD_NEXT, "opendir");
+	if (!real) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	return real(path);
+}
+
 SN_EXPORT int stat(const char *restrict path, struct stat *restrict st)
 {
 	static int (*real)(const char *restrict, struct stat *restrict);
 
 	if (sn_is_cdev(path))
 		path = "/dev/null";
+	SN_SYS(path);
 	if (!real)
 		real = (int (*)(const char *restrict, struct stat *restrict))dlsym(
 			RTLD_NEXT, "stat");
@@ -71,6 +196,7 @@ static int sn_open_real(const char *path, int flags, mode_t mode, const char *na
 	}
 	if (sn_is_cdev(path))
 		return real("/dev/null", O_RDONLY | (flags & O_CLOEXEC));
+	SN_SYS(path);
 	return real(path, flags, mode);
 }
 
@@ -163,8 +289,13 @@ static void sn_preload_sysfs(void)
 		setenv("SYSFS_PATH", def, 1);
 		root = def;
 	}
-	if (sn_sysfs_ours(root))
+	if (sn_sysfs_ours(root)) {
+		/* ours, perhaps from an older softnic: what it lacks, added */
+		ret = sn_sysfs_make(root);
+		if (ret)
+			sn_say(root, -ret);
 		return;
+	}
 	snprintf(p, sizeof(p), "%s/class", root);
 	if (access(p, F_OK) == 0)
 		return; /* someone else's tree */

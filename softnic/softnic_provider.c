@@ -78,6 +78,10 @@ static const struct sn_pabi_ops sn_pops = {
 	.create_ah = sn_create_ah,
 	.create_cq = sn_p_create_cq,
 	.create_cq_ex = sn_create_cq_ex,
+	.alloc_parent_domain = sn_alloc_parent_domain,
+	.attach_mcast = sn_attach_mcast,
+	.detach_mcast = sn_detach_mcast,
+	.modify_cq = sn_modify_cq,
 	.create_qp = sn_create_qp,
 	.create_qp_ex = sn_create_qp_ex,
 	.create_srq = sn_create_srq,
@@ -106,6 +110,7 @@ static const struct sn_pabi_ops sn_pops = {
 	.reg_mr = sn_p_reg_mr,
 	.req_notify_cq = sn_req_notify_cq,
 	.resize_cq = sn_resize_cq,
+	.rereg_mr = sn_rereg_mr,
 };
 
 /* ---------------- the device ---------------- */

@@ -80,6 +80,16 @@ static struct ibv_qp *sn_qp_create(struct ibv_context *c, struct ibv_qp_init_att
 		cap->max_send_wr = 0;
 		cap->max_send_sge = 0;
 		cap->max_inline_data = 0;
+	} else {
+		/* a send queue grants inline data by the WQE (64 bytes), as
+		 * hardware rounds it up: programs post inline what fits one
+		 * even when they asked for less (rdma_xclient asks for 0) */
+		cap->max_inline_data = cap->max_inline_data
+					       ? (cap->max_inline_data + SN_WQE_INLINE -
+						  1) & ~(uint32_t)(SN_WQE_INLINE - 1)
+					       : SN_WQE_INLINE;
+		if (cap->max_inline_data > SN_MAX_INLINE)
+			cap->max_inline_data = SN_MAX_INLINE;
 	}
 	if (a->srq || xini || xtgt) {
 		cap->max_recv_wr = 0;
@@ -384,6 +394,11 @@ static const struct sn_trans sn_qp_table[7][7] = {
 
 bool sn_av_reaches(const struct ibv_ah_attr *ah)
 {
+	/* a multicast group spans the fabric */
+	if (ah->is_global && sn_gid_is_mcast(&ah->grh.dgid))
+		return true;
+	if (!ah->is_global && !sn_g.eth && ah->dlid >= 0xc000 && ah->dlid != 0xffff)
+		return true;
 	if (ah->is_global) {
 		for (int i = 0; i < sn_g.ngid; i++)
 			if (!memcmp(&ah->grh.dgid, &sn_g.gid[i], sizeof(union ibv_gid)))
@@ -531,10 +546,15 @@ int sn_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		qp->peer = NULL;
 		atomic_store(&qp->shm->state, IBV_QPS_RESET);
 		sn_qp_unlock(qp);
+		if (SN_UNLIKELY(sn_g.quirk_mlx5) && qp->has_ex)
+			sn_qp_ex_rewrite(qp, IBV_QPS_RESET);
 	} else {
 		if (next == IBV_QPS_RTR && cur != IBV_QPS_RTR)
 			atomic_store(&qp->shm->comm_est, 0);
 		atomic_store(&qp->shm->state, next);
+		if (SN_UNLIKELY(sn_g.quirk_mlx5) && qp->has_ex && next == IBV_QPS_RTS &&
+		    cur != IBV_QPS_RTS)
+			sn_qp_ex_rewrite(qp, IBV_QPS_RTS);
 		/* our send queue never holds work in flight beyond the pending
 		 * queue: SQD is reached as soon as that is empty */
 		if (next == IBV_QPS_SQD && (m & IBV_QP_EN_SQD_ASYNC_NOTIFY) &&
@@ -584,6 +604,7 @@ int sn_destroy_qp(struct ibv_qp *ibqp)
 			break;
 		}
 	pthread_mutex_unlock(&sn_g.lock);
+	sn_mc_detach_all(qp);
 	sn_helper_forget(qp);
 	{
 		/* the port keeps what this QP counted */
@@ -610,8 +631,7 @@ int sn_destroy_qp(struct ibv_qp *ibqp)
 	sn_unlink(qp->name);
 	/* peers may still hold the mapping; it stays valid for them */
 	munmap(qp->shm, qp->shm_len);
-	free(qp->wr_buf);
-	free(qp->wr_inl);
+	sn_qp_wr_buf_free(qp);
 	free(qp);
 	return 0;
 }

@@ -86,14 +86,18 @@ int sn_sysfs_make(const char *root)
 		{ "class/infiniband/" SN_SYSFS_IBDEV "/board_id", "SOFTNIC0001\n" },
 		{ "class/infiniband/" SN_SYSFS_IBDEV "/node_desc",
 		  "softnic userspace RDMA device\n" },
+		/* the port's network interface: the loopback one, which
+		 * carries the host addresses softnic's CM resolves to its port */
+		{ "class/infiniband/" SN_SYSFS_IBDEV "/device/net/lo/ifindex", "1\n" },
 		{ "class/infiniband/" SN_SYSFS_IBDEV "/" SN_SYSFS_MARK, "softnic\n" },
+		{ "class/infiniband/" SN_SYSFS_IBDEV "/" SN_SYSFS_NETMARK, "softnic\n" },
 	};
 	char p[SN_SYSFS_PATH];
 	size_t i;
 	int ret;
 
 	snprintf(p, sizeof(p), "%s/class/infiniband/%s/%s", root, SN_SYSFS_IBDEV,
-		 SN_SYSFS_MARK);
+		 SN_SYSFS_NETMARK);
 	if (access(p, F_OK) == 0)
 		return 0; /* made before (by us or another process) */
 	if (mkdir(root, 0755) < 0 && errno != EEXIST)

@@ -7,11 +7,12 @@
 
 #include <stdbool.h>
 
-#define SN_SYSFS_IBDEV	"softnic0"
-#define SN_SYSFS_UVERBS "uverbs_softnic0" /* never a kernel device's name */
-#define SN_SYSFS_CDEV	"/dev/infiniband/" SN_SYSFS_UVERBS
-#define SN_SYSFS_MARK	".softnic" /* says the tree is ours */
-#define SN_SYSFS_PATH	512
+#define SN_SYSFS_IBDEV	 "softnic0"
+#define SN_SYSFS_UVERBS	 "uverbs_softnic0" /* never a kernel device's name */
+#define SN_SYSFS_CDEV	 "/dev/infiniband/" SN_SYSFS_UVERBS
+#define SN_SYSFS_MARK	 ".softnic"	/* says the tree is ours */
+#define SN_SYSFS_NETMARK ".softnic-net" /* ... and has device/net (newer) */
+#define SN_SYSFS_PATH	 512
 
 /* The static tree under root, unless it is there already. */
 int sn_sysfs_make(const char *root);

@@ -92,6 +92,9 @@ static void sn_fill_dev_attr(struct ibv_device_attr *a)
 	a->max_qp_init_rd_atom = SN_MAX_RD_ATOM;
 	a->atomic_cap = IBV_ATOMIC_HCA;
 	a->max_ah = 65536;
+	a->max_mcast_grp = 65536; /* files of the fabric: no real bound */
+	a->max_mcast_qp_attach = SN_MC_QPS;
+	a->max_total_mcast_qp_attach = SN_MC_QPS * 65536;
 	a->max_srq = 65536;
 	a->max_srq_wr = SN_MAX_QP_WR;
 	a->max_srq_sge = SN_MAX_SGE;
@@ -118,7 +121,10 @@ int sn_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_i
 	memset(&a, 0, sizeof(a));
 	sn_fill_dev_attr(&a.orig_attr);
 	a.completion_timestamp_mask = UINT64_MAX;
-	a.hca_core_clock = 1000000; /* kHz: one tick per nanosecond */
+	/* kHz: one tick per nanosecond (mlx5 quirk: its 156.25 MHz) */
+	a.hca_core_clock = sn_g.quirk_mlx5 ? SN_MLX5_CLOCK_KHZ : 1000000;
+	a.cq_mod_caps.max_cq_count = SN_CQ_MOD_MAX_COUNT;
+	a.cq_mod_caps.max_cq_period = SN_CQ_MOD_MAX_PERIOD_US;
 	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
 	a.phys_port_cnt_ex = 1;
 	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));
@@ -179,6 +185,45 @@ struct ibv_pd *sn_alloc_pd(struct ibv_context *context)
 	pd->pd.context = context;
 	pd->id = sn_next_id();
 	pd->pd.handle = pd->id;
+	return &pd->pd;
+}
+
+/* A parent domain: a PD for every verb (its protection domain's keys and
+ * checks) whose allocators serve its QPs' process-local buffers. softnic
+ * has no thread domains (no alloc_td), so td must be NULL. */
+struct ibv_pd *sn_alloc_parent_domain(struct ibv_context *c,
+				      struct ibv_parent_domain_init_attr *a)
+{
+	struct sn_pd *prot, *pd;
+
+	if (!a || !a->pd || a->pd->context != c || a->td ||
+	    (a->comp_mask & ~(uint32_t)(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS |
+					IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)) ||
+	    ((a->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) &&
+	     (!a->alloc || !a->free))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	prot = (struct sn_pd *)a->pd;
+	if (prot->parent) {
+		errno = EINVAL; /* a parent of a parent */
+		return NULL;
+	}
+	pd = calloc(1, sizeof(*pd));
+	if (!pd) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pd->pd.context = c;
+	pd->pd.handle = prot->pd.handle;
+	pd->id = prot->id;
+	pd->parent = true;
+	if (a->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) {
+		pd->alloc = a->alloc;
+		pd->free = a->free;
+	}
+	if (a->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)
+		pd->pd_context = a->pd_context;
 	return &pd->pd;
 }
 
@@ -294,11 +339,45 @@ int sn_dealloc_mw(struct ibv_mw *ibmw)
 	return 0;
 }
 
-int sn_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
+/* Also the provider's rereg_mr (rdma-core checks the flags, then sets pd,
+ * addr and length itself on success; the drop-in relies on us for that). */
+int sn_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr,
 		size_t length, int access)
 {
-	errno = EOPNOTSUPP;
-	return IBV_REREG_MR_ERR_INPUT;
+	struct sn_mr *mr = (struct sn_mr *)ibmr;
+	struct ibv_pd *npd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : ibmr->pd;
+	bool tr = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
+	void *naddr = tr ? addr : ibmr->addr;
+	size_t nlen = tr ? length : ibmr->length;
+	unsigned int nacc = (flags & IBV_REREG_MR_CHANGE_ACCESS)
+				    ? (unsigned)access
+				    : (unsigned)mr->vmr_access;
+	int ret;
+
+	if ((flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) || !flags || !npd ||
+	    npd->context != ibmr->context || (tr && (!addr || !length)) ||
+	    (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS))) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	nacc &= ~IBV_ACCESS_OPTIONAL_RANGE;
+	if ((nacc & ~SN_ACCESS_KNOWN) ||
+	    ((nacc & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+	     !(nacc & IBV_ACCESS_LOCAL_WRITE))) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	ret = sn_mr_reregister(mr, naddr, nlen, (uint64_t)(uintptr_t)naddr, nacc,
+			       ((struct sn_pd *)npd)->id);
+	if (ret) {
+		errno = -ret;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	ibmr->pd = npd;
+	ibmr->addr = naddr;
+	ibmr->length = nlen;
+	mr->vmr_access = (int)nacc;
+	return 0;
 }
 /* ---------------- completion channels ---------------- */
 
@@ -357,8 +436,10 @@ static struct sn_cq *sn_cq_create(struct ibv_context *context, int cqe, void *cq
 	}
 	ring = sn_pow2((uint32_t)cqe + 1);
 	snprintf(cq->name, sizeof(cq->name), "cq-%s-%u", sn_g.procid, sn_next_id());
-	cq->shm_len = sizeof(struct sn_cq_shm) + ring * sizeof(struct sn_cqe);
-	ret = sn_shm_create(cq->name, cq->shm_len, &m);
+	cq->shm_len = SN_CQ_RESERVE; /* the ring may grow (sn_cq_resize) */
+	ret = sn_shm_create_reserve(
+		cq->name, sizeof(struct sn_cq_shm) + ring * sizeof(struct sn_cqe),
+		cq->shm_len, &m);
 	if (ret) {
 		free(cq);
 		errno = -ret;
@@ -424,6 +505,12 @@ struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr
 		errno = EINVAL; /* as ibv_create_cq's */
 		return NULL;
 	}
+	if ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) &&
+	    (!a->parent_domain || a->parent_domain->context != c ||
+	     !((struct sn_pd *)a->parent_domain)->parent)) {
+		errno = EINVAL; /* only a parent domain may be named here */
+		return NULL;
+	}
 	if ((a->wc_flags & ~(uint64_t)SN_WC_EX_OK) ||
 	    (a->comp_mask &
 	     ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))) {
@@ -437,9 +524,19 @@ struct ibv_cq_ex *sn_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr
 	return cq ? &cq->cq : NULL;
 }
 
-int sn_resize_cq(struct ibv_cq *cq, int cqe)
+int sn_resize_cq(struct ibv_cq *ibcq, int cqe)
 {
-	return cqe <= cq->cqe && cqe > 0 ? 0 : EINVAL;
+	struct sn_cq *cq = sn_cq_of(ibcq);
+	int ret;
+
+	if (cqe < 1 || cqe > SN_MAX_CQE)
+		return EINVAL;
+	if (!cq->single_threaded)
+		sn_spin_lock(&cq->poll_lock);
+	ret = sn_cq_resize(cq, (uint32_t)cqe);
+	if (!cq->single_threaded)
+		sn_spin_unlock(&cq->poll_lock);
+	return ret;
 }
 
 /* Events this CQ raised that nobody read: rdma-core's ibv_get_cq_event

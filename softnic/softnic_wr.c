@@ -50,18 +50,53 @@ static struct sn_swr *sn_wr_new(struct ibv_qp_ex *qx, uint32_t op)
 	return w;
 }
 
+/* The ibv_wr_* builder's buffers; from the QP's parent domain's allocator
+ * when it has one (SN_RES_TYPE_QP), else the heap. 0 or -ENOMEM. */
+int sn_qp_wr_buf_alloc(struct sn_qp *qp)
+{
+	struct sn_pd *pd = (struct sn_pd *)qp->qpx.qp_base.pd;
+	size_t n;
+
+	qp->wr_stride = (uint32_t)(sizeof(struct sn_swr) +
+				   (qp->max_send_sge ? qp->max_send_sge : 1) *
+					   sizeof(struct ibv_sge));
+	n = (size_t)(qp->max_send_wr ? qp->max_send_wr : 1) * qp->wr_stride;
+	if (pd && pd->parent && pd->alloc) {
+		void *p = pd->alloc(&pd->pd, pd->pd_context, n, 64, SN_RES_TYPE_QP);
+
+		if (!p)
+			return -ENOMEM;
+		if (p != IBV_ALLOCATOR_USE_DEFAULT) {
+			memset(p, 0, n);
+			qp->wr_buf = p;
+			qp->wr_buf_pd = pd;
+		}
+	}
+	if (!qp->wr_buf)
+		qp->wr_buf = calloc(1, n);
+	qp->wr_inl_cap = 1 << 20;
+	qp->wr_inl = malloc(qp->wr_inl_cap);
+	return qp->wr_buf && qp->wr_inl ? 0 : -ENOMEM;
+}
+
+void sn_qp_wr_buf_free(struct sn_qp *qp)
+{
+	if (qp->wr_buf_pd && qp->wr_buf_pd->free)
+		qp->wr_buf_pd->free(&qp->wr_buf_pd->pd, qp->wr_buf_pd->pd_context,
+				    qp->wr_buf, SN_RES_TYPE_QP);
+	else if (!qp->wr_buf_pd)
+		free(qp->wr_buf);
+	free(qp->wr_inl);
+	qp->wr_buf = qp->wr_inl = NULL;
+	qp->wr_buf_pd = NULL;
+}
+
 static void sn_wr_start(struct ibv_qp_ex *qx)
 {
 	struct sn_qp *qp = sn_qpx(qx);
 
-	if (!qp->wr_buf) {
-		qp->wr_stride = (uint32_t)(sizeof(struct sn_swr) +
-					   (qp->max_send_sge ? qp->max_send_sge : 1) *
-						   sizeof(struct ibv_sge));
-		qp->wr_buf = calloc(qp->max_send_wr ? qp->max_send_wr : 1, qp->wr_stride);
-		qp->wr_inl_cap = 1 << 20;
-		qp->wr_inl = malloc(qp->wr_inl_cap);
-	}
+	if (!qp->wr_buf)
+		sn_qp_wr_buf_alloc(qp); /* failing, the first wr_* says ENOMEM */
 	qp->wr_nwr = 0;
 	qp->wr_err = 0;
 	qp->wr_inl_used = 0;
@@ -342,4 +377,19 @@ void sn_qp_ex_init(struct sn_qp *qp)
 	x->wr_complete = sn_wr_complete;
 	x->wr_abort = sn_wr_abort;
 	x->wr_atomic_write = sn_wr_atomic_write;
+}
+
+/* SOFTNIC_QUIRKS=mlx5: as mlx5 does on every move to RTS and to RESET, the
+ * qp_ex's wr_* pointers are written again (over whatever a wrapper such as
+ * the recorder put there), and in RTS wr_complete is another function. */
+static int sn_wr_complete_rts(struct ibv_qp_ex *qx)
+{
+	return sn_wr_complete(qx);
+}
+
+void sn_qp_ex_rewrite(struct sn_qp *qp, uint32_t state)
+{
+	sn_qp_ex_init(qp);
+	if (state == IBV_QPS_RTS)
+		qp->qpx.wr_complete = sn_wr_complete_rts;
 }

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trace_format/rbt_format.h"
+#include "tests/trace_builder.h"
 
 static uint64_t rng_state;
 
@@ -161,12 +161,6 @@ static struct rbt_header header(uint64_t clock_hz, uint64_t start, int wild)
 	};
 }
 
-static int fail(const char *out, int err)
-{
-	fprintf(stderr, "badinput_traces: %s: %s\n", out, rbt_strerror(err));
-	return 1;
-}
-
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -175,46 +169,28 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const char *mode = argv[1], *out = argv[2];
-	struct rbt_writer *w;
+	struct rbt_tb_opts o = { .tool = "badinput_traces" };
+	struct rbt_tb *tb;
 	struct rbt_event ev;
-	int err;
 
 	if (!strcmp(mode, "zero")) {
 		struct rbt_header h = header(1000000000, 1000, 0);
-		if ((err = rbt_writer_open(out, &h, NULL, &w)))
-			return fail(out, err);
-		return rbt_writer_close(w, NULL) ? fail(out, -5) : 0;
+		rbt_tb_close(rbt_tb_open_hdr(out, &h, &o), NULL);
+		return 0;
 	}
 	if (!strcmp(mode, "noclock")) {
 		struct rbt_header h = header(0, 0, 0);
-		if ((err = rbt_writer_open(out, &h, NULL, &w)))
-			return fail(out, err);
-		rbt_writer_begin_chunk(w, 1);
-		struct rbt_send_wr swr = { .wr_id = 7, .opcode = 2, .send_flags = 2 };
-		struct rbt_wc wc = { .wr_id = 7, .qp_num = 9 };
-		ev = (struct rbt_event){ .type = RBT_EV_QP_CREATE,
-					 .stream = 1,
-					 .ts = 10 };
-		ev.u.qp_create.qp = 0x1000;
-		ev.u.qp_create.qp_num = 9;
-		ev.u.qp_create.qp_type = 2;
-		rbt_writer_append(w, &ev);
-		ev = (struct rbt_event){ .type = RBT_EV_POST_SEND,
-					 .stream = 1,
-					 .ts = 20 };
-		ev.u.post_send.ts_exit = 30;
-		ev.u.post_send.qp = 0x1000;
-		ev.u.post_send.qp_num = 9;
-		ev.u.post_send.n_wrs = 1;
-		ev.u.post_send.wrs = &swr;
-		rbt_writer_append(w, &ev);
-		ev = (struct rbt_event){ .type = RBT_EV_POLL_CQ, .stream = 1, .ts = 40 };
-		ev.u.poll_cq.ts_exit = 50;
-		ev.u.poll_cq.ret = 1;
-		ev.u.poll_cq.n_wcs = 1;
-		ev.u.poll_cq.wcs = &wc;
-		rbt_writer_append(w, &ev);
-		return rbt_writer_close(w, NULL) ? fail(out, -5) : 0;
+		tb = rbt_tb_open_hdr(out, &h, &o);
+		rbt_tb_stream(tb, 1);
+		struct rbt_tb_qp q = { .qp = 0x1000, .qp_num = 9, .qp_type = 2 };
+		rbt_tb_qp(tb, 10, 0, &q);
+		struct rbt_send_wr swr = rbt_tb_send_wr(7, 2, 2, NULL);
+		rbt_tb_post_send(tb, 20, 30, 0x1000, 9, &swr, 1);
+		/* a completion polled from no CQ at all */
+		struct rbt_wc wc = rbt_tb_wc(7, 0, 9, 0);
+		rbt_tb_poll(tb, 40, 50, 0, 0, &wc, 1, 0);
+		rbt_tb_close(tb, NULL);
+		return 0;
 	}
 	if (strcmp(mode, "wild") || argc < 4) {
 		fprintf(stderr, "badinput_traces: unknown mode '%s'\n", mode);
@@ -223,14 +199,13 @@ int main(int argc, char **argv)
 	rng_state = strtoull(argv[3], NULL, 0);
 	unsigned long n = argc > 4 ? strtoul(argv[4], NULL, 0) : 3000;
 	struct rbt_header h = header(rnd() % 4 ? 1000000000 : wild_u64(), 1000, 1);
-	struct rbt_writer_opts o = { .chunk_bytes = 4096 };
-	if ((err = rbt_writer_open(out, &h, &o, &w)))
-		return fail(out, err);
+	o.chunk_bytes = 4096;
+	tb = rbt_tb_open_hdr(out, &h, &o);
 	uint64_t ts = 1000;
 	uint32_t streams[3] = { 1, 2, (uint32_t)rnd() }, stream = 1;
 	for (unsigned long i = 0; i < n; i++) {
 		if (i % 97 == 0)
-			rbt_writer_begin_chunk(w, stream = streams[rnd() % 3]);
+			rbt_tb_stream(tb, stream = streams[rnd() % 3]);
 		switch (rnd() % 50) {
 		case 0:
 			ts -= rnd() % 100000; /* backwards */
@@ -261,10 +236,9 @@ int main(int argc, char **argv)
 			k->fill(&ev, ts);
 		}
 		ev.ts = ts;
-		ev.stream = stream;
-		if ((err = rbt_writer_append(w, &ev)))
-			return fail(out, err);
+		rbt_tb_put(tb, &ev);
 	}
 	struct rbt_trailer t = { .end = { ts, ts, 1700000000000000000ull } };
-	return rbt_writer_close(w, &t) ? fail(out, -5) : 0;
+	rbt_tb_close(tb, &t);
+	return 0;
 }

@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/test_util.h"
+
 namespace
 {
 
@@ -28,47 +30,23 @@ struct Result {
 	}
 };
 
+// TEST_TMPDIR itself: the files here are named by the tests.
 std::string tmpdir()
 {
-	const char *d = getenv("TEST_TMPDIR");
-	return d ? d : "/tmp";
+	return rbt_test::test_tmp();
 }
 
-std::string slurp(const std::string &path)
-{
-	std::ifstream f(path, std::ios::binary);
-	std::stringstream s;
-	s << f.rdbuf();
-	return s.str();
-}
+using rbt_test::slurp;
+using rbt_test::spit;
 
-void spit(const std::string &path, const std::string &data)
-{
-	std::ofstream f(path, std::ios::binary | std::ios::trunc);
-	f << data;
-}
-
-// Runs argv (no shell), capturing stdout and stderr into files.
+// Runs argv (no shell), capturing stdout and stderr.
 Result run(std::vector<std::string> argv)
 {
-	std::string o = tmpdir() + "/cli.out", e = tmpdir() + "/cli.err";
-	pid_t pid = fork();
-	if (pid == 0) {
-		if (!freopen(o.c_str(), "w", stdout) || !freopen(e.c_str(), "w", stderr))
-			_exit(127);
-		std::vector<char *> a;
-		for (auto &s : argv)
-			a.push_back(&s[0]);
-		a.push_back(nullptr);
-		execv(a[0], a.data());
-		_exit(127);
-	}
-	int st = 0;
-	waitpid(pid, &st, 0);
+	rbt_test::run_result rr = rbt_test::run_argv(argv);
 	Result r;
-	r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-	r.out = slurp(o);
-	r.err = slurp(e);
+	r.code = rr.status;
+	r.out = rr.out;
+	r.err = rr.err;
 	return r;
 }
 

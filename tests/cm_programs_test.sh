@@ -22,7 +22,7 @@ dir=$(cd "$dir" && pwd) || { echo "no softnic dir"; exit 2; }
 for f in libibverbs.so.1 librdmacm.so.1; do
 	[ -r "$dir/$f" ] || { echo "$dir/$f missing"; exit 2; }
 done
-for p in rping ucmatose udaddy rdma_server rdma_client rdma_xserver rdma_xclient cmtime ib_send_lat; do
+for p in rping ucmatose udaddy mckey rdma_server rdma_client rdma_xserver rdma_xclient cmtime ib_send_lat; do
 	command -v $p >/dev/null || { echo "$p missing: install rdmacm-utils and perftest (./dev setup)"; exit 2; }
 done
 export LD_LIBRARY_PATH=$dir
@@ -108,6 +108,32 @@ rping_pair() {
 	n=$(grep -c "^ping data: rdma-ping-" "$tmp/$name.cli" 2>/dev/null)
 	[ "$n" = 10 ] || { echo "FAIL $name: $n pings, not 10"; fails=$((fails + 1)); }
 }
+# mckey: a receiver joins a multicast group, then a sender joins and sends
+# it 10 datagrams; softnic delivers them to every attached QP. The receiver
+# has no listening port: wait until its group exists in the fabric.
+mckey_pair() {
+	local name=$1 group=$2 r=$tmp/$1.recv s=$tmp/$1.send rrc src i
+	rm -f "$SOFTNIC_FABRIC"/mc-*
+	timeout 60 mckey -m "$group" -b 127.0.0.1 >"$r" 2>&1 &
+	local rpid=$!
+	for i in $(seq 1 100); do
+		ls "$SOFTNIC_FABRIC"/mc-* >/dev/null 2>&1 && grep -q "^receiving" "$r" && break
+		sleep 0.05
+	done
+	timeout 60 mckey -m "$group" -s -b 127.0.0.1 >"$s" 2>&1
+	src=$?
+	wait $rpid
+	rrc=$?
+	if [ $src -ne 0 ] || [ $rrc -ne 0 ] || ! grep -q "^data transfers complete" "$r" ||
+		! grep -q "^return status 0" "$r"; then
+		echo "FAIL ${mode:-}$name (sender rc=$src, receiver rc=$rrc)"
+		echo "--- sender"; tail -20 "$s"; echo "--- receiver"; tail -20 "$r"
+		fails=$((fails + 1))
+	else
+		echo "ok   ${mode:-}$name: $(grep "joined" "$r" | tr -s ' \t' ' '); receiver: $(grep "^data transfers complete" "$r")"
+	fi
+}
+
 lat='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+'
 bw='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
 perf() {
@@ -129,6 +155,7 @@ programs() {
 	# udaddy has no port option: its own 7174 (the fabric keeps runs apart)
 	LISTEN_PORT=7174 pair udaddy "^return status 0" "^return status 0" \
 		"udaddy" "udaddy -s 127.0.0.1"
+	mckey_pair mckey 239.1.1.1
 	pair rdma_server "^rdma_client: end 0" "^rdma_server: end 0" \
 		"rdma_server -p @P" "rdma_client -s 127.0.0.1 -p @P"
 	pair rdma_xserver "^rdma_xclient: end 0" "^rdma_xserver: end 0" \

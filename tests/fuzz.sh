@@ -1,26 +1,39 @@
 #!/usr/bin/env bash
-# tests/fuzz.sh [SECONDS] - builds the trace reader's libFuzzer target with clang
-# (-fsanitize=fuzzer,address,undefined) and runs it for SECONDS (default 60) from
-# the seed corpus in tests/fuzz_corpus/. Fails, keeping the crashing input, when
-# the reader crashes, leaks, hangs or trips a sanitizer. New corpus entries go to
-# a temporary directory, never into the repository.
+# tests/fuzz.sh [SECONDS] [HARNESS...] - builds rbtrace's libFuzzer harnesses with
+# Bazel (--config=fuzz: clang, -fsanitize=fuzzer,address,undefined) and runs each
+# for SECONDS (default 30) from the seed corpus in tests/fuzz_corpus/:
+#   reader     any bytes into the trace reader and the printers
+#   roundtrip  events drawn from the bytes, written, read back, compared field by field
+#   analyzer   the reader's decoded events fed to the analyzer, report written
+# Fails, keeping the crashing input and the log, when a harness crashes, leaks,
+# hangs or trips a sanitizer. New corpus entries go to a temporary directory, never
+# into the repository.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-secs=${1:-60}
-work=$(mktemp -d /tmp/rbt-fuzz.XXXXXX)
-clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
-	-fno-sanitize-recover=undefined -DRBT_FUZZING -I. \
-	trace_format/rbt_tables.c trace_format/rbt_writer.c trace_format/rbt_reader.c \
-	trace_format/rbt_print.c tests/fuzz_reader.c -lzstd -pthread -o "$work/fuzz_reader"
-mkdir "$work/corpus"
-echo "fuzz.sh: fuzzing the trace reader for ${secs}s (work dir $work)" >&2
-if ! "$work/fuzz_reader" -max_total_time="$secs" -max_len=65536 -timeout=10 \
-	-rss_limit_mb=2048 -artifact_prefix="$work/" -print_final_stats=1 \
-	"$work/corpus" tests/fuzz_corpus >"$work/log" 2>&1; then
-	tail -n 60 "$work/log" >&2
-	echo "fuzz.sh: FAILED; the crashing input and the log are kept in $work" >&2
+secs=${1:-30}
+shift || true
+harnesses=("$@")
+((${#harnesses[@]})) || harnesses=(reader roundtrip analyzer)
+targets=()
+for h in "${harnesses[@]}"; do targets+=("//tests:fuzz_$h"); done
+work=$(mktemp -d "${TMPDIR:-/tmp}/rbt-fuzz.XXXXXX")
+if ! bazel build --config=fuzz "${targets[@]}" >"$work/build.log" 2>&1; then
+	grep -v 'Cannot export local symbol' "$work/build.log" | tail -n 40 >&2
+	echo "fuzz.sh: the harnesses did not build (log: $work/build.log)" >&2
 	exit 1
 fi
-grep -E '^stat::number_of_executed_units|^#[0-9]+.*DONE' "$work/log" | tail -n 2 >&2 || true
+bin=$(bazel info --config=fuzz bazel-bin 2>/dev/null)
+for h in "${harnesses[@]}"; do
+	mkdir "$work/$h"
+	echo "fuzz.sh: fuzzing $h for ${secs}s" >&2
+	if ! "$bin/tests/fuzz_$h" -max_total_time="$secs" -max_len=65536 -timeout=10 \
+		-rss_limit_mb=2048 -artifact_prefix="$work/$h-" -print_final_stats=1 \
+		"$work/$h" tests/fuzz_corpus >"$work/$h.log" 2>&1; then
+		tail -n 60 "$work/$h.log" >&2
+		echo "fuzz.sh: $h FAILED; the crashing input and the log are kept in $work" >&2
+		exit 1
+	fi
+	grep -E '^#[0-9]+.*DONE' "$work/$h.log" | tail -n 1 >&2 || true
+done
 rm -rf "$work"
-echo "fuzz.sh: no crash in ${secs}s" >&2
+echo "fuzz.sh: no crash in ${secs}s each (${harnesses[*]})" >&2

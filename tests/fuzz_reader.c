@@ -1,10 +1,10 @@
 /* fuzz_reader.c - libFuzzer target for the trace reader: any bytes in, every
  * event decoded and printed as text and JSON, never a crash, leak or hang.
  *
- * Built by tests/fuzz.sh with clang -fsanitize=fuzzer,address,undefined and
- * -DRBT_FUZZING (the reader then ignores checksums so the fuzzer reaches the
- * decoder). With -DRBT_FUZZ_MAIN it is a plain program that replays files, so
- * Bazel builds it and runs the seed corpus as a regression test.
+ * Built with libFuzzer by `bazel build --config=fuzz //tests:fuzz_reader` (clang,
+ * ASan, UBSan, -DRBT_FUZZING: the reader then ignores checksums so the fuzzer
+ * reaches the decoder) and run by tests/fuzz.sh. The plain build links
+ * fuzz_main.c instead, and fuzz_reader_test replays the seed corpus.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -36,27 +36,3 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	rbt_reader_close(r);
 	return total == (size_t)-1;
 }
-
-#ifdef RBT_FUZZ_MAIN
-int main(int argc, char **argv)
-{
-	int n = 0;
-	for (int i = 1; i < argc; i++) {
-		FILE *f = fopen(argv[i], "rb");
-		if (!f) {
-			fprintf(stderr, "fuzz_reader: %s: cannot open\n", argv[i]);
-			return 1;
-		}
-		static uint8_t data[1 << 20];
-		size_t len = fread(data, 1, sizeof(data), f);
-		fclose(f);
-		/* Every prefix too: the truncations a crash would leave. */
-		for (size_t cut = 0; cut <= len; cut += 1 + len / 64)
-			LLVMFuzzerTestOneInput(data, cut);
-		LLVMFuzzerTestOneInput(data, len);
-		n++;
-	}
-	printf("fuzz_reader: %d inputs replayed\n", n);
-	return n ? 0 : 1;
-}
-#endif

@@ -1,6 +1,6 @@
-// interpose_util.h - helpers for the recorder's tests: run a shell command with a
-// timeout and capture its output, and summarise a trace through the reader API
-// (counts that the tests compare with what the traced program says it did).
+// interpose_util.h - helpers for the recorder's tests: the traces a run left and a
+// summary of one through the reader API (counts that the tests compare with what
+// the traced program says it did). Running commands: tests/test_util.h.
 #ifndef RBT_INTERPOSE_UTIL_H
 #define RBT_INTERPOSE_UTIL_H
 
@@ -16,104 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_util.h"
 #include "trace_format/rbt_format.h"
 
 namespace rbt_test
 {
-
-inline std::string runfile(const std::string &rel)
-{
-	const char *d = getenv("TEST_SRCDIR");
-	std::string base = d ? std::string(d) + "/rbtrace/" : std::string("./");
-	return base + rel;
-}
-
-inline std::string tmpdir(const std::string &tag)
-{
-	const char *t = getenv("TEST_TMPDIR");
-	std::string tmpl = std::string(t ? t : "/tmp") + "/" + tag + ".XXXXXX";
-	std::vector<char> buf(tmpl.begin(), tmpl.end());
-	buf.push_back(0);
-	char *p = mkdtemp(buf.data());
-	return p ? std::string(p) : std::string();
-}
-
-// Under --config=asan librbtrace.so itself needs the ASan runtime, which must be
-// the first library of a process: then it is preloaded ahead of the shim.
-inline std::string asan_runtime_for(const std::string &lib)
-{
-	std::string out;
-	FILE *p = popen(("ldd " + lib + " 2>/dev/null").c_str(), "r");
-	if (!p)
-		return out;
-	char line[1024];
-	while (fgets(line, sizeof(line), p)) {
-		std::string l = line;
-		size_t a = l.find("libasan.so");
-		size_t arrow = l.find("=> ");
-		if (a != std::string::npos && arrow != std::string::npos) {
-			size_t e = l.find(' ', arrow + 3);
-			out = l.substr(arrow + 3, e - arrow - 3);
-		}
-	}
-	pclose(p);
-	return out;
-}
-
-// The LD_PRELOAD value that loads the recorder (with the ASan runtime first when
-// the recorder was built with it).
-inline std::string shim_preload()
-{
-	std::string lib = runfile("interpose/librbtrace.so");
-	std::string asan = asan_runtime_for(lib);
-	return asan.empty() ? lib : asan + ":" + lib;
-}
-
-// Programs that are not ours leak at exit; under ASan that would change their
-// exit code, so leak checking is off in traced children. ASan's own SEGV handler
-// would hide the recorder's (whose flush-then-die the tests check).
-inline std::string asan_env()
-{
-	return asan_runtime_for(runfile("interpose/librbtrace.so")).empty()
-		       ? std::string()
-		       : std::string("ASAN_OPTIONS=detect_leaks=0:handle_segv=0 ");
-}
-
-struct run_result {
-	int status = -1; // exit code, or 128+signal
-	std::string out, err;
-};
-
-inline std::string slurp(const std::string &path)
-{
-	std::string s;
-	FILE *f = fopen(path.c_str(), "r");
-	if (!f)
-		return s;
-	char buf[65536];
-	size_t n;
-	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
-		s.append(buf, n);
-	fclose(f);
-	return s;
-}
-
-// Runs `sh -c cmd` under timeout(1); stdout and stderr are captured separately.
-inline run_result run(const std::string &cmd, int timeout_s = 120)
-{
-	static int seq;
-	std::string d = tmpdir("run");
-	std::string o = d + "/out", e = d + "/err";
-	std::string full = "timeout -k 5 " + std::to_string(timeout_s) + " sh -c '" +
-			   cmd + "' >" + o + " 2>" + e;
-	run_result r;
-	int st = system(full.c_str());
-	r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-	r.out = slurp(o);
-	r.err = slurp(e);
-	seq++;
-	return r;
-}
 
 inline std::vector<std::string> list_traces(const std::string &dir)
 {

@@ -7,7 +7,9 @@
 // QP, damaged trace, missing device) made before any verb is issued.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -371,6 +373,117 @@ bool AllMatched(const std::string &out)
 	return n == m && m > 0;
 }
 
+// ---- failing well: a bounded end after a divergence, signals, --max-time ----
+
+double SecondsSince(std::chrono::steady_clock::time_point t)
+{
+	return std::chrono::duration<double>(std::chrono::steady_clock::now() - t)
+		.count();
+}
+
+std::string Slurp(const std::string &path)
+{
+	std::ifstream f(path);
+	std::stringstream ss;
+	ss << f.rdbuf();
+	return ss.str();
+}
+
+// The client polls 20000 times for answers the server never sends. The first
+// poll waits --poll-timeout (5 s by default) and diverges; before, every later
+// one still waited 10 ms (over 200 s in all). Now the side's fruitless waits
+// after the divergence stop at 2 s in all, the report comes, and the 20000
+// identical poll timeouts are one line with their count.
+TEST_F(ReplaySoftnic, ADivergenceAtTheFirstPollEndsWithinSecondsWithAReport)
+{
+	std::string d = Synth("deaf", "--scenario deaf --iters 20000 --interval-us 20");
+	std::string out;
+	auto t0 = std::chrono::steady_clock::now();
+	EXPECT_EQ(1,
+		  Sh(env_ + kRbtrace + " replay " + d + "/a.rbt " + d + "/b.rbt", &out))
+		<< out;
+	double took = SecondsSince(t0);
+	EXPECT_LT(took, 15.0) << out;
+	EXPECT_NE(std::string::npos, out.find("step 4: expected 1 completions, got 0 "
+					      "(waited 5000 ms) (x "))
+		<< out;
+	EXPECT_NE(std::string::npos, out.find("stopped: " + d + "/a.rbt ran ")) << out;
+	EXPECT_NE(std::string::npos,
+		  out.find("after a divergence its waits found nothing for 2000 ms"))
+		<< out;
+	EXPECT_NE(std::string::npos, out.find("completions matched: 0 of ")) << out;
+	EXPECT_NE(std::string::npos, out.find("20000 in all)")) << out;
+	// counted, not listed: a handful of lines, not thousands
+	EXPECT_LT(std::count(out.begin(), out.end(), '\n'), 40) << out;
+}
+
+// Starts `rbtrace replay ARGS` (stdout and stderr to *log), sends it sig after
+// after_s seconds; returns its exit code and how long it ran after the signal.
+int ReplayAndSignal(const std::string &env, const std::string &args, int sig,
+		    double after_s, const std::string &log, double *after_sig)
+{
+	std::string cmd =
+		"exec env " + env + kRbtrace + " replay " + args + " >" + log + " 2>&1";
+	pid_t pid = fork();
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd.c_str(), (char *)NULL);
+		_exit(127);
+	}
+	if (pid < 0)
+		return -1;
+	usleep((useconds_t)(after_s * 1e6));
+	kill(pid, sig);
+	auto t = std::chrono::steady_clock::now();
+	int st = 0;
+	waitpid(pid, &st, 0);
+	*after_sig = SecondsSince(t);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 200 + WTERMSIG(st);
+}
+
+// A 10 s stream (recorded timing) interrupted after 2 s: the report of what ran,
+// every completion up to there matched, exit code 128 + the signal.
+TEST_F(ReplaySoftnic, SigintAndSigtermPrintTheReportOfWhatRan)
+{
+	std::string d = Synth("sig", "--scenario stream --iters 20000 --interval-us 500");
+	const struct {
+		int sig;
+		const char *name;
+	} sigs[] = { { SIGINT, "SIGINT" }, { SIGTERM, "SIGTERM" } };
+	for (const auto &sg : sigs) {
+		std::string log = Tmp() + "/sig_" + sg.name + ".out";
+		double after = 0;
+		int rc = ReplayAndSignal(env_, d + "/a.rbt " + d + "/b.rbt", sg.sig, 2.0,
+					 log, &after);
+		std::string out = Slurp(log);
+		EXPECT_EQ(128 + sg.sig, rc) << out;
+		EXPECT_LT(after, 3.0) << out;
+		EXPECT_NE(std::string::npos,
+			  out.find(std::string("steps (") + sg.name + ")"))
+			<< out;
+		EXPECT_TRUE(AllMatched(out)) << out;
+		EXPECT_NE(std::string::npos, out.find("40000 in all)")) << out;
+		EXPECT_NE(std::string::npos, out.find("no divergence")) << out;
+	}
+}
+
+TEST_F(ReplaySoftnic, MaxTimeEndsTheRunWithWhatRanMatched)
+{
+	std::string d =
+		Synth("maxt", "--scenario stream --iters 20000 --interval-us 500");
+	std::string out;
+	auto t0 = std::chrono::steady_clock::now();
+	EXPECT_EQ(0, Sh(env_ + kRbtrace + " replay --max-time 1 " + d + "/a.rbt " + d +
+				"/b.rbt",
+			&out))
+		<< out;
+	EXPECT_LT(SecondsSince(t0), 6.0) << out;
+	EXPECT_NE(std::string::npos, out.find("steps (--max-time 1.000 s)")) << out;
+	EXPECT_TRUE(AllMatched(out)) << out;
+	EXPECT_NE(std::string::npos, out.find("40000 in all)")) << out;
+	EXPECT_EQ(2, Sh(kRbtrace + " replay --max-time -3 " + d + "/a.rbt", &out)) << out;
+	EXPECT_NE(std::string::npos, out.find("--max-time -3: expected seconds")) << out;
+}
+
 class ReplayRecorded : public ReplaySoftnic
 {
       protected:
@@ -592,9 +705,40 @@ TEST_F(ReplayRecorded, PacerInEveryTimingMode)
 			<< m << ": " << out;
 		EXPECT_NE(std::string::npos,
 			  out.find("\"completions\":{\"expected\":1000,"
-				   "\"matched\":1000}"))
+				   "\"matched\":1000,\"recorded\":1000}"))
 			<< m << ": " << out;
 	}
+}
+
+// 8 threads of one process, one QP each (QP t connected to QP t^1), ping-pong
+// per pair, then a relay whose order the recording proves (thread t writes
+// after thread t-1 is done). Each recorded thread is replayed by a thread of
+// its own in its own order; every completion, per QP and so per thread, in
+// order, matches in every timing mode. (The main thread's setup chunk is
+// written after the workers' chunks: the loader orders events by time.)
+TEST_F(ReplayRecorded, EightThreadsOnEightQpsReplayPerThread)
+{
+	std::string t = Tmp() + "/threads.rbt", out;
+	ASSERT_EQ(0, Sh(rec_ + t + " tests/replay_threads --threads 8 --iters 200", &out))
+		<< out;
+	for (const char *m : { "recorded", "asap", "deps" }) {
+		EXPECT_EQ(0,
+			  Sh(env_ + kRbtrace + " replay --json --timing=" + m + " " + t,
+			     &out))
+			<< m << ": " << out;
+		EXPECT_NE(
+			std::string::npos,
+			out.find("\"completions\":{\"expected\":3208,\"matched\":3208,"))
+			<< m << ": " << out;
+		EXPECT_NE(std::string::npos, out.find("\"threads\":8,"))
+			<< m << ": " << out;
+		EXPECT_NE(std::string::npos, out.find("\"divergences\":[]"))
+			<< m << ": " << out;
+	}
+	EXPECT_EQ(0, Sh(env_ + kRbtrace + " replay " + t, &out)) << out;
+	EXPECT_NE(std::string::npos,
+		  out.find("8 recorded threads, each replayed by its own"))
+		<< out;
 }
 
 } // namespace

@@ -7,6 +7,10 @@
 # - each diagnosis, provoked by tests/progs/report_waiter.c, is named;
 # - healthy runs (ibv_rc_pingpong, ib_write_bw, both ends recorded) have no warning or
 #   error;
+# - a service that hangs the way rdma_bench's herd did (tests/progs/stall_prog.c: its
+#   server stops answering, both clients poll at 100 % empty for seconds, their
+#   requests never complete) is named a stall, with the peer's view; a client that
+#   stops polling with its request outstanding too; the healthy runs carry none;
 # - ibv_rc_pingpong -t (completion timestamps the program asked for): every WR is
 #   attributed from NIC timestamps through the recorded NIC clock samples, with the
 #   fit's residual stated.
@@ -14,6 +18,7 @@ set -euo pipefail
 root=$PWD
 RBTRACE=$root/cli/rbtrace
 WAITER=$root/tests/report_waiter
+STALL=$root/tests/stall_prog
 CHECK=$root/tests/report_check.py
 SOFTNIC=$root/softnic
 SHIM=$root/interpose/librbtrace.so
@@ -69,9 +74,58 @@ done
 "$RBTRACE" report "$tmp/notrts.rbt" | grep -q "in state INIT returned" || fail "notrts evidence"
 "$RBTRACE" report "$tmp/mtu.rbt" | grep -q "path_mtu=3.*path_mtu=5" || fail "mtu evidence"
 
-echo "== healthy: ibv_rc_pingpong, both ends"
 # a port nobody listens on now, the kernel's choice (shared network namespace)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+echo "== a stall: the server stops answering after 50 requests, both clients spin"
+port=$(free_port)
+run "$tmp/st_s.rbt" "$STALL" server $port 2 50 >"$tmp/st_s.log" 2>&1 &
+srv=$!
+run "$tmp/st_c1.rbt" "$STALL" client localhost $port 3 spin >"$tmp/st_c1.log" 2>&1 &
+c1=$!
+run "$tmp/st_c2.rbt" "$STALL" client localhost $port 3 spin >"$tmp/st_c2.log" 2>&1 ||
+	{ cat "$tmp/st_c2.log"; fail "stall_prog client 2"; }
+wait $c1 || { cat "$tmp/st_c1.log"; fail "stall_prog client 1"; }
+wait $srv || { cat "$tmp/st_s.log"; fail "stall_prog server"; }
+"$RBTRACE" report --format=json -o "$tmp/st.json" "$tmp/st_c1.rbt" "$tmp/st_c2.rbt" "$tmp/st_s.rbt"
+python3 "$CHECK" json "$tmp/st.json" finding=wr_stalled
+python3 - "$tmp/st.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+st = [f for f in d["findings"] if f["code"] == "wr_stalled"]
+# one per client, an error (still outstanding), on the client's QP, with the peer's view
+assert sorted(f["trace"] for f in st) == [0, 1], st
+for f in st:
+    assert f["severity"] == "error", f
+    qps = [q["qp_num"] for q in d["traces"][f["trace"]]["qps"]]
+    assert f["qp_num"] in qps, (f, qps)
+    ev = "\n".join(f["evidence"])
+    assert "polls of its send CQ came back empty" in ev, ev
+    assert "0 receives posted at the end" in ev, ev
+    assert "rnr_retry=7" in ev, ev
+assert not [f for f in d["findings"] if f["trace"] == 2 and f["code"] == "wr_stalled"]
+print("  wr_stalled on both clients: " + st[0]["title"])
+PY
+# alone, a client's trace still shows it (without the peer's view)
+"$RBTRACE" report "$tmp/st_c1.rbt" | grep -q "wr_stalled.*polled empty" || fail "stall alone"
+
+echo "== the client stops polling with its request outstanding"
+port=$(free_port)
+run "$tmp/sp_s.rbt" "$STALL" server $port 1 20 >"$tmp/sp_s.log" 2>&1 &
+srv=$!
+run "$tmp/sp_c.rbt" "$STALL" client localhost $port 2 stop >"$tmp/sp_c.log" 2>&1 ||
+	{ cat "$tmp/sp_c.log"; fail "stall_prog client (stop)"; }
+wait $srv || { cat "$tmp/sp_s.log"; fail "stall_prog server"; }
+"$RBTRACE" report --format=json -o "$tmp/sp.json" "$tmp/sp_c.rbt" "$tmp/sp_s.rbt"
+python3 "$CHECK" json "$tmp/sp.json" finding=polling_stopped
+python3 - "$tmp/sp.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+codes = [f["code"] for f in d["findings"] if f["trace"] == 0]
+assert "polling_stopped" in codes and "wr_stalled" not in codes, codes
+PY
+
+echo "== healthy: ibv_rc_pingpong, both ends"
 port=$(free_port)
 run "$tmp/pp_s.rbt" ibv_rc_pingpong -p $port -n 500 >"$tmp/pp_s.log" 2>&1 &
 srv=$!

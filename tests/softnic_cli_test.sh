@@ -28,6 +28,8 @@ check devices 0 "softnic0" "$rbtrace" softnic -- ibv_devices
 check devinfo_eth 0 "link_layer:.*Ethernet" "$rbtrace" softnic --link eth -- ibv_devinfo
 check counters_empty_fabric 0 "port_xmit_packets" "$rbtrace" softnic --counters
 check bad_link 2 "--link" "$rbtrace" softnic --link carrier-pigeon -- true
+check quirks_mlx5_clock 0 "hca_core_clock:[[:space:]]*156250kHZ" "$rbtrace" softnic --quirks=mlx5 -- ibv_devinfo -v
+check bad_quirks 2 "--quirks: .bnx2. is not mlx5 or none" "$rbtrace" softnic --quirks=bnx2 -- true
 check bad_latency 2 "not a number" "$rbtrace" softnic --latency soon -- true
 check no_command 2 "no command" "$rbtrace" softnic
 check missing_program 127 "no-such-program" "$rbtrace" softnic -- no-such-program

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "softnic_test_util.h"
+#include "tests/test_util.h"
 
 namespace
 {
@@ -191,8 +192,7 @@ TEST(SoftnicRace, FirstSendOnADiskBackedFabric)
 	printf("%d pairs on %s, slowest first SEND %.1f us\n", r.pairs, dir.c_str(),
 	       r.first_send_ns_max / 1e3);
 	usleep(50000); // the last churned process is gone
-	std::string cmd = "rm -rf '" + dir + "'";
-	if (system(cmd.c_str()) != 0)
+	if (!rbt_test::rmtree(dir))
 		fprintf(stderr, "cleanup of %s failed\n", dir.c_str());
 }
 

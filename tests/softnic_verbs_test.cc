@@ -438,6 +438,100 @@ TEST(SoftnicUD, SendWithGrhSpaceAndAddressHandle)
 		}));
 }
 
+/* Multicast: a datagram to a group (QPN 0xffffff, the MGID in the GRH)
+ * reaches every UD QP attached to it in the fabric (two in the peer's
+ * process), not the sender's own although attached, and a detached QP no
+ * longer; attach checks as the kernel does (UD, multicast GID and LID). */
+TEST(SoftnicUD, MulticastReachesEveryAttachedQp)
+{
+	static union ibv_gid mgid;
+	memset(&mgid, 0, sizeof(mgid));
+	mgid.raw[0] = 0xff;
+	mgid.raw[1] = 0x12;
+	mgid.raw[15] = 0x42;
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_UD);
+			ibv_qp *q2 = n.new_qp(IBV_QPT_UD, 64);
+			union ibv_gid uni = {};
+			uni.raw[0] = 0xfe;
+			SN_CHECK_EQ(ibv_attach_mcast(n.qp, &uni, 0xc001), EINVAL);
+			SN_CHECK_EQ(ibv_attach_mcast(n.qp, &mgid, 0x0001), EINVAL);
+			SN_CHECK_EQ(ibv_attach_mcast(n.qp, &mgid, 0xc001), 0);
+			SN_CHECK_EQ(ibv_attach_mcast(q2, &mgid, 0xc001), 0);
+			SN_CHECK_EQ(ibv_detach_mcast(q2, &uni, 0xc001), EINVAL);
+			for (int i = 0; i < 4; i++) {
+				n.post_recv((uint64_t)i, (size_t)i * 256, 256);
+				n.post_recv((uint64_t)(10 + i), 4096 + (size_t)i * 256,
+					    256, q2);
+			}
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			n.connect(r, q2);
+			sn_sync(fd); /* the first datagram */
+			ibv_wc a = n.wait1(), b = n.wait1();
+			SN_CHECK_EQ(a.status, IBV_WC_SUCCESS);
+			SN_CHECK_EQ(b.status, IBV_WC_SUCCESS);
+			SN_CHECK(a.qp_num != b.qp_num);
+			SN_CHECK(a.qp_num == n.qp->qp_num || a.qp_num == q2->qp_num);
+			SN_CHECK(b.qp_num == n.qp->qp_num || b.qp_num == q2->qp_num);
+			SN_CHECK_EQ(a.byte_len, 40 + 32);
+			SN_CHECK(a.wc_flags & IBV_WC_GRH);
+			SN_CHECK_EQ(a.src_qp, r.qpn);
+			/* where receive wr_id landed: QP 1's at 256 * id, QP 2's from 4096 */
+			size_t at = a.wr_id >= 10 ? 4096 + (a.wr_id - 10) * 256
+						  : a.wr_id * 256;
+			SN_CHECK(!memcmp(n.buf + at + 24, mgid.raw,
+					 16)); /* the GRH's dgid */
+			SN_CHECK_EQ((unsigned char)n.buf[at + 40], 0x5c);
+			SN_CHECK_EQ(ibv_detach_mcast(q2, &mgid, 0xc001), 0);
+			sn_sync(fd); /* the second */
+			ibv_wc c = n.wait1();
+			SN_CHECK_EQ(c.qp_num, n.qp->qp_num);
+			SN_CHECK(n.none_within(100));
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_UD);
+			SN_CHECK_EQ(ibv_attach_mcast(n.qp, &mgid, 0xc001), 0);
+			n.post_recv(1, 0, 256);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			ibv_ah_attr aa = {};
+			aa.is_global = 1;
+			aa.grh.dgid = mgid;
+			aa.grh.hop_limit = 1;
+			aa.dlid = 0xc001;
+			aa.port_num = 1;
+			ibv_ah *ah = ibv_create_ah(n.pd, &aa);
+			SN_CHECK(ah);
+			memset(n.buf + 1024, 0x5c, 32);
+			for (int round = 0; round < 2; round++) {
+				sn_sync(fd);
+				ibv_sge sg = { (uint64_t)(uintptr_t)(n.buf + 1024), 32,
+					       n.mr->lkey };
+				ibv_send_wr wr = {}, *bad;
+				wr.wr_id = 5;
+				wr.sg_list = &sg;
+				wr.num_sge = 1;
+				wr.opcode = IBV_WR_SEND;
+				wr.send_flags = IBV_SEND_SIGNALED;
+				wr.wr.ud.ah = ah;
+				wr.wr.ud.remote_qpn = 0xffffff;
+				wr.wr.ud.remote_qkey = 0x11111111;
+				SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad), 0);
+				ibv_wc wc = n.wait1();
+				SN_CHECK_EQ(wc.wr_id,
+					    5); /* the send, not a receive of our own */
+				SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			}
+			SN_CHECK(n.none_within(50));
+			sn_sync(fd);
+		}));
+}
+
 TEST(SoftnicSRQ, TwoQpsShareOneSrq)
 {
 	SN_EXPECT_ENDS(sn_run2(
@@ -515,6 +609,91 @@ TEST(SoftnicChannel, BlockingCompletionEvent)
 			sn_sync(fd);
 			usleep(20000); /* the peer is blocked in poll() by now */
 			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+		}));
+}
+
+/* CQ moderation (ibv_modify_cq): with count 4 and period 4 ms, one
+ * completion's event waits for the period; four in a burst raise one event
+ * (the period's timer then finds the CQ disarmed and stays quiet); count 0
+ * turns it off. Bad attributes: EINVAL. */
+TEST(SoftnicChannel, CqModerationHoldsTheEvent)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC, 65536, 64, true);
+			ibv_modify_cq_attr ma = {};
+			SN_CHECK_EQ(ibv_modify_cq(n.cq, &ma), EINVAL);
+			ma.attr_mask = IBV_CQ_ATTR_MODERATE;
+			ma.moderate.cq_count = 4;
+			ma.moderate.cq_period = 5000; /* beyond max_cq_period */
+			SN_CHECK_EQ(ibv_modify_cq(n.cq, &ma), EINVAL);
+			ibv_device_attr_ex dx = {};
+			SN_CHECK_EQ(ibv_query_device_ex(n.ctx, nullptr, &dx), 0);
+			SN_CHECK_EQ(dx.cq_mod_caps.max_cq_period, 4095);
+			ma.moderate.cq_period = 4000;
+			SN_CHECK_EQ(ibv_modify_cq(n.cq, &ma), 0);
+			for (int i = 0; i < 16; i++)
+				n.post_recv((uint64_t)i, 0, 64);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			struct pollfd p = { n.ch->fd, POLLIN, 0 };
+			ibv_cq *ecq;
+			void *ectx;
+			ibv_wc wc;
+			auto event = [&] {
+				SN_CHECK_EQ(::poll(&p, 1, 5000), 1);
+				SN_CHECK_EQ(ibv_get_cq_event(n.ch, &ecq, &ectx), 0);
+				SN_CHECK(ecq == n.cq);
+				ibv_ack_cq_events(ecq, 1);
+			};
+			/* one completion: the event comes with the period */
+			SN_CHECK_EQ(ibv_req_notify_cq(n.cq, 0), 0);
+			sn_sync(fd);
+			event();
+			/* the peer's clock (the same host's) just before it posted:
+			 * a held event comes 4 ms after the completion, later still
+			 * after the post; a load delay only adds to it */
+			uint64_t t1 = sn_test_now_ns(), t0;
+			sn_xread(fd, &t0, sizeof(t0));
+			SN_CHECK(t1 - t0 >= 3900000);
+			SN_CHECK_EQ(ibv_poll_cq(n.cq, 1, &wc), 1);
+			/* four: one event, and none later */
+			SN_CHECK_EQ(ibv_req_notify_cq(n.cq, 0), 0);
+			sn_sync(fd);
+			event();
+			for (int got = 0; got < 4;)
+				got += ibv_poll_cq(n.cq, 1, &wc);
+			SN_CHECK_EQ(::poll(&p, 1, 30), 0);
+			/* off: as before */
+			ma.moderate.cq_count = 0;
+			ma.moderate.cq_period = 0;
+			SN_CHECK_EQ(ibv_modify_cq(n.cq, &ma), 0);
+			SN_CHECK_EQ(ibv_req_notify_cq(n.cq, 0), 0);
+			sn_sync(fd);
+			event();
+			SN_CHECK_EQ(ibv_poll_cq(n.cq, 1, &wc), 1);
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			uint64_t t0 = sn_test_now_ns();
+			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
+			sn_xwrite(fd, &t0, sizeof(t0));
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+			for (int i = 0; i < 4; i++)
+				SN_CHECK_EQ(n.post(IBV_WR_SEND, 2, 0, 8), 0);
+			for (int i = 0; i < 4; i++)
+				SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+			SN_CHECK_EQ(n.post(IBV_WR_SEND, 3, 0, 8), 0);
 			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
 			sn_sync(fd);
 		}));
@@ -859,6 +1038,254 @@ TEST(SoftnicCQ, ConcurrentPollersSeeEachCompletionOnce)
 					n.post(IBV_WR_SEND, (uint64_t)i, 0, 8, nullptr, 0,
 					       (i % 64) == 63 ? IBV_SEND_SIGNALED : 0),
 					0);
+			sn_sync(fd);
+		}));
+}
+
+/* ibv_resize_cq under a producer in another process: a CQ of 3 grows to
+ * hold 12 waiting completions (they keep their order), refuses to shrink
+ * below what waits, shrinks once polled; then the receiver resizes back and
+ * forth while the sender streams, and every completion arrives once, in
+ * order, with its length. */
+TEST(SoftnicCQ, ResizeGrowsAndShrinksUnderARemoteProducer)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			const int N = 2000;
+			SnNode n;
+			n.make(IBV_QPT_RC, 65536, 4096, false, 64, false, 3);
+			SN_CHECK_EQ(n.cq->cqe, 3);
+			for (int i = 0; i < N + 12; i++)
+				n.post_recv((uint64_t)i, 0, 64);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd); /* the peer sends 2 */
+			sn_sync(fd);
+			SN_CHECK_EQ(ibv_resize_cq(n.cq, 15), 0);
+			SN_CHECK(n.cq->cqe >= 15);
+			sn_sync(fd); /* the peer sends 10 more: past the old size */
+			sn_sync(fd);
+			SN_CHECK_EQ(ibv_resize_cq(n.cq, 1), EINVAL);
+			for (int i = 0; i < 12; i++) {
+				ibv_wc wc = n.wait1();
+				SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+				SN_CHECK_EQ(wc.wr_id, i);
+				SN_CHECK_EQ(wc.byte_len, i + 1);
+			}
+			SN_CHECK_EQ(ibv_resize_cq(n.cq, 1), 0);
+			SN_CHECK(n.cq->cqe >= 1 && n.cq->cqe < 15);
+			SN_CHECK_EQ(ibv_resize_cq(n.cq, 0), EINVAL);
+			SN_CHECK_EQ(ibv_resize_cq(n.cq, 2047), 0);
+			sn_sync(fd); /* the stream */
+			int got = 0, flip = 0;
+			uint64_t end = sn_test_now_ns() + 20000000000ull;
+			while (got < N) {
+				ibv_wc wc[16];
+				/* often, not on every poll: producers wait out a
+				 * resize, and back-to-back ones would starve them */
+				if (!(++flip % 32)) {
+					int rs = ibv_resize_cq(
+						n.cq, (flip / 32) & 1 ? 4095 : 2047);
+					SN_CHECK(rs == 0 || rs == EINVAL);
+				}
+				int k = ibv_poll_cq(n.cq, 16, wc);
+				SN_CHECK(k >= 0);
+				for (int j = 0; j < k; j++, got++) {
+					SN_CHECK_EQ(wc[j].status, IBV_WC_SUCCESS);
+					SN_CHECK_EQ(wc[j].wr_id, 12 + got);
+					SN_CHECK_EQ(wc[j].byte_len, got % 64 + 1);
+				}
+				SN_CHECK(sn_test_now_ns() < end);
+			}
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC, 65536, 4096, false, 64, false, 4096);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			auto send = [&n](int i, uint32_t len, bool sig) {
+				SN_CHECK_EQ(n.post(IBV_WR_SEND, (uint64_t)i, 0, len,
+						   nullptr, 0,
+						   sig ? IBV_SEND_SIGNALED : 0),
+					    0);
+				if (sig)
+					SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			};
+			sn_sync(fd);
+			for (int i = 0; i < 2; i++)
+				send(i, (uint32_t)i + 1, true);
+			sn_sync(fd);
+			sn_sync(fd);
+			for (int i = 2; i < 12; i++)
+				send(i, (uint32_t)i + 1, true);
+			sn_sync(fd);
+			sn_sync(fd);
+			for (int i = 0; i < 2000; i++)
+				send(i, (uint32_t)(i % 64) + 1, (i % 64) == 63);
+			sn_sync(fd);
+		}));
+}
+
+/* ibv_rereg_mr: a new range keeps the MR's keys and takes the peer's
+ * WRITEs from then on (the old buffer no longer changes); taking remote
+ * write away makes the next WRITE a remote access error; bad flags EINVAL. */
+TEST(SoftnicMR, ReregMovesTheRangeAndChangesAccess)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			uint32_t lkey = n.mr->lkey, rkey = n.mr->rkey;
+			sn_sync(fd); /* WRITE 1 */
+			sn_sync(fd);
+			SN_CHECK_EQ((unsigned char)n.buf[0], 0x11);
+			errno = 0;
+			SN_CHECK(ibv_rereg_mr(n.mr, 0, nullptr, nullptr, 0, 0) != 0);
+			SN_CHECK_EQ(errno, EINVAL);
+			SN_CHECK(ibv_rereg_mr(n.mr, IBV_REREG_MR_CHANGE_PD, n.pd, nullptr,
+					      0, IBV_ACCESS_LOCAL_WRITE) != 0);
+			char *b2;
+			SN_CHECK(posix_memalign((void **)&b2, 4096, 8192) == 0);
+			memset(b2, 0, 8192);
+			SN_CHECK_EQ(ibv_rereg_mr(n.mr, IBV_REREG_MR_CHANGE_TRANSLATION,
+						 nullptr, b2, 8192, 0),
+				    0);
+			SN_CHECK_EQ(n.mr->lkey, lkey);
+			SN_CHECK_EQ(n.mr->rkey, rkey);
+			SN_CHECK(n.mr->addr == b2);
+			SN_CHECK_EQ(n.mr->length, 8192);
+			uint64_t a2 = (uint64_t)(uintptr_t)b2;
+			sn_xwrite(fd, &a2, sizeof(a2));
+			sn_sync(fd); /* WRITE 2 into the new range */
+			SN_CHECK_EQ((unsigned char)b2[100], 0x22);
+			SN_CHECK_EQ((unsigned char)n.buf[100], 0);
+			SN_CHECK_EQ(ibv_rereg_mr(n.mr, IBV_REREG_MR_CHANGE_ACCESS,
+						 nullptr, nullptr, 0,
+						 IBV_ACCESS_LOCAL_WRITE),
+				    0);
+			sn_sync(fd); /* WRITE 3: refused */
+			sn_sync(fd);
+			SN_CHECK_EQ((unsigned char)b2[200], 0);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			memset(n.buf, 0x11, 64);
+			SN_CHECK_EQ(n.post(IBV_WR_RDMA_WRITE, 1, 0, 8, &r, 0), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+			sn_xread(fd, &r.addr, sizeof(r.addr));
+			memset(n.buf, 0x22, 64);
+			SN_CHECK_EQ(n.post(IBV_WR_RDMA_WRITE, 2, 0, 8, &r, 100), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+			sn_sync(fd);
+			SN_CHECK_EQ(n.post(IBV_WR_RDMA_WRITE, 3, 0, 8, &r, 200), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_REM_ACCESS_ERR);
+			sn_sync(fd);
+		}));
+}
+
+/* Parent domains: an MR and an ibv_wr_* QP made on one act as on its
+ * protection domain (the peer's WRITE lands, the QP's SEND arrives), the
+ * QP's builder buffer comes from the domain's allocator (softnic's resource
+ * type, freed through it at destroy); a CQ may name only a parent domain;
+ * a thread domain or a parent of a parent is EINVAL. */
+static int pd_allocs, pd_frees;
+static uint64_t pd_type;
+static void *pd_alloc(ibv_pd *, void *ctx, size_t size, size_t align, uint64_t type)
+{
+	void *p = nullptr;
+	pd_allocs++;
+	pd_type = type;
+	SN_CHECK(ctx == (void *)&pd_allocs);
+	SN_CHECK(posix_memalign(&p, align, size) == 0);
+	memset(p, 0xee, size); /* softnic must not rely on zeroed memory */
+	return p;
+}
+static void pd_free(ibv_pd *, void *, void *ptr, uint64_t)
+{
+	pd_frees++;
+	free(ptr);
+}
+
+TEST(SoftnicPD, ParentDomainWithAllocators)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			SnNode n;
+			n.open();
+			ibv_parent_domain_init_attr pa = {};
+			pa.pd = n.pd;
+			pa.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS |
+				       IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+			pa.alloc = pd_alloc;
+			pa.free = pd_free;
+			pa.pd_context = &pd_allocs;
+			ibv_pd *par = ibv_alloc_parent_domain(n.ctx, &pa);
+			SN_CHECK(par);
+			ibv_parent_domain_init_attr bad = pa;
+			bad.pd = par;
+			SN_CHECK(!ibv_alloc_parent_domain(n.ctx, &bad) &&
+				 errno == EINVAL);
+			bad = pa;
+			bad.td = (ibv_td *)&bad;
+			SN_CHECK(!ibv_alloc_parent_domain(n.ctx, &bad) &&
+				 errno == EINVAL);
+			ibv_cq_init_attr_ex ca = {};
+			ca.cqe = 16;
+			ca.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
+			ca.parent_domain = n.pd;
+			SN_CHECK(!ibv_create_cq_ex(n.ctx, &ca) && errno == EINVAL);
+			ca.parent_domain = par;
+			ibv_cq_ex *cx = ibv_create_cq_ex(n.ctx, &ca);
+			SN_CHECK(cx);
+			ibv_pd *prot = n.pd;
+			n.pd = par;
+			n.make(IBV_QPT_RC);
+			ibv_qp_ex *qx;
+			ibv_qp *q = n.new_qpx(IBV_QP_EX_WITH_SEND,
+					      IBV_ACCESS_REMOTE_WRITE, &qx);
+			SnInfo r = n.exchange(fd, q);
+			n.connect(r, q);
+			ibv_wr_start(qx);
+			qx->wr_id = 7;
+			qx->wr_flags = IBV_SEND_SIGNALED;
+			ibv_wr_send(qx);
+			ibv_wr_set_sge(qx, n.mr->lkey, (uint64_t)(uintptr_t)n.buf, 16);
+			SN_CHECK_EQ(ibv_wr_complete(qx), 0);
+			ibv_wc wc = n.wait1();
+			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			SN_CHECK_EQ(wc.wr_id, 7);
+			SN_CHECK_EQ(pd_allocs, 1);
+			SN_CHECK_EQ(pd_type, (0x534eull << 32) + 1);
+			sn_sync(fd); /* the peer WRITEs into our MR */
+			SN_CHECK_EQ((unsigned char)n.buf[300], 0x77);
+			SN_CHECK_EQ(ibv_destroy_qp(q), 0);
+			SN_CHECK_EQ(pd_frees, 1);
+			SN_CHECK_EQ(ibv_destroy_cq(ibv_cq_ex_to_cq(cx)), 0);
+			(void)prot;
+			sn_sync(fd);
+		},
+		[](int fd) {
+			SnNode n;
+			n.make(IBV_QPT_RC);
+			n.post_recv(1, 0, 64);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			ibv_wc wc = n.wait1();
+			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			SN_CHECK_EQ(wc.byte_len, 16);
+			memset(n.buf + 1000, 0x77, 8);
+			SN_CHECK_EQ(n.post(IBV_WR_RDMA_WRITE, 2, 1000, 8, &r, 300), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			sn_sync(fd);
 			sn_sync(fd);
 		}));
 }

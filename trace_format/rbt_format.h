@@ -138,6 +138,7 @@ struct rbt_blob {
 	X(CLOCK_SAMPLE, 4, clock_sample)        \
 	X(LOSS, 5, loss)                        \
 	X(NOTE, 6, note)                        \
+	X(SNAPSHOT, 7, snapshot)                \
 	X(DEVICE_LIST, 10, device_list)         \
 	X(DEVICE_OPEN, 11, device_open)         \
 	X(DEVICE_CLOSE, 12, device_close)       \
@@ -226,6 +227,24 @@ struct rbt_blob {
 #define RBT_EV_note(F, A)               \
 	F(U, level)                     \
 	F(S, text)
+
+/* A flight-recorder snapshot (docs/recording.md): which trigger fired (enum
+ * rbt_trigger), when, and the window of time the file holds. Triggers that
+ * fired while it was pending are counted in also_fired. qp, qp_num, wr_id and
+ * detail say what fired it (a completion's status, an async event's type, the
+ * stall's or the slow call's length in us). */
+#define RBT_EV_snapshot(F, A)           \
+	F(U, trigger)                   \
+	F(T, trigger_ts)                \
+	F(U, seq)                       \
+	F(T, window_start)              \
+	F(T, window_end)                \
+	F(U, also_fired)                \
+	F(H, qp)                        \
+	F(U, qp_num)                    \
+	F(U, wr_id)                     \
+	F(U, detail)                    \
+	F(U, dropped_chunks)
 
 #define RBT_EV_device_list(F, A)        \
 	F(T, ts_exit)                   \
@@ -815,16 +834,47 @@ struct rbt_header {
 	const char *host;
 	const char *cmdline; /* argv joined by spaces */
 	const char *tool;    /* "librbtrace 0.1" or the writing program */
+	/* A rotated series (docs/recording.md): the first file's name (no
+	 * directory) and this file's place in it; "" and 0 when not a series. */
+	const char *series;
+	uint64_t series_index;
 };
+
+/* The name of file `index` of the series whose first file is `first`: first
+ * itself for 0, else first with "-partN" before its ".rbt" (or at its end).
+ * Returns the length it needed (snprintf-like). */
+size_t rbt_series_path(const char *first, uint32_t index, char *buf, size_t len);
+
+/* What fired a flight-recorder snapshot (the snapshot event's trigger). */
+#define RBT_TRIGGER_LIST(X)                                 \
+	X(ERROR_WC, 1, "error_completion")                  \
+	X(QP_ERR, 2, "qp_error")                            \
+	X(ASYNC_EVENT, 3, "async_event")                    \
+	X(STALL, 4, "stall")                                \
+	X(SLOW_POST, 5, "slow_post")                        \
+	X(SLOW_POLL, 6, "slow_poll")                        \
+	X(SIGNAL, 7, "sigusr2")                             \
+	X(REQUEST, 8, "request") /* rbtrace snapshot PID */ \
+	X(END, 9, "end")	 /* the recording ended */
+
+enum rbt_trigger {
+#define RBT__TRIG_ENUM(NAME, id, text) RBT_TRIGGER_##NAME = id,
+	RBT_TRIGGER_LIST(RBT__TRIG_ENUM)
+#undef RBT__TRIG_ENUM
+};
+/* "error_completion", ...; NULL for an unknown value. */
+const char *rbt_trigger_name(uint64_t trigger);
 
 /* How the recording ended (trailer end_how). 0: not said (older writers, or a
  * writer that is not a recorder). */
-#define RBT_END_LIST(X)                                                    \
-	X(UNKNOWN, 0, "not said")                                          \
-	X(EXIT, 1, "exit")     /* exit() or return from main: exit_code */ \
-	X(SIGNAL, 2, "signal") /* killed by end_signal */                  \
-	X(EXEC, 3, "exec")     /* the image was replaced */                \
-	X(UNLOAD, 4, "unload") /* recorder unloaded without exit */
+#define RBT_END_LIST(X)                                                        \
+	X(UNKNOWN, 0, "not said")                                              \
+	X(EXIT, 1, "exit")	   /* exit() or return from main: exit_code */ \
+	X(SIGNAL, 2, "signal")	   /* killed by end_signal */                  \
+	X(EXEC, 3, "exec")	   /* the image was replaced */                \
+	X(UNLOAD, 4, "unload")	   /* recorder unloaded without exit */        \
+	X(ROTATED, 5, "rotated")   /* continues in the series' next file */    \
+	X(SNAPSHOT, 6, "snapshot") /* a flight snapshot; the process went on */
 
 enum rbt_end {
 #define RBT__END_ENUM(NAME, id, text) RBT_END_##NAME = id,
@@ -863,7 +913,24 @@ struct rbt_writer;
 struct rbt_writer_opts {
 	size_t chunk_bytes; /* raw bytes per chunk before compression; 0 = 256 KiB */
 	int zstd_level;	    /* 0 = 3 */
+	/* With a sink (rbt_writer_open_sink): each finished chunk (its header and
+	 * frame, as the file would hold it) goes to sink instead of a file; no file
+	 * header, no trailer. A negative return is the writer's error. */
+	int (*sink)(void *arg, const void *chunk, size_t len, uint64_t first_ts,
+		    uint64_t last_ts);
+	void *sink_arg;
+	/* Chunk flags: RBT_CHUNK_CARRIED marks events a file repeats from before
+	 * it began (a series' later files, a snapshot's resources). */
+	uint32_t chunk_flags;
 };
+#define RBT_CHUNK_CARRIED 1u
+
+/* A writer whose chunks go to opts->sink (required). */
+int rbt_writer_open_sink(const struct rbt_header *hdr, const struct rbt_writer_opts *opts,
+			 struct rbt_writer **out);
+/* Writes a chunk a sink received, unchanged, after the open one (which it
+ * ends); its events count in the trailer. -EBADMSG when it is not one chunk. */
+int rbt_writer_copy_chunk(struct rbt_writer *w, const void *chunk, size_t len);
 
 int rbt_writer_open(const char *path, const struct rbt_header *hdr,
 		    const struct rbt_writer_opts *opts, struct rbt_writer **out);
@@ -885,6 +952,11 @@ uint64_t rbt_writer_bytes(const struct rbt_writer *w);
  * in append order), the smallest next ts first (ties: the earlier chunk).
  * Damage never stops the reader early when intact chunks follow: a bad chunk is
  * skipped (resynchronising on the next chunk magic), counted and remembered.
+ * A file that ends "rotated" (a series' file, rbt_reader_open only) goes on into
+ * the next file of its series, found beside it by rbt_series_path(): the series
+ * reads as one trace (the first file's header; a trailer whose counts cover the
+ * series, without the later files' carried-over events, which are skipped). A
+ * missing next file is damage, and the series does not read as finished.
  */
 struct rbt_reader;
 
@@ -902,6 +974,10 @@ struct rbt_reader_stats {
 	/* damaged regions whose chunk header was unreadable: the events they held
 	 * are lost but not counted in lost_events_in_bad_chunks */
 	uint64_t unreadable_regions;
+	/* a rotated series read as one: files read after the first, and the
+	 * carried-over events of those files that were skipped */
+	uint32_t series_files;
+	uint64_t carried_skipped;
 };
 
 /* Errors: -ENOENT etc. from open(2); -EISDIR (a directory), -EINVAL (not a

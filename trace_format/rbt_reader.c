@@ -128,11 +128,12 @@ struct rbt_reader {
 	struct rd_cur *retired;	 /* holds the last event handed out */
 	struct rd_cur *spare[4]; /* closed cursors, buffers kept for reuse */
 	int n_spare;
-	uint64_t n_pend;	       /* chunk headers read, frames not decoded yet */
-	uint64_t open_bytes;	       /* raw bytes of the decoded chunks */
-	uint64_t seq;		       /* chunk headers read so far */
-	uint64_t scan_ts;	       /* first_ts of the last chunk header read */
-	uint64_t window;	       /* RD_MERGE_SEC in ticks */
+	uint64_t n_pend;     /* chunk headers read, frames not decoded yet */
+	uint64_t open_bytes; /* raw bytes of the decoded chunks */
+	uint64_t seq;	     /* chunk headers read so far */
+	uint64_t scan_ts;    /* first_ts of the last chunk header read */
+	uint64_t window;     /* RD_MERGE_SEC in ticks */
+	int rotate_wait;     /* at a rotated series' trailer, chunks still waiting */
 	uint64_t slots[RBT_MAX_SLOTS]; /* the generic decoder's (header only) */
 	ZSTD_DCtx *dctx;
 
@@ -148,6 +149,13 @@ struct rbt_reader {
 	struct rbt_reader_stats st;
 	int damaged;
 	char err[256];
+
+	/* a rotated series: the path of the file being read, the series' sums of
+	 * the trailers before it, and whether its carried chunks are skipped */
+	char *path;
+	uint64_t series_index;
+	uint64_t sum_events, sum_lost;
+	int skip_carried;
 };
 
 static void damage(struct rbt_reader *r, uint64_t off, const char *fmt, ...)
@@ -756,7 +764,7 @@ static int read_header(struct rbt_reader *r)
 	uint32_t min_reader = rbt__get_le32(prefix + 12);
 	uint32_t body_len = rbt__get_le32(prefix + 16);
 	uint32_t crc = rbt__get_le32(prefix + 20);
-	r->hdr.host = r->hdr.cmdline = r->hdr.tool = empty_str;
+	r->hdr.host = r->hdr.cmdline = r->hdr.tool = r->hdr.series = empty_str;
 	r->off = RBT_FILE_PREFIX;
 	p = NULL;
 	if (body_len <= RBT_MAX_HEADER_BODY)
@@ -854,7 +862,10 @@ int rbt_reader_open(const char *path, struct rbt_reader **out)
 	}
 	r->fd = fd;
 	r->size = (uint64_t)st.st_size;
-	int err = reader_init(r);
+	r->path = strdup(path);
+	int err = r->path ? reader_init(r) : -ENOMEM;
+	if (!err)
+		r->series_index = r->hdr.series_index;
 	if (err) {
 		rbt_reader_close(r);
 		return err;
@@ -892,6 +903,7 @@ void rbt_reader_close(struct rbt_reader *r)
 	free(r->streams);
 	free(r->heap);
 	free(r->hdr_body);
+	free(r->path);
 	while (r->arena) {
 		struct arena_block *n = r->arena->next;
 		free(r->arena);
@@ -906,6 +918,62 @@ static void lose_chunk(struct rbt_reader *r, uint32_t events)
 {
 	r->st.bad_chunks++;
 	r->st.lost_events_in_bad_chunks += events;
+}
+
+/* The file of a rotated series after the one just finished: opened in its place
+ * (1), or 0 with the damage said (missing, not the same recording). */
+static int next_in_series(struct rbt_reader *r)
+{
+	const char *series = r->hdr.series;
+	char name[4096], path[8192];
+
+	if (r->fd < 0 || !r->path || !series || !*series || strchr(series, '/'))
+		return 0;
+	if (!rbt_series_path(series, (uint32_t)r->series_index + 1, name, sizeof(name)) ||
+	    strlen(name) >= sizeof(name))
+		return 0;
+	const char *slash = strrchr(r->path, '/');
+	int dl = slash ? (int)(slash - r->path + 1) : 0;
+	if (snprintf(path, sizeof(path), "%.*s%s", dl, r->path, name) >=
+	    (int)sizeof(path))
+		return 0;
+	struct rbt_reader *n;
+	int err = rbt_reader_open(path, &n);
+	if (err) {
+		damage(r, r->size, "the series goes on in %s: %s", path,
+		       rbt_strerror(err));
+		r->have_trailer = 0;
+		r->st.finished = 0;
+		return 0;
+	}
+	if (!rbt_header_same_recording(&r->hdr, &n->hdr) ||
+	    strcmp(n->hdr.series, series) || n->hdr.series_index != r->series_index + 1) {
+		damage(r, r->size, "%s is not the next file of this series", path);
+		rbt_reader_close(n);
+		r->have_trailer = 0;
+		r->st.finished = 0;
+		return 0;
+	}
+	/* Take over its file; keep our header (the first file's). */
+	r->sum_events += r->trailer.events;
+	r->sum_lost += r->trailer.lost_events;
+	close(r->fd);
+	r->fd = n->fd;
+	n->fd = -1;
+	r->size = n->size;
+	r->off = n->off;
+	r->win_len[0] = r->win_len[1] = 0;
+	free(r->path);
+	r->path = n->path;
+	n->path = NULL;
+	r->series_index = n->hdr.series_index;
+	rbt_reader_close(n);
+	r->have_trailer = 0;
+	r->st.finished = 0;
+	r->done = 0;
+	r->skip_carried = 1;
+	r->st.series_files++;
+	return 1;
 }
 
 /* Reads the next chunk header (skipping damage, reading the trailer at the end):
@@ -930,6 +998,13 @@ static int scan_chunk(struct rbt_reader *r, struct rd_pend *out)
 		if (magic == RBT_TRAILER_MAGIC && left >= RBT_TRAILER_SIZE &&
 		    (p = src_get(r, off, RBT_TRAILER_SIZE)) &&
 		    !rbt__trailer_get(p, &r->trailer)) {
+			if (r->trailer.end_how == RBT_END_ROTATED && r->n_pend) {
+				/* The next file replaces this one: first decode
+				 * the chunks still waiting here (their offsets are
+				 * this file's). */
+				r->rotate_wait = 1;
+				return 0;
+			}
 			r->have_trailer = 1;
 			r->st.finished = 1;
 			if (left > RBT_TRAILER_SIZE) {
@@ -939,6 +1014,10 @@ static int scan_chunk(struct rbt_reader *r, struct rd_pend *out)
 				r->st.bad_bytes += left - RBT_TRAILER_SIZE;
 			}
 			r->done = 1;
+			if (r->trailer.end_how == RBT_END_ROTATED && next_in_series(r))
+				continue;
+			r->trailer.events += r->sum_events;
+			r->trailer.lost_events += r->sum_lost;
 			break;
 		}
 		if (magic == RBT_TRAILER_MAGIC && left == RBT_TRAILER_SIZE) {
@@ -990,6 +1069,11 @@ static int scan_chunk(struct rbt_reader *r, struct rd_pend *out)
 			break;
 		}
 		r->off = off + total;
+		if (r->skip_carried && (h.flags & RBT_CHUNK_CARRIED)) {
+			r->st.carried_skipped += h.events;
+			r->sum_events -= h.events;
+			continue;
+		}
 		out->off = off;
 		out->seq = r->seq++;
 		out->ch = h;
@@ -1289,7 +1373,9 @@ static int st_queue(struct rbt_reader *r, const struct rd_pend *p)
  * holds anything earlier. */
 static void scan_ahead(struct rbt_reader *r)
 {
-	while (!r->done && r->n_pend < RD_MAX_PEND) {
+	if (r->rotate_wait && !r->n_pend)
+		r->rotate_wait = 0;
+	while (!r->done && !r->rotate_wait && r->n_pend < RD_MAX_PEND) {
 		if (r->n_streams && r->seq) {
 			uint64_t top = r->heap[0]->key_ts;
 			uint64_t lim = top > UINT64_MAX - r->window ? UINT64_MAX

@@ -99,6 +99,10 @@ static struct rbt_fdesc hdr_fields[] = {
 	  .off = offsetof(struct rbt_header, cmdline),
 	  .name = "cmdline" },
 	{ .kind = RBT_K_S, .off = offsetof(struct rbt_header, tool), .name = "tool" },
+	{ .kind = RBT_K_U,
+	  .off = offsetof(struct rbt_header, series_index),
+	  .name = "series_index" },
+	{ .kind = RBT_K_S, .off = offsetof(struct rbt_header, series), .name = "series" },
 };
 struct rbt_desc rbt__hdr_desc;
 
@@ -328,4 +332,30 @@ int rbt_header_same_recording(const struct rbt_header *a, const struct rbt_heade
 	return a->pid == b->pid && a->start.ticks == b->start.ticks &&
 	       a->start.real_ns == b->start.real_ns &&
 	       !strcmp(a->host ? a->host : "", b->host ? b->host : "");
+}
+
+const char *rbt_trigger_name(uint64_t trigger)
+{
+	switch (trigger) {
+#define RBT__TRIG_NAME(NAME, id, text) \
+	case id:                       \
+		return text;
+		RBT_TRIGGER_LIST(RBT__TRIG_NAME)
+#undef RBT__TRIG_NAME
+	}
+	return NULL;
+}
+
+size_t rbt_series_path(const char *first, uint32_t index, char *buf, size_t len)
+{
+	size_t n = strlen(first);
+	int k;
+
+	if (!index)
+		k = snprintf(buf, len, "%s", first);
+	else if (n > 4 && !strcmp(first + n - 4, ".rbt"))
+		k = snprintf(buf, len, "%.*s-part%u.rbt", (int)(n - 4), first, index);
+	else
+		k = snprintf(buf, len, "%s-part%u", first, index);
+	return k < 0 ? 0 : (size_t)k;
 }

@@ -39,6 +39,10 @@ struct rbt_writer {
 	uint64_t slots[RBT_MAX_SLOTS];
 
 	uint64_t events, lost;
+	uint32_t chunk_flags;
+	int (*sink)(void *arg, const void *chunk, size_t len, uint64_t first_ts,
+		    uint64_t last_ts);
+	void *sink_arg;
 };
 
 static int write_all(int fd, const uint8_t *p, size_t n)
@@ -440,10 +444,15 @@ static int flush_chunk(struct rbt_writer *w)
 		.stream = w->stream,
 		.first_ts = w->first_ts,
 		.last_ts = w->last_ts,
+		.flags = w->chunk_flags,
 		.data_crc = rbt__crc32c(0, w->out + RBT_CHUNK_HDR, c),
 	};
 	rbt__chunk_hdr_put(w->out, &h);
-	int err = write_all(w->fd, w->out, RBT_CHUNK_HDR + c);
+	int err = w->sink ? w->sink(w->sink_arg, w->out, RBT_CHUNK_HDR + c, w->first_ts,
+				    w->last_ts)
+			  : write_all(w->fd, w->out, RBT_CHUNK_HDR + c);
+	if (err > 0)
+		err = 0;
 	if (err)
 		return err;
 	w->bytes += RBT_CHUNK_HDR + c;
@@ -477,11 +486,12 @@ static int write_header(struct rbt_writer *w, const struct rbt_header *hdr)
 	return err;
 }
 
-int rbt_writer_open_fd(int fd, const struct rbt_header *hdr,
+static int writer_open(int fd, const struct rbt_header *hdr,
 		       const struct rbt_writer_opts *opts, struct rbt_writer **out)
 {
 	*out = NULL;
-	if (fd < 0 || !hdr) {
+	int sink = opts && opts->sink;
+	if ((fd < 0 && !sink) || !hdr) {
 		if (fd >= 0)
 			close(fd);
 		return -EINVAL;
@@ -493,6 +503,11 @@ int rbt_writer_open_fd(int fd, const struct rbt_header *hdr,
 		return -ENOMEM;
 	}
 	w->fd = fd;
+	if (opts) {
+		w->sink = opts->sink;
+		w->sink_arg = opts->sink_arg;
+		w->chunk_flags = opts->chunk_flags;
+	}
 	w->chunk_bytes = opts && opts->chunk_bytes ? opts->chunk_bytes : 256 << 10;
 	if (w->chunk_bytes > RBT_MAX_RAW / 2)
 		w->chunk_bytes = RBT_MAX_RAW / 2;
@@ -502,13 +517,57 @@ int rbt_writer_open_fd(int fd, const struct rbt_header *hdr,
 	w->cctx = ZSTD_createCCtx();
 	int err = -ENOMEM;
 	if (w->raw && w->cctx)
-		err = write_header(w, hdr);
+		err = w->sink ? 0 : write_header(w, hdr);
 	if (err) {
 		w->err = err; /* close only releases: no trailer after a failed open */
 		rbt_writer_close(w, NULL);
 		return err;
 	}
 	*out = w;
+	return 0;
+}
+
+int rbt_writer_open_fd(int fd, const struct rbt_header *hdr,
+		       const struct rbt_writer_opts *opts, struct rbt_writer **out)
+{
+	if (opts && opts->sink) {
+		struct rbt_writer_opts o = *opts;
+		o.sink = NULL; /* a file writer */
+		return writer_open(fd, hdr, &o, out);
+	}
+	return writer_open(fd, hdr, opts, out);
+}
+
+int rbt_writer_open_sink(const struct rbt_header *hdr, const struct rbt_writer_opts *opts,
+			 struct rbt_writer **out)
+{
+	*out = NULL;
+	if (!opts || !opts->sink)
+		return -EINVAL;
+	return writer_open(-1, hdr, opts, out);
+}
+
+int rbt_writer_copy_chunk(struct rbt_writer *w, const void *chunk, size_t len)
+{
+	struct rbt_chunk_hdr h;
+
+	if (!w || !chunk)
+		return -EINVAL;
+	if (w->err)
+		return w->err;
+	if (len < RBT_CHUNK_HDR || rbt__chunk_hdr_get(chunk, &h) ||
+	    RBT_CHUNK_HDR + (size_t)h.comp_len != len)
+		return -EBADMSG;
+	int err = flush_chunk(w);
+	if (err)
+		return w->err = err;
+	w->in_chunk = 0;
+	err = w->sink ? w->sink(w->sink_arg, chunk, len, h.first_ts, h.last_ts)
+		      : write_all(w->fd, chunk, len);
+	if (err < 0)
+		return w->err = err;
+	w->bytes += len;
+	w->events += h.events;
 	return 0;
 }
 
@@ -619,7 +678,7 @@ int rbt_writer_close(struct rbt_writer *w, const struct rbt_trailer *trailer)
 	int err = w->err;
 	if (!err && w->cctx && w->raw)
 		err = rbt_writer_end_chunk(w);
-	if (!err && w->cctx && w->raw) {
+	if (!err && w->cctx && w->raw && !w->sink) {
 		struct rbt_trailer t = { 0 };
 		if (trailer)
 			t = *trailer;

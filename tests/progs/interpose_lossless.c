@@ -232,7 +232,10 @@ int main(int argc, char **argv)
 	}
 	/* The fifth thread: this one, not a worker. */
 	if (!strcmp(mode, "segv")) {
-		volatile int *volatile nowhere = NULL;
+		/* a page nobody may touch: a real fault, not a null store that
+		 * UBSan would stop first */
+		volatile int *nowhere =
+			mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		*nowhere = 1;
 	} else if (!strcmp(mode, "exit")) {
 		exit(3);

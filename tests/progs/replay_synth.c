@@ -10,6 +10,9 @@
  *       rkey     (the client writes with an rkey the server never had),
  *       unpolled (one CQ per QP; the client never polls its SEND's completion),
  *       unpolled-lost (the same, but the answer the client polled never comes)
+ *       deaf     (the client polls for an answer and reposts its receive every U us,
+ *                 N times; the server never sends: the replay diverges at the
+ *                 first poll, and every later one would wait in vain)
  * Writes OUTDIR/a.rbt (client, QP 100) and OUTDIR/b.rbt (server, QP 200).
  * Test fixture only: it never touches a verbs device.
  */
@@ -21,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "trace_format/rbt_format.h"
+#include "tests/trace_builder.h"
 
 #define A_BASE 0x7f0000010000ull
 #define B_BASE 0x7f0000020000ull
@@ -30,40 +33,22 @@
 static uint64_t send_wr = 32; /* the QPs' max_send_wr (--send-wr) */
 
 struct end {
-	struct rbt_writer *w;
+	struct rbt_tb *tb;
 	uint32_t qpn, peer_qpn, lkey, rkey;
 	uint64_t base, t, ctx, pd, mr, cq, qp;
 	uint32_t sq_psn, rq_psn;
 };
 
-static void put(struct end *e, struct rbt_event *ev)
-{
-	ev->stream = e->qpn;
-	ev->ts = e->t;
-	if (rbt_writer_append(e->w, ev)) {
-		fprintf(stderr, "replay_synth: append failed\n");
-		exit(1);
-	}
-}
-
 static void open_end(struct end *e, const char *path, uint64_t t0, uint64_t mono0)
 {
-	struct rbt_header h = { 0 };
-	struct rbt_event ev;
+	struct rbt_tb_opts o = { .tool = "replay_synth",
+				 .pid = e->qpn,
+				 .t0 = t0,
+				 .mono0 = mono0,
+				 .real0 = mono0,
+				 .stream = e->qpn };
 
-	h.pid = e->qpn;
-	h.clock_source = RBT_CLOCK_MONO;
-	h.clock_hz = 1000000000ull;
-	h.start.ticks = t0;
-	h.start.mono_ns = mono0;
-	h.start.real_ns = mono0;
-	h.host = "synth-host";
-	h.cmdline = "replay_synth";
-	h.tool = "replay_synth";
-	if (rbt_writer_open(path, &h, NULL, &e->w)) {
-		fprintf(stderr, "replay_synth: cannot write %s\n", path);
-		exit(1);
-	}
+	e->tb = rbt_tb_open(path, &o);
 	e->t = t0;
 	e->ctx = e->base + 0x100;
 	e->pd = e->base + 0x200;
@@ -71,61 +56,40 @@ static void open_end(struct end *e, const char *path, uint64_t t0, uint64_t mono
 	e->cq = e->base + 0x400;
 	e->qp = e->base + 0x500;
 
-	memset(&ev, 0, sizeof(ev));
-	ev.type = RBT_EV_DEVICE_OPEN;
-	ev.u.device_open.ctx = e->ctx;
-	ev.u.device_open.name = "synth0";
-	put(e, &ev);
-	memset(&ev, 0, sizeof(ev));
-	ev.type = RBT_EV_PD_ALLOC;
-	ev.u.pd_alloc.ctx = e->ctx;
-	ev.u.pd_alloc.pd = e->pd;
-	put(e, &ev);
-	memset(&ev, 0, sizeof(ev));
-	ev.type = RBT_EV_MR_REG;
-	ev.u.mr_reg.pd = e->pd;
-	ev.u.mr_reg.mr = e->mr;
-	ev.u.mr_reg.addr = e->base;
-	ev.u.mr_reg.iova = e->base;
-	ev.u.mr_reg.length = MR_LEN;
-	ev.u.mr_reg.access =
+	/* Set up in no time: every call returns at 0. */
+	rbt_tb_device(e->tb, e->t, 0, e->ctx, "synth0");
+	rbt_tb_pd(e->tb, e->t, 0, e->ctx, e->pd);
+	struct rbt_event *ev = rbt_tb_new(e->tb, RBT_EV_MR_REG, e->t);
+	ev->u.mr_reg.pd = e->pd;
+	ev->u.mr_reg.mr = e->mr;
+	ev->u.mr_reg.addr = e->base;
+	ev->u.mr_reg.iova = e->base;
+	ev->u.mr_reg.length = MR_LEN;
+	ev->u.mr_reg.access =
 		IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-	ev.u.mr_reg.lkey = e->lkey;
-	ev.u.mr_reg.rkey = e->rkey;
-	put(e, &ev);
-	memset(&ev, 0, sizeof(ev));
-	ev.type = RBT_EV_CQ_CREATE;
-	ev.u.cq_create.ctx = e->ctx;
-	ev.u.cq_create.cq = e->cq;
-	ev.u.cq_create.cqe_asked = 64;
-	ev.u.cq_create.cqe = 64;
-	put(e, &ev);
-	memset(&ev, 0, sizeof(ev));
-	ev.type = RBT_EV_QP_CREATE;
-	ev.u.qp_create.ctx = e->ctx;
-	ev.u.qp_create.pd = e->pd;
-	ev.u.qp_create.qp = e->qp;
-	ev.u.qp_create.qp_num = e->qpn;
-	ev.u.qp_create.qp_type = IBV_QPT_RC;
-	ev.u.qp_create.send_cq = e->cq;
-	ev.u.qp_create.recv_cq = e->cq;
-	ev.u.qp_create.max_send_wr = send_wr;
-	ev.u.qp_create.max_recv_wr = 32;
-	ev.u.qp_create.max_send_sge = 1;
-	ev.u.qp_create.max_recv_sge = 1;
-	put(e, &ev);
+	ev->u.mr_reg.lkey = e->lkey;
+	ev->u.mr_reg.rkey = e->rkey;
+	rbt_tb_put(e->tb, ev);
+	rbt_tb_cq(e->tb, e->t, 0, e->ctx, e->cq, 64);
+	struct rbt_tb_qp q = { .ctx = e->ctx,
+			       .pd = e->pd,
+			       .qp = e->qp,
+			       .qp_num = e->qpn,
+			       .qp_type = IBV_QPT_RC,
+			       .send_cq = e->cq,
+			       .recv_cq = e->cq,
+			       .max_send_wr = (uint32_t)send_wr,
+			       .max_recv_wr = 32,
+			       .max_send_sge = 1,
+			       .max_recv_sge = 1 };
+	rbt_tb_qp(e->tb, e->t, 0, &q);
 }
 
 static void modify(struct end *e, int state, int rnr_retry)
 {
-	struct rbt_event ev;
-	struct rbt_ev_qp_modify *m = &ev.u.qp_modify;
+	struct rbt_ev_qp_modify attr, *m = &attr;
 
-	memset(&ev, 0, sizeof(ev));
-	ev.type = RBT_EV_QP_MODIFY;
-	m->qp = e->qp;
-	m->qp_state = (uint64_t)state;
-	m->ts_exit = e->t + 1000;
+	memset(&attr, 0, sizeof(attr));
 	if (state == IBV_QPS_INIT) {
 		m->attr_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 			       IBV_QP_ACCESS_FLAGS;
@@ -152,67 +116,36 @@ static void modify(struct end *e, int state, int rnr_retry)
 		m->rnr_retry = (uint64_t)rnr_retry;
 		m->max_rd_atomic = 1;
 	}
-	put(e, &ev);
+	rbt_tb_modify(e->tb, e->t, e->t + 1000, e->qp, (uint32_t)state,
+		      (uint32_t)m->attr_mask, m);
 }
 
 static void post_recv(struct end *e, uint64_t wr_id, uint32_t len)
 {
-	struct rbt_event ev;
 	struct rbt_sge sge = { .addr = e->base, .length = len, .lkey = e->lkey };
-	struct rbt_recv_wr wr = { .wr_id = wr_id, .n_sges = 1, .sges = &sge };
+	struct rbt_recv_wr wr = rbt_tb_recv_wr(wr_id, &sge);
 
-	memset(&ev, 0, sizeof(ev));
-	ev.type = RBT_EV_POST_RECV;
-	ev.u.post_recv.qp = e->qp;
-	ev.u.post_recv.qp_num = e->qpn;
-	ev.u.post_recv.n_wrs = 1;
-	ev.u.post_recv.wrs = &wr;
-	ev.u.post_recv.ts_exit = e->t + 200;
-	put(e, &ev);
+	rbt_tb_post_recv(e->tb, e->t, e->t + 200, e->qp, e->qpn, &wr, 1);
 }
 
 static void post_send(struct end *e, uint64_t wr_id, int op, uint32_t len, uint64_t raddr,
 		      uint32_t rkey)
 {
-	struct rbt_event ev;
 	struct rbt_sge sge = { .addr = e->base + 4096, .length = len, .lkey = e->lkey };
-	struct rbt_send_wr wr = { .wr_id = wr_id,
-				  .opcode = (uint64_t)op,
-				  .send_flags = IBV_SEND_SIGNALED,
-				  .remote_addr = raddr,
-				  .rkey = rkey,
-				  .n_sges = 1,
-				  .sges = &sge };
+	struct rbt_send_wr wr =
+		rbt_tb_send_wr(wr_id, (uint32_t)op, IBV_SEND_SIGNALED, &sge);
 
-	memset(&ev, 0, sizeof(ev));
-	ev.type = RBT_EV_POST_SEND;
-	ev.u.post_send.qp = e->qp;
-	ev.u.post_send.qp_num = e->qpn;
-	ev.u.post_send.n_wrs = 1;
-	ev.u.post_send.wrs = &wr;
-	ev.u.post_send.ts_exit = e->t + 300;
-	put(e, &ev);
+	wr.remote_addr = raddr;
+	wr.rkey = rkey;
+	rbt_tb_post_send(e->tb, e->t, e->t + 300, e->qp, e->qpn, &wr, 1);
 }
 
 static void poll1(struct end *e, uint64_t wr_id, int status, int opcode, uint32_t len)
 {
-	struct rbt_event ev;
-	struct rbt_wc wc = { .wr_id = wr_id,
-			     .status = (uint64_t)status,
-			     .opcode = (uint64_t)opcode,
-			     .byte_len = len,
-			     .qp_num = e->qpn };
+	struct rbt_wc wc = rbt_tb_wc(wr_id, (uint32_t)opcode, e->qpn, len);
 
-	memset(&ev, 0, sizeof(ev));
-	ev.type = RBT_EV_POLL_CQ;
-	ev.u.poll_cq.cq = e->cq;
-	ev.u.poll_cq.asked = 1;
-	ev.u.poll_cq.ret = 1;
-	ev.u.poll_cq.count = 1;
-	ev.u.poll_cq.n_wcs = 1;
-	ev.u.poll_cq.wcs = &wc;
-	ev.u.poll_cq.ts_exit = e->t + 100;
-	put(e, &ev);
+	wc.status = (uint64_t)status;
+	rbt_tb_poll(e->tb, e->t, e->t + 100, e->cq, 1, &wc, 1, 1);
 }
 
 int main(int argc, char **argv)
@@ -239,7 +172,8 @@ int main(int argc, char **argv)
 	if (argc < 2) {
 		fprintf(stderr,
 			"usage: replay_synth OUTDIR [--iters N] [--interval-us U] "
-			"[--scenario pingpong|stream|rnr|rkey|unpolled|unpolled-lost]\n");
+			"[--scenario "
+			"pingpong|stream|rnr|rkey|unpolled|unpolled-lost|deaf]\n");
 		return 2;
 	}
 	for (int i = 2; i + 1 < argc; i += 2) {
@@ -260,6 +194,8 @@ int main(int argc, char **argv)
 	modify(&a, IBV_QPS_INIT, 0);
 	modify(&b, IBV_QPS_INIT, 0);
 	a.t = b.t = t0 + 20000;
+	if (!strcmp(scen, "deaf"))
+		b.t = t0 + 20000; /* the server only connects */
 	if (strcmp(scen, "stream") && strcmp(scen, "rnr")) {
 		post_recv(&a, 0x10, 64);
 	}
@@ -340,6 +276,13 @@ int main(int argc, char **argv)
 		}
 		a.t = start + 2000000;
 		poll1(&a, 0x10, IBV_WC_SUCCESS, IBV_WC_RECV, 64);
+	} else if (!strcmp(scen, "deaf")) {
+		for (int i = 0; i < iters; i++) {
+			a.t = start + (uint64_t)i * (uint64_t)interval * 1000;
+			poll1(&a, 0x10, IBV_WC_SUCCESS, IBV_WC_RECV, 64);
+			a.t += 1000;
+			post_recv(&a, 0x10, 64);
+		}
 	} else if (!strcmp(scen, "rnr")) {
 		a.t = start;
 		post_send(&a, 0x20, IBV_WR_SEND, 64, 0, 0);
@@ -357,9 +300,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "replay_synth: unknown scenario %s\n", scen);
 		return 2;
 	}
-	if (rbt_writer_close(a.w, NULL) || rbt_writer_close(b.w, NULL)) {
-		fprintf(stderr, "replay_synth: closing the traces failed\n");
-		return 1;
-	}
+	rbt_tb_close(a.tb, NULL);
+	rbt_tb_close(b.tb, NULL);
 	return 0;
 }

@@ -44,6 +44,7 @@ struct ctx {
 	struct ibv_qp *a, *b;
 	char *buf;
 	uint16_t lid;
+	uint32_t a_inline; /* what the device granted QP A (hardware rounds up) */
 };
 
 static struct ibv_qp *make_qp(struct ctx *c, struct ibv_cq *cq, int max_inline)
@@ -61,6 +62,8 @@ static struct ibv_qp *make_qp(struct ctx *c, struct ibv_cq *cq, int max_inline)
 	struct ibv_qp *qp = ibv_create_qp(c->pd, &ia);
 	if (!qp)
 		die("ibv_create_qp");
+	if (cq == c->cqa)
+		c->a_inline = ia.cap.max_inline_data;
 	return qp;
 }
 
@@ -264,6 +267,10 @@ int main(int argc, char **argv)
 		}
 		if (P("allsig"))
 			op = IBV_WR_RDMA_WRITE;
+		/* without a problem to provoke, a well-behaved program inlines
+		 * what the QP takes inline (the problems need their lkeys) */
+		if (!strcmp(problem, "none") && len <= c.a_inline)
+			flags |= IBV_SEND_INLINE;
 		if (P("mrreg")) {
 			struct ibv_mr *m = ibv_reg_mr(c.pd, c.buf + 32768, 4096,
 						      IBV_ACCESS_LOCAL_WRITE);

@@ -1,0 +1,254 @@
+/* replay_threads.c - a real multi-threaded verbs program: T threads (T even),
+ * each with one RC QP of its own (its own CQ and buffer); QP t is connected to
+ * QP t^1 of this process. Each pair ping-pongs N times: the even thread sends
+ * one SEND every U microseconds and polls its send completion and the answer,
+ * the odd thread polls the message and answers it. Then a relay the recording
+ * proves the order of: thread t (t > 0) waits until thread t-1 is done, then
+ * RDMA-WRITEs into its peer's buffer and polls that. Recorded with librbtrace,
+ * its trace tests that replay keeps each thread's order and timing on a
+ * thread of its own.
+ *
+ * usage: replay_threads [--threads T] [--iters N] [--interval-us U]
+ * Prints "threads: T x N sends in X us (R msg/s)". Exits 1 on any verbs failure.
+ */
+#define _GNU_SOURCE
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_THREADS 64
+#define MSG	    64
+
+struct lane {
+	int id;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	char *buf;
+	int failed;
+};
+
+static int iters = 500, interval = 20, nthreads = 8;
+static struct lane lanes[MAX_THREADS];
+static int relay_done[MAX_THREADS]; /* atomic: thread i polled its last */
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int connect_qp(struct ibv_qp *qp, uint32_t dest, uint16_t lid, uint32_t psn_out,
+		      uint32_t psn_in)
+{
+	struct ibv_qp_attr a;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	if (ibv_modify_qp(qp, &a,
+			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				  IBV_QP_ACCESS_FLAGS))
+		return -1;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = dest;
+	a.rq_psn = psn_in;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.dlid = lid;
+	a.ah_attr.port_num = 1;
+	if (ibv_modify_qp(qp, &a,
+			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+				  IBV_QP_MIN_RNR_TIMER))
+		return -1;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = psn_out;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	return ibv_modify_qp(qp, &a,
+			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+				     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				     IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+/* n successful completions off the lane's CQ. */
+static int wait_n(struct lane *l, int n)
+{
+	struct ibv_wc wc[2];
+
+	while (n > 0) {
+		int got = ibv_poll_cq(l->cq, n < 2 ? n : 2, wc);
+
+		if (got < 0)
+			return -1;
+		for (int k = 0; k < got; k++)
+			if (wc[k].status != IBV_WC_SUCCESS)
+				return -1;
+		n -= got;
+	}
+	return 0;
+}
+
+static int post_recv(struct lane *l, uint64_t wr_id)
+{
+	struct ibv_sge rs = { (uintptr_t)l->buf + MSG, MSG, l->mr->lkey };
+	struct ibv_recv_wr rw = { .wr_id = wr_id, .sg_list = &rs, .num_sge = 1 }, *br;
+
+	return ibv_post_recv(l->qp, &rw, &br);
+}
+
+static int post_send(struct lane *l, uint64_t wr_id, int write)
+{
+	struct lane *peer = &lanes[l->id ^ 1];
+	struct ibv_sge ss = { (uintptr_t)l->buf, MSG, l->mr->lkey };
+	struct ibv_send_wr sw = { .wr_id = wr_id,
+				  .sg_list = &ss,
+				  .num_sge = 1,
+				  .opcode = write ? IBV_WR_RDMA_WRITE : IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED },
+			   *bs;
+
+	sw.wr.rdma.remote_addr = (uintptr_t)peer->buf + 2 * MSG;
+	sw.wr.rdma.rkey = peer->mr->rkey;
+	return ibv_post_send(l->qp, &sw, &bs);
+}
+
+static void *run(void *arg)
+{
+	struct lane *l = arg;
+	uint64_t next = now_ns();
+	int even = !(l->id & 1);
+
+	for (int i = 0; i < iters && !l->failed; i++) {
+		if (even) {
+			while (now_ns() < next)
+				;
+			/* the send's completion and the answer */
+			l->failed = post_send(l, (uint64_t)i, 0) || wait_n(l, 2) ||
+				    post_recv(l, (uint64_t)i + 1);
+			next += (uint64_t)interval * 1000;
+		} else {
+			l->failed = wait_n(l, 1) || post_recv(l, (uint64_t)i + 1) ||
+				    post_send(l, (uint64_t)i, 0) || wait_n(l, 1);
+		}
+	}
+	/* the relay: after the previous thread is done */
+	if (l->id > 0)
+		while (!__atomic_load_n(&relay_done[l->id - 1], __ATOMIC_ACQUIRE))
+			;
+	if (!l->failed)
+		l->failed = post_send(l, 1000000, 1) || wait_n(l, 1);
+	__atomic_store_n(&relay_done[l->id], 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	struct ibv_device **list;
+	struct ibv_context *ctx;
+	struct ibv_port_attr pa;
+	struct ibv_pd *pd;
+	pthread_t thr[MAX_THREADS];
+	uint64_t t0;
+	int n, bad = 0;
+
+	for (int i = 1; i + 1 < argc; i += 2) {
+		if (!strcmp(argv[i], "--threads"))
+			nthreads = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--iters"))
+			iters = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--interval-us"))
+			interval = atoi(argv[i + 1]);
+	}
+	if (nthreads < 2 || nthreads > MAX_THREADS || nthreads % 2 || iters < 0 ||
+	    interval < 0) {
+		fprintf(stderr,
+			"replay_threads: --threads 2..%d, even; --iters and "
+			"--interval-us >= 0\n",
+			MAX_THREADS);
+		return 2;
+	}
+	list = ibv_get_device_list(&n);
+	if (!list || !n) {
+		fprintf(stderr, "replay_threads: no RDMA device\n");
+		return 1;
+	}
+	ctx = ibv_open_device(list[0]);
+	ibv_free_device_list(list);
+	pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+	if (!pd || ibv_query_port(ctx, 1, &pa)) {
+		fprintf(stderr, "replay_threads: opening the device failed\n");
+		return 1;
+	}
+	for (int t = 0; t < nthreads; t++) {
+		struct lane *l = &lanes[t];
+		struct ibv_qp_init_attr ia = { .cap = { .max_send_wr = 16,
+							.max_recv_wr = 16,
+							.max_send_sge = 1,
+							.max_recv_sge = 1 },
+					       .qp_type = IBV_QPT_RC };
+
+		l->id = t;
+		l->buf = calloc(1, 3 * MSG);
+		l->mr = l->buf ? ibv_reg_mr(pd, l->buf, 3 * MSG,
+					    IBV_ACCESS_LOCAL_WRITE |
+						    IBV_ACCESS_REMOTE_WRITE)
+			       : NULL;
+		l->cq = l->mr ? ibv_create_cq(ctx, 32, NULL, NULL, 0) : NULL;
+		ia.send_cq = ia.recv_cq = l->cq;
+		l->qp = l->cq ? ibv_create_qp(pd, &ia) : NULL;
+		if (!l->qp) {
+			fprintf(stderr,
+				"replay_threads: creating thread %d's QP failed\n", t);
+			return 1;
+		}
+	}
+	for (int t = 0; t < nthreads; t++)
+		if (connect_qp(lanes[t].qp, lanes[t ^ 1].qp->qp_num, pa.lid,
+			       100u + (uint32_t)t, 100u + (uint32_t)(t ^ 1)) ||
+		    post_recv(&lanes[t], 0)) {
+			fprintf(stderr,
+				"replay_threads: connecting thread %d's QP failed\n", t);
+			return 1;
+		}
+	t0 = now_ns();
+	for (int t = 0; t < nthreads; t++)
+		if (pthread_create(&thr[t], NULL, run, &lanes[t])) {
+			fprintf(stderr, "replay_threads: pthread_create failed\n");
+			return 1;
+		}
+	for (int t = 0; t < nthreads; t++) {
+		pthread_join(thr[t], NULL);
+		bad |= lanes[t].failed;
+	}
+	{
+		double us = (double)(now_ns() - t0) / 1e3;
+
+		printf("threads: %d threads, %d round trips per pair in %.0f us (%.0f "
+		       "msg/s)\n",
+		       nthreads, iters, us, (double)nthreads * iters / (us / 1e6));
+	}
+	for (int t = 0; t < nthreads; t++) {
+		ibv_destroy_qp(lanes[t].qp);
+		ibv_destroy_cq(lanes[t].cq);
+		ibv_dereg_mr(lanes[t].mr);
+		free(lanes[t].buf);
+	}
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+	if (bad)
+		fprintf(stderr, "replay_threads: a completion failed\n");
+	return bad;
+}
