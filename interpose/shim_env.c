@@ -133,7 +133,7 @@ void rbt_config_load(void)
 	rbt_cfg.ring_bytes = 1;
 	while (rbt_cfg.ring_bytes < kb * 1024)
 		rbt_cfg.ring_bytes <<= 1;
-	rbt_cfg.flush_ms = rbt_env_ul(RBT_ENV_FLUSH_MS, 100, 1, 60000);
+	rbt_cfg.flush_ms = rbt_env_ul(RBT_ENV_FLUSH_MS, 100, 1, 5000);
 	/* Until the background thread has measured the TSC, assume 3 GHz: this only
 	 * bounds how long a run of empty polls is folded into one record. */
 	rbt_cfg.flush_ticks = 3000000ull * rbt_cfg.flush_ms;

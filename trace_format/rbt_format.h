@@ -947,7 +947,9 @@ int rbt_writer_close(struct rbt_writer *w, const struct rbt_trailer *trailer);
 uint64_t rbt_writer_bytes(const struct rbt_writer *w);
 
 /* ---- reader -------------------------------------------------------------------
- * Streams events in file order (chunk by chunk; within a chunk, in append order).
+ * Streams events merged by time across the file's streams (FORMAT.md "Order of
+ * events"): each stream's events in their order (chunk by chunk; within a chunk,
+ * in append order), the smallest next ts first (ties: the earlier chunk).
  * Damage never stops the reader early when intact chunks follow: a bad chunk is
  * skipped (resynchronising on the next chunk magic), counted and remembered.
  * A file that ends "rotated" (a series' file, rbt_reader_open only) goes on into

@@ -1,5 +1,5 @@
-/* rbt_reader.c - the streaming reader: one chunk in memory at a time, decoded
- * event by event with per-type decoders generated from the X-macro lists (the
+/* rbt_reader.c - the streaming reader: a file's streams merged by time (chunk
+ * headers read ahead, one decoded chunk per stream), decoded event by event with per-type decoders generated from the X-macro lists (the
  * header body, read once, uses the generic table-driven decoder).
  *
  * Input is untrusted (truncated by kill -9, damaged on disk, or a fuzzer's):
@@ -64,25 +64,76 @@ struct arena_block {
 	max_align_t data[];
 };
 
+/* One decoded chunk being read: the reader keeps one per stream whose events
+ * interleave in time with the others' (see "merged by time" below). */
+struct rd_cur {
+	uint8_t *raw; /* the decoded chunk, RD_SLACK zeroed bytes after it */
+	size_t raw_cap;
+	size_t raw_len, raw_pos;
+	uint64_t chunk_off;
+	uint64_t seq; /* the chunk's place in the file: ties and same-stream order */
+	struct rbt_chunk_hdr ch;
+	uint32_t decoded;
+	int ended; /* cut short by damage (counted) */
+	uint64_t prev_ts;
+	uint64_t head_ts;   /* ts of the next event (peeked) */
+	struct rd_slots sl; /* H fields' delta bases, per chunk */
+};
+
+/* A chunk whose header was read but whose frame is not decoded yet. */
+struct rd_pend {
+	uint64_t off, seq;
+	struct rbt_chunk_hdr ch;
+};
+
+/* A stream with a chunk being read or chunks waiting: its chunks are read one
+ * after the other, in file order. */
+struct rd_stream {
+	uint32_t id;
+	int heap_at, at; /* places in r->heap and r->streams */
+	struct rd_cur *cur;
+	struct rd_pend *q; /* waiting chunks: q[qh, qh + qn) */
+	uint32_t qh, qn, qcap;
+	uint64_t key_ts, key_seq; /* the next event's ts, or the next chunk's */
+};
+
+/* Bounds of the merge (FORMAT.md "Order of events"): chunk headers are read up to
+ * RD_MERGE_SEC of trace time past the earliest event still to hand, at most
+ * RD_MAX_PEND of them, and decoded chunks hold at most RD_MAX_OPEN_BYTES (one
+ * chunk per stream). Past a bound the reader hands the events in the best order
+ * it has. */
+#define RD_MERGE_SEC	  10
+#define RD_MAX_PEND	  65536
+#define RD_MAX_OPEN_BYTES (512u << 20)
+
 struct rbt_reader {
 	int fd; /* -1 for a memory reader */
 	const uint8_t *mem;
 	uint64_t size;
-	uint64_t off; /* where the next chunk starts */
-	int done;
+	uint64_t off; /* where the next chunk header starts */
+	int done;     /* no chunk header left to read */
 
-	uint8_t *scratch; /* fd readers: a window of the file, [win_off, +win_len) */
-	size_t scratch_cap;
-	uint64_t win_off;
-	size_t win_len;
-	uint8_t *raw; /* the decoded chunk */
-	size_t raw_cap;
-	size_t raw_len, raw_pos;
-	uint64_t chunk_off;
-	struct rbt_chunk_hdr ch;
-	uint32_t decoded;
-	uint64_t prev_ts;
-	struct rd_slots sl;	       /* H fields' delta bases, per chunk */
+	/* fd readers: two windows of the file, [win_off, +win_len), one for the
+	 * headers read ahead and one for the frames being decoded */
+	uint8_t *scratch[2];
+	size_t scratch_cap[2];
+	uint64_t win_off[2];
+	size_t win_len[2];
+	int win_next; /* the window to replace next */
+
+	struct rd_cur *cur;	    /* the chunk being decoded (the decoders' slots) */
+	struct rd_stream **streams; /* active streams */
+	struct rd_stream **heap;    /* the same, a min-heap on (key_ts, key_seq) */
+	int n_streams, cap_streams;
+	struct rd_cur *retired;	 /* holds the last event handed out */
+	struct rd_cur *spare[4]; /* closed cursors, buffers kept for reuse */
+	int n_spare;
+	uint64_t n_pend;     /* chunk headers read, frames not decoded yet */
+	uint64_t open_bytes; /* raw bytes of the decoded chunks */
+	uint64_t seq;	     /* chunk headers read so far */
+	uint64_t scan_ts;    /* first_ts of the last chunk header read */
+	uint64_t window;     /* RD_MERGE_SEC in ticks */
+	int rotate_wait;     /* at a rotated series' trailer, chunks still waiting */
 	uint64_t slots[RBT_MAX_SLOTS]; /* the generic decoder's (header only) */
 	ZSTD_DCtx *dctx;
 
@@ -134,24 +185,29 @@ static const uint8_t *src_get(struct rbt_reader *r, uint64_t off, size_t n)
 		return NULL;
 	if (r->mem)
 		return r->mem + off;
-	if (r->win_len && off >= r->win_off && n <= r->win_len &&
-	    off - r->win_off <= r->win_len - n)
-		return r->scratch + (off - r->win_off);
+	for (int w = 0; w < 2; w++) {
+		if (r->win_len[w] && off >= r->win_off[w] && n <= r->win_len[w] &&
+		    off - r->win_off[w] <= r->win_len[w] - n) {
+			r->win_next = !w;
+			return r->scratch[w] + (off - r->win_off[w]);
+		}
+	}
+	int w = r->win_next;
 	size_t want = n > RD_WINDOW ? n : RD_WINDOW;
 	if (want > r->size - off)
 		want = (size_t)(r->size - off);
-	if (want > r->scratch_cap) {
-		uint8_t *p = realloc(r->scratch, want);
+	if (want > r->scratch_cap[w]) {
+		uint8_t *p = realloc(r->scratch[w], want);
 		if (!p)
 			return NULL;
-		r->scratch = p;
-		r->scratch_cap = want;
+		r->scratch[w] = p;
+		r->scratch_cap[w] = want;
 	}
-	r->win_len = 0;
+	r->win_len[w] = 0;
 	size_t got = 0;
 	while (got < want) {
 		ssize_t k =
-			pread(r->fd, r->scratch + got, want - got, (off_t)(off + got));
+			pread(r->fd, r->scratch[w] + got, want - got, (off_t)(off + got));
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k <= 0)
@@ -160,9 +216,10 @@ static const uint8_t *src_get(struct rbt_reader *r, uint64_t off, size_t n)
 	}
 	if (got < n)
 		return NULL;
-	r->win_off = off;
-	r->win_len = got;
-	return r->scratch;
+	r->win_off[w] = off;
+	r->win_len[w] = got;
+	r->win_next = !w;
+	return r->scratch[w];
 }
 
 /* CRC-32C of the chunk data: the SSE4.2 crc32 instruction computes exactly this
@@ -663,7 +720,7 @@ RD_PROTO(frame)
 		struct rbt_reader *r, struct rbt_##lname *o, const uint8_t *q, \
 		const uint8_t *end, uint64_t ts)                               \
 	{                                                                      \
-		RD_BODY(RBT_REC_##lname, r->sl.rec_##lname)                    \
+		RD_BODY(RBT_REC_##lname, r->cur->sl.rec_##lname)               \
 	}
 RD_REC(sge)
 RD_REC(send_wr)
@@ -679,7 +736,7 @@ typedef int (*rd_ev_fn)(struct rbt_reader *r, struct rbt_event *ev, const uint8_
 				 const uint8_t *q, const uint8_t *end, uint64_t ts) \
 	{                                                                           \
 		struct rbt_ev_##lname *o = &ev->u.lname;                            \
-		RD_BODY(RBT_EV_##lname, r->sl.lname)                                \
+		RD_BODY(RBT_EV_##lname, r->cur->sl.lname)                           \
 	}
 RBT_EVENT_LIST(RD_EV)
 
@@ -752,7 +809,10 @@ static int reader_init(struct rbt_reader *r)
 	r->dctx = ZSTD_createDCtx();
 	if (!r->dctx)
 		return -ENOMEM;
-	return read_header(r);
+	int err = read_header(r);
+	uint64_t hz = r->hdr.clock_hz ? r->hdr.clock_hz : 1000000000ull;
+	r->window = hz > UINT64_MAX / RD_MERGE_SEC ? UINT64_MAX : hz * RD_MERGE_SEC;
+	return err;
 }
 
 int rbt_reader_open_mem(const void *buf, size_t len, struct rbt_reader **out)
@@ -821,8 +881,27 @@ void rbt_reader_close(struct rbt_reader *r)
 	if (r->fd >= 0)
 		close(r->fd);
 	ZSTD_freeDCtx(r->dctx);
-	free(r->scratch);
-	free(r->raw);
+	free(r->scratch[0]);
+	free(r->scratch[1]);
+	for (int i = 0; i < r->n_streams; i++) {
+		struct rd_stream *st = r->streams[i];
+		if (st->cur) {
+			free(st->cur->raw);
+			free(st->cur);
+		}
+		free(st->q);
+		free(st);
+	}
+	if (r->retired) {
+		free(r->retired->raw);
+		free(r->retired);
+	}
+	for (int i = 0; i < r->n_spare; i++) {
+		free(r->spare[i]->raw);
+		free(r->spare[i]);
+	}
+	free(r->streams);
+	free(r->heap);
 	free(r->hdr_body);
 	free(r->path);
 	while (r->arena) {
@@ -883,8 +962,7 @@ static int next_in_series(struct rbt_reader *r)
 	n->fd = -1;
 	r->size = n->size;
 	r->off = n->off;
-	r->win_len = 0;
-	r->win_off = 0;
+	r->win_len[0] = r->win_len[1] = 0;
 	free(r->path);
 	r->path = n->path;
 	n->path = NULL;
@@ -898,8 +976,10 @@ static int next_in_series(struct rbt_reader *r)
 	return 1;
 }
 
-/* Moves to the next chunk: 1 when one is loaded, 0 at the end. */
-static int load_chunk(struct rbt_reader *r)
+/* Reads the next chunk header (skipping damage, reading the trailer at the end):
+ * 1 with *out set, 0 at the end of the file. The frame is checked and decoded
+ * later, by open_chunk(). */
+static int scan_chunk(struct rbt_reader *r, struct rd_pend *out)
 {
 	while (!r->done) {
 		uint64_t off = r->off;
@@ -918,6 +998,13 @@ static int load_chunk(struct rbt_reader *r)
 		if (magic == RBT_TRAILER_MAGIC && left >= RBT_TRAILER_SIZE &&
 		    (p = src_get(r, off, RBT_TRAILER_SIZE)) &&
 		    !rbt__trailer_get(p, &r->trailer)) {
+			if (r->trailer.end_how == RBT_END_ROTATED && r->n_pend) {
+				/* The next file replaces this one: first decode
+				 * the chunks still waiting here (their offsets are
+				 * this file's). */
+				r->rotate_wait = 1;
+				return 0;
+			}
 			r->have_trailer = 1;
 			r->st.finished = 1;
 			if (left > RBT_TRAILER_SIZE) {
@@ -987,64 +1074,132 @@ static int load_chunk(struct rbt_reader *r)
 			r->sum_events -= h.events;
 			continue;
 		}
-		const uint8_t *frame = src_get(r, off + RBT_CHUNK_HDR, h.comp_len);
-		if (!frame || !CRC_OK(rd_crc32c(0, frame, h.comp_len), h.data_crc)) {
-			damage(r, off, "chunk data checksum mismatch (%u events lost)",
-			       h.events);
-			lose_chunk(r, h.events);
-			r->st.bad_bytes += total;
-			continue;
-		}
-		unsigned long long csize = ZSTD_getFrameContentSize(frame, h.comp_len);
-		if (csize != h.raw_len) {
-			damage(r, off,
-			       "chunk frame size disagrees with its header "
-			       "(%u events lost)",
-			       h.events);
-			lose_chunk(r, h.events);
-			r->st.bad_bytes += total;
-			continue;
-		}
-		if (h.raw_len > r->raw_cap) {
-			uint8_t *n = realloc(r->raw, (size_t)h.raw_len + RD_SLACK);
-			if (!n) {
-				damage(r, off, "out of memory");
-				lose_chunk(r, h.events);
-				continue;
-			}
-			r->raw = n;
-			r->raw_cap = h.raw_len;
-			/* All of it, not just the slack: a chunk that fails to
-			 * decompress may leave bytes that a smaller one after it
-			 * would then have past its end, read by rd_varint8(). */
-			memset(n, 0, (size_t)h.raw_len + RD_SLACK);
-		}
-		size_t got = ZSTD_decompressDCtx(r->dctx, r->raw, r->raw_cap, frame,
-						 h.comp_len);
-		if (ZSTD_isError(got) || got != h.raw_len) {
-			damage(r, off, "chunk does not decompress (%u events lost)",
-			       h.events);
-			lose_chunk(r, h.events);
-			r->st.bad_bytes += total;
-			continue;
-		}
-		r->ch = h;
-		r->chunk_off = off;
-		r->raw_len = got;
-		r->raw_pos = 0;
-		r->decoded = 0;
-		r->prev_ts = h.first_ts;
-		memset(&r->sl, 0, sizeof(r->sl));
-		r->st.chunks++;
+		out->off = off;
+		out->seq = r->seq++;
+		out->ch = h;
 		return 1;
 	}
 	return 0;
 }
 
-static void end_chunk_early(struct rbt_reader *r, const char *why)
+static struct rd_cur *cur_get(struct rbt_reader *r)
 {
-	uint32_t lost = r->ch.events > r->decoded ? r->ch.events - r->decoded : 0;
-	damage(r, r->chunk_off, "chunk event %u %s (%u events lost)", r->decoded, why,
+	if (r->n_spare)
+		return r->spare[--r->n_spare];
+	return calloc(1, sizeof(struct rd_cur));
+}
+
+static void cur_put(struct rbt_reader *r, struct rd_cur *c)
+{
+	r->open_bytes -= c->raw_len;
+	if (r->n_spare < (int)(sizeof(r->spare) / sizeof(r->spare[0])) &&
+	    c->raw_cap <= RD_WINDOW * 4) {
+		r->spare[r->n_spare++] = c;
+		return;
+	}
+	free(c->raw);
+	free(c);
+}
+
+/* The ts of c's next event, read ahead (a damaged one reads as the previous
+ * ts: decoding it ends the chunk). */
+static void cur_peek(struct rd_cur *c)
+{
+	c->head_ts = c->prev_ts;
+	const uint8_t *q = c->raw + c->raw_pos, *end = c->raw + c->raw_len;
+	uint64_t type, len, delta = 0;
+	if (!(q = rd_varint(q, end, &type)) || !(q = rd_varint(q, end, &len)) ||
+	    len > (uint64_t)(end - q))
+		return;
+	if (len && !rd_varint(q, q + len, &delta))
+		return;
+	c->head_ts = c->prev_ts + (uint64_t)rbt__unzigzag(delta);
+}
+
+/* Checks and decodes the frame of p into a new cursor: NULL when the chunk is
+ * lost (damage counted). */
+static struct rd_cur *open_chunk(struct rbt_reader *r, const struct rd_pend *p)
+{
+	const struct rbt_chunk_hdr *h = &p->ch;
+	uint64_t off = p->off, total = RBT_CHUNK_HDR + (uint64_t)h->comp_len;
+	const uint8_t *frame = src_get(r, off + RBT_CHUNK_HDR, h->comp_len);
+	if (!frame || !CRC_OK(rd_crc32c(0, frame, h->comp_len), h->data_crc)) {
+		damage(r, off, "chunk data checksum mismatch (%u events lost)",
+		       h->events);
+		lose_chunk(r, h->events);
+		r->st.bad_bytes += total;
+		return NULL;
+	}
+	unsigned long long csize = ZSTD_getFrameContentSize(frame, h->comp_len);
+	if (csize != h->raw_len) {
+		damage(r, off,
+		       "chunk frame size disagrees with its header "
+		       "(%u events lost)",
+		       h->events);
+		lose_chunk(r, h->events);
+		r->st.bad_bytes += total;
+		return NULL;
+	}
+	struct rd_cur *c = cur_get(r);
+	if (c && h->raw_len > c->raw_cap) {
+		uint8_t *n = realloc(c->raw, (size_t)h->raw_len + RD_SLACK);
+		if (!n) {
+			free(c->raw);
+			free(c);
+			c = NULL;
+		} else {
+			c->raw = n;
+			c->raw_cap = h->raw_len;
+			/* All of it, not just the slack: a chunk that fails to
+			 * decompress may leave bytes that a smaller one after it
+			 * would then have past its end, read by rd_varint8(). */
+			memset(n, 0, (size_t)h->raw_len + RD_SLACK);
+		}
+	}
+	if (!c) {
+		damage(r, off, "out of memory");
+		lose_chunk(r, h->events);
+		return NULL;
+	}
+	if (!c->raw) { /* an empty chunk: the slack must still be there */
+		c->raw = calloc(1, RD_SLACK);
+		if (!c->raw) {
+			free(c);
+			damage(r, off, "out of memory");
+			lose_chunk(r, h->events);
+			return NULL;
+		}
+	}
+	size_t got = h->raw_len ? ZSTD_decompressDCtx(r->dctx, c->raw, c->raw_cap, frame,
+						      h->comp_len)
+				: 0;
+	if (h->raw_len && (ZSTD_isError(got) || got != h->raw_len)) {
+		damage(r, off, "chunk does not decompress (%u events lost)", h->events);
+		lose_chunk(r, h->events);
+		r->st.bad_bytes += total;
+		c->raw_len = 0;
+		cur_put(r, c);
+		return NULL;
+	}
+	c->ch = *h;
+	c->chunk_off = off;
+	c->seq = p->seq;
+	c->raw_len = got;
+	c->raw_pos = 0;
+	c->decoded = 0;
+	c->ended = 0;
+	c->prev_ts = h->first_ts;
+	memset(&c->sl, 0, sizeof(c->sl));
+	r->open_bytes += got;
+	r->st.chunks++;
+	cur_peek(c);
+	return c;
+}
+
+static void end_chunk_early(struct rbt_reader *r, struct rd_cur *c, const char *why)
+{
+	uint32_t lost = c->ch.events > c->decoded ? c->ch.events - c->decoded : 0;
+	damage(r, c->chunk_off, "chunk event %u %s (%u events lost)", c->decoded, why,
 	       lost);
 	/* The chunk was counted intact when it loaded; it is one damaged chunk,
 	 * counted once: its rest must not be reported missing a second time. */
@@ -1052,8 +1207,222 @@ static void end_chunk_early(struct rbt_reader *r, const char *why)
 		r->st.chunks--;
 	r->st.bad_chunks++;
 	r->st.lost_events_in_bad_chunks += lost;
-	r->raw_pos = r->raw_len;
-	r->raw_len = 0;
+	c->raw_pos = c->raw_len;
+	c->ended = 1;
+}
+
+/* ---- merged by time ------------------------------------------------------------
+ * Each stream's events keep their order; across streams the reader hands the
+ * event with the smallest ts (ties: the earlier chunk in the file). A stream's
+ * key is its next event's ts, or its next chunk's first_ts before that chunk is
+ * decoded: only the chunk of the stream on top of the heap is ever decoded. */
+
+static int st_less(const struct rd_stream *a, const struct rd_stream *b)
+{
+	return a->key_ts < b->key_ts ||
+	       (a->key_ts == b->key_ts && a->key_seq < b->key_seq);
+}
+
+static void heap_swap(struct rbt_reader *r, int i, int j)
+{
+	struct rd_stream *t = r->heap[i];
+	r->heap[i] = r->heap[j];
+	r->heap[j] = t;
+	r->heap[i]->heap_at = i;
+	r->heap[j]->heap_at = j;
+}
+
+static void heap_up(struct rbt_reader *r, int i)
+{
+	while (i > 0 && st_less(r->heap[i], r->heap[(i - 1) / 2])) {
+		heap_swap(r, i, (i - 1) / 2);
+		i = (i - 1) / 2;
+	}
+}
+
+static void heap_down(struct rbt_reader *r, int i)
+{
+	for (;;) {
+		int l = 2 * i + 1, m = i;
+		if (l < r->n_streams && st_less(r->heap[l], r->heap[m]))
+			m = l;
+		if (l + 1 < r->n_streams && st_less(r->heap[l + 1], r->heap[m]))
+			m = l + 1;
+		if (m == i)
+			return;
+		heap_swap(r, i, m);
+		i = m;
+	}
+}
+
+static void st_key(struct rd_stream *st)
+{
+	if (st->cur) {
+		st->key_ts = st->cur->head_ts;
+		st->key_seq = st->cur->seq;
+	} else {
+		st->key_ts = st->q[st->qh].ch.first_ts;
+		st->key_seq = st->q[st->qh].seq;
+	}
+}
+
+/* Takes st out of the heap and the active streams, and frees it. */
+static void st_drop(struct rbt_reader *r, struct rd_stream *st)
+{
+	int i = st->heap_at, last = --r->n_streams;
+	if (i != last) {
+		r->heap[i] = r->heap[last];
+		r->heap[i]->heap_at = i;
+		heap_down(r, i);
+		heap_up(r, i);
+	}
+	r->streams[st->at] = r->streams[last];
+	r->streams[st->at]->at = st->at;
+	free(st->q);
+	free(st);
+}
+
+/* After st's open chunk moved on: a chunk read to its end is closed (defer: its
+ * buffer holds the event just handed out, freed at the next call), a stream
+ * with nothing left leaves, and st's place in the heap follows its key. */
+static void st_fix(struct rbt_reader *r, struct rd_stream *st, int defer)
+{
+	struct rd_cur *c = st->cur;
+	if (c && c->raw_pos >= c->raw_len) {
+		if (c->raw_len && !c->ended && c->decoded < c->ch.events)
+			end_chunk_early(r, c, "missing: chunk ends early");
+		if (defer)
+			r->retired = c;
+		else
+			cur_put(r, c);
+		st->cur = NULL;
+	}
+	if (!st->cur && !st->qn) {
+		st_drop(r, st);
+		return;
+	}
+	st_key(st);
+	int i = st->heap_at;
+	heap_down(r, i);
+	if (st->heap_at == i)
+		heap_up(r, i);
+}
+
+/* Queues a scanned chunk on its stream: 0, or -ENOMEM. */
+static int st_queue(struct rbt_reader *r, const struct rd_pend *p)
+{
+	struct rd_stream *st = NULL;
+	for (int i = 0; i < r->n_streams; i++) {
+		if (r->streams[i]->id == p->ch.stream) {
+			st = r->streams[i];
+			break;
+		}
+	}
+	if (!st) {
+		if (r->n_streams == r->cap_streams) {
+			int cap = r->cap_streams ? 2 * r->cap_streams : 8;
+			struct rd_stream **a =
+				realloc(r->streams, (size_t)cap * sizeof(*a));
+			if (!a)
+				return -ENOMEM;
+			r->streams = a;
+			a = realloc(r->heap, (size_t)cap * sizeof(*a));
+			if (!a)
+				return -ENOMEM;
+			r->heap = a;
+			r->cap_streams = cap;
+		}
+		st = calloc(1, sizeof(*st));
+		if (st)
+			st->q = malloc(4 * sizeof(*st->q));
+		if (!st || !st->q) {
+			free(st);
+			return -ENOMEM;
+		}
+		st->qcap = 4;
+		st->id = p->ch.stream;
+		st->at = st->heap_at = r->n_streams;
+		r->streams[r->n_streams] = st;
+		r->heap[r->n_streams] = st;
+		r->n_streams++;
+	}
+	if (st->qh + st->qn == st->qcap) {
+		if (st->qh) {
+			memmove(st->q, st->q + st->qh, st->qn * sizeof(*st->q));
+			st->qh = 0;
+		} else {
+			uint32_t cap = st->qcap ? 2 * st->qcap : 4;
+			struct rd_pend *q = realloc(st->q, cap * sizeof(*q));
+			if (!q)
+				return -ENOMEM;
+			st->q = q;
+			st->qcap = cap;
+		}
+	}
+	st->q[st->qh + st->qn++] = *p;
+	r->n_pend++;
+	if (!st->cur && st->qn == 1) {
+		st_key(st);
+		heap_up(r, st->heap_at);
+	}
+	return 0;
+}
+
+/* Reads chunk headers ahead until the last one read starts RD_MERGE_SEC past
+ * the earliest event still to hand: FORMAT.md's bound says no chunk after it
+ * holds anything earlier. */
+static void scan_ahead(struct rbt_reader *r)
+{
+	if (r->rotate_wait && !r->n_pend)
+		r->rotate_wait = 0;
+	while (!r->done && !r->rotate_wait && r->n_pend < RD_MAX_PEND) {
+		if (r->n_streams && r->seq) {
+			uint64_t top = r->heap[0]->key_ts;
+			uint64_t lim = top > UINT64_MAX - r->window ? UINT64_MAX
+								    : top + r->window;
+			if (r->scan_ts > lim)
+				return;
+		}
+		struct rd_pend p;
+		if (!scan_chunk(r, &p))
+			return;
+		r->scan_ts = p.ch.first_ts;
+		if (st_queue(r, &p)) {
+			damage(r, p.off, "out of memory (%u events lost)", p.ch.events);
+			lose_chunk(r, p.ch.events);
+		}
+	}
+}
+
+/* The stream whose next event comes next (its chunk open), or NULL at the end. */
+static struct rd_stream *next_stream(struct rbt_reader *r)
+{
+	for (;;) {
+		scan_ahead(r);
+		if (!r->n_streams)
+			return NULL;
+		struct rd_stream *st = r->heap[0];
+		if (st->cur)
+			return st;
+		struct rd_pend p = st->q[st->qh];
+		if (r->open_bytes && r->open_bytes + p.ch.raw_len > RD_MAX_OPEN_BYTES) {
+			/* Too much decoded at once (no recorder's file gets
+			 * here): an open chunk goes on first. */
+			struct rd_stream *o = NULL;
+			for (int i = 0; i < r->n_streams; i++) {
+				struct rd_stream *s = r->streams[i];
+				if (s->cur && (!o || st_less(s, o)))
+					o = s;
+			}
+			if (o)
+				return o;
+		}
+		st->qh++;
+		st->qn--;
+		r->n_pend--;
+		st->cur = open_chunk(r, &p);
+		st_fix(r, st, 0);
+	}
 }
 
 int rbt_reader_next(struct rbt_reader *r, const struct rbt_event **out)
@@ -1061,38 +1430,41 @@ int rbt_reader_next(struct rbt_reader *r, const struct rbt_event **out)
 	*out = NULL;
 	if (!r)
 		return -EINVAL;
+	if (r->retired) {
+		cur_put(r, r->retired);
+		r->retired = NULL;
+	}
 	for (;;) {
-		if (r->raw_pos >= r->raw_len) {
-			if (r->raw_len && r->decoded < r->ch.events) {
-				end_chunk_early(r, "missing: chunk ends early");
-			}
-			r->raw_len = r->raw_pos = 0;
-			if (!load_chunk(r))
-				return 0;
-			continue;
-		}
-		const uint8_t *q = r->raw + r->raw_pos, *end = r->raw + r->raw_len;
+		struct rd_stream *s = next_stream(r);
+		if (!s)
+			return 0;
+		struct rd_cur *c = s->cur;
+		r->cur = c;
+		const uint8_t *q = c->raw + c->raw_pos, *end = c->raw + c->raw_len;
 		uint64_t type, len;
 		if (!(q = rd_varint(q, end, &type)) || !(q = rd_varint(q, end, &len)) ||
 		    len > (uint64_t)(end - q)) {
-			end_chunk_early(r, "has a bad type or length");
+			end_chunk_early(r, c, "has a bad type or length");
+			st_fix(r, s, 0);
 			continue;
 		}
 		const uint8_t *pend = q + len;
-		r->raw_pos = (size_t)(pend - r->raw);
+		c->raw_pos = (size_t)(pend - c->raw);
 		uint64_t delta = 0;
 		if (q < pend && !(q = rd_varint(q, pend, &delta))) {
-			end_chunk_early(r, "has a bad timestamp");
+			end_chunk_early(r, c, "has a bad timestamp");
+			st_fix(r, s, 0);
 			continue;
 		}
 		struct rbt_event *ev = &r->ev;
-		uint64_t ts = r->prev_ts + (uint64_t)rbt__unzigzag(delta);
-		r->prev_ts = ts;
+		uint64_t ts = c->prev_ts + (uint64_t)rbt__unzigzag(delta);
+		c->prev_ts = ts;
 		arena_reset(r);
 		rd_ev_fn fn = type <= RBT_EV_MAX_ID ? rd_ev_tab[type] : NULL;
 		if (fn) {
 			if (fn(r, ev, q, pend, ts)) {
-				end_chunk_early(r, "does not decode");
+				end_chunk_early(r, c, "does not decode");
+				st_fix(r, s, 0);
 				continue;
 			}
 		} else {
@@ -1100,11 +1472,14 @@ int rbt_reader_next(struct rbt_reader *r, const struct rbt_event **out)
 			r->st.unknown_events++;
 		}
 		ev->type = type > UINT32_MAX ? UINT32_MAX : (uint32_t)type;
-		ev->stream = r->ch.stream;
+		ev->stream = c->ch.stream;
 		ev->ts = ts;
-		r->decoded++;
+		c->decoded++;
 		r->st.events++;
 		r->st.events_by_type[type <= RBT_EV_MAX_ID ? type : 0]++;
+		if (c->raw_pos < c->raw_len)
+			cur_peek(c);
+		st_fix(r, s, 1);
 		*out = ev;
 		return 1;
 	}
