@@ -151,7 +151,7 @@ PY
 # system's libibverbs (softnic's librdmacm.so.1 in both)
 modes=dropin
 [ -e "$RBTRACE_SOFTNIC_DIR/cm/librdmacm.so.1" ] && [ -d "$RBTRACE_SOFTNIC_DIR/provider" ] &&
-	modes="dropin provider"
+	[ "${RBTRACE_SOFTNIC_MODE:-}" != dropin ] && modes="dropin provider"
 for mode in $modes; do
 rec rping "rping -s -a 127.0.0.1 -p @P -C 10 -d" "rping -c -a 127.0.0.1 -p @P -C 10 -d" - -
 rec ucmatose "ucmatose -p @P -c 8" "ucmatose -s 127.0.0.1 -p @P -c 8" \
