@@ -266,7 +266,11 @@ void an_stall_diagnose(struct rbt_analyzer *an)
 			double thr = usual * AN_STALL_P99_MULT;
 			if (thr < AN_STALL_MIN_NS)
 				thr = AN_STALL_MIN_NS;
-			uint64_t thr_ticks = (uint64_t)(thr / t->mt->ns_per_tick);
+			/* a damaged trace's clock can put the threshold past 2^64 ticks */
+			double thr_t = thr / t->mt->ns_per_tick;
+			uint64_t thr_ticks = thr_t >= 0x1p64 ? UINT64_MAX
+					     : thr_t > 0     ? (uint64_t)thr_t
+							     : 0;
 			const struct an_stall *e = &qp->st_end;
 			/* at the end: how long since the program last polled for it */
 			uint64_t since = e->wr.post_exit;
