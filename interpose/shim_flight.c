@@ -260,19 +260,16 @@ static int rbt_carry_sink(void *arg, const void *chunk, size_t len, uint64_t fir
 	return 0;
 }
 
-/* Drops the carried events of resources destroyed before seq: the destroy
- * and everything older about that handle (an earlier life of a reused handle
- * ended too); a later life of the handle stays. Keeps the order of the rest. */
-static void rbt_carry_compact(uint64_t seq)
+/* Marks in drop[] the carried events of resources destroyed before seq: the
+ * destroy and everything older about that handle (an earlier life of a reused
+ * handle ended too); a later life of the handle stays. 0, or -ENOMEM. */
+static int rbt_carry_mark_dead(uint64_t seq, uint8_t *drop)
 {
 	struct rbt_fvec *q = &rbt_carry_q;
-	size_t n = q->n, nd = 0, cap = 0;
+	size_t nd = 0, cap = 0;
 	uint64_t *dead = NULL;
-	uint8_t *drop = calloc(n ? n : 1, 1);
 
-	if (!drop)
-		return;
-	for (size_t i = n; i-- > 0;) {
+	for (size_t i = q->n; i-- > 0;) {
 		struct rbt_fchunk *c = rbt_fvec_at(q, i);
 		if (!c->handle || c->seq >= seq)
 			continue;
@@ -285,14 +282,32 @@ static void rbt_carry_compact(uint64_t seq)
 			if (nd == cap) {
 				size_t nc = cap ? cap * 2 : 64;
 				uint64_t *d = realloc(dead, nc * sizeof(*d));
-				if (!d)
-					break;
+				if (!d) {
+					free(dead);
+					return -ENOMEM;
+				}
 				dead = d;
 				cap = nc;
 			}
 			dead[nd++] = c->handle;
 			drop[i] = 1;
 		}
+	}
+	free(dead);
+	return 0;
+}
+
+/* Drops the carried events of resources destroyed before seq, keeping the
+ * order of the rest. */
+static void rbt_carry_compact(uint64_t seq)
+{
+	struct rbt_fvec *q = &rbt_carry_q;
+	size_t n = q->n;
+	uint8_t *drop = calloc(n ? n : 1, 1);
+
+	if (!drop || rbt_carry_mark_dead(seq, drop)) {
+		free(drop);
+		return;
 	}
 	size_t out = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -305,7 +320,6 @@ static void rbt_carry_compact(uint64_t seq)
 		}
 	}
 	q->n = out;
-	free(dead);
 	free(drop);
 }
 
@@ -767,18 +781,24 @@ static int rbt_open_beside(const char *name, char *path, size_t len)
 	return fd;
 }
 
-/* Writes the carried events from before seq into w (all when seq is ~0). */
+/* Writes the carried events from before seq into w (all when seq is ~0),
+ * but those of resources destroyed before seq: a window that begins after a
+ * QP's end must not bring it back (its peer may be gone from the carried
+ * events already, and a replay would look for it). */
 static int rbt_write_carried(struct rbt_writer *w, uint64_t seq)
 {
-	for (size_t i = 0; i < rbt_carry_q.n; i++) {
+	uint8_t *drop = calloc(rbt_carry_q.n ? rbt_carry_q.n : 1, 1);
+	int err = drop ? rbt_carry_mark_dead(seq, drop) : -ENOMEM;
+
+	for (size_t i = 0; !err && i < rbt_carry_q.n; i++) {
 		struct rbt_fchunk *c = rbt_fvec_at(&rbt_carry_q, i);
 		if (c->seq >= seq)
 			break;
-		int err = rbt_writer_copy_chunk(w, c->buf, c->len);
-		if (err)
-			return err;
+		if (!drop[i])
+			err = rbt_writer_copy_chunk(w, c->buf, c->len);
 	}
-	return 0;
+	free(drop);
+	return err;
 }
 
 static void rbt_trailer_now(struct rbt_trailer *tr, uint32_t how)
