@@ -227,6 +227,58 @@ static void rp_step_modify(struct rp_job *j, struct rp_side *s, struct rp_step *
 			   st->ret ? strerror((int)st->ret) : "succeeded");
 }
 
+/* Whether a completion the replay got is of the kind the recording's poll got
+ * at that place: the same QP and queue (send or receive). Errors match
+ * anything (a flushed completion's opcode means nothing). */
+static int rp_wc_fits(struct rp_side *s, const struct ibv_wc *w, const struct rbt_wc *r)
+{
+	const struct rp_qp *q;
+
+	if (w->status != IBV_WC_SUCCESS || r->status != IBV_WC_SUCCESS)
+		return 1;
+	if (!!(w->opcode & IBV_WC_RECV) != !!(r->opcode & IBV_WC_RECV))
+		return 0;
+	q = rp_qp_by_new_qpn(s, w->qp_num);
+	return !q || q->rec.qp_num == r->qp_num;
+}
+
+/* Several recorded threads: the poll hands out the completions of the kinds
+ * the recording's poll got, in that order, so that another thread's step gated
+ * on this poll waits for what it waited for in the recording (rping: its main
+ * thread disconnects once the cq thread has polled the last receive, while the
+ * CQ may hold the send's completion first). The others wait in the CQ's stash
+ * for the polls after. 1: one taken; 0: none of that kind is there yet. */
+static int rp_poll_fitting(struct rp_side *s, struct rp_step *st,
+			   const struct rbt_ev_poll_cq *p)
+{
+	struct rp_cq *c = st->cq;
+	int n;
+
+	for (;;) {
+		for (uint32_t x = c->stash_head; x < c->stash_n; x++) {
+			if (!rp_wc_fits(s, &c->stash[x], &p->wcs[st->got]))
+				continue;
+			st->wcs[st->got++] = c->stash[x];
+			memmove(&c->stash[x], &c->stash[x + 1],
+				(c->stash_n - x - 1) * sizeof(*c->stash));
+			c->stash_n--;
+			if (c->stash_head == c->stash_n)
+				c->stash_head = c->stash_n = 0;
+			return 1;
+		}
+		if (c->stash_n == c->stash_cap) {
+			/* no room to hold more back: the oldest, out of order */
+			st->wcs[st->got++] = c->stash[c->stash_head++];
+			return 1;
+		}
+		n = ibv_poll_cq(c->cq, (int)(c->stash_cap - c->stash_n),
+				c->stash + c->stash_n);
+		if (n <= 0)
+			return n < 0 ? n : 0;
+		c->stash_n += (uint32_t)n;
+	}
+}
+
 /* 1 when the side must stop (what the poll got so far is kept). */
 static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i)
 {
@@ -242,7 +294,7 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 		       1000000ull;
 	uint64_t give_up;
 	unsigned spins = 0;
-	int stop = 0;
+	int stop = 0, fitting = s->nlane > 1 && st->cq->stash;
 
 	if (tmo > (uint64_t)j->poll_timeout_ms * 1000000ull)
 		tmo = (uint64_t)j->poll_timeout_ms * 1000000ull;
@@ -254,12 +306,24 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 	while (st->got < want) {
 		int n;
 
-		/* completions an event wait already took off the CQ come first */
-		if (st->cq->stash_head < st->cq->stash_n) {
+		if (fitting) {
+			n = rp_poll_fitting(s, st, p);
+			if (n < 0) {
+				rp_diverge(j, "%s: step %d: ibv_poll_cq failed (%d)",
+					   s->path, i, n);
+				break;
+			}
+			if (n > 0)
+				continue;
+		} else if (st->cq->stash_head < st->cq->stash_n) {
+			/* completions an event wait already took off the CQ
+			 * come first */
 			st->wcs[st->got++] = st->cq->stash[st->cq->stash_head++];
 			continue;
 		}
-		n = ibv_poll_cq(st->cq->cq, (int)(want - st->got), st->wcs + st->got);
+		n = fitting ? 0
+			    : ibv_poll_cq(st->cq->cq, (int)(want - st->got),
+					  st->wcs + st->got);
 
 		if (n < 0) {
 			rp_diverge(j, "%s: step %d: ibv_poll_cq failed (%d)", s->path, i,
@@ -276,6 +340,12 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 			if (rp_must_stop(j, L)) {
 				stop = 1;
 				break;
+			}
+			if (now > give_up && fitting &&
+			    st->cq->stash_head < st->cq->stash_n) {
+				/* not the kinds recorded: what came, in order */
+				fitting = 0;
+				continue;
 			}
 			if (now > give_up) {
 				L->timeouts++;
