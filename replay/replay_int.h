@@ -158,8 +158,22 @@ struct rp_lane {
 };
 
 /* replay_cm.c: the CM calls of a trace (the connection was made by rdma_cm) */
+struct rp_cm_qp {
+	uint64_t id;
+	uint32_t qpn; /* recorded */
+};
+struct rp_cm_join {
+	uint64_t id;
+	uint8_t mgid[16];
+	uint16_t mlid;
+};
 struct rp_cm_info {
 	uint32_t calls, connects, accepts, qps;
+	/* multicast: the ids' QPs (rdma_create_qp/ep) and the groups joined
+	 * (MULTICAST_JOIN), attached to the replayed QPs at build */
+	struct rp_cm_qp *idqp;
+	struct rp_cm_join *join;
+	uint32_t nidqp, capidqp, njoin, capjoin, attached, attach_failed;
 };
 
 struct rp_side {
@@ -363,6 +377,9 @@ int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev);
 /* replay_cm.c */
 struct rbt_json;
 int rp_load_cm(struct rp_loading *ld, const struct rbt_event *ev);
+int rp_load_cm_event(struct rp_loading *ld, const struct rbt_event *ev);
+int rp_cm_build_mcast(struct rp_job *j, struct rp_side *s);
+void rp_cm_free(struct rp_side *s);
 void rp_cm_text(struct rp_job *j, FILE *f);
 void rp_cm_json(const struct rp_side *s, struct rbt_json *w);
 void rp_timeline_finish(struct rp_side *s);
