@@ -35,6 +35,7 @@ struct rp_cq {
 	/* completions taken off the CQ while waiting for an event, for the polls */
 	struct ibv_wc *stash;
 	uint32_t stash_head, stash_n, stash_cap;
+	uint8_t count_live; /* a QP on it counts its replayed sends (ERR waits) */
 };
 
 /* An XRC domain. One the program opened through a file may have been shared
@@ -114,6 +115,13 @@ struct rp_qp {
 	uint32_t replay_state;
 	/* in rp_side.xqp: another process's TGT QP, known only by number */
 	uint32_t foreign_new_qpn;
+	/* ERR waits (replay_run.c): this QP's peer in this process and how many
+	 * of the peer's sends succeeded in the recording (each was taken by this
+	 * QP before its move to ERR); a peer's successful sends polled so far */
+	struct rp_qp *err_peer;
+	uint32_t err_peer_ok;
+	uint32_t live_send_ok;
+	uint8_t count_live;
 };
 
 /* One step of the timeline: a recorded event the replayer reissues in order. */
@@ -410,6 +418,7 @@ void rp_clock_init(void);
 uint64_t rp_now_ns(void);
 void rp_go_realtime(struct rp_job *j, int on);
 void rp_run_lane(struct rp_job *j, struct rp_lane *L);
+void rp_err_waits(struct rp_job *j, struct rp_side *s);
 /* The lanes of a side (replay_timeline.c, after the prefix is known). */
 int rp_lanes_build(struct rp_side *s);
 /* The lanes' outcome into the side (after every lane's thread ended). */

@@ -369,6 +369,17 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 	}
 	st->t_exit = rp_now_ns();
 	st->ret = st->got;
+	if (st->cq->count_live)
+		for (uint32_t k = 0; k < st->got; k++) {
+			const struct ibv_wc *w = &st->wcs[k];
+			struct rp_qp *q;
+
+			if (w->status != IBV_WC_SUCCESS || (w->opcode & IBV_WC_RECV))
+				continue;
+			q = rp_qp_by_new_qpn(s, w->qp_num);
+			if (q && q->count_live)
+				__atomic_fetch_add(&q->live_send_ok, 1, __ATOMIC_RELEASE);
+		}
 	/* matched against the recording after the run (rp_collect_completions) */
 	return stop;
 }
@@ -500,6 +511,85 @@ static int rp_gate_wait(struct rp_job *j, struct rp_lane *L, uint64_t t, int i)
 	return 0;
 }
 
+/* A QP's move to ERR flushes what its peer sends it from then on; every send
+ * of the peer's that succeeded in the recording was taken by this QP before
+ * its ERR (an RC QP in ERR acknowledges nothing). So before a modify to ERR,
+ * the peer's replayed successful sends must have reached that count: the
+ * order the recording proves, also where the program learnt it through memory
+ * (ib_write_lat: the client disconnects once the server's last RDMA WRITE has
+ * landed, which no completion on the client shows). Peers in this process
+ * only; bounded like a poll. */
+void rp_err_waits(struct rp_job *j, struct rp_side *s)
+{
+	for (int i = 0; i < s->nqp; i++) {
+		struct rp_qp *q = &s->qp[i], *p;
+		const struct rp_dir_qp *d;
+		struct rp_side *ps;
+		uint32_t ok = 0;
+
+		if (!q->qp || q->rec.qp_type != IBV_QPT_RC || q->peer_dir < 0)
+			continue;
+		d = &j->dir.qps[q->peer_dir];
+		if (d->side < 0 || d->side >= j->nside)
+			continue;
+		ps = &j->side[d->side];
+		p = rp_qp_by_rec_qpn(ps, d->rec_qpn);
+		if (!p || p == q || !p->qp || !p->scq)
+			continue;
+		for (uint32_t k = 0; k < p->rec_wc[0].n; k++)
+			ok += p->rec_wc[0].v[k].status == IBV_WC_SUCCESS;
+		if (!ok)
+			continue;
+		q->err_peer = p;
+		q->err_peer_ok = ok;
+		p->count_live = 1;
+		ps->cq[p->scq - 1].count_live = 1;
+	}
+}
+
+static int rp_err_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i)
+{
+	const struct rp_qp *q = st->qp, *p = q ? q->err_peer : NULL;
+	uint64_t t0, lim;
+	unsigned spins = 0;
+
+	if (!p || __atomic_load_n(&p->live_send_ok, __ATOMIC_ACQUIRE) >= q->err_peer_ok)
+		return 0;
+	t0 = rp_now_ns();
+	lim = rp_wait_limit(j, L, (uint64_t)j->poll_timeout_ms * 1000000ull);
+	if (!lim)
+		return 1;
+	L->xwaits++;
+	while (__atomic_load_n(&p->live_send_ok, __ATOMIC_ACQUIRE) < q->err_peer_ok) {
+		if ((++spins & 15) == 0)
+			sched_yield();
+		if ((spins & 255) == 0) {
+			if (rp_must_stop(j, L))
+				return 1;
+			if (rp_now_ns() - t0 > lim) {
+				L->timeouts++;
+				rp_wasted(j, L, t0);
+				rp_diverge(
+					j,
+					"%s: step %d: QP %llu to ERR: its peer's sends "
+					"that succeeded in the recording did not all "
+					"come "
+					"(%u of %u, waited %llu ms)",
+					L->s->path, i, (unsigned long long)q->rec.qp_num,
+					__atomic_load_n(&p->live_send_ok,
+							__ATOMIC_ACQUIRE),
+					q->err_peer_ok,
+					(unsigned long long)(lim / 1000000ull));
+				return 0;
+			}
+		}
+#if defined(__x86_64__)
+		_mm_pause();
+#endif
+	}
+	return 0;
+}
+
 static void rp_lane_publish(struct rp_lane *L, int k)
 {
 	if (L->gate_at)
@@ -561,6 +651,10 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 		    (e->type == RBT_EV_POST_SEND || e->type == RBT_EV_POST_RECV ||
 		     e->type == RBT_EV_POST_SRQ_RECV || e->type == RBT_EV_QP_MODIFY) &&
 		    rp_gate_wait(j, L, st->rec_ns, i))
+			goto stop;
+		if (e->type == RBT_EV_QP_MODIFY &&
+		    (e->u.qp_modify.attr_mask & IBV_QP_STATE) &&
+		    e->u.qp_modify.qp_state == IBV_QPS_ERR && rp_err_wait(j, L, st, i))
 			goto stop;
 		switch (e->type) {
 		case RBT_EV_QP_MODIFY:
