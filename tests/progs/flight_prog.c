@@ -73,21 +73,10 @@ static void pair(struct ctx *c)
 
 static void post(struct ctx *c, uint64_t id, uint32_t lkey)
 {
-	struct ibv_sge rs = { .addr = (uintptr_t)c->buf + 8192,
-			      .length = 4096,
-			      .lkey = c->mr->lkey };
-	struct ibv_recv_wr rw = { .wr_id = id, .sg_list = &rs, .num_sge = 1 }, *rbad;
-	if (ibv_post_recv(c->b, &rw, &rbad))
+	if (prog_post_recv(c->b, id, c->buf + 8192, 4096, c->mr->lkey))
 		prog_die("ibv_post_recv");
-	struct ibv_sge s = { .addr = (uintptr_t)c->buf, .length = 64, .lkey = lkey };
-	struct ibv_send_wr wr, *bad;
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = id;
-	wr.sg_list = &s;
-	wr.num_sge = 1;
-	wr.opcode = IBV_WR_SEND;
-	wr.send_flags = IBV_SEND_SIGNALED;
-	if (ibv_post_send(c->a, &wr, &bad))
+	if (prog_post_send(c->a, id, IBV_WR_SEND, IBV_SEND_SIGNALED, c->buf, 64, lkey, 0,
+			   0))
 		prog_die("ibv_post_send");
 	c->sends++;
 }

@@ -68,20 +68,10 @@ static void *data_path(void *arg)
 	while (!atomic_load(&ready))
 		;
 	for (int i = 0; i < iters; i++) {
-		struct ibv_sge rs = { (uintptr_t)buf + 4096, 64, mr->lkey };
-		struct ibv_recv_wr rw = { .wr_id = i, .sg_list = &rs, .num_sge = 1 },
-				   *rbad;
-		if (ibv_post_recv(qb, &rw, &rbad))
+		if (prog_post_recv(qb, (uint64_t)i, buf + 4096, 64, mr->lkey))
 			prog_die("ibv_post_recv");
-		struct ibv_sge ss = { (uintptr_t)buf, 64, mr->lkey };
-		struct ibv_send_wr sw, *sbad;
-		memset(&sw, 0, sizeof(sw));
-		sw.wr_id = i;
-		sw.sg_list = &ss;
-		sw.num_sge = 1;
-		sw.opcode = IBV_WR_SEND;
-		sw.send_flags = IBV_SEND_SIGNALED;
-		if (ibv_post_send(qa, &sw, &sbad))
+		if (prog_post_send(qa, (uint64_t)i, IBV_WR_SEND, IBV_SEND_SIGNALED, buf,
+				   64, mr->lkey, 0, 0))
 			prog_die("ibv_post_send");
 		poll_one(); /* the send's and the receive's */
 		poll_one();

@@ -166,6 +166,33 @@ void prog_rc_connect_or_die(struct ibv_qp *qp, const struct prog_rc *rc)
 		prog_die(step);
 }
 
+int prog_post_recv(struct ibv_qp *qp, uint64_t id, void *addr, uint32_t len,
+		   uint32_t lkey)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)addr, .length = len, .lkey = lkey };
+	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	return ibv_post_recv(qp, &wr, &bad);
+}
+
+int prog_post_send(struct ibv_qp *qp, uint64_t id, enum ibv_wr_opcode opcode,
+		   unsigned flags, void *addr, uint32_t len, uint32_t lkey,
+		   uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)addr, .length = len, .lkey = lkey };
+	struct ibv_send_wr wr, *bad;
+
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = id;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = opcode;
+	wr.send_flags = flags;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	return ibv_post_send(qp, &wr, &bad);
+}
+
 void prog_xfer(int fd, void *p, size_t n, int out)
 {
 	char *c = p;

@@ -59,6 +59,14 @@ int prog_rc_connect(struct ibv_qp *qp, const struct prog_rc *rc, const char **st
 /* prog_rc_connect, dying with "modify STEP" when a step fails. */
 void prog_rc_connect_or_die(struct ibv_qp *qp, const struct prog_rc *rc);
 
+/* One WR of one SGE (addr, len, lkey): a receive; a send of opcode with flags, to
+ * (raddr, rkey) for RDMA opcodes. What ibv_post_* returned. */
+int prog_post_recv(struct ibv_qp *qp, uint64_t id, void *addr, uint32_t len,
+		   uint32_t lkey);
+int prog_post_send(struct ibv_qp *qp, uint64_t id, enum ibv_wr_opcode opcode,
+		   unsigned flags, void *addr, uint32_t len, uint32_t lkey,
+		   uint64_t raddr, uint32_t rkey);
+
 /* All of n bytes read from (out = 0) or written to fd; dies on EOF or an error. */
 void prog_xfer(int fd, void *p, size_t n, int out);
 

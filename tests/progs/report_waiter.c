@@ -71,30 +71,15 @@ static void to_rtr_rts(struct ctx *c, struct ibv_qp *qp, uint32_t dest, enum ibv
 
 static void post_recv(struct ctx *c, struct ibv_qp *qp, uint64_t id)
 {
-	struct ibv_sge s = { .addr = (uintptr_t)c->buf + 8192,
-			     .length = 4096,
-			     .lkey = c->mr->lkey };
-	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &s, .num_sge = 1 }, *bad;
-	if (ibv_post_recv(qp, &wr, &bad))
+	if (prog_post_recv(qp, id, c->buf + 8192, 4096, c->mr->lkey))
 		prog_die("ibv_post_recv");
 }
 
 static int post_send(struct ctx *c, struct ibv_qp *qp, uint64_t id, int op, uint32_t len,
 		     unsigned flags, uint64_t off, uint32_t rkey)
 {
-	struct ibv_sge s = { .addr = (uintptr_t)c->buf + off,
-			     .length = len,
-			     .lkey = c->mr->lkey };
-	struct ibv_send_wr wr, *bad;
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = id;
-	wr.sg_list = &s;
-	wr.num_sge = 1;
-	wr.opcode = op;
-	wr.send_flags = flags;
-	wr.wr.rdma.remote_addr = (uintptr_t)c->buf + 16384;
-	wr.wr.rdma.rkey = rkey;
-	return ibv_post_send(qp, &wr, &bad);
+	return prog_post_send(qp, id, (enum ibv_wr_opcode)op, flags, c->buf + off, len,
+			      c->mr->lkey, (uintptr_t)c->buf + 16384, rkey);
 }
 
 /* Polls cq until n completions came; returns the first non-success status seen. */

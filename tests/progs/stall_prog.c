@@ -84,27 +84,14 @@ static void qp_connect(struct ibv_qp *qp, const struct wire *w)
 
 static void post_recv(struct dev *d, struct ibv_qp *qp, uint64_t id)
 {
-	struct ibv_sge s = { .addr = (uintptr_t)d->buf + 4096 + (id % 8) * 64,
-			     .length = 64,
-			     .lkey = d->mr->lkey };
-	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &s, .num_sge = 1 }, *bad;
-	if (ibv_post_recv(qp, &wr, &bad))
+	if (prog_post_recv(qp, id, d->buf + 4096 + (id % 8) * 64, 64, d->mr->lkey))
 		prog_die("ibv_post_recv");
 }
 
 static void post_send(struct dev *d, struct ibv_qp *qp, uint64_t id)
 {
-	struct ibv_sge s = { .addr = (uintptr_t)d->buf,
-			     .length = 32,
-			     .lkey = d->mr->lkey };
-	struct ibv_send_wr wr, *bad;
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = id;
-	wr.sg_list = &s;
-	wr.num_sge = 1;
-	wr.opcode = IBV_WR_SEND;
-	wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
-	if (ibv_post_send(qp, &wr, &bad))
+	if (prog_post_send(qp, id, IBV_WR_SEND, IBV_SEND_SIGNALED | IBV_SEND_INLINE,
+			   d->buf, 32, d->mr->lkey, 0, 0))
 		prog_die("ibv_post_send");
 }
 
