@@ -255,16 +255,17 @@ struct sn_trans {
 	{                  \
 		.ok = true \
 	}
+/* every state may go to RESET and to ERR */
+#define SN_ENDS	   [IBV_QPS_RESET] = SN_ANY, [IBV_QPS_ERR] = SN_ANY
+#define SN_RTS_OPT SN_BY_TYPE(SN_RTS_UD, SN_RTS_UC, SN_RTS_CONN)
 static const struct sn_trans sn_qp_table[7][7] = {
 	[IBV_QPS_RESET] = {
-		[IBV_QPS_RESET] = SN_ANY,
-		[IBV_QPS_ERR] = SN_ANY,
+		SN_ENDS,
 		[IBV_QPS_INIT] = { .ok = true,
 				   .req = SN_BY_TYPE(SN_INIT_UD, SN_INIT_CONN, SN_INIT_CONN) },
 	},
 	[IBV_QPS_INIT] = {
-		[IBV_QPS_RESET] = SN_ANY,
-		[IBV_QPS_ERR] = SN_ANY,
+		SN_ENDS,
 		[IBV_QPS_INIT] = { .ok = true,
 				   .opt = SN_BY_TYPE(SN_INIT_UD, SN_INIT_CONN, SN_INIT_CONN) },
 		[IBV_QPS_RTR] = {
@@ -281,8 +282,7 @@ static const struct sn_trans sn_qp_table[7][7] = {
 		},
 	},
 	[IBV_QPS_RTR] = {
-		[IBV_QPS_RESET] = SN_ANY,
-		[IBV_QPS_ERR] = SN_ANY,
+		SN_ENDS,
 		[IBV_QPS_RTS] = {
 			.ok = true,
 			.req = {
@@ -292,29 +292,26 @@ static const struct sn_trans sn_qp_table[7][7] = {
 				[SN_T_XI] = SN_RTS_ACK | S_(SQ_PSN),
 				[SN_T_XT] = S_(TIMEOUT) | S_(SQ_PSN),
 			},
-			.opt = SN_BY_TYPE(SN_RTS_UD, SN_RTS_UC, SN_RTS_CONN),
+			.opt = SN_RTS_OPT,
 		},
 	},
 	[IBV_QPS_RTS] = {
-		[IBV_QPS_RESET] = SN_ANY,
-		[IBV_QPS_ERR] = SN_ANY,
+		SN_ENDS,
 		[IBV_QPS_RTS] = { .ok = true,
-				  .opt = SN_BY_TYPE(SN_RTS_UD, SN_RTS_UC, SN_RTS_CONN) },
+				  .opt = SN_RTS_OPT },
 		[IBV_QPS_SQD] = { .ok = true,
 				  .opt = SN_BY_TYPE(SN_NOTIFY, SN_NOTIFY, SN_NOTIFY) },
 	},
 	[IBV_QPS_SQD] = {
-		[IBV_QPS_RESET] = SN_ANY,
-		[IBV_QPS_ERR] = SN_ANY,
+		SN_ENDS,
 		[IBV_QPS_RTS] = { .ok = true,
-				  .opt = SN_BY_TYPE(SN_RTS_UD, SN_RTS_UC, SN_RTS_CONN) },
+				  .opt = SN_RTS_OPT },
 		[IBV_QPS_SQD] = { .ok = true,
 				  .opt = SN_BY_TYPE(S_(PKEY_INDEX) | S_(QKEY), SN_SQD_UC,
 						    SN_SQD_CONN) },
 	},
 	[IBV_QPS_SQE] = {
-		[IBV_QPS_RESET] = SN_ANY,
-		[IBV_QPS_ERR] = SN_ANY,
+		SN_ENDS,
 		[IBV_QPS_RTS] = {
 			.ok = true,
 			.opt = {
@@ -324,13 +321,14 @@ static const struct sn_trans sn_qp_table[7][7] = {
 		},
 	},
 	[IBV_QPS_ERR] = {
-		[IBV_QPS_RESET] = SN_ANY,
-		[IBV_QPS_ERR] = SN_ANY,
+		SN_ENDS,
 	},
 };
 #undef S_
 #undef SN_BY_TYPE
 #undef SN_ANY
+#undef SN_ENDS
+#undef SN_RTS_OPT
 
 bool sn_av_reaches(const struct ibv_ah_attr *ah)
 {
