@@ -594,9 +594,12 @@ static int softnic_sanitizer_first(void)
 	int r = 0;
 
 	dl_iterate_phdr(softnic_runtime_of, found);
-	for (int i = 1; i >= 0 && !r; i--)
-		if (found[i] && !(old && strstr(old, found[i])))
-			r = softnic_setenv_list("LD_PRELOAD", found[i], 0);
+	/* ASan's runtime first of all (UBSan's may follow anywhere) */
+	if (found[1] && !(old && strstr(old, found[1])))
+		r = softnic_setenv_list("LD_PRELOAD", found[1], 0);
+	old = getenv("LD_PRELOAD");
+	if (!r && found[0] && !(old && !strncmp(old, found[0], strlen(found[0]))))
+		r = softnic_setenv_list("LD_PRELOAD", found[0], 0);
 	free(found[0]);
 	free(found[1]);
 	return r;
