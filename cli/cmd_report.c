@@ -43,8 +43,9 @@ static const char usage[] =
 	"              report is complete; never one of the TRACEs)\n"
 	"  -q, --quiet no progress line (one is drawn on a terminal's stderr when the\n"
 	"              report takes more than a second)\n"
-	"\n" RBT_CLI_FILTER_HELP "The filter in force is the text report's second line "
-				 "and the JSON's \"filter\".\n"
+	"\n" RBT_CLI_FILTER_HELP
+	"The filter in force is the text report's line \"filter: ...\" and the JSON's\n"
+	"\"filter\".\n"
 	"\n"
 	"Give each trace once. A trace that could not be read whole is reported on\n"
 	"what was read, with a warning on stderr; exit code 1 when a trace cannot be\n"

@@ -51,7 +51,9 @@ expect "--flight= --help --output --rotate= --softnic" rbtrace record --
 expect "--help --json --qp= --stream= --type=" rbtrace dump --
 expect_has --timing= rbtrace replay --t
 expect_has --poll-timeout rbtrace replay --p
-expect "--format= --help --output=" rbtrace report --
+expect "--around= --format= --from= --help --output= --pid= --qp= --quiet --thread= --to=" rbtrace report --
+expect "finding:" rbtrace report --around=f
+expect "html" rbtrace report --format=h
 expect "perfetto" rbtrace report --format=p
 expect "asap" rbtrace replay --timing=a
 expect "eth ib" rbtrace softnic --link ""

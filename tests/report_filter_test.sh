@@ -109,6 +109,14 @@ print("  cut at %s: %d + %d send WRs, %d + %d receives; export: %d rows posted a
     sys.argv[7], a["counts"]["wrs_completed"], b["counts"]["wrs_completed"],
     a["counts"]["recvs_completed"], b["counts"]["recvs_completed"], len(got)))
 PY
+"$R" dump --from=$cut --to=$cut "$tmp/a.rbt" >/dev/null 2>&1 && fail "dump took an empty window"
+# dump: a thread's events in the 2 ms after a send it posted
+read -r dtid dfrom <<<"$(python3 -c 'import csv,sys; r = [r for r in csv.DictReader(open(sys.argv[1])) if r["kind"] == "send"][100]; print(r["tid"], int(r["post_ns"]) // 1000)' "$tmp/all.csv")"
+"$R" dump --thread=$dtid --from=${dfrom}us --to=$((dfrom + 2000))us "$tmp/a.rbt" >"$tmp/dump.txt"
+[ -s "$tmp/dump.txt" ] || fail "dump: nothing in the window"
+awk -v lo=$dfrom -v hi=$((dfrom + 2000)) '{ if ($1 * 1e6 < lo - 0.01 || $1 * 1e6 >= hi + 0.01) bad = 1 } END { exit bad }' "$tmp/dump.txt" ||
+	fail "dump: an event outside the window"
+[ "$(awk '{ print $2 }' "$tmp/dump.txt" | sort -u | wc -l)" = 1 ] || fail "dump --thread: several threads"
 "$R" report --to=$cut "$tmp/a.rbt" | sed -n 3p | grep -q "^filter: WRs posted in \[start, " ||
 	fail "the text report does not say the filter: $("$R" report --to=$cut "$tmp/a.rbt" | sed -n 3p)"
 
