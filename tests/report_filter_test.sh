@@ -67,6 +67,18 @@ print("  QP %#x: %d send WRs, %d receives, %d export rows" % (q, wrs(fq, False),
 PY
 done
 
+# the timeline too: that QP's WR slices only, as many as its WRs
+"$R" report --format=perfetto --qp=$q -o "$tmp/q.pf.json" "$tmp/a.rbt"
+python3 - "$tmp/q.pf.json" "$tmp/q$q.json" $q <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+sel, q = json.load(open(sys.argv[2])), int(sys.argv[3])
+wr = [e for e in ev if e.get("cat") == "wr" and "args" in e]
+assert {e["args"]["qp_num"] for e in wr} == {q}, {e["args"]["qp_num"] for e in wr}
+assert len(wr) == sel["counts"]["wrs_completed"] + sel["counts"]["recvs_completed"], len(wr)
+print("  perfetto --qp=%#x: %d WR slices, all of that QP" % (q, len(wr)))
+PY
+
 echo "== --from/--to: adjacent windows partition the WRs"
 # the cut: halfway between two posts a microsecond apart or more, near the middle
 cut=$(python3 - "$tmp/all.csv" <<'PY'
