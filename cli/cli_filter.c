@@ -138,6 +138,12 @@ static int finding_time(const char *cmd, const char *opt, const char *ref,
 			return rbt_cli_usage(cmd, "--%s: %s: no finding with that code",
 					     opt, ref);
 	}
+	if (f[idx].time_ns == 0)
+		return rbt_cli_usage(
+			cmd,
+			"--%s: %s (%s) is a pattern over the whole trace, with "
+			"no moment of its own",
+			opt, ref, f[idx].code);
 	*ns = rbt_analyzer_finding_timeline_ns(fp->an, &f[idx]);
 	return RBT_EXIT_OK;
 }

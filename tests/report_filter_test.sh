@@ -36,6 +36,7 @@ rec() { # OUT CMD...: CMD recorded over softnic into OUT
 rec "$tmp/a.rbt" "$THREADS" --threads 4 --iters 2000 --interval-us 20
 rec "$tmp/b.rbt" "$THREADS" --threads 2 --iters 300 --interval-us 20
 rec "$tmp/w.rbt" "$WAITER" --iters 20 --mode spin --problem notrts
+rec "$tmp/ni.rbt" "$WAITER" --iters 150 --mode spin --problem noinline
 
 "$R" report --format=json -o "$tmp/all.json" "$tmp/a.rbt"
 "$R" export -o "$tmp/all.csv" "$tmp/a.rbt"
@@ -221,6 +222,23 @@ bad around --around=finding:no_such_code
 bad around --around=5ms,abc
 bad around --around=5ms --from=1ms
 bad from --from=finding:0
+# a finding with no moment of its own (a pattern over the WRs) has no window
+set +e
+"$R" report --around=finding:not_inlined "$tmp/ni.rbt" >/dev/null 2>"$tmp/bad.err"
+rc=$?
+set -e
+[ $rc = 2 ] && grep -q -- "--around: finding:not_inlined (not_inlined) is a pattern" "$tmp/bad.err" ||
+	fail "--around=finding:not_inlined: exit $rc: $(cat "$tmp/bad.err")"
+# ... but it is judged on the WRs selected: in a window of the first 10 sends, too few
+"$R" report --format=json -o "$tmp/ni.json" "$tmp/ni.rbt"
+"$R" report --format=json --to=$(python3 -c 'import json,sys; d = json.load(open(sys.argv[1])); print("%dus" % (max(h["time_ns"] for q in d["traces"][0]["qps"] for h in q["history"] if h["to"] == "RTS") / 1e3 + 1))' "$tmp/ni.json") -o "$tmp/ni0.json" "$tmp/ni.rbt"
+python3 - "$tmp/ni.json" "$tmp/ni0.json" <<'PY'
+import json, sys
+full, early = (json.load(open(p)) for p in sys.argv[1:])
+assert "not_inlined" in [f["code"] for f in full["findings"]], full["findings"]
+assert "not_inlined" not in [f["code"] for f in early["findings"]], early["findings"]
+assert early["counts"]["wrs_completed"] < 10, early["counts"]
+PY
 set +e
 "$R" export --qp=nope "$tmp/w.rbt" >/dev/null 2>"$tmp/bad.err"
 rc=$?
