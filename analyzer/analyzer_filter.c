@@ -134,6 +134,15 @@ double rbt_analyzer_finding_timeline_ns(const struct rbt_analyzer *an,
 	return f->time_ns;
 }
 
+int rbt_analyzer_has_qp(const struct rbt_analyzer *an, uint32_t qp_num)
+{
+	for (int i = 0; i < an->n_traces; i++)
+		for (const struct an_qp *qp = an->traces[i]->qp_list; qp; qp = qp->next)
+			if (qp->m->qpn == qp_num)
+				return 1;
+	return 0;
+}
+
 bool an_filter_shows_trace(const struct rbt_analyzer *an, const struct an_trace *t)
 {
 	return !an->filt.has_pid || t->mt->hdr.pid == an->filt.pid;

@@ -170,6 +170,8 @@ struct rbt_finding {
 
 /* The findings, most severe first; valid until destroy. Returns the count. */
 int rbt_analyzer_findings(const struct rbt_analyzer *an, const struct rbt_finding **out);
+/* Whether any trace has a QP with that number (after the run). */
+int rbt_analyzer_has_qp(const struct rbt_analyzer *an, uint32_t qp_num);
 /* A finding's moment on the shared timeline (the unit of rbt_analyzer_filter). */
 double rbt_analyzer_finding_timeline_ns(const struct rbt_analyzer *an,
 					const struct rbt_finding *f);

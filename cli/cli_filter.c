@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "analyzer/rbt_analyzer.h"
+#include "trace_format/rbt_format.h"
 #include "cli/rbt_cli.h"
 
 #define AROUND_DEFAULT_NS 100e6 /* --around=T: 100 ms on each side */
@@ -195,6 +196,27 @@ static int build(const char *cmd, const struct rbt_cli_filter_args *a, char *con
 			return RBT_EXIT_USAGE;
 		f->has_tid = 1;
 	}
+	/* a process none of the traces is of is a mistake, not an empty report */
+	if (f->has_pid) {
+		char pids[256] = "";
+		size_t len = 0;
+		int found = 0;
+		for (int i = 0; i < n && !found; i++) {
+			struct rbt_reader *r = NULL;
+			if (rbt_reader_open(paths[i], &r))
+				continue; /* the run names what is wrong with it */
+			uint32_t pid = rbt_reader_header(r)->pid;
+			found = pid == f->pid;
+			if (len < sizeof(pids) - 16)
+				len += (size_t)snprintf(pids + len, sizeof(pids) - len,
+							"%s%u", len ? ", " : "", pid);
+			rbt_reader_close(r);
+		}
+		if (!found && len)
+			return rbt_cli_usage(
+				cmd, "--pid: no trace is of process %u (they are of %s)",
+				f->pid, pids);
+	}
 	int ret;
 	if (a->around) {
 		double t;
@@ -239,4 +261,13 @@ uint32_t rbt_cli_progress_delay_ms(void)
 		return 0;
 	unsigned long v = strtoul(s, &end, 10);
 	return *end || v > 3600000 ? 0 : (uint32_t)(v ? v : 1);
+}
+
+void rbt_cli_filter_warn(const char *cmd, const struct rbt_analyzer *an,
+			 const struct rbt_analyzer_filter *f)
+{
+	for (int i = 0; i < f->n_qps; i++)
+		if (!rbt_analyzer_has_qp(an, f->qps[i]))
+			rbt_cli_error(cmd, "warning: --qp: no QP 0x%x in the traces",
+				      f->qps[i]);
 }

@@ -127,6 +127,8 @@ int rbt_cmd_export(int argc, char **argv)
 					     sizeof(err));
 	if (ret == 0)
 		ret = rbt_analyzer_finish(an);
+	if (ret == 0)
+		rbt_cli_filter_warn(cmd, an, &filt);
 	if (ret == 0 && resources)
 		ret = rbt_analyzer_write_resources(an, out);
 	if (ret == 0 && err[0])

@@ -152,6 +152,8 @@ int rbt_cmd_report(int argc, char **argv)
 					     sizeof(err));
 	if (ret == 0)
 		ret = rbt_analyzer_finish(an);
+	if (ret == 0)
+		rbt_cli_filter_warn(cmd, an, &filt);
 	if (ret == 0) {
 		if (fmt == 0)
 			ret = rbt_analyzer_write_text(an, out);

@@ -121,6 +121,10 @@ struct rbt_cli_filter_args {
 uint32_t rbt_cli_progress_delay_ms(void);
 int rbt_cli_filter_build(const char *cmd, const struct rbt_cli_filter_args *a,
 			 char *const *paths, int n, struct rbt_analyzer_filter *f);
+/* After the run: one warning line per --qp that no trace has. */
+struct rbt_analyzer;
+void rbt_cli_filter_warn(const char *cmd, const struct rbt_analyzer *an,
+			 const struct rbt_analyzer_filter *f);
 
 /* ---- traces ----
  * Opens a trace for reading; on failure prints "rbtrace <cmd>: <path>: <why>"

@@ -217,11 +217,16 @@ bad qp --qp=1,,2
 bad qp --qp=0x1000000
 bad pid --pid=-3
 bad thread --thread=1.5
+bad pid --pid=1
 bad around --around=finding:99
 bad around --around=finding:no_such_code
 bad around --around=5ms,abc
 bad around --around=5ms --from=1ms
 bad from --from=finding:0
+# a QP no trace has: a warning, an empty selection
+"$R" report --format=json --qp=0xfffff -o "$tmp/noqp.json" "$tmp/w.rbt" 2>"$tmp/noqp.err"
+grep -q "warning: --qp: no QP 0xfffff in the traces" "$tmp/noqp.err" || fail "no warning for an unknown QP"
+python3 -c 'import json,sys; d = json.load(open(sys.argv[1])); assert d["counts"]["wrs_completed"] == 0 and not d["traces"][0]["qps"]' "$tmp/noqp.json"
 # a finding with no moment of its own (a pattern over the WRs) has no window
 set +e
 "$R" report --around=finding:not_inlined "$tmp/ni.rbt" >/dev/null 2>"$tmp/bad.err"
@@ -244,7 +249,7 @@ set +e
 rc=$?
 set -e
 [ $rc = 2 ] && grep -q -- "--qp" "$tmp/bad.err" || fail "export --qp=nope: exit $rc"
-echo "  16 bad values refused by report, one by export"
+echo "  17 bad values refused by report, one by export"
 
 echo "== the progress line"
 RBTRACE_PROGRESS_DELAY_MS=1 "$R" report -o "$tmp/r.txt" "$tmp/a.rbt" 2>"$tmp/err"
