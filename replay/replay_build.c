@@ -1,6 +1,6 @@
 /* replay_build.c - the replayed resources: opens the device, rebuilds the PDs,
  * MRs (page-aligned memory of the recorded sizes, filled with a pattern),
- * completion channels, CQs, XRC domains, SRQs and QPs of each side, publishes
+ * memory windows, completion channels, CQs, XRC domains, SRQs and QPs of each side, publishes
  * what they became in the directory, and tears them down after the run.
  *
  * Owns every ibv_alloc/create/reg/open and destroy of the replay. Must never
@@ -99,6 +99,28 @@ static int rp_build_mrs(struct rp_job *j, struct rp_side *s)
 				"(access 0x%x) failed: %s\n",
 				s->path, len, acc, strerror(errno));
 			return -errno ? -errno : -EIO;
+		}
+	}
+	return 0;
+}
+
+/* Memory windows of the recorded types (after the MRs they bind). */
+static int rp_build_mws(struct rp_job *j, struct rp_side *s)
+{
+	for (int i = 0; i < s->nmw; i++) {
+		struct rp_mw *w = &s->mw[i];
+		struct ibv_pd *pd = rp_pd_by_h(s, w->pd);
+
+		w->mw = pd ? ibv_alloc_mw(pd, (enum ibv_mw_type)w->type) : NULL;
+		if (w->mw)
+			w->rkey0 = w->mw->rkey;
+		if (!w->mw) {
+			int e = errno ? errno : ENOTSUP;
+
+			return rp_fail(j, -e,
+				       "%s: the trace uses memory windows (type %u); the "
+				       "device cannot allocate one: %s",
+				       s->path, w->type, strerror(e));
 		}
 	}
 	return 0;
@@ -306,7 +328,7 @@ static int rp_build_qps(struct rp_job *j, struct rp_side *s)
 int rp_build_side(struct rp_job *j, struct rp_side *s)
 {
 	static int (*const steps[])(struct rp_job *, struct rp_side *) = {
-		rp_build_pds,	rp_build_mrs,  rp_build_cqs,
+		rp_build_pds,	rp_build_mrs,  rp_build_mws, rp_build_cqs,
 		rp_build_xrcds, rp_build_srqs, rp_build_qps,
 	};
 	int rc = 0;
@@ -329,6 +351,7 @@ int rp_build_side(struct rp_job *j, struct rp_side *s)
 void rp_teardown_side(struct rp_side *s)
 {
 	RP_DESTROY_ALL(s->qp, s->nqp, qp, ibv_destroy_qp);
+	RP_DESTROY_ALL(s->mw, s->nmw, mw, ibv_dealloc_mw);
 	RP_DESTROY_ALL(s->ah, s->nah, ah, ibv_destroy_ah);
 	RP_DESTROY_ALL(s->srq, s->nsrq, srq, ibv_destroy_srq);
 	RP_DESTROY_ALL(s->xrcd, s->nxrcd, xrcd, ibv_close_xrcd);
@@ -383,6 +406,28 @@ int rp_publish_side(struct rp_job *j, struct rp_side *s)
 
 		if (rp_dir_add_mr(&j->dir, &d) < 0)
 			return -ENOMEM;
+	}
+	/* each key a window was bound with: a remote access naming it goes to the
+	 * bound MR's replayed memory, with the replayed window's key */
+	for (int i = 0; i < s->nstep; i++) {
+		const struct rp_step *st = &s->step[i];
+
+		for (uint32_t k = 0; st->binds && k < st->ev->u.post_send.n_wrs; k++) {
+			const struct rbt_send_wr *w = &st->ev->u.post_send.wrs[k];
+			const struct rp_bindref *b = &st->binds[k];
+			const struct rp_mr *m = b->mr ? &s->mr[b->mr - 1] : NULL;
+			struct rp_dir_mr d = { .side = s->idx };
+
+			if (w->opcode != IBV_WR_BIND_MW || !b->mw || !m || !m->mr)
+				continue;
+			d.rec_addr = m->iova;
+			d.len = m->length;
+			d.new_addr = (uint64_t)(uintptr_t)m->buf;
+			d.rec_rkey = (uint32_t)w->rkey;
+			d.new_rkey = rp_mw_key(&s->mw[b->mw - 1], (uint32_t)w->rkey);
+			if (rp_dir_add_mr(&j->dir, &d) < 0)
+				return -ENOMEM;
+		}
 	}
 	for (int i = 0; i < s->nsrq; i++) {
 		struct rp_dir_srq d = {

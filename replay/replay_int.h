@@ -25,6 +25,24 @@ struct rp_mr {
 	uint8_t *buf; /* replayed memory (length bytes, page aligned) */
 	struct ibv_mr *mr;
 	struct ibv_pd *npd;
+	int dead; /* deregistered by now (while loading) */
+};
+
+/* A memory window, rebuilt by ibv_alloc_mw of its recorded type on its PD. A
+ * window's keys differ from the recording's only in their upper 24 bits (the
+ * window's index): type 2 keys are the program's own low byte on the
+ * replayed window, type 1 keys move by one per bind on both (rp_mw_key). */
+struct rp_mw {
+	uint64_t h, pd;
+	uint32_t type, rec_rkey; /* the recorded type, the rkey at alloc */
+	uint32_t rkey0;		 /* the replayed window's rkey at alloc */
+	struct ibv_mw *mw;
+};
+
+/* A BIND_MW work request's window and the MR it binds (1 + indexes, resolved
+ * when read; mr 0: an unbind, or memory no live MR holds). */
+struct rp_bindref {
+	int mw, mr;
 };
 
 struct rp_cq {
@@ -95,6 +113,10 @@ struct rp_qp {
 	uint32_t rec_dest_qpn; /* from the RTR modify, 0 if none */
 	int has_dest;
 	uint32_t rec_final_state; /* the model's last state, or later evidence */
+	/* where rec_final_state came from: 0 the modifies and completions (or a
+	 * query or async event after them), 1 the device at the QP's destroy, 2
+	 * the device at the recorded process's exit (qp_final_state) */
+	int rec_final_src;
 	/* the latest query or async event that told the QP's state (ticks) */
 	uint32_t evidence_state;
 	uint64_t evidence_ts;
@@ -130,6 +152,10 @@ struct rp_step {
 	struct rp_srq *srq;
 	uint32_t nwr;
 	int obj; /* 1 + index of its QP/CQ/SRQ, resolved when read (handles get reused) */
+	struct rp_bindref *binds; /* post_send with BIND_MW WRs: one per WR */
+	/* a type 1 window's bind: reissued by ibv_bind_mw, not posted */
+	struct ibv_mw_bind *bind1;
+	struct rp_mw *bind1_mw;
 	/* results */
 	int64_t ret;
 	uint64_t t_issue, t_exit, deadline;
@@ -170,7 +196,6 @@ struct rp_side {
 	struct rbt_reader_stats stats;
 	/* recorded resources */
 	char devname[64];
-	const char *mw_use; /* the first use of a memory window, or NULL */
 	struct rp_cm_info cm;
 	uint64_t rec_lid;
 	uint8_t rec_gid[16];
@@ -206,6 +231,8 @@ struct rp_side {
 	uint64_t wc_seq;
 	struct rp_step *step;
 	int nstep, prefix;     /* steps [0, prefix) run before the start barrier */
+	struct rp_mw *mw;
+	int nmw;
 	uint64_t rec_epoch_ns; /* abs mono ns of the first step after the prefix */
 	int uses_atomics, max_rd_atomic;
 	uint64_t max_remote_len;
@@ -324,7 +351,7 @@ struct rp_job {
 struct rp_loading {
 	struct rp_job *j;
 	struct rp_side *s;
-	int cappd, capmr, capch, capcq, capxrcd, capsrq, capqp, capah, capstep;
+	int cappd, capmr, capch, capcq, capxrcd, capsrq, capqp, capah, capstep, capmw;
 	uint64_t seq; /* file order: the tie-break of steps recorded at one time */
 	/* the poll being fed (NULL: another event), 1 + index of its CQ, and
 	 * the first of its completions the model has not handed over yet */
@@ -348,6 +375,10 @@ int rp_srq_index(const struct rp_side *s, uint64_t h);
 int rp_xrcd_index(const struct rp_side *s, uint64_t h);
 struct rp_qp *rp_qp_by_rec_qpn(struct rp_side *s, uint32_t qpn);
 struct rp_ah *rp_ah_by_h(struct rp_side *s, uint64_t h);
+int rp_mr_index(const struct rp_side *s, uint64_t h);
+int rp_mw_index(const struct rp_side *s, uint64_t h);
+/* The replayed key of a recorded key of window w (after rp_build_side). */
+uint32_t rp_mw_key(const struct rp_mw *w, uint32_t rec_key);
 struct ibv_pd *rp_pd_by_h(struct rp_side *s, uint64_t h);
 void rp_wclist_push(struct rp_wclist *l, const struct rp_wcrec *w);
 int rp_is_xrc(uint64_t qp_type);

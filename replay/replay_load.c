@@ -191,36 +191,80 @@ static int rp_load_ah(struct rp_loading *ld, const struct rbt_event *ev)
 	return 0;
 }
 
-/* Memory windows are refused by replay_check.c: remember the first use. */
-static int rp_load_mw(struct rp_loading *ld, const struct rbt_event *ev)
+static int rp_load_mr_dereg(struct rp_loading *ld, const struct rbt_event *ev)
 {
-	if (!ld->s->mw_use)
-		ld->s->mw_use = "ibv_alloc_mw";
+	int i = ev->u.mr_dereg.ret ? 0 : rp_mr_index(ld->s, ev->u.mr_dereg.mr);
+
+	if (i)
+		ld->s->mr[i - 1].dead = 1;
 	return 0;
 }
 
-/* The name of a memory-window opcode among the WRs of p, or NULL. */
-static const char *rp_mw_opcode(const struct rbt_ev_post_send *p)
+static int rp_load_mw(struct rp_loading *ld, const struct rbt_event *ev)
 {
-	for (uint32_t i = 0; i < p->n_wrs; i++)
-		switch (p->wrs[i].opcode) {
-		case IBV_WR_BIND_MW:
-			return "a BIND_MW work request";
-		case IBV_WR_LOCAL_INV:
-			return "a LOCAL_INV work request";
-		case IBV_WR_SEND_WITH_INV:
-			return "a SEND_WITH_INV work request";
-		default:
-			break;
-		}
-	return NULL;
+	const struct rbt_ev_mw_alloc *p = &ev->u.mw_alloc;
+	struct rp_mw *w = RP_NEW(ld, mw, nmw, capmw, RBT_MODEL_MW, p, mw);
+
+	if (!w)
+		return ld->err;
+	w->h = p->mw;
+	w->pd = p->pd;
+	w->type = (uint32_t)p->mw_type;
+	w->rec_rkey = (uint32_t)p->rkey;
+	return 0;
 }
 
+/* The live MR that holds [addr, addr + len) (its iova space), preferring one
+ * registered for binding windows; 1 + index, 0 none. */
+static int rp_bind_mr(const struct rp_side *s, uint64_t addr, uint64_t len)
+{
+	int any = 0;
+
+	for (int i = s->nmr - 1; i >= 0; i--) {
+		const struct rp_mr *m = &s->mr[i];
+
+		if (m->dead || addr < m->iova || addr + len > m->iova + m->length)
+			continue;
+		if (m->access & IBV_ACCESS_MW_BIND)
+			return i + 1;
+		if (!any)
+			any = i + 1;
+	}
+	return any;
+}
+
+/* A post's BIND_MW work requests name their window by handle and bind an MR
+ * the record does not name: both resolved now, while the handles mean what
+ * they meant (the step was just added). */
 static int rp_load_post_send(struct rp_loading *ld, const struct rbt_event *ev)
 {
-	if (!ld->s->mw_use)
-		ld->s->mw_use = rp_mw_opcode(&ev->u.post_send);
-	return rp_timeline_add(ld, ev);
+	const struct rbt_ev_post_send *p = &ev->u.post_send;
+	struct rp_side *s = ld->s;
+	struct rp_step *st;
+	int n = s->nstep, rc = rp_timeline_add(ld, ev);
+	uint32_t k;
+
+	if (rc || s->nstep == n)
+		return rc;
+	for (k = 0; k < p->n_wrs && p->wrs[k].opcode != IBV_WR_BIND_MW; k++)
+		;
+	if (k == p->n_wrs)
+		return 0;
+	st = &s->step[n];
+	st->binds = rp_alloc(s, p->n_wrs * sizeof(*st->binds));
+	if (!st->binds)
+		return -ENOMEM;
+	for (k = 0; k < p->n_wrs; k++) {
+		const struct rbt_send_wr *w = &p->wrs[k];
+
+		if (w->opcode != IBV_WR_BIND_MW)
+			continue;
+		st->binds[k].mw = rp_mw_index(s, w->ah);
+		st->binds[k].mr = w->compare_add ? rp_bind_mr(s, w->remote_addr,
+							      w->compare_add)
+						 : 0;
+	}
+	return 0;
 }
 
 /* One loader per event id; events without one (closes, destroys, stacks,
@@ -231,6 +275,7 @@ static int (*const rp_loaders[RBT_EV_MAX_ID + 1])(struct rp_loading *,
 	[RBT_EV_PORT_ATTR] = rp_load_port_attr,
 	[RBT_EV_PD_ALLOC] = rp_load_pd,
 	[RBT_EV_MR_REG] = rp_load_mr,
+	[RBT_EV_MR_DEREG] = rp_load_mr_dereg,
 	[RBT_EV_CHANNEL_CREATE] = rp_load_channel,
 	[RBT_EV_CQ_CREATE] = rp_load_cq,
 	[RBT_EV_XRCD_OPEN] = rp_load_xrcd,

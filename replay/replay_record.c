@@ -93,6 +93,16 @@ static int rr_resources(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 		ev.u.mr_reg.rkey = m->mr->rkey;
 		rc = rr_put(w, &ev, t0);
 	}
+	for (int i = 0; i < s->nmw && !rc; i++) {
+		memset(&ev, 0, sizeof(ev));
+		ev.type = RBT_EV_MW_ALLOC;
+		ev.u.mw_alloc.ts_exit = t0;
+		ev.u.mw_alloc.pd = H(s->mw[i].mw->pd);
+		ev.u.mw_alloc.mw = H(s->mw[i].mw);
+		ev.u.mw_alloc.mw_type = s->mw[i].type;
+		ev.u.mw_alloc.rkey = s->mw[i].rkey0;
+		rc = rr_put(w, &ev, t0);
+	}
 	for (int i = 0; i < s->nch && !rc; i++) {
 		memset(&ev, 0, sizeof(ev));
 		ev.type = RBT_EV_CHANNEL_CREATE;
@@ -226,6 +236,18 @@ static int rr_send(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 			   o->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
 			wr[k].remote_addr = o->wr.atomic.remote_addr;
 			wr[k].rkey = o->wr.atomic.rkey;
+		}
+		if (o->opcode == IBV_WR_BIND_MW && st->bind1) {
+			wr[k].remote_addr = st->bind1->bind_info.addr;
+			wr[k].rkey = st->bind1_mw->mw->rkey; /* after the bind */
+			wr[k].ah = H(st->bind1_mw->mw);
+		} else if (o->opcode == IBV_WR_BIND_MW) {
+			wr[k].remote_addr = o->bind_mw.bind_info.addr;
+			wr[k].rkey = o->bind_mw.rkey;
+			wr[k].ah = H(o->bind_mw.mw);
+		} else if (o->opcode == IBV_WR_LOCAL_INV ||
+			   o->opcode == IBV_WR_SEND_WITH_INV) {
+			wr[k].imm_data = o->invalidate_rkey;
 		}
 		if (st->qp->rec.qp_type == IBV_QPT_XRC_SEND)
 			wr[k].remote_qpn = o->qp_type.xrc.remote_srqn;

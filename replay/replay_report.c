@@ -126,6 +126,16 @@ static const char *rp_state_name(uint32_t s)
 	return n ? n : "?";
 }
 
+/* Where a recorded final state came from (struct rp_qp.rec_final_src). */
+static const char *const rp_final_src_name[] = { "modifies", "destroy", "exit" };
+
+static const char *rp_final_src_text(const struct rp_qp *q)
+{
+	return q->rec_final_src == 1	? ", the device's at its destroy"
+	       : q->rec_final_src == 2 ? ", the device's at exit"
+				       : "";
+}
+
 static const char *rp_qp_type_name(uint64_t t)
 {
 	const char *n = rbt_verbs_name(RBT_NAMES_QP_TYPE, t);
@@ -222,10 +232,11 @@ static void rp_report_match(struct rp_job *j, struct rbt_replay_summary *sum)
 			for (int d = 0; d < 2; d++)
 				rp_report_match_queue(j, s, q, d, sum);
 			if (qi < s->nqp && q->replay_state != q->rec_final_state)
-				rp_diverge(j, "%s: QP %llu ends in state %s, recorded %s",
+				rp_diverge(j, "%s: QP %llu ends in state %s, recorded %s%s",
 					   s->path, (unsigned long long)q->rec.qp_num,
 					   rp_state_name(q->replay_state),
-					   rp_state_name(q->rec_final_state));
+					   rp_state_name(q->rec_final_state),
+					   rp_final_src_text(q));
 		}
 	}
 }
@@ -461,6 +472,7 @@ static void rp_json_qps(struct rp_job *j, struct rbt_json *w)
 			rbt_json_obj(w);
 			rbt_json_kstr(w, "recorded", rp_state_name(q->rec_final_state));
 			rbt_json_kstr(w, "replayed", rp_state_name(q->replay_state));
+			rbt_json_kstr(w, "recorded_from", rp_final_src_name[q->rec_final_src]);
 			rbt_json_obj_end(w);
 			rbt_json_kstr(w, "type", rp_qp_type_name(q->rec.qp_type));
 			rbt_json_obj_end(w);
@@ -626,12 +638,12 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 
 			fprintf(f,
 				"  %s QP %llu -> %u: send %u/%u, recv %u/%u completions "
-				"(replayed/recorded), state %s (recorded %s)\n",
+				"(replayed/recorded), state %s (recorded %s)%s\n",
 				j->side[si].path, (unsigned long long)q->rec.qp_num,
 				q->qp ? q->qp->qp_num : 0, q->rep_wc[0].n, q->rec_wc[0].n,
 				q->rep_wc[1].n, q->rec_wc[1].n,
 				rp_state_name(q->replay_state),
-				rp_state_name(q->rec_final_state));
+				rp_state_name(q->rec_final_state), rp_final_src_text(q));
 		}
 	for (int si = 0; si < j->nside; si++)
 		for (int qi = 0; qi < j->side[si].nxqp; qi++) {

@@ -499,7 +499,11 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 		case RBT_EV_POST_SEND:
 			rp_copy_payloads(st);
 			st->t_issue = rp_now_ns();
-			st->ret = ibv_post_send(st->qp->qp, st->swr, &bs);
+			if (st->bind1) /* a type 1 window: ibv_bind_mw */
+				st->ret = ibv_bind_mw(st->qp->qp, st->bind1_mw->mw,
+						      st->bind1);
+			else
+				st->ret = ibv_post_send(st->qp->qp, st->swr, &bs);
 			st->t_exit = rp_now_ns();
 			break;
 		case RBT_EV_POST_RECV:

@@ -301,6 +301,70 @@ static int rp_build_ahs(struct rp_job *j, struct rp_side *s)
 	return 0;
 }
 
+/* The replayed key of a recorded rkey of side `side` (an MR's, or a key a
+ * window of it was bound with), for an invalidation; a key no side had is
+ * replaced by one no replayed MR or window has, so the invalidation fails as
+ * it did when recorded. */
+static uint32_t rp_map_key(struct rp_job *j, int side, uint32_t rkey)
+{
+	uint32_t n;
+
+	for (int i = 0; i < j->dir.nmr; i++)
+		if (j->dir.mrs[i].rec_rkey == rkey &&
+		    (side < 0 || j->dir.mrs[i].side == side))
+			return j->dir.mrs[i].new_rkey;
+	n = 0x7fff0000u | (rkey & 0xffffu);
+	for (int again = 1; again;) {
+		again = 0;
+		for (int i = 0; i < j->dir.nmr; i++)
+			if (j->dir.mrs[i].new_rkey == n) {
+				n += 0x10001;
+				again = 1;
+			}
+	}
+	return n;
+}
+
+/* A BIND_MW work request onto the replayed window and MR: posted (type 2),
+ * or made the step's ibv_bind_mw (type 1, the only WR of its post). 1 when
+ * the window is in no trace (the step is skipped, with a divergence). */
+static int rp_translate_bind(struct rp_job *j, struct rp_side *s, struct rp_step *st,
+			     int i, uint32_t w, struct ibv_send_wr *o)
+{
+	const struct rbt_send_wr *r = &st->ev->u.post_send.wrs[w];
+	const struct rp_bindref *b = st->binds ? &st->binds[w] : NULL;
+	struct rp_mw *mw = b && b->mw ? &s->mw[b->mw - 1] : NULL;
+	const struct rp_mr *m = b && b->mr ? &s->mr[b->mr - 1] : NULL;
+	struct ibv_mw_bind_info bi = { 0 };
+
+	if (!mw || !mw->mw) {
+		rp_diverge(j, "%s: step %d: BIND_MW names a memory window the trace "
+			      "never allocated: skipped",
+			   s->path, i);
+		return 1;
+	}
+	if (m && m->mr) {
+		bi.mr = m->mr;
+		bi.addr = (uint64_t)(uintptr_t)m->buf + (r->remote_addr - m->iova);
+	}
+	bi.length = r->compare_add;
+	bi.mw_access_flags = (unsigned)r->swap;
+	if (mw->type == IBV_MW_TYPE_1 && st->ev->u.post_send.n_wrs == 1) {
+		st->bind1 = rp_alloc(s, sizeof(*st->bind1));
+		if (!st->bind1)
+			return -ENOMEM;
+		st->bind1->wr_id = r->wr_id;
+		st->bind1->send_flags = (unsigned)r->send_flags;
+		st->bind1->bind_info = bi;
+		st->bind1_mw = mw;
+		return 0;
+	}
+	o->bind_mw.mw = mw->mw;
+	o->bind_mw.rkey = rp_mw_key(mw, (uint32_t)r->rkey);
+	o->bind_mw.bind_info = bi;
+	return 0;
+}
+
 /* Where a recorded remote access or XRC/UD destination goes on the replay. */
 static void rp_translate_dest(struct rp_job *j, struct rp_side *s, struct rp_step *st,
 			      int i, const struct rbt_send_wr *r, struct ibv_send_wr *o,
@@ -381,6 +445,21 @@ static int rp_translate_send(struct rp_job *j, struct rp_side *s, struct rp_step
 			len += r->sges[g].length;
 		}
 		rp_translate_dest(j, s, st, i, r, o, len);
+		/* memory windows: the window and MR bound, the keys invalidated
+		 * (the local side's, or the peer's for SEND_WITH_INV) */
+		if (r->opcode == IBV_WR_BIND_MW) {
+			int rc = rp_translate_bind(j, s, st, i, w, o);
+
+			if (rc < 0)
+				return rc;
+			if (rc)
+				st->skipped = 1;
+		} else if (r->opcode == IBV_WR_LOCAL_INV) {
+			o->invalidate_rkey = rp_map_key(j, s->idx, (uint32_t)r->imm_data);
+		} else if (r->opcode == IBV_WR_SEND_WITH_INV) {
+			o->invalidate_rkey =
+				rp_map_key(j, st->qp->rel_side, (uint32_t)r->imm_data);
+		}
 	}
 	return 0;
 }
