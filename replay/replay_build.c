@@ -77,9 +77,32 @@ static int rp_build_pds(struct rp_job *j, struct rp_side *s)
 	return 0;
 }
 
-/* Page-aligned memory of each recorded MR's size, with its recorded access. */
+/* Which MRs are registered by their step of the timeline: those the
+ * recording registered after the start (the prefix), when this replayer has
+ * no peer process (a peer must know every rkey before the run: then all are
+ * registered up front and their registration steps skipped); successors of a
+ * rereg always get theirs from the rereg step. */
+static void rp_mr_lifetimes(struct rp_job *j, struct rp_side *s)
+{
+	for (int i = 0; i < s->nmr; i++)
+		s->mr[i].dynamic = s->mr[i].succ_of != 0;
+	for (int i = 0; i < s->nstep; i++) {
+		struct rp_step *st = &s->step[i];
+
+		if (st->ev->type != RBT_EV_MR_REG || !st->mr)
+			continue;
+		if (i >= s->prefix && j->net_fd < 0)
+			st->mr->dynamic = 1;
+		else
+			st->skipped = 1; /* registered before the run */
+	}
+}
+
+/* Page-aligned memory of each recorded MR's size (all of it before the run),
+ * registered with its recorded access now or by its step (rp_mr_lifetimes). */
 static int rp_build_mrs(struct rp_job *j, struct rp_side *s)
 {
+	rp_mr_lifetimes(j, s);
 	for (int i = 0; i < s->nmr; i++) {
 		struct rp_mr *m = &s->mr[i];
 		size_t len = m->length ? m->length : 1;
@@ -92,6 +115,8 @@ static int rp_build_mrs(struct rp_job *j, struct rp_side *s)
 		if (posix_memalign((void **)&m->buf, 4096, (len + 4095) & ~4095ul))
 			return -ENOMEM;
 		rp_pattern(m->buf, len, (uint64_t)i);
+		if (m->dynamic)
+			continue;
 		m->mr = ibv_reg_mr(m->npd, m->buf, len, acc);
 		if (!m->mr) {
 			fprintf(j->log,
@@ -401,7 +426,8 @@ int rp_publish_side(struct rp_job *j, struct rp_side *s)
 			.len = s->mr[i].length,
 			.new_addr = (uint64_t)(uintptr_t)s->mr[i].buf,
 			.rec_rkey = (uint32_t)s->mr[i].rkey,
-			.new_rkey = s->mr[i].mr->rkey,
+			.new_rkey = s->mr[i].mr ? s->mr[i].mr->rkey : 0,
+			.live = &s->mr[i],
 		};
 
 		if (rp_dir_add_mr(&j->dir, &d) < 0)

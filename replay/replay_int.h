@@ -26,6 +26,26 @@ struct rp_mr {
 	struct ibv_mr *mr;
 	struct ibv_pd *npd;
 	int dead; /* deregistered by now (while loading) */
+	/* its life in the recording (abs mono ns; t_dead UINT64_MAX: never
+	 * deregistered): a local buffer or remote key is looked up among the
+	 * MRs alive when the post was made */
+	uint64_t t_reg, t_dead;
+	/* 1 + index of the entry an ibv_rereg_mr made of it (the same ibv_mr at
+	 * its new place, with its new parameters); a successor (succ_of) gets
+	 * its ibv_mr at the rereg step */
+	int succ, succ_of;
+	/* registered by its step of the timeline, not before the run: its keys
+	 * are read when each post that names it is issued (struct rp_fix) */
+	int dynamic;
+	uint32_t rereg_flags; /* successor: the recorded ibv_rereg_mr flags */
+};
+
+/* A key of a prepared work request that is known only once its MR is
+ * registered: filled when the post is issued. */
+struct rp_fix {
+	uint32_t *dst;
+	const struct rp_mr *m;
+	int remote; /* the rkey, else the lkey */
 };
 
 /* A memory window, rebuilt by ibv_alloc_mw of its recorded type on its PD. A
@@ -153,6 +173,9 @@ struct rp_step {
 	uint32_t nwr;
 	int obj; /* 1 + index of its QP/CQ/SRQ, resolved when read (handles get reused) */
 	struct rp_bindref *binds; /* post_send with BIND_MW WRs: one per WR */
+	struct rp_fix *fix;	  /* keys of MRs registered mid-run */
+	uint32_t nfix;
+	struct rp_mr *mr;	  /* MR_REG, MR_DEREG, MR_REREG: its MR */
 	/* a type 1 window's bind: reissued by ibv_bind_mw, not posted */
 	struct ibv_mw_bind *bind1;
 	struct rp_mw *bind1_mw;
@@ -273,6 +296,9 @@ struct rp_dir_mr {
 	int side;
 	uint64_t rec_addr, len, new_addr;
 	uint32_t rec_rkey, new_rkey;
+	/* an MR of this process registered mid-run: its rkey is read at post
+	 * time (NULL: new_rkey holds; another process's, or a window's key) */
+	const struct rp_mr *live;
 };
 /* An XRC SRQ: an XRC_SEND names the peer's SRQ by number in every send. */
 struct rp_dir_srq {

@@ -97,7 +97,68 @@ static int rp_load_mr(struct rp_loading *ld, const struct rbt_event *ev)
 	m->access = p->access;
 	m->lkey = p->lkey;
 	m->rkey = p->rkey;
-	return 0;
+	m->t_reg = rp_abs_ns(ld->s, ev->ts);
+	m->t_dead = UINT64_MAX;
+	/* a step of the timeline too: registered when recorded (unless it
+	 * falls before the start, replay_build.c) */
+	return rp_timeline_add(ld, ev);
+}
+
+/* The latest incarnation of MR entry i (1 + index) after its rereg's. */
+static int rp_mr_latest(const struct rp_side *s, int i)
+{
+	for (int n = 0; i && s->mr[i - 1].succ && n < 1000000; n++)
+		i = s->mr[i - 1].succ;
+	return i;
+}
+
+/* The step just added (if it was) names entry i. */
+static void rp_step_names(struct rp_side *s, int nstep_before, int i)
+{
+	if (s->nstep > nstep_before)
+		s->step[nstep_before].obj = i;
+}
+
+/* ibv_rereg_mr: a successor entry with the MR's new place and keys (the same
+ * ibv_mr on the replay, given to it by the step). */
+static int rp_load_mr_rereg(struct rp_loading *ld, const struct rbt_event *ev)
+{
+	const struct rbt_ev_mr_rereg *p = &ev->u.mr_rereg;
+	struct rp_side *s = ld->s;
+	int i = p->ret ? 0 : rp_mr_latest(s, rp_mr_index(s, p->mr));
+	int n = s->nstep, rc;
+	struct rp_mr *m, *o;
+	uint64_t now = rp_abs_ns(s, ev->ts);
+
+	if (!i)
+		return 0;
+	if (!RP_GROW(s->mr, s->nmr, ld->capmr))
+		return -ENOMEM;
+	o = &s->mr[i - 1];
+	m = &s->mr[s->nmr++];
+	*m = *o;
+	m->mr = NULL;
+	m->succ = 0;
+	m->succ_of = i;
+	m->rereg_flags = (uint32_t)p->flags;
+	if (p->flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		m->addr = m->iova = p->addr;
+		m->length = p->length;
+	}
+	if (p->flags & IBV_REREG_MR_CHANGE_PD)
+		m->pd = p->pd;
+	if (p->flags & IBV_REREG_MR_CHANGE_ACCESS)
+		m->access = p->access;
+	m->lkey = p->lkey;
+	m->rkey = p->rkey;
+	m->t_reg = now;
+	m->t_dead = UINT64_MAX;
+	o->succ = s->nmr;
+	o->dead = 1;
+	o->t_dead = now;
+	rc = rp_timeline_add(ld, ev);
+	rp_step_names(s, n, s->nmr);
+	return rc;
 }
 
 static int rp_load_channel(struct rp_loading *ld, const struct rbt_event *ev)
@@ -193,11 +254,17 @@ static int rp_load_ah(struct rp_loading *ld, const struct rbt_event *ev)
 
 static int rp_load_mr_dereg(struct rp_loading *ld, const struct rbt_event *ev)
 {
-	int i = ev->u.mr_dereg.ret ? 0 : rp_mr_index(ld->s, ev->u.mr_dereg.mr);
+	struct rp_side *s = ld->s;
+	int i = ev->u.mr_dereg.ret ? 0 : rp_mr_latest(s, rp_mr_index(s, ev->u.mr_dereg.mr));
+	int n = s->nstep, rc;
 
-	if (i)
-		ld->s->mr[i - 1].dead = 1;
-	return 0;
+	if (!i)
+		return 0;
+	s->mr[i - 1].dead = 1;
+	s->mr[i - 1].t_dead = rp_abs_ns(s, ev->ts);
+	rc = rp_timeline_add(ld, ev);
+	rp_step_names(s, n, i);
+	return rc;
 }
 
 static int rp_load_mw(struct rp_loading *ld, const struct rbt_event *ev)
@@ -276,6 +343,7 @@ static int (*const rp_loaders[RBT_EV_MAX_ID + 1])(struct rp_loading *,
 	[RBT_EV_PD_ALLOC] = rp_load_pd,
 	[RBT_EV_MR_REG] = rp_load_mr,
 	[RBT_EV_MR_DEREG] = rp_load_mr_dereg,
+	[RBT_EV_MR_REREG] = rp_load_mr_rereg,
 	[RBT_EV_CHANNEL_CREATE] = rp_load_channel,
 	[RBT_EV_CQ_CREATE] = rp_load_cq,
 	[RBT_EV_XRCD_OPEN] = rp_load_xrcd,

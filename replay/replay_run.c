@@ -200,6 +200,76 @@ static void rp_copy_payloads(struct rp_step *st)
 	}
 }
 
+/* Keys of MRs registered mid-run, read as the post is issued (a key of an MR
+ * not registered now: one no MR has, as softnic and hardware refuse). */
+static void rp_apply_fixes(const struct rp_step *st)
+{
+	for (uint32_t k = 0; k < st->nfix; k++) {
+		const struct rp_fix *f = &st->fix[k];
+
+		*f->dst = !f->m->mr ? 0x7ffe0001u
+			  : f->remote ? f->m->mr->rkey
+				      : f->m->mr->lkey;
+	}
+}
+
+/* An MR registered, deregistered or moved (ibv_rereg_mr: the predecessor's
+ * ibv_mr onto the successor's memory) at its recorded time. */
+static void rp_step_mr(struct rp_job *j, struct rp_side *s, struct rp_step *st, int i)
+{
+	const struct rbt_event *e = st->ev;
+	struct rp_mr *m = st->mr, *o;
+	int64_t rec;
+	int fl;
+
+	st->t_issue = rp_now_ns();
+	switch (e->type) {
+	case RBT_EV_MR_REG:
+		if (!m->mr)
+			m->mr = ibv_reg_mr(m->npd, m->buf, m->length ? m->length : 1,
+					   (int)m->access);
+		st->ret = m->mr ? 0 : -(errno ? errno : EIO);
+		rec = e->u.mr_reg.ret;
+		break;
+	case RBT_EV_MR_DEREG:
+		st->ret = m->mr ? ibv_dereg_mr(m->mr) : -ENOENT;
+		if (!st->ret)
+			m->mr = NULL;
+		rec = e->u.mr_dereg.ret;
+		break;
+	default:
+		o = m->succ_of ? &s->mr[m->succ_of - 1] : NULL;
+		fl = (int)m->rereg_flags;
+		st->ret = o && o->mr ? ibv_rereg_mr(o->mr, fl,
+						    (fl & IBV_REREG_MR_CHANGE_PD) ? m->npd
+										  : NULL,
+						    m->buf, m->length,
+						    (fl & IBV_REREG_MR_CHANGE_ACCESS)
+							    ? (int)m->access
+							    : 0)
+				     : -ENOENT;
+		if (!st->ret) {
+			m->mr = o->mr;
+			o->mr = NULL;
+		}
+		rec = e->u.mr_rereg.ret;
+		break;
+	}
+	st->t_exit = rp_now_ns();
+	if ((st->ret == 0) != (rec == 0))
+		rp_diverge(j, "%s: step %d: %s returned %lld, recorded %lld", s->path, i,
+			   rbt_event_name(e->type), (long long)st->ret, (long long)rec);
+}
+
+/* Steps issued at their recorded offset in the timed modes: posts, and the
+ * MR registrations, deregistrations and rereg's of the run. */
+static int rp_timed_step(uint32_t t)
+{
+	return t == RBT_EV_POST_SEND || t == RBT_EV_POST_RECV ||
+	       t == RBT_EV_POST_SRQ_RECV || t == RBT_EV_MR_REG || t == RBT_EV_MR_DEREG ||
+	       t == RBT_EV_MR_REREG;
+}
+
 static void rp_step_modify(struct rp_job *j, struct rp_side *s, struct rp_step *st, int i)
 {
 	const struct rbt_ev_qp_modify *m = &st->ev->u.qp_modify;
@@ -466,9 +536,7 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 		if (st->skipped)
 			continue;
 		st->deadline = 0;
-		if (i >= s->prefix &&
-		    (e->type == RBT_EV_POST_SEND || e->type == RBT_EV_POST_RECV ||
-		     e->type == RBT_EV_POST_SRQ_RECV)) {
+		if (i >= s->prefix && rp_timed_step(e->type)) {
 			if (o->timing == RBT_REPLAY_RECORDED ||
 			    o->timing == RBT_REPLAY_SCALE) {
 				int64_t off = (int64_t)(st->rec_ns - rec_epoch);
@@ -496,8 +564,14 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 		case RBT_EV_QP_MODIFY:
 			rp_step_modify(j, s, st, i);
 			break;
+		case RBT_EV_MR_REG:
+		case RBT_EV_MR_DEREG:
+		case RBT_EV_MR_REREG:
+			rp_step_mr(j, s, st, i);
+			break;
 		case RBT_EV_POST_SEND:
 			rp_copy_payloads(st);
+			rp_apply_fixes(st);
 			st->t_issue = rp_now_ns();
 			if (st->bind1) /* a type 1 window: ibv_bind_mw */
 				st->ret = ibv_bind_mw(st->qp->qp, st->bind1_mw->mw,
@@ -507,11 +581,13 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			st->t_exit = rp_now_ns();
 			break;
 		case RBT_EV_POST_RECV:
+			rp_apply_fixes(st);
 			st->t_issue = rp_now_ns();
 			st->ret = ibv_post_recv(st->qp->qp, st->rwr, &br);
 			st->t_exit = rp_now_ns();
 			break;
 		case RBT_EV_POST_SRQ_RECV:
+			rp_apply_fixes(st);
 			st->t_issue = rp_now_ns();
 			st->ret = ibv_post_srq_recv(st->srq->srq, st->rwr, &br);
 			st->t_exit = rp_now_ns();

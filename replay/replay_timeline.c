@@ -42,7 +42,7 @@ static int rp_step_cmp(const void *a, const void *b)
 
 /* Where the handle of the object a step names lies in its event, and its kind:
  * read through one table, resolved when the event is read (handles get reused). */
-enum { RP_OBJ_NONE, RP_OBJ_QP, RP_OBJ_CQ, RP_OBJ_SRQ };
+enum { RP_OBJ_NONE, RP_OBJ_QP, RP_OBJ_CQ, RP_OBJ_SRQ, RP_OBJ_MR };
 #define RP_H(ev, field, kind) \
 	[RBT_EV_##ev] = { offsetof(struct rbt_event, u.field), kind }
 static const struct {
@@ -58,6 +58,7 @@ static const struct {
 	RP_H(POLL_CQ, poll_cq.cq, RP_OBJ_CQ),
 	RP_H(REQ_NOTIFY, req_notify.cq, RP_OBJ_CQ),
 	RP_H(GET_CQ_EVENT, get_cq_event.cq, RP_OBJ_CQ),
+	RP_H(MR_REG, mr_reg.mr, RP_OBJ_MR), /* MR_DEREG, MR_REREG: replay_load.c */
 };
 
 /* 1 + the index of the object a step names, as of the moment it is read. */
@@ -73,6 +74,8 @@ static int rp_resolve(struct rp_side *s, const struct rbt_event *e)
 		return rp_qp_index(s, h);
 	case RP_OBJ_CQ:
 		return rp_cq_index(s, h);
+	case RP_OBJ_MR:
+		return rp_mr_index(s, h);
 	default:
 		return rp_srq_index(s, h);
 	}
@@ -224,7 +227,24 @@ static void rp_wire_async(struct rp_side *s, struct rp_step *st)
 		rp_evidence(q, st, IBV_QPS_ERR);
 }
 
+/* An MR's registration, deregistration or rereg: the entry it acts on (for a
+ * rereg, the successor), resolved when read. */
+static void rp_wire_mr(struct rp_side *s, struct rp_step *st)
+{
+	const struct rbt_event *e = st->ev;
+
+	st->mr = st->obj ? &s->mr[st->obj - 1] : NULL;
+	st->rec_exit_ns = rp_abs_ns(s, e->type == RBT_EV_MR_REG	 ? e->u.mr_reg.ts_exit
+				       : e->type == RBT_EV_MR_DEREG ? e->u.mr_dereg.ts_exit
+								    : e->u.mr_rereg.ts_exit);
+	if (!st->mr)
+		st->skipped = 1;
+}
+
 static void (*const rp_wire[RBT_EV_MAX_ID + 1])(struct rp_side *, struct rp_step *) = {
+	[RBT_EV_MR_REG] = rp_wire_mr,
+	[RBT_EV_MR_DEREG] = rp_wire_mr,
+	[RBT_EV_MR_REREG] = rp_wire_mr,
 	[RBT_EV_QP_MODIFY] = rp_wire_modify,
 	[RBT_EV_POST_SEND] = rp_wire_send,
 	[RBT_EV_POST_RECV] = rp_wire_recv,
