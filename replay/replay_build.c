@@ -118,6 +118,10 @@ static int rp_build_mrs(struct rp_job *j, struct rp_side *s)
 		if (m->dynamic)
 			continue;
 		m->mr = ibv_reg_mr(m->npd, m->buf, len, acc);
+		if (m->mr) {
+			m->new_lkey = m->mr->lkey;
+			m->new_rkey = m->mr->rkey;
+		}
 		if (!m->mr) {
 			fprintf(j->log,
 				"rbtrace replay: %s: registering an MR of %zu bytes "

@@ -37,7 +37,8 @@ struct rp_mr {
 	/* registered by its step of the timeline, not before the run: its keys
 	 * are read when each post that names it is issued (struct rp_fix) */
 	int dynamic;
-	uint32_t rereg_flags; /* successor: the recorded ibv_rereg_mr flags */
+	uint32_t rereg_flags;	     /* successor: the recorded ibv_rereg_mr flags */
+	uint32_t new_lkey, new_rkey; /* the replay's keys when it was registered */
 };
 
 /* A key of a prepared work request that is known only once its MR is
@@ -175,7 +176,7 @@ struct rp_step {
 	struct rp_bindref *binds; /* post_send with BIND_MW WRs: one per WR */
 	struct rp_fix *fix;	  /* keys of MRs registered mid-run */
 	uint32_t nfix;
-	struct rp_mr *mr;	  /* MR_REG, MR_DEREG, MR_REREG: its MR */
+	struct rp_mr *mr; /* MR_REG, MR_DEREG, MR_REREG: its MR */
 	/* a type 1 window's bind: reissued by ibv_bind_mw, not posted */
 	struct ibv_mw_bind *bind1;
 	struct rp_mw *bind1_mw;
@@ -253,7 +254,7 @@ struct rp_side {
 	const struct rbt_model_trace *mtrace;
 	uint64_t wc_seq;
 	struct rp_step *step;
-	int nstep, prefix;     /* steps [0, prefix) run before the start barrier */
+	int nstep, prefix; /* steps [0, prefix) run before the start barrier */
 	struct rp_mw *mw;
 	int nmw;
 	uint64_t rec_epoch_ns; /* abs mono ns of the first step after the prefix */

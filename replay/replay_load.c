@@ -255,7 +255,8 @@ static int rp_load_ah(struct rp_loading *ld, const struct rbt_event *ev)
 static int rp_load_mr_dereg(struct rp_loading *ld, const struct rbt_event *ev)
 {
 	struct rp_side *s = ld->s;
-	int i = ev->u.mr_dereg.ret ? 0 : rp_mr_latest(s, rp_mr_index(s, ev->u.mr_dereg.mr));
+	int i = ev->u.mr_dereg.ret ? 0
+				   : rp_mr_latest(s, rp_mr_index(s, ev->u.mr_dereg.mr));
 	int n = s->nstep, rc;
 
 	if (!i)
@@ -327,9 +328,9 @@ static int rp_load_post_send(struct rp_loading *ld, const struct rbt_event *ev)
 		if (w->opcode != IBV_WR_BIND_MW)
 			continue;
 		st->binds[k].mw = rp_mw_index(s, w->ah);
-		st->binds[k].mr = w->compare_add ? rp_bind_mr(s, w->remote_addr,
-							      w->compare_add)
-						 : 0;
+		st->binds[k].mr = w->compare_add
+					  ? rp_bind_mr(s, w->remote_addr, w->compare_add)
+					  : 0;
 	}
 	return 0;
 }

@@ -77,20 +77,23 @@ static int rr_resources(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 		ev.u.pd_alloc.ts_exit = t0;
 		rc = rr_put(w, &ev, t0);
 	}
+	/* MRs registered before the run (the others by their steps) */
 	for (int i = 0; i < s->nmr && !rc; i++) {
 		struct rp_mr *m = &s->mr[i];
 
+		if (m->dynamic)
+			continue;
 		memset(&ev, 0, sizeof(ev));
 		ev.type = RBT_EV_MR_REG;
 		ev.u.mr_reg.ts_exit = t0;
 		ev.u.mr_reg.pd = H(m->npd);
-		ev.u.mr_reg.mr = H(m->mr);
+		ev.u.mr_reg.mr = H(m);
 		ev.u.mr_reg.addr = H(m->buf);
 		ev.u.mr_reg.iova = H(m->buf);
 		ev.u.mr_reg.length = m->length;
 		ev.u.mr_reg.access = m->access;
-		ev.u.mr_reg.lkey = m->mr->lkey;
-		ev.u.mr_reg.rkey = m->mr->rkey;
+		ev.u.mr_reg.lkey = m->new_lkey;
+		ev.u.mr_reg.rkey = m->new_rkey;
 		rc = rr_put(w, &ev, t0);
 	}
 	for (int i = 0; i < s->nmw && !rc; i++) {
@@ -339,8 +342,47 @@ static int rr_poll(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 	return rc;
 }
 
+/* An MR step: the MR is named by its first entry (a rereg's successors are
+ * the same MR), its keys the replay's. */
+static int rr_mr(struct rbt_writer *w, const struct rp_side *s, const struct rp_step *st,
+		 struct rbt_event ev)
+{
+	const struct rp_mr *m = st->mr, *root = m;
+
+	while (root->succ_of)
+		root = &s->mr[root->succ_of - 1];
+	switch (ev.type) {
+	case RBT_EV_MR_REG:
+		ev.u.mr_reg.ts_exit = st->t_exit;
+		ev.u.mr_reg.ret = st->ret;
+		ev.u.mr_reg.mr = H(root);
+		ev.u.mr_reg.pd = H(m->npd);
+		ev.u.mr_reg.addr = ev.u.mr_reg.iova = H(m->buf);
+		ev.u.mr_reg.api = 0;
+		ev.u.mr_reg.lkey = m->new_lkey;
+		ev.u.mr_reg.rkey = m->new_rkey;
+		break;
+	case RBT_EV_MR_DEREG:
+		ev.u.mr_dereg.ts_exit = st->t_exit;
+		ev.u.mr_dereg.ret = st->ret;
+		ev.u.mr_dereg.mr = H(root);
+		break;
+	default:
+		ev.u.mr_rereg.ts_exit = st->t_exit;
+		ev.u.mr_rereg.ret = st->ret;
+		ev.u.mr_rereg.mr = H(root);
+		ev.u.mr_rereg.pd = H(m->npd);
+		ev.u.mr_rereg.addr = H(m->buf);
+		ev.u.mr_rereg.lkey = m->new_lkey;
+		ev.u.mr_rereg.rkey = m->new_rkey;
+		break;
+	}
+	return rr_put(w, &ev, st->t_issue);
+}
+
 /* One step as the replay ran it: its times and results, on its replayed objects. */
-static int rr_step(struct rbt_writer *w, struct rp_job *j, const struct rp_step *st)
+static int rr_step(struct rbt_writer *w, struct rp_job *j, const struct rp_side *s,
+		   const struct rp_step *st)
 {
 	struct rbt_event ev = *st->ev;
 	int rc = 0;
@@ -355,6 +397,10 @@ static int rr_step(struct rbt_writer *w, struct rp_job *j, const struct rp_step 
 			ev.u.qp_modify.dest_qp_num = j->dir.qps[st->qp->peer_dir].new_qpn;
 		rc = rr_put(w, &ev, st->t_issue);
 		break;
+	case RBT_EV_MR_REG:
+	case RBT_EV_MR_DEREG:
+	case RBT_EV_MR_REREG:
+		return rr_mr(w, s, st, ev);
 	case RBT_EV_POST_SEND:
 		return rr_send(w, st, ev);
 	case RBT_EV_POST_RECV:
@@ -416,7 +462,7 @@ int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path)
 		rc = rr_queues(w, s, t0);
 	for (int i = 0; i < s->nstep && !rc; i++)
 		if (!s->step[i].skipped && s->step[i].t_issue)
-			rc = rr_step(w, j, &s->step[i]);
+			rc = rr_step(w, j, s, &s->step[i]);
 	if (rc) {
 		rbt_writer_close(w, NULL);
 		rr_discard(path);

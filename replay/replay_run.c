@@ -207,7 +207,7 @@ static void rp_apply_fixes(const struct rp_step *st)
 	for (uint32_t k = 0; k < st->nfix; k++) {
 		const struct rp_fix *f = &st->fix[k];
 
-		*f->dst = !f->m->mr ? 0x7ffe0001u
+		*f->dst = !f->m->mr   ? 0x7ffe0001u
 			  : f->remote ? f->m->mr->rkey
 				      : f->m->mr->lkey;
 	}
@@ -256,6 +256,10 @@ static void rp_step_mr(struct rp_job *j, struct rp_side *s, struct rp_step *st, 
 		break;
 	}
 	st->t_exit = rp_now_ns();
+	if (m->mr) { /* for -o */
+		m->new_lkey = m->mr->lkey;
+		m->new_rkey = m->mr->rkey;
+	}
 	if ((st->ret == 0) != (rec == 0))
 		rp_diverge(j, "%s: step %d: %s returned %lld, recorded %lld", s->path, i,
 			   rbt_event_name(e->type), (long long)st->ret, (long long)rec);

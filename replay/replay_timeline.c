@@ -234,9 +234,10 @@ static void rp_wire_mr(struct rp_side *s, struct rp_step *st)
 	const struct rbt_event *e = st->ev;
 
 	st->mr = st->obj ? &s->mr[st->obj - 1] : NULL;
-	st->rec_exit_ns = rp_abs_ns(s, e->type == RBT_EV_MR_REG	 ? e->u.mr_reg.ts_exit
-				       : e->type == RBT_EV_MR_DEREG ? e->u.mr_dereg.ts_exit
-								    : e->u.mr_rereg.ts_exit);
+	st->rec_exit_ns =
+		rp_abs_ns(s, e->type == RBT_EV_MR_REG	  ? e->u.mr_reg.ts_exit
+			     : e->type == RBT_EV_MR_DEREG ? e->u.mr_dereg.ts_exit
+							  : e->u.mr_rereg.ts_exit);
 	if (!st->mr)
 		st->skipped = 1;
 }

@@ -163,8 +163,8 @@ static int rp_mr_alive(const struct rp_mr *m, uint64_t t)
 }
 
 static int rp_map_sge(struct rp_job *j, struct rp_side *s, const struct rbt_sge *in,
-		      struct ibv_sge *out, int is_inline, int post_idx, struct rp_step *st,
-		      uint32_t room)
+		      struct ibv_sge *out, int is_inline, int post_idx,
+		      struct rp_step *st, uint32_t room)
 {
 	/* the MR alive at the post first (keys and addresses get reused after a
 	 * dereg), then any (a trace whose registration is not in it) */
@@ -227,7 +227,8 @@ static int rp_map_remote(struct rp_job *j, struct rp_side *s, struct rp_qp *q,
 			if (!hit || (d->live && j->same_clock &&
 				     rp_mr_alive(d->live, st->rec_ns)))
 				hit = d;
-			if (!d->live || !j->same_clock || rp_mr_alive(d->live, st->rec_ns))
+			if (!d->live || !j->same_clock ||
+			    rp_mr_alive(d->live, st->rec_ns))
 				break;
 		}
 	}
@@ -374,8 +375,9 @@ static int rp_translate_bind(struct rp_job *j, struct rp_side *s, struct rp_step
 	struct ibv_mw_bind_info bi = { 0 };
 
 	if (!mw || !mw->mw) {
-		rp_diverge(j, "%s: step %d: BIND_MW names a memory window the trace "
-			      "never allocated: skipped",
+		rp_diverge(j,
+			   "%s: step %d: BIND_MW names a memory window the trace "
+			   "never allocated: skipped",
 			   s->path, i);
 		return 1;
 	}

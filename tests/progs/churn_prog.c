@@ -22,11 +22,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FAIL(...)                                           \
-	do {                                                \
+#define FAIL(...)                                            \
+	do {                                                 \
 		fprintf(stderr, "churn_prog: " __VA_ARGS__); \
-		fprintf(stderr, "\n");                      \
-		exit(1);                                    \
+		fprintf(stderr, "\n");                       \
+		exit(1);                                     \
 	} while (0)
 
 static struct ibv_context *ctx;
@@ -112,9 +112,8 @@ static void connect_qp(struct ibv_qp *qp, uint32_t dest)
 		FAIL("RTS failed");
 }
 
-static void post_send(struct ibv_qp *qp, uint64_t id, enum ibv_wr_opcode op,
-		      void *addr, uint32_t len, uint32_t lkey, uint64_t raddr,
-		      uint32_t rkey)
+static void post_send(struct ibv_qp *qp, uint64_t id, enum ibv_wr_opcode op, void *addr,
+		      uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey)
 {
 	struct ibv_sge sge = { (uint64_t)(uintptr_t)addr, len, lkey };
 	struct ibv_send_wr wr = { 0 }, *bad;
