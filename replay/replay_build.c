@@ -84,14 +84,25 @@ static int rp_build_pds(struct rp_job *j, struct rp_side *s)
  * rereg always get theirs from the rereg step. */
 static void rp_mr_lifetimes(struct rp_job *j, struct rp_side *s)
 {
+	int last = -1; /* the side's last post or poll */
+
+	for (int i = 0; i < s->nstep; i++) {
+		uint32_t t = s->step[i].ev->type;
+
+		if (t == RBT_EV_POST_SEND || t == RBT_EV_POST_RECV ||
+		    t == RBT_EV_POST_SRQ_RECV || t == RBT_EV_POLL_CQ)
+			last = i;
+	}
 	for (int i = 0; i < s->nmr; i++)
 		s->mr[i].dynamic = s->mr[i].succ_of != 0;
 	for (int i = 0; i < s->nstep; i++) {
 		struct rp_step *st = &s->step[i];
+		uint32_t t = st->ev->type;
 
-		if (st->ev->type != RBT_EV_MR_REG || !st->mr)
+		/* (after the last post or poll: skipped, see rp_mr_tail) */
+		if (t != RBT_EV_MR_REG || !st->mr || st->skipped)
 			continue;
-		if (i >= s->prefix && j->net_fd < 0)
+		if (i >= s->prefix && i < last && j->net_fd < 0)
 			st->mr->dynamic = 1;
 		else
 			st->skipped = 1; /* registered before the run */

@@ -386,6 +386,10 @@ struct rp_loading {
 	int cur_cq;
 	uint32_t wc_next;
 	int err; /* from a model callback: -ENOMEM */
+	/* a send, a poll that returned completions or a completion-event wait
+	 * was read: MR events from now on are steps (before it they fall in the
+	 * prefix and are done before the run) */
+	int started;
 };
 
 /* The phases, in the order replay_job.c runs them. Each returns 0 or a negative

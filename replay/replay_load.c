@@ -99,9 +99,9 @@ static int rp_load_mr(struct rp_loading *ld, const struct rbt_event *ev)
 	m->rkey = p->rkey;
 	m->t_reg = rp_abs_ns(ld->s, ev->ts);
 	m->t_dead = UINT64_MAX;
-	/* a step of the timeline too: registered when recorded (unless it
-	 * falls before the start, replay_build.c) */
-	return rp_timeline_add(ld, ev);
+	/* after the start a step of the timeline too: registered when recorded
+	 * (replay_build.c decides) */
+	return ld->started ? rp_timeline_add(ld, ev) : 0;
 }
 
 /* The latest incarnation of MR entry i (1 + index) after its rereg's. */
@@ -156,7 +156,7 @@ static int rp_load_mr_rereg(struct rp_loading *ld, const struct rbt_event *ev)
 	o->succ = s->nmr;
 	o->dead = 1;
 	o->t_dead = now;
-	rc = rp_timeline_add(ld, ev);
+	rc = rp_timeline_add(ld, ev); /* a successor always gets its MR by it */
 	rp_step_names(s, n, s->nmr);
 	return rc;
 }
@@ -263,6 +263,8 @@ static int rp_load_mr_dereg(struct rp_loading *ld, const struct rbt_event *ev)
 		return 0;
 	s->mr[i - 1].dead = 1;
 	s->mr[i - 1].t_dead = rp_abs_ns(s, ev->ts);
+	if (!ld->started)
+		return 0; /* before the start: it never mattered */
 	rc = rp_timeline_add(ld, ev);
 	rp_step_names(s, n, i);
 	return rc;

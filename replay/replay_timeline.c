@@ -91,6 +91,9 @@ int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev)
 
 	if (ev->type == RBT_EV_POLL_CQ && ev->u.poll_cq.n_wcs == 0)
 		return 0;
+	if (ev->type == RBT_EV_POST_SEND || ev->type == RBT_EV_POLL_CQ ||
+	    ev->type == RBT_EV_GET_CQ_EVENT)
+		ld->started = 1;
 	if (!RP_GROW(s->step, s->nstep, ld->capstep))
 		return -ENOMEM;
 	st = &s->step[s->nstep++];
@@ -257,6 +260,33 @@ static void (*const rp_wire[RBT_EV_MAX_ID + 1])(struct rp_side *, struct rp_step
 	[RBT_EV_ASYNC_EVENT] = rp_wire_async,
 };
 
+static int rp_is_mr_step(uint32_t t)
+{
+	return t == RBT_EV_MR_REG || t == RBT_EV_MR_DEREG || t == RBT_EV_MR_REREG;
+}
+
+/* A registration or deregistration after the side's last post or poll is
+ * its teardown (or an MR never used): done before or after the run as
+ * before, not a step (a peer replayer, or the peer's side, may not be done
+ * with the MR: the recording's sync was out of band). Nor is it a thread's
+ * work (rp_lanes_build). */
+static void rp_mr_tail(struct rp_side *s)
+{
+	int last = -1;
+
+	for (int i = 0; i < s->nstep; i++) {
+		uint32_t t = s->step[i].ev->type;
+
+		if (t == RBT_EV_POST_SEND || t == RBT_EV_POST_RECV ||
+		    t == RBT_EV_POST_SRQ_RECV || t == RBT_EV_POLL_CQ)
+			last = i;
+	}
+	for (int i = last + 1; i < s->nstep; i++)
+		if (s->step[i].ev->type == RBT_EV_MR_REG ||
+		    s->step[i].ev->type == RBT_EV_MR_DEREG)
+			s->step[i].skipped = 1;
+}
+
 /* After the last event: recorded time order (streams, i.e. threads, were
  * written chunk by chunk), every step wired, the model's join of what the
  * program saw sealed, and the prefix: creating, connecting and pre-posting
@@ -274,6 +304,7 @@ void rp_timeline_finish(struct rp_side *s)
 			rp_wire[st->ev->type](s, st);
 	}
 	rp_join_finish(s);
+	rp_mr_tail(s);
 	for (s->prefix = 0; s->prefix < s->nstep; s->prefix++) {
 		uint32_t t = s->step[s->prefix].ev->type;
 
@@ -304,6 +335,8 @@ int rp_lanes_build(struct rp_side *s)
 		uint32_t id = s->step[i].ev->stream;
 		int l = 0;
 
+		if (s->step[i].skipped && rp_is_mr_step(s->step[i].ev->type))
+			continue;
 		while (l < s->nlane && s->lane[l].stream != id)
 			l++;
 		if (l == s->nlane) {
@@ -325,7 +358,9 @@ int rp_lanes_build(struct rp_side *s)
 		L->n = 0;
 	}
 	for (int i = s->prefix; i < s->nstep; i++)
-		for (int l = 0; l < s->nlane; l++)
+		for (int l = 0; l < s->nlane && !(s->step[i].skipped &&
+						  rp_is_mr_step(s->step[i].ev->type));
+		     l++)
 			if (s->lane[l].stream == s->step[i].ev->stream) {
 				s->lane[l].idx[s->lane[l].n++] = i;
 				break;
