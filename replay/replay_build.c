@@ -287,8 +287,52 @@ static int rp_build_srqs(struct rp_job *j, struct rp_side *s)
 	return 0;
 }
 
+/* Which QPs are created by their step: those created after the start (RC, UC,
+ * UD) when this replayer has no peer process (a peer needs every QP number
+ * before the run). Destroys mid-run are steps likewise. */
+static void rp_qp_lifetimes(struct rp_job *j, struct rp_side *s)
+{
+	for (int i = 0; i < s->nstep; i++) {
+		struct rp_step *st = &s->step[i];
+		uint32_t t = st->ev->type;
+		uint64_t ty = st->qp ? st->qp->rec.qp_type : 0;
+
+		if ((t != RBT_EV_QP_CREATE && t != RBT_EV_QP_DESTROY) || st->skipped)
+			continue;
+		if (j->net_fd >= 0 || i < s->prefix ||
+		    (ty != IBV_QPT_RC && ty != IBV_QPT_UC && ty != IBV_QPT_UD))
+			st->skipped = 1;
+		else if (t == RBT_EV_QP_CREATE)
+			st->qp->dynamic = 1;
+	}
+}
+
+int rp_qp_create_now(struct rp_side *s, struct rp_qp *q)
+{
+	struct ibv_qp_init_attr a = {
+		.send_cq = q->scq ? s->cq[q->scq - 1].cq : NULL,
+		.recv_cq = q->rcq ? s->cq[q->rcq - 1].cq : NULL,
+		.srq = q->srqi ? s->srq[q->srqi - 1].srq : NULL,
+		.cap = { .max_send_wr = (uint32_t)q->rec.max_send_wr,
+			 .max_recv_wr = (uint32_t)q->rec.max_recv_wr,
+			 .max_send_sge = (uint32_t)q->rec.max_send_sge,
+			 .max_recv_sge = (uint32_t)q->rec.max_recv_sge,
+			 .max_inline_data = (uint32_t)q->rec.max_inline_data },
+		.qp_type = (enum ibv_qp_type)q->rec.qp_type,
+		.sq_sig_all = (int)q->rec.sq_sig_all,
+	};
+	struct ibv_pd *pd = rp_pd_by_h(s, q->rec.pd);
+
+	q->qp = pd ? ibv_create_qp(pd, &a) : NULL;
+	if (!q->qp)
+		return -(errno ? errno : EINVAL);
+	q->new_qpn = q->qp->qp_num;
+	return 0;
+}
+
 static int rp_build_qps(struct rp_job *j, struct rp_side *s)
 {
+	rp_qp_lifetimes(j, s);
 	for (int i = 0; i < s->nqp; i++) {
 		struct rp_qp *q = &s->qp[i];
 		struct rp_cq *scq = (q->scq ? &s->cq[q->scq - 1] : NULL);
@@ -319,6 +363,10 @@ static int rp_build_qps(struct rp_job *j, struct rp_side *s)
 				       "created",
 				       s->path, (unsigned long long)q->rec.qp_num);
 		}
+		if (q->port < 1 || q->port > s->dattr.phys_port_cnt)
+			q->port = 1;
+		if (q->dynamic)
+			continue; /* by its step */
 		if (rp_is_xrc(q->rec.qp_type)) {
 			struct ibv_qp_init_attr_ex x = {
 				.send_cq = a.send_cq,
@@ -359,8 +407,7 @@ static int rp_build_qps(struct rp_job *j, struct rp_side *s)
 				       (unsigned long long)q->rec.max_inline_data,
 				       a.cap.max_inline_data);
 		}
-		if (q->port < 1 || q->port > s->dattr.phys_port_cnt)
-			q->port = 1;
+		q->new_qpn = q->qp->qp_num;
 	}
 	return 0;
 }
@@ -424,13 +471,14 @@ int rp_publish_side(struct rp_job *j, struct rp_side *s)
 			.side = s->idx,
 			.rec_qpn = (uint32_t)s->qp[i].rec.qp_num,
 			.rec_dest = s->qp[i].rec_dest_qpn,
-			.new_qpn = s->qp[i].qp->qp_num,
+			.new_qpn = s->qp[i].new_qpn, /* 0 until created (dynamic) */
 			.type = (uint32_t)s->qp[i].rec.qp_type,
 			.lid = s->pattr.lid,
 			.rec_lid = (uint32_t)s->rec_lid,
 		};
 
 		memcpy(d.gid, s->gid.raw, 16);
+		s->qp[i].dir_idx = j->dir.nqp;
 		if (rp_dir_add_qp(&j->dir, &d) < 0)
 			return -ENOMEM;
 	}

@@ -155,6 +155,12 @@ struct rp_qp {
 	uint32_t rec_all[2];		    /* rec_wc[d].n before a stop cut the lists */
 	struct rp_idset send_ids, recv_ids; /* wr_ids posted to each queue */
 	uint32_t replay_state;
+	/* created by its step of the timeline (QP_CREATE after the start), not
+	 * before the run; gone: destroyed by its step (replay_state was taken
+	 * right before); new_qpn: its number on the replay (0 until created);
+	 * dir_idx: its entry in the directory */
+	int dynamic, gone, dir_idx;
+	uint32_t new_qpn;
 	/* in rp_side.xqp: another process's TGT QP, known only by number */
 	uint32_t foreign_new_qpn;
 };
@@ -444,6 +450,8 @@ int rp_open_device(struct rp_job *j, struct rp_side *s, struct ibv_context **ctx
 int rp_build_side(struct rp_job *j, struct rp_side *s);
 int rp_publish_side(struct rp_job *j, struct rp_side *s);
 void rp_teardown_side(struct rp_side *s);
+/* A QP created mid-run (RC, UC or UD) by its step: 0 or a negative errno. */
+int rp_qp_create_now(struct rp_side *s, struct rp_qp *q);
 int rp_modify_to(struct ibv_qp *qp, const struct rbt_ev_qp_modify *m, uint32_t dest_qpn,
 		 uint32_t dlid, const uint8_t *dgid);
 

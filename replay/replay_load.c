@@ -233,7 +233,16 @@ static int rp_load_qp(struct rp_loading *ld, const struct rbt_event *ev)
 							   p->qp);
 	if (q->mq && rp_res_idx(&q->mq->res) != s->nqp)
 		q->mq = NULL; /* the model made no QP of this create */
-	return 0;
+	q->dir_idx = -1;
+	/* after the start a step of the timeline too (replay_build.c decides) */
+	return ld->started ? rp_timeline_add(ld, ev) : 0;
+}
+
+static int rp_load_qp_destroy(struct rp_loading *ld, const struct rbt_event *ev)
+{
+	if (!ld->started || ev->u.qp_destroy.ret != 0)
+		return 0;
+	return rp_timeline_add(ld, ev);
 }
 
 static int rp_load_ah(struct rp_loading *ld, const struct rbt_event *ev)
@@ -352,6 +361,7 @@ static int (*const rp_loaders[RBT_EV_MAX_ID + 1])(struct rp_loading *,
 	[RBT_EV_XRCD_OPEN] = rp_load_xrcd,
 	[RBT_EV_SRQ_CREATE] = rp_load_srq,
 	[RBT_EV_QP_CREATE] = rp_load_qp,
+	[RBT_EV_QP_DESTROY] = rp_load_qp_destroy,
 	[RBT_EV_AH_CREATE] = rp_load_ah,
 	[RBT_EV_MW_ALLOC] = rp_load_mw,
 	[RBT_EV_POST_SEND] = rp_load_post_send,

@@ -173,8 +173,10 @@ static int rr_queues(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 		ev.u.qp_create.ts_exit = t0;
 		ev.u.qp_create.ctx = H(s->ctx);
 		ev.u.qp_create.pd = H(rp_pd_by_h(s, q->rec.pd));
-		ev.u.qp_create.qp = H(q->qp);
-		ev.u.qp_create.qp_num = q->qp->qp_num;
+		if (q->dynamic)
+			continue; /* by its step */
+		ev.u.qp_create.qp = H(q);
+		ev.u.qp_create.qp_num = q->new_qpn;
 		ev.u.qp_create.send_cq = H(sc ? sc->cq : NULL);
 		ev.u.qp_create.recv_cq = H(rcq ? rcq->cq : NULL);
 		ev.u.qp_create.srq = H(srq ? srq->srq : NULL);
@@ -262,8 +264,8 @@ static int rr_send(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 	ev.u.post_send.wrs = wr;
 	ev.u.post_send.ts_exit = st->t_exit;
 	ev.u.post_send.ret = st->ret;
-	ev.u.post_send.qp = H(st->qp->qp);
-	ev.u.post_send.qp_num = st->qp->qp->qp_num;
+	ev.u.post_send.qp = H(st->qp);
+	ev.u.post_send.qp_num = st->qp->new_qpn;
 	ev.u.post_send.api = 0;
 	rc = rr_put(w, &ev, st->t_issue);
 	free(wr);
@@ -290,8 +292,8 @@ static int rr_recv(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 		ev.u.post_recv.wrs = wr;
 		ev.u.post_recv.ts_exit = st->t_exit;
 		ev.u.post_recv.ret = st->ret;
-		ev.u.post_recv.qp = H(st->qp->qp);
-		ev.u.post_recv.qp_num = st->qp->qp->qp_num;
+		ev.u.post_recv.qp = H(st->qp);
+		ev.u.post_recv.qp_num = st->qp->new_qpn;
 	} else {
 		ev.u.post_srq_recv.wrs = wr;
 		ev.u.post_srq_recv.ts_exit = st->t_exit;
@@ -392,7 +394,7 @@ static int rr_step(struct rbt_writer *w, struct rp_job *j, const struct rp_side 
 		ev.u.qp_modify.ts_exit = st->t_exit;
 		ev.u.qp_modify.ret = st->ret;
 		ev.u.qp_modify.err = st->ret > 0 ? (uint64_t)st->ret : 0;
-		ev.u.qp_modify.qp = H(st->qp->qp);
+		ev.u.qp_modify.qp = H(st->qp);
 		if (st->qp->peer_dir >= 0)
 			ev.u.qp_modify.dest_qp_num = j->dir.qps[st->qp->peer_dir].new_qpn;
 		rc = rr_put(w, &ev, st->t_issue);
@@ -401,6 +403,28 @@ static int rr_step(struct rbt_writer *w, struct rp_job *j, const struct rp_side 
 	case RBT_EV_MR_DEREG:
 	case RBT_EV_MR_REREG:
 		return rr_mr(w, s, st, ev);
+	case RBT_EV_QP_CREATE:
+		ev.u.qp_create.ts_exit = st->t_exit;
+		ev.u.qp_create.ret = st->ret;
+		ev.u.qp_create.ctx = H(s->ctx);
+		ev.u.qp_create.pd = H(rp_pd_by_h((struct rp_side *)s, st->qp->rec.pd));
+		ev.u.qp_create.qp = H(st->qp);
+		ev.u.qp_create.qp_num = st->qp->new_qpn;
+		ev.u.qp_create.send_cq =
+			H(st->qp->scq ? s->cq[st->qp->scq - 1].cq : NULL);
+		ev.u.qp_create.recv_cq =
+			H(st->qp->rcq ? s->cq[st->qp->rcq - 1].cq : NULL);
+		ev.u.qp_create.srq =
+			H(st->qp->srqi ? s->srq[st->qp->srqi - 1].srq : NULL);
+		ev.u.qp_create.ex = 0;
+		rc = rr_put(w, &ev, st->t_issue);
+		break;
+	case RBT_EV_QP_DESTROY:
+		ev.u.qp_destroy.ts_exit = st->t_exit;
+		ev.u.qp_destroy.ret = st->ret;
+		ev.u.qp_destroy.qp = H(st->qp);
+		rc = rr_put(w, &ev, st->t_issue);
+		break;
 	case RBT_EV_POST_SEND:
 		return rr_send(w, st, ev);
 	case RBT_EV_POST_RECV:

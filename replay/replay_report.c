@@ -466,7 +466,7 @@ static void rp_json_qps(struct rp_job *j, struct rbt_json *w)
 			rbt_json_obj(w);
 			rbt_json_kstr(w, "trace", j->side[si].path);
 			rbt_json_ku64(w, "qp_num", q->rec.qp_num);
-			rbt_json_ku64(w, "replay_qp_num", q->qp ? q->qp->qp_num : 0);
+			rbt_json_ku64(w, "replay_qp_num", q->new_qpn);
 			rp_json_pair(w, "send", q->rec_wc[0].n, q->rep_wc[0].n);
 			rp_json_pair(w, "recv", q->rec_wc[1].n, q->rep_wc[1].n);
 			rbt_json_key(w, "state");
@@ -498,7 +498,7 @@ static void rp_json_qps(struct rp_job *j, struct rbt_json *w)
 
 /* ---- resource steps: MRs registered, deregistered, rereg'd mid-run -------- */
 struct rp_res_tally {
-	uint64_t n, reg, dereg, rereg, timed;
+	uint64_t n, reg, dereg, rereg, qcreate, qdestroy, timed;
 	double p50, p99, max;	     /* lateness against the schedule (ns) */
 	uint64_t verb_rep, verb_rec; /* ns inside the verbs, replayed / recorded */
 };
@@ -517,9 +517,12 @@ static void rp_res_steps(struct rp_job *j, struct rp_res_tally *r)
 			uint32_t ty = st->ev->type;
 
 			if ((ty != RBT_EV_MR_REG && ty != RBT_EV_MR_DEREG &&
-			     ty != RBT_EV_MR_REREG) ||
+			     ty != RBT_EV_MR_REREG && ty != RBT_EV_QP_CREATE &&
+			     ty != RBT_EV_QP_DESTROY) ||
 			    st->skipped || !st->t_issue)
 				continue;
+			r->qcreate += ty == RBT_EV_QP_CREATE;
+			r->qdestroy += ty == RBT_EV_QP_DESTROY;
 			r->n++;
 			r->reg += ty == RBT_EV_MR_REG;
 			r->dereg += ty == RBT_EV_MR_DEREG;
@@ -561,6 +564,8 @@ static void rp_res_json(struct rp_job *j, struct rbt_json *w)
 	rbt_json_ku64(w, "mr_reg", r.reg);
 	rbt_json_ku64(w, "mr_dereg", r.dereg);
 	rbt_json_ku64(w, "mr_rereg", r.rereg);
+	rbt_json_ku64(w, "qp_create", r.qcreate);
+	rbt_json_ku64(w, "qp_destroy", r.qdestroy);
 	rp_json_pcts(w, "lateness_ns", (long long)r.timed, r.p50, r.p99, r.max);
 	rbt_json_ku64(w, "verb_ns_replayed", r.verb_rep);
 	rbt_json_ku64(w, "verb_ns_recorded", r.verb_rec);
@@ -576,9 +581,11 @@ static void rp_res_text(struct rp_job *j, FILE *f)
 		return;
 	fprintf(f,
 		"resource steps: %llu during the run (MR reg %llu, dereg %llu, rereg "
-		"%llu); time in those verbs: replayed %.2f us, recorded %.2f us\n",
+		"%llu; QP create %llu, destroy %llu); time in those verbs: replayed "
+		"%.2f us, recorded %.2f us\n",
 		(unsigned long long)r.n, (unsigned long long)r.reg,
 		(unsigned long long)r.dereg, (unsigned long long)r.rereg,
+		(unsigned long long)r.qcreate, (unsigned long long)r.qdestroy,
 		r.verb_rep / 1e3, r.verb_rec / 1e3);
 	if (r.timed)
 		fprintf(f,
@@ -736,7 +743,7 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 				"  %s QP %llu -> %u: send %u/%u, recv %u/%u completions "
 				"(replayed/recorded), state %s (recorded %s)%s\n",
 				j->side[si].path, (unsigned long long)q->rec.qp_num,
-				q->qp ? q->qp->qp_num : 0, q->rep_wc[0].n, q->rec_wc[0].n,
+				q->new_qpn, q->rep_wc[0].n, q->rec_wc[0].n,
 				q->rep_wc[1].n, q->rec_wc[1].n,
 				rp_state_name(q->replay_state),
 				rp_state_name(q->rec_final_state), rp_final_src_text(q));

@@ -170,8 +170,9 @@ static int rp_wait_until(struct rp_job *j, struct rp_lane *s, uint64_t deadline)
 /* ---- running a timeline ----------------------------------------------------------- */
 static struct rp_qp *rp_qp_by_new_qpn(struct rp_side *s, uint32_t qpn)
 {
-	for (int i = 0; i < s->nqp; i++)
-		if (s->qp[i].qp && s->qp[i].qp->qp_num == qpn)
+	/* the latest QP with that number (a destroyed one's can be reused) */
+	for (int i = s->nqp - 1; i >= 0; i--)
+		if (s->qp[i].new_qpn == qpn && (s->qp[i].qp || s->qp[i].gone))
 			return &s->qp[i];
 	for (int i = 0; i < s->nxqp; i++)
 		if (s->xqp[i].peer_dir >= 0 && s->xqp[i].foreign_new_qpn == qpn)
@@ -265,13 +266,50 @@ static void rp_step_mr(struct rp_job *j, struct rp_side *s, struct rp_step *st, 
 			   rbt_event_name(e->type), (long long)st->ret, (long long)rec);
 }
 
+/* A QP created or destroyed at its recorded time. A destroy first takes the
+ * QP's state, as the recorder did (its final state, for the report). */
+static void rp_step_qp_life(struct rp_job *j, struct rp_side *s, struct rp_step *st,
+			    int i)
+{
+	struct rp_qp *q = st->qp;
+
+	st->t_issue = rp_now_ns();
+	if (st->ev->type == RBT_EV_QP_CREATE) {
+		st->ret = q->qp ? 0 : rp_qp_create_now(s, q);
+		if (!st->ret && q->dir_idx >= 0)
+			__atomic_store_n(&j->dir.qps[q->dir_idx].new_qpn, q->new_qpn,
+					 __ATOMIC_RELEASE);
+	} else if (q->qp) {
+		struct ibv_qp_attr a;
+		struct ibv_qp_init_attr ia;
+
+		memset(&a, 0, sizeof(a));
+		q->replay_state =
+			ibv_query_qp(q->qp, &a, IBV_QP_STATE, &ia) ? 99 : a.qp_state;
+		st->ret = ibv_destroy_qp(q->qp);
+		if (!st->ret) {
+			q->qp = NULL;
+			q->gone = 1;
+		}
+	} else {
+		st->ret = -ENOENT;
+	}
+	st->t_exit = rp_now_ns();
+	if (st->ret)
+		rp_diverge(j, "%s: step %d: %s of QP %llu failed in the replay: %s",
+			   s->path, i, rbt_event_name(st->ev->type),
+			   (unsigned long long)q->rec.qp_num,
+			   strerror((int)(st->ret < 0 ? -st->ret : st->ret)));
+}
+
 /* Steps issued at their recorded offset in the timed modes: posts, and the
- * MR registrations, deregistrations and rereg's of the run. */
+ * resource steps of the run (MRs registered, deregistered, rereg'd; QPs
+ * created, destroyed). */
 static int rp_timed_step(uint32_t t)
 {
 	return t == RBT_EV_POST_SEND || t == RBT_EV_POST_RECV ||
 	       t == RBT_EV_POST_SRQ_RECV || t == RBT_EV_MR_REG || t == RBT_EV_MR_DEREG ||
-	       t == RBT_EV_MR_REREG;
+	       t == RBT_EV_MR_REREG || t == RBT_EV_QP_CREATE || t == RBT_EV_QP_DESTROY;
 }
 
 static void rp_step_modify(struct rp_job *j, struct rp_side *s, struct rp_step *st, int i)
@@ -564,9 +602,25 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 		     e->type == RBT_EV_POST_SRQ_RECV || e->type == RBT_EV_QP_MODIFY) &&
 		    rp_gate_wait(j, L, st->rec_ns, i))
 			goto stop;
+		/* a QP created mid-run whose creation failed (diverged there) */
+		if ((e->type == RBT_EV_POST_SEND || e->type == RBT_EV_POST_RECV ||
+		     e->type == RBT_EV_QP_MODIFY) &&
+		    !st->qp->qp) {
+			st->skipped = 1;
+			rp_diverge(j,
+				   "%s: step %d: %s on QP %llu, which the replay does "
+				   "not have (now)",
+				   s->path, i, rbt_event_name(e->type),
+				   (unsigned long long)st->qp->rec.qp_num);
+			continue;
+		}
 		switch (e->type) {
 		case RBT_EV_QP_MODIFY:
 			rp_step_modify(j, s, st, i);
+			break;
+		case RBT_EV_QP_CREATE:
+		case RBT_EV_QP_DESTROY:
+			rp_step_qp_life(j, s, st, i);
 			break;
 		case RBT_EV_MR_REG:
 		case RBT_EV_MR_DEREG:
@@ -858,7 +912,8 @@ void rp_final_states(struct rp_side *s)
 		struct ibv_qp_init_attr ia;
 
 		if (!s->qp[i].qp)
-			continue;
+			continue; /* never created, or destroyed by its step (its
+				   * state was taken then) */
 		memset(&a, 0, sizeof(a));
 		if (ibv_query_qp(s->qp[i].qp, &a, IBV_QP_STATE, &ia) == 0)
 			s->qp[i].replay_state = a.qp_state;

@@ -59,6 +59,8 @@ static const struct {
 	RP_H(REQ_NOTIFY, req_notify.cq, RP_OBJ_CQ),
 	RP_H(GET_CQ_EVENT, get_cq_event.cq, RP_OBJ_CQ),
 	RP_H(MR_REG, mr_reg.mr, RP_OBJ_MR), /* MR_DEREG, MR_REREG: replay_load.c */
+	RP_H(QP_CREATE, qp_create.qp, RP_OBJ_QP),
+	RP_H(QP_DESTROY, qp_destroy.qp, RP_OBJ_QP),
 };
 
 /* 1 + the index of the object a step names, as of the moment it is read. */
@@ -245,7 +247,21 @@ static void rp_wire_mr(struct rp_side *s, struct rp_step *st)
 		st->skipped = 1;
 }
 
+static void rp_wire_qp_life(struct rp_side *s, struct rp_step *st)
+{
+	const struct rbt_event *e = st->ev;
+
+	st->qp = rp_step_qp(s, st);
+	st->rec_exit_ns =
+		rp_abs_ns(s, e->type == RBT_EV_QP_CREATE ? e->u.qp_create.ts_exit
+							 : e->u.qp_destroy.ts_exit);
+	if (!st->qp)
+		st->skipped = 1;
+}
+
 static void (*const rp_wire[RBT_EV_MAX_ID + 1])(struct rp_side *, struct rp_step *) = {
+	[RBT_EV_QP_CREATE] = rp_wire_qp_life,
+	[RBT_EV_QP_DESTROY] = rp_wire_qp_life,
 	[RBT_EV_MR_REG] = rp_wire_mr,
 	[RBT_EV_MR_DEREG] = rp_wire_mr,
 	[RBT_EV_MR_REREG] = rp_wire_mr,
@@ -260,9 +276,11 @@ static void (*const rp_wire[RBT_EV_MAX_ID + 1])(struct rp_side *, struct rp_step
 	[RBT_EV_ASYNC_EVENT] = rp_wire_async,
 };
 
+/* Resource steps: MRs and QPs that come and go mid-run. */
 static int rp_is_mr_step(uint32_t t)
 {
-	return t == RBT_EV_MR_REG || t == RBT_EV_MR_DEREG || t == RBT_EV_MR_REREG;
+	return t == RBT_EV_MR_REG || t == RBT_EV_MR_DEREG || t == RBT_EV_MR_REREG ||
+	       t == RBT_EV_QP_CREATE || t == RBT_EV_QP_DESTROY;
 }
 
 /* A registration or deregistration after the side's last post or poll is
@@ -283,7 +301,9 @@ static void rp_mr_tail(struct rp_side *s)
 	}
 	for (int i = last + 1; i < s->nstep; i++)
 		if (s->step[i].ev->type == RBT_EV_MR_REG ||
-		    s->step[i].ev->type == RBT_EV_MR_DEREG)
+		    s->step[i].ev->type == RBT_EV_MR_DEREG ||
+		    s->step[i].ev->type == RBT_EV_QP_CREATE ||
+		    s->step[i].ev->type == RBT_EV_QP_DESTROY)
 			s->step[i].skipped = 1;
 }
 
@@ -322,8 +342,9 @@ static int rp_gates(const struct rp_step *st)
 {
 	uint32_t t = st->ev->type;
 
-	return !st->skipped &&
-	       (t == RBT_EV_POLL_CQ || t == RBT_EV_GET_CQ_EVENT || t == RBT_EV_QP_MODIFY);
+	return !st->skipped && (t == RBT_EV_POLL_CQ || t == RBT_EV_GET_CQ_EVENT ||
+				t == RBT_EV_QP_MODIFY || t == RBT_EV_QP_CREATE ||
+				t == RBT_EV_MR_REG || t == RBT_EV_MR_REREG);
 }
 
 int rp_lanes_build(struct rp_side *s)

@@ -460,7 +460,7 @@ static int rp_translate_send(struct rp_job *j, struct rp_side *s, struct rp_step
 	const struct rbt_ev_post_send *p = &st->ev->u.post_send;
 	uint32_t nsge = 0, k = 0;
 
-	if (!st->qp || !st->qp->qp) {
+	if (!st->qp || (!st->qp->qp && !st->qp->dynamic)) {
 		st->skipped = 1;
 		return 0;
 	}
@@ -521,7 +521,8 @@ static int rp_translate_recv(struct rp_job *j, struct rp_side *s, struct rp_step
 	const struct rbt_recv_wr *wrs = srq ? e->u.post_srq_recv.wrs : e->u.post_recv.wrs;
 	uint32_t nsge = 0, k = 0;
 
-	if (srq ? !st->srq || !st->srq->srq : !st->qp || !st->qp->qp) {
+	if (srq ? !st->srq || !st->srq->srq
+		: !st->qp || (!st->qp->qp && !st->qp->dynamic)) {
 		st->skipped = 1;
 		return 0;
 	}
@@ -570,7 +571,7 @@ static int rp_translate_step(struct rp_job *j, struct rp_side *s, struct rp_step
 		memset(st->wcs, 0, st->ev->u.poll_cq.n_wcs * sizeof(*st->wcs));
 		return 0;
 	case RBT_EV_QP_MODIFY:
-		if (!st->qp || !st->qp->qp)
+		if (!st->qp || (!st->qp->qp && !st->qp->dynamic))
 			st->skipped = 1;
 		return 0;
 	case RBT_EV_REQ_NOTIFY:

@@ -136,7 +136,7 @@ TEST_F(ReplayLife, FinalStateIsRecordedAtDestroyAndAtExit)
 }
 
 // MR churn, a reconnect and a rereg replay with every completion matched in
-// recorded and asap timing; in recorded timing the MR steps run at their
+// recorded and asap timing; in recorded timing the MR and QP steps run at their
 // recorded offsets (lateness bounded generously: the machine is shared), and
 // the QP destroyed in ERR is compared with the device's recorded ERR.
 TEST_F(ReplayLife, ChurnReplaysAtRecordedTimesWithEveryCompletion)
@@ -158,11 +158,14 @@ TEST_F(ReplayLife, ChurnReplaysAtRecordedTimesWithEveryCompletion)
 		EXPECT_EQ(6, JsonNum(out, "mr_reg")) << out;
 		EXPECT_EQ(8, JsonNum(out, "mr_dereg")) << out;
 		EXPECT_EQ(1, JsonNum(out, "mr_rereg")) << out;
+		// the second pair created, the first destroyed, mid-run
+		EXPECT_EQ(2, JsonNum(out, "qp_create")) << out;
+		EXPECT_EQ(2, JsonNum(out, "qp_destroy")) << out;
 		if (!strcmp(m, "recorded")) {
 			size_t r = out.find("\"resource_steps\"");
 			ASSERT_NE(std::string::npos, r) << out;
 			std::string rs = out.substr(r);
-			EXPECT_EQ(15, JsonNum(rs, "count")) << out;
+			EXPECT_EQ(19, JsonNum(rs, "count")) << out;
 			long long max = JsonNum(rs.substr(rs.find("lateness_ns")), "max");
 			EXPECT_GE(max, 0) << out;
 			EXPECT_LT(max, 500000000ll) << out; // 0.5 s on a loaded machine
@@ -173,7 +176,7 @@ TEST_F(ReplayLife, ChurnReplaysAtRecordedTimesWithEveryCompletion)
 			<< m << ": " << out;
 	}
 	EXPECT_EQ(0, Sh(env_ + kRbtrace + " replay " + t, &out)) << out;
-	EXPECT_NE(std::string::npos, out.find("resource steps: 15 during the run"))
+	EXPECT_NE(std::string::npos, out.find("resource steps: 19 during the run"))
 		<< out;
 	EXPECT_NE(std::string::npos, out.find("lateness of resource steps vs schedule"))
 		<< out;
