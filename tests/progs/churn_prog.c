@@ -19,8 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "tests/progs/prog_util.h"
 
 #define FAIL(...)                                            \
 	do {                                                 \
@@ -29,7 +30,6 @@
 		exit(1);                                     \
 	} while (0)
 
-static struct ibv_context *ctx;
 static struct ibv_pd *pd;
 static struct ibv_cq *cq;
 static uint16_t lid;
@@ -43,110 +43,48 @@ static void gap(void)
 static void expect(uint64_t id, enum ibv_wc_opcode op)
 {
 	struct ibv_wc wc;
-	struct timespec t0, t;
+	uint64_t t0 = prog_now_ns();
 	int n;
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0) {
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if (t.tv_sec - t0.tv_sec > 5)
+	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0)
+		if (prog_now_ns() - t0 > 5000000000ull)
 			FAIL("no completion for wr_id %llu", (unsigned long long)id);
-	}
 	if (n < 0 || wc.status != IBV_WC_SUCCESS || wc.wr_id != id || wc.opcode != op)
 		FAIL("wr_id %llu: got wr_id %llu status %s opcode %d",
 		     (unsigned long long)id, (unsigned long long)wc.wr_id,
 		     ibv_wc_status_str(wc.status), (int)wc.opcode);
 }
 
-static struct ibv_qp *make_qp(void)
+/* A pair of RC QPs on the CQ, connected to each other. */
+static void make_pair(struct ibv_qp **a, struct ibv_qp **b)
 {
-	struct ibv_qp_init_attr ia = { 0 };
-	struct ibv_qp_attr a = { 0 };
-	struct ibv_qp *qp;
+	struct prog_rc ra, rb;
 
-	ia.send_cq = ia.recv_cq = cq;
-	ia.qp_type = IBV_QPT_RC;
-	ia.cap.max_send_wr = ia.cap.max_recv_wr = 16;
-	ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
-	qp = ibv_create_qp(pd, &ia);
-	if (!qp)
-		FAIL("ibv_create_qp failed");
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				  IBV_QP_ACCESS_FLAGS))
-		FAIL("INIT failed");
-	return qp;
-}
-
-static void connect_qp(struct ibv_qp *qp, uint32_t dest)
-{
-	struct ibv_qp_attr a = { 0 };
-
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.rq_psn = 11;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 1;
-	a.ah_attr.dlid = lid;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				  IBV_QP_MIN_RNR_TIMER))
-		FAIL("RTR failed");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 11;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-				  IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				  IBV_QP_MAX_QP_RD_ATOMIC))
-		FAIL("RTS failed");
+	*a = prog_rc_qp(pd, cq, 16, 16, 0, NULL);
+	*b = prog_rc_qp(pd, cq, 16, 16, 0, NULL);
+	if (!*a || !*b)
+		prog_die("ibv_create_qp");
+	ra = prog_rc_quick(lid, (*b)->qp_num);
+	rb = prog_rc_quick(lid, (*a)->qp_num);
+	ra.access = rb.access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	ra.rq_psn = ra.sq_psn = rb.rq_psn = rb.sq_psn = 11;
+	prog_rc_connect_or_die(*a, &ra);
+	prog_rc_connect_or_die(*b, &rb);
 }
 
 static void post_send(struct ibv_qp *qp, uint64_t id, enum ibv_wr_opcode op, void *addr,
 		      uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey)
 {
-	struct ibv_sge sge = { (uint64_t)(uintptr_t)addr, len, lkey };
-	struct ibv_send_wr wr = { 0 }, *bad;
-
-	wr.wr_id = id;
-	wr.opcode = op;
-	wr.send_flags = IBV_SEND_SIGNALED;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.wr.rdma.remote_addr = raddr;
-	wr.wr.rdma.rkey = rkey;
-	if (ibv_post_send(qp, &wr, &bad))
+	if (prog_post_send(qp, id, op, IBV_SEND_SIGNALED, addr, len, lkey, raddr, rkey))
 		FAIL("ibv_post_send of wr_id %llu failed", (unsigned long long)id);
-}
-
-static void post_recv(struct ibv_qp *qp, uint64_t id, void *addr, uint32_t len,
-		      uint32_t lkey)
-{
-	struct ibv_sge sge = { (uint64_t)(uintptr_t)addr, len, lkey };
-	struct ibv_recv_wr wr = { 0 }, *bad;
-
-	wr.wr_id = id;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	if (ibv_post_recv(qp, &wr, &bad))
-		FAIL("ibv_post_recv failed");
 }
 
 /* A SEND from src (lkey) into dst's receive buffer (its lkey), both polled. */
 static void exchange(struct ibv_qp *from, struct ibv_qp *to, uint64_t id, void *src,
 		     uint32_t slkey, void *dst, uint32_t dlkey)
 {
-	post_recv(to, id + 1, dst, 256, dlkey);
+	if (prog_post_recv(to, id + 1, dst, 256, dlkey))
+		FAIL("ibv_post_recv failed");
 	post_send(from, id, IBV_WR_SEND, src, 64, slkey, 0, 0);
 	expect(id + 1, IBV_WC_RECV);
 	expect(id, IBV_WC_SEND);
@@ -157,8 +95,7 @@ int main(int argc, char **argv)
 	static char buf[8192] __attribute__((aligned(4096)));
 	static char buf2[8192] __attribute__((aligned(4096)));
 	static char pool[8][8192] __attribute__((aligned(4096)));
-	struct ibv_device **l = ibv_get_device_list(NULL);
-	struct ibv_port_attr pa;
+	struct ibv_context *ctx;
 	struct ibv_qp *qa, *qb;
 	struct ibv_mr *mr;
 	struct ibv_qp_attr err = { .qp_state = IBV_QPS_ERR };
@@ -172,18 +109,13 @@ int main(int argc, char **argv)
 	}
 	if (iters < 1 || iters > 8)
 		FAIL("--iters must be 1..8");
-	if (!l || !l[0] || !(ctx = ibv_open_device(l[0])))
-		FAIL("no RDMA device");
+	ctx = prog_open_first(&lid);
 	pd = ibv_alloc_pd(ctx);
 	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	mr = pd ? ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE) : NULL;
-	if (!pd || !cq || !mr || ibv_query_port(ctx, 1, &pa))
+	if (!pd || !cq || !mr)
 		FAIL("set-up failed");
-	lid = pa.lid;
-	qa = make_qp();
-	qb = make_qp();
-	connect_qp(qa, qb->qp_num);
-	connect_qp(qb, qa->qp_num);
+	make_pair(&qa, &qb);
 
 	/* 1. MRs registered, used and deregistered on the data path */
 	for (int i = 0; i < iters; i++) {
@@ -214,10 +146,7 @@ int main(int argc, char **argv)
 	if (ibv_destroy_qp(qa) || ibv_destroy_qp(qb))
 		FAIL("ibv_destroy_qp failed");
 	gap();
-	qa = make_qp();
-	qb = make_qp();
-	connect_qp(qa, qb->qp_num);
-	connect_qp(qb, qa->qp_num);
+	make_pair(&qa, &qb);
 	gap();
 	strcpy(buf + 1024, "after the reconnect");
 	exchange(qa, qb, 200, buf + 1024, mr->lkey, buf + 4096, mr->lkey);
