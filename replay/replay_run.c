@@ -322,6 +322,24 @@ static void rp_step_modify(struct rp_job *j, struct rp_side *s, struct rp_step *
 	if (q->peer_dir >= 0) {
 		const struct rp_dir_qp *d = &j->dir.qps[q->peer_dir];
 
+		/* a peer created mid-run (by another side's or thread's step)
+		 * may not exist yet: the recording connected to it after its
+		 * creation, so wait for it, bounded like a poll */
+		if ((m->attr_mask & IBV_QP_DEST_QPN) &&
+		    !__atomic_load_n(&d->new_qpn, __ATOMIC_ACQUIRE)) {
+			uint64_t t0 = rp_now_ns(),
+				 lim = (uint64_t)j->poll_timeout_ms * 1000000ull;
+
+			while (!__atomic_load_n(&d->new_qpn, __ATOMIC_ACQUIRE) &&
+			       rp_now_ns() - t0 < lim && !rp_sig)
+				sched_yield();
+			if (!__atomic_load_n(&d->new_qpn, __ATOMIC_ACQUIRE))
+				rp_diverge(j,
+					   "%s: step %d: QP %llu's peer QP %u was never "
+					   "created in the replay",
+					   s->path, i, (unsigned long long)q->rec.qp_num,
+					   d->rec_qpn);
+		}
 		dest = d->new_qpn;
 		dlid = d->lid;
 		dgid = d->gid;
