@@ -254,12 +254,23 @@ static void rbt_live_add(struct ibv_qp *qp)
 	pthread_mutex_unlock(&rbt_live_lock);
 }
 
+/* Under rbt_live_lock: drops qp (or every QP of ctx); 1 if it was there. */
+static int rbt_live_del_locked(struct ibv_qp *qp, struct ibv_context *ctx)
+{
+	int found = 0;
+
+	for (int i = rbt_nlive - 1; i >= 0; i--)
+		if (qp ? rbt_live[i].qp == qp : rbt_live[i].ctx == ctx) {
+			rbt_live[i] = rbt_live[--rbt_nlive];
+			found = 1;
+		}
+	return found;
+}
+
 static void rbt_live_del(struct ibv_qp *qp, struct ibv_context *ctx)
 {
 	pthread_mutex_lock(&rbt_live_lock);
-	for (int i = rbt_nlive - 1; i >= 0; i--)
-		if (qp ? rbt_live[i].qp == qp : rbt_live[i].ctx == ctx)
-			rbt_live[i] = rbt_live[--rbt_nlive];
+	rbt_live_del_locked(qp, ctx);
 	pthread_mutex_unlock(&rbt_live_lock);
 }
 
@@ -294,21 +305,18 @@ static void rbt_rec_final_state(struct ibv_qp *qp, int why)
 	errno = saved;
 }
 
-/* exit(): every QP still alive, before the trace is finished. */
+/* exit(): every QP still alive, before the trace is finished. Under the lock:
+ * another thread's ibv_destroy_qp takes its QP out of the table (under it)
+ * before destroying it, so no QP queried here is being destroyed. */
 void rbt_final_states_at_exit(void)
 {
-	static struct ibv_qp *qps[RBT_LIVE_QPS];
-	int n;
-
-	if (!rbt_recording())
+	/* recording, and not finishing (never park in exit()) */
+	if (atomic_load(&rbt_state) != 1 || rbt_tls_inside)
 		return;
 	pthread_mutex_lock(&rbt_live_lock);
-	n = rbt_nlive;
-	for (int i = 0; i < n; i++)
-		qps[i] = rbt_live[i].qp;
+	for (int i = 0; i < rbt_nlive; i++)
+		rbt_rec_final_state(rbt_live[i].qp, 1);
 	pthread_mutex_unlock(&rbt_live_lock);
-	for (int i = 0; i < n; i++)
-		rbt_rec_final_state(qps[i], 1);
 }
 
 RBT_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
@@ -317,15 +325,29 @@ RBT_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 	if (!real)
 		return ENOSYS;
 	if (!rbt_recording()) {
-		int ret = real(qp);
-		if (!ret) {
-			rbt_live_del(qp, NULL);
-			rbt_dp_forget_obj(qp);
+		int had = 0, ret;
+
+		if (qp) {
+			pthread_mutex_lock(&rbt_live_lock);
+			had = rbt_live_del_locked(qp, NULL);
+			pthread_mutex_unlock(&rbt_live_lock);
 		}
+		ret = real(qp);
+		if (!ret)
+			rbt_dp_forget_obj(qp);
+		else if (had)
+			rbt_live_add(qp);
 		return ret;
 	}
-	if (qp)
+	/* out of the table first (exit's queries never meet a QP being
+	 * destroyed), its state taken on the way */
+	int had = 0;
+	if (qp) {
+		pthread_mutex_lock(&rbt_live_lock);
+		had = rbt_live_del_locked(qp, NULL);
 		rbt_rec_final_state(qp, 0);
+		pthread_mutex_unlock(&rbt_live_lock);
+	}
 	RBT_CALL(int ret, real(qp));
 	struct rbt_event ev = { .type = RBT_EV_QP_DESTROY, .ts = t0 };
 	ev.u.qp_destroy.ts_exit = t1;
@@ -333,10 +355,10 @@ RBT_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 	ev.u.qp_destroy.err = RBT_IERR(ret);
 	ev.u.qp_destroy.qp = (uintptr_t)qp;
 	rbt_emit(&ev);
-	if (!ret) {
-		rbt_live_del(qp, NULL);
+	if (!ret)
 		rbt_dp_forget_obj(qp);
-	}
+	else if (had)
+		rbt_live_add(qp); /* still alive */
 	errno = rerrno;
 	return ret;
 }
