@@ -99,6 +99,8 @@ static int about_qp(const struct rbt_event *ev, const struct qpmap *m, uint64_t 
 		return qpmap_is(m, ev->u.qp_query.qp, qpn);
 	case RBT_EV_QP_DESTROY:
 		return qpmap_is(m, ev->u.qp_destroy.qp, qpn);
+	case RBT_EV_QP_FINAL_STATE:
+		return ev->u.qp_final_state.qp_num == qpn;
 	case RBT_EV_ASYNC_EVENT:
 		return qpmap_is(m, ev->u.async_event.element, qpn);
 	case RBT_EV_POLL_CQ:

@@ -357,6 +357,10 @@ void rbt_rec_cq_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ct
 		       int ts_source);
 void rbt_rec_qp_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ctx,
 		       struct ibv_qp *qp, const struct ibv_qp_init_attr_ex *a, int ex);
+/* QPs alive (shim_verbs.c): each one's final state at exit(); forgotten in a
+ * forked child. */
+void rbt_final_states_at_exit(void);
+void rbt_live_qps_forget(void);
 void rbt_rec_srq_create(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
 			struct ibv_srq *srq, const struct ibv_srq_init_attr_ex *a);
 void rbt_rec_port_attr(struct ibv_context *ctx, uint8_t port,

@@ -47,13 +47,17 @@ struct rbt_ring *_Atomic rbt_finisher_ring;
 static _Atomic int rbt_finishing;
 static int rbt_exit_seen;
 
-/* Called by exit() with its status, before the destructors: only noted here (the
- * trace is finished by the destructor, after the program's own atexit work). */
+/* Called by exit() with its status, before the destructors: noted here, with
+ * the final state of every QP still alive (the provider is still whole: its
+ * destructors have not run); the trace is finished by the destructor, after the
+ * program's own atexit work. */
 static void rbt_on_exit(int status, void *arg)
 {
 	(void)arg;
 	rbt_exit_code = status;
 	rbt_exit_seen = 1;
+	if (rbt_owner_pid == getpid())
+		rbt_final_states_at_exit();
 }
 
 /* Paths that do not fit are cut short, and then simply fail to open. */
@@ -273,6 +277,7 @@ static void rbt_fork_child(void)
 	pthread_mutex_init(&rbt_modules_lock, NULL);
 	rbt_modules_adds = ~0ull;
 	rbt_dp_fork_child();
+	rbt_live_qps_forget();
 	for (r = rbt_rings; r; r = next) {
 		next = r->next;
 		if (r != mine) {

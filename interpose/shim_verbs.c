@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,8 @@
 
 #define RBT_PERR(p) ((p) ? 0 : rerrno)
 #define RBT_IERR(r) ((r) ? rerrno : 0)
+
+static void rbt_live_add(struct ibv_qp *qp); /* QPs alive: below */
 
 /* ---- record helpers shared with the data-path files ------------------------------ */
 void rbt_rec_cq_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ctx,
@@ -88,6 +91,8 @@ void rbt_rec_qp_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ct
 		(a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? a->send_ops_flags : 0;
 	rbt_emit(&ev);
 	rbt_emit_stack(RBT_EV_QP_CREATE);
+	if (qp)
+		rbt_live_add(qp);
 }
 
 void rbt_rec_srq_create(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
@@ -194,7 +199,6 @@ void rbt_rec_device_attr(struct ibv_context *ctx, const struct ibv_device_attr *
 	  channel_destroy, channel, 0)                                        \
 	X(ibv_destroy_cq, struct ibv_cq, CQ_DESTROY, cq_destroy, cq, 1)       \
 	X(ibv_destroy_srq, struct ibv_srq, SRQ_DESTROY, srq_destroy, srq, 0)  \
-	X(ibv_destroy_qp, struct ibv_qp, QP_DESTROY, qp_destroy, qp, 1)       \
 	X(ibv_destroy_ah, struct ibv_ah, AH_DESTROY, ah_destroy, ah, 0)
 
 #define RBT_RELEASE_WRAPPER(name, htype, EV, lname, field, forget)       \
@@ -223,6 +227,141 @@ void rbt_rec_device_attr(struct ibv_context *ctx, const struct ibv_device_attr *
 	}
 
 RBT_RELEASE_VERBS(RBT_RELEASE_WRAPPER)
+
+/* ---- QPs alive, and each one's final state ------------------------------------------
+ * The state a QP ended in is what the device says, not what the program last asked
+ * for (a responder goes to ERR on a remote access error by itself): the recorder
+ * queries it on the way out, right before ibv_destroy_qp, and at exit() for every
+ * QP still alive. Never on a post or a poll. The table is touched only by creates,
+ * destroys, closes and exit, under its lock. */
+#define RBT_LIVE_QPS 16384
+static struct {
+	struct ibv_qp *qp;
+	struct ibv_context *ctx;
+} rbt_live[RBT_LIVE_QPS];
+static int rbt_nlive;
+static pthread_mutex_t rbt_live_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A QP the trace created (beyond RBT_LIVE_QPS alive: only its destroy is seen). */
+static void rbt_live_add(struct ibv_qp *qp)
+{
+	pthread_mutex_lock(&rbt_live_lock);
+	if (rbt_nlive < RBT_LIVE_QPS) {
+		rbt_live[rbt_nlive].qp = qp;
+		rbt_live[rbt_nlive].ctx = qp->context;
+		rbt_nlive++;
+	}
+	pthread_mutex_unlock(&rbt_live_lock);
+}
+
+/* Under rbt_live_lock: drops qp (or every QP of ctx); 1 if it was there. */
+static int rbt_live_del_locked(struct ibv_qp *qp, struct ibv_context *ctx)
+{
+	int found = 0;
+
+	for (int i = rbt_nlive - 1; i >= 0; i--)
+		if (qp ? rbt_live[i].qp == qp : rbt_live[i].ctx == ctx) {
+			rbt_live[i] = rbt_live[--rbt_nlive];
+			found = 1;
+		}
+	return found;
+}
+
+static void rbt_live_del(struct ibv_qp *qp, struct ibv_context *ctx)
+{
+	pthread_mutex_lock(&rbt_live_lock);
+	rbt_live_del_locked(qp, ctx);
+	pthread_mutex_unlock(&rbt_live_lock);
+}
+
+/* The child writes its own trace, which does not hold the parent's QPs. */
+void rbt_live_qps_forget(void)
+{
+	pthread_mutex_init(&rbt_live_lock, NULL);
+	rbt_nlive = 0;
+}
+
+/* Queries qp's state (untraced: the tracer's own call) and records it. */
+static void rbt_rec_final_state(struct ibv_qp *qp, int why)
+{
+	__typeof__(&ibv_query_qp) query = rbt_next_ibv_query_qp();
+	struct rbt_event ev = { .type = RBT_EV_QP_FINAL_STATE };
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+	int saved = errno, ret;
+
+	memset(&a, 0, sizeof(a));
+	ev.ts = rbt_now();
+	rbt_tls_inside++;
+	ret = query ? query(qp, &a, IBV_QP_STATE, &ia) : ENOSYS;
+	rbt_tls_inside--;
+	ev.u.qp_final_state.ts_exit = rbt_now();
+	ev.u.qp_final_state.ret = ret;
+	ev.u.qp_final_state.qp = (uintptr_t)qp;
+	ev.u.qp_final_state.qp_num = qp->qp_num;
+	ev.u.qp_final_state.qp_state = ret ? 0 : (uint64_t)a.qp_state;
+	ev.u.qp_final_state.why = (uint64_t)why;
+	rbt_emit(&ev);
+	errno = saved;
+}
+
+/* exit(): every QP still alive, before the trace is finished. Under the lock:
+ * another thread's ibv_destroy_qp takes its QP out of the table (under it)
+ * before destroying it, so no QP queried here is being destroyed. */
+void rbt_final_states_at_exit(void)
+{
+	/* recording, and not finishing (never park in exit()) */
+	if (atomic_load(&rbt_state) != 1 || rbt_tls_inside)
+		return;
+	pthread_mutex_lock(&rbt_live_lock);
+	for (int i = 0; i < rbt_nlive; i++)
+		rbt_rec_final_state(rbt_live[i].qp, 1);
+	pthread_mutex_unlock(&rbt_live_lock);
+}
+
+RBT_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
+{
+	RBT_RESOLVE(ibv_destroy_qp);
+	if (!real)
+		return ENOSYS;
+	if (!rbt_recording()) {
+		int had = 0, ret;
+
+		if (qp) {
+			pthread_mutex_lock(&rbt_live_lock);
+			had = rbt_live_del_locked(qp, NULL);
+			pthread_mutex_unlock(&rbt_live_lock);
+		}
+		ret = real(qp);
+		if (!ret)
+			rbt_dp_forget_obj(qp);
+		else if (had)
+			rbt_live_add(qp);
+		return ret;
+	}
+	/* out of the table first (exit's queries never meet a QP being
+	 * destroyed), its state taken on the way */
+	int had = 0;
+	if (qp) {
+		pthread_mutex_lock(&rbt_live_lock);
+		had = rbt_live_del_locked(qp, NULL);
+		rbt_rec_final_state(qp, 0);
+		pthread_mutex_unlock(&rbt_live_lock);
+	}
+	RBT_CALL(int ret, real(qp));
+	struct rbt_event ev = { .type = RBT_EV_QP_DESTROY, .ts = t0 };
+	ev.u.qp_destroy.ts_exit = t1;
+	ev.u.qp_destroy.ret = ret;
+	ev.u.qp_destroy.err = RBT_IERR(ret);
+	ev.u.qp_destroy.qp = (uintptr_t)qp;
+	rbt_emit(&ev);
+	if (!ret)
+		rbt_dp_forget_obj(qp);
+	else if (had)
+		rbt_live_add(qp); /* still alive */
+	errno = rerrno;
+	return ret;
+}
 
 /* ---- devices ----------------------------------------------------------------------- */
 RBT_EXPORT struct ibv_device **ibv_get_device_list(int *num)
@@ -317,8 +456,10 @@ RBT_EXPORT int ibv_close_device(struct ibv_context *ctx)
 	ev.u.device_close.err = RBT_IERR(ret);
 	ev.u.device_close.ctx = (uintptr_t)ctx;
 	rbt_emit(&ev);
-	if (!ret)
+	if (!ret) {
 		rbt_dp_forget_context(ctx);
+		rbt_live_del(NULL, ctx); /* its QPs are gone with it */
+	}
 	errno = rerrno;
 	return ret;
 }

@@ -527,6 +527,7 @@ static const struct mt_life {
 	{ RBT_EV_QP_CREATE, RBT_MODEL_QP, MT_CREATE, MT_H(qp_create, qp) },
 	{ RBT_EV_QP_MODIFY, RBT_MODEL_QP, MT_MODIFY, MT_H(qp_modify, qp) },
 	{ RBT_EV_QP_DESTROY, RBT_MODEL_QP, MT_DESTROY, MT_H(qp_destroy, qp) },
+	{ RBT_EV_QP_FINAL_STATE, RBT_MODEL_QP, MT_MODIFY, MT_H(qp_final_state, qp) },
 	{ RBT_EV_AH_CREATE, RBT_MODEL_AH, MT_CREATE, MT_H(ah_create, ah) },
 	{ RBT_EV_AH_DESTROY, RBT_MODEL_AH, MT_DESTROY, MT_H(ah_destroy, ah) },
 };
@@ -570,6 +571,23 @@ static struct rbt_model_res *mt_on_generic(struct rbt_model *m, struct mt_trace 
 	return r;
 }
 
+/* The state the device reported for a live QP at its end (a failed query says
+ * nothing). The QP's history is the program's and the model's: left alone. */
+static struct rbt_model_res *mt_on_final_state(struct mt_trace *t,
+					       const struct rbt_event *ev)
+{
+	const struct rbt_ev_qp_final_state *p = &ev->u.qp_final_state;
+	struct rbt_model_qp *qp = mt_live_qp(t, p->qp);
+
+	if (!qp || p->ret != 0)
+		return NULL;
+	qp->have_final = true;
+	qp->final_state = (uint32_t)p->qp_state;
+	qp->final_why = (uint32_t)p->why;
+	qp->final_ts = ev->ts;
+	return &qp->res;
+}
+
 /* Applies a resource event; returns its object (NULL: none, or it changed nothing). */
 struct rbt_model_res *mt_on_resource(struct rbt_model *m, struct mt_trace *t,
 				     const struct rbt_event *ev)
@@ -593,6 +611,8 @@ struct rbt_model_res *mt_on_resource(struct rbt_model *m, struct mt_trace *t,
 		return mt_on_qp_create(m, t, ev);
 	case RBT_EV_QP_MODIFY:
 		return mt_on_qp_modify(m, t, ev);
+	case RBT_EV_QP_FINAL_STATE:
+		return mt_on_final_state(t, ev);
 	case RBT_EV_QP_DESTROY:
 		if (ev->u.qp_destroy.ret != 0)
 			return NULL;

@@ -163,6 +163,12 @@ struct rbt_model_qp {
 	uint64_t rtr_ts, rts_ts, modify_to_err_ts; /* ticks of the first such modify */
 	uint64_t path_mtu, dest_qpn, rq_psn, sq_psn, min_rnr_timer, timeout, retry_cnt,
 		rnr_retry, max_rd_atomic, max_dest_rd_atomic, ah_dlid, port;
+	/* the state the device reported at its end (the recorder's query right
+	 * before its destroy, why 0, or at the process's exit, why 1: the
+	 * qp_final_state event); have_final false when the trace has none */
+	bool have_final;
+	uint32_t final_state, final_why;
+	uint64_t final_ts;
 	/* every state change, modify or implicit (the first 4096) */
 	struct rbt_model_state_change *hist;
 	uint32_t n_hist, cap_hist;

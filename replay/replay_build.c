@@ -1,6 +1,6 @@
 /* replay_build.c - the replayed resources: opens the device, rebuilds the PDs,
  * MRs (page-aligned memory of the recorded sizes, filled with a pattern),
- * completion channels, CQs, XRC domains, SRQs and QPs of each side, publishes
+ * memory windows, completion channels, CQs, XRC domains, SRQs and QPs of each side, publishes
  * what they became in the directory, and tears them down after the run.
  *
  * Owns every ibv_alloc/create/reg/open and destroy of the replay. Must never
@@ -77,9 +77,43 @@ static int rp_build_pds(struct rp_job *j, struct rp_side *s)
 	return 0;
 }
 
-/* Page-aligned memory of each recorded MR's size, with its recorded access. */
+/* Which MRs are registered by their step of the timeline: those the
+ * recording registered after the start (the prefix), when this replayer has
+ * no peer process (a peer must know every rkey before the run: then all are
+ * registered up front and their registration steps skipped); successors of a
+ * rereg always get theirs from the rereg step. */
+static void rp_mr_lifetimes(struct rp_job *j, struct rp_side *s)
+{
+	int last = -1; /* the side's last post or poll */
+
+	for (int i = 0; i < s->nstep; i++) {
+		uint32_t t = s->step[i].ev->type;
+
+		if (t == RBT_EV_POST_SEND || t == RBT_EV_POST_RECV ||
+		    t == RBT_EV_POST_SRQ_RECV || t == RBT_EV_POLL_CQ)
+			last = i;
+	}
+	for (int i = 0; i < s->nmr; i++)
+		s->mr[i].dynamic = s->mr[i].succ_of != 0;
+	for (int i = 0; i < s->nstep; i++) {
+		struct rp_step *st = &s->step[i];
+		uint32_t t = st->ev->type;
+
+		/* (after the last post or poll: skipped, see rp_mr_tail) */
+		if (t != RBT_EV_MR_REG || !st->mr || st->skipped)
+			continue;
+		if (i >= s->prefix && i < last && j->net_fd < 0)
+			st->mr->dynamic = 1;
+		else
+			st->skipped = 1; /* registered before the run */
+	}
+}
+
+/* Page-aligned memory of each recorded MR's size (all of it before the run),
+ * registered with its recorded access now or by its step (rp_mr_lifetimes). */
 static int rp_build_mrs(struct rp_job *j, struct rp_side *s)
 {
+	rp_mr_lifetimes(j, s);
 	for (int i = 0; i < s->nmr; i++) {
 		struct rp_mr *m = &s->mr[i];
 		size_t len = m->length ? m->length : 1;
@@ -92,13 +126,41 @@ static int rp_build_mrs(struct rp_job *j, struct rp_side *s)
 		if (posix_memalign((void **)&m->buf, 4096, (len + 4095) & ~4095ul))
 			return -ENOMEM;
 		rp_pattern(m->buf, len, (uint64_t)i);
+		if (m->dynamic)
+			continue;
 		m->mr = ibv_reg_mr(m->npd, m->buf, len, acc);
+		if (m->mr) {
+			m->new_lkey = m->mr->lkey;
+			m->new_rkey = m->mr->rkey;
+		}
 		if (!m->mr) {
 			fprintf(j->log,
 				"rbtrace replay: %s: registering an MR of %zu bytes "
 				"(access 0x%x) failed: %s\n",
 				s->path, len, acc, strerror(errno));
 			return -errno ? -errno : -EIO;
+		}
+	}
+	return 0;
+}
+
+/* Memory windows of the recorded types (after the MRs they bind). */
+static int rp_build_mws(struct rp_job *j, struct rp_side *s)
+{
+	for (int i = 0; i < s->nmw; i++) {
+		struct rp_mw *w = &s->mw[i];
+		struct ibv_pd *pd = rp_pd_by_h(s, w->pd);
+
+		w->mw = pd ? ibv_alloc_mw(pd, (enum ibv_mw_type)w->type) : NULL;
+		if (w->mw)
+			w->rkey0 = w->mw->rkey;
+		if (!w->mw) {
+			int e = errno ? errno : ENOTSUP;
+
+			return rp_fail(j, -e,
+				       "%s: the trace uses memory windows (type %u); the "
+				       "device cannot allocate one: %s",
+				       s->path, w->type, strerror(e));
 		}
 	}
 	return 0;
@@ -225,8 +287,54 @@ static int rp_build_srqs(struct rp_job *j, struct rp_side *s)
 	return 0;
 }
 
+/* Which QPs are created by their step: those created after the start (RC, UC)
+ * when this replayer has no peer process (a peer needs every QP number before
+ * the run). Destroys mid-run are steps likewise. A UD QP is created before the
+ * run: its peers' sends name it by number (their remote QPNs are translated
+ * before the run, rdma_cm's UD perftest included). */
+static void rp_qp_lifetimes(struct rp_job *j, struct rp_side *s)
+{
+	for (int i = 0; i < s->nstep; i++) {
+		struct rp_step *st = &s->step[i];
+		uint32_t t = st->ev->type;
+		uint64_t ty = st->qp ? st->qp->rec.qp_type : 0;
+
+		if ((t != RBT_EV_QP_CREATE && t != RBT_EV_QP_DESTROY) || st->skipped)
+			continue;
+		if (j->net_fd >= 0 || i < s->prefix ||
+		    (ty != IBV_QPT_RC && ty != IBV_QPT_UC))
+			st->skipped = 1;
+		else if (t == RBT_EV_QP_CREATE)
+			st->qp->dynamic = 1;
+	}
+}
+
+int rp_qp_create_now(struct rp_side *s, struct rp_qp *q)
+{
+	struct ibv_qp_init_attr a = {
+		.send_cq = q->scq ? s->cq[q->scq - 1].cq : NULL,
+		.recv_cq = q->rcq ? s->cq[q->rcq - 1].cq : NULL,
+		.srq = q->srqi ? s->srq[q->srqi - 1].srq : NULL,
+		.cap = { .max_send_wr = (uint32_t)q->rec.max_send_wr,
+			 .max_recv_wr = (uint32_t)q->rec.max_recv_wr,
+			 .max_send_sge = (uint32_t)q->rec.max_send_sge,
+			 .max_recv_sge = (uint32_t)q->rec.max_recv_sge,
+			 .max_inline_data = (uint32_t)q->rec.max_inline_data },
+		.qp_type = (enum ibv_qp_type)q->rec.qp_type,
+		.sq_sig_all = (int)q->rec.sq_sig_all,
+	};
+	struct ibv_pd *pd = rp_pd_by_h(s, q->rec.pd);
+
+	q->qp = pd ? ibv_create_qp(pd, &a) : NULL;
+	if (!q->qp)
+		return -(errno ? errno : EINVAL);
+	q->new_qpn = q->qp->qp_num;
+	return 0;
+}
+
 static int rp_build_qps(struct rp_job *j, struct rp_side *s)
 {
+	rp_qp_lifetimes(j, s);
 	for (int i = 0; i < s->nqp; i++) {
 		struct rp_qp *q = &s->qp[i];
 		struct rp_cq *scq = (q->scq ? &s->cq[q->scq - 1] : NULL);
@@ -257,6 +365,10 @@ static int rp_build_qps(struct rp_job *j, struct rp_side *s)
 				       "created",
 				       s->path, (unsigned long long)q->rec.qp_num);
 		}
+		if (q->port < 1 || q->port > s->dattr.phys_port_cnt)
+			q->port = 1;
+		if (q->dynamic)
+			continue; /* by its step */
 		if (rp_is_xrc(q->rec.qp_type)) {
 			struct ibv_qp_init_attr_ex x = {
 				.send_cq = a.send_cq,
@@ -297,8 +409,7 @@ static int rp_build_qps(struct rp_job *j, struct rp_side *s)
 				       (unsigned long long)q->rec.max_inline_data,
 				       a.cap.max_inline_data);
 		}
-		if (q->port < 1 || q->port > s->dattr.phys_port_cnt)
-			q->port = 1;
+		q->new_qpn = q->qp->qp_num;
 	}
 	return 0;
 }
@@ -306,8 +417,8 @@ static int rp_build_qps(struct rp_job *j, struct rp_side *s)
 int rp_build_side(struct rp_job *j, struct rp_side *s)
 {
 	static int (*const steps[])(struct rp_job *, struct rp_side *) = {
-		rp_build_pds,  rp_build_mrs, rp_build_cqs,	rp_build_xrcds,
-		rp_build_srqs, rp_build_qps, rp_cm_build_mcast,
+		rp_build_pds,	rp_build_mrs,  rp_build_mws, rp_build_cqs,
+		rp_build_xrcds, rp_build_srqs, rp_build_qps, rp_cm_build_mcast,
 	};
 	int rc = 0;
 
@@ -329,6 +440,7 @@ int rp_build_side(struct rp_job *j, struct rp_side *s)
 void rp_teardown_side(struct rp_side *s)
 {
 	RP_DESTROY_ALL(s->qp, s->nqp, qp, ibv_destroy_qp);
+	RP_DESTROY_ALL(s->mw, s->nmw, mw, ibv_dealloc_mw);
 	RP_DESTROY_ALL(s->ah, s->nah, ah, ibv_destroy_ah);
 	RP_DESTROY_ALL(s->srq, s->nsrq, srq, ibv_destroy_srq);
 	RP_DESTROY_ALL(s->xrcd, s->nxrcd, xrcd, ibv_close_xrcd);
@@ -361,13 +473,14 @@ int rp_publish_side(struct rp_job *j, struct rp_side *s)
 			.side = s->idx,
 			.rec_qpn = (uint32_t)s->qp[i].rec.qp_num,
 			.rec_dest = s->qp[i].rec_dest_qpn,
-			.new_qpn = s->qp[i].qp->qp_num,
+			.new_qpn = s->qp[i].new_qpn, /* 0 until created (dynamic) */
 			.type = (uint32_t)s->qp[i].rec.qp_type,
 			.lid = s->pattr.lid,
 			.rec_lid = (uint32_t)s->rec_lid,
 		};
 
 		memcpy(d.gid, s->gid.raw, 16);
+		s->qp[i].dir_idx = j->dir.nqp;
 		if (rp_dir_add_qp(&j->dir, &d) < 0)
 			return -ENOMEM;
 	}
@@ -378,11 +491,34 @@ int rp_publish_side(struct rp_job *j, struct rp_side *s)
 			.len = s->mr[i].length,
 			.new_addr = (uint64_t)(uintptr_t)s->mr[i].buf,
 			.rec_rkey = (uint32_t)s->mr[i].rkey,
-			.new_rkey = s->mr[i].mr->rkey,
+			.new_rkey = s->mr[i].mr ? s->mr[i].mr->rkey : 0,
+			.live = &s->mr[i],
 		};
 
 		if (rp_dir_add_mr(&j->dir, &d) < 0)
 			return -ENOMEM;
+	}
+	/* each key a window was bound with: a remote access naming it goes to the
+	 * bound MR's replayed memory, with the replayed window's key */
+	for (int i = 0; i < s->nstep; i++) {
+		const struct rp_step *st = &s->step[i];
+
+		for (uint32_t k = 0; st->binds && k < st->ev->u.post_send.n_wrs; k++) {
+			const struct rbt_send_wr *w = &st->ev->u.post_send.wrs[k];
+			const struct rp_bindref *b = &st->binds[k];
+			const struct rp_mr *m = b->mr ? &s->mr[b->mr - 1] : NULL;
+			struct rp_dir_mr d = { .side = s->idx };
+
+			if (w->opcode != IBV_WR_BIND_MW || !b->mw || !m || !m->mr)
+				continue;
+			d.rec_addr = m->iova;
+			d.len = m->length;
+			d.new_addr = (uint64_t)(uintptr_t)m->buf;
+			d.rec_rkey = (uint32_t)w->rkey;
+			d.new_rkey = rp_mw_key(&s->mw[b->mw - 1], (uint32_t)w->rkey);
+			if (rp_dir_add_mr(&j->dir, &d) < 0)
+				return -ENOMEM;
+		}
 	}
 	for (int i = 0; i < s->nsrq; i++) {
 		struct rp_dir_srq d = {

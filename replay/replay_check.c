@@ -168,12 +168,6 @@ int rp_check_side(struct rp_job *j, struct rp_side *s)
 		return rp_fail(j, -EINVAL,
 			       "%s: the trace creates no QP: nothing to replay", p);
 	}
-	if (s->mw_use) {
-		return rp_fail(j, -ENOTSUP,
-			       "%s: the trace uses memory windows (%s), which the "
-			       "replayer does not rebuild",
-			       p, s->mw_use);
-	}
 	if ((rc = rp_check_qps(j, s)) || (rc = rp_check_queues(j, s)) ||
 	    (rc = rp_check_limits(j, s)))
 		return rc;

@@ -25,6 +25,45 @@ struct rp_mr {
 	uint8_t *buf; /* replayed memory (length bytes, page aligned) */
 	struct ibv_mr *mr;
 	struct ibv_pd *npd;
+	int dead; /* deregistered by now (while loading) */
+	/* its life in the recording (abs mono ns; t_dead UINT64_MAX: never
+	 * deregistered): a local buffer or remote key is looked up among the
+	 * MRs alive when the post was made */
+	uint64_t t_reg, t_dead;
+	/* 1 + index of the entry an ibv_rereg_mr made of it (the same ibv_mr at
+	 * its new place, with its new parameters); a successor (succ_of) gets
+	 * its ibv_mr at the rereg step */
+	int succ, succ_of;
+	/* registered by its step of the timeline, not before the run: its keys
+	 * are read when each post that names it is issued (struct rp_fix) */
+	int dynamic;
+	uint32_t rereg_flags;	     /* successor: the recorded ibv_rereg_mr flags */
+	uint32_t new_lkey, new_rkey; /* the replay's keys when it was registered */
+};
+
+/* A key of a prepared work request that is known only once its MR is
+ * registered: filled when the post is issued. */
+struct rp_fix {
+	uint32_t *dst;
+	const struct rp_mr *m;
+	int remote; /* the rkey, else the lkey */
+};
+
+/* A memory window, rebuilt by ibv_alloc_mw of its recorded type on its PD. A
+ * window's keys differ from the recording's only in their upper 24 bits (the
+ * window's index): type 2 keys are the program's own low byte on the
+ * replayed window, type 1 keys move by one per bind on both (rp_mw_key). */
+struct rp_mw {
+	uint64_t h, pd;
+	uint32_t type, rec_rkey; /* the recorded type, the rkey at alloc */
+	uint32_t rkey0;		 /* the replayed window's rkey at alloc */
+	struct ibv_mw *mw;
+};
+
+/* A BIND_MW work request's window and the MR it binds (1 + indexes, resolved
+ * when read; mr 0: an unbind, or memory no live MR holds). */
+struct rp_bindref {
+	int mw, mr;
 };
 
 struct rp_cq {
@@ -96,6 +135,10 @@ struct rp_qp {
 	uint32_t rec_dest_qpn; /* from the RTR modify, 0 if none */
 	int has_dest;
 	uint32_t rec_final_state; /* the model's last state, or later evidence */
+	/* where rec_final_state came from: 0 the modifies and completions (or a
+	 * query or async event after them), 1 the device at the QP's destroy, 2
+	 * the device at the recorded process's exit (qp_final_state) */
+	int rec_final_src;
 	/* the latest query or async event that told the QP's state (ticks) */
 	uint32_t evidence_state;
 	uint64_t evidence_ts;
@@ -113,6 +156,12 @@ struct rp_qp {
 	uint32_t rec_all[2];		    /* rec_wc[d].n before a stop cut the lists */
 	struct rp_idset send_ids, recv_ids; /* wr_ids posted to each queue */
 	uint32_t replay_state;
+	/* created by its step of the timeline (QP_CREATE after the start), not
+	 * before the run; gone: destroyed by its step (replay_state was taken
+	 * right before); new_qpn: its number on the replay (0 until created);
+	 * dir_idx: its entry in the directory */
+	int dynamic, gone, dir_idx;
+	uint32_t new_qpn;
 	/* in rp_side.xqp: another process's TGT QP, known only by number */
 	uint32_t foreign_new_qpn;
 	/* ERR waits (replay_run.c): this QP's peer in this process and how many
@@ -138,6 +187,13 @@ struct rp_step {
 	struct rp_srq *srq;
 	uint32_t nwr;
 	int obj; /* 1 + index of its QP/CQ/SRQ, resolved when read (handles get reused) */
+	struct rp_bindref *binds; /* post_send with BIND_MW WRs: one per WR */
+	struct rp_fix *fix;	  /* keys of MRs registered mid-run */
+	uint32_t nfix;
+	struct rp_mr *mr; /* MR_REG, MR_DEREG, MR_REREG: its MR */
+	/* a type 1 window's bind: reissued by ibv_bind_mw, not posted */
+	struct ibv_mw_bind *bind1;
+	struct rp_mw *bind1_mw;
 	/* results */
 	int64_t ret;
 	uint64_t t_issue, t_exit, deadline;
@@ -192,7 +248,6 @@ struct rp_side {
 	struct rbt_reader_stats stats;
 	/* recorded resources */
 	char devname[64];
-	const char *mw_use; /* the first use of a memory window, or NULL */
 	struct rp_cm_info cm;
 	uint64_t rec_lid;
 	uint8_t rec_gid[16];
@@ -227,7 +282,9 @@ struct rp_side {
 	const struct rbt_model_trace *mtrace;
 	uint64_t wc_seq;
 	struct rp_step *step;
-	int nstep, prefix;     /* steps [0, prefix) run before the start barrier */
+	int nstep, prefix; /* steps [0, prefix) run before the start barrier */
+	struct rp_mw *mw;
+	int nmw;
 	uint64_t rec_epoch_ns; /* abs mono ns of the first step after the prefix */
 	int uses_atomics, max_rd_atomic;
 	uint64_t max_remote_len;
@@ -268,6 +325,9 @@ struct rp_dir_mr {
 	int side;
 	uint64_t rec_addr, len, new_addr;
 	uint32_t rec_rkey, new_rkey;
+	/* an MR of this process registered mid-run: its rkey is read at post
+	 * time (NULL: new_rkey holds; another process's, or a window's key) */
+	const struct rp_mr *live;
 };
 /* An XRC SRQ: an XRC_SEND names the peer's SRQ by number in every send. */
 struct rp_dir_srq {
@@ -346,7 +406,7 @@ struct rp_job {
 struct rp_loading {
 	struct rp_job *j;
 	struct rp_side *s;
-	int cappd, capmr, capch, capcq, capxrcd, capsrq, capqp, capah, capstep;
+	int cappd, capmr, capch, capcq, capxrcd, capsrq, capqp, capah, capstep, capmw;
 	uint64_t seq; /* file order: the tie-break of steps recorded at one time */
 	/* the poll being fed (NULL: another event), 1 + index of its CQ, and
 	 * the first of its completions the model has not handed over yet */
@@ -354,6 +414,10 @@ struct rp_loading {
 	int cur_cq;
 	uint32_t wc_next;
 	int err; /* from a model callback: -ENOMEM */
+	/* a send, a poll that returned completions or a completion-event wait
+	 * was read: MR events from now on are steps (before it they fall in the
+	 * prefix and are done before the run) */
+	int started;
 };
 
 /* The phases, in the order replay_job.c runs them. Each returns 0 or a negative
@@ -370,6 +434,10 @@ int rp_srq_index(const struct rp_side *s, uint64_t h);
 int rp_xrcd_index(const struct rp_side *s, uint64_t h);
 struct rp_qp *rp_qp_by_rec_qpn(struct rp_side *s, uint32_t qpn);
 struct rp_ah *rp_ah_by_h(struct rp_side *s, uint64_t h);
+int rp_mr_index(const struct rp_side *s, uint64_t h);
+int rp_mw_index(const struct rp_side *s, uint64_t h);
+/* The replayed key of a recorded key of window w (after rp_build_side). */
+uint32_t rp_mw_key(const struct rp_mw *w, uint32_t rec_key);
 struct ibv_pd *rp_pd_by_h(struct rp_side *s, uint64_t h);
 void rp_wclist_push(struct rp_wclist *l, const struct rp_wcrec *w);
 int rp_is_xrc(uint64_t qp_type);
@@ -407,6 +475,8 @@ int rp_open_device(struct rp_job *j, struct rp_side *s, struct ibv_context **ctx
 int rp_build_side(struct rp_job *j, struct rp_side *s);
 int rp_publish_side(struct rp_job *j, struct rp_side *s);
 void rp_teardown_side(struct rp_side *s);
+/* A QP created mid-run (RC, UC or UD) by its step: 0 or a negative errno. */
+int rp_qp_create_now(struct rp_side *s, struct rp_qp *q);
 int rp_modify_to(struct ibv_qp *qp, const struct rbt_ev_qp_modify *m, uint32_t dest_qpn,
 		 uint32_t dlid, const uint8_t *dgid);
 

@@ -225,8 +225,10 @@ static void rp_join_sort(struct rp_qp *q)
 			      rp_wcrec_cmp);
 }
 
-/* What the recording says about a QP at its end: the model's state (modifies,
- * error completions), unless a query or async event told otherwise later; and
+/* What the recording says about a QP at its end: the state the device reported
+ * when the recorder queried it at the QP's destroy or at exit; without one, the
+ * model's state (modifies, error completions), unless a query or async event
+ * told otherwise later; and
  * its connection as the model's successful modifies left it. */
 static void rp_join_qp_end(struct rp_qp *q)
 {
@@ -240,6 +242,11 @@ static void rp_join_qp_end(struct rp_qp *q)
 		mq->state == RBT_MODEL_STATE_UNKNOWN ? IBV_QPS_RESET : mq->state;
 	if (q->has_evidence && q->evidence_ts >= last)
 		q->rec_final_state = q->evidence_state;
+	/* what the device said at the end is the last word */
+	if (mq->have_final) {
+		q->rec_final_state = mq->final_state;
+		q->rec_final_src = mq->final_why ? 2 : 1;
+	}
 	q->rec_dest_qpn = (uint32_t)mq->dest_qpn;
 	q->has_dest = mq->dest_qpn != 0;
 	q->port = mq->port ? (uint32_t)mq->port : 1;

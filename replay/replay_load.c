@@ -97,7 +97,68 @@ static int rp_load_mr(struct rp_loading *ld, const struct rbt_event *ev)
 	m->access = p->access;
 	m->lkey = p->lkey;
 	m->rkey = p->rkey;
-	return 0;
+	m->t_reg = rp_abs_ns(ld->s, ev->ts);
+	m->t_dead = UINT64_MAX;
+	/* after the start a step of the timeline too: registered when recorded
+	 * (replay_build.c decides) */
+	return ld->started ? rp_timeline_add(ld, ev) : 0;
+}
+
+/* The latest incarnation of MR entry i (1 + index) after its rereg's. */
+static int rp_mr_latest(const struct rp_side *s, int i)
+{
+	for (int n = 0; i && s->mr[i - 1].succ && n < 1000000; n++)
+		i = s->mr[i - 1].succ;
+	return i;
+}
+
+/* The step just added (if it was) names entry i. */
+static void rp_step_names(struct rp_side *s, int nstep_before, int i)
+{
+	if (s->nstep > nstep_before)
+		s->step[nstep_before].obj = i;
+}
+
+/* ibv_rereg_mr: a successor entry with the MR's new place and keys (the same
+ * ibv_mr on the replay, given to it by the step). */
+static int rp_load_mr_rereg(struct rp_loading *ld, const struct rbt_event *ev)
+{
+	const struct rbt_ev_mr_rereg *p = &ev->u.mr_rereg;
+	struct rp_side *s = ld->s;
+	int i = p->ret ? 0 : rp_mr_latest(s, rp_mr_index(s, p->mr));
+	int n = s->nstep, rc;
+	struct rp_mr *m, *o;
+	uint64_t now = rp_abs_ns(s, ev->ts);
+
+	if (!i)
+		return 0;
+	if (!RP_GROW(s->mr, s->nmr, ld->capmr))
+		return -ENOMEM;
+	o = &s->mr[i - 1];
+	m = &s->mr[s->nmr++];
+	*m = *o;
+	m->mr = NULL;
+	m->succ = 0;
+	m->succ_of = i;
+	m->rereg_flags = (uint32_t)p->flags;
+	if (p->flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		m->addr = m->iova = p->addr;
+		m->length = p->length;
+	}
+	if (p->flags & IBV_REREG_MR_CHANGE_PD)
+		m->pd = p->pd;
+	if (p->flags & IBV_REREG_MR_CHANGE_ACCESS)
+		m->access = p->access;
+	m->lkey = p->lkey;
+	m->rkey = p->rkey;
+	m->t_reg = now;
+	m->t_dead = UINT64_MAX;
+	o->succ = s->nmr;
+	o->dead = 1;
+	o->t_dead = now;
+	rc = rp_timeline_add(ld, ev); /* a successor always gets its MR by it */
+	rp_step_names(s, n, s->nmr);
+	return rc;
 }
 
 static int rp_load_channel(struct rp_loading *ld, const struct rbt_event *ev)
@@ -172,7 +233,16 @@ static int rp_load_qp(struct rp_loading *ld, const struct rbt_event *ev)
 							   p->qp);
 	if (q->mq && rp_res_idx(&q->mq->res) != s->nqp)
 		q->mq = NULL; /* the model made no QP of this create */
-	return 0;
+	q->dir_idx = -1;
+	/* after the start a step of the timeline too (replay_build.c decides) */
+	return ld->started ? rp_timeline_add(ld, ev) : 0;
+}
+
+static int rp_load_qp_destroy(struct rp_loading *ld, const struct rbt_event *ev)
+{
+	if (!ld->started || ev->u.qp_destroy.ret != 0)
+		return 0;
+	return rp_timeline_add(ld, ev);
 }
 
 static int rp_load_ah(struct rp_loading *ld, const struct rbt_event *ev)
@@ -191,36 +261,89 @@ static int rp_load_ah(struct rp_loading *ld, const struct rbt_event *ev)
 	return 0;
 }
 
-/* Memory windows are refused by replay_check.c: remember the first use. */
+static int rp_load_mr_dereg(struct rp_loading *ld, const struct rbt_event *ev)
+{
+	struct rp_side *s = ld->s;
+	int i = ev->u.mr_dereg.ret ? 0
+				   : rp_mr_latest(s, rp_mr_index(s, ev->u.mr_dereg.mr));
+	int n = s->nstep, rc;
+
+	if (!i)
+		return 0;
+	s->mr[i - 1].dead = 1;
+	s->mr[i - 1].t_dead = rp_abs_ns(s, ev->ts);
+	if (!ld->started)
+		return 0; /* before the start: it never mattered */
+	rc = rp_timeline_add(ld, ev);
+	rp_step_names(s, n, i);
+	return rc;
+}
+
 static int rp_load_mw(struct rp_loading *ld, const struct rbt_event *ev)
 {
-	if (!ld->s->mw_use)
-		ld->s->mw_use = "ibv_alloc_mw";
+	const struct rbt_ev_mw_alloc *p = &ev->u.mw_alloc;
+	struct rp_mw *w = RP_NEW(ld, mw, nmw, capmw, RBT_MODEL_MW, p, mw);
+
+	if (!w)
+		return ld->err;
+	w->h = p->mw;
+	w->pd = p->pd;
+	w->type = (uint32_t)p->mw_type;
+	w->rec_rkey = (uint32_t)p->rkey;
 	return 0;
 }
 
-/* The name of a memory-window opcode among the WRs of p, or NULL. */
-static const char *rp_mw_opcode(const struct rbt_ev_post_send *p)
+/* The live MR that holds [addr, addr + len) (its iova space), preferring one
+ * registered for binding windows; 1 + index, 0 none. */
+static int rp_bind_mr(const struct rp_side *s, uint64_t addr, uint64_t len)
 {
-	for (uint32_t i = 0; i < p->n_wrs; i++)
-		switch (p->wrs[i].opcode) {
-		case IBV_WR_BIND_MW:
-			return "a BIND_MW work request";
-		case IBV_WR_LOCAL_INV:
-			return "a LOCAL_INV work request";
-		case IBV_WR_SEND_WITH_INV:
-			return "a SEND_WITH_INV work request";
-		default:
-			break;
-		}
-	return NULL;
+	int any = 0;
+
+	for (int i = s->nmr - 1; i >= 0; i--) {
+		const struct rp_mr *m = &s->mr[i];
+
+		if (m->dead || addr < m->iova || addr + len > m->iova + m->length)
+			continue;
+		if (m->access & IBV_ACCESS_MW_BIND)
+			return i + 1;
+		if (!any)
+			any = i + 1;
+	}
+	return any;
 }
 
+/* A post's BIND_MW work requests name their window by handle and bind an MR
+ * the record does not name: both resolved now, while the handles mean what
+ * they meant (the step was just added). */
 static int rp_load_post_send(struct rp_loading *ld, const struct rbt_event *ev)
 {
-	if (!ld->s->mw_use)
-		ld->s->mw_use = rp_mw_opcode(&ev->u.post_send);
-	return rp_timeline_add(ld, ev);
+	const struct rbt_ev_post_send *p = &ev->u.post_send;
+	struct rp_side *s = ld->s;
+	struct rp_step *st;
+	int n = s->nstep, rc = rp_timeline_add(ld, ev);
+	uint32_t k;
+
+	if (rc || s->nstep == n)
+		return rc;
+	for (k = 0; k < p->n_wrs && p->wrs[k].opcode != IBV_WR_BIND_MW; k++)
+		;
+	if (k == p->n_wrs)
+		return 0;
+	st = &s->step[n];
+	st->binds = rp_alloc(s, p->n_wrs * sizeof(*st->binds));
+	if (!st->binds)
+		return -ENOMEM;
+	for (k = 0; k < p->n_wrs; k++) {
+		const struct rbt_send_wr *w = &p->wrs[k];
+
+		if (w->opcode != IBV_WR_BIND_MW)
+			continue;
+		st->binds[k].mw = rp_mw_index(s, w->ah);
+		st->binds[k].mr = w->compare_add
+					  ? rp_bind_mr(s, w->remote_addr, w->compare_add)
+					  : 0;
+	}
+	return 0;
 }
 
 /* One loader per event id; events without one (closes, destroys, stacks,
@@ -231,11 +354,14 @@ static int (*const rp_loaders[RBT_EV_MAX_ID + 1])(struct rp_loading *,
 	[RBT_EV_PORT_ATTR] = rp_load_port_attr,
 	[RBT_EV_PD_ALLOC] = rp_load_pd,
 	[RBT_EV_MR_REG] = rp_load_mr,
+	[RBT_EV_MR_DEREG] = rp_load_mr_dereg,
+	[RBT_EV_MR_REREG] = rp_load_mr_rereg,
 	[RBT_EV_CHANNEL_CREATE] = rp_load_channel,
 	[RBT_EV_CQ_CREATE] = rp_load_cq,
 	[RBT_EV_XRCD_OPEN] = rp_load_xrcd,
 	[RBT_EV_SRQ_CREATE] = rp_load_srq,
 	[RBT_EV_QP_CREATE] = rp_load_qp,
+	[RBT_EV_QP_DESTROY] = rp_load_qp_destroy,
 	[RBT_EV_AH_CREATE] = rp_load_ah,
 	[RBT_EV_MW_ALLOC] = rp_load_mw,
 	[RBT_EV_POST_SEND] = rp_load_post_send,

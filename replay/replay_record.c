@@ -77,20 +77,33 @@ static int rr_resources(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 		ev.u.pd_alloc.ts_exit = t0;
 		rc = rr_put(w, &ev, t0);
 	}
+	/* MRs registered before the run (the others by their steps) */
 	for (int i = 0; i < s->nmr && !rc; i++) {
 		struct rp_mr *m = &s->mr[i];
 
+		if (m->dynamic)
+			continue;
 		memset(&ev, 0, sizeof(ev));
 		ev.type = RBT_EV_MR_REG;
 		ev.u.mr_reg.ts_exit = t0;
 		ev.u.mr_reg.pd = H(m->npd);
-		ev.u.mr_reg.mr = H(m->mr);
+		ev.u.mr_reg.mr = H(m);
 		ev.u.mr_reg.addr = H(m->buf);
 		ev.u.mr_reg.iova = H(m->buf);
 		ev.u.mr_reg.length = m->length;
 		ev.u.mr_reg.access = m->access;
-		ev.u.mr_reg.lkey = m->mr->lkey;
-		ev.u.mr_reg.rkey = m->mr->rkey;
+		ev.u.mr_reg.lkey = m->new_lkey;
+		ev.u.mr_reg.rkey = m->new_rkey;
+		rc = rr_put(w, &ev, t0);
+	}
+	for (int i = 0; i < s->nmw && !rc; i++) {
+		memset(&ev, 0, sizeof(ev));
+		ev.type = RBT_EV_MW_ALLOC;
+		ev.u.mw_alloc.ts_exit = t0;
+		ev.u.mw_alloc.pd = H(s->mw[i].mw->pd);
+		ev.u.mw_alloc.mw = H(s->mw[i].mw);
+		ev.u.mw_alloc.mw_type = s->mw[i].type;
+		ev.u.mw_alloc.rkey = s->mw[i].rkey0;
 		rc = rr_put(w, &ev, t0);
 	}
 	for (int i = 0; i < s->nch && !rc; i++) {
@@ -160,8 +173,10 @@ static int rr_queues(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 		ev.u.qp_create.ts_exit = t0;
 		ev.u.qp_create.ctx = H(s->ctx);
 		ev.u.qp_create.pd = H(rp_pd_by_h(s, q->rec.pd));
-		ev.u.qp_create.qp = H(q->qp);
-		ev.u.qp_create.qp_num = q->qp->qp_num;
+		if (q->dynamic)
+			continue; /* by its step */
+		ev.u.qp_create.qp = H(q);
+		ev.u.qp_create.qp_num = q->new_qpn;
 		ev.u.qp_create.send_cq = H(sc ? sc->cq : NULL);
 		ev.u.qp_create.recv_cq = H(rcq ? rcq->cq : NULL);
 		ev.u.qp_create.srq = H(srq ? srq->srq : NULL);
@@ -227,6 +242,18 @@ static int rr_send(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 			wr[k].remote_addr = o->wr.atomic.remote_addr;
 			wr[k].rkey = o->wr.atomic.rkey;
 		}
+		if (o->opcode == IBV_WR_BIND_MW && st->bind1) {
+			wr[k].remote_addr = st->bind1->bind_info.addr;
+			wr[k].rkey = st->bind1_mw->mw->rkey; /* after the bind */
+			wr[k].ah = H(st->bind1_mw->mw);
+		} else if (o->opcode == IBV_WR_BIND_MW) {
+			wr[k].remote_addr = o->bind_mw.bind_info.addr;
+			wr[k].rkey = o->bind_mw.rkey;
+			wr[k].ah = H(o->bind_mw.mw);
+		} else if (o->opcode == IBV_WR_LOCAL_INV ||
+			   o->opcode == IBV_WR_SEND_WITH_INV) {
+			wr[k].imm_data = o->invalidate_rkey;
+		}
 		if (st->qp->rec.qp_type == IBV_QPT_XRC_SEND)
 			wr[k].remote_qpn = o->qp_type.xrc.remote_srqn;
 		if (st->qp->rec.qp_type == IBV_QPT_UD) {
@@ -237,8 +264,8 @@ static int rr_send(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 	ev.u.post_send.wrs = wr;
 	ev.u.post_send.ts_exit = st->t_exit;
 	ev.u.post_send.ret = st->ret;
-	ev.u.post_send.qp = H(st->qp->qp);
-	ev.u.post_send.qp_num = st->qp->qp->qp_num;
+	ev.u.post_send.qp = H(st->qp);
+	ev.u.post_send.qp_num = st->qp->new_qpn;
 	ev.u.post_send.api = 0;
 	rc = rr_put(w, &ev, st->t_issue);
 	free(wr);
@@ -265,8 +292,8 @@ static int rr_recv(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 		ev.u.post_recv.wrs = wr;
 		ev.u.post_recv.ts_exit = st->t_exit;
 		ev.u.post_recv.ret = st->ret;
-		ev.u.post_recv.qp = H(st->qp->qp);
-		ev.u.post_recv.qp_num = st->qp->qp->qp_num;
+		ev.u.post_recv.qp = H(st->qp);
+		ev.u.post_recv.qp_num = st->qp->new_qpn;
 	} else {
 		ev.u.post_srq_recv.wrs = wr;
 		ev.u.post_srq_recv.ts_exit = st->t_exit;
@@ -317,8 +344,47 @@ static int rr_poll(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 	return rc;
 }
 
+/* An MR step: the MR is named by its first entry (a rereg's successors are
+ * the same MR), its keys the replay's. */
+static int rr_mr(struct rbt_writer *w, const struct rp_side *s, const struct rp_step *st,
+		 struct rbt_event ev)
+{
+	const struct rp_mr *m = st->mr, *root = m;
+
+	while (root->succ_of)
+		root = &s->mr[root->succ_of - 1];
+	switch (ev.type) {
+	case RBT_EV_MR_REG:
+		ev.u.mr_reg.ts_exit = st->t_exit;
+		ev.u.mr_reg.ret = st->ret;
+		ev.u.mr_reg.mr = H(root);
+		ev.u.mr_reg.pd = H(m->npd);
+		ev.u.mr_reg.addr = ev.u.mr_reg.iova = H(m->buf);
+		ev.u.mr_reg.api = 0;
+		ev.u.mr_reg.lkey = m->new_lkey;
+		ev.u.mr_reg.rkey = m->new_rkey;
+		break;
+	case RBT_EV_MR_DEREG:
+		ev.u.mr_dereg.ts_exit = st->t_exit;
+		ev.u.mr_dereg.ret = st->ret;
+		ev.u.mr_dereg.mr = H(root);
+		break;
+	default:
+		ev.u.mr_rereg.ts_exit = st->t_exit;
+		ev.u.mr_rereg.ret = st->ret;
+		ev.u.mr_rereg.mr = H(root);
+		ev.u.mr_rereg.pd = H(m->npd);
+		ev.u.mr_rereg.addr = H(m->buf);
+		ev.u.mr_rereg.lkey = m->new_lkey;
+		ev.u.mr_rereg.rkey = m->new_rkey;
+		break;
+	}
+	return rr_put(w, &ev, st->t_issue);
+}
+
 /* One step as the replay ran it: its times and results, on its replayed objects. */
-static int rr_step(struct rbt_writer *w, struct rp_job *j, const struct rp_step *st)
+static int rr_step(struct rbt_writer *w, struct rp_job *j, const struct rp_side *s,
+		   const struct rp_step *st)
 {
 	struct rbt_event ev = *st->ev;
 	int rc = 0;
@@ -328,9 +394,35 @@ static int rr_step(struct rbt_writer *w, struct rp_job *j, const struct rp_step 
 		ev.u.qp_modify.ts_exit = st->t_exit;
 		ev.u.qp_modify.ret = st->ret;
 		ev.u.qp_modify.err = st->ret > 0 ? (uint64_t)st->ret : 0;
-		ev.u.qp_modify.qp = H(st->qp->qp);
+		ev.u.qp_modify.qp = H(st->qp);
 		if (st->qp->peer_dir >= 0)
 			ev.u.qp_modify.dest_qp_num = j->dir.qps[st->qp->peer_dir].new_qpn;
+		rc = rr_put(w, &ev, st->t_issue);
+		break;
+	case RBT_EV_MR_REG:
+	case RBT_EV_MR_DEREG:
+	case RBT_EV_MR_REREG:
+		return rr_mr(w, s, st, ev);
+	case RBT_EV_QP_CREATE:
+		ev.u.qp_create.ts_exit = st->t_exit;
+		ev.u.qp_create.ret = st->ret;
+		ev.u.qp_create.ctx = H(s->ctx);
+		ev.u.qp_create.pd = H(rp_pd_by_h((struct rp_side *)s, st->qp->rec.pd));
+		ev.u.qp_create.qp = H(st->qp);
+		ev.u.qp_create.qp_num = st->qp->new_qpn;
+		ev.u.qp_create.send_cq =
+			H(st->qp->scq ? s->cq[st->qp->scq - 1].cq : NULL);
+		ev.u.qp_create.recv_cq =
+			H(st->qp->rcq ? s->cq[st->qp->rcq - 1].cq : NULL);
+		ev.u.qp_create.srq =
+			H(st->qp->srqi ? s->srq[st->qp->srqi - 1].srq : NULL);
+		ev.u.qp_create.ex = 0;
+		rc = rr_put(w, &ev, st->t_issue);
+		break;
+	case RBT_EV_QP_DESTROY:
+		ev.u.qp_destroy.ts_exit = st->t_exit;
+		ev.u.qp_destroy.ret = st->ret;
+		ev.u.qp_destroy.qp = H(st->qp);
 		rc = rr_put(w, &ev, st->t_issue);
 		break;
 	case RBT_EV_POST_SEND:
@@ -394,7 +486,7 @@ int rp_record_side(struct rp_job *j, struct rp_side *s, const char *path)
 		rc = rr_queues(w, s, t0);
 	for (int i = 0; i < s->nstep && !rc; i++)
 		if (!s->step[i].skipped && s->step[i].t_issue)
-			rc = rr_step(w, j, &s->step[i]);
+			rc = rr_step(w, j, s, &s->step[i]);
 	if (rc) {
 		rbt_writer_close(w, NULL);
 		rr_discard(path);

@@ -126,6 +126,16 @@ static const char *rp_state_name(uint32_t s)
 	return n ? n : "?";
 }
 
+/* Where a recorded final state came from (struct rp_qp.rec_final_src). */
+static const char *const rp_final_src_name[] = { "modifies", "destroy", "exit" };
+
+static const char *rp_final_src_text(const struct rp_qp *q)
+{
+	return q->rec_final_src == 1   ? ", the device's at its destroy"
+	       : q->rec_final_src == 2 ? ", the device's at exit"
+				       : "";
+}
+
 static const char *rp_qp_type_name(uint64_t t)
 {
 	const char *n = rbt_verbs_name(RBT_NAMES_QP_TYPE, t);
@@ -225,10 +235,12 @@ static void rp_report_match(struct rp_job *j, struct rbt_replay_summary *sum)
 			 * did not get to the recorded end state */
 			if (qi < s->nqp && !s->stop_why &&
 			    q->replay_state != q->rec_final_state)
-				rp_diverge(j, "%s: QP %llu ends in state %s, recorded %s",
+				rp_diverge(j,
+					   "%s: QP %llu ends in state %s, recorded %s%s",
 					   s->path, (unsigned long long)q->rec.qp_num,
 					   rp_state_name(q->replay_state),
-					   rp_state_name(q->rec_final_state));
+					   rp_state_name(q->rec_final_state),
+					   rp_final_src_text(q));
 		}
 	}
 }
@@ -457,13 +469,15 @@ static void rp_json_qps(struct rp_job *j, struct rbt_json *w)
 			rbt_json_obj(w);
 			rbt_json_kstr(w, "trace", j->side[si].path);
 			rbt_json_ku64(w, "qp_num", q->rec.qp_num);
-			rbt_json_ku64(w, "replay_qp_num", q->qp ? q->qp->qp_num : 0);
+			rbt_json_ku64(w, "replay_qp_num", q->new_qpn);
 			rp_json_pair(w, "send", q->rec_wc[0].n, q->rep_wc[0].n);
 			rp_json_pair(w, "recv", q->rec_wc[1].n, q->rep_wc[1].n);
 			rbt_json_key(w, "state");
 			rbt_json_obj(w);
 			rbt_json_kstr(w, "recorded", rp_state_name(q->rec_final_state));
 			rbt_json_kstr(w, "replayed", rp_state_name(q->replay_state));
+			rbt_json_kstr(w, "recorded_from",
+				      rp_final_src_name[q->rec_final_src]);
 			rbt_json_obj_end(w);
 			rbt_json_kstr(w, "type", rp_qp_type_name(q->rec.qp_type));
 			rbt_json_obj_end(w);
@@ -485,6 +499,105 @@ static void rp_json_qps(struct rp_job *j, struct rbt_json *w)
 	rbt_json_arr_end(w);
 }
 
+/* ---- resource steps: MRs registered, deregistered, rereg'd mid-run -------- */
+struct rp_res_tally {
+	uint64_t n, reg, dereg, rereg, qcreate, qdestroy, timed;
+	double p50, p99, max;	     /* lateness against the schedule (ns) */
+	uint64_t verb_rep, verb_rec; /* ns inside the verbs, replayed / recorded */
+};
+
+static void rp_res_steps(struct rp_job *j, struct rp_res_tally *r)
+{
+	uint64_t *late = NULL;
+	size_t nl = 0, cap = 0;
+
+	memset(r, 0, sizeof(*r));
+	for (int si = 0; si < j->nside; si++) {
+		const struct rp_side *s = &j->side[si];
+
+		for (int i = s->prefix; i < s->nstep; i++) {
+			const struct rp_step *st = &s->step[i];
+			uint32_t ty = st->ev->type;
+
+			if ((ty != RBT_EV_MR_REG && ty != RBT_EV_MR_DEREG &&
+			     ty != RBT_EV_MR_REREG && ty != RBT_EV_QP_CREATE &&
+			     ty != RBT_EV_QP_DESTROY) ||
+			    st->skipped || !st->t_issue)
+				continue;
+			r->qcreate += ty == RBT_EV_QP_CREATE;
+			r->qdestroy += ty == RBT_EV_QP_DESTROY;
+			r->n++;
+			r->reg += ty == RBT_EV_MR_REG;
+			r->dereg += ty == RBT_EV_MR_DEREG;
+			r->rereg += ty == RBT_EV_MR_REREG;
+			r->verb_rep += st->t_exit - st->t_issue;
+			r->verb_rec += st->rec_exit_ns > st->rec_ns
+					       ? st->rec_exit_ns - st->rec_ns
+					       : 0;
+			if (!st->deadline)
+				continue;
+			if (nl == cap) {
+				uint64_t *p =
+					realloc(late, (cap ? 2 * cap : 64) * sizeof(*p));
+
+				if (!p)
+					continue;
+				late = p;
+				cap = cap ? 2 * cap : 64;
+			}
+			late[nl++] = st->t_issue > st->deadline
+					     ? st->t_issue - st->deadline
+					     : 0;
+		}
+	}
+	r->timed = nl;
+	if (nl)
+		rp_pcts(late, nl, &r->p50, &r->p99, &r->max);
+	free(late);
+}
+
+static void rp_res_json(struct rp_job *j, struct rbt_json *w)
+{
+	struct rp_res_tally r;
+
+	rp_res_steps(j, &r);
+	rbt_json_key(w, "resource_steps");
+	rbt_json_obj(w);
+	rbt_json_ku64(w, "count", r.n);
+	rbt_json_ku64(w, "mr_reg", r.reg);
+	rbt_json_ku64(w, "mr_dereg", r.dereg);
+	rbt_json_ku64(w, "mr_rereg", r.rereg);
+	rbt_json_ku64(w, "qp_create", r.qcreate);
+	rbt_json_ku64(w, "qp_destroy", r.qdestroy);
+	rp_json_pcts(w, "lateness_ns", (long long)r.timed, r.p50, r.p99, r.max);
+	rbt_json_ku64(w, "verb_ns_replayed", r.verb_rep);
+	rbt_json_ku64(w, "verb_ns_recorded", r.verb_rec);
+	rbt_json_obj_end(w);
+}
+
+static void rp_res_text(struct rp_job *j, FILE *f)
+{
+	struct rp_res_tally r;
+
+	rp_res_steps(j, &r);
+	if (!r.n)
+		return;
+	fprintf(f,
+		"resource steps: %llu during the run (MR reg %llu, dereg %llu, rereg "
+		"%llu; QP create %llu, destroy %llu); time in those verbs: replayed "
+		"%.2f us, recorded %.2f us\n",
+		(unsigned long long)r.n, (unsigned long long)r.reg,
+		(unsigned long long)r.dereg, (unsigned long long)r.rereg,
+		(unsigned long long)r.qcreate, (unsigned long long)r.qdestroy,
+		r.verb_rep / 1e3, r.verb_rec / 1e3);
+	if (r.timed)
+		fprintf(f,
+			"  lateness of resource steps vs schedule: p50 %.2f us, p99 %.2f "
+			"us, max %.2f us (%llu steps)\n",
+			r.p50 / 1e3, r.p99 / 1e3, r.max / 1e3,
+			(unsigned long long)r.timed);
+}
+
 static void rp_report_json(struct rp_job *j, FILE *f, size_t nlate,
 			   const struct rbt_replay_summary *sum)
 {
@@ -500,6 +613,7 @@ static void rp_report_json(struct rp_job *j, FILE *f, size_t nlate,
 		     sum->late_p99_ns, sum->late_max_ns);
 	rp_json_pcts(&w, "own_lateness_ns", -1, sum->own_p50_ns, sum->own_p99_ns,
 		     sum->own_max_ns);
+	rp_res_json(j, &w);
 	rp_json_sides(j, &w);
 	rbt_json_kdbl(&w, "wall_ns", "%.0f", sum->wall_ns);
 	rbt_json_kdbl(&w, "recorded_wall_ns", "%.0f", sum->rec_wall_ns);
@@ -593,6 +707,7 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 			(double)sum->posts * 1e9 / sum->wall_ns,
 			(double)sum->posts * 1e9 / sum->rec_wall_ns);
 	fputc('\n', f);
+	rp_res_text(j, f);
 	for (int si = 0; si < j->nside; si++) {
 		const struct rp_side *s = &j->side[si];
 
@@ -629,12 +744,12 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 
 			fprintf(f,
 				"  %s QP %llu -> %u: send %u/%u, recv %u/%u completions "
-				"(replayed/recorded), state %s (recorded %s)\n",
+				"(replayed/recorded), state %s (recorded %s)%s\n",
 				j->side[si].path, (unsigned long long)q->rec.qp_num,
-				q->qp ? q->qp->qp_num : 0, q->rep_wc[0].n, q->rec_wc[0].n,
+				q->new_qpn, q->rep_wc[0].n, q->rec_wc[0].n,
 				q->rep_wc[1].n, q->rec_wc[1].n,
 				rp_state_name(q->replay_state),
-				rp_state_name(q->rec_final_state));
+				rp_state_name(q->rec_final_state), rp_final_src_text(q));
 		}
 	for (int si = 0; si < j->nside; si++)
 		for (int qi = 0; qi < j->side[si].nxqp; qi++) {

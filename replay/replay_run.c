@@ -170,8 +170,9 @@ static int rp_wait_until(struct rp_job *j, struct rp_lane *s, uint64_t deadline)
 /* ---- running a timeline ----------------------------------------------------------- */
 static struct rp_qp *rp_qp_by_new_qpn(struct rp_side *s, uint32_t qpn)
 {
-	for (int i = 0; i < s->nqp; i++)
-		if (s->qp[i].qp && s->qp[i].qp->qp_num == qpn)
+	/* the latest QP with that number (a destroyed one's can be reused) */
+	for (int i = s->nqp - 1; i >= 0; i--)
+		if (s->qp[i].new_qpn == qpn && (s->qp[i].qp || s->qp[i].gone))
 			return &s->qp[i];
 	for (int i = 0; i < s->nxqp; i++)
 		if (s->xqp[i].peer_dir >= 0 && s->xqp[i].foreign_new_qpn == qpn)
@@ -200,6 +201,117 @@ static void rp_copy_payloads(struct rp_step *st)
 	}
 }
 
+/* Keys of MRs registered mid-run, read as the post is issued (a key of an MR
+ * not registered now: one no MR has, as softnic and hardware refuse). */
+static void rp_apply_fixes(const struct rp_step *st)
+{
+	for (uint32_t k = 0; k < st->nfix; k++) {
+		const struct rp_fix *f = &st->fix[k];
+
+		*f->dst = !f->m->mr   ? 0x7ffe0001u
+			  : f->remote ? f->m->mr->rkey
+				      : f->m->mr->lkey;
+	}
+}
+
+/* An MR registered, deregistered or moved (ibv_rereg_mr: the predecessor's
+ * ibv_mr onto the successor's memory) at its recorded time. */
+static void rp_step_mr(struct rp_job *j, struct rp_side *s, struct rp_step *st, int i)
+{
+	const struct rbt_event *e = st->ev;
+	struct rp_mr *m = st->mr, *o;
+	int64_t rec;
+	int fl;
+
+	st->t_issue = rp_now_ns();
+	switch (e->type) {
+	case RBT_EV_MR_REG:
+		if (!m->mr)
+			m->mr = ibv_reg_mr(m->npd, m->buf, m->length ? m->length : 1,
+					   (int)m->access);
+		st->ret = m->mr ? 0 : -(errno ? errno : EIO);
+		rec = e->u.mr_reg.ret;
+		break;
+	case RBT_EV_MR_DEREG:
+		st->ret = m->mr ? ibv_dereg_mr(m->mr) : -ENOENT;
+		if (!st->ret)
+			m->mr = NULL;
+		rec = e->u.mr_dereg.ret;
+		break;
+	default:
+		o = m->succ_of ? &s->mr[m->succ_of - 1] : NULL;
+		fl = (int)m->rereg_flags;
+		st->ret = o && o->mr ? ibv_rereg_mr(o->mr, fl,
+						    (fl & IBV_REREG_MR_CHANGE_PD) ? m->npd
+										  : NULL,
+						    m->buf, m->length,
+						    (fl & IBV_REREG_MR_CHANGE_ACCESS)
+							    ? (int)m->access
+							    : 0)
+				     : -ENOENT;
+		if (!st->ret) {
+			m->mr = o->mr;
+			o->mr = NULL;
+		}
+		rec = e->u.mr_rereg.ret;
+		break;
+	}
+	st->t_exit = rp_now_ns();
+	if (m->mr) { /* for -o */
+		m->new_lkey = m->mr->lkey;
+		m->new_rkey = m->mr->rkey;
+	}
+	if ((st->ret == 0) != (rec == 0))
+		rp_diverge(j, "%s: step %d: %s returned %lld, recorded %lld", s->path, i,
+			   rbt_event_name(e->type), (long long)st->ret, (long long)rec);
+}
+
+/* A QP created or destroyed at its recorded time. A destroy first takes the
+ * QP's state, as the recorder did (its final state, for the report). */
+static void rp_step_qp_life(struct rp_job *j, struct rp_side *s, struct rp_step *st,
+			    int i)
+{
+	struct rp_qp *q = st->qp;
+
+	st->t_issue = rp_now_ns();
+	if (st->ev->type == RBT_EV_QP_CREATE) {
+		st->ret = q->qp ? 0 : rp_qp_create_now(s, q);
+		if (!st->ret && q->dir_idx >= 0)
+			__atomic_store_n(&j->dir.qps[q->dir_idx].new_qpn, q->new_qpn,
+					 __ATOMIC_RELEASE);
+	} else if (q->qp) {
+		struct ibv_qp_attr a;
+		struct ibv_qp_init_attr ia;
+
+		memset(&a, 0, sizeof(a));
+		q->replay_state =
+			ibv_query_qp(q->qp, &a, IBV_QP_STATE, &ia) ? 99 : a.qp_state;
+		st->ret = ibv_destroy_qp(q->qp);
+		if (!st->ret) {
+			q->qp = NULL;
+			q->gone = 1;
+		}
+	} else {
+		st->ret = -ENOENT;
+	}
+	st->t_exit = rp_now_ns();
+	if (st->ret)
+		rp_diverge(j, "%s: step %d: %s of QP %llu failed in the replay: %s",
+			   s->path, i, rbt_event_name(st->ev->type),
+			   (unsigned long long)q->rec.qp_num,
+			   strerror((int)(st->ret < 0 ? -st->ret : st->ret)));
+}
+
+/* Steps issued at their recorded offset in the timed modes: posts, and the
+ * resource steps of the run (MRs registered, deregistered, rereg'd; QPs
+ * created, destroyed). */
+static int rp_timed_step(uint32_t t)
+{
+	return t == RBT_EV_POST_SEND || t == RBT_EV_POST_RECV ||
+	       t == RBT_EV_POST_SRQ_RECV || t == RBT_EV_MR_REG || t == RBT_EV_MR_DEREG ||
+	       t == RBT_EV_MR_REREG || t == RBT_EV_QP_CREATE || t == RBT_EV_QP_DESTROY;
+}
+
 static void rp_step_modify(struct rp_job *j, struct rp_side *s, struct rp_step *st, int i)
 {
 	const struct rbt_ev_qp_modify *m = &st->ev->u.qp_modify;
@@ -210,6 +322,24 @@ static void rp_step_modify(struct rp_job *j, struct rp_side *s, struct rp_step *
 	if (q->peer_dir >= 0) {
 		const struct rp_dir_qp *d = &j->dir.qps[q->peer_dir];
 
+		/* a peer created mid-run (by another side's or thread's step)
+		 * may not exist yet: the recording connected to it after its
+		 * creation, so wait for it, bounded like a poll */
+		if ((m->attr_mask & IBV_QP_DEST_QPN) &&
+		    !__atomic_load_n(&d->new_qpn, __ATOMIC_ACQUIRE)) {
+			uint64_t t0 = rp_now_ns(),
+				 lim = (uint64_t)j->poll_timeout_ms * 1000000ull;
+
+			while (!__atomic_load_n(&d->new_qpn, __ATOMIC_ACQUIRE) &&
+			       rp_now_ns() - t0 < lim && !rp_sig)
+				sched_yield();
+			if (!__atomic_load_n(&d->new_qpn, __ATOMIC_ACQUIRE))
+				rp_diverge(j,
+					   "%s: step %d: QP %llu's peer QP %u was never "
+					   "created in the replay",
+					   s->path, i, (unsigned long long)q->rec.qp_num,
+					   d->rec_qpn);
+		}
 		dest = d->new_qpn;
 		dlid = d->lid;
 		dgid = d->gid;
@@ -626,9 +756,7 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 		if (st->skipped)
 			continue;
 		st->deadline = 0;
-		if (i >= s->prefix &&
-		    (e->type == RBT_EV_POST_SEND || e->type == RBT_EV_POST_RECV ||
-		     e->type == RBT_EV_POST_SRQ_RECV)) {
+		if (i >= s->prefix && rp_timed_step(e->type)) {
 			if (o->timing == RBT_REPLAY_RECORDED ||
 			    o->timing == RBT_REPLAY_SCALE) {
 				int64_t off = (int64_t)(st->rec_ns - rec_epoch);
@@ -652,6 +780,18 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 		     e->type == RBT_EV_POST_SRQ_RECV || e->type == RBT_EV_QP_MODIFY) &&
 		    rp_gate_wait(j, L, st->rec_ns, i))
 			goto stop;
+		/* a QP created mid-run whose creation failed (diverged there) */
+		if ((e->type == RBT_EV_POST_SEND || e->type == RBT_EV_POST_RECV ||
+		     e->type == RBT_EV_QP_MODIFY) &&
+		    !st->qp->qp) {
+			st->skipped = 1;
+			rp_diverge(j,
+				   "%s: step %d: %s on QP %llu, which the replay does "
+				   "not have (now)",
+				   s->path, i, rbt_event_name(e->type),
+				   (unsigned long long)st->qp->rec.qp_num);
+			continue;
+		}
 		if (e->type == RBT_EV_QP_MODIFY &&
 		    (e->u.qp_modify.attr_mask & IBV_QP_STATE) &&
 		    e->u.qp_modify.qp_state == IBV_QPS_ERR && rp_err_wait(j, L, st, i))
@@ -660,18 +800,34 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 		case RBT_EV_QP_MODIFY:
 			rp_step_modify(j, s, st, i);
 			break;
+		case RBT_EV_QP_CREATE:
+		case RBT_EV_QP_DESTROY:
+			rp_step_qp_life(j, s, st, i);
+			break;
+		case RBT_EV_MR_REG:
+		case RBT_EV_MR_DEREG:
+		case RBT_EV_MR_REREG:
+			rp_step_mr(j, s, st, i);
+			break;
 		case RBT_EV_POST_SEND:
 			rp_copy_payloads(st);
+			rp_apply_fixes(st);
 			st->t_issue = rp_now_ns();
-			st->ret = ibv_post_send(st->qp->qp, st->swr, &bs);
+			if (st->bind1) /* a type 1 window: ibv_bind_mw */
+				st->ret = ibv_bind_mw(st->qp->qp, st->bind1_mw->mw,
+						      st->bind1);
+			else
+				st->ret = ibv_post_send(st->qp->qp, st->swr, &bs);
 			st->t_exit = rp_now_ns();
 			break;
 		case RBT_EV_POST_RECV:
+			rp_apply_fixes(st);
 			st->t_issue = rp_now_ns();
 			st->ret = ibv_post_recv(st->qp->qp, st->rwr, &br);
 			st->t_exit = rp_now_ns();
 			break;
 		case RBT_EV_POST_SRQ_RECV:
+			rp_apply_fixes(st);
 			st->t_issue = rp_now_ns();
 			st->ret = ibv_post_srq_recv(st->srq->srq, st->rwr, &br);
 			st->t_exit = rp_now_ns();
@@ -938,7 +1094,8 @@ void rp_final_states(struct rp_side *s)
 		struct ibv_qp_init_attr ia;
 
 		if (!s->qp[i].qp)
-			continue;
+			continue; /* never created, or destroyed by its step (its
+				   * state was taken then) */
 		memset(&a, 0, sizeof(a));
 		if (ibv_query_qp(s->qp[i].qp, &a, IBV_QP_STATE, &ia) == 0)
 			s->qp[i].replay_state = a.qp_state;

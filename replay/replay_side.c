@@ -106,6 +106,28 @@ struct rp_qp *rp_qp_by_rec_qpn(struct rp_side *s, uint32_t qpn)
 	return i ? &s->qp[i - 1] : NULL;
 }
 
+int rp_mr_index(const struct rp_side *s, uint64_t h)
+{
+	return rp_index(s, RBT_MODEL_MR, h);
+}
+
+int rp_mw_index(const struct rp_side *s, uint64_t h)
+{
+	return rp_index(s, RBT_MODEL_MW, h);
+}
+
+/* Type 2: the consumer owns the key's low byte, the device its upper 24 bits.
+ * Type 1: each bind moves the low byte by one (ibv_inc_rkey), on the recorded
+ * device as on the replayed one, so the k-th bind's key is k past the alloc's. */
+uint32_t rp_mw_key(const struct rp_mw *w, uint32_t rec_key)
+{
+	uint32_t rep = w->rkey0;
+
+	if (w->type == IBV_MW_TYPE_2)
+		return (rep & ~0xffu) | (rec_key & 0xffu);
+	return (rep & ~0xffu) | ((rep + (rec_key - w->rec_rkey)) & 0xffu);
+}
+
 struct rp_ah *rp_ah_by_h(struct rp_side *s, uint64_t h)
 {
 	int i = rp_index(s, RBT_MODEL_AH, h);
@@ -195,6 +217,7 @@ void rp_side_free(struct rp_side *s)
 	free(s->xrcd);
 	free(s->qp);
 	free(s->ah);
+	free(s->mw);
 	free(s->step);
 	rp_cm_free(s);
 	memset(s, 0, sizeof(*s));

@@ -42,7 +42,7 @@ static int rp_step_cmp(const void *a, const void *b)
 
 /* Where the handle of the object a step names lies in its event, and its kind:
  * read through one table, resolved when the event is read (handles get reused). */
-enum { RP_OBJ_NONE, RP_OBJ_QP, RP_OBJ_CQ, RP_OBJ_SRQ };
+enum { RP_OBJ_NONE, RP_OBJ_QP, RP_OBJ_CQ, RP_OBJ_SRQ, RP_OBJ_MR };
 #define RP_H(ev, field, kind) \
 	[RBT_EV_##ev] = { offsetof(struct rbt_event, u.field), kind }
 static const struct {
@@ -58,6 +58,9 @@ static const struct {
 	RP_H(POLL_CQ, poll_cq.cq, RP_OBJ_CQ),
 	RP_H(REQ_NOTIFY, req_notify.cq, RP_OBJ_CQ),
 	RP_H(GET_CQ_EVENT, get_cq_event.cq, RP_OBJ_CQ),
+	RP_H(MR_REG, mr_reg.mr, RP_OBJ_MR), /* MR_DEREG, MR_REREG: replay_load.c */
+	RP_H(QP_CREATE, qp_create.qp, RP_OBJ_QP),
+	RP_H(QP_DESTROY, qp_destroy.qp, RP_OBJ_QP),
 };
 
 /* 1 + the index of the object a step names, as of the moment it is read. */
@@ -73,6 +76,8 @@ static int rp_resolve(struct rp_side *s, const struct rbt_event *e)
 		return rp_qp_index(s, h);
 	case RP_OBJ_CQ:
 		return rp_cq_index(s, h);
+	case RP_OBJ_MR:
+		return rp_mr_index(s, h);
 	default:
 		return rp_srq_index(s, h);
 	}
@@ -88,6 +93,9 @@ int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev)
 
 	if (ev->type == RBT_EV_POLL_CQ && ev->u.poll_cq.n_wcs == 0)
 		return 0;
+	if (ev->type == RBT_EV_POST_SEND || ev->type == RBT_EV_POLL_CQ ||
+	    ev->type == RBT_EV_GET_CQ_EVENT)
+		ld->started = 1;
 	if (!RP_GROW(s->step, s->nstep, ld->capstep))
 		return -ENOMEM;
 	st = &s->step[s->nstep++];
@@ -224,7 +232,39 @@ static void rp_wire_async(struct rp_side *s, struct rp_step *st)
 		rp_evidence(q, st, IBV_QPS_ERR);
 }
 
+/* An MR's registration, deregistration or rereg: the entry it acts on (for a
+ * rereg, the successor), resolved when read. */
+static void rp_wire_mr(struct rp_side *s, struct rp_step *st)
+{
+	const struct rbt_event *e = st->ev;
+
+	st->mr = st->obj ? &s->mr[st->obj - 1] : NULL;
+	st->rec_exit_ns =
+		rp_abs_ns(s, e->type == RBT_EV_MR_REG	  ? e->u.mr_reg.ts_exit
+			     : e->type == RBT_EV_MR_DEREG ? e->u.mr_dereg.ts_exit
+							  : e->u.mr_rereg.ts_exit);
+	if (!st->mr)
+		st->skipped = 1;
+}
+
+static void rp_wire_qp_life(struct rp_side *s, struct rp_step *st)
+{
+	const struct rbt_event *e = st->ev;
+
+	st->qp = rp_step_qp(s, st);
+	st->rec_exit_ns =
+		rp_abs_ns(s, e->type == RBT_EV_QP_CREATE ? e->u.qp_create.ts_exit
+							 : e->u.qp_destroy.ts_exit);
+	if (!st->qp)
+		st->skipped = 1;
+}
+
 static void (*const rp_wire[RBT_EV_MAX_ID + 1])(struct rp_side *, struct rp_step *) = {
+	[RBT_EV_QP_CREATE] = rp_wire_qp_life,
+	[RBT_EV_QP_DESTROY] = rp_wire_qp_life,
+	[RBT_EV_MR_REG] = rp_wire_mr,
+	[RBT_EV_MR_DEREG] = rp_wire_mr,
+	[RBT_EV_MR_REREG] = rp_wire_mr,
 	[RBT_EV_QP_MODIFY] = rp_wire_modify,
 	[RBT_EV_POST_SEND] = rp_wire_send,
 	[RBT_EV_POST_RECV] = rp_wire_recv,
@@ -235,6 +275,37 @@ static void (*const rp_wire[RBT_EV_MAX_ID + 1])(struct rp_side *, struct rp_step
 	[RBT_EV_QP_QUERY] = rp_wire_query,
 	[RBT_EV_ASYNC_EVENT] = rp_wire_async,
 };
+
+/* Resource steps: MRs and QPs that come and go mid-run. */
+static int rp_is_mr_step(uint32_t t)
+{
+	return t == RBT_EV_MR_REG || t == RBT_EV_MR_DEREG || t == RBT_EV_MR_REREG ||
+	       t == RBT_EV_QP_CREATE || t == RBT_EV_QP_DESTROY;
+}
+
+/* A registration or deregistration after the side's last post or poll is
+ * its teardown (or an MR never used): done before or after the run as
+ * before, not a step (a peer replayer, or the peer's side, may not be done
+ * with the MR: the recording's sync was out of band). Nor is it a thread's
+ * work (rp_lanes_build). */
+static void rp_mr_tail(struct rp_side *s)
+{
+	int last = -1;
+
+	for (int i = 0; i < s->nstep; i++) {
+		uint32_t t = s->step[i].ev->type;
+
+		if (t == RBT_EV_POST_SEND || t == RBT_EV_POST_RECV ||
+		    t == RBT_EV_POST_SRQ_RECV || t == RBT_EV_POLL_CQ)
+			last = i;
+	}
+	for (int i = last + 1; i < s->nstep; i++)
+		if (s->step[i].ev->type == RBT_EV_MR_REG ||
+		    s->step[i].ev->type == RBT_EV_MR_DEREG ||
+		    s->step[i].ev->type == RBT_EV_QP_CREATE ||
+		    s->step[i].ev->type == RBT_EV_QP_DESTROY)
+			s->step[i].skipped = 1;
+}
 
 /* After the last event: recorded time order (streams, i.e. threads, were
  * written chunk by chunk), every step wired, the model's join of what the
@@ -253,6 +324,7 @@ void rp_timeline_finish(struct rp_side *s)
 			rp_wire[st->ev->type](s, st);
 	}
 	rp_join_finish(s);
+	rp_mr_tail(s);
 	for (s->prefix = 0; s->prefix < s->nstep; s->prefix++) {
 		uint32_t t = s->step[s->prefix].ev->type;
 
@@ -270,8 +342,9 @@ static int rp_gates(const struct rp_step *st)
 {
 	uint32_t t = st->ev->type;
 
-	return !st->skipped &&
-	       (t == RBT_EV_POLL_CQ || t == RBT_EV_GET_CQ_EVENT || t == RBT_EV_QP_MODIFY);
+	return !st->skipped && (t == RBT_EV_POLL_CQ || t == RBT_EV_GET_CQ_EVENT ||
+				t == RBT_EV_QP_MODIFY || t == RBT_EV_QP_CREATE ||
+				t == RBT_EV_MR_REG || t == RBT_EV_MR_REREG);
 }
 
 int rp_lanes_build(struct rp_side *s)
@@ -283,6 +356,8 @@ int rp_lanes_build(struct rp_side *s)
 		uint32_t id = s->step[i].ev->stream;
 		int l = 0;
 
+		if (s->step[i].skipped && rp_is_mr_step(s->step[i].ev->type))
+			continue;
 		while (l < s->nlane && s->lane[l].stream != id)
 			l++;
 		if (l == s->nlane) {
@@ -304,7 +379,9 @@ int rp_lanes_build(struct rp_side *s)
 		L->n = 0;
 	}
 	for (int i = s->prefix; i < s->nstep; i++)
-		for (int l = 0; l < s->nlane; l++)
+		for (int l = 0; l < s->nlane && !(s->step[i].skipped &&
+						  rp_is_mr_step(s->step[i].ev->type));
+		     l++)
 			if (s->lane[l].stream == s->step[i].ev->stream) {
 				s->lane[l].idx[s->lane[l].n++] = i;
 				break;

@@ -144,21 +144,50 @@ static uint8_t *rp_scratch(struct rp_side *s, size_t n)
 	return p;
 }
 
-static int rp_map_sge(struct rp_job *j, struct rp_side *s, const struct rbt_sge *in,
-		      struct ibv_sge *out, int is_inline, int post_idx)
+/* A key of st known only when its MR is registered (mid-run): filled at post
+ * time. Room for every SGE and WR of the step is made on the first. */
+static int rp_fix_add(struct rp_side *s, struct rp_step *st, uint32_t *dst,
+		      const struct rp_mr *m, int remote, uint32_t room)
 {
-	for (int i = s->nmr - 1; i >= 0; i--) {
-		const struct rp_mr *m = &s->mr[i];
+	if (!st->fix && !(st->fix = rp_alloc(s, room * sizeof(*st->fix))))
+		return -ENOMEM;
+	if (st->nfix < room)
+		st->fix[st->nfix++] = (struct rp_fix){ dst, m, remote };
+	return 0;
+}
 
-		if (m->lkey != in->lkey && !is_inline)
-			continue;
-		if (in->addr < m->addr || in->addr + in->length > m->addr + m->length)
-			continue;
-		out->addr = (uint64_t)(uintptr_t)m->buf + (in->addr - m->addr);
-		out->length = (uint32_t)in->length;
-		out->lkey = m->mr->lkey;
-		return 0;
-	}
+/* Whether the recording's MR m was alive at t (abs ns). */
+static int rp_mr_alive(const struct rp_mr *m, uint64_t t)
+{
+	return t >= m->t_reg && t < m->t_dead;
+}
+
+static int rp_map_sge(struct rp_job *j, struct rp_side *s, const struct rbt_sge *in,
+		      struct ibv_sge *out, int is_inline, int post_idx,
+		      struct rp_step *st, uint32_t room)
+{
+	/* the MR alive at the post first (keys and addresses get reused after a
+	 * dereg), then any (a trace whose registration is not in it) */
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = s->nmr - 1; i >= 0; i--) {
+			const struct rp_mr *m = &s->mr[i];
+
+			if (m->lkey != in->lkey && !is_inline)
+				continue;
+			if (in->addr < m->addr ||
+			    in->addr + in->length > m->addr + m->length)
+				continue;
+			if (!pass && !rp_mr_alive(m, st->rec_ns))
+				continue;
+			out->addr = (uint64_t)(uintptr_t)m->buf + (in->addr - m->addr);
+			out->length = (uint32_t)in->length;
+			if (!m->dynamic) {
+				out->lkey = m->mr ? m->mr->lkey : rp_unused_lkey(s);
+				return 0;
+			}
+			out->lkey = 0;
+			return rp_fix_add(s, st, &out->lkey, m, 0, room);
+		}
 	/* Outside every MR: inline data is copied by the device at post time, so a
 	 * private buffer is as good; otherwise the post is meant to fail. */
 	out->addr = (uint64_t)(uintptr_t)rp_scratch(s, in->length ? in->length : 1);
@@ -178,9 +207,9 @@ static int rp_map_sge(struct rp_job *j, struct rp_side *s, const struct rbt_sge 
 	return 0;
 }
 
-static void rp_map_remote(struct rp_job *j, struct rp_side *s, struct rp_qp *q,
-			  uint64_t raddr, uint32_t rkey, uint64_t len, uint64_t *naddr,
-			  uint32_t *nrkey, int post_idx)
+static int rp_map_remote(struct rp_job *j, struct rp_side *s, struct rp_qp *q,
+			 uint64_t raddr, uint32_t rkey, uint64_t len, uint64_t *naddr,
+			 uint32_t *nrkey, int post_idx, struct rp_step *st, uint32_t room)
 {
 	const struct rp_dir_mr *hit = NULL;
 	int key_known = 0;
@@ -194,14 +223,21 @@ static void rp_map_remote(struct rp_job *j, struct rp_side *s, struct rp_qp *q,
 			continue;
 		key_known = 1;
 		if (raddr >= d->rec_addr && raddr + len <= d->rec_addr + d->len) {
-			hit = d;
-			break;
+			/* an MR of this process: the one alive at the post */
+			if (!hit || (d->live && j->same_clock &&
+				     rp_mr_alive(d->live, st->rec_ns)))
+				hit = d;
+			if (!d->live || !j->same_clock ||
+			    rp_mr_alive(d->live, st->rec_ns))
+				break;
 		}
 	}
 	if (hit) {
 		*naddr = hit->new_addr + (raddr - hit->rec_addr);
 		*nrkey = hit->new_rkey;
-		return;
+		if (hit->live && hit->live->dynamic)
+			return rp_fix_add(s, st, nrkey, hit->live, 1, room);
+		return 0;
 	}
 	/* A recorded access the peer would refuse: reproduce the refusal with a key
 	 * no replayed MR has, so no memory is ever touched. */
@@ -221,6 +257,7 @@ static void rp_map_remote(struct rp_job *j, struct rp_side *s, struct rp_qp *q,
 		s->path, post_idx, (unsigned long long)raddr, (unsigned long long)len,
 		rkey,
 		key_known ? "lies outside the peer's MR" : "names no MR of the peer");
+	return 0;
 }
 
 /* Each connected QP to its peer in the directory. */
@@ -301,28 +338,99 @@ static int rp_build_ahs(struct rp_job *j, struct rp_side *s)
 	return 0;
 }
 
-/* Where a recorded remote access or XRC/UD destination goes on the replay. */
-static void rp_translate_dest(struct rp_job *j, struct rp_side *s, struct rp_step *st,
-			      int i, const struct rbt_send_wr *r, struct ibv_send_wr *o,
-			      uint64_t len)
+/* The replayed key of a recorded rkey of side `side` (an MR's, or a key a
+ * window of it was bound with), for an invalidation; a key no side had is
+ * replaced by one no replayed MR or window has, so the invalidation fails as
+ * it did when recorded. */
+static uint32_t rp_map_key(struct rp_job *j, int side, uint32_t rkey)
 {
+	uint32_t n;
+
+	for (int i = 0; i < j->dir.nmr; i++)
+		if (j->dir.mrs[i].rec_rkey == rkey &&
+		    (side < 0 || j->dir.mrs[i].side == side))
+			return j->dir.mrs[i].new_rkey;
+	n = 0x7fff0000u | (rkey & 0xffffu);
+	for (int again = 1; again;) {
+		again = 0;
+		for (int i = 0; i < j->dir.nmr; i++)
+			if (j->dir.mrs[i].new_rkey == n) {
+				n += 0x10001;
+				again = 1;
+			}
+	}
+	return n;
+}
+
+/* A BIND_MW work request onto the replayed window and MR: posted (type 2),
+ * or made the step's ibv_bind_mw (type 1, the only WR of its post). 1 when
+ * the window is in no trace (the step is skipped, with a divergence). */
+static int rp_translate_bind(struct rp_job *j, struct rp_side *s, struct rp_step *st,
+			     int i, uint32_t w, struct ibv_send_wr *o)
+{
+	const struct rbt_send_wr *r = &st->ev->u.post_send.wrs[w];
+	const struct rp_bindref *b = st->binds ? &st->binds[w] : NULL;
+	struct rp_mw *mw = b && b->mw ? &s->mw[b->mw - 1] : NULL;
+	const struct rp_mr *m = b && b->mr ? &s->mr[b->mr - 1] : NULL;
+	struct ibv_mw_bind_info bi = { 0 };
+
+	if (!mw || !mw->mw) {
+		rp_diverge(j,
+			   "%s: step %d: BIND_MW names a memory window the trace "
+			   "never allocated: skipped",
+			   s->path, i);
+		return 1;
+	}
+	if (m && m->mr) {
+		bi.mr = m->mr;
+		bi.addr = (uint64_t)(uintptr_t)m->buf + (r->remote_addr - m->iova);
+	}
+	bi.length = r->compare_add;
+	bi.mw_access_flags = (unsigned)r->swap;
+	if (mw->type == IBV_MW_TYPE_1 && st->ev->u.post_send.n_wrs == 1) {
+		st->bind1 = rp_alloc(s, sizeof(*st->bind1));
+		if (!st->bind1)
+			return -ENOMEM;
+		st->bind1->wr_id = r->wr_id;
+		st->bind1->send_flags = (unsigned)r->send_flags;
+		st->bind1->bind_info = bi;
+		st->bind1_mw = mw;
+		return 0;
+	}
+	o->bind_mw.mw = mw->mw;
+	o->bind_mw.rkey = rp_mw_key(mw, (uint32_t)r->rkey);
+	o->bind_mw.bind_info = bi;
+	return 0;
+}
+
+/* Where a recorded remote access or XRC/UD destination goes on the replay. */
+static int rp_translate_dest(struct rp_job *j, struct rp_side *s, struct rp_step *st,
+			     int i, const struct rbt_send_wr *r, struct ibv_send_wr *o,
+			     uint64_t len, uint32_t room)
+{
+	int rc = 0;
+
 	switch (r->opcode) {
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
 	case IBV_WR_RDMA_READ:
-		rp_map_remote(j, s, st->qp, r->remote_addr, (uint32_t)r->rkey, len,
-			      &o->wr.rdma.remote_addr, &o->wr.rdma.rkey, i);
+		rc = rp_map_remote(j, s, st->qp, r->remote_addr, (uint32_t)r->rkey, len,
+				   &o->wr.rdma.remote_addr, &o->wr.rdma.rkey, i, st,
+				   room);
 		break;
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
-		rp_map_remote(j, s, st->qp, r->remote_addr, (uint32_t)r->rkey, 8,
-			      &o->wr.atomic.remote_addr, &o->wr.atomic.rkey, i);
+		rc = rp_map_remote(j, s, st->qp, r->remote_addr, (uint32_t)r->rkey, 8,
+				   &o->wr.atomic.remote_addr, &o->wr.atomic.rkey, i, st,
+				   room);
 		o->wr.atomic.compare_add = r->compare_add;
 		o->wr.atomic.swap = r->swap;
 		break;
 	default:
 		break;
 	}
+	if (rc)
+		return rc;
 	if (st->qp->rec.qp_type == IBV_QPT_XRC_SEND)
 		o->qp_type.xrc.remote_srqn =
 			rp_map_srqn(j, s, st->qp, (uint32_t)r->remote_qpn, i);
@@ -342,6 +450,7 @@ static void rp_translate_dest(struct rp_job *j, struct rp_side *s, struct rp_ste
 				   s->path, i);
 		}
 	}
+	return 0;
 }
 
 /* A recorded ibv_post_send as a chain of ibv_send_wr on the replayed QP. */
@@ -351,7 +460,7 @@ static int rp_translate_send(struct rp_job *j, struct rp_side *s, struct rp_step
 	const struct rbt_ev_post_send *p = &st->ev->u.post_send;
 	uint32_t nsge = 0, k = 0;
 
-	if (!st->qp || !st->qp->qp) {
+	if (!st->qp || (!st->qp->qp && !st->qp->dynamic)) {
 		st->skipped = 1;
 		return 0;
 	}
@@ -376,11 +485,28 @@ static int rp_translate_send(struct rp_job *j, struct rp_side *s, struct rp_step
 		o->send_flags = (unsigned)r->send_flags;
 		o->imm_data = htobe32((uint32_t)r->imm_data);
 		for (uint32_t g = 0; g < r->n_sges; g++, k++) {
-			if (rp_map_sge(j, s, &r->sges[g], &st->sges[k], inl, i))
+			if (rp_map_sge(j, s, &r->sges[g], &st->sges[k], inl, i, st,
+				       nsge + p->n_wrs))
 				return -ENOMEM;
 			len += r->sges[g].length;
 		}
-		rp_translate_dest(j, s, st, i, r, o, len);
+		if (rp_translate_dest(j, s, st, i, r, o, len, nsge + p->n_wrs))
+			return -ENOMEM;
+		/* memory windows: the window and MR bound, the keys invalidated
+		 * (the local side's, or the peer's for SEND_WITH_INV) */
+		if (r->opcode == IBV_WR_BIND_MW) {
+			int rc = rp_translate_bind(j, s, st, i, w, o);
+
+			if (rc < 0)
+				return rc;
+			if (rc)
+				st->skipped = 1;
+		} else if (r->opcode == IBV_WR_LOCAL_INV) {
+			o->invalidate_rkey = rp_map_key(j, s->idx, (uint32_t)r->imm_data);
+		} else if (r->opcode == IBV_WR_SEND_WITH_INV) {
+			o->invalidate_rkey =
+				rp_map_key(j, st->qp->rel_side, (uint32_t)r->imm_data);
+		}
 	}
 	return 0;
 }
@@ -395,7 +521,8 @@ static int rp_translate_recv(struct rp_job *j, struct rp_side *s, struct rp_step
 	const struct rbt_recv_wr *wrs = srq ? e->u.post_srq_recv.wrs : e->u.post_recv.wrs;
 	uint32_t nsge = 0, k = 0;
 
-	if (srq ? !st->srq || !st->srq->srq : !st->qp || !st->qp->qp) {
+	if (srq ? !st->srq || !st->srq->srq
+		: !st->qp || (!st->qp->qp && !st->qp->dynamic)) {
 		st->skipped = 1;
 		return 0;
 	}
@@ -414,7 +541,8 @@ static int rp_translate_recv(struct rp_job *j, struct rp_side *s, struct rp_step
 		o->sg_list = &st->sges[k];
 		o->num_sge = (int)wrs[w].n_sges;
 		for (uint32_t g = 0; g < wrs[w].n_sges; g++, k++)
-			if (rp_map_sge(j, s, &wrs[w].sges[g], &st->sges[k], 0, i))
+			if (rp_map_sge(j, s, &wrs[w].sges[g], &st->sges[k], 0, i, st,
+				       nsge))
 				return -ENOMEM;
 	}
 	return 0;
@@ -443,7 +571,7 @@ static int rp_translate_step(struct rp_job *j, struct rp_side *s, struct rp_step
 		memset(st->wcs, 0, st->ev->u.poll_cq.n_wcs * sizeof(*st->wcs));
 		return 0;
 	case RBT_EV_QP_MODIFY:
-		if (!st->qp || !st->qp->qp)
+		if (!st->qp || (!st->qp->qp && !st->qp->dynamic))
 			st->skipped = 1;
 		return 0;
 	case RBT_EV_REQ_NOTIFY:

@@ -167,6 +167,7 @@ struct rbt_blob {
 	X(QP_DESTROY, 43, qp_destroy)           \
 	X(AH_CREATE, 44, ah_create)             \
 	X(AH_DESTROY, 45, ah_destroy)           \
+	X(QP_FINAL_STATE, 46, qp_final_state)   \
 	X(POST_SEND, 50, post_send)             \
 	X(POST_RECV, 51, post_recv)             \
 	X(POST_SRQ_RECV, 52, post_srq_recv)     \
@@ -526,6 +527,20 @@ struct rbt_blob {
 	F(I, ret)                       \
 	F(U, err)                       \
 	F(H, qp)
+
+/* A QP's state as the device reported it (ibv_query_qp with IBV_QP_STATE),
+ * taken by the recorder itself: right before the program's ibv_destroy_qp
+ * (why 0; the qp_destroy event follows) or, for a QP still alive, when the
+ * program calls exit() (why 1). ret: the query's return (0, or an errno; then
+ * qp_state means nothing). qp_num: the QP's number, for readers that do not
+ * follow handles. */
+#define RBT_EV_qp_final_state(F, A)     \
+	F(T, ts_exit)                   \
+	F(I, ret)                       \
+	F(H, qp)                        \
+	F(U, qp_num)                    \
+	F(U, qp_state)                  \
+	F(U, why)
 
 #define RBT_EV_ah_create(F, A)          \
 	F(T, ts_exit)                   \

@@ -218,6 +218,7 @@ static const struct {
 	{ "qp_modify", "qp_state", qp_states, 0 },
 	{ "qp_modify", "cur_qp_state", qp_states, 0 },
 	{ "qp_query", "qp_state", qp_states, 0 },
+	{ "qp_final_state", "qp_state", qp_states, 0 },
 	{ "qp_create", "qp_type", qp_types, 0 },
 	{ "cm_call", "fn", cm_fns, 0 },
 	{ "cm_event", "event", cm_events, 0 },

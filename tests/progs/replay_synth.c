@@ -13,6 +13,9 @@
  *       deaf     (the client polls for an answer and reposts its receive every U us,
  *                 N times; the server never sends: the replay diverges at the
  *                 first poll, and every later one would wait in vain)
+ * --final-state N: the server's trace ends with the recorder's qp_final_state
+ *   of its QP saying state N (enum ibv_qp_state) at exit, whatever its modifies
+ *   say (a replay that ends elsewhere must report it).
  * Writes OUTDIR/a.rbt (client, QP 100) and OUTDIR/b.rbt (server, QP 200).
  * Test fixture only: it never touches a verbs device.
  */
@@ -165,7 +168,7 @@ int main(int argc, char **argv)
 			 .sq_psn = 0x200,
 			 .rq_psn = 0x100 };
 	const char *scen = "pingpong";
-	int iters = 100, interval = 50;
+	int iters = 100, interval = 50, final_state = -1;
 	char pa[4096], pb[4096];
 	uint64_t t0 = 1000000000ull, start;
 
@@ -185,6 +188,8 @@ int main(int argc, char **argv)
 			scen = argv[i + 1];
 		else if (!strcmp(argv[i], "--send-wr"))
 			send_wr = strtoull(argv[i + 1], NULL, 0);
+		else if (!strcmp(argv[i], "--final-state"))
+			final_state = atoi(argv[i + 1]);
 	}
 	snprintf(pa, sizeof(pa), "%s/a.rbt", argv[1]);
 	snprintf(pb, sizeof(pb), "%s/b.rbt", argv[1]);
@@ -299,6 +304,17 @@ int main(int argc, char **argv)
 	} else {
 		fprintf(stderr, "replay_synth: unknown scenario %s\n", scen);
 		return 2;
+	}
+	if (final_state >= 0) {
+		struct rbt_event *ev =
+			rbt_tb_new(b.tb, RBT_EV_QP_FINAL_STATE, b.t + 1000);
+
+		ev->u.qp_final_state.ts_exit = b.t + 1100;
+		ev->u.qp_final_state.qp = b.qp;
+		ev->u.qp_final_state.qp_num = b.qpn;
+		ev->u.qp_final_state.qp_state = (uint64_t)final_state;
+		ev->u.qp_final_state.why = 1;
+		rbt_tb_put(b.tb, ev);
 	}
 	rbt_tb_close(a.tb, NULL);
 	rbt_tb_close(b.tb, NULL);
