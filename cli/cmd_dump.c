@@ -16,7 +16,8 @@
 #include "trace_format/rbt_format.h"
 
 static const char usage[] =
-	"usage: rbtrace dump FILE [--json] [--type=T,...] [--qp=N] [--stream=TID]\n"
+	"usage: rbtrace dump FILE [--json] [--type=T,...] [--qp=N] [--stream=TID] [-j "
+	"N]\n"
 	"\n"
 	"Prints every event of a trace in file order, one line each: time in seconds\n"
 	"since the trace started, [thread id], type and the fields that are set\n"
@@ -28,8 +29,7 @@ static const char usage[] =
 	"  --type=T,...    only these event types (names as printed, e.g. post_send)\n"
 	"  --qp=N          only events about QP number N (posts, polls with a\n"
 	"                  completion of N, create/modify/query/destroy, async events)\n"
-	"  --stream=TID    only events recorded by thread TID\n"
-	"\n"
+	"  --stream=TID    only events recorded by thread TID\n" RBT_CLI_JOBS_HELP "\n"
 	"A damaged or truncated trace prints every event that could be salvaged, then\n"
 	"one line on stderr with the byte offset of the damage and the events lost;\n"
 	"the exit code is then 1.\n"
@@ -194,14 +194,13 @@ static void print_stack(const struct rbt_header *h, const struct rbt_event *ev,
 
 int rbt_cmd_dump(int argc, char **argv)
 {
-	const char *types = NULL, *qp = NULL, *stream = NULL;
+	const char *types = NULL, *qp = NULL, *stream = NULL, *jobs = NULL;
+	unsigned threads;
 	int json = 0;
 	const struct rbt_cli_opt opts[] = {
-		{ "json", 0, NULL, &json },
-		{ "type", 't', &types, NULL },
-		{ "qp", 0, &qp, NULL },
-		{ "stream", 0, &stream, NULL },
-		{ 0 },
+		{ "json", 0, NULL, &json },	{ "jobs", 'j', &jobs, NULL },
+		{ "type", 't', &types, NULL },	{ "qp", 0, &qp, NULL },
+		{ "stream", 0, &stream, NULL }, { 0 },
 	};
 	char *pos[1];
 	int n = rbt_cli_parse("dump", argc, argv, opts, 0, pos, 1);
@@ -230,11 +229,12 @@ int rbt_cmd_dump(int argc, char **argv)
 			return rbt_cli_usage("dump", "--type: no event type given");
 	}
 	if ((qp && rbt_cli_u64("dump", "qp", qp, &qpn)) ||
-	    (stream && rbt_cli_u64("dump", "stream", stream, &tid)))
+	    (stream && rbt_cli_u64("dump", "stream", stream, &tid)) ||
+	    rbt_cli_jobs("dump", jobs, &threads))
 		return RBT_EXIT_USAGE;
 
 	const char *path = pos[0];
-	struct rbt_reader *r = rbt_cli_open_trace("dump", path);
+	struct rbt_reader *r = rbt_cli_open_trace_j("dump", path, threads);
 	if (!r)
 		return RBT_EXIT_FAIL;
 	const struct rbt_header *h = rbt_reader_header(r);

@@ -17,7 +17,8 @@
 #include "cli/rbt_cli.h"
 
 static const char usage[] =
-	"usage: rbtrace export [--format=csv|ndjson] [--resources] [-o OUT] TRACE...\n"
+	"usage: rbtrace export [--format=csv|ndjson] [--resources] [-o OUT] [-j N]\n"
+	"                      TRACE...\n"
 	"\n"
 	"Writes one row per completed work request of the traces (send WRs and\n"
 	"receives: trace, process, thread, QP, opcode, size, when posted and polled,\n"
@@ -30,7 +31,7 @@ static const char usage[] =
 	"               object a line, null where a column does not apply)\n"
 	"  --resources  rows of resources instead of work requests\n"
 	"  -o, --output=OUT  write there instead of stdout (replaced only when the\n"
-	"               export is complete; never one of the TRACEs)\n"
+	"               export is complete; never one of the TRACEs)\n" RBT_CLI_JOBS_HELP
 	"\n"
 	"examples:\n"
 	"  rbtrace export -o wrs.csv client.rbt server.rbt\n"
@@ -41,11 +42,13 @@ static const char usage[] =
 int rbt_cmd_export(int argc, char **argv)
 {
 	const char *cmd = "export";
-	const char *format = "csv", *out_path = NULL;
+	const char *format = "csv", *out_path = NULL, *jobs = NULL;
+	unsigned threads;
 	int resources = 0;
 	char *pos[256];
 	const struct rbt_cli_opt opts[] = {
 		{ "format", 0, &format, NULL },
+		{ "jobs", 'j', &jobs, NULL },
 		{ "resources", 0, NULL, &resources },
 		{ "output", 'o', &out_path, NULL },
 		{ 0 },
@@ -56,6 +59,8 @@ int rbt_cmd_export(int argc, char **argv)
 		return done;
 	if (n == 0)
 		return rbt_cli_usage(cmd, "no trace given");
+	if (rbt_cli_jobs(cmd, jobs, &threads))
+		return RBT_EXIT_USAGE;
 	int ndjson;
 	if (!strcmp(format, "csv"))
 		ndjson = 0;
@@ -94,7 +99,7 @@ int rbt_cmd_export(int argc, char **argv)
 		}
 		out = ro.f;
 	}
-	struct rbt_analyzer_opts ao = { 0 };
+	struct rbt_analyzer_opts ao = { .threads = threads };
 	ao.export_ndjson = ndjson;
 	if (!resources)
 		ao.export_wrs = out;

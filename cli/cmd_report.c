@@ -19,7 +19,8 @@
 #include "cli/rbt_cli.h"
 
 static const char usage[] =
-	"usage: rbtrace report [--format=text|json|perfetto|html] [-o OUT] TRACE...\n"
+	"usage: rbtrace report [--format=text|json|perfetto|html] [-o OUT] [-j N] "
+	"TRACE...\n"
 	"\n"
 	"Attributes every work request's time to its post call, the NIC (post return to\n"
 	"completion) and the poll that handed the completion to the application; gives\n"
@@ -38,7 +39,7 @@ static const char usage[] =
 	"(trace-\n"
 	"              event JSON for ui.perfetto.dev), html (one self-contained file)\n"
 	"  -o, --output=OUT  write there instead of stdout (replaced only when the\n"
-	"              report is complete; never one of the TRACEs)\n"
+	"              report is complete; never one of the TRACEs)\n" RBT_CLI_JOBS_HELP
 	"\n"
 	"Give each trace once. A trace that could not be read whole is reported on\n"
 	"what was read, with a warning on stderr; exit code 1 when a trace cannot be\n"
@@ -54,11 +55,13 @@ static const char usage[] =
 int rbt_cmd_report(int argc, char **argv)
 {
 	const char *cmd = "report";
-	const char *format = "text", *out_path = NULL;
+	const char *format = "text", *out_path = NULL, *jobs = NULL;
+	unsigned threads;
 	char *pos[256];
 	const struct rbt_cli_opt opts[] = {
 		{ "format", 0, &format, NULL },
 		{ "output", 'o', &out_path, NULL },
+		{ "jobs", 'j', &jobs, NULL },
 		{ 0 },
 	};
 	int n = rbt_cli_parse(cmd, argc, argv, opts, 0, pos, 256);
@@ -67,6 +70,8 @@ int rbt_cmd_report(int argc, char **argv)
 		return done;
 	if (n == 0)
 		return rbt_cli_usage(cmd, "no trace given");
+	if (rbt_cli_jobs(cmd, jobs, &threads))
+		return RBT_EXIT_USAGE;
 	int fmt;
 	if (!strcmp(format, "text"))
 		fmt = 0;
@@ -117,7 +122,7 @@ int rbt_cmd_report(int argc, char **argv)
 		}
 		out = ro.f;
 	}
-	struct rbt_analyzer_opts ao = { 0 };
+	struct rbt_analyzer_opts ao = { .threads = threads };
 	if (fmt == 2)
 		ao.perfetto = out;
 	/* a progress line only for someone watching a long run */
