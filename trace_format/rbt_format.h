@@ -989,8 +989,8 @@ int rbt_reader_open(const char *path, struct rbt_reader **out);
 int rbt_reader_open_mem(const void *buf, size_t len, struct rbt_reader **out);
 /* Set once, at open; zero is the default. */
 struct rbt_reader_opts {
-	/* Threads decoding chunks ahead of rbt_reader_next() (at most 2 chunks
-	 * each at a time); 0 or 1: none, every event is decoded when it is asked
+	/* Threads decoding chunks ahead of rbt_reader_next() (about 128 KiB of
+	 * compressed chunks each at a time); 0 or 1: none, every event is decoded when it is asked
 	 * for, on the caller's thread. The events, their order, the stats and the
 	 * damage said are the same whatever the number. */
 	unsigned threads;

@@ -109,19 +109,26 @@ struct rd_rec {
 	uint64_t ts;
 };
 
-/* A chunk given to the worker threads: they check and decompress the frame into
- * c and decode its events ahead (the reader's thread may take a queued job
- * itself rather than wait). */
+/* Chunks given to the worker threads together (consecutive in the file, so that
+ * small chunks cost one hand-over for several): a worker checks and decompresses
+ * each frame into its cursor and decodes its events ahead (the reader's thread
+ * may take a queued job itself rather than wait). */
+#define RD_JOB_CHUNKS 8
+#define RD_JOB_COMP   (64u << 10) /* compressed bytes a job takes at most (but one) */
 enum { RD_JOB_QUEUED, RD_JOB_RUNNING, RD_JOB_DONE };
 struct rd_job {
 	struct rd_job *next; /* the pool's queue, or the reader's free list */
 	int state;	     /* under the pool's lock */
-	struct rbt_chunk_hdr ch;
-	const uint8_t *frame; /* NULL: not readable */
-	uint8_t *comp;	      /* the frame's copy (fd readers) */
-	size_t comp_cap;
-	struct rd_cur *c;
-	int status; /* RD_LOAD_* */
+	int n, left;	     /* chunks, and those not opened yet */
+	uint8_t *comp;	     /* the frames' copies (fd readers) */
+	size_t comp_len, comp_cap;
+	struct {
+		struct rbt_chunk_hdr ch;
+		const uint8_t *frame; /* NULL: not readable */
+		size_t at;	      /* in comp (fd readers) */
+		struct rd_cur *c;
+		int status; /* RD_LOAD_* */
+	} k[RD_JOB_CHUNKS];
 };
 
 struct rd_pool {
@@ -137,6 +144,7 @@ struct rd_pend {
 	uint64_t off, seq;
 	struct rbt_chunk_hdr ch;
 	struct rd_job *job; /* given to the workers, or NULL */
+	int job_i;	    /* its place in job */
 };
 
 /* A stream with a chunk being read or chunks waiting: its chunks are read one
@@ -200,9 +208,10 @@ struct rbt_reader {
 	struct rd_ctx dc; /* the decoders' state for events decoded on this thread */
 
 	/* decoding ahead on threads (rbt_reader_opts.threads > 1): at most
-	 * max_jobs chunks given to the workers and not opened yet */
+	 * max_jobs chunks given to the workers and not opened yet (n_jobs) */
 	struct rd_pool *pool;
 	uint32_t n_jobs, max_jobs;
+	uint64_t jobs_comp, max_comp; /* their compressed bytes */
 	struct rd_job *free_jobs;
 
 	struct rbt_reader_stats st;
@@ -1338,8 +1347,9 @@ static struct rd_cur *open_chunk(struct rbt_reader *r, const struct rd_pend *p)
 
 /* ---- decoding ahead on threads -------------------------------------------------
  * With rbt_reader_opts.threads > 1, the chunk headers read ahead (scan_ahead)
- * are given to worker threads in file order, at most 2 per thread at a time:
- * each checks and decompresses its chunk and decodes its events into records
+ * are given to worker threads in file order, a few consecutive chunks a job
+ * (RD_JOB_CHUNKS, RD_JOB_COMP), about 2 jobs per thread at a time: a worker
+ * checks and decompresses each chunk and decodes its events into records
  * (decode_ahead). The reader's thread still merges the streams exactly as
  * above; opening a chunk takes its records instead of its bytes, and hands them
  * out one by one. A worker stops at the first event that does not decode, and
@@ -1349,7 +1359,7 @@ static struct rd_cur *open_chunk(struct rbt_reader *r, const struct rd_pend *p)
 
 /* Records and arrays one chunk decoded ahead may take; the rest of a bigger
  * chunk is decoded when it is read. */
-#define RD_JOB_BUDGET (24u << 20)
+#define RD_JOB_BUDGET (8u << 20)
 
 static const uint32_t rd_ev_size[RBT_EV_MAX_ID + 1] = {
 #define RD_SIZE(NAME, id, lname) [id] = sizeof(struct rbt_ev_##lname),
@@ -1412,9 +1422,11 @@ static void decode_ahead(struct rd_cur *c)
 
 static void job_run(struct rd_job *j, ZSTD_DCtx *dctx)
 {
-	j->status = chunk_load(dctx, j->frame, &j->ch, j->c);
-	if (j->status == RD_LOAD_OK)
-		decode_ahead(j->c);
+	for (int i = 0; i < j->n; i++) {
+		j->k[i].status = chunk_load(dctx, j->k[i].frame, &j->k[i].ch, j->k[i].c);
+		if (j->k[i].status == RD_LOAD_OK)
+			decode_ahead(j->k[i].c);
+	}
 }
 
 static void *pool_worker(void *arg)
@@ -1463,14 +1475,17 @@ static void pool_start(struct rbt_reader *r, int n)
 			pl->n++;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	r->pool = pl;
-	r->max_jobs = 2u * (uint32_t)n;
+	/* about 2 jobs per thread */
+	r->max_jobs = 2u * (uint32_t)n * RD_JOB_CHUNKS;
+	r->max_comp = 2u * (uint64_t)n * RD_JOB_COMP;
 }
 
 static void job_free(struct rd_job *j)
 {
 	if (!j)
 		return;
-	cur_free(j->c);
+	for (int i = 0; i < j->n; i++)
+		cur_free(j->k[i].c);
 	free(j->comp);
 	free(j);
 }
@@ -1494,8 +1509,13 @@ static void pool_stop(struct rbt_reader *r)
 	/* jobs given and not opened are on their streams' queues */
 	for (int i = 0; i < r->n_streams; i++) {
 		struct rd_stream *st = r->streams[i];
-		for (uint32_t k = 0; k < st->qsub; k++)
-			job_free(st->q[st->qh + k].job);
+		for (uint32_t k = 0; k < st->qsub; k++) {
+			struct rd_pend *p = &st->q[st->qh + k];
+			cur_free(p->job->k[p->job_i].c);
+			p->job->k[p->job_i].c = NULL;
+			if (!--p->job->left)
+				job_free(p->job);
+		}
 		st->qsub = 0;
 	}
 	while (r->free_jobs) {
@@ -1505,54 +1525,83 @@ static void pool_stop(struct rbt_reader *r)
 	}
 }
 
+/* The stream whose next chunk not given to the workers comes first in the file. */
+static struct rd_stream *next_unsubmitted(struct rbt_reader *r)
+{
+	struct rd_stream *best = NULL;
+	for (int i = 0; i < r->n_streams; i++) {
+		struct rd_stream *s = r->streams[i];
+		if (s->qsub < s->qn &&
+		    (!best ||
+		     s->q[s->qh + s->qsub].seq < best->q[best->qh + best->qsub].seq))
+			best = s;
+	}
+	return best;
+}
+
 /* Gives the workers the chunks read ahead and not given yet, in file order,
- * while fewer than max_jobs wait to be opened. */
+ * while fewer than max_jobs chunks wait to be opened. */
 static void submit_more(struct rbt_reader *r)
 {
 	struct rd_pool *pl = r->pool;
-	while (r->n_jobs < r->max_jobs && r->n_pend > r->n_jobs) {
-		struct rd_stream *best = NULL;
-		for (int i = 0; i < r->n_streams; i++) {
-			struct rd_stream *s = r->streams[i];
-			if (s->qsub < s->qn &&
-			    (!best || s->q[s->qh + s->qsub].seq <
-					      best->q[best->qh + best->qsub].seq))
-				best = s;
-		}
-		if (!best)
-			return;
-		struct rd_pend *p = &best->q[best->qh + best->qsub];
+	while (r->n_jobs < r->max_jobs && r->n_pend > r->n_jobs &&
+	       r->jobs_comp < r->max_comp) {
 		struct rd_job *j = r->free_jobs;
 		if (j)
 			r->free_jobs = j->next;
-		else
-			j = calloc(1, sizeof(*j));
-		struct rd_cur *c = j ? (j->c ? j->c : cur_get(r)) : NULL;
-		if (!c) {
-			free(j);
-			return; /* decoded when it is read */
-		}
-		j->c = c;
-		j->ch = p->ch;
-		j->frame = src_get(r, p->off + RBT_CHUNK_HDR, p->ch.comp_len);
-		if (j->frame && !r->mem) {
-			if (j->comp_cap < p->ch.comp_len) {
-				uint8_t *n = realloc(j->comp, p->ch.comp_len);
-				if (!n) {
-					job_free(j);
-					return;
+		else if (!(j = calloc(1, sizeof(*j))))
+			return; /* decoded when they are read */
+		j->n = 0;
+		j->comp_len = 0;
+		struct rd_stream *st;
+		while (j->n < RD_JOB_CHUNKS && r->n_jobs < r->max_jobs &&
+		       (st = next_unsubmitted(r))) {
+			struct rd_pend *p = &st->q[st->qh + st->qsub];
+			uint32_t len = p->ch.comp_len;
+			if (j->n && j->comp_len + len > RD_JOB_COMP)
+				break;
+			struct rd_cur *c = cur_get(r);
+			if (!c)
+				break;
+			const uint8_t *f = src_get(r, p->off + RBT_CHUNK_HDR, len);
+			if (f && !r->mem) {
+				if (j->comp_cap - j->comp_len < len) {
+					size_t cap = j->comp_len + len;
+					if (cap < RD_JOB_COMP)
+						cap = RD_JOB_COMP;
+					uint8_t *n = realloc(j->comp, cap);
+					if (!n) {
+						cur_free(c);
+						break;
+					}
+					j->comp = n;
+					j->comp_cap = cap;
 				}
-				j->comp = n;
-				j->comp_cap = p->ch.comp_len;
+				memcpy(j->comp + j->comp_len, f, len);
+				j->k[j->n].at = j->comp_len;
+				j->comp_len += len;
 			}
-			memcpy(j->comp, j->frame, p->ch.comp_len);
-			j->frame = j->comp;
+			j->k[j->n].frame = f;
+			j->k[j->n].ch = p->ch;
+			j->k[j->n].c = c;
+			p->job = j;
+			p->job_i = j->n++;
+			st->qsub++;
+			r->n_jobs++;
+			r->jobs_comp += len;
 		}
+		if (!j->n) {
+			j->next = r->free_jobs;
+			r->free_jobs = j;
+			return;
+		}
+		if (!r->mem) /* the copies are placed now: comp may have moved */
+			for (int i = 0; i < j->n; i++)
+				if (j->k[i].frame)
+					j->k[i].frame = j->comp + j->k[i].at;
+		j->left = j->n;
 		j->next = NULL;
 		j->state = RD_JOB_QUEUED;
-		p->job = j;
-		best->qsub++;
-		r->n_jobs++;
 		pthread_mutex_lock(&pl->mu);
 		if (pl->tail)
 			pl->tail->next = j;
@@ -1564,37 +1613,45 @@ static void submit_more(struct rbt_reader *r)
 	}
 }
 
-/* Opens the chunk p given to the workers: waits for its job, or runs it here
- * when no worker has taken it yet. */
+/* Opens the chunk p given to the workers: waits for its job, or runs the job
+ * here when no worker has taken it yet. */
 static struct rd_cur *open_job(struct rbt_reader *r, const struct rd_pend *p)
 {
 	struct rd_pool *pl = r->pool;
 	struct rd_job *j = p->job;
 	int mine = 0;
-	pthread_mutex_lock(&pl->mu);
-	if (j->state == RD_JOB_QUEUED) {
-		struct rd_job **pp = &pl->head, *prev = NULL;
-		while (*pp != j) {
-			prev = *pp;
-			pp = &(*pp)->next;
+	if (j->left == j->n) { /* its first chunk opened: is the job done? */
+		pthread_mutex_lock(&pl->mu);
+		if (j->state == RD_JOB_QUEUED) {
+			struct rd_job **pp = &pl->head, *prev = NULL;
+			while (*pp != j) {
+				prev = *pp;
+				pp = &(*pp)->next;
+			}
+			*pp = j->next;
+			if (pl->tail == j)
+				pl->tail = prev;
+			j->state = RD_JOB_RUNNING;
+			mine = 1;
 		}
-		*pp = j->next;
-		if (pl->tail == j)
-			pl->tail = prev;
-		j->state = RD_JOB_RUNNING;
-		mine = 1;
+		while (!mine && j->state != RD_JOB_DONE)
+			pthread_cond_wait(&pl->done, &pl->mu);
+		pthread_mutex_unlock(&pl->mu);
+		if (mine) {
+			job_run(j, r->dctx);
+			j->state = RD_JOB_DONE; /* no worker holds it */
+		}
 	}
-	while (!mine && j->state != RD_JOB_DONE)
-		pthread_cond_wait(&pl->done, &pl->mu);
-	pthread_mutex_unlock(&pl->mu);
-	if (mine)
-		job_run(j, r->dctx);
-	struct rd_cur *c = j->c;
-	int status = j->status;
-	j->c = NULL;
-	j->next = r->free_jobs;
-	r->free_jobs = j;
+	struct rd_cur *c = j->k[p->job_i].c;
+	int status = j->k[p->job_i].status;
+	j->k[p->job_i].c = NULL;
 	r->n_jobs--;
+	r->jobs_comp -= p->ch.comp_len;
+	if (!--j->left) {
+		j->n = 0;
+		j->next = r->free_jobs;
+		r->free_jobs = j;
+	}
 	return chunk_opened(r, p, c, status);
 }
 
@@ -1801,7 +1858,8 @@ static struct rd_stream *next_stream(struct rbt_reader *r)
 {
 	for (;;) {
 		scan_ahead(r);
-		if (r->pool && r->n_jobs < r->max_jobs && r->n_pend > r->n_jobs)
+		if (r->pool && r->n_jobs < r->max_jobs && r->n_pend > r->n_jobs &&
+		    r->jobs_comp < r->max_comp)
 			submit_more(r);
 		if (!r->n_streams)
 			return NULL;
