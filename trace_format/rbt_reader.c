@@ -115,6 +115,7 @@ struct rd_rec {
  * may take a queued job itself rather than wait). */
 #define RD_JOB_CHUNKS 8
 #define RD_JOB_COMP   (64u << 10) /* compressed bytes a job takes at most (but one) */
+#define RD_JOB_RAW    (1u << 20)  /* decompressed bytes, the same */
 enum { RD_JOB_QUEUED, RD_JOB_RUNNING, RD_JOB_DONE };
 struct rd_job {
 	struct rd_job *next; /* the pool's queue, or the reader's free list */
@@ -212,6 +213,7 @@ struct rbt_reader {
 	struct rd_pool *pool;
 	uint32_t n_jobs, max_jobs;
 	uint64_t jobs_comp, max_comp; /* their compressed bytes */
+	uint64_t jobs_raw, max_raw;   /* and decompressed */
 	struct rd_job *free_jobs;
 
 	struct rbt_reader_stats st;
@@ -1376,7 +1378,8 @@ static void decode_ahead(struct rd_cur *c)
 	arena_reset(d);
 	c->recs_len = c->rec_at = 0;
 	c->n_rec = 0;
-	while (c->raw_pos < c->raw_len && c->recs_len + d->arena_total <= RD_JOB_BUDGET) {
+	size_t used = 0; /* of the arena (its blocks may be bigger) */
+	while (c->raw_pos < c->raw_len && c->recs_len + used <= RD_JOB_BUDGET) {
 		const uint8_t *q = c->raw + c->raw_pos, *end = c->raw + c->raw_len;
 		uint64_t type, len, delta = 0;
 		if (!(q = rd_varint(q, end, &type)) || !(q = rd_varint(q, end, &len)) ||
@@ -1406,6 +1409,7 @@ static void decode_ahead(struct rd_cur *c)
 			d->ev_bytes = 0;
 			if (fn(d, &tmp, q, pend, ts))
 				return;
+			used += d->ev_bytes;
 		}
 		struct rd_rec *rec = (struct rd_rec *)(void *)(c->recs + c->recs_len);
 		rec->type = type > UINT32_MAX ? UINT32_MAX : (uint32_t)type;
@@ -1478,6 +1482,7 @@ static void pool_start(struct rbt_reader *r, int n)
 	/* about 2 jobs per thread */
 	r->max_jobs = 2u * (uint32_t)n * RD_JOB_CHUNKS;
 	r->max_comp = 2u * (uint64_t)n * RD_JOB_COMP;
+	r->max_raw = 2u * (uint64_t)n * RD_JOB_RAW;
 }
 
 static void job_free(struct rd_job *j)
@@ -1545,7 +1550,7 @@ static void submit_more(struct rbt_reader *r)
 {
 	struct rd_pool *pl = r->pool;
 	while (r->n_jobs < r->max_jobs && r->n_pend > r->n_jobs &&
-	       r->jobs_comp < r->max_comp) {
+	       r->jobs_comp < r->max_comp && r->jobs_raw < r->max_raw) {
 		struct rd_job *j = r->free_jobs;
 		if (j)
 			r->free_jobs = j->next;
@@ -1558,7 +1563,8 @@ static void submit_more(struct rbt_reader *r)
 		       (st = next_unsubmitted(r))) {
 			struct rd_pend *p = &st->q[st->qh + st->qsub];
 			uint32_t len = p->ch.comp_len;
-			if (j->n && j->comp_len + len > RD_JOB_COMP)
+			if (j->n && (j->comp_len + len > RD_JOB_COMP ||
+				     r->jobs_raw + p->ch.raw_len > r->max_raw))
 				break;
 			struct rd_cur *c = cur_get(r);
 			if (!c)
@@ -1589,6 +1595,7 @@ static void submit_more(struct rbt_reader *r)
 			st->qsub++;
 			r->n_jobs++;
 			r->jobs_comp += len;
+			r->jobs_raw += p->ch.raw_len;
 		}
 		if (!j->n) {
 			j->next = r->free_jobs;
@@ -1647,6 +1654,7 @@ static struct rd_cur *open_job(struct rbt_reader *r, const struct rd_pend *p)
 	j->k[p->job_i].c = NULL;
 	r->n_jobs--;
 	r->jobs_comp -= p->ch.comp_len;
+	r->jobs_raw -= p->ch.raw_len;
 	if (!--j->left) {
 		j->n = 0;
 		j->next = r->free_jobs;
@@ -1859,7 +1867,7 @@ static struct rd_stream *next_stream(struct rbt_reader *r)
 	for (;;) {
 		scan_ahead(r);
 		if (r->pool && r->n_jobs < r->max_jobs && r->n_pend > r->n_jobs &&
-		    r->jobs_comp < r->max_comp)
+		    r->jobs_comp < r->max_comp && r->jobs_raw < r->max_raw)
 			submit_more(r);
 		if (!r->n_streams)
 			return NULL;
