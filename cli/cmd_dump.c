@@ -16,8 +16,8 @@
 #include "trace_format/rbt_format.h"
 
 static const char usage[] =
-	"usage: rbtrace dump FILE [--json] [--type=T,...] [--qp=N] [--stream=TID] [-j "
-	"N]\n"
+	"usage: rbtrace dump FILE [--json] [--type=T,...] [--qp=N] [--stream=TID] "
+	"[-j N]\n"
 	"\n"
 	"Prints every event of a trace in file order, one line each: time in seconds\n"
 	"since the trace started, [thread id], type and the fields that are set\n"
@@ -198,9 +198,9 @@ int rbt_cmd_dump(int argc, char **argv)
 	unsigned threads;
 	int json = 0;
 	const struct rbt_cli_opt opts[] = {
-		{ "json", 0, NULL, &json },	{ "jobs", 'j', &jobs, NULL },
-		{ "type", 't', &types, NULL },	{ "qp", 0, &qp, NULL },
-		{ "stream", 0, &stream, NULL }, { 0 },
+		{ "json", 0, NULL, &json },   { "type", 't', &types, NULL },
+		{ "qp", 0, &qp, NULL },	      { "stream", 0, &stream, NULL },
+		{ "jobs", 'j', &jobs, NULL }, { 0 },
 	};
 	char *pos[1];
 	int n = rbt_cli_parse("dump", argc, argv, opts, 0, pos, 1);
