@@ -278,6 +278,7 @@ int rbt_analyzer_create(const struct rbt_analyzer_opts *opts, struct rbt_analyze
 		.ops = &an_model_ops,
 		.arg = an,
 		.batch = !per_wr,
+		.threads = an->opts.threads,
 	};
 	int ret = rbt_model_create(&mo, &an->model);
 	if (ret) {

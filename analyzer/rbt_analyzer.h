@@ -64,6 +64,9 @@ struct rbt_analyzer_opts {
 	 * with a header line, or NDJSON when export_ndjson; columns in docs/export.md. */
 	FILE *export_wrs;
 	int export_ndjson;
+	/* Threads decoding the traces (rbt_model_opts.threads; 0 or 1: none). The
+	 * report is the same for every number. */
+	unsigned threads;
 };
 
 int rbt_analyzer_create(const struct rbt_analyzer_opts *opts, struct rbt_analyzer **out);

@@ -2,12 +2,17 @@
  * needs, on synthetic traces of 10 M and 100 M events (written here first, not timed).
  *
  * For each size, in a child process each (so peak RSS is per pass): a plain reader
- * pass (decode every event, nothing else) as the baseline, then the full report
- * (read + analyse + diagnose + text output to /dev/null). Prints events/s of both,
- * their ratio, and peak RSS; memory must stay flat from 10 M to 100 M events.
+ * pass (decode every event, nothing else) on one thread as the baseline, the same
+ * decoding ahead on N threads (rbt_reader_opts.threads), then the full report
+ * (read + analyse + diagnose + text output to /dev/null) with -j 1 and -j N.
+ * Prints events/s of each (per wall and per CPU second), the ratio to the
+ * baseline, the cores each kept busy, peak RSS (memory must stay flat from 10 M to
+ * 100 M events), and whether the report JSON of -j 1 and -j N is the same.
  * No pass/fail on absolute numbers.
  *
- * usage: report_bench [--sizes 10,100] [--dir DIR] (sizes in millions of events)
+ * usage: report_bench [--sizes 10,100] [--dir DIR] [-j N]   (sizes: millions of
+ *        events; N: default the online CPUs, at least 2)
+ *        report_bench --write OUT [--events N] [--chunk-bytes N]   (the trace only)
  */
 #include <errno.h>
 #include <stdio.h>
@@ -34,9 +39,10 @@ static double now_s(void)
 /* A busy RC sender: chains of 4 WRITEs (last signaled), a poll with the completion
  * after a folded run of empty polls, a receive reposted now and then, 4 QPs on 2
  * threads. Returns events written. */
-static uint64_t write_trace(const char *path, uint64_t target)
+static uint64_t write_trace(const char *path, uint64_t target, size_t chunk_bytes)
 {
-	struct rbt_tb_opts o = { .tool = "report_bench",
+	struct rbt_tb_opts o = { .chunk_bytes = chunk_bytes,
+				 .tool = "report_bench",
 				 .host = "bench",
 				 .pid = 1,
 				 .real0 = 1700000000000000000ull };
@@ -129,13 +135,17 @@ struct pass {
 	uint64_t events;
 };
 
-/* Runs fn in a child: its time, event count (through a pipe) and peak RSS. */
-static struct pass run_child(const char *path, int analyse)
+/* Runs a pass in a child: its time, event count (through a pipe) and peak RSS.
+ * analyse: the full report (text to /dev/null, and JSON to json when set), else a
+ * plain reader pass; threads: the reader's (rbt_reader_opts.threads). */
+static struct pass run_child(const char *path, int analyse, unsigned threads,
+			     const char *json)
 {
 	struct pass p = { 0 };
 	int fd[2];
 	if (pipe(fd))
 		exit(1);
+	fflush(stdout);
 	pid_t pid = fork();
 	if (pid == 0) {
 		close(fd[0]);
@@ -143,8 +153,9 @@ static struct pass run_child(const char *path, int analyse)
 		uint64_t events = 0;
 		if (analyse) {
 			struct rbt_analyzer *an;
+			struct rbt_analyzer_opts ao = { .threads = threads };
 			char err[256];
-			if (rbt_analyzer_create(NULL, &an) ||
+			if (rbt_analyzer_create(&ao, &an) ||
 			    rbt_analyzer_run_files(an, &path, 1, err, sizeof(err)) ||
 			    rbt_analyzer_finish(an))
 				_exit(1);
@@ -154,11 +165,20 @@ static struct pass run_child(const char *path, int analyse)
 			struct rbt_analyzer_counts c;
 			rbt_analyzer_counts(an, &c);
 			events = c.events;
+			if (json) {
+				/* after the timing: not part of the pass */
+				double t1 = now_s();
+				FILE *f = fopen(json, "w");
+				if (!f || rbt_analyzer_write_json(an, f) || fclose(f))
+					_exit(1);
+				t0 += now_s() - t1;
+			}
 			rbt_analyzer_destroy(an);
 		} else {
 			struct rbt_reader *r;
+			struct rbt_reader_opts ro = { .threads = threads };
 			const struct rbt_event *ev;
-			if (rbt_reader_open(path, &r))
+			if (rbt_reader_open_opts(path, &ro, &r))
 				_exit(1);
 			while (rbt_reader_next(r, &ev) > 0)
 				events++;
@@ -188,32 +208,81 @@ static struct pass run_child(const char *path, int analyse)
 	return p;
 }
 
+static int same_file(const char *a, const char *b)
+{
+	FILE *fa = fopen(a, "r"), *fb = fopen(b, "r");
+	int same = fa && fb;
+	while (same) {
+		int ca = getc(fa), cb = getc(fb);
+		if (ca != cb)
+			same = 0;
+		if (ca == EOF || cb == EOF)
+			break;
+	}
+	if (fa)
+		fclose(fa);
+	if (fb)
+		fclose(fb);
+	return same;
+}
+
+static void row(const char *what, uint64_t n, const struct pass *p,
+		const struct pass *base)
+{
+	double we = (double)n / p->secs, ce = (double)n / p->cpu;
+	printf("%-18s %9.2f M %7.2fx %11.2f M %9.2f %9ld KiB\n", what, we / 1e6,
+	       we / ((double)n / base->secs), ce / 1e6, p->cpu / p->secs, p->maxrss_kb);
+}
+
 int main(int argc, char **argv)
 {
-	const char *sizes = "10,100", *dir = "/tmp";
+	const char *sizes = "10,100", *dir = "/tmp", *write_path = NULL;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned threads = ncpu > 1 ? (unsigned)ncpu : 2;
+	uint64_t write_events = 1000000, chunk_bytes = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
 			sizes = argv[++i];
 		else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
 			dir = argv[++i];
+		else if (!strcmp(argv[i], "-j") && i + 1 < argc)
+			threads = (unsigned)strtoul(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--write") && i + 1 < argc)
+			write_path = argv[++i];
+		else if (!strcmp(argv[i], "--events") && i + 1 < argc)
+			write_events = strtoull(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--chunk-bytes") && i + 1 < argc)
+			chunk_bytes = strtoull(argv[++i], NULL, 10);
 		else {
 			fprintf(stderr,
-				"usage: report_bench [--sizes 10,100] [--dir DIR]\n");
+				"usage: report_bench [--sizes 10,100] [--dir DIR] "
+				"[-j N]\n"
+				"       report_bench --write OUT [--events N] "
+				"[--chunk-bytes N]\n");
 			return 2;
 		}
 	}
-	printf("report_bench: `rbtrace report` analysis vs a plain reader pass "
-	       "(baseline)\n");
-	printf("%10s %9s %5s %13s %13s %7s %15s %12s %12s\n", "events", "file MiB",
-	       "time", "reader ev/s", "report ev/s", "ratio", "analysis ev/s",
-	       "reader RSS", "report RSS");
+	if (threads < 2)
+		threads = 2;
+	if (write_path) {
+		/* the bench's trace alone, for tests (report_jobs_test) */
+		write_trace(write_path, write_events, (size_t)chunk_bytes);
+		return 0;
+	}
+	printf("report_bench: `rbtrace report` (read + analyse + diagnose + text) and a "
+	       "plain reader pass,\n"
+	       "on 1 thread (the baseline: the single-threaded reader) and decoding on "
+	       "%u threads (-j %u)\n",
+	       threads, threads);
 	char *s = strdup(sizes), *save = NULL;
 	for (char *tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		uint64_t target = strtoull(tok, NULL, 10) * 1000000ull;
-		char path[4096];
+		char path[4096], j1[4200], jn[4200];
 		snprintf(path, sizeof(path), "%s/report_bench.%d.rbt", dir,
 			 (int)getpid());
-		uint64_t n = write_trace(path, target);
+		snprintf(j1, sizeof(j1), "%s.j1.json", path);
+		snprintf(jn, sizeof(jn), "%s.jn.json", path);
+		uint64_t n = write_trace(path, target, 0);
 		FILE *f = fopen(path, "r");
 		long size = 0;
 		if (f) {
@@ -221,39 +290,50 @@ int main(int argc, char **argv)
 			size = ftell(f);
 			fclose(f);
 		}
-		struct pass base = run_child(path, 0);
-		struct pass rep = run_child(path, 1);
+		struct pass rd1 = run_child(path, 0, 1, NULL);
+		struct pass rdn = run_child(path, 0, threads, NULL);
+		struct pass rep1 = run_child(path, 1, 1, j1);
+		struct pass repn = run_child(path, 1, threads, jn);
+		int same = same_file(j1, jn);
 		if (!getenv("REPORT_BENCH_KEEP"))
 			unlink(path);
-		if (base.events != n || rep.events != n)
+		unlink(j1);
+		unlink(jn);
+		if (rd1.events != n || rdn.events != n || rep1.events != n ||
+		    repn.events != n)
 			fprintf(stderr,
 				"report_bench: event counts differ: wrote %llu, read "
-				"%llu, "
-				"analysed %llu\n",
-				(unsigned long long)n, (unsigned long long)base.events,
-				(unsigned long long)rep.events);
-		double be = (double)base.events / base.secs,
-		       re = (double)rep.events / rep.secs;
-		/* the analysis alone: report time minus the decoding it includes */
-		double ae = (double)n / (rep.secs - base.secs);
-		printf("%10llu %9.1f %5s %11.2f M %11.2f M %6.2fx %13.2f M %8ld KiB %8ld "
-		       "KiB\n",
-		       (unsigned long long)n, (double)size / 1048576.0, "wall", be / 1e6,
-		       re / 1e6, re / be, rep.secs > base.secs ? ae / 1e6 : 0.0,
-		       base.maxrss_kb, rep.maxrss_kb);
-		/* the same per CPU second (wall time includes waiting for the CPU) */
-		double bc = (double)n / base.cpu, rc = (double)n / rep.cpu;
-		double ac = (double)n / (rep.cpu - base.cpu);
-		printf("%10s %9s %5s %11.2f M %11.2f M %6.2fx %13.2f M\n", "", "", "cpu",
-		       bc / 1e6, rc / 1e6, rc / bc, rep.cpu > base.cpu ? ac / 1e6 : 0.0);
+				"%llu / %llu, analysed %llu / %llu\n",
+				(unsigned long long)n, (unsigned long long)rd1.events,
+				(unsigned long long)rdn.events,
+				(unsigned long long)rep1.events,
+				(unsigned long long)repn.events);
+		printf("\n%llu events, %.1f MiB\n", (unsigned long long)n,
+		       (double)size / 1048576.0);
+		printf("%-18s %11s %8s %13s %9s %13s\n", "pass", "events/s", "vs base",
+		       "per CPU-s", "CPUs", "peak RSS");
+		char what[64];
+		row("reader -j 1", n, &rd1, &rd1);
+		snprintf(what, sizeof(what), "reader -j %u", threads);
+		row(what, n, &rdn, &rd1);
+		row("report -j 1", n, &rep1, &rd1);
+		snprintf(what, sizeof(what), "report -j %u", threads);
+		row(what, n, &repn, &rd1);
+		printf("report -j %u / report -j 1: %.2fx (wall)   report JSON of -j 1 "
+		       "and "
+		       "-j %u: %s\n",
+		       threads, rep1.secs / repn.secs, threads,
+		       same ? "identical" : "DIFFERENT");
 		fflush(stdout);
 	}
 	free(s);
-	printf("ratio = report events/s / reader events/s (1.00x: analysis costs nothing "
-	       "beyond decoding); analysis ev/s = events / (report time - reader time);\n"
-	       "RSS = peak resident memory of that pass (flat when it does not grow with "
-	       "the trace's length).\n"
-	       "time: wall = elapsed; cpu = user+system CPU seconds of the pass (robust "
-	       "when the machine is shared).\n");
+	printf("\nevents/s = events / wall seconds; vs base = that / the plain "
+	       "reader's on 1 thread;\n"
+	       "per CPU-s = events / (user + system CPU seconds of the pass, all "
+	       "threads): robust when the\n"
+	       "machine is shared; CPUs = CPU seconds / wall seconds (how many cores "
+	       "the pass kept busy);\n"
+	       "peak RSS = of that pass (flat when it does not grow with the trace's "
+	       "length).\n");
 	return 0;
 }

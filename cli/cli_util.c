@@ -178,10 +178,35 @@ void rbt_cli_put_text(const char *s)
 	}
 }
 
+int rbt_cli_jobs(const char *cmd, const char *s, unsigned *out)
+{
+	uint64_t v;
+	if (!s) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		*out = n > 1 ? (unsigned)(n > 1024 ? 1024 : n) : 1;
+		return 0;
+	}
+	if (rbt_cli_u64(cmd, "jobs", s, &v))
+		return -1;
+	if (v < 1 || v > 1024) {
+		rbt_cli_usage(cmd, "--jobs: %s is not between 1 and 1024", s);
+		return -1;
+	}
+	*out = (unsigned)v;
+	return 0;
+}
+
 struct rbt_reader *rbt_cli_open_trace(const char *cmd, const char *path)
 {
+	return rbt_cli_open_trace_j(cmd, path, 1);
+}
+
+struct rbt_reader *rbt_cli_open_trace_j(const char *cmd, const char *path,
+					unsigned threads)
+{
 	struct rbt_reader *r;
-	int err = rbt_reader_open(path, &r);
+	struct rbt_reader_opts o = { .threads = threads };
+	int err = rbt_reader_open_opts(path, &o, &r);
 	if (err) {
 		rbt_cli_error(cmd, "%s: %s", path,
 			      err == -EINVAL ? "not a regular file" : rbt_strerror(err));

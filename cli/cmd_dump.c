@@ -18,7 +18,7 @@
 
 static const char usage[] =
 	"usage: rbtrace dump FILE [--json] [--type=T,...] [--qp=N] [--stream=TID]\n"
-	"                    [--from=T] [--to=T] [--around=T[,W]]\n"
+	"                    [--from=T] [--to=T] [--around=T[,W]] [-j N]\n"
 	"\n"
 	"Prints every event of a trace in file order, one line each: time in seconds\n"
 	"since the trace started, [thread id], type and the fields that are set\n"
@@ -36,8 +36,8 @@ static const char usage[] =
 	"                  start, a unit as in 2.5s, or finding:N: as in `rbtrace\n"
 	"                  report --help`)\n"
 	"  --to=T          only events that started before T\n"
-	"  --around=T[,W]  only events that started in [T - W, T + W) (W: 100 ms)\n"
-	"\n"
+	"  --around=T[,W]  only events that started in [T - W, T + W) (W: 100 "
+	"ms)\n" RBT_CLI_JOBS_HELP "\n"
 	"A damaged or truncated trace prints every event that could be salvaged, then\n"
 	"one line on stderr with the byte offset of the damage and the events lost;\n"
 	"the exit code is then 1.\n"
@@ -215,19 +215,16 @@ static int in_window(const struct rbt_header *h, const struct rbt_analyzer_filte
 
 int rbt_cmd_dump(int argc, char **argv)
 {
-	const char *types = NULL, *qp = NULL, *stream = NULL;
+	const char *types = NULL, *qp = NULL, *stream = NULL, *jobs = NULL;
+	unsigned threads;
 	int json = 0;
 	struct rbt_cli_filter_args fa = { 0 };
 	const struct rbt_cli_opt opts[] = {
-		{ "json", 0, NULL, &json },
-		{ "type", 't', &types, NULL },
-		{ "qp", 0, &qp, NULL },
-		{ "stream", 0, &stream, NULL },
-		{ "thread", 0, &stream, NULL },
-		{ "from", 0, &fa.from, NULL },
-		{ "to", 0, &fa.to, NULL },
-		{ "around", 0, &fa.around, NULL },
-		{ 0 },
+		{ "json", 0, NULL, &json },	{ "type", 't', &types, NULL },
+		{ "qp", 0, &qp, NULL },		{ "stream", 0, &stream, NULL },
+		{ "thread", 0, &stream, NULL }, { "from", 0, &fa.from, NULL },
+		{ "to", 0, &fa.to, NULL },	{ "around", 0, &fa.around, NULL },
+		{ "jobs", 'j', &jobs, NULL },	{ 0 },
 	};
 	char *pos[1];
 	int n = rbt_cli_parse("dump", argc, argv, opts, 0, pos, 1);
@@ -256,7 +253,8 @@ int rbt_cmd_dump(int argc, char **argv)
 			return rbt_cli_usage("dump", "--type: no event type given");
 	}
 	if ((qp && rbt_cli_u64("dump", "qp", qp, &qpn)) ||
-	    (stream && rbt_cli_u64("dump", "stream", stream, &tid)))
+	    (stream && rbt_cli_u64("dump", "stream", stream, &tid)) ||
+	    rbt_cli_jobs("dump", jobs, &threads))
 		return RBT_EXIT_USAGE;
 	struct rbt_analyzer_filter win;
 	rc = rbt_cli_filter_build("dump", &fa, pos, 1, &win);
@@ -264,7 +262,7 @@ int rbt_cmd_dump(int argc, char **argv)
 		return rc;
 
 	const char *path = pos[0];
-	struct rbt_reader *r = rbt_cli_open_trace("dump", path);
+	struct rbt_reader *r = rbt_cli_open_trace_j("dump", path, threads);
 	if (!r)
 		return RBT_EXIT_FAIL;
 	const struct rbt_header *h = rbt_reader_header(r);

@@ -18,7 +18,7 @@
 #include "cli/rbt_cli.h"
 
 static const char usage[] =
-	"usage: rbtrace export [--format=csv|ndjson] [--resources] [-o OUT] [-q]\n"
+	"usage: rbtrace export [--format=csv|ndjson] [--resources] [-o OUT] [-q] [-j N]\n"
 	"                      [--from=T] [--to=T] [--around=T[,W]] [--qp=N[,N..]]\n"
 	"                      [--pid=N] [--thread=TID] TRACE...\n"
 	"\n"
@@ -34,7 +34,7 @@ static const char usage[] =
 	"  --resources  rows of resources instead of work requests\n"
 	"  -o, --output=OUT  write there instead of stdout (replaced only when the\n"
 	"               export is complete; never one of the TRACEs)\n"
-	"  -q, --quiet  no progress line on a terminal's stderr\n"
+	"  -q, --quiet  no progress line on a terminal's stderr\n" RBT_CLI_JOBS_HELP
 	"\n" RBT_CLI_FILTER_HELP
 	"With --resources, --pid keeps that trace's rows and --qp those QPs' rows.\n"
 	"\n"
@@ -48,12 +48,14 @@ static const char usage[] =
 int rbt_cmd_export(int argc, char **argv)
 {
 	const char *cmd = "export";
-	const char *format = "csv", *out_path = NULL;
+	const char *format = "csv", *out_path = NULL, *jobs = NULL;
+	unsigned threads;
 	int resources = 0, quiet = 0;
 	struct rbt_cli_filter_args fa = { 0 };
 	char *pos[256];
 	const struct rbt_cli_opt opts[] = {
 		{ "format", 0, &format, NULL },
+		{ "jobs", 'j', &jobs, NULL },
 		{ "resources", 0, NULL, &resources },
 		{ "output", 'o', &out_path, NULL },
 		{ "quiet", 'q', NULL, &quiet },
@@ -66,6 +68,8 @@ int rbt_cmd_export(int argc, char **argv)
 		return done;
 	if (n == 0)
 		return rbt_cli_usage(cmd, "no trace given");
+	if (rbt_cli_jobs(cmd, jobs, &threads))
+		return RBT_EXIT_USAGE;
 	int ndjson;
 	if (!strcmp(format, "csv"))
 		ndjson = 0;
@@ -110,7 +114,7 @@ int rbt_cmd_export(int argc, char **argv)
 		}
 		out = ro.f;
 	}
-	struct rbt_analyzer_opts ao = { 0 };
+	struct rbt_analyzer_opts ao = { .threads = threads };
 	ao.export_ndjson = ndjson;
 	ao.filter = &filt;
 	ao.progress = isatty(2) && !quiet;

@@ -16,14 +16,14 @@
 #include "trace_format/rbt_format.h"
 
 static const char usage[] =
-	"usage: rbtrace info FILE\n"
+	"usage: rbtrace info [-j N] FILE\n"
 	"\n"
 	"Shows a trace's header (host, process, command line, tool), its clock\n"
 	"calibration, the number of chunks, streams and events of each type, the\n"
 	"events the recorder lost, and whether the file was finished cleanly.\n"
 	"A damaged or truncated trace is read as far as possible; the damage is\n"
 	"described on stderr and the exit code is 1.\n"
-	"\n"
+	"\n" RBT_CLI_JOBS_HELP "\n"
 	"example:\n"
 	"  rbtrace info client.rbt\n";
 
@@ -93,14 +93,22 @@ static int cmp_stream(const void *a, const void *b)
 int rbt_cmd_info(int argc, char **argv)
 {
 	char *pos[1];
-	int n = rbt_cli_parse("info", argc, argv, NULL, 0, pos, 1);
+	const char *jobs = NULL;
+	unsigned threads;
+	const struct rbt_cli_opt opts[] = {
+		{ "jobs", 'j', &jobs, NULL },
+		{ 0 },
+	};
+	int n = rbt_cli_parse("info", argc, argv, opts, 0, pos, 1);
 	int rc = rbt_cli_parse_done(n, usage);
 	if (rc >= 0)
 		return rc;
 	if (n != 1)
 		return rbt_cli_usage("info", "expects one trace file");
+	if (rbt_cli_jobs("info", jobs, &threads))
+		return RBT_EXIT_USAGE;
 	const char *path = pos[0];
-	struct rbt_reader *r = rbt_cli_open_trace("info", path);
+	struct rbt_reader *r = rbt_cli_open_trace_j("info", path, threads);
 	if (!r)
 		return RBT_EXIT_FAIL;
 

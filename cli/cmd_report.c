@@ -19,7 +19,7 @@
 #include "cli/rbt_cli.h"
 
 static const char usage[] =
-	"usage: rbtrace report [--format=text|json|perfetto|html] [-o OUT] [-q]\n"
+	"usage: rbtrace report [--format=text|json|perfetto|html] [-o OUT] [-q] [-j N]\n"
 	"                      [--from=T] [--to=T] [--around=T[,W]] [--qp=N[,N..]]\n"
 	"                      [--pid=N] [--thread=TID] TRACE...\n"
 	"\n"
@@ -42,7 +42,7 @@ static const char usage[] =
 	"  -o, --output=OUT  write there instead of stdout (replaced only when the\n"
 	"              report is complete; never one of the TRACEs)\n"
 	"  -q, --quiet no progress line (one is drawn on a terminal's stderr when the\n"
-	"              report takes more than a second)\n"
+	"              report takes more than a second)\n" RBT_CLI_JOBS_HELP
 	"\n" RBT_CLI_FILTER_HELP
 	"The filter in force is the text report's line \"filter: ...\" and the JSON's\n"
 	"\"filter\".\n"
@@ -64,16 +64,15 @@ static const char usage[] =
 int rbt_cmd_report(int argc, char **argv)
 {
 	const char *cmd = "report";
-	const char *format = "text", *out_path = NULL;
+	const char *format = "text", *out_path = NULL, *jobs = NULL;
+	unsigned threads;
 	int quiet = 0;
 	struct rbt_cli_filter_args fa = { 0 };
 	char *pos[256];
 	const struct rbt_cli_opt opts[] = {
-		{ "format", 0, &format, NULL },
-		{ "output", 'o', &out_path, NULL },
-		{ "quiet", 'q', NULL, &quiet },
-		RBT_CLI_FILTER_OPTS(fa),
-		{ 0 },
+		{ "format", 0, &format, NULL }, { "output", 'o', &out_path, NULL },
+		{ "jobs", 'j', &jobs, NULL },	{ "quiet", 'q', NULL, &quiet },
+		RBT_CLI_FILTER_OPTS(fa),	{ 0 },
 	};
 	int n = rbt_cli_parse(cmd, argc, argv, opts, 0, pos, 256);
 	int done = rbt_cli_parse_done(n, usage);
@@ -81,6 +80,8 @@ int rbt_cmd_report(int argc, char **argv)
 		return done;
 	if (n == 0)
 		return rbt_cli_usage(cmd, "no trace given");
+	if (rbt_cli_jobs(cmd, jobs, &threads))
+		return RBT_EXIT_USAGE;
 	int fmt;
 	if (!strcmp(format, "text"))
 		fmt = 0;
@@ -135,7 +136,7 @@ int rbt_cmd_report(int argc, char **argv)
 		}
 		out = ro.f;
 	}
-	struct rbt_analyzer_opts ao = { 0 };
+	struct rbt_analyzer_opts ao = { .threads = threads };
 	if (fmt == 2)
 		ao.perfetto = out;
 	ao.filter = &filt;

@@ -131,6 +131,18 @@ void rbt_cli_filter_warn(const char *cmd, const struct rbt_analyzer *an,
  * and returns NULL (exit with RBT_EXIT_FAIL then). */
 struct rbt_reader;
 struct rbt_reader *rbt_cli_open_trace(const char *cmd, const char *path);
+/* The same, decoding on threads (rbt_reader_opts.threads). */
+struct rbt_reader *rbt_cli_open_trace_j(const char *cmd, const char *path,
+					unsigned threads);
+
+/* The value of -j N / --jobs=N (NULL: not given): the threads that decode the
+ * traces, 1 to 1024; by default every online CPU. Prints a usage error and
+ * returns -1 when s is not such a number. */
+int rbt_cli_jobs(const char *cmd, const char *s, unsigned *out);
+/* The line of --help that documents it. */
+#define RBT_CLI_JOBS_HELP                                                              \
+	"  -j, --jobs=N  decode the traces on N threads (default: every online CPU;\n" \
+	"              -j 1: on one); the output is the same whatever N\n"
 
 /* After rbt_reader_next() returned 0 (or err < 0): when the trace was damaged,
  * truncated or not finished, prints one line saying so with the byte offset,

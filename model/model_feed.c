@@ -25,6 +25,7 @@ int rbt_model_create(const struct rbt_model_opts *opts, struct rbt_model **out)
 		m->arg = opts->arg;
 		m->batch = opts->batch;
 		m->keep_events = opts->keep_events;
+		m->threads = opts->threads;
 	}
 	*out = m;
 	return 0;
@@ -205,8 +206,13 @@ int rbt_model_feed(struct rbt_model *m, int trace, const struct rbt_event *ev)
 static int mt_open_all(struct rbt_model *m, struct rbt_reader **rd, int *idx,
 		       const char *const *paths, int n, char *errbuf, size_t errlen)
 {
+	/* Several files: fewer threads each, but never none (one file is often
+	 * most of the work); the workers of a file ahead of the others wait. */
+	struct rbt_reader_opts ro = { .threads = m->threads };
+	if (n > 1 && ro.threads > 2)
+		ro.threads = ro.threads / (unsigned)n > 2 ? ro.threads / (unsigned)n : 2;
 	for (int i = 0; i < n; i++) {
-		int ret = rbt_reader_open(paths[i], &rd[i]);
+		int ret = rbt_reader_open_opts(paths[i], &ro, &rd[i]);
 		if (ret < 0) {
 			/* the reader's -EINVAL for a path is a FIFO, device or socket */
 			snprintf(errbuf, errlen, "%s: %s", paths[i],

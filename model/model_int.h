@@ -69,6 +69,7 @@ struct rbt_model {
 	struct rbt_model_ops ops;
 	void *arg;
 	int batch, keep_events;
+	unsigned threads;
 	struct mt_trace **traces;
 	int n_traces;
 	uint32_t cap_traces;

@@ -263,6 +263,9 @@ struct rbt_model_opts {
 	void *arg;
 	int batch;	 /* see ops->wr_done */
 	int keep_events; /* copies of resource events in rbt_model_res */
+	/* rbt_model_run_files(): threads decoding each file ahead (the reader's
+	 * rbt_reader_opts.threads; 0 or 1: none). The events fed are the same. */
+	unsigned threads;
 };
 
 /* ---- traces and clocks ------------------------------------------------------------ */

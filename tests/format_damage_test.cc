@@ -122,11 +122,13 @@ struct Result {
 	rbt_header hdr = {};
 };
 
-Result read_all(const uint8_t *p, size_t n)
+Result read_with(const uint8_t *p, size_t n, unsigned threads)
 {
 	Result res;
 	rbt_reader *r;
-	res.open_err = rbt_reader_open_mem(p, n, &r);
+	rbt_reader_opts o = {};
+	o.threads = threads;
+	res.open_err = rbt_reader_open_mem_opts(p, n, &o, &r);
 	if (res.open_err)
 		return res;
 	const rbt_event *ev;
@@ -138,6 +140,38 @@ Result read_all(const uint8_t *p, size_t n)
 	res.error = rbt_reader_error(r);
 	res.hdr = *rbt_reader_header(r);
 	rbt_reader_close(r);
+	return res;
+}
+
+void expect_same_stats(const struct rbt_reader_stats &a, const struct rbt_reader_stats &b)
+{
+	EXPECT_EQ(a.chunks, b.chunks);
+	EXPECT_EQ(a.events, b.events);
+	for (size_t i = 0; i < sizeof(a.events_by_type) / sizeof(a.events_by_type[0]);
+	     i++)
+		EXPECT_EQ(a.events_by_type[i], b.events_by_type[i]) << "type " << i;
+	EXPECT_EQ(a.bad_chunks, b.bad_chunks);
+	EXPECT_EQ(a.bad_bytes, b.bad_bytes);
+	EXPECT_EQ(a.lost_events_in_bad_chunks, b.lost_events_in_bad_chunks);
+	EXPECT_EQ(a.first_damage_offset, b.first_damage_offset);
+	EXPECT_EQ(a.truncated, b.truncated);
+	EXPECT_EQ(a.finished, b.finished);
+	EXPECT_EQ(a.unknown_events, b.unknown_events);
+	EXPECT_EQ(a.unreadable_regions, b.unreadable_regions);
+	EXPECT_EQ(a.series_files, b.series_files);
+	EXPECT_EQ(a.carried_skipped, b.carried_skipped);
+}
+
+// Every damaged input is also read decoding ahead on threads: the events, the
+// stats and the damage said must be those of the single-threaded reader.
+Result read_all(const uint8_t *p, size_t n)
+{
+	Result res = read_with(p, n, 0);
+	Result par = read_with(p, n, 3);
+	EXPECT_EQ(res.open_err, par.open_err);
+	EXPECT_EQ(res.events, par.events);
+	EXPECT_EQ(res.error, par.error);
+	expect_same_stats(res.st, par.st);
 	return res;
 }
 

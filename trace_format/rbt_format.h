@@ -1004,6 +1004,18 @@ struct rbt_reader_stats {
 int rbt_reader_open(const char *path, struct rbt_reader **out);
 /* From memory (fuzzers, tests); the buffer must outlive the reader. */
 int rbt_reader_open_mem(const void *buf, size_t len, struct rbt_reader **out);
+/* Set once, at open; zero is the default. */
+struct rbt_reader_opts {
+	/* Threads decoding chunks ahead of rbt_reader_next() (about 128 KiB of
+	 * compressed chunks each at a time); 0 or 1: none, every event is decoded when it is asked
+	 * for, on the caller's thread. The events, their order, the stats and the
+	 * damage said are the same whatever the number. */
+	unsigned threads;
+};
+int rbt_reader_open_opts(const char *path, const struct rbt_reader_opts *opts,
+			 struct rbt_reader **out);
+int rbt_reader_open_mem_opts(const void *buf, size_t len,
+			     const struct rbt_reader_opts *opts, struct rbt_reader **out);
 void rbt_reader_close(struct rbt_reader *r);
 const struct rbt_header *rbt_reader_header(const struct rbt_reader *r);
 /* 1 and *ev set: an event; 0: end of file; < 0: an error that ends reading. The

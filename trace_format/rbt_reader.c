@@ -9,6 +9,9 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +67,17 @@ struct arena_block {
 	max_align_t data[];
 };
 
+/* What the per-type decoders use besides the bytes: the chunk's delta bases and
+ * the arena for the event's arrays. The reader has one (events decoded as they
+ * are handed out); each decoded-ahead chunk has its own (its events decoded on a
+ * worker thread, all kept until the chunk is read). */
+struct rd_ctx {
+	struct rd_slots *sl;
+	struct arena_block *arena;
+	size_t arena_total;
+	size_t ev_bytes; /* arena bytes of the event being decoded */
+};
+
 /* One decoded chunk being read: the reader keeps one per stream whose events
  * interleave in time with the others' (see "merged by time" below). */
 struct rd_cur {
@@ -78,12 +92,60 @@ struct rd_cur {
 	uint64_t prev_ts;
 	uint64_t head_ts;   /* ts of the next event (peeked) */
 	struct rd_slots sl; /* H fields' delta bases, per chunk */
+	/* Decoded ahead on a worker thread (threads > 1): n_rec events as records
+	 * (struct rd_rec) from recs + rec_at, their arrays in dc's arena; the rest
+	 * of the chunk, from raw_pos on, is decoded here as usual. */
+	uint8_t *recs;
+	size_t recs_cap, recs_len, rec_at;
+	uint32_t n_rec;
+	struct rd_ctx dc;
+};
+
+/* One event decoded ahead: its type, ts and the size bytes of its member of the
+ * union (rounded up to 8 in the buffer), which follow. */
+struct rd_rec {
+	uint32_t type;
+	uint32_t size;
+	uint64_t ts;
+};
+
+/* Chunks given to the worker threads together (consecutive in the file, so that
+ * small chunks cost one hand-over for several): a worker checks and decompresses
+ * each frame into its cursor and decodes its events ahead (the reader's thread
+ * may take a queued job itself rather than wait). */
+#define RD_JOB_CHUNKS 8
+#define RD_JOB_COMP   (64u << 10) /* compressed bytes a job takes at most (but one) */
+#define RD_JOB_RAW    (1u << 20)  /* decompressed bytes, the same */
+enum { RD_JOB_QUEUED, RD_JOB_RUNNING, RD_JOB_DONE };
+struct rd_job {
+	struct rd_job *next; /* the pool's queue, or the reader's free list */
+	int state;	     /* under the pool's lock */
+	int n, left;	     /* chunks, and those not opened yet */
+	uint8_t *comp;	     /* the frames' copies (fd readers) */
+	size_t comp_len, comp_cap;
+	struct {
+		struct rbt_chunk_hdr ch;
+		const uint8_t *frame; /* NULL: not readable */
+		size_t at;	      /* in comp (fd readers) */
+		struct rd_cur *c;
+		int status; /* RD_LOAD_* */
+	} k[RD_JOB_CHUNKS];
+};
+
+struct rd_pool {
+	pthread_mutex_t mu;
+	pthread_cond_t work, done;
+	struct rd_job *head, *tail;
+	int stop, n;
+	pthread_t th[];
 };
 
 /* A chunk whose header was read but whose frame is not decoded yet. */
 struct rd_pend {
 	uint64_t off, seq;
 	struct rbt_chunk_hdr ch;
+	struct rd_job *job; /* given to the workers, or NULL */
+	int job_i;	    /* its place in job */
 };
 
 /* A stream with a chunk being read or chunks waiting: its chunks are read one
@@ -94,6 +156,7 @@ struct rd_stream {
 	struct rd_cur *cur;
 	struct rd_pend *q; /* waiting chunks: q[qh, qh + qn) */
 	uint32_t qh, qn, qcap;
+	uint32_t qsub;		  /* q[qh, qh + qsub) were given to the workers */
 	uint64_t key_ts, key_seq; /* the next event's ts, or the next chunk's */
 };
 
@@ -143,8 +206,15 @@ struct rbt_reader {
 	int have_trailer;
 
 	struct rbt_event ev;
-	struct arena_block *arena;
-	size_t arena_total;
+	struct rd_ctx dc; /* the decoders' state for events decoded on this thread */
+
+	/* decoding ahead on threads (rbt_reader_opts.threads > 1): at most
+	 * max_jobs chunks given to the workers and not opened yet (n_jobs) */
+	struct rd_pool *pool;
+	uint32_t n_jobs, max_jobs;
+	uint64_t jobs_comp, max_comp; /* their compressed bytes */
+	uint64_t jobs_raw, max_raw;   /* and decompressed */
+	struct rd_job *free_jobs;
 
 	struct rbt_reader_stats st;
 	int damaged;
@@ -157,6 +227,10 @@ struct rbt_reader {
 	uint64_t sum_events, sum_lost;
 	int skip_carried;
 };
+
+static void pool_start(struct rbt_reader *r, int n);
+static void pool_stop(struct rbt_reader *r);
+static void cur_free(struct rd_cur *c);
 
 static void damage(struct rbt_reader *r, uint64_t off, const char *fmt, ...)
 {
@@ -304,11 +378,13 @@ static uint64_t resync(struct rbt_reader *r, uint64_t from)
 
 /* ---- per-event arena --------------------------------------------------------- */
 
-static void arena_reset(struct rbt_reader *r)
+/* Starts over: the blocks of the last events are reused (several are replaced by
+ * one that fits them all next time). */
+static void arena_reset(struct rd_ctx *r)
 {
 	struct arena_block *b = r->arena;
+	r->ev_bytes = 0;
 	if (b && b->next) {
-		/* Several blocks: replace them by one that fits next time. */
 		size_t total = r->arena_total;
 		while (b) {
 			struct arena_block *n = b->next;
@@ -327,15 +403,25 @@ static void arena_reset(struct rbt_reader *r)
 		b->used = 0;
 }
 
+static void arena_free(struct rd_ctx *r)
+{
+	while (r->arena) {
+		struct arena_block *n = r->arena->next;
+		free(r->arena);
+		r->arena = n;
+	}
+	r->arena_total = 0;
+}
+
 /* A new block, twice the last one, when the current block is full. */
-static void *arena_alloc_slow(struct rbt_reader *r, size_t n)
+static void *arena_alloc_slow(struct rd_ctx *r, size_t n)
 {
 	struct arena_block *b = r->arena;
 	size_t sz = b ? b->size * 2 : 4096;
 	if (sz < n)
 		sz = n;
-	if (r->arena_total + sz > RBT_MAX_EVENT_ARENA)
-		return NULL;
+	if (sz > RBT_MAX_EVENT_ARENA && n <= RBT_MAX_EVENT_ARENA)
+		sz = RBT_MAX_EVENT_ARENA;
 	struct arena_block *nb = malloc(sizeof(*nb) + sz);
 	if (!nb)
 		return NULL;
@@ -347,9 +433,15 @@ static void *arena_alloc_slow(struct rbt_reader *r, size_t n)
 	return nb->data;
 }
 
-static inline void *arena_alloc(struct rbt_reader *r, size_t n)
+/* One event's arrays may take at most RBT_MAX_EVENT_ARENA bytes: a rule of the
+ * event alone, so that a chunk decoded ahead (many events in one arena) and one
+ * decoded event by event fail on the same events. */
+static inline void *arena_alloc(struct rd_ctx *r, size_t n)
 {
 	n = (n + 15) & ~(size_t)15;
+	if (__builtin_expect(n > RBT_MAX_EVENT_ARENA - r->ev_bytes, 0))
+		return NULL;
+	r->ev_bytes += n;
 	struct arena_block *b = r->arena;
 	if (__builtin_expect(!b || b->size - b->used < n, 0))
 		return arena_alloc_slow(r, n);
@@ -453,7 +545,7 @@ static int dec_fields(struct rbt_reader *r, const struct rbt_desc *d, uint8_t *b
 			if (!v)
 				break;
 			const struct rbt_desc *rd = &rbt__rec[f->rec];
-			uint8_t *elems = arena_alloc(r, (size_t)v * rd->size);
+			uint8_t *elems = arena_alloc(&r->dc, (size_t)v * rd->size);
 			if (!elems)
 				return -1;
 			for (uint64_t k = 0; k < v; k++) {
@@ -691,9 +783,9 @@ rd_mask(const uint8_t *q, const uint8_t *end, uint64_t *mask)
 		}                                                                       \
 	}
 
-#define RD_PROTO(lname)                                                        \
-	static inline __attribute__((always_inline)) int rd_rec_##lname(       \
-		struct rbt_reader *r, struct rbt_##lname *o, const uint8_t *q, \
+#define RD_PROTO(lname)                                                    \
+	static inline __attribute__((always_inline)) int rd_rec_##lname(   \
+		struct rd_ctx *r, struct rbt_##lname *o, const uint8_t *q, \
 		const uint8_t *end, uint64_t ts);
 RD_PROTO(sge)
 RD_PROTO(send_wr)
@@ -715,12 +807,12 @@ RD_PROTO(frame)
 		return -1;                \
 	list(RD_F, RD_A) return 0;
 
-#define RD_REC(lname)                                                          \
-	static inline __attribute__((always_inline)) int rd_rec_##lname(       \
-		struct rbt_reader *r, struct rbt_##lname *o, const uint8_t *q, \
-		const uint8_t *end, uint64_t ts)                               \
-	{                                                                      \
-		RD_BODY(RBT_REC_##lname, r->cur->sl.rec_##lname)               \
+#define RD_REC(lname)                                                      \
+	static inline __attribute__((always_inline)) int rd_rec_##lname(   \
+		struct rd_ctx *r, struct rbt_##lname *o, const uint8_t *q, \
+		const uint8_t *end, uint64_t ts)                           \
+	{                                                                  \
+		RD_BODY(RBT_REC_##lname, r->sl->rec_##lname)               \
 	}
 RD_REC(sge)
 RD_REC(send_wr)
@@ -728,15 +820,15 @@ RD_REC(recv_wr)
 RD_REC(wc)
 RD_REC(frame)
 
-typedef int (*rd_ev_fn)(struct rbt_reader *r, struct rbt_event *ev, const uint8_t *q,
+typedef int (*rd_ev_fn)(struct rd_ctx *r, struct rbt_event *ev, const uint8_t *q,
 			const uint8_t *end, uint64_t ts);
 
 #define RD_EV(NAME, id, lname)                                                      \
-	static int rd_ev_##lname(struct rbt_reader *r, struct rbt_event *ev,        \
+	static int rd_ev_##lname(struct rd_ctx *r, struct rbt_event *ev,            \
 				 const uint8_t *q, const uint8_t *end, uint64_t ts) \
 	{                                                                           \
 		struct rbt_ev_##lname *o = &ev->u.lname;                            \
-		RD_BODY(RBT_EV_##lname, r->cur->sl.lname)                           \
+		RD_BODY(RBT_EV_##lname, r->sl->lname)                               \
 	}
 RBT_EVENT_LIST(RD_EV)
 
@@ -815,7 +907,30 @@ static int reader_init(struct rbt_reader *r)
 	return err;
 }
 
+/* Threads past this many decode nothing faster (the reader's thread merges). */
+#define RD_MAX_THREADS 64
+
+static void reader_threads(struct rbt_reader *r, const struct rbt_reader_opts *opts)
+{
+	unsigned n = opts ? opts->threads : 0;
+	if (n > RD_MAX_THREADS)
+		n = RD_MAX_THREADS;
+	if (n > 1)
+		pool_start(r, (int)n);
+}
+
 int rbt_reader_open_mem(const void *buf, size_t len, struct rbt_reader **out)
+{
+	return rbt_reader_open_mem_opts(buf, len, NULL, out);
+}
+
+int rbt_reader_open(const char *path, struct rbt_reader **out)
+{
+	return rbt_reader_open_opts(path, NULL, out);
+}
+
+int rbt_reader_open_mem_opts(const void *buf, size_t len,
+			     const struct rbt_reader_opts *opts, struct rbt_reader **out)
 {
 	*out = NULL;
 	if (!buf && len)
@@ -831,11 +946,13 @@ int rbt_reader_open_mem(const void *buf, size_t len, struct rbt_reader **out)
 		rbt_reader_close(r);
 		return err;
 	}
+	reader_threads(r, opts);
 	*out = r;
 	return 0;
 }
 
-int rbt_reader_open(const char *path, struct rbt_reader **out)
+int rbt_reader_open_opts(const char *path, const struct rbt_reader_opts *opts,
+			 struct rbt_reader **out)
 {
 	*out = NULL;
 	if (!path)
@@ -870,6 +987,7 @@ int rbt_reader_open(const char *path, struct rbt_reader **out)
 		rbt_reader_close(r);
 		return err;
 	}
+	reader_threads(r, opts);
 	*out = r;
 	return 0;
 }
@@ -878,6 +996,7 @@ void rbt_reader_close(struct rbt_reader *r)
 {
 	if (!r)
 		return;
+	pool_stop(r);
 	if (r->fd >= 0)
 		close(r->fd);
 	ZSTD_freeDCtx(r->dctx);
@@ -885,30 +1004,18 @@ void rbt_reader_close(struct rbt_reader *r)
 	free(r->scratch[1]);
 	for (int i = 0; i < r->n_streams; i++) {
 		struct rd_stream *st = r->streams[i];
-		if (st->cur) {
-			free(st->cur->raw);
-			free(st->cur);
-		}
+		cur_free(st->cur);
 		free(st->q);
 		free(st);
 	}
-	if (r->retired) {
-		free(r->retired->raw);
-		free(r->retired);
-	}
-	for (int i = 0; i < r->n_spare; i++) {
-		free(r->spare[i]->raw);
-		free(r->spare[i]);
-	}
+	cur_free(r->retired);
+	for (int i = 0; i < r->n_spare; i++)
+		cur_free(r->spare[i]);
 	free(r->streams);
 	free(r->heap);
 	free(r->hdr_body);
 	free(r->path);
-	while (r->arena) {
-		struct arena_block *n = r->arena->next;
-		free(r->arena);
-		r->arena = n;
-	}
+	arena_free(&r->dc);
 	free(r);
 }
 
@@ -1077,6 +1184,7 @@ static int scan_chunk(struct rbt_reader *r, struct rd_pend *out)
 		out->off = off;
 		out->seq = r->seq++;
 		out->ch = h;
+		out->job = NULL;
 		return 1;
 	}
 	return 0;
@@ -1089,16 +1197,38 @@ static struct rd_cur *cur_get(struct rbt_reader *r)
 	return calloc(1, sizeof(struct rd_cur));
 }
 
+static void cur_free(struct rd_cur *c)
+{
+	if (!c)
+		return;
+	free(c->raw);
+	free(c->recs);
+	arena_free(&c->dc);
+	free(c);
+}
+
+/* Buffers of a spare cursor are kept up to these sizes. */
+#define RD_SPARE_RECS  (8u << 20)
+#define RD_SPARE_ARENA (8u << 20)
+
 static void cur_put(struct rbt_reader *r, struct rd_cur *c)
 {
 	r->open_bytes -= c->raw_len;
+	c->raw_len = 0;
+	c->n_rec = 0;
 	if (r->n_spare < (int)(sizeof(r->spare) / sizeof(r->spare[0])) &&
 	    c->raw_cap <= RD_WINDOW * 4) {
+		if (c->recs_cap > RD_SPARE_RECS) {
+			free(c->recs);
+			c->recs = NULL;
+			c->recs_cap = 0;
+		}
+		if (c->dc.arena_total > RD_SPARE_ARENA)
+			arena_free(&c->dc);
 		r->spare[r->n_spare++] = c;
 		return;
 	}
-	free(c->raw);
-	free(c);
+	cur_free(c);
 }
 
 /* The ts of c's next event, read ahead (a damaged one reads as the previous
@@ -1116,84 +1246,421 @@ static void cur_peek(struct rd_cur *c)
 	c->head_ts = c->prev_ts + (uint64_t)rbt__unzigzag(delta);
 }
 
-/* Checks and decodes the frame of p into a new cursor: NULL when the chunk is
- * lost (damage counted). */
-static struct rd_cur *open_chunk(struct rbt_reader *r, const struct rd_pend *p)
+/* What became of a chunk's frame: the same checks, in the same order, whether
+ * the reader's thread or a worker loads it. */
+enum { RD_LOAD_OK, RD_LOAD_CRC, RD_LOAD_SIZE, RD_LOAD_NOMEM, RD_LOAD_DECOMP };
+
+/* Checks and decompresses the frame of the chunk h into c (c may be NULL: out of
+ * memory): RD_LOAD_OK with c ready at its first event, or why the chunk is lost.
+ * Touches nothing but c, so that any thread may run it. */
+static int chunk_load(ZSTD_DCtx *dctx, const uint8_t *frame,
+		      const struct rbt_chunk_hdr *h, struct rd_cur *c)
 {
-	const struct rbt_chunk_hdr *h = &p->ch;
-	uint64_t off = p->off, total = RBT_CHUNK_HDR + (uint64_t)h->comp_len;
-	const uint8_t *frame = src_get(r, off + RBT_CHUNK_HDR, h->comp_len);
-	if (!frame || !CRC_OK(rd_crc32c(0, frame, h->comp_len), h->data_crc)) {
-		damage(r, off, "chunk data checksum mismatch (%u events lost)",
-		       h->events);
-		lose_chunk(r, h->events);
-		r->st.bad_bytes += total;
-		return NULL;
-	}
+	if (!frame || !CRC_OK(rd_crc32c(0, frame, h->comp_len), h->data_crc))
+		return RD_LOAD_CRC;
 	unsigned long long csize = ZSTD_getFrameContentSize(frame, h->comp_len);
-	if (csize != h->raw_len) {
-		damage(r, off,
-		       "chunk frame size disagrees with its header "
-		       "(%u events lost)",
-		       h->events);
-		lose_chunk(r, h->events);
-		r->st.bad_bytes += total;
-		return NULL;
-	}
-	struct rd_cur *c = cur_get(r);
-	if (c && h->raw_len > c->raw_cap) {
+	if (csize != h->raw_len)
+		return RD_LOAD_SIZE;
+	if (!c)
+		return RD_LOAD_NOMEM;
+	c->raw_len = 0;
+	if (h->raw_len > c->raw_cap || !c->raw) {
 		uint8_t *n = realloc(c->raw, (size_t)h->raw_len + RD_SLACK);
-		if (!n) {
-			free(c->raw);
-			free(c);
-			c = NULL;
-		} else {
-			c->raw = n;
-			c->raw_cap = h->raw_len;
-			/* All of it, not just the slack: a chunk that fails to
-			 * decompress may leave bytes that a smaller one after it
-			 * would then have past its end, read by rd_varint8(). */
-			memset(n, 0, (size_t)h->raw_len + RD_SLACK);
-		}
+		if (!n)
+			return RD_LOAD_NOMEM;
+		c->raw = n;
+		c->raw_cap = h->raw_len;
+		/* All of it, not just the slack: a chunk that fails to decompress
+		 * may leave bytes that a smaller one after it would then have past
+		 * its end, read by rd_varint8(). */
+		memset(n, 0, (size_t)h->raw_len + RD_SLACK);
 	}
-	if (!c) {
-		damage(r, off, "out of memory");
-		lose_chunk(r, h->events);
-		return NULL;
-	}
-	if (!c->raw) { /* an empty chunk: the slack must still be there */
-		c->raw = calloc(1, RD_SLACK);
-		if (!c->raw) {
-			free(c);
-			damage(r, off, "out of memory");
-			lose_chunk(r, h->events);
-			return NULL;
-		}
-	}
-	size_t got = h->raw_len ? ZSTD_decompressDCtx(r->dctx, c->raw, c->raw_cap, frame,
+	size_t got = h->raw_len ? ZSTD_decompressDCtx(dctx, c->raw, c->raw_cap, frame,
 						      h->comp_len)
 				: 0;
-	if (h->raw_len && (ZSTD_isError(got) || got != h->raw_len)) {
-		damage(r, off, "chunk does not decompress (%u events lost)", h->events);
-		lose_chunk(r, h->events);
-		r->st.bad_bytes += total;
-		c->raw_len = 0;
-		cur_put(r, c);
-		return NULL;
-	}
+	if (h->raw_len && (ZSTD_isError(got) || got != h->raw_len))
+		return RD_LOAD_DECOMP;
 	c->ch = *h;
-	c->chunk_off = off;
-	c->seq = p->seq;
 	c->raw_len = got;
 	c->raw_pos = 0;
 	c->decoded = 0;
 	c->ended = 0;
 	c->prev_ts = h->first_ts;
+	c->n_rec = 0;
+	c->recs_len = c->rec_at = 0;
 	memset(&c->sl, 0, sizeof(c->sl));
-	r->open_bytes += got;
-	r->st.chunks++;
-	cur_peek(c);
-	return c;
+	return RD_LOAD_OK;
+}
+
+/* The reader's side of chunk_load(): the damage said and counted, c returned
+ * open or put back (NULL). */
+static struct rd_cur *chunk_opened(struct rbt_reader *r, const struct rd_pend *p,
+				   struct rd_cur *c, int status)
+{
+	const struct rbt_chunk_hdr *h = &p->ch;
+	uint64_t off = p->off, total = RBT_CHUNK_HDR + (uint64_t)h->comp_len;
+	if (status == RD_LOAD_OK) {
+		c->chunk_off = off;
+		c->seq = p->seq;
+		r->open_bytes += c->raw_len;
+		r->st.chunks++;
+		if (c->n_rec)
+			c->head_ts = ((const struct rd_rec *)(const void *)c->recs)->ts;
+		else
+			cur_peek(c);
+		return c;
+	}
+	if (c) {
+		c->raw_len = 0;
+		cur_put(r, c);
+	}
+	switch (status) {
+	case RD_LOAD_CRC:
+		damage(r, off, "chunk data checksum mismatch (%u events lost)",
+		       h->events);
+		break;
+	case RD_LOAD_SIZE:
+		damage(r, off,
+		       "chunk frame size disagrees with its header "
+		       "(%u events lost)",
+		       h->events);
+		break;
+	case RD_LOAD_NOMEM:
+		damage(r, off, "out of memory");
+		lose_chunk(r, h->events);
+		return NULL;
+	default:
+		damage(r, off, "chunk does not decompress (%u events lost)", h->events);
+		break;
+	}
+	lose_chunk(r, h->events);
+	r->st.bad_bytes += total;
+	return NULL;
+}
+
+/* Checks and decodes the frame of p into a new cursor, on this thread: NULL when
+ * the chunk is lost (damage counted). */
+static struct rd_cur *open_chunk(struct rbt_reader *r, const struct rd_pend *p)
+{
+	const uint8_t *frame = src_get(r, p->off + RBT_CHUNK_HDR, p->ch.comp_len);
+	struct rd_cur *c = frame ? cur_get(r) : NULL;
+	return chunk_opened(r, p, c, chunk_load(r->dctx, frame, &p->ch, c));
+}
+
+/* ---- decoding ahead on threads -------------------------------------------------
+ * With rbt_reader_opts.threads > 1, the chunk headers read ahead (scan_ahead)
+ * are given to worker threads in file order, a few consecutive chunks a job
+ * (RD_JOB_CHUNKS, RD_JOB_COMP), about 2 jobs per thread at a time: a worker
+ * checks and decompresses each chunk and decodes its events into records
+ * (decode_ahead). The reader's thread still merges the streams exactly as
+ * above; opening a chunk takes its records instead of its bytes, and hands them
+ * out one by one. A worker stops at the first event that does not decode, and
+ * at a memory budget: the reader's thread decodes the rest of that chunk itself,
+ * so damage is found, said and counted exactly where and as the single-threaded
+ * reader does. */
+
+/* Records and arrays one chunk decoded ahead may take; the rest of a bigger
+ * chunk is decoded when it is read. */
+#define RD_JOB_BUDGET (8u << 20)
+
+static const uint32_t rd_ev_size[RBT_EV_MAX_ID + 1] = {
+#define RD_SIZE(NAME, id, lname) [id] = sizeof(struct rbt_ev_##lname),
+	RBT_EVENT_LIST(RD_SIZE)
+};
+
+/* Decodes c's events from raw_pos on into records, until one does not decode
+ * (left for the reader's thread to find) or the budget is spent. */
+static void decode_ahead(struct rd_cur *c)
+{
+	struct rd_ctx *d = &c->dc;
+	struct rbt_event tmp;
+	d->sl = &c->sl;
+	arena_reset(d);
+	c->recs_len = c->rec_at = 0;
+	c->n_rec = 0;
+	size_t used = 0; /* of the arena (its blocks may be bigger) */
+	while (c->raw_pos < c->raw_len && c->recs_len + used <= RD_JOB_BUDGET) {
+		const uint8_t *q = c->raw + c->raw_pos, *end = c->raw + c->raw_len;
+		uint64_t type, len, delta = 0;
+		if (!(q = rd_varint(q, end, &type)) || !(q = rd_varint(q, end, &len)) ||
+		    len > (uint64_t)(end - q))
+			return;
+		const uint8_t *pend = q + len;
+		if (q < pend && !(q = rd_varint(q, pend, &delta)))
+			return;
+		uint64_t ts = c->prev_ts + (uint64_t)rbt__unzigzag(delta);
+		rd_ev_fn fn = type <= RBT_EV_MAX_ID ? rd_ev_tab[type] : NULL;
+		uint32_t size = fn ? rd_ev_size[type] : 0;
+		size_t need = sizeof(struct rd_rec) + ((size + 7u) & ~7u);
+		if (c->recs_cap - c->recs_len < need) {
+			size_t cap = c->recs_cap ? 2 * c->recs_cap : 64u << 10;
+			while (cap - c->recs_len < need)
+				cap *= 2;
+			uint8_t *n = realloc(c->recs, cap);
+			if (!n)
+				return;
+			c->recs = n;
+			c->recs_cap = cap;
+		}
+		if (fn) {
+			/* A failure here leaves c as it was before the event but
+			 * for its delta bases, which no later event of the chunk
+			 * reads: the reader's thread fails on it the same way. */
+			d->ev_bytes = 0;
+			if (fn(d, &tmp, q, pend, ts))
+				return;
+			used += d->ev_bytes;
+		}
+		struct rd_rec *rec = (struct rd_rec *)(void *)(c->recs + c->recs_len);
+		rec->type = type > UINT32_MAX ? UINT32_MAX : (uint32_t)type;
+		rec->size = size;
+		rec->ts = ts;
+		if (size)
+			memcpy(rec + 1, &tmp.u, size);
+		c->recs_len += need;
+		c->n_rec++;
+		c->raw_pos = (size_t)(pend - c->raw);
+		c->prev_ts = ts;
+	}
+}
+
+static void job_run(struct rd_job *j, ZSTD_DCtx *dctx)
+{
+	for (int i = 0; i < j->n; i++) {
+		j->k[i].status = chunk_load(dctx, j->k[i].frame, &j->k[i].ch, j->k[i].c);
+		if (j->k[i].status == RD_LOAD_OK)
+			decode_ahead(j->k[i].c);
+	}
+}
+
+static void *pool_worker(void *arg)
+{
+	struct rd_pool *pl = arg;
+	ZSTD_DCtx *dctx = ZSTD_createDCtx();
+	if (!dctx)
+		return NULL; /* the reader's thread runs the jobs itself */
+	pthread_mutex_lock(&pl->mu);
+	for (;;) {
+		while (!pl->head && !pl->stop)
+			pthread_cond_wait(&pl->work, &pl->mu);
+		if (pl->stop)
+			break;
+		struct rd_job *j = pl->head;
+		pl->head = j->next;
+		if (!pl->head)
+			pl->tail = NULL;
+		j->state = RD_JOB_RUNNING;
+		pthread_mutex_unlock(&pl->mu);
+		job_run(j, dctx);
+		pthread_mutex_lock(&pl->mu);
+		j->state = RD_JOB_DONE;
+		pthread_cond_broadcast(&pl->done);
+	}
+	pthread_mutex_unlock(&pl->mu);
+	ZSTD_freeDCtx(dctx);
+	return NULL;
+}
+
+/* Starts n workers (fewer when threads cannot be made: the reader's thread then
+ * runs the queued jobs itself). Signals stay with the program's threads. */
+static void pool_start(struct rbt_reader *r, int n)
+{
+	struct rd_pool *pl = calloc(1, sizeof(*pl) + (size_t)n * sizeof(pthread_t));
+	if (!pl)
+		return;
+	pthread_mutex_init(&pl->mu, NULL);
+	pthread_cond_init(&pl->work, NULL);
+	pthread_cond_init(&pl->done, NULL);
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	for (int i = 0; i < n; i++)
+		if (!pthread_create(&pl->th[pl->n], NULL, pool_worker, pl))
+			pl->n++;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	r->pool = pl;
+	/* about 2 jobs per thread */
+	r->max_jobs = 2u * (uint32_t)n * RD_JOB_CHUNKS;
+	r->max_comp = 2u * (uint64_t)n * RD_JOB_COMP;
+	r->max_raw = 2u * (uint64_t)n * RD_JOB_RAW;
+}
+
+static void job_free(struct rd_job *j)
+{
+	if (!j)
+		return;
+	for (int i = 0; i < j->n; i++)
+		cur_free(j->k[i].c);
+	free(j->comp);
+	free(j);
+}
+
+static void pool_stop(struct rbt_reader *r)
+{
+	struct rd_pool *pl = r->pool;
+	if (!pl)
+		return;
+	pthread_mutex_lock(&pl->mu);
+	pl->stop = 1;
+	pthread_cond_broadcast(&pl->work);
+	pthread_mutex_unlock(&pl->mu);
+	for (int i = 0; i < pl->n; i++)
+		pthread_join(pl->th[i], NULL);
+	pthread_cond_destroy(&pl->work);
+	pthread_cond_destroy(&pl->done);
+	pthread_mutex_destroy(&pl->mu);
+	free(pl);
+	r->pool = NULL;
+	/* jobs given and not opened are on their streams' queues */
+	for (int i = 0; i < r->n_streams; i++) {
+		struct rd_stream *st = r->streams[i];
+		for (uint32_t k = 0; k < st->qsub; k++) {
+			struct rd_pend *p = &st->q[st->qh + k];
+			cur_free(p->job->k[p->job_i].c);
+			p->job->k[p->job_i].c = NULL;
+			if (!--p->job->left)
+				job_free(p->job);
+		}
+		st->qsub = 0;
+	}
+	while (r->free_jobs) {
+		struct rd_job *j = r->free_jobs;
+		r->free_jobs = j->next;
+		job_free(j);
+	}
+}
+
+/* The stream whose next chunk not given to the workers comes first in the file. */
+static struct rd_stream *next_unsubmitted(struct rbt_reader *r)
+{
+	struct rd_stream *best = NULL;
+	for (int i = 0; i < r->n_streams; i++) {
+		struct rd_stream *s = r->streams[i];
+		if (s->qsub < s->qn &&
+		    (!best ||
+		     s->q[s->qh + s->qsub].seq < best->q[best->qh + best->qsub].seq))
+			best = s;
+	}
+	return best;
+}
+
+/* Gives the workers the chunks read ahead and not given yet, in file order,
+ * while fewer than max_jobs chunks wait to be opened. */
+static void submit_more(struct rbt_reader *r)
+{
+	struct rd_pool *pl = r->pool;
+	while (r->n_jobs < r->max_jobs && r->n_pend > r->n_jobs &&
+	       r->jobs_comp < r->max_comp && r->jobs_raw < r->max_raw) {
+		struct rd_job *j = r->free_jobs;
+		if (j)
+			r->free_jobs = j->next;
+		else if (!(j = calloc(1, sizeof(*j))))
+			return; /* decoded when they are read */
+		j->n = 0;
+		j->comp_len = 0;
+		struct rd_stream *st;
+		while (j->n < RD_JOB_CHUNKS && r->n_jobs < r->max_jobs &&
+		       (st = next_unsubmitted(r))) {
+			struct rd_pend *p = &st->q[st->qh + st->qsub];
+			uint32_t len = p->ch.comp_len;
+			if (j->n && (j->comp_len + len > RD_JOB_COMP ||
+				     r->jobs_raw + p->ch.raw_len > r->max_raw))
+				break;
+			struct rd_cur *c = cur_get(r);
+			if (!c)
+				break;
+			const uint8_t *f = src_get(r, p->off + RBT_CHUNK_HDR, len);
+			if (f && !r->mem) {
+				if (j->comp_cap - j->comp_len < len) {
+					size_t cap = j->comp_len + len;
+					if (cap < RD_JOB_COMP)
+						cap = RD_JOB_COMP;
+					uint8_t *n = realloc(j->comp, cap);
+					if (!n) {
+						cur_free(c);
+						break;
+					}
+					j->comp = n;
+					j->comp_cap = cap;
+				}
+				memcpy(j->comp + j->comp_len, f, len);
+				j->k[j->n].at = j->comp_len;
+				j->comp_len += len;
+			}
+			j->k[j->n].frame = f;
+			j->k[j->n].ch = p->ch;
+			j->k[j->n].c = c;
+			p->job = j;
+			p->job_i = j->n++;
+			st->qsub++;
+			r->n_jobs++;
+			r->jobs_comp += len;
+			r->jobs_raw += p->ch.raw_len;
+		}
+		if (!j->n) {
+			j->next = r->free_jobs;
+			r->free_jobs = j;
+			return;
+		}
+		if (!r->mem) /* the copies are placed now: comp may have moved */
+			for (int i = 0; i < j->n; i++)
+				if (j->k[i].frame)
+					j->k[i].frame = j->comp + j->k[i].at;
+		j->left = j->n;
+		j->next = NULL;
+		j->state = RD_JOB_QUEUED;
+		pthread_mutex_lock(&pl->mu);
+		if (pl->tail)
+			pl->tail->next = j;
+		else
+			pl->head = j;
+		pl->tail = j;
+		pthread_cond_signal(&pl->work);
+		pthread_mutex_unlock(&pl->mu);
+	}
+}
+
+/* Opens the chunk p given to the workers: waits for its job, or runs the job
+ * here when no worker has taken it yet. */
+static struct rd_cur *open_job(struct rbt_reader *r, const struct rd_pend *p)
+{
+	struct rd_pool *pl = r->pool;
+	struct rd_job *j = p->job;
+	int mine = 0;
+	if (j->left == j->n) { /* its first chunk opened: is the job done? */
+		pthread_mutex_lock(&pl->mu);
+		if (j->state == RD_JOB_QUEUED) {
+			struct rd_job **pp = &pl->head, *prev = NULL;
+			while (*pp != j) {
+				prev = *pp;
+				pp = &(*pp)->next;
+			}
+			*pp = j->next;
+			if (pl->tail == j)
+				pl->tail = prev;
+			j->state = RD_JOB_RUNNING;
+			mine = 1;
+		}
+		while (!mine && j->state != RD_JOB_DONE)
+			pthread_cond_wait(&pl->done, &pl->mu);
+		pthread_mutex_unlock(&pl->mu);
+		if (mine) {
+			job_run(j, r->dctx);
+			j->state = RD_JOB_DONE; /* no worker holds it */
+		}
+	}
+	struct rd_cur *c = j->k[p->job_i].c;
+	int status = j->k[p->job_i].status;
+	j->k[p->job_i].c = NULL;
+	r->n_jobs--;
+	r->jobs_comp -= p->ch.comp_len;
+	r->jobs_raw -= p->ch.raw_len;
+	if (!--j->left) {
+		j->n = 0;
+		j->next = r->free_jobs;
+		r->free_jobs = j;
+	}
+	return chunk_opened(r, p, c, status);
 }
 
 static void end_chunk_early(struct rbt_reader *r, struct rd_cur *c, const char *why)
@@ -1288,7 +1755,7 @@ static void st_drop(struct rbt_reader *r, struct rd_stream *st)
 static void st_fix(struct rbt_reader *r, struct rd_stream *st, int defer)
 {
 	struct rd_cur *c = st->cur;
-	if (c && c->raw_pos >= c->raw_len) {
+	if (c && !c->n_rec && c->raw_pos >= c->raw_len) {
 		if (c->raw_len && !c->ended && c->decoded < c->ch.events)
 			end_chunk_early(r, c, "missing: chunk ends early");
 		if (defer)
@@ -1399,6 +1866,9 @@ static struct rd_stream *next_stream(struct rbt_reader *r)
 {
 	for (;;) {
 		scan_ahead(r);
+		if (r->pool && r->n_jobs < r->max_jobs && r->n_pend > r->n_jobs &&
+		    r->jobs_comp < r->max_comp && r->jobs_raw < r->max_raw)
+			submit_more(r);
 		if (!r->n_streams)
 			return NULL;
 		struct rd_stream *st = r->heap[0];
@@ -1420,7 +1890,12 @@ static struct rd_stream *next_stream(struct rbt_reader *r)
 		st->qh++;
 		st->qn--;
 		r->n_pend--;
-		st->cur = open_chunk(r, &p);
+		if (p.job) {
+			st->qsub--;
+			st->cur = open_job(r, &p);
+		} else {
+			st->cur = open_chunk(r, &p);
+		}
 		st_fix(r, st, 0);
 	}
 }
@@ -1439,7 +1914,40 @@ int rbt_reader_next(struct rbt_reader *r, const struct rbt_event **out)
 		if (!s)
 			return 0;
 		struct rd_cur *c = s->cur;
+		struct rbt_event *ev = &r->ev;
+		if (c->n_rec) {
+			/* decoded ahead */
+			const struct rd_rec *rec =
+				(const struct rd_rec *)(const void *)(c->recs +
+								      c->rec_at);
+			c->rec_at += sizeof(*rec) + ((rec->size + 7u) & ~7u);
+			c->n_rec--;
+			uint32_t type = rec->type;
+			if (type <= RBT_EV_MAX_ID && rd_ev_tab[type]) {
+				memcpy(&ev->u, rec + 1, rec->size);
+			} else {
+				memset(&ev->u, 0, sizeof(ev->u));
+				r->st.unknown_events++;
+			}
+			ev->type = type;
+			ev->stream = c->ch.stream;
+			ev->ts = rec->ts;
+			c->decoded++;
+			r->st.events++;
+			r->st.events_by_type[type <= RBT_EV_MAX_ID ? type : 0]++;
+			if (c->n_rec)
+				c->head_ts =
+					((const struct rd_rec *)(const void *)(c->recs +
+									       c->rec_at))
+						->ts;
+			else if (c->raw_pos < c->raw_len)
+				cur_peek(c);
+			st_fix(r, s, 1);
+			*out = ev;
+			return 1;
+		}
 		r->cur = c;
+		r->dc.sl = &c->sl;
 		const uint8_t *q = c->raw + c->raw_pos, *end = c->raw + c->raw_len;
 		uint64_t type, len;
 		if (!(q = rd_varint(q, end, &type)) || !(q = rd_varint(q, end, &len)) ||
@@ -1456,13 +1964,12 @@ int rbt_reader_next(struct rbt_reader *r, const struct rbt_event **out)
 			st_fix(r, s, 0);
 			continue;
 		}
-		struct rbt_event *ev = &r->ev;
 		uint64_t ts = c->prev_ts + (uint64_t)rbt__unzigzag(delta);
 		c->prev_ts = ts;
-		arena_reset(r);
+		arena_reset(&r->dc);
 		rd_ev_fn fn = type <= RBT_EV_MAX_ID ? rd_ev_tab[type] : NULL;
 		if (fn) {
-			if (fn(r, ev, q, pend, ts)) {
+			if (fn(&r->dc, ev, q, pend, ts)) {
 				end_chunk_early(r, c, "does not decode");
 				st_fix(r, s, 0);
 				continue;
