@@ -480,6 +480,19 @@ static uint64_t rbt_nic_sample_pass(uint32_t stream, int all)
 	return next;
 }
 
+/* What a light trace cannot say, in the trace itself (rbtrace dump/info). */
+static void rbt_light_note(uint32_t stream)
+{
+	struct rbt_event ev = { .type = RBT_EV_NOTE, .ts = rbt_now() };
+
+	if (!rbt_writer || rbt_writer_failed ||
+	    rbt_writer_begin_chunk(rbt_writer, stream) < 0)
+		return;
+	ev.u.note.text = RBT_LIGHT_NOTE;
+	rbt_append(&ev, stream);
+	rbt_writer_end_chunk(rbt_writer);
+}
+
 static void rbt_clock_sample(uint32_t stream)
 {
 	if (!rbt_writer || rbt_writer_failed)
@@ -777,6 +790,8 @@ void *rbt_drainer_main(void *arg)
 	pthread_mutex_lock(&rbt_writer_lock);
 	rbt_open_writer();
 	rbt_clock_sample(me);
+	if (rbt_cfg.light)
+		rbt_light_note(me);
 	pthread_mutex_unlock(&rbt_writer_lock);
 	next_flush = rbt_now() + rbt_cfg.flush_ticks;
 	next_sample = rbt_now() + rbt_tsc_hz;

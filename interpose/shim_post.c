@@ -249,7 +249,7 @@ int rbt_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 		return c->post_send(qp, wr, bad_wr);
 	uint64_t t0 = rbt_now();
 	int ret = c->post_send(qp, wr, bad_wr);
-	uint64_t t1 = rbt_now();
+	uint64_t t1 = rbt_now_exit();
 	rbt_rec_send(qp, wr, ret, ret && bad_wr ? *bad_wr : NULL, t0, t1);
 	rbt_dp_done();
 	return ret;
@@ -265,7 +265,7 @@ int rbt_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 		return c->post_recv(qp, wr, bad_wr);
 	uint64_t t0 = rbt_now();
 	int ret = c->post_recv(qp, wr, bad_wr);
-	uint64_t t1 = rbt_now();
+	uint64_t t1 = rbt_now_exit();
 	rbt_rec_recv(RBT_RAW_POST_RECV, qp, qp->qp_num, wr, ret,
 		     ret && bad_wr ? *bad_wr : NULL, t0, t1);
 	rbt_dp_done();
@@ -283,7 +283,7 @@ int rbt_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 		return c->post_srq_recv(srq, wr, bad_wr);
 	uint64_t t0 = rbt_now();
 	int ret = c->post_srq_recv(srq, wr, bad_wr);
-	uint64_t t1 = rbt_now();
+	uint64_t t1 = rbt_now_exit();
 	rbt_rec_recv(RBT_RAW_POST_SRQ, srq, 0, wr, ret, ret && bad_wr ? *bad_wr : NULL,
 		     t0, t1);
 	rbt_dp_done();
@@ -301,7 +301,7 @@ int rbt_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *b)
 		return c->bind_mw(qp, mw, b);
 	uint64_t t0 = rbt_now();
 	int ret = c->bind_mw(qp, mw, b);
-	uint64_t t1 = rbt_now();
+	uint64_t t1 = rbt_now_exit();
 	struct ibv_send_wr wr = { .wr_id = b->wr_id,
 				  .opcode = IBV_WR_BIND_MW,
 				  .send_flags = b->send_flags };
