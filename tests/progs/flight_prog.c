@@ -188,7 +188,7 @@ int main(int argc, char **argv)
 					 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
 			    : NULL;
 		if (!mr)
-			die("big MR");
+			prog_die("big MR");
 		memset(big, 1, len);
 		struct ibv_sge s = { .addr = (uintptr_t)big,
 				     .length = (uint32_t)len,
@@ -203,11 +203,11 @@ int main(int argc, char **argv)
 		wr.wr.rdma.remote_addr = (uintptr_t)big + len;
 		wr.wr.rdma.rkey = mr->rkey;
 		if (ibv_post_send(c.a, &wr, &bad))
-			die("ibv_post_send (big)");
+			prog_die("ibv_post_send (big)");
 		c.sends++;
 		poll_n(&c, 1);
 		if (big[2 * len - 1] != 1)
-			die("the big write did not land");
+			prog_die("the big write did not land");
 		iterate(&c, n);
 		ibv_dereg_mr(mr);
 		free(big);
@@ -218,7 +218,7 @@ int main(int argc, char **argv)
 			big ? ibv_reg_mr(c.pd, big, 2 * len, IBV_ACCESS_LOCAL_WRITE)
 			    : NULL;
 		if (!mr)
-			die("big MR");
+			prog_die("big MR");
 		memset(big, 1, len);
 		struct ibv_sge s = { .addr = (uintptr_t)big,
 				     .length = (uint32_t)len,
@@ -231,7 +231,7 @@ int main(int argc, char **argv)
 		wr.opcode = IBV_WR_SEND;
 		wr.send_flags = IBV_SEND_SIGNALED;
 		if (ibv_post_send(c.a, &wr, &bad))
-			die("ibv_post_send (big)");
+			prog_die("ibv_post_send (big)");
 		c.sends++;
 		usleep(20000);
 		struct ibv_sge rs = { .addr = (uintptr_t)big + len,
@@ -240,7 +240,7 @@ int main(int argc, char **argv)
 		struct ibv_recv_wr rw = { .wr_id = 666666, .sg_list = &rs, .num_sge = 1 },
 				   *rbad;
 		if (ibv_post_recv(c.b, &rw, &rbad))
-			die("ibv_post_recv (big)");
+			prog_die("ibv_post_recv (big)");
 		poll_n(&c, 2);
 		iterate(&c, n);
 		ibv_dereg_mr(mr);
@@ -249,13 +249,13 @@ int main(int argc, char **argv)
 		struct ibv_qp_attr at = { .qp_state = IBV_QPS_SQD,
 					  .en_sqd_async_notify = 1 };
 		if (ibv_modify_qp(c.a, &at, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY))
-			die("modify SQD");
+			prog_die("modify SQD");
 		struct ibv_async_event ev;
 		struct pollfd pfd = { .fd = c.dev->async_fd, .events = POLLIN };
 		if (poll(&pfd, 1, 5000) != 1)
-			die("no async event");
+			prog_die("no async event");
 		if (ibv_get_async_event(c.dev, &ev))
-			die("ibv_get_async_event");
+			prog_die("ibv_get_async_event");
 		printf("flight_prog async event %s\n", ibv_event_type_str(ev.event_type));
 		ibv_ack_async_event(&ev);
 		usleep(200000);
