@@ -895,6 +895,87 @@ GEN_FEV(post_recv, RBT_EV_POST_RECV)
 GEN_FEV(post_srq_recv, RBT_EV_POST_SRQ_RECV)
 GEN_FEV(poll_cq, RBT_EV_POLL_CQ)
 
+/* The commonest post of all, one send WR with one sge and nothing that needs
+ * the extension or a payload, in straight-line code: the bytes of
+ * enc_fev_post_send() for it (format_test compares them), field by field in
+ * list order. Each record is far below 128 bytes (its fields are at most 10
+ * bytes each), so its length is one byte, written at the end. */
+static uint8_t *enc_post1(struct rbt_writer *w, const struct rbt_flat_post *r, uint8_t *p,
+			  uint64_t ts)
+{
+	const struct rbt_flat_swr *x = (const void *)(r + 1);
+	const struct rbt_flat_sge *g = (const void *)(x + 1);
+	uint64_t *se = w->slots + rbt__ev[RBT_EV_POST_SEND].slot0;
+	uint64_t *sw = w->slots + rbt__rec[RBT_RECID_send_wr].slot0;
+	uint64_t *sg = w->slots + rbt__rec[RBT_RECID_sge].slot0;
+
+	p = grow(w, p, 256);
+	if (!p)
+		return NULL;
+	/* post_send: ts_exit ret qp qp_num bad_wr api wrs */
+	uint64_t m = (uint64_t)(r->ts_exit != 0) | (uint64_t)(r->ret != 0) << 1 |
+		     (uint64_t)(r->obj != 0) << 2 | (uint64_t)(r->qp_num != 0) << 3 |
+		     (uint64_t)(r->bad_wr != 0) << 4 | (uint64_t)(r->api != 0) << 5 |
+		     1u << 6;
+	p = put_v(p, m);
+	if (r->ts_exit)
+		p = put_v(p, ZZ(r->ts_exit - ts));
+	if (r->ret)
+		p = put_v(p, ZZ((int64_t)r->ret));
+	if (r->obj) {
+		p = put_v(p, ZZ(r->obj - se[0]));
+		se[0] = r->obj;
+	}
+	if (r->qp_num)
+		p = put_v(p, r->qp_num);
+	if (r->bad_wr)
+		p = put_v(p, r->bad_wr);
+	if (r->api)
+		p = put_v(p, r->api);
+	*p++ = 1; /* one WR */
+	uint8_t *lw = p++;
+	/* send_wr: wr_id opcode send_flags imm_data remote_addr rkey, the five
+	 * extension fields (zero), sges, payload (none) */
+	m = (uint64_t)(x->wr_id != 0) | (uint64_t)(x->opcode != 0) << 1 |
+	    (uint64_t)(x->send_flags != 0) << 2 | (uint64_t)(x->imm != 0) << 3 |
+	    (uint64_t)(x->remote_addr != 0) << 4 | (uint64_t)(x->rkey != 0) << 5 |
+	    1u << 11;
+	p = put_v(p, m);
+	if (x->wr_id)
+		p = put_v(p, x->wr_id);
+	if (x->opcode)
+		p = put_v(p, x->opcode);
+	if (x->send_flags)
+		p = put_v(p, x->send_flags);
+	if (x->imm)
+		p = put_v(p, x->imm);
+	if (x->remote_addr) {
+		p = put_v(p, ZZ(x->remote_addr - sw[0]));
+		sw[0] = x->remote_addr;
+	}
+	if (x->rkey)
+		p = put_v(p, x->rkey);
+	*p++ = 1; /* one sge */
+	uint8_t *lg = p++;
+	/* sge: addr length lkey */
+	m = (uint64_t)(g->addr != 0) | (uint64_t)(g->length != 0) << 1 |
+	    (uint64_t)(g->lkey != 0) << 2;
+	if (m) {
+		*p++ = (uint8_t)m;
+		if (g->addr) {
+			p = put_v(p, ZZ(g->addr - sg[0]));
+			sg[0] = g->addr;
+		}
+		if (g->length)
+			p = put_v(p, g->length);
+		if (g->lkey)
+			p = put_v(p, g->lkey);
+	}
+	*lg = (uint8_t)(p - (lg + 1));
+	*lw = (uint8_t)(p - (lw + 1));
+	return p;
+}
+
 /* Bytes the WRs of a flat post take (0: they overrun len). */
 static size_t flat_wrs_size(enum rbt_flat_kind kind, const uint8_t *q, uint32_t n,
 			    size_t len)
@@ -973,8 +1054,11 @@ int rbt_writer_append_flat(struct rbt_writer *w, enum rbt_flat_kind kind, uint32
 					  .api = r->api,
 					  .n_wrs = r->nwr,
 					  .wrs = r + 1 };
+		const struct rbt_flat_swr *x = (const void *)(r + 1);
 		p = ev_open(w, RBT_EV_POST_SEND, ts, &start);
-		if (p)
+		if (p && r->nwr == 1 && x->nsge == 1 && !x->ext && !x->payload_len)
+			p = enc_post1(w, r, p, ts);
+		else if (p)
 			p = enc_fev_post_send(w, &v, p, ts);
 		break;
 	}
