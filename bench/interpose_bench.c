@@ -15,6 +15,11 @@
  *   bazel build -c opt //bench:interpose_bench //interpose:librbtrace.so \
  *       //tests:progs/fakeverbs/libibverbs.so.1 //softnic:libibverbs.so.1
  *   bazel-bin/bench/interpose_bench [--no-perftest]
+ *
+ * The call table and the writer's CPU are printed twice: as recorded by
+ * default, then in light mode (RBTRACE_LIGHT=1, a second process).
+ * ib_send_lat runs a third way: traced with both processes' writer threads
+ * pinned to the last CPU (RBTRACE_WRITER_CPU).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -287,7 +292,14 @@ static double perftest_run(const char *args, const char *col, int traced, int po
 			   const char *tmp)
 {
 	char cmd[8 * PATH_MAX], out[PATH_MAX + 64];
-	const char *pre = traced ? "LD_PRELOAD=" : "RBT_UNUSED=";
+	char pre[64];
+
+	/* traced 2: the writer threads pinned to the last CPU (RBTRACE_WRITER_CPU) */
+	if (traced == 2)
+		snprintf(pre, sizeof(pre), "RBTRACE_WRITER_CPU=%ld LD_PRELOAD=",
+			 sysconf(_SC_NPROCESSORS_ONLN) - 1);
+	else
+		snprintf(pre, sizeof(pre), "%s", traced ? "LD_PRELOAD=" : "RBT_UNUSED=");
 
 	snprintf(out, sizeof(out), "%s/pt.out", tmp);
 	snprintf(
@@ -367,6 +379,8 @@ static void perftest(void)
 
 	/* A latency-bound program: each iteration is a post and a poll on each
 	 * side. What tracing adds to its typical half round trip. */
+	double pin[N];
+	long last = sysconf(_SC_NPROCESSORS_ONLN) - 1;
 	printf("ib_send_lat -s 8 -n 100000 over softnic, typical latency in us "
 	       "(alternating runs):\n  untraced:");
 	for (int i = 0; i < N; i++) {
@@ -374,17 +388,27 @@ static void perftest(void)
 				    tmp);
 		t[i] = perftest_run("ib_send_lat -s 8 -n 100000", "t_typical", 1, port++,
 				    tmp);
+		pin[i] = perftest_run("ib_send_lat -s 8 -n 100000", "t_typical", 2,
+				      port++, tmp);
 		printf(" %.3f", u[i]);
 	}
 	printf("\n  traced:  ");
 	for (int i = 0; i < N; i++)
 		printf(" %.3f", t[i]);
+	printf("\n  traced, RBTRACE_WRITER_CPU=%ld:", last);
+	for (int i = 0; i < N; i++)
+		printf(" %.3f", pin[i]);
 	qsort(u, N, sizeof(double), cmp_d);
 	qsort(t, N, sizeof(double), cmp_d);
+	qsort(pin, N, sizeof(double), cmp_d);
 	printf("\n  median untraced %.3f us, traced %.3f us, added %.0f ns "
 	       "(traced/untraced %.3f)\n",
 	       u[N / 2], t[N / 2], (t[N / 2] - u[N / 2]) * 1e3,
 	       u[N / 2] > 0 ? t[N / 2] / u[N / 2] : 0);
+	printf("  writer pinned to CPU %ld: traced %.3f us, added %.0f ns "
+	       "(traced/untraced %.3f)\n",
+	       last, pin[N / 2], (pin[N / 2] - u[N / 2]) * 1e3,
+	       u[N / 2] > 0 ? pin[N / 2] / u[N / 2] : 0);
 	char rm[PATH_MAX + 16];
 	snprintf(rm, sizeof(rm), "rm -rf %s", tmp);
 	if (system(rm))
@@ -414,7 +438,24 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	unsetenv("LD_PRELOAD");
+	if (argc > 1 && !strcmp(argv[1], "--micro-only")) {
+		micro();
+		return 0;
+	}
 	micro();
+	/* The same in light mode (RBTRACE_LIGHT=1: one timestamp per call), in a
+	 * second process: the mode is the recorder's, set at its start. */
+	char cmd[PATH_MAX + 128];
+	printf("light mode (RBTRACE_LIGHT=1), the same calls:\n");
+	fflush(stdout);
+	snprintf(cmd, sizeof(cmd),
+		 "env -u RBT_BENCH_CHILD RBTRACE_LIGHT=1 "
+		 "RBTRACE_OUTPUT=/tmp/rbtrace-interpose-bench-light.rbt "
+		 "%s/interpose_bench --micro-only | sed -n '4,9p;13,14p'",
+		 self_dir);
+	if (system(cmd))
+		printf("  light mode run failed\n");
+	printf("\n");
 	if (!(argc > 1 && !strcmp(argv[1], "--no-perftest")))
 		perftest();
 	return 0;

@@ -25,8 +25,8 @@
 #include "trace_format/rbt_format.h"
 
 static const char usage[] =
-	"usage: rbtrace record [-o FILE|DIR] [--softnic] [--flight=SIZE|--rotate=SIZE] "
-	"-- CMD [ARGS...]\n"
+	"usage: rbtrace record [-o FILE|DIR] [--softnic] [--light]\n"
+	"                      [--flight=SIZE|--rotate=SIZE] -- CMD [ARGS...]\n"
 	"\n"
 	"Runs CMD with the rbtrace recorder (librbtrace.so) preloaded. Every process\n"
 	"of CMD that uses libibverbs writes its own trace; when CMD ends, each trace\n"
@@ -53,6 +53,12 @@ static const char usage[] =
 	"                         event, a stall, a slow post or poll, SIGUSR2,\n"
 	"                         `rbtrace snapshot PID`); FILE itself gets the last\n"
 	"                         window at the end. Each snapshot is a complete trace.\n"
+	"  --light                light mode: each post and poll takes one timestamp\n"
+	"                         (its entry), not two, and no stacks are taken: a\n"
+	"                         cheaper hot path, but the report can no longer\n"
+	"                         say how long a post or a poll took (the post phase\n"
+	"                         reads 0; completions count from the entry of the\n"
+	"                         poll that returned them)\n"
 	"  --rotate=SIZE|DURATION a numbered series FILE, FILE-part1.rbt, ... each at\n"
 	"                         most SIZE (50M) or DURATION (10s, 5min, 1h) long and\n"
 	"                         complete; info, dump, report and replay given FILE\n"
@@ -71,6 +77,7 @@ static const char usage[] =
 	"  RBTRACE_PAYLOAD=0         bytes of each send's payload to keep (on = 256);\n"
 	"                            off by default: payloads can hold secrets\n"
 	"  RBTRACE_WRITER_CPU=N      run the trace writer thread on CPU N only\n"
+	"  RBTRACE_LIGHT=0           1: same as --light\n"
 	"  RBTRACE_FLIGHT=SIZE       same as --flight; RBTRACE_ROTATE: --rotate\n"
 	"  RBTRACE_FLIGHT_BEFORE_MS=0     window before a trigger (0: whole ring)\n"
 	"  RBTRACE_FLIGHT_AFTER_MS=100    window after it\n"
@@ -279,14 +286,12 @@ static int report(const char *manifest)
 int rbt_cmd_record(int argc, char **argv)
 {
 	const char *out = NULL, *flight = NULL, *rotate = NULL;
-	int softnic = 0;
+	int softnic = 0, light = 0;
 	char *pos[1];
 	const struct rbt_cli_opt opts[] = {
-		{ "output", 'o', &out, NULL },
-		{ "softnic", 0, NULL, &softnic },
-		{ "flight", 0, &flight, NULL },
-		{ "rotate", 0, &rotate, NULL },
-		{ 0 },
+		{ "output", 'o', &out, NULL },	{ "softnic", 0, NULL, &softnic },
+		{ "flight", 0, &flight, NULL }, { "rotate", 0, &rotate, NULL },
+		{ "light", 0, NULL, &light },	{ 0 },
 	};
 	char lib[PATH_MAX], manifest[] = "/tmp/rbtrace-manifest-XXXXXX";
 	struct rbt_softnic_setup sn;
@@ -326,7 +331,8 @@ int rbt_cmd_record(int argc, char **argv)
 		return rbt_cli_usage(cmd, "--rotate: expected a size of 64K or more "
 					  "(e.g. 50M) or a duration (e.g. 10s, 5min)");
 	if ((flight && setenv(RBT_ENV_FLIGHT, flight, 1)) ||
-	    (rotate && setenv(RBT_ENV_ROTATE, rotate, 1))) {
+	    (rotate && setenv(RBT_ENV_ROTATE, rotate, 1)) ||
+	    (light && setenv(RBT_ENV_LIGHT, "1", 1))) {
 		rbt_cli_error(cmd, "cannot set the environment: %s", strerror(errno));
 		return RBT_EXIT_FAIL;
 	}

@@ -30,6 +30,13 @@
 #define RBT_ENV_WRITER_CPU "RBTRACE_WRITER_CPU"
 /* Diagnostics on stderr: 0 (default) or 1. */
 #define RBT_ENV_DEBUG "RBTRACE_DEBUG"
+/* 1: light mode (docs/recording.md "Light mode"): posts and polls take one
+ * timestamp (their entry), not two; stacks off unless RBTRACE_STACKS=1. */
+#define RBT_ENV_LIGHT "RBTRACE_LIGHT"
+/* The NOTE a light trace begins with. */
+#define RBT_LIGHT_NOTE                                                              \
+	"light mode (RBTRACE_LIGHT=1): posts and polls carry one timestamp, their " \
+	"entry; the post phase and call durations were not recorded"
 /* Set by `rbtrace record`: a file to which every traced process appends the path
  * of each trace it writes, one per line. */
 #define RBT_ENV_MANIFEST "RBTRACE_MANIFEST"

@@ -36,6 +36,7 @@ struct rbt_config {
 	char manifest[4096];  /* RBTRACE_MANIFEST, "" = none */
 	uint64_t flush_ticks; /* flush_ms in TSC ticks */
 	int writer_cpu;	      /* RBTRACE_WRITER_CPU, -1 = not pinned */
+	int light;	      /* RBTRACE_LIGHT: one timestamp per post and poll */
 };
 extern struct rbt_config rbt_cfg;
 
@@ -71,6 +72,13 @@ extern RBT_TLS int rbt_tls_inside;
 static inline uint64_t rbt_now(void)
 {
 	return __rdtsc();
+}
+
+/* A post's or poll's exit time: none in light mode (the trace's ts_exit is then
+ * absent, and readers take the entry time for it). */
+static inline uint64_t rbt_now_exit(void)
+{
+	return RBT_UNLIKELY(rbt_cfg.light) ? 0 : __rdtsc();
 }
 
 /* 1 when the calling (slow-path) wrapper should record. Starts the recorder on

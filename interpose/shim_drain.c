@@ -19,6 +19,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,8 +257,118 @@ static void rbt_decode_poll(const struct rbt_raw_hdr *h, uint32_t stream)
 	rbt_append(&ev, stream);
 }
 
+/* The ring records are the writer's flat records behind a header: the writer
+ * encodes them where they lie (rbt_writer_append_flat). */
+#define RBT_SAME(a, b, f) (offsetof(a, f) - sizeof(struct rbt_raw_hdr) == offsetof(b, f))
+_Static_assert(sizeof(struct rbt_raw_post) - sizeof(struct rbt_raw_hdr) ==
+			       sizeof(struct rbt_flat_post) &&
+		       RBT_SAME(struct rbt_raw_post, struct rbt_flat_post, ts) &&
+		       RBT_SAME(struct rbt_raw_post, struct rbt_flat_post, ts_exit) &&
+		       RBT_SAME(struct rbt_raw_post, struct rbt_flat_post, obj) &&
+		       RBT_SAME(struct rbt_raw_post, struct rbt_flat_post, ret) &&
+		       RBT_SAME(struct rbt_raw_post, struct rbt_flat_post, qp_num) &&
+		       RBT_SAME(struct rbt_raw_post, struct rbt_flat_post, bad_wr) &&
+		       RBT_SAME(struct rbt_raw_post, struct rbt_flat_post, api) &&
+		       RBT_SAME(struct rbt_raw_post, struct rbt_flat_post, nwr),
+	       "rbt_raw_post is rbt_flat_post behind a header");
+_Static_assert(sizeof(struct rbt_raw_poll) - sizeof(struct rbt_raw_hdr) ==
+			       sizeof(struct rbt_flat_poll) &&
+		       RBT_SAME(struct rbt_raw_poll, struct rbt_flat_poll, ts) &&
+		       RBT_SAME(struct rbt_raw_poll, struct rbt_flat_poll, ts_exit) &&
+		       RBT_SAME(struct rbt_raw_poll, struct rbt_flat_poll, cq) &&
+		       RBT_SAME(struct rbt_raw_poll, struct rbt_flat_poll, ret) &&
+		       RBT_SAME(struct rbt_raw_poll, struct rbt_flat_poll, asked) &&
+		       RBT_SAME(struct rbt_raw_poll, struct rbt_flat_poll, api) &&
+		       RBT_SAME(struct rbt_raw_poll, struct rbt_flat_poll, count) &&
+		       RBT_SAME(struct rbt_raw_poll, struct rbt_flat_poll, nwc),
+	       "rbt_raw_poll is rbt_flat_poll behind a header");
+#define RBT_SAMEF(a, b, f) (offsetof(a, f) == offsetof(b, f))
+_Static_assert(sizeof(struct rbt_raw_swr) == sizeof(struct rbt_flat_swr) &&
+		       RBT_SAMEF(struct rbt_raw_swr, struct rbt_flat_swr, wr_id) &&
+		       RBT_SAMEF(struct rbt_raw_swr, struct rbt_flat_swr, remote_addr) &&
+		       RBT_SAMEF(struct rbt_raw_swr, struct rbt_flat_swr, rkey) &&
+		       RBT_SAMEF(struct rbt_raw_swr, struct rbt_flat_swr, imm) &&
+		       RBT_SAMEF(struct rbt_raw_swr, struct rbt_flat_swr, send_flags) &&
+		       RBT_SAMEF(struct rbt_raw_swr, struct rbt_flat_swr, payload_len) &&
+		       RBT_SAMEF(struct rbt_raw_swr, struct rbt_flat_swr, opcode) &&
+		       RBT_SAMEF(struct rbt_raw_swr, struct rbt_flat_swr, ext) &&
+		       RBT_SAMEF(struct rbt_raw_swr, struct rbt_flat_swr, nsge),
+	       "rbt_raw_swr is rbt_flat_swr");
+_Static_assert(sizeof(struct rbt_raw_swr_ext) == sizeof(struct rbt_flat_swr_ext) &&
+		       RBT_SAMEF(struct rbt_raw_swr_ext, struct rbt_flat_swr_ext, swap) &&
+		       RBT_SAMEF(struct rbt_raw_swr_ext, struct rbt_flat_swr_ext, ah) &&
+		       RBT_SAMEF(struct rbt_raw_swr_ext, struct rbt_flat_swr_ext,
+				 remote_qpn) &&
+		       RBT_SAMEF(struct rbt_raw_swr_ext, struct rbt_flat_swr_ext,
+				 remote_qkey),
+	       "rbt_raw_swr_ext is rbt_flat_swr_ext");
+_Static_assert(sizeof(struct rbt_raw_rwr) == sizeof(struct rbt_flat_rwr) &&
+		       RBT_SAMEF(struct rbt_raw_rwr, struct rbt_flat_rwr, nsge) &&
+		       sizeof(struct rbt_raw_sge) == sizeof(struct rbt_flat_sge) &&
+		       RBT_SAMEF(struct rbt_raw_sge, struct rbt_flat_sge, length) &&
+		       RBT_SAMEF(struct rbt_raw_sge, struct rbt_flat_sge, lkey),
+	       "rbt_raw_rwr and rbt_raw_sge are their flat twins");
+_Static_assert(sizeof(struct ibv_wc) == sizeof(struct rbt_flat_wc) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, status) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, opcode) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, vendor_err) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, byte_len) &&
+		       offsetof(struct ibv_wc, imm_data) ==
+			       offsetof(struct rbt_flat_wc, imm) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, qp_num) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, src_qp) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, wc_flags) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, pkey_index) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, slid) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, sl) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, dlid_path_bits) &&
+		       sizeof(struct rbt_raw_wcx) == sizeof(struct rbt_flat_wcx) &&
+		       RBT_FLAT_WC_WITH_INV == IBV_WC_WITH_INV &&
+		       RBT_FLAT_WCX == RBT_POLL_WCX,
+	       "ibv_wc is rbt_flat_wc");
+
+/* Posts and polls straight from the ring into the chunk; in flight mode (which
+ * follows every event) through rbt_decode_post/poll. */
+static int rbt_append_flat(const struct rbt_raw_hdr *h)
+{
+	enum rbt_flat_kind k;
+
+	switch (h->kind) {
+	case RBT_RAW_POST_SEND:
+		k = RBT_FLAT_POST_SEND;
+		break;
+	case RBT_RAW_POST_RECV:
+		k = RBT_FLAT_POST_RECV;
+		break;
+	case RBT_RAW_POST_SRQ:
+		k = RBT_FLAT_POST_SRQ;
+		break;
+	default:
+		k = RBT_FLAT_POLL;
+		break;
+	}
+	int err = rbt_writer_append_flat(rbt_writer, k, h->flags, h + 1,
+					 h->len - sizeof(*h));
+	if (err == -EBADMSG || err == -E2BIG)
+		return 0; /* this record only (cannot happen: we wrote it) */
+	if (err < 0) {
+		rbt_writer_failed = 1;
+		rbt_warn("cannot write trace %s: %s; the program runs on untraced",
+			 rbt_path, rbt_strerror(err));
+		atomic_store(&rbt_state, 2);
+		return err;
+	}
+	rbt_events_appended++;
+	return 0;
+}
+
 static void rbt_decode(const struct rbt_raw_hdr *h, uint32_t stream)
 {
+	if (!rbt_flight_on && h->kind >= RBT_RAW_POST_SEND && h->kind <= RBT_RAW_POLL) {
+		if (rbt_writer && !rbt_writer_failed)
+			rbt_append_flat(h);
+		return;
+	}
 	switch (h->kind) {
 	case RBT_RAW_EVENT: {
 		struct rbt_event ev;
@@ -302,6 +413,8 @@ static uint64_t rbt_drain_ring(struct rbt_ring *r)
 
 	while (tail != head) {
 		const struct rbt_raw_hdr *h = (const void *)(r->buf + (tail & r->mask));
+		/* The lines ahead are on the producer's core: ask for them early. */
+		__builtin_prefetch(r->buf + ((tail + 512) & r->mask));
 		if (h->len < sizeof(*h) || (h->len & 7) || h->len > r->size) {
 			/* Cannot happen unless memory was trampled: drop the rest. */
 			rbt_log("ring of thread %u damaged; dropping %llu bytes", r->tid,
@@ -365,6 +478,19 @@ static uint64_t rbt_nic_sample_pass(uint32_t stream, int all)
 	}
 	rbt_writer_end_chunk(rbt_writer);
 	return next;
+}
+
+/* What a light trace cannot say, in the trace itself (rbtrace dump/info). */
+static void rbt_light_note(uint32_t stream)
+{
+	struct rbt_event ev = { .type = RBT_EV_NOTE, .ts = rbt_now() };
+
+	if (!rbt_writer || rbt_writer_failed ||
+	    rbt_writer_begin_chunk(rbt_writer, stream) < 0)
+		return;
+	ev.u.note.text = RBT_LIGHT_NOTE;
+	rbt_append(&ev, stream);
+	rbt_writer_end_chunk(rbt_writer);
 }
 
 static void rbt_clock_sample(uint32_t stream)
@@ -664,6 +790,8 @@ void *rbt_drainer_main(void *arg)
 	pthread_mutex_lock(&rbt_writer_lock);
 	rbt_open_writer();
 	rbt_clock_sample(me);
+	if (rbt_cfg.light)
+		rbt_light_note(me);
 	pthread_mutex_unlock(&rbt_writer_lock);
 	next_flush = rbt_now() + rbt_cfg.flush_ticks;
 	next_sample = rbt_now() + rbt_tsc_hz;

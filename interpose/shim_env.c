@@ -138,7 +138,9 @@ void rbt_config_load(void)
 	 * bounds how long a run of empty polls is folded into one record. */
 	rbt_cfg.flush_ticks = 3000000ull * rbt_cfg.flush_ms;
 	rbt_cfg.block_ms = rbt_env_ul(RBT_ENV_BLOCK_MS, 1000, 0, 600000);
-	rbt_cfg.stacks = rbt_env_bool(RBT_ENV_STACKS, 1);
+	rbt_cfg.light = rbt_env_bool(RBT_ENV_LIGHT, 0);
+	/* Light mode trades detail for rate: no stacks unless asked for. */
+	rbt_cfg.stacks = rbt_env_bool(RBT_ENV_STACKS, !rbt_cfg.light);
 	rbt_cfg.nic_ts = rbt_env_bool(RBT_ENV_NIC_TS, 0);
 	rbt_cfg.writer_cpu = (int)rbt_env_ul(RBT_ENV_WRITER_CPU, (unsigned long)-1, 0,
 					     CPU_SETSIZE - 1);

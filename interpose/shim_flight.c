@@ -123,6 +123,11 @@ void rbt_flight_config(void)
 	rbt_fcfg.stall_ms = rbt_fenv(RBT_ENV_FLIGHT_STALL_MS, 1000, 86400000);
 	rbt_fcfg.slow_post_us = rbt_fenv(RBT_ENV_FLIGHT_SLOW_POST_US, 0, 100000000);
 	rbt_fcfg.slow_poll_us = rbt_fenv(RBT_ENV_FLIGHT_SLOW_POLL_US, 0, 100000000);
+	if (rbt_cfg.light && rbt_fcfg.flight_bytes &&
+	    (rbt_fcfg.slow_post_us || rbt_fcfg.slow_poll_us))
+		rbt_warn("%s/%s: no effect in light mode (%s=1: calls have no exit time)",
+			 RBT_ENV_FLIGHT_SLOW_POST_US, RBT_ENV_FLIGHT_SLOW_POLL_US,
+			 RBT_ENV_LIGHT);
 	s = getenv(RBT_ENV_ROTATE);
 	if (s && *s && strcmp(s, "0")) {
 		uint64_t ms = rbt_parse_ms(s);

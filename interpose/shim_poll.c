@@ -58,7 +58,8 @@ static void rbt_rec_poll(struct ibv_cq *cq, int asked, int ret, const struct ibv
 	struct rbt_raw_poll *p;
 
 	if (ret == 0) {
-		rbt_rec_empty_poll(r, cq, asked, 0, t0, t1);
+		/* light mode: the run ends at the last poll's entry */
+		rbt_rec_empty_poll(r, cq, asked, 0, t0, t1 ? t1 : t0);
 		return;
 	}
 	p = rbt_ring_reserve(r, len);
@@ -100,7 +101,7 @@ int rbt_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		return c->poll_cq(cq, n, wc);
 	uint64_t t0 = rbt_now();
 	int ret = c->poll_cq(cq, n, wc);
-	uint64_t t1 = rbt_now();
+	uint64_t t1 = rbt_now_exit();
 	rbt_rec_poll(cq, n, ret, wc, t0, t1);
 	rbt_dp_done();
 	return ret;

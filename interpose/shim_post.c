@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,15 @@
 /* ---- post_send ---------------------------------------------------------------------- */
 #define RBT_MAX_SGE 64	/* sges recorded per WR (more: the first 64) */
 #define RBT_SEG_WRS 256 /* WRs per record; longer chains take several */
+
+_Static_assert(sizeof(struct ibv_sge) == sizeof(struct rbt_raw_sge) &&
+		       offsetof(struct ibv_sge, addr) ==
+			       offsetof(struct rbt_raw_sge, addr) &&
+		       offsetof(struct ibv_sge, length) ==
+			       offsetof(struct rbt_raw_sge, length) &&
+		       offsetof(struct ibv_sge, lkey) ==
+			       offsetof(struct rbt_raw_sge, lkey),
+	       "an ibv_sge is copied into a raw sge as it is");
 
 static uint32_t rbt_payload_len(const struct ibv_send_wr *w, uint32_t nsge)
 {
@@ -47,27 +57,29 @@ static inline uint32_t rbt_nsge(int n)
 	return n <= 0 ? 0 : n > RBT_MAX_SGE ? RBT_MAX_SGE : (uint32_t)n;
 }
 
-/* Whether a send WR on a QP of this type needs rbt_raw_swr_ext. */
-static inline int rbt_swr_ext(enum ibv_qp_type t, enum ibv_wr_opcode op)
+/* Opcodes as bits, so that a chain's per-WR tests are one AND each (opcodes
+ * above 31 are none of these). */
+#define RBT_OPBIT(op) ((op) < 32 ? 1u << (op) : 0u)
+#define RBT_EXT_OPS                                                                \
+	((1u << IBV_WR_ATOMIC_CMP_AND_SWP) | (1u << IBV_WR_ATOMIC_FETCH_AND_ADD) | \
+	 (1u << IBV_WR_BIND_MW) | (1u << IBV_WR_TSO))
+#define RBT_IMM_OPS ((1u << IBV_WR_SEND_WITH_IMM) | (1u << IBV_WR_RDMA_WRITE_WITH_IMM))
+#define RBT_INV_OPS ((1u << IBV_WR_SEND_WITH_INV) | (1u << IBV_WR_LOCAL_INV))
+
+/* Whether a send WR needs rbt_raw_swr_ext: qp_ext, its QP is UD or XRC. */
+static inline int rbt_swr_ext(int qp_ext, enum ibv_wr_opcode op)
 {
-	return t == IBV_QPT_UD || t == IBV_QPT_XRC_SEND ||
-	       op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD ||
-	       op == IBV_WR_BIND_MW || op == IBV_WR_TSO;
+	return qp_ext | !!(RBT_OPBIT(op) & RBT_EXT_OPS);
 }
 
 /* The imm_data field of the trace (see RBT_REC_send_wr). */
 static inline uint32_t rbt_swr_imm(const struct ibv_send_wr *w)
 {
-	switch (w->opcode) {
-	case IBV_WR_SEND_WITH_IMM:
-	case IBV_WR_RDMA_WRITE_WITH_IMM:
-		return be32toh(w->imm_data);
-	case IBV_WR_SEND_WITH_INV:
-	case IBV_WR_LOCAL_INV:
-		return w->invalidate_rkey;
-	default:
+	uint32_t b = RBT_OPBIT(w->opcode);
+
+	if (RBT_LIKELY(!(b & (RBT_IMM_OPS | RBT_INV_OPS))))
 		return 0;
-	}
+	return b & RBT_IMM_OPS ? be32toh(w->imm_data) : w->invalidate_rkey;
 }
 
 /* WRs after *bad_wr were never posted and may be half-built: they are not read. */
@@ -76,6 +88,8 @@ static void rbt_rec_send(struct ibv_qp *qp, struct ibv_send_wr *wr, int ret,
 {
 	struct rbt_ring *r = rbt_ring_get();
 	enum ibv_qp_type qpt = qp->qp_type;
+	int qp_ext = qpt == IBV_QPT_UD || qpt == IBV_QPT_XRC_SEND;
+	uint32_t pay = rbt_cfg.payload;
 	uint32_t bad_idx = 0;
 	struct ibv_send_wr *stop = NULL;
 
@@ -93,9 +107,9 @@ static void rbt_rec_send(struct ibv_qp *qp, struct ibv_send_wr *wr, int ret,
 			uint32_t ns = rbt_nsge(w->num_sge);
 			len += sizeof(struct rbt_raw_swr) +
 			       ns * sizeof(struct rbt_raw_sge);
-			if (RBT_UNLIKELY(rbt_swr_ext(qpt, w->opcode)))
+			if (RBT_UNLIKELY(rbt_swr_ext(qp_ext, w->opcode)))
 				len += sizeof(struct rbt_raw_swr_ext);
-			if (RBT_UNLIKELY(rbt_cfg.payload))
+			if (RBT_UNLIKELY(pay))
 				len += RBT_ALIGN8(rbt_payload_len(w, ns));
 		}
 		struct rbt_raw_post *p = rbt_ring_reserve(r, (uint32_t)len);
@@ -127,7 +141,7 @@ static void rbt_rec_send(struct ibv_qp *qp, struct ibv_send_wr *wr, int ret,
 				h->nsge = (uint16_t)ns;
 				h->pad = 0;
 				o += sizeof(*h);
-				if (RBT_UNLIKELY(rbt_swr_ext(qpt, w->opcode))) {
+				if (RBT_UNLIKELY(rbt_swr_ext(qp_ext, w->opcode))) {
 					struct rbt_raw_swr_ext *x = (void *)o;
 					memset(x, 0, sizeof(*x));
 					h->ext = 1;
@@ -162,13 +176,13 @@ static void rbt_rec_send(struct ibv_qp *qp, struct ibv_send_wr *wr, int ret,
 					o += sizeof(*x);
 				}
 				struct rbt_raw_sge *sg = (void *)o;
-				for (uint32_t i = 0; i < ns; i++) {
-					sg[i].addr = w->sg_list[i].addr;
-					sg[i].length = w->sg_list[i].length;
-					sg[i].lkey = w->sg_list[i].lkey;
-				}
+				/* ibv_sge and the raw sge are the same 16 bytes */
+				if (RBT_LIKELY(ns == 1))
+					memcpy(sg, w->sg_list, sizeof(*sg));
+				else
+					memcpy(sg, w->sg_list, ns * sizeof(*sg));
 				o += ns * sizeof(*sg);
-				if (RBT_UNLIKELY(rbt_cfg.payload)) {
+				if (RBT_UNLIKELY(pay)) {
 					uint32_t pl = rbt_payload_len(w, ns);
 					h->payload_len = pl;
 					if (pl)
@@ -224,11 +238,10 @@ static void rbt_rec_recv(uint16_t kind, void *obj, uint32_t qpn, struct ibv_recv
 				o->nsge = ns;
 				o->pad = 0;
 				struct rbt_raw_sge *s = (void *)(o + 1);
-				for (uint32_t i = 0; i < ns; i++) {
-					s[i].addr = w->sg_list[i].addr;
-					s[i].length = w->sg_list[i].length;
-					s[i].lkey = w->sg_list[i].lkey;
-				}
+				if (RBT_LIKELY(ns == 1))
+					memcpy(s, w->sg_list, sizeof(*s));
+				else
+					memcpy(s, w->sg_list, ns * sizeof(*s));
 				o = (void *)(s + ns);
 			}
 			rbt_ring_commit(r);
@@ -249,7 +262,7 @@ int rbt_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 		return c->post_send(qp, wr, bad_wr);
 	uint64_t t0 = rbt_now();
 	int ret = c->post_send(qp, wr, bad_wr);
-	uint64_t t1 = rbt_now();
+	uint64_t t1 = rbt_now_exit();
 	rbt_rec_send(qp, wr, ret, ret && bad_wr ? *bad_wr : NULL, t0, t1);
 	rbt_dp_done();
 	return ret;
@@ -265,7 +278,7 @@ int rbt_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 		return c->post_recv(qp, wr, bad_wr);
 	uint64_t t0 = rbt_now();
 	int ret = c->post_recv(qp, wr, bad_wr);
-	uint64_t t1 = rbt_now();
+	uint64_t t1 = rbt_now_exit();
 	rbt_rec_recv(RBT_RAW_POST_RECV, qp, qp->qp_num, wr, ret,
 		     ret && bad_wr ? *bad_wr : NULL, t0, t1);
 	rbt_dp_done();
@@ -283,7 +296,7 @@ int rbt_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 		return c->post_srq_recv(srq, wr, bad_wr);
 	uint64_t t0 = rbt_now();
 	int ret = c->post_srq_recv(srq, wr, bad_wr);
-	uint64_t t1 = rbt_now();
+	uint64_t t1 = rbt_now_exit();
 	rbt_rec_recv(RBT_RAW_POST_SRQ, srq, 0, wr, ret, ret && bad_wr ? *bad_wr : NULL,
 		     t0, t1);
 	rbt_dp_done();
@@ -301,7 +314,7 @@ int rbt_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *b)
 		return c->bind_mw(qp, mw, b);
 	uint64_t t0 = rbt_now();
 	int ret = c->bind_mw(qp, mw, b);
-	uint64_t t1 = rbt_now();
+	uint64_t t1 = rbt_now_exit();
 	struct ibv_send_wr wr = { .wr_id = b->wr_id,
 				  .opcode = IBV_WR_BIND_MW,
 				  .send_flags = b->send_flags };

@@ -47,7 +47,7 @@ cmds=$(rbtrace --help | sed -n '/^commands:/,/^$/s/^  \([a-z][a-z-]*\) .*/\1/p' 
 [ -n "$cmds" ] || fail "no commands in rbtrace --help"
 for c in $cmds --version help; do expect_has "$c" rbtrace ""; done
 expect "record replay report" rbtrace re
-expect "--flight= --help --output --rotate= --softnic" rbtrace record --
+expect "--flight= --help --light --output --rotate= --softnic" rbtrace record --
 expect "--around= --from= --help --jobs= --json --qp= --stream= --thread= --to= --type=" rbtrace dump --
 expect_has --timing= rbtrace replay --t
 expect_has --poll-timeout rbtrace replay --p

@@ -6,6 +6,9 @@
 #   unmatched completions, and replays on softnic with every completion matched;
 #   the error snapshot's window is cut (older chunks dropped, its resources
 #   carried over); `rbtrace snapshot` refuses a process without the recorder;
+# - a snapshot on a slow post (a 16 MiB write softnic moves inside the post),
+#   a slow poll (a 16 MiB send that waited for its receive, moved inside the
+#   poll) and an async event (SQ_DRAINED after a move to SQD), off by default;
 # - rotation at 64 KiB: a series of self-contained files that info, dump and
 #   report read as one, with the same counts as an unrotated run of the same
 #   program; a missing part makes the series read as unfinished.
@@ -107,6 +110,28 @@ RBTRACE_FLIGHT=8M RBTRACE_FLIGHT_STALL_MS=200 run "$tmp/stall.rbt" "$PROG" stall
 trigger "$tmp/stall-snap1.rbt" stall
 reported "$tmp/stall-snap1.rbt"
 replayed "$tmp/stall-snap1.rbt"
+
+echo "== slow post: a 16 MiB RDMA WRITE, moved inside the post by softnic"
+RBTRACE_FLIGHT=8M RBTRACE_FLIGHT_SLOW_POST_US=500 run "$tmp/spost.rbt" "$PROG" big 200 16 >/dev/null
+trigger "$tmp/spost-snap1.rbt" slow_post
+grep -qE "trigger slow_post at .* [0-9]{3,} us" "$tmp/info.txt" ||
+	fail "the slow post's time not said: $(grep trigger "$tmp/info.txt")"
+reported "$tmp/spost-snap1.rbt"
+replayed "$tmp/spost-snap1.rbt"
+
+echo "== slow poll: a 16 MiB SEND that waited for its receive, moved inside the poll"
+RBTRACE_FLIGHT=8M RBTRACE_FLIGHT_SLOW_POLL_US=1000 run "$tmp/spoll.rbt" "$PROG" bigsend 200 16 >/dev/null
+trigger "$tmp/spoll-snap1.rbt" slow_poll
+reported "$tmp/spoll-snap1.rbt"
+
+echo "== async event: QP A moved to SQD, softnic's SQ_DRAINED read by the program"
+RBTRACE_FLIGHT=8M run "$tmp/async.rbt" "$PROG" async 300 >"$tmp/async.out"
+grep -q "async event send queue drained" "$tmp/async.out" || fail "no async event: $(cat "$tmp/async.out")"
+trigger "$tmp/async-snap1.rbt" async_event
+reported "$tmp/async-snap1.rbt"
+# the slow triggers are off by default: the same programs fire nothing else
+RBTRACE_FLIGHT=8M run "$tmp/nospost.rbt" "$PROG" big 200 16 >/dev/null
+[ ! -f "$tmp/nospost-snap1.rbt" ] || fail "a slow post fired with the trigger off"
 
 # waiter NAME: flight_prog wait in the background, its pid in $pid once ready
 waiter() {

@@ -1146,3 +1146,298 @@ TEST(Format, TextAndJsonPrinters)
 	rbt_event_format_json(&h, &note, buf, sizeof(buf));
 	EXPECT_NE(nullptr, strstr(buf, "\"text\":\"a \\\"quoted\\\"\\nline\\\\\""));
 }
+
+// ---- flat records: rbt_writer_append_flat() writes append()'s bytes ----------------
+namespace
+{
+
+struct ChunkSink {
+	std::vector<uint8_t> bytes;
+	static int put(void *arg, const void *c, size_t len, uint64_t, uint64_t)
+	{
+		auto *s = static_cast<ChunkSink *>(arg);
+		s->bytes.insert(s->bytes.end(), (const uint8_t *)c,
+				(const uint8_t *)c + len);
+		return 0;
+	}
+};
+
+template <class T> void put_flat(std::vector<uint8_t> &b, const T &v)
+{
+	b.insert(b.end(), (const uint8_t *)&v, (const uint8_t *)&v + sizeof(v));
+}
+
+// A value that is often zero, sometimes repeats, sometimes large.
+uint64_t edge(std::mt19937_64 &rng, uint64_t prev)
+{
+	switch (rng() % 5) {
+	case 0:
+		return 0;
+	case 1:
+		return prev;
+	case 2:
+		return prev + rng() % 300;
+	case 3:
+		return rng() % 200;
+	default:
+		return rng();
+	}
+}
+
+} // namespace
+
+TEST(FormatFlat, SameBytesAsAppend)
+{
+	std::mt19937_64 rng(15);
+	ChunkSink a, b;
+	struct rbt_header hdr = {};
+	struct rbt_writer_opts oa = {}, ob = {};
+	oa.sink = ChunkSink::put;
+	oa.sink_arg = &a;
+	oa.chunk_bytes = 4096; // many chunks: slots restart at each
+	ob = oa;
+	ob.sink_arg = &b;
+	struct rbt_writer *wa, *wb;
+	ASSERT_EQ(rbt_writer_open_sink(&hdr, &oa, &wa), 0);
+	ASSERT_EQ(rbt_writer_open_sink(&hdr, &ob, &wb), 0);
+	ASSERT_EQ(rbt_writer_begin_chunk(wa, 7), 0);
+	ASSERT_EQ(rbt_writer_begin_chunk(wb, 7), 0);
+	uint64_t ts = 1000, prev = 0;
+	uint8_t payload[40];
+	for (size_t i = 0; i < sizeof(payload); i++)
+		payload[i] = (uint8_t)(i * 7);
+	for (int n = 0; n < 20000; n++) {
+		std::vector<uint8_t> rec;
+		std::deque<rbt_sge> sges;
+		std::deque<rbt_send_wr> swrs;
+		std::deque<rbt_recv_wr> rwrs;
+		std::deque<rbt_wc> wcs;
+		struct rbt_event ev = {};
+		ts += rng() % 4 ? rng() % 200 : 0;
+		ev.ts = ts;
+		ev.stream = 7;
+		unsigned kind = 1 + rng() % 4;
+		uint32_t flags = 0;
+		if (kind == RBT_FLAT_POLL) {
+			struct rbt_flat_poll p = {};
+			flags = rng() % 2 ? RBT_FLAT_WCX : 0;
+			p.ts = ts;
+			p.ts_exit = rng() % 8 ? ts + rng() % 100 : 0;
+			p.ret = (int32_t)(rng() % 5) - 1;
+			p.cq = prev = edge(rng, prev);
+			p.asked = (uint32_t)(rng() % 33);
+			p.api = (uint32_t)(rng() % 2);
+			p.count = (uint32_t)(rng() % 3);
+			p.nwc = (uint32_t)(rng() % 4 ? rng() % 3 : rng() % 20);
+			put_flat(rec, p);
+			ev.type = RBT_EV_POLL_CQ;
+			ev.u.poll_cq.ts_exit = p.ts_exit;
+			ev.u.poll_cq.ret = p.ret;
+			ev.u.poll_cq.cq = p.cq;
+			ev.u.poll_cq.asked = p.asked;
+			ev.u.poll_cq.api = p.api;
+			ev.u.poll_cq.count = p.count ? p.count : 1;
+			ev.u.poll_cq.n_wcs = p.nwc;
+			for (uint32_t k = 0; k < p.nwc; k++) {
+				struct rbt_flat_wcx x = {};
+				x.wc.wr_id = edge(rng, prev);
+				x.wc.status = (uint32_t)(rng() % 3 ? 0 : rng() % 22);
+				x.wc.opcode = (uint32_t)(rng() % 4);
+				x.wc.vendor_err = (uint32_t)(rng() % 9 ? 0 : rng());
+				x.wc.byte_len = (uint32_t)edge(rng, 64);
+				x.wc.imm = (uint32_t)(rng() % 3 ? 0 : rng());
+				x.wc.qp_num = (uint32_t)edge(rng, 0x123);
+				x.wc.src_qp = (uint32_t)(rng() % 3 ? 0 : rng());
+				x.wc.wc_flags = (uint32_t)(rng() % 16);
+				x.wc.pkey_index = (uint16_t)(rng() % 3);
+				x.wc.slid = (uint16_t)(rng() % 3);
+				x.wc.sl = (uint8_t)(rng() % 3);
+				x.wc.dlid_path_bits = (uint8_t)(rng() % 3);
+				x.hw_ts = flags ? edge(rng, ts) : 0;
+				if (flags)
+					put_flat(rec, x);
+				else
+					put_flat(rec, x.wc);
+				struct rbt_wc w = {};
+				w.wr_id = x.wc.wr_id;
+				w.status = x.wc.status;
+				w.opcode = x.wc.opcode;
+				w.vendor_err = x.wc.vendor_err;
+				w.byte_len = x.wc.byte_len;
+				w.imm_data = x.wc.wc_flags & RBT_FLAT_WC_WITH_INV
+						     ? x.wc.imm
+						     : be32toh(x.wc.imm);
+				w.qp_num = x.wc.qp_num;
+				w.src_qp = x.wc.src_qp;
+				w.wc_flags = x.wc.wc_flags;
+				w.pkey_index = x.wc.pkey_index;
+				w.slid = x.wc.slid;
+				w.sl = x.wc.sl;
+				w.dlid_path_bits = x.wc.dlid_path_bits;
+				w.hw_ts = x.hw_ts;
+				wcs.push_back(w);
+			}
+			std::vector<rbt_wc> flat(wcs.begin(), wcs.end());
+			ev.u.poll_cq.wcs = flat.data();
+			ASSERT_EQ(rbt_writer_append_flat(wa, RBT_FLAT_POLL, flags,
+							 rec.data(), rec.size()),
+				  0);
+			ASSERT_EQ(rbt_writer_append(wb, &ev), 0);
+			continue;
+		}
+		struct rbt_flat_post p = {};
+		p.ts = ts;
+		p.ts_exit = rng() % 8 ? ts + rng() % 100 : 0;
+		p.ret = rng() % 6 ? 0 : 12;
+		p.obj = prev = edge(rng, prev);
+		p.qp_num = kind == RBT_FLAT_POST_SRQ ? 0 : (uint32_t)edge(rng, 0x123);
+		p.bad_wr = p.ret ? (uint32_t)(rng() % 2) : 0;
+		p.api = kind == RBT_FLAT_POST_SEND ? (uint16_t)(rng() % 2) : 0;
+		p.nwr = (uint16_t)(rng() % 4 ? 1 + rng() % 2 : rng() % 9);
+		put_flat(rec, p);
+		std::vector<std::vector<rbt_sge>> sgv(p.nwr);
+		for (uint32_t k = 0; k < p.nwr; k++) {
+			uint32_t ns = (uint32_t)(rng() % 4 ? 1 : rng() % 4);
+			if (kind == RBT_FLAT_POST_SEND) {
+				struct rbt_flat_swr x = {};
+				struct rbt_flat_swr_ext e = {};
+				x.wr_id = edge(rng, k);
+				x.remote_addr = edge(rng, 0x7f0000000000);
+				x.rkey = (uint32_t)edge(rng, 0x1234);
+				x.imm = (uint32_t)(rng() % 4 ? 0 : rng());
+				x.send_flags = (uint32_t)(rng() % 8);
+				x.opcode = (uint8_t)(rng() % 11);
+				x.ext = rng() % 4 == 0;
+				x.payload_len =
+					rng() % 5 == 0 ? (uint32_t)(rng() % 40) : 0;
+				x.nsge = (uint16_t)ns;
+				put_flat(rec, x);
+				if (x.ext) {
+					e.compare_add = edge(rng, 0);
+					e.swap = edge(rng, 0);
+					e.ah = edge(rng, 0x55d0c0de2000);
+					e.remote_qpn = (uint32_t)edge(rng, 0);
+					e.remote_qkey = (uint32_t)edge(rng, 0);
+					put_flat(rec, e);
+				}
+				struct rbt_send_wr w = {};
+				w.wr_id = x.wr_id;
+				w.opcode = x.opcode;
+				w.send_flags = x.send_flags;
+				w.imm_data = x.imm;
+				w.remote_addr = x.remote_addr;
+				w.rkey = x.rkey;
+				w.compare_add = e.compare_add;
+				w.swap = e.swap;
+				w.ah = e.ah;
+				w.remote_qpn = e.remote_qpn;
+				w.remote_qkey = e.remote_qkey;
+				w.n_sges = ns;
+				w.payload.len = x.payload_len;
+				w.payload.data = x.payload_len ? payload : nullptr;
+				swrs.push_back(w);
+			} else {
+				struct rbt_flat_rwr x = {};
+				x.wr_id = edge(rng, k);
+				x.nsge = ns;
+				put_flat(rec, x);
+				struct rbt_recv_wr w = {};
+				w.wr_id = x.wr_id;
+				w.n_sges = ns;
+				rwrs.push_back(w);
+			}
+			for (uint32_t j = 0; j < ns; j++) {
+				struct rbt_flat_sge s = {};
+				s.addr = edge(rng, 0x7f3100000000);
+				s.length = (uint32_t)edge(rng, 64);
+				s.lkey = (uint32_t)edge(rng, 0x4321);
+				put_flat(rec, s);
+				sgv[k].push_back({ s.addr, s.length, s.lkey });
+			}
+			if (kind == RBT_FLAT_POST_SEND) {
+				uint32_t pl = swrs.back().payload.len;
+				rec.insert(rec.end(), payload, payload + pl);
+				rec.resize(rec.size() + ((8 - pl % 8) % 8));
+			}
+		}
+		for (uint32_t k = 0; k < p.nwr; k++) {
+			if (kind == RBT_FLAT_POST_SEND)
+				swrs[k].sges = sgv[k].data();
+			else
+				rwrs[k].sges = sgv[k].data();
+		}
+		std::vector<rbt_send_wr> sw(swrs.begin(), swrs.end());
+		std::vector<rbt_recv_wr> rw(rwrs.begin(), rwrs.end());
+		if (kind == RBT_FLAT_POST_SEND) {
+			ev.type = RBT_EV_POST_SEND;
+			ev.u.post_send.ts_exit = p.ts_exit;
+			ev.u.post_send.ret = p.ret;
+			ev.u.post_send.qp = p.obj;
+			ev.u.post_send.qp_num = p.qp_num;
+			ev.u.post_send.bad_wr = p.bad_wr;
+			ev.u.post_send.api = p.api;
+			ev.u.post_send.n_wrs = p.nwr;
+			ev.u.post_send.wrs = sw.data();
+		} else if (kind == RBT_FLAT_POST_RECV) {
+			ev.type = RBT_EV_POST_RECV;
+			ev.u.post_recv.ts_exit = p.ts_exit;
+			ev.u.post_recv.ret = p.ret;
+			ev.u.post_recv.qp = p.obj;
+			ev.u.post_recv.qp_num = p.qp_num;
+			ev.u.post_recv.bad_wr = p.bad_wr;
+			ev.u.post_recv.n_wrs = p.nwr;
+			ev.u.post_recv.wrs = rw.data();
+		} else {
+			ev.type = RBT_EV_POST_SRQ_RECV;
+			ev.u.post_srq_recv.ts_exit = p.ts_exit;
+			ev.u.post_srq_recv.ret = p.ret;
+			ev.u.post_srq_recv.srq = p.obj;
+			ev.u.post_srq_recv.bad_wr = p.bad_wr;
+			ev.u.post_srq_recv.n_wrs = p.nwr;
+			ev.u.post_srq_recv.wrs = rw.data();
+		}
+		ASSERT_EQ(rbt_writer_append_flat(wa, (enum rbt_flat_kind)kind, 0,
+						 rec.data(), rec.size()),
+			  0)
+			<< "record " << n;
+		ASSERT_EQ(rbt_writer_append(wb, &ev), 0);
+	}
+	ASSERT_EQ(rbt_writer_end_chunk(wa), 0);
+	ASSERT_EQ(rbt_writer_end_chunk(wb), 0);
+	EXPECT_GT(a.bytes.size(), 10000u);
+	EXPECT_TRUE(a.bytes == b.bytes)
+		<< "flat " << a.bytes.size() << " bytes, append " << b.bytes.size();
+	rbt_writer_close(wa, nullptr);
+	rbt_writer_close(wb, nullptr);
+}
+
+TEST(FormatFlat, RefusesRecordsThatOverrunTheirLength)
+{
+	ChunkSink a;
+	struct rbt_header hdr = {};
+	struct rbt_writer_opts o = {};
+	o.sink = ChunkSink::put;
+	o.sink_arg = &a;
+	struct rbt_writer *w;
+	ASSERT_EQ(rbt_writer_open_sink(&hdr, &o, &w), 0);
+	struct {
+		struct rbt_flat_post p;
+		struct rbt_flat_swr s;
+	} r = {};
+	r.p.nwr = 1;
+	r.s.nsge = 3; // three sges that are not there
+	EXPECT_EQ(rbt_writer_append_flat(w, RBT_FLAT_POST_SEND, 0, &r, sizeof(r)),
+		  -EINVAL)
+		<< "no chunk open";
+	ASSERT_EQ(rbt_writer_begin_chunk(w, 1), 0);
+	EXPECT_EQ(rbt_writer_append_flat(w, RBT_FLAT_POST_SEND, 0, &r, sizeof(r)),
+		  -EBADMSG);
+	EXPECT_EQ(rbt_writer_append_flat(w, RBT_FLAT_POST_SEND, 0, &r, 8), -EBADMSG);
+	struct rbt_flat_poll pl = {};
+	pl.nwc = 2;
+	EXPECT_EQ(rbt_writer_append_flat(w, RBT_FLAT_POLL, 0, &pl, sizeof(pl)), -EBADMSG);
+	r.s.nsge = 0;
+	EXPECT_EQ(rbt_writer_append_flat(w, RBT_FLAT_POST_SEND, 0, &r, sizeof(r)), 0);
+	EXPECT_EQ(rbt_writer_end_chunk(w), 0);
+	EXPECT_EQ(rbt_writer_close(w, nullptr), 0);
+}

@@ -957,6 +957,95 @@ int rbt_writer_open_fd(int fd, const struct rbt_header *hdr,
 int rbt_writer_begin_chunk(struct rbt_writer *w, uint32_t stream);
 int rbt_writer_append(struct rbt_writer *w, const struct rbt_event *ev);
 int rbt_writer_end_chunk(struct rbt_writer *w);
+
+/* ---- writer: flat records -------------------------------------------------------
+ * The recorder's hot events as its per-thread rings hold them (fixed layouts,
+ * 8-byte aligned, no pointers), encoded straight into the open chunk: the same
+ * bytes rbt_writer_append() writes for the equivalent event, at a fraction of
+ * the cost (no struct rbt_event to build, fields known to be zero never
+ * tested). rec points at the flat post or poll and len covers it and all that
+ * follows it. Returns 0, a negative errno (sticky, as append()), or -EBADMSG
+ * when the record does not fit len (nothing written).
+ *
+ *   RBT_FLAT_POST_SEND:  rbt_flat_post, then per WR an rbt_flat_swr, its
+ *                        rbt_flat_swr_ext when ext, nsge rbt_flat_sge, and
+ *                        payload_len bytes padded to 8.
+ *   RBT_FLAT_POST_RECV, RBT_FLAT_POST_SRQ: rbt_flat_post, then per WR an
+ *                        rbt_flat_rwr and its nsge rbt_flat_sge.
+ *   RBT_FLAT_POLL:       rbt_flat_poll, then nwc rbt_flat_wc, or nwc
+ *                        rbt_flat_wcx with RBT_FLAT_WCX in flags.
+ */
+enum rbt_flat_kind {
+	RBT_FLAT_POST_SEND = 1,
+	RBT_FLAT_POST_RECV,
+	RBT_FLAT_POST_SRQ,
+	RBT_FLAT_POLL,
+};
+#define RBT_FLAT_WCX 1u
+
+struct rbt_flat_post {
+	uint64_t ts, ts_exit, obj; /* obj: the QP, or the SRQ */
+	int32_t ret;
+	uint32_t qp_num;
+	uint32_t bad_wr;
+	uint16_t api;
+	uint16_t nwr;
+};
+
+struct rbt_flat_sge {
+	uint64_t addr;
+	uint32_t length, lkey;
+};
+
+struct rbt_flat_swr {
+	uint64_t wr_id, remote_addr;
+	uint32_t rkey, imm, send_flags;
+	uint32_t payload_len;
+	uint8_t opcode;
+	uint8_t ext; /* an rbt_flat_swr_ext follows */
+	uint16_t nsge;
+	uint32_t pad;
+};
+
+struct rbt_flat_swr_ext {
+	uint64_t compare_add, swap, ah;
+	uint32_t remote_qpn, remote_qkey;
+};
+
+struct rbt_flat_rwr {
+	uint64_t wr_id;
+	uint32_t nsge, pad;
+};
+
+struct rbt_flat_poll {
+	uint64_t ts, ts_exit, cq;
+	int32_t ret;
+	uint32_t asked;
+	uint32_t api;
+	uint32_t count; /* polls folded into this one; 0 counts as 1 */
+	uint32_t nwc, pad;
+};
+
+/* struct ibv_wc's layout (the recorder copies the array the provider filled):
+ * imm is as the wc holds it, big-endian, or the invalidated rkey when
+ * wc_flags has RBT_FLAT_WC_WITH_INV (IBV_WC_WITH_INV). */
+#define RBT_FLAT_WC_WITH_INV (1u << 3)
+struct rbt_flat_wc {
+	uint64_t wr_id;
+	uint32_t status, opcode, vendor_err, byte_len;
+	uint32_t imm, qp_num, src_qp, wc_flags;
+	uint16_t pkey_index, slid;
+	uint8_t sl, dlid_path_bits;
+	uint8_t pad[2];
+};
+
+struct rbt_flat_wcx {
+	struct rbt_flat_wc wc;
+	uint64_t hw_ts;
+};
+
+int rbt_writer_append_flat(struct rbt_writer *w, enum rbt_flat_kind kind, uint32_t flags,
+			   const void *rec, size_t len);
 /* Ends the open chunk, writes the trailer, fsyncs nothing, closes. NULL is fine.
  * trailer may be NULL (the writer fills events; end clock pair left zero). */
 int rbt_writer_close(struct rbt_writer *w, const struct rbt_trailer *trailer);

@@ -8,6 +8,7 @@
  * never exit and never leave a half-written chunk header behind a successful
  * return.
  */
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -40,6 +41,7 @@ struct rbt_writer {
 
 	uint64_t events, lost;
 	uint32_t chunk_flags;
+	int flat_wcx; /* rbt_writer_append_flat(): the poll's elements are wcx */
 	int (*sink)(void *arg, const void *chunk, size_t len, uint64_t first_ts,
 		    uint64_t last_ts);
 	void *sink_arg;
@@ -243,7 +245,7 @@ static uint8_t *enc_fields(struct rbt_writer *w, const struct rbt_desc *d,
  * counters the compiler folds into constants; h counts H and D fields in list
  * order from the list's slot0, exactly as rbt_tables.c numbers the slots.
  */
-static inline uint8_t *put_v(uint8_t *p, uint64_t v)
+static inline __attribute__((always_inline)) uint8_t *put_v(uint8_t *p, uint64_t v)
 {
 	if (__builtin_expect(v < 0x80, 1)) {
 		*p = (uint8_t)v;
@@ -363,31 +365,31 @@ static uint8_t *enc_blob(struct rbt_writer *w, uint8_t *p, struct rbt_blob b,
 
 /* A record list: its field-set encoder, then the A-field encoder for arrays of
  * it (count, then each record behind a length byte patched afterwards). */
-#define GEN_REC(lname)                                                                  \
-	static inline uint8_t *enc_rec_##lname(struct rbt_writer *w,                    \
-					       const struct rbt_##lname *s, uint8_t *p, \
-					       uint64_t ts)                             \
-	{                                                                               \
-		uint64_t *sl = w->slots + rbt__rec[RBT_RECID_##lname].slot0;            \
-		GEN_BODY(RBT_REC_##lname)                                               \
-	}                                                                               \
-	static uint8_t *enc_arr_##lname(struct rbt_writer *w, uint8_t *p, uint32_t n,   \
-					const struct rbt_##lname *e, uint64_t ts)       \
-	{                                                                               \
-		enum { NF = 0 RBT_REC_##lname(ONE_F, ONE_A) };                          \
-		p = put_v(p, n);                                                        \
-		for (uint32_t k = 0; k < n; k++) {                                      \
-			ENSURE(SCALARS(NF) + 1);                                        \
-			*p++ = 0; /* length, patched below */                           \
-			size_t rs = (size_t)(p - w->raw);                               \
-			p = enc_rec_##lname(w, e + k, p, ts);                           \
-			if (!p)                                                         \
-				return NULL;                                            \
-			p = patch_len(w, rs, p);                                        \
-			if (!p)                                                         \
-				return NULL;                                            \
-		}                                                                       \
-		return p;                                                               \
+#define GEN_REC(lname)                                                                \
+	static inline __attribute__((always_inline))                                  \
+	uint8_t *enc_rec_##lname(struct rbt_writer *w, const struct rbt_##lname *s,   \
+				 uint8_t *p, uint64_t ts)                             \
+	{                                                                             \
+		uint64_t *sl = w->slots + rbt__rec[RBT_RECID_##lname].slot0;          \
+		GEN_BODY(RBT_REC_##lname)                                             \
+	}                                                                             \
+	static uint8_t *enc_arr_##lname(struct rbt_writer *w, uint8_t *p, uint32_t n, \
+					const struct rbt_##lname *e, uint64_t ts)     \
+	{                                                                             \
+		enum { NF = 0 RBT_REC_##lname(ONE_F, ONE_A) };                        \
+		p = put_v(p, n);                                                      \
+		for (uint32_t k = 0; k < n; k++) {                                    \
+			ENSURE(SCALARS(NF) + 1);                                      \
+			*p++ = 0; /* length, patched below */                         \
+			size_t rs = (size_t)(p - w->raw);                             \
+			p = enc_rec_##lname(w, e + k, p, ts);                         \
+			if (!p)                                                       \
+				return NULL;                                          \
+			p = patch_len(w, rs, p);                                      \
+			if (!p)                                                       \
+				return NULL;                                          \
+		}                                                                     \
+		return p;                                                             \
 	}
 /* In dependency order: send_wr and recv_wr hold sges. */
 GEN_REC(sge)
@@ -599,6 +601,60 @@ int rbt_writer_begin_chunk(struct rbt_writer *w, uint32_t stream)
 	return 0;
 }
 
+/* The framing of one event: its type, a length byte patched at ev_close(), the
+ * ts delta. Returns where the fields go; *start is where the length counts from. */
+static inline uint8_t *ev_open(struct rbt_writer *w, uint32_t type, uint64_t ts,
+			       size_t *start)
+{
+	if (!w->nev) {
+		w->first_ts = ts;
+		w->prev_ts = ts;
+	}
+	uint8_t *p = grow(w, w->raw + w->raw_len, 32);
+	if (!p)
+		return NULL;
+	*p++ = (uint8_t)type; /* ids < 64: a one-byte varint */
+	*p++ = 0;	      /* payload length, patched below */
+	*start = (size_t)(p - w->raw);
+	return put_v(p, rbt__zigzag((int64_t)(ts - w->prev_ts)));
+}
+
+/* Ends the event that ev_open() began at raw_len; p is its end (NULL: out of
+ * memory). */
+static inline int ev_close(struct rbt_writer *w, uint8_t *p, size_t start, uint64_t ts)
+{
+	size_t at = w->raw_len;
+	/* A zero ts delta with no field after it is left out too. */
+	if (p && p == w->raw + start + 1 && w->raw[start] == 0)
+		p--;
+	if (p)
+		p = patch_len(w, start, p);
+	if (!p)
+		return w->err = -ENOMEM;
+	size_t len = (size_t)(p - w->raw);
+	if (__builtin_expect(len - at > RBT_MAX_RAW / 2, 0)) {
+		/* Drop it (no reader would accept the chunk). Its handles are already
+		 * in the slots, so end the chunk here: the next one starts afresh. */
+		w->raw_len = at;
+		int err = flush_chunk(w);
+		if (err)
+			return w->err = err;
+		memset(w->slots, 0, sizeof(w->slots[0]) * rbt__nslots);
+		return -E2BIG;
+	}
+	w->raw_len = len;
+	w->prev_ts = ts;
+	w->last_ts = ts;
+	w->nev++;
+	w->events++;
+	if (w->raw_len >= w->chunk_bytes) {
+		int err = flush_chunk(w);
+		if (err)
+			return w->err = err;
+	}
+	return 0;
+}
+
 int rbt_writer_append(struct rbt_writer *w, const struct rbt_event *ev)
 {
 	if (!w || !ev)
@@ -612,50 +668,427 @@ int rbt_writer_append(struct rbt_writer *w, const struct rbt_event *ev)
 		w->in_chunk = 1;
 		w->stream = ev->stream;
 	}
-	if (!w->nev) {
-		w->first_ts = ev->ts;
-		w->prev_ts = ev->ts;
-	}
-	size_t at = w->raw_len;
-	uint8_t *p = grow(w, w->raw + at, 32);
-	if (!p)
-		return w->err = -ENOMEM;
-	*p++ = (uint8_t)ev->type; /* ids < 64: a one-byte varint */
-	*p++ = 0;		  /* payload length, patched below */
-	size_t start = (size_t)(p - w->raw);
-	p = put_v(p, rbt__zigzag((int64_t)(ev->ts - w->prev_ts)));
-	p = enc_event(w, ev, p);
-	/* A zero ts delta with no field after it is left out too. */
-	if (p && p == w->raw + start + 1 && w->raw[start] == 0)
-		p--;
+	size_t start;
+	uint8_t *p = ev_open(w, ev->type, ev->ts, &start);
 	if (p)
-		p = patch_len(w, start, p);
-	if (!p)
-		return w->err = -ENOMEM;
-	size_t len = (size_t)(p - w->raw);
-	if (len - at > RBT_MAX_RAW / 2) {
-		/* Drop it (no reader would accept the chunk). Its handles are already
-		 * in the slots, so end the chunk here: the next one starts afresh. */
-		w->raw_len = at;
-		int err = flush_chunk(w);
-		if (err)
-			return w->err = err;
-		memset(w->slots, 0, sizeof(w->slots[0]) * rbt__nslots);
-		return -E2BIG;
-	}
-	w->raw_len = len;
-	w->prev_ts = ev->ts;
-	w->last_ts = ev->ts;
-	w->nev++;
-	w->events++;
-	if (ev->type == RBT_EV_LOSS)
+		p = enc_event(w, ev, p);
+	int err = ev_close(w, p, start, ev->ts);
+	if (!err && ev->type == RBT_EV_LOSS)
 		w->lost += ev->u.loss.events;
-	if (w->raw_len >= w->chunk_bytes) {
-		int err = flush_chunk(w);
-		if (err)
-			return w->err = err;
+	return err;
+}
+
+/* ---- flat records ------------------------------------------------------------------
+ * The generated encoders again, over "flat views": the record structs with
+ * their arrays pointing at flat elements (rbt_format.h), walked by the
+ * enc_farr_* functions below. The field lists, presence rules and slots are
+ * the same macros as above, so the bytes are the same as append()'s; the
+ * views are locals the compiler keeps in registers, and where a flat record
+ * says a field is zero (no ext, no payload, no hw_ts) the copy specialised
+ * for it tests nothing. */
+#define FV_ARRAY(rec, name) \
+	uint32_t n_##name;  \
+	const void *name;
+struct fv_send_wr {
+	RBT_REC_send_wr(RBT__FIELD, FV_ARRAY)
+};
+struct fv_recv_wr {
+	RBT_REC_recv_wr(RBT__FIELD, FV_ARRAY)
+};
+struct fv_post_send {
+	RBT_EV_post_send(RBT__FIELD, FV_ARRAY)
+};
+struct fv_post_recv {
+	RBT_EV_post_recv(RBT__FIELD, FV_ARRAY)
+};
+struct fv_post_srq_recv {
+	RBT_EV_post_srq_recv(RBT__FIELD, FV_ARRAY)
+};
+struct fv_poll_cq {
+	RBT_EV_poll_cq(RBT__FIELD, FV_ARRAY)
+};
+
+#define GE_FA(r, n)                                         \
+	if (m >> i & 1) {                                   \
+		p = enc_farr_##r(w, p, s->n_##n, s->n, ts); \
+		if (!p)                                     \
+			return NULL;                        \
+		ENSURE(SCALARS(NF - i));                    \
+	}                                                   \
+	i++;
+#define GEN_FBODY(LIST)                     \
+	enum { NF = 0 LIST(ONE_F, ONE_A) }; \
+	uint64_t m = 0;                     \
+	unsigned i = 0, h = 0;              \
+	(void)h;                            \
+	(void)sl;                           \
+	(void)ts;                           \
+	LIST(GP_F, GP_A)                    \
+	if (!m)                             \
+		return p;                   \
+	ENSURE(SCALARS(NF));                \
+	p = put_v(p, m);                    \
+	i = 0;                              \
+	LIST(GE_F, GE_FA)                   \
+	return p;
+
+/* The length byte before a record, patched after it. */
+#define FREC(call)                                 \
+	do {                                       \
+		ENSURE(SCALARS(NF) + 1);           \
+		*p++ = 0;                          \
+		size_t rs_ = (size_t)(p - w->raw); \
+		p = (call);                        \
+		if (!p)                            \
+			return NULL;               \
+		p = patch_len(w, rs_, p);          \
+		if (!p)                            \
+			return NULL;               \
+	} while (0)
+
+static inline __attribute__((always_inline)) uint8_t *
+enc_farr_sge(struct rbt_writer *w, uint8_t *p, uint32_t n, const void *e, uint64_t ts)
+{
+	enum { NF = 0 RBT_REC_sge(ONE_F, ONE_A) };
+	const struct rbt_flat_sge *sg = e;
+	p = put_v(p, n);
+	for (uint32_t k = 0; k < n; k++) {
+		struct rbt_sge v = { .addr = sg[k].addr,
+				     .length = sg[k].length,
+				     .lkey = sg[k].lkey };
+		FREC(enc_rec_sge(w, &v, p, ts));
 	}
-	return 0;
+	return p;
+}
+
+static inline __attribute__((always_inline)) uint8_t *
+enc_frec_send_wr(struct rbt_writer *w, const struct fv_send_wr *s, uint8_t *p,
+		 uint64_t ts)
+{
+	uint64_t *sl = w->slots + rbt__rec[RBT_RECID_send_wr].slot0;
+	GEN_FBODY(RBT_REC_send_wr)
+}
+
+static inline __attribute__((always_inline)) uint8_t *
+enc_frec_recv_wr(struct rbt_writer *w, const struct fv_recv_wr *s, uint8_t *p,
+		 uint64_t ts)
+{
+	uint64_t *sl = w->slots + rbt__rec[RBT_RECID_recv_wr].slot0;
+	GEN_FBODY(RBT_REC_recv_wr)
+}
+
+/* e: the WRs as rbt_writer_append_flat() checked them. */
+static uint8_t *enc_farr_send_wr(struct rbt_writer *w, uint8_t *p, uint32_t n,
+				 const void *e, uint64_t ts)
+{
+	enum { NF = 0 RBT_REC_send_wr(ONE_F, ONE_A) };
+	const uint8_t *q = e;
+	p = put_v(p, n);
+	for (uint32_t k = 0; k < n; k++) {
+		const struct rbt_flat_swr *x = (const void *)q;
+		struct fv_send_wr v = { .wr_id = x->wr_id,
+					.opcode = x->opcode,
+					.send_flags = x->send_flags,
+					.imm_data = x->imm,
+					.remote_addr = x->remote_addr,
+					.rkey = x->rkey,
+					.n_sges = x->nsge };
+		q += sizeof(*x);
+		if (__builtin_expect(!x->ext && !x->payload_len, 1)) {
+			v.sges = q;
+			q += (size_t)x->nsge * sizeof(struct rbt_flat_sge);
+			FREC(enc_frec_send_wr(w, &v, p, ts));
+			continue;
+		}
+		if (x->ext) {
+			const struct rbt_flat_swr_ext *xe = (const void *)q;
+			v.compare_add = xe->compare_add;
+			v.swap = xe->swap;
+			v.ah = xe->ah;
+			v.remote_qpn = xe->remote_qpn;
+			v.remote_qkey = xe->remote_qkey;
+			q += sizeof(*xe);
+		}
+		v.sges = q;
+		q += (size_t)x->nsge * sizeof(struct rbt_flat_sge);
+		v.payload.len = x->payload_len;
+		v.payload.data = x->payload_len ? q : NULL;
+		q += ((size_t)x->payload_len + 7) & ~(size_t)7;
+		FREC(enc_frec_send_wr(w, &v, p, ts));
+	}
+	return p;
+}
+
+static uint8_t *enc_farr_recv_wr(struct rbt_writer *w, uint8_t *p, uint32_t n,
+				 const void *e, uint64_t ts)
+{
+	enum { NF = 0 RBT_REC_recv_wr(ONE_F, ONE_A) };
+	const uint8_t *q = e;
+	p = put_v(p, n);
+	for (uint32_t k = 0; k < n; k++) {
+		const struct rbt_flat_rwr *x = (const void *)q;
+		struct fv_recv_wr v = { .wr_id = x->wr_id,
+					.n_sges = x->nsge,
+					.sges = x + 1 };
+		q += sizeof(*x) + (size_t)x->nsge * sizeof(struct rbt_flat_sge);
+		FREC(enc_frec_recv_wr(w, &v, p, ts));
+	}
+	return p;
+}
+
+static inline __attribute__((always_inline)) void fv_wc(struct rbt_wc *v,
+							const struct rbt_flat_wc *x)
+{
+	v->wr_id = x->wr_id;
+	v->status = x->status;
+	v->opcode = x->opcode;
+	v->vendor_err = x->vendor_err;
+	v->byte_len = x->byte_len;
+	v->imm_data = x->wc_flags & RBT_FLAT_WC_WITH_INV ? x->imm : be32toh(x->imm);
+	v->qp_num = x->qp_num;
+	v->src_qp = x->src_qp;
+	v->wc_flags = x->wc_flags;
+	v->pkey_index = x->pkey_index;
+	v->slid = x->slid;
+	v->sl = x->sl;
+	v->dlid_path_bits = x->dlid_path_bits;
+	v->payload.data = NULL;
+	v->payload.len = 0;
+}
+
+/* e: n rbt_flat_wc, or n rbt_flat_wcx when w->flat_wcx. */
+static uint8_t *enc_farr_wc(struct rbt_writer *w, uint8_t *p, uint32_t n, const void *e,
+			    uint64_t ts)
+{
+	enum { NF = 0 RBT_REC_wc(ONE_F, ONE_A) };
+	p = put_v(p, n);
+	if (!w->flat_wcx) {
+		const struct rbt_flat_wc *x = e;
+		for (uint32_t k = 0; k < n; k++) {
+			struct rbt_wc v;
+			fv_wc(&v, x + k);
+			v.hw_ts = 0;
+			FREC(enc_rec_wc(w, &v, p, ts));
+		}
+		return p;
+	}
+	const struct rbt_flat_wcx *x = e;
+	for (uint32_t k = 0; k < n; k++) {
+		struct rbt_wc v;
+		fv_wc(&v, &x[k].wc);
+		v.hw_ts = x[k].hw_ts;
+		FREC(enc_rec_wc(w, &v, p, ts));
+	}
+	return p;
+}
+
+#define GEN_FEV(lname, ID)                                                      \
+	static uint8_t *enc_fev_##lname(struct rbt_writer *w,                   \
+					const struct fv_##lname *s, uint8_t *p, \
+					uint64_t ts)                            \
+	{                                                                       \
+		uint64_t *sl = w->slots + rbt__ev[ID].slot0;                    \
+		GEN_FBODY(RBT_EV_##lname)                                       \
+	}
+GEN_FEV(post_send, RBT_EV_POST_SEND)
+GEN_FEV(post_recv, RBT_EV_POST_RECV)
+GEN_FEV(post_srq_recv, RBT_EV_POST_SRQ_RECV)
+GEN_FEV(poll_cq, RBT_EV_POLL_CQ)
+
+/* The commonest post of all, one send WR with one sge and nothing that needs
+ * the extension or a payload, in straight-line code: the bytes of
+ * enc_fev_post_send() for it (format_test compares them), field by field in
+ * list order. Each record is far below 128 bytes (its fields are at most 10
+ * bytes each), so its length is one byte, written at the end. */
+static uint8_t *enc_post1(struct rbt_writer *w, const struct rbt_flat_post *r, uint8_t *p,
+			  uint64_t ts)
+{
+	const struct rbt_flat_swr *x = (const void *)(r + 1);
+	const struct rbt_flat_sge *g = (const void *)(x + 1);
+	uint64_t *se = w->slots + rbt__ev[RBT_EV_POST_SEND].slot0;
+	uint64_t *sw = w->slots + rbt__rec[RBT_RECID_send_wr].slot0;
+	uint64_t *sg = w->slots + rbt__rec[RBT_RECID_sge].slot0;
+
+	p = grow(w, p, 256);
+	if (!p)
+		return NULL;
+	/* post_send: ts_exit ret qp qp_num bad_wr api wrs */
+	uint64_t m = (uint64_t)(r->ts_exit != 0) | (uint64_t)(r->ret != 0) << 1 |
+		     (uint64_t)(r->obj != 0) << 2 | (uint64_t)(r->qp_num != 0) << 3 |
+		     (uint64_t)(r->bad_wr != 0) << 4 | (uint64_t)(r->api != 0) << 5 |
+		     1u << 6;
+	p = put_v(p, m);
+	if (r->ts_exit)
+		p = put_v(p, ZZ(r->ts_exit - ts));
+	if (r->ret)
+		p = put_v(p, ZZ((int64_t)r->ret));
+	if (r->obj) {
+		p = put_v(p, ZZ(r->obj - se[0]));
+		se[0] = r->obj;
+	}
+	if (r->qp_num)
+		p = put_v(p, r->qp_num);
+	if (r->bad_wr)
+		p = put_v(p, r->bad_wr);
+	if (r->api)
+		p = put_v(p, r->api);
+	*p++ = 1; /* one WR */
+	uint8_t *lw = p++;
+	/* send_wr: wr_id opcode send_flags imm_data remote_addr rkey, the five
+	 * extension fields (zero), sges, payload (none) */
+	m = (uint64_t)(x->wr_id != 0) | (uint64_t)(x->opcode != 0) << 1 |
+	    (uint64_t)(x->send_flags != 0) << 2 | (uint64_t)(x->imm != 0) << 3 |
+	    (uint64_t)(x->remote_addr != 0) << 4 | (uint64_t)(x->rkey != 0) << 5 |
+	    1u << 11;
+	p = put_v(p, m);
+	if (x->wr_id)
+		p = put_v(p, x->wr_id);
+	if (x->opcode)
+		p = put_v(p, x->opcode);
+	if (x->send_flags)
+		p = put_v(p, x->send_flags);
+	if (x->imm)
+		p = put_v(p, x->imm);
+	if (x->remote_addr) {
+		p = put_v(p, ZZ(x->remote_addr - sw[0]));
+		sw[0] = x->remote_addr;
+	}
+	if (x->rkey)
+		p = put_v(p, x->rkey);
+	*p++ = 1; /* one sge */
+	uint8_t *lg = p++;
+	/* sge: addr length lkey */
+	m = (uint64_t)(g->addr != 0) | (uint64_t)(g->length != 0) << 1 |
+	    (uint64_t)(g->lkey != 0) << 2;
+	if (m) {
+		*p++ = (uint8_t)m;
+		if (g->addr) {
+			p = put_v(p, ZZ(g->addr - sg[0]));
+			sg[0] = g->addr;
+		}
+		if (g->length)
+			p = put_v(p, g->length);
+		if (g->lkey)
+			p = put_v(p, g->lkey);
+	}
+	*lg = (uint8_t)(p - (lg + 1));
+	*lw = (uint8_t)(p - (lw + 1));
+	return p;
+}
+
+/* Bytes the WRs of a flat post take (0: they overrun len). */
+static size_t flat_wrs_size(enum rbt_flat_kind kind, const uint8_t *q, uint32_t n,
+			    size_t len)
+{
+	size_t off = 0;
+	for (uint32_t k = 0; k < n; k++) {
+		size_t sz;
+		if (kind == RBT_FLAT_POST_SEND) {
+			const struct rbt_flat_swr *x = (const void *)(q + off);
+			if (off + sizeof(*x) > len)
+				return 0;
+			sz = sizeof(*x) + (x->ext ? sizeof(struct rbt_flat_swr_ext) : 0) +
+			     (size_t)x->nsge * sizeof(struct rbt_flat_sge) +
+			     (((size_t)x->payload_len + 7) & ~(size_t)7);
+		} else {
+			const struct rbt_flat_rwr *x = (const void *)(q + off);
+			if (off + sizeof(*x) > len)
+				return 0;
+			sz = sizeof(*x) + (size_t)x->nsge * sizeof(struct rbt_flat_sge);
+		}
+		if (sz > len - off)
+			return 0;
+		off += sz;
+	}
+	return off ? off : 1;
+}
+
+int rbt_writer_append_flat(struct rbt_writer *w, enum rbt_flat_kind kind, uint32_t flags,
+			   const void *rec, size_t len)
+{
+	if (!w || !rec)
+		return -EINVAL;
+	if (w->err)
+		return w->err;
+	if (!w->in_chunk)
+		return -EINVAL; /* a flat record names no stream: begin_chunk() first */
+	size_t start;
+	uint8_t *p;
+	uint64_t ts;
+	if (kind == RBT_FLAT_POLL) {
+		const struct rbt_flat_poll *r = rec;
+		size_t el = flags & RBT_FLAT_WCX ? sizeof(struct rbt_flat_wcx)
+						 : sizeof(struct rbt_flat_wc);
+		if (len < sizeof(*r) || r->nwc > (len - sizeof(*r)) / el)
+			return -EBADMSG;
+		struct fv_poll_cq v = { .ts_exit = r->ts_exit,
+					.ret = r->ret,
+					.cq = r->cq,
+					.asked = r->asked,
+					.api = r->api,
+					.count = r->count ? r->count : 1,
+					.n_wcs = r->nwc,
+					.wcs = r + 1 };
+		ts = r->ts;
+		w->flat_wcx = !!(flags & RBT_FLAT_WCX);
+		p = ev_open(w, RBT_EV_POLL_CQ, ts, &start);
+		if (p)
+			p = enc_fev_poll_cq(w, &v, p, ts);
+		return ev_close(w, p, start, ts);
+	}
+	const struct rbt_flat_post *r = rec;
+	if (len < sizeof(*r) || (kind != RBT_FLAT_POST_SEND &&
+				 kind != RBT_FLAT_POST_RECV && kind != RBT_FLAT_POST_SRQ))
+		return len < sizeof(*r) ? -EBADMSG : -EINVAL;
+	if (r->nwr &&
+	    !flat_wrs_size(kind, (const uint8_t *)(r + 1), r->nwr, len - sizeof(*r)))
+		return -EBADMSG;
+	ts = r->ts;
+	switch (kind) {
+	case RBT_FLAT_POST_SEND: {
+		struct fv_post_send v = { .ts_exit = r->ts_exit,
+					  .ret = r->ret,
+					  .qp = r->obj,
+					  .qp_num = r->qp_num,
+					  .bad_wr = r->bad_wr,
+					  .api = r->api,
+					  .n_wrs = r->nwr,
+					  .wrs = r + 1 };
+		const struct rbt_flat_swr *x = (const void *)(r + 1);
+		p = ev_open(w, RBT_EV_POST_SEND, ts, &start);
+		if (p && r->nwr == 1 && x->nsge == 1 && !x->ext && !x->payload_len)
+			p = enc_post1(w, r, p, ts);
+		else if (p)
+			p = enc_fev_post_send(w, &v, p, ts);
+		break;
+	}
+	case RBT_FLAT_POST_RECV: {
+		struct fv_post_recv v = { .ts_exit = r->ts_exit,
+					  .ret = r->ret,
+					  .qp = r->obj,
+					  .qp_num = r->qp_num,
+					  .bad_wr = r->bad_wr,
+					  .n_wrs = r->nwr,
+					  .wrs = r + 1 };
+		p = ev_open(w, RBT_EV_POST_RECV, ts, &start);
+		if (p)
+			p = enc_fev_post_recv(w, &v, p, ts);
+		break;
+	}
+	default: {
+		struct fv_post_srq_recv v = { .ts_exit = r->ts_exit,
+					      .ret = r->ret,
+					      .srq = r->obj,
+					      .bad_wr = r->bad_wr,
+					      .n_wrs = r->nwr,
+					      .wrs = r + 1 };
+		p = ev_open(w, RBT_EV_POST_SRQ_RECV, ts, &start);
+		if (p)
+			p = enc_fev_post_srq_recv(w, &v, p, ts);
+		break;
+	}
+	}
+	return ev_close(w, p, start, ts);
 }
 
 int rbt_writer_end_chunk(struct rbt_writer *w)

@@ -16,12 +16,20 @@
  *                              the pair destroyed
  *   flight_prog spin N SEC     N iterations, prints "ready", then iterates flat
  *                              out for SEC seconds (bench/flight_soak.sh)
+ *   flight_prog big N MB       N iterations, then one signaled RDMA WRITE of MB
+ *                              MiB from QP A into a second MR, polled: a post
+ *                              (softnic moves the bytes inside it) or a poll
+ *                              far slower than the others
+ *   flight_prog async N        N iterations, then QP A moved to SQD: softnic
+ *                              raises IBV_EVENT_SQ_DRAINED, which it reads and
+ *                              acks (at most 5 s)
  *
  * Prints "flight_prog sends=S errors=E" at the end: its own counts. Test fixture
  * only; one line on stderr and exit 1 when a verb fails unexpectedly.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +180,85 @@ int main(int argc, char **argv)
 		fflush(stdout);
 		while (now_ms() < end)
 			iterate(&c, 1000);
+	} else if (!strcmp(mode, "big")) {
+		size_t len = (size_t)(argc > 3 ? atol(argv[3]) : 16) << 20;
+		char *big = aligned_alloc(4096, 2 * len);
+		struct ibv_mr *mr =
+			big ? ibv_reg_mr(c.pd, big, 2 * len,
+					 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
+			    : NULL;
+		if (!mr)
+			prog_die("big MR");
+		memset(big, 1, len);
+		struct ibv_sge s = { .addr = (uintptr_t)big,
+				     .length = (uint32_t)len,
+				     .lkey = mr->lkey };
+		struct ibv_send_wr wr, *bad;
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = 555555;
+		wr.sg_list = &s;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_RDMA_WRITE;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		wr.wr.rdma.remote_addr = (uintptr_t)big + len;
+		wr.wr.rdma.rkey = mr->rkey;
+		if (ibv_post_send(c.a, &wr, &bad))
+			prog_die("ibv_post_send (big)");
+		c.sends++;
+		poll_n(&c, 1);
+		if (big[2 * len - 1] != 1)
+			prog_die("the big write did not land");
+		iterate(&c, n);
+		ibv_dereg_mr(mr);
+		free(big);
+	} else if (!strcmp(mode, "bigsend")) {
+		size_t len = (size_t)(argc > 3 ? atol(argv[3]) : 16) << 20;
+		char *big = aligned_alloc(4096, 2 * len);
+		struct ibv_mr *mr =
+			big ? ibv_reg_mr(c.pd, big, 2 * len, IBV_ACCESS_LOCAL_WRITE)
+			    : NULL;
+		if (!mr)
+			prog_die("big MR");
+		memset(big, 1, len);
+		struct ibv_sge s = { .addr = (uintptr_t)big,
+				     .length = (uint32_t)len,
+				     .lkey = mr->lkey };
+		struct ibv_send_wr wr, *bad;
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = 666666;
+		wr.sg_list = &s;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_SEND;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		if (ibv_post_send(c.a, &wr, &bad))
+			prog_die("ibv_post_send (big)");
+		c.sends++;
+		usleep(20000);
+		struct ibv_sge rs = { .addr = (uintptr_t)big + len,
+				      .length = (uint32_t)len,
+				      .lkey = mr->lkey };
+		struct ibv_recv_wr rw = { .wr_id = 666666, .sg_list = &rs, .num_sge = 1 },
+				   *rbad;
+		if (ibv_post_recv(c.b, &rw, &rbad))
+			prog_die("ibv_post_recv (big)");
+		poll_n(&c, 2);
+		iterate(&c, n);
+		ibv_dereg_mr(mr);
+		free(big);
+	} else if (!strcmp(mode, "async")) {
+		struct ibv_qp_attr at = { .qp_state = IBV_QPS_SQD,
+					  .en_sqd_async_notify = 1 };
+		if (ibv_modify_qp(c.a, &at, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY))
+			prog_die("modify SQD");
+		struct ibv_async_event ev;
+		struct pollfd pfd = { .fd = c.dev->async_fd, .events = POLLIN };
+		if (poll(&pfd, 1, 5000) != 1)
+			prog_die("no async event");
+		if (ibv_get_async_event(c.dev, &ev))
+			prog_die("ibv_get_async_event");
+		printf("flight_prog async event %s\n", ibv_event_type_str(ev.event_type));
+		ibv_ack_async_event(&ev);
+		usleep(200000);
 	} else if (strcmp(mode, "run")) {
 		fprintf(stderr, "flight_prog: unknown mode %s\n", mode);
 		return 2;
