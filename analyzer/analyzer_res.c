@@ -189,6 +189,7 @@ static void an_poll(struct rbt_analyzer *an, struct an_trace *t,
 		t->empty_polls += count;
 		cq->polls += count;
 		cq->empty_polls += count;
+		an_ser_empty(an, t, cq, ev->ts, exit, count);
 		if (cq->n_senders)
 			an_stall_poll(cq, ev->ts, exit, count);
 		return;
@@ -326,6 +327,18 @@ void an_before(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_eve
 void an_after(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_event *ev,
 	      struct rbt_model_res *r)
 {
+	if (r && r->user &&
+	    (ev->type == RBT_EV_POLL_CQ || ev->type == RBT_EV_POST_RECV)) {
+		/* the levels after the model applied the event */
+		if (ev->type == RBT_EV_POLL_CQ && r->kind == RBT_MODEL_CQ &&
+		    ev->u.poll_cq.n_wcs)
+			an_ser_poll(an, t, r->user, ev->u.poll_cq.ts_exit);
+		if (ev->type == RBT_EV_POST_RECV && r->kind == RBT_MODEL_QP &&
+		    ((struct an_qp *)r->user)->rcq && rbt_model_posted(ev))
+			an_ser_cq(an, t, ((struct an_qp *)r->user)->rcq,
+				  ev->u.post_recv.ts_exit);
+		return;
+	}
 	struct an_qp *qp = r && r->kind == RBT_MODEL_QP ? r->user : NULL;
 	if (!qp)
 		return;
