@@ -171,6 +171,7 @@ static void an_html_qp_json(struct rbt_json *j, const struct rbt_analyzer *an,
 	rbt_json_ku64(j, "qpn", qp->m->qpn);
 	rbt_json_ku64(j, "max_send_wr", qp->m->max_send_wr);
 	rbt_json_ku64(j, "recvs_n", qp->recv_wrs);
+	rbt_json_ku64(j, "sends_n", qp->post_wrs);
 	rbt_json_key(j, "peer");
 	if (qp->peer) {
 		rbt_json_obj(j);

@@ -185,7 +185,7 @@
 		if (!occ.length) occ.push({ name: 'no CQ', color: '#ccc', v: q.out.map(function () { return 0; }) });
 		plot(row, 'cq', 'CQ occupancy (completions due) vs depth', occ,
 		     { fmt: fmtNum, marks: marks, lines: lines, peak: true });
-		if (q.p50) {
+		if (q.p50 && q.sends_n) {
 			plot(row, 'latency', 'send latency end to end', [
 				{ name: 'p50', color: '#1f77b4', v: q.p50 },
 				{ name: 'p99', color: '#d62728', v: q.p99 }

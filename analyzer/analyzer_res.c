@@ -333,10 +333,12 @@ void an_after(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_even
 		if (ev->type == RBT_EV_POLL_CQ && r->kind == RBT_MODEL_CQ &&
 		    ev->u.poll_cq.n_wcs)
 			an_ser_poll(an, t, r->user, ev->u.poll_cq.ts_exit);
-		if (ev->type == RBT_EV_POST_RECV && r->kind == RBT_MODEL_QP &&
-		    ((struct an_qp *)r->user)->rcq && rbt_model_posted(ev))
-			an_ser_cq(an, t, ((struct an_qp *)r->user)->rcq,
-				  ev->u.post_recv.ts_exit);
+		struct an_qp *rq = r->kind == RBT_MODEL_QP ? r->user : NULL;
+		if (ev->type == RBT_EV_POST_RECV && rq && rbt_model_posted(ev)) {
+			an_qp_series_get(an, rq); /* a row of its own in the plots */
+			if (rq->rcq)
+				an_ser_cq(an, t, rq->rcq, ev->u.post_recv.ts_exit);
+		}
 		return;
 	}
 	struct an_qp *qp = r && r->kind == RBT_MODEL_QP ? r->user : NULL;
