@@ -67,6 +67,7 @@ static const char an_html_style[] =
 	".qprow.flash,.rtrow.flash,.trace.flash{background:#fff3c4}"
 	".rowhead{font-size:13px;margin:2px 0 4px 2px}.rowhead b{font-family:monospace}"
 	"svg.plot{margin:2px 6px 2px 0;background:#fff}"
+	"svg.rtbar,.rtrow svg.plot{vertical-align:middle;margin-right:16px}"
 	"svg text{font-size:10px;font-family:sans-serif}"
 	"svg .ttl{font-size:11px;font-weight:bold;fill:#333}"
 	"svg .ytick{text-anchor:end;fill:#555}svg .xtick{fill:#555}"
@@ -412,7 +413,11 @@ static int an_html_write(struct rbt_analyzer *an, FILE *f)
 		fprintf(f, "<div class=\"trace\" id=\"trace-%d\"><h2>Trace %d: ", i, i);
 		an_html_esc(f, an->traces[i]->mt->name);
 		fputs("</h2>\n", f);
-		if (!n_rows[i])
+		if (!an->opts.series)
+			fputs("<p class=\"note\">no plots over time: the analysis ran "
+			      "without its series (rbt_analyzer_opts.series)</p>\n",
+			      f);
+		else if (!n_rows[i])
 			fputs("<p class=\"note\">no work requests</p>\n", f);
 		an_html_rows(an, f, i, rows[i], n_rows[i], more[i]);
 		fputs("</div>\n", f);

