@@ -245,6 +245,7 @@ static void an_html_data(struct rbt_analyzer *an, FILE *f, struct an_qp ***rows,
 	fputs("<script type=\"application/json\" id=\"rbt-data\">", f);
 	rbt_json_init(&j, f);
 	rbt_json_obj(&j);
+	rbt_json_ku64(&j, "t0_ns", an->tb.started ? an->tb.t0 : 0);
 	rbt_json_ku64(&j, "bin_ns", an->tb.started ? 1ull << an->tb.shift : 0);
 	rbt_json_ki64(&j, "bins", n);
 	rbt_json_key(&j, "findings");
@@ -323,8 +324,8 @@ static void an_html_findings(struct rbt_analyzer *an, FILE *f)
 				snprintf(target, sizeof(target), "trace-%d", fd->trace);
 			fprintf(f,
 				" <a class=\"flink\" href=\"#%s\" data-f=\"%d\">"
-				"&#9656; at %.3f ms in the plots</a>",
-				target, i, t / 1e6);
+				"&#9656; t=%.3f ms in the plots</a>",
+				target, i, fd->time_ns / 1e6);
 		}
 		fputs("<pre>", f);
 		an_html_esc(f, fd->evidence);
@@ -399,10 +400,10 @@ static int an_html_write(struct rbt_analyzer *an, FILE *f)
 	if (an->tb.started) {
 		char b[32];
 		fprintf(f,
-			"<p class=\"note\">%d trace%s; the plots share one time axis "
-			"(the "
-			"aligned clocks), from the first work request on, in %d bins of "
-			"%s.</p>\n",
+			"<p class=\"note\">%d trace%s; the plots share one time axis, "
+			"in ms since the first trace's start (the traces' clocks "
+			"aligned), from the first work request on, in %d bins of %s. "
+			"Times in the findings are on each trace's own clock.</p>\n",
 			an->n_traces, an->n_traces == 1 ? "" : "s", an_tb_bins(&an->tb),
 			an_fmt_ns(b, sizeof(b), (double)(1ull << an->tb.shift)));
 	}

@@ -96,7 +96,7 @@
 		[0, 0.5, 1].forEach(function (fr) {
 			txt('text', { x: L + (W - L - R) * fr, y: H - 6,
 				      'class': 'xtick' + (fr === 1 ? ' end' : fr ? ' mid' : '') }, svg,
-			    fr ? fmtMs(D.bin_ns * D.bins * fr) : '0');
+			    fmtMs(D.t0_ns + D.bin_ns * D.bins * fr));
 		});
 		(opt.lines || []).forEach(function (l) {
 			var y = Y(l.y);
@@ -136,7 +136,7 @@
 			if (x < L || x > W - R) return;
 			var g = mk('g', { 'class': 'fmark fm-' + m.i + ' ' + m.sev }, svg);
 			mk('line', { x1: x, x2: x, y1: T, y2: H - B }, g);
-			txt('title', {}, g, m.code + ' at ' + fmtMs(m.t));
+			txt('title', {}, g, m.code + ' at ' + fmtMs(D.t0_ns + m.t));
 		});
 		drawn++;
 		return svg;
@@ -232,8 +232,8 @@
 			mk('line', { x1: L, x2: L + PW, y1: y, y2: y, 'class': 'grid' }, ts);
 			txt('text', { x: L - 3, y: y + 4, 'class': 'ytick' }, ts, fmtNs(v));
 		});
-		txt('text', { x: L, y: H - 6, 'class': 'xtick' }, ts, '0');
-		txt('text', { x: L + PW, y: H - 6, 'class': 'xtick end' }, ts, fmtMs(D.bin_ns * n));
+		txt('text', { x: L, y: H - 6, 'class': 'xtick' }, ts, fmtMs(D.t0_ns));
+		txt('text', { x: L + PW, y: H - 6, 'class': 'xtick end' }, ts, fmtMs(D.t0_ns + D.bin_ns * n));
 		var bars = 0;
 		for (i = 0; i < n; i++) {
 			if (!q.rt.n[i]) continue;
