@@ -59,6 +59,7 @@ static const char an_html_head[] =
 static const char an_html_style[] =
 	"<style>body{font-family:sans-serif;margin:20px;color:#222;max-width:1260px}"
 	"h2{border-bottom:1px solid #ccc;padding-bottom:2px;margin-top:28px}"
+	".dir{font-weight:normal;overflow-wrap:anywhere}"
 	"pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px}"
 	".error{color:#b00}.warning{color:#a60}.info{color:#06a}"
 	"canvas{border:1px solid #ddd;margin:4px}"
@@ -82,6 +83,21 @@ static const char an_html_style[] =
 	"#rbt-errors{display:none;color:#b00;border:2px solid #b00}"
 	".findings li{margin-bottom:6px}.findings pre{margin:2px 0;white-space:pre-wrap}"
 	".note{color:#666;font-size:12px}</style>\n";
+
+/* A trace's file name in a heading; its directory after it, small. */
+static void an_html_name(FILE *f, const struct an_trace *t)
+{
+	const char *name = t->mt->name ? t->mt->name : "";
+	const char *base = strrchr(name, '/');
+	an_html_esc(f, base ? base + 1 : name);
+	if (!base)
+		return;
+	fputs(" <span class=\"note dir\">in ", f);
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%.*s", (int)(base - name), name);
+	an_html_esc(f, dir[0] ? dir : "/");
+	fputs("</span>", f);
+}
 
 /* The QPs of a trace with traffic, busiest first. */
 static uint64_t an_html_traffic(const struct an_qp *qp)
@@ -412,7 +428,7 @@ static int an_html_write(struct rbt_analyzer *an, FILE *f)
 	bool any_rt = false;
 	for (int i = 0; i < an->n_traces; i++) {
 		fprintf(f, "<div class=\"trace\" id=\"trace-%d\"><h2>Trace %d: ", i, i);
-		an_html_esc(f, an->traces[i]->mt->name);
+		an_html_name(f, an->traces[i]);
 		fputs("</h2>\n", f);
 		if (!an->opts.series)
 			fputs("<p class=\"note\">no plots over time: the analysis ran "
@@ -438,7 +454,7 @@ static int an_html_write(struct rbt_analyzer *an, FILE *f)
 	fputs("<h2>Latency distributions</h2>\n", f);
 	for (int i = 0; i < an->n_traces; i++) {
 		fprintf(f, "<h3>Trace %d: ", i);
-		an_html_esc(f, an->traces[i]->mt->name);
+		an_html_name(f, an->traces[i]);
 		fprintf(f, "</h3>\n<div id=\"dist-%d\"></div>\n", i);
 	}
 	/* the full text report too, for the numbers */

@@ -43,16 +43,14 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 flags=(--headless --no-sandbox --disable-gpu --disable-background-networking
 	--disable-component-update --disable-sync --no-first-run --mute-audio
 	--user-data-dir="$tmp/chrome" --window-size=1280,1400 --virtual-time-budget=5000)
-# open NAME URL-SUFFIX: NAME.html dumped into NAME.dom, console lines checked
+# open NAME URL-SUFFIX: NAME.html, its DOM after the script ran into NAME.dom and a
+# screenshot into NAME.png (one Chromium run); its console lines checked
 open_page() {
 	HOME=$tmp timeout 60 "$CHROME" "${flags[@]}" --enable-logging=stderr --v=0 \
-		--dump-dom "file://$tmp/$1.html$2" >"$tmp/$1$2.dom" 2>"$tmp/$1.err" ||
+		--screenshot="$tmp/$1.png" --dump-dom "file://$tmp/$1.html$2" \
+		>"$tmp/$1.dom" 2>"$tmp/$1.err" ||
 		{ tail -5 "$tmp/$1.err"; fail "chromium on $1.html"; }
 	python3 "$HCHECK" console "$tmp/$1.err"
-}
-shoot() {
-	HOME=$tmp timeout 60 "$CHROME" "${flags[@]}" --screenshot="$tmp/$1.png" \
-		"file://$tmp/$1.html" >/dev/null 2>&1 || fail "chromium screenshot of $1.html"
 	[ -s "$tmp/$1.png" ] || fail "no screenshot of $1.html"
 	[ "$(stat -c %s "$tmp/$1.png")" -gt 20000 ] || fail "screenshot of $1.html is tiny"
 	python3 "$CHECK" png "$tmp/$1.png"
@@ -72,7 +70,6 @@ wait $srv || fail "ibv_rc_pingpong server"
 if grep -q "https\?://" "$tmp/pp.html"; then fail "the page refers to the network"; fi
 open_page pp ""
 python3 "$HCHECK" dom "$tmp/pp.dom" "$tmp/pp.json" rt
-shoot pp
 
 echo "== a stall: the server stops answering, both clients spin"
 port=$(free_port)
@@ -87,11 +84,8 @@ wait $srv || { cat "$tmp/st_s.log"; fail "stall_prog server"; }
 traces=("$tmp/st_c1.rbt" "$tmp/st_c2.rbt" "$tmp/st_s.rbt")
 "$RBTRACE" report --format=html -o "$tmp/st.html" "${traces[@]}"
 "$RBTRACE" report --format=json -o "$tmp/st.json" "${traces[@]}"
-open_page st ""
-python3 "$HCHECK" dom "$tmp/st.dom" "$tmp/st.json" stall
 # opened on a finding: its marks lit, its row too
 n=$(python3 -c 'import json,sys; print([i for i, f in enumerate(json.load(open(sys.argv[1]))["findings"]) if f["code"] == "wr_stalled"][0])' "$tmp/st.json")
 open_page st "#finding-$n"
-python3 "$HCHECK" dom "$tmp/st#finding-$n.dom" "$tmp/st.json" "hl=$n"
-shoot st
+python3 "$HCHECK" dom "$tmp/st.dom" "$tmp/st.json" stall "hl=$n"
 echo "html_chromium_test: all good"
