@@ -115,15 +115,20 @@ static int an_html_qp_cmp(const void *a, const void *b)
 }
 
 /* The QPs drawn for trace t (at most AN_HTML_QP_ROWS), *more: those left out. */
-static uint32_t an_html_qps(const struct an_trace *t, struct an_qp **out, uint32_t *more)
+static uint32_t an_html_qps(const struct rbt_analyzer *an, const struct an_trace *t,
+			    struct an_qp **out, uint32_t *more)
 {
 	uint32_t n = 0, all = 0;
+	if (!an_filter_shows_trace(an, t)) {
+		*more = 0;
+		return 0;
+	}
 	for (struct an_qp *qp = t->qp_list; qp; qp = qp->next)
-		all += qp->ser != NULL;
+		all += qp->ser && an_filter_shows_qp(an, qp);
 	struct an_qp **v = all ? calloc(all, sizeof(*v)) : NULL;
 	if (v) {
 		for (struct an_qp *qp = t->qp_list; qp; qp = qp->next)
-			if (qp->ser)
+			if (qp->ser && an_filter_shows_qp(an, qp))
 				v[n++] = qp;
 		qsort(v, n, sizeof(*v), an_html_qp_cmp);
 	}
@@ -403,7 +408,7 @@ static int an_html_write(struct rbt_analyzer *an, FILE *f)
 		rows[i] = calloc(AN_HTML_QP_ROWS, sizeof(**rows));
 		if (!rows[i])
 			goto out;
-		n_rows[i] = an_html_qps(an->traces[i], rows[i], &more[i]);
+		n_rows[i] = an_html_qps(an, an->traces[i], rows[i], &more[i]);
 	}
 	fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>rbtrace "
 	      "report</title>\n",
