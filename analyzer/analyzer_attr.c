@@ -68,8 +68,9 @@ static bool an_consumes_recv(int op)
 	       op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_SEND_WITH_INV;
 }
 
-static void an_rt_delivered(struct an_qp *rx, const struct an_rt_msg *m,
-			    uint64_t poll_exit, uint64_t recv_post_exit)
+static void an_rt_delivered(struct rbt_analyzer *an, struct an_qp *rx,
+			    const struct an_rt_msg *m, uint64_t poll_exit,
+			    uint64_t recv_post_exit)
 {
 	struct an_trace *t = rx->t;
 	struct an_qp *tx = rx->peer;
@@ -110,11 +111,13 @@ static void an_rt_delivered(struct an_qp *rx, const struct an_rt_msg *m,
 		    m->remote_app_ns > 0 ? (uint64_t)m->remote_app_ns : 0);
 	an_hist_add(&rx->rt_nic_wire, rest > 0 ? (uint64_t)rest : 0);
 	rx->rt_count++;
+	an_ser_roundtrip(an, rx, poll_exit, post, rest, m->remote_app_ns);
 }
 
 /* Whether a send answers the peer's last message is decided in the sender's own
  * event order, so the order in which the two traces are read does not matter. */
-static void an_rt_send(struct an_qp *qp, uint64_t post_ts, uint64_t post_exit)
+static void an_rt_send(struct rbt_analyzer *an, struct an_qp *qp, uint64_t post_ts,
+		       uint64_t post_exit)
 {
 	struct an_qp *peer = qp->peer;
 	if (!peer)
@@ -147,13 +150,14 @@ static void an_rt_send(struct an_qp *qp, uint64_t post_ts, uint64_t post_exit)
 		uint64_t ws = w->seq, pe = w->poll_exit, rp = w->recv_post_exit;
 		rbt_model_ring_drop(&peer->rt_wait, 1);
 		if (ws == seq) {
-			an_rt_delivered(peer, m, pe, rp);
+			an_rt_delivered(an, peer, m, pe, rp);
 			break;
 		}
 	}
 }
 
-static void an_rt_recv(struct an_qp *rx, uint64_t poll_exit, uint64_t recv_post_exit)
+static void an_rt_recv(struct rbt_analyzer *an, struct an_qp *rx, uint64_t poll_exit,
+		       uint64_t recv_post_exit)
 {
 	struct an_qp *tx = rx->peer;
 	if (!tx)
@@ -166,7 +170,7 @@ static void an_rt_recv(struct an_qp *rx, uint64_t poll_exit, uint64_t recv_post_
 		const struct an_rt_msg *m =
 			tx->rt_msgs ? &tx->rt_msgs[j % AN_RT_N] : NULL;
 		if (m && m->seq == j)
-			an_rt_delivered(rx, m, poll_exit, recv_post_exit);
+			an_rt_delivered(an, rx, m, poll_exit, recv_post_exit);
 		return;
 	}
 	if (rx->rt_wait.n >= AN_RT_MAX)
@@ -184,7 +188,7 @@ void an_attr_posted(struct rbt_analyzer *an, struct an_qp *qp, uint64_t post_ts,
 		    uint64_t post_exit, const struct rbt_send_wr *wr)
 {
 	if (an_consumes_recv((int)wr->opcode))
-		an_rt_send(qp, post_ts, post_exit);
+		an_rt_send(an, qp, post_ts, post_exit);
 }
 
 /* ---- errors ---- */
@@ -239,7 +243,7 @@ void an_attr_completion(struct rbt_analyzer *an, struct an_qp *qp,
 		qp->rq_empty_count++;
 	}
 	if (!c->status)
-		an_rt_recv(qp, c->poll_exit, w->post_exit);
+		an_rt_recv(an, qp, c->poll_exit, w->post_exit);
 }
 
 /* ---- attribution ---- */
@@ -300,9 +304,10 @@ void an_wr_times(const struct an_trace *t, const struct rbt_model_wr *w,
 	x->poll_hi = an_ns(t, (double)(poll_exit - lo));
 }
 
-static void an_send_phases(struct an_trace *t, struct an_group *g,
-			   const struct rbt_model_wr *w, const struct rbt_model_comp *c,
-			   uint32_t n, struct rbt_analyzer_counts *counts)
+static uint64_t an_send_phases(struct an_trace *t, struct an_group *g,
+			       const struct rbt_model_wr *w,
+			       const struct rbt_model_comp *c, uint32_t n,
+			       struct rbt_analyzer_counts *counts)
 {
 	struct an_wr_times x;
 	an_wr_times(t, w, c, &x);
@@ -317,13 +322,14 @@ static void an_send_phases(struct an_trace *t, struct an_group *g,
 		an_hist_add_n(&g->h[RBT_PHASE_POLL], x.poll, n);
 		g->exact += n;
 		counts->wrs_nic_exact += n;
-		return;
+		return x.e2e;
 	}
 	an_hist_add_n(&g->h[RBT_PHASE_NIC_LO], x.nic_lo, n);
 	an_hist_add_n(&g->h[RBT_PHASE_NIC_HI], x.nic_hi, n);
 	an_hist_add_n(&g->h[RBT_PHASE_POLL_HI], x.poll_hi, n);
 	g->bounded += n;
 	counts->wrs_bounded += n;
+	return x.e2e;
 }
 
 static void an_attribute_send(struct rbt_analyzer *an, struct an_trace *t,
@@ -340,7 +346,8 @@ static void an_attribute_send(struct rbt_analyzer *an, struct an_trace *t,
 	g->inlined += w->inl * n;
 	if (c->status)
 		g->errors += n;
-	an_send_phases(t, g, w, c, n, &an->counts);
+	uint64_t e2e = an_send_phases(t, g, w, c, n, &an->counts);
+	an_ser_done(an, qp, c->poll_exit, false, e2e, n);
 	an_rate_add(&t->rate, rbt_model_aligned_u64(t->mt, (double)c->poll_exit), n,
 		    w->bytes * n);
 	an_stream_wr(an, t, qp, w, c);
@@ -370,6 +377,7 @@ static void an_attribute_recv(struct rbt_analyzer *an, struct an_trace *t,
 	}
 	an_rate_add(&t->rate, rbt_model_aligned_u64(t->mt, (double)c->poll_exit), 1,
 		    c->byte_len);
+	an_ser_done(an, qp, c->poll_exit, true, 0, 1);
 	if (an->n_stream) {
 		struct rbt_model_wr w = *r;
 		w.bytes = c->byte_len;

@@ -204,6 +204,8 @@ static void an_cb_wr_posted(void *arg, struct rbt_model_res *q, struct rbt_model
 		if (in)
 			an_send_wr_checks(an, t, qp, sw, w);
 		an_attr_posted(an, qp, w->post_ts, w->post_exit, sw);
+		if (in)
+			an_ser_posted(an, qp, w->post_exit);
 	}
 	if (!an->n_stream || !in)
 		return;
@@ -291,6 +293,9 @@ int rbt_analyzer_create(const struct rbt_analyzer_opts *opts, struct rbt_analyze
 
 static void an_qp_free(struct an_qp *qp)
 {
+	if (qp->ser)
+		free(qp->ser->lat);
+	free(qp->ser);
 	rbt_model_ring_free(&qp->rt_wait);
 	free(qp->rt_msgs);
 	an_hist_free(&qp->rt_rtt);
@@ -315,8 +320,11 @@ static void an_trace_free(struct rbt_analyzer *an, struct an_trace *t)
 		for (struct rbt_model_res *r =
 			     rbt_model_list(an->model, t->idx, kinds[k]);
 		     r; r = r->next_of_kind) {
-			if (r->user && kinds[k] == RBT_MODEL_CQ)
+			if (r->user && kinds[k] == RBT_MODEL_CQ) {
 				free(((struct an_cq *)r->user)->senders);
+				free(((struct an_cq *)r->user)->occ);
+				free(((struct an_cq *)r->user)->empty);
+			}
 			free(r->user);
 		}
 	free(t);
@@ -428,6 +436,7 @@ int rbt_analyzer_finish(struct rbt_analyzer *an)
 	an->finished = true;
 	an_stall_end(an);
 	rbt_model_finish(an->model);
+	an_ser_end(an);
 	struct rbt_model_stats ms;
 	rbt_model_stats(an->model, &ms);
 	an->counts.unmatched_completions = ms.unmatched_completions;

@@ -86,6 +86,100 @@ struct an_rate {
 };
 void an_rate_add(struct an_rate *r, uint64_t t, uint64_t wrs, uint64_t bytes);
 
+/* ---- counters over time (analyzer_series.c) ------------------------------------
+ * Per-QP and per-CQ series on the analyzer's one time base (aligned ns, so the two
+ * ends of a connection share the axis): AN_SERIES_BINS bins each; when a sample falls
+ * past the last bin the time base doubles its bin width and every series folds pairs
+ * of its bins the next time it is touched (an_series_sync), so memory stays flat
+ * whatever the trace's length. Kept generic for every sink (HTML plots, timeline
+ * counters): a sum per bin (rates), a gauge per bin (the most and the last value
+ * sampled, for levels such as outstanding WRs), a latency histogram per bin (coarse:
+ * 4 buckets per octave, for p50/p99 over time). */
+#define AN_SERIES_BINS	 128
+#define AN_LAT_BUCKETS	 156 /* 4 per octave up to 2^39 ns */
+#define AN_LAT_QPS_MAX	 64  /* QPs of all traces with a latency series (memory) */
+#define AN_SERIES_SHIFT0 12  /* the first bins are 4 us wide */
+struct an_timebase {
+	bool started;
+	uint64_t t0, hi; /* aligned ns: bin 0's start; the latest sample */
+	uint32_t shift;	 /* bins are 1 << shift ns wide */
+};
+struct an_series { /* a sum per bin */
+	uint32_t shift;
+	uint64_t v[AN_SERIES_BINS];
+};
+struct an_gauge { /* a level: its max and its last sample per bin, + 1 (0: none) */
+	uint32_t shift;
+	uint64_t pre; /* the level before the time base started */
+	struct {
+		uint64_t max, last;
+	} b[AN_SERIES_BINS];
+};
+struct an_lat_series { /* completion latencies per bin */
+	uint32_t shift;
+	uint32_t b[AN_SERIES_BINS][AN_LAT_BUCKETS];
+};
+/* What the analysis keeps over time for one QP (allocated on its first WR). */
+struct an_qp_series {
+	struct an_series posted, done, recvs; /* send WRs posted, completed; receives */
+	struct an_gauge outstanding;	      /* send WRs outstanding */
+	/* round trips completed per bin and their split (ns summed, for the mean) */
+	struct an_series rt_n, rt_post, rt_wire, rt_app;
+	struct an_lat_series *lat; /* end to end of the send WRs; NULL past the cap */
+};
+/* Brings a series to the time base's bin width (before reading it). */
+void an_series_sync(const struct an_timebase *tb, struct an_series *s);
+void an_gauge_sync(const struct an_timebase *tb, struct an_gauge *g);
+void an_lat_sync(const struct an_timebase *tb, struct an_lat_series *l);
+/* Bin of aligned time t (moving the time base on as needed); -1 before it starts.
+ * A sample with start set starts it (the first work request), others do not (the
+ * receives a program posts while it sets up). Inline, as the adders: the data path
+ * takes a few samples per WR. */
+int an_tb_bin_slow(struct an_timebase *tb, uint64_t t, bool start);
+static inline int an_tb_bin(struct an_timebase *tb, uint64_t t, bool start)
+{
+	if (__builtin_expect(tb->started && t >= tb->t0, 1)) {
+		uint64_t b = (t - tb->t0) >> tb->shift;
+		if (__builtin_expect(b < AN_SERIES_BINS, 1)) {
+			if (t > tb->hi)
+				tb->hi = t;
+			return (int)b;
+		}
+	}
+	return an_tb_bin_slow(tb, t, start);
+}
+static inline void an_series_add(const struct an_timebase *tb, struct an_series *s,
+				 int bin, uint64_t v)
+{
+	if (bin < 0)
+		return;
+	if (__builtin_expect(s->shift != tb->shift, 0))
+		an_series_sync(tb, s);
+	s->v[bin] += v;
+}
+static inline void an_gauge_set(const struct an_timebase *tb, struct an_gauge *g, int bin,
+				uint64_t v)
+{
+	if (bin < 0) {
+		g->pre = v;
+		return;
+	}
+	if (__builtin_expect(g->shift != tb->shift, 0))
+		an_gauge_sync(tb, g);
+	if (v + 1 > g->b[bin].max)
+		g->b[bin].max = v + 1;
+	g->b[bin].last = v + 1;
+}
+void an_lat_add(const struct an_timebase *tb, struct an_lat_series *l, int bin,
+		uint64_t ns, uint64_t n);
+/* The bins in use: 0 .. an_tb_bins() - 1. */
+int an_tb_bins(const struct an_timebase *tb);
+/* A gauge's level in each bin: its max, a bin without samples carrying the last
+ * value before it (0 before the first). */
+void an_gauge_levels(const struct an_gauge *g, int n, uint64_t *out);
+/* Quantile q of bin's latencies (ns); -1 when the bin is empty. */
+double an_lat_quantile(const struct an_lat_series *l, int bin, double q);
+
 /* ---- analysis state ------------------------------------------------------------ */
 
 enum { AN_SIZE_CLASSES = 6 };
@@ -197,6 +291,7 @@ struct an_qp {
 	 * its CQ is polled empty, the longest one, and the queue at the trace's end */
 	struct an_stall st_cur, st_best, st_end;
 	uint64_t last_recv_post_ts; /* ticks of the last post_recv (the peer's view) */
+	struct an_qp_series *ser;   /* counters over time, NULL until its first WR */
 	/* stats */
 	struct an_group *groups[16 * AN_SIZE_CLASSES]; /* [opcode slot][size class] */
 	struct an_qp *next;			       /* the trace's QPs, newest first */
@@ -214,6 +309,8 @@ struct an_cq {
 	uint32_t n_senders, cap_senders;
 	bool overrun;
 	uint64_t overrun_ts;
+	struct an_gauge *occ;	 /* completions due on it over time, NULL until used */
+	struct an_series *empty; /* polls that came back empty over time, ditto */
 };
 
 struct an_mr {
@@ -262,6 +359,11 @@ struct an_trace {
 	uint64_t cq_err_events;
 	uint64_t lost_events; /* from loss events */
 	uint64_t nic_outside;
+	/* analyzer_series.c: the ticks of this trace that fall in the time base's bin
+	 * ser_bin (at its width ser_shift), so most samples skip the conversion */
+	uint64_t ser_lo, ser_hi;
+	int ser_bin;
+	uint32_t ser_shift;
 };
 
 /* ---- output sinks (analyzer_text.c, analyzer_json.c, analyzer_html.c,
@@ -316,6 +418,9 @@ struct rbt_analyzer {
 	/* per (trace, qp) group storage */
 	struct an_group **groups;
 	uint32_t n_groups, cap_groups;
+	/* counters over time (analyzer_series.c) */
+	struct an_timebase tb;
+	uint32_t n_lat_qps;
 	uint64_t progress_next;
 	uint64_t progress_rchar0;
 	uint64_t progress_t0, progress_last; /* CLOCK_MONOTONIC ns */
@@ -404,6 +509,21 @@ void an_stall_poll(struct an_cq *cq, uint64_t ts, uint64_t ts_exit, uint64_t cou
 void an_stall_sender(struct an_cq *cq, struct an_qp *qp);
 void an_stall_end(struct rbt_analyzer *an); /* before the model's finish */
 void an_stall_diagnose(struct rbt_analyzer *an);
+
+/* analyzer_series.c: the samples the analysis takes (aligned ns t) */
+struct an_qp_series *an_qp_series_get(struct rbt_analyzer *an, struct an_qp *qp);
+void an_ser_posted(struct rbt_analyzer *an, struct an_qp *qp, uint64_t ticks);
+void an_ser_done(struct rbt_analyzer *an, struct an_qp *qp, uint64_t ticks, bool recv,
+		 uint64_t e2e_ns, uint32_t n);
+void an_ser_cq(struct rbt_analyzer *an, struct an_trace *t, struct an_cq *cq,
+	       uint64_t ticks, int bin); /* bin: of ticks, or -2 to compute it */
+void an_ser_poll(struct rbt_analyzer *an, struct an_trace *t, struct an_cq *cq,
+		 uint64_t ticks);
+void an_ser_roundtrip(struct rbt_analyzer *an, struct an_qp *qp, uint64_t ticks,
+		      double post_ns, double wire_ns, double app_ns);
+void an_ser_empty(struct rbt_analyzer *an, struct an_trace *t, struct an_cq *cq,
+		  uint64_t ts, uint64_t ts_exit, uint64_t count);
+void an_ser_end(struct rbt_analyzer *an); /* the axis to the traces' ends */
 
 /* analyzer_filter.c: zooming in (--from/--to/--qp/--pid/--thread). The analysis
  * asks these about what it counts; the model is always fed everything. */

@@ -200,6 +200,7 @@ static void an_poll(struct rbt_analyzer *an, struct an_trace *t,
 		t->empty_polls += count;
 		cq->polls += count;
 		cq->empty_polls += count;
+		an_ser_empty(an, t, cq, ev->ts, exit, count);
 		return;
 	}
 	t->polls++;
@@ -335,6 +336,20 @@ void an_before(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_eve
 void an_after(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_event *ev,
 	      struct rbt_model_res *r)
 {
+	if (r && r->user &&
+	    (ev->type == RBT_EV_POLL_CQ || ev->type == RBT_EV_POST_RECV)) {
+		/* the levels after the model applied the event */
+		if (ev->type == RBT_EV_POLL_CQ && r->kind == RBT_MODEL_CQ &&
+		    ev->u.poll_cq.n_wcs)
+			an_ser_poll(an, t, r->user, ev->u.poll_cq.ts_exit);
+		struct an_qp *rq = r->kind == RBT_MODEL_QP ? r->user : NULL;
+		if (ev->type == RBT_EV_POST_RECV && rq && rbt_model_posted(ev)) {
+			an_qp_series_get(an, rq); /* a row of its own in the plots */
+			if (rq->rcq)
+				an_ser_cq(an, t, rq->rcq, ev->u.post_recv.ts_exit, -2);
+		}
+		return;
+	}
 	struct an_qp *qp = r && r->kind == RBT_MODEL_QP ? r->user : NULL;
 	if (!qp)
 		return;

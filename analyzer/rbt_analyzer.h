@@ -67,6 +67,11 @@ struct rbt_analyzer_opts {
 	/* Threads decoding the traces (rbt_model_opts.threads; 0 or 1: none). The
 	 * report is the same for every number. */
 	unsigned threads;
+	/* Keep counters over time per QP and CQ (rate, outstanding WRs, CQ occupancy,
+	 * latency per time bin: the HTML report's plots). Off, the analysis skips them
+	 * (about a tenth of its time on a WR-dense trace) and the HTML page has no
+	 * plots over time. */
+	int series;
 };
 
 int rbt_analyzer_create(const struct rbt_analyzer_opts *opts, struct rbt_analyzer **out);

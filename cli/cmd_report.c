@@ -38,7 +38,10 @@ static const char usage[] =
 	"\n"
 	"  --format=F  text (default), json (schema in docs/report.md), perfetto "
 	"(trace-\n"
-	"              event JSON for ui.perfetto.dev), html (one self-contained file)\n"
+	"              event JSON for ui.perfetto.dev), html (one self-contained page:\n"
+	"              per QP its WR rate, outstanding WRs, CQ occupancy against the\n"
+	"              CQ's depth and latency over time, the round-trip split, the\n"
+	"              findings linked to their time in the plots)\n"
 	"  -o, --output=OUT  write there instead of stdout (replaced only when the\n"
 	"              report is complete; never one of the TRACEs)\n"
 	"  -q, --quiet no progress line (one is drawn on a terminal's stderr when the\n"
@@ -139,6 +142,7 @@ int rbt_cmd_report(int argc, char **argv)
 	struct rbt_analyzer_opts ao = { .threads = threads };
 	if (fmt == 2)
 		ao.perfetto = out;
+	ao.series = fmt == 3; /* the HTML page's plots over time */
 	ao.filter = &filt;
 	/* a progress line only for someone watching a long run */
 	ao.progress = isatty(2) && !quiet;

@@ -253,11 +253,12 @@ struct Fixture {
 	std::vector<Trace> t;
 	std::vector<rbt_sge> sges;
 	explicit Fixture(int n = 1, FILE *perfetto = nullptr,
-			 const rbt_analyzer_filter *filter = nullptr)
+			 const rbt_analyzer_filter *filter = nullptr, bool series = false)
 	{
 		rbt_analyzer_opts o{};
 		o.perfetto = perfetto;
 		o.filter = filter;
+		o.series = series;
 		EXPECT_EQ(0, rbt_analyzer_create(&o, &an));
 		for (int i = 0; i < n; i++) {
 			rbt_header h = header(1000 + i);
@@ -1249,6 +1250,44 @@ TEST(Output, TextJsonHtmlPerfetto)
 	EXPECT_NE(std::string::npos, html.find("createElement('canvas')"));
 	EXPECT_EQ(std::string::npos, html.find("http://"));
 	EXPECT_EQ(std::string::npos, html.find("https://"));
+}
+
+// The HTML page's series over time: one row per QP, the WRs of each bin adding up to
+// the WRs the QP completed, one value per bin.
+TEST(Output, HtmlSeriesOverTime)
+{
+	Fixture fx(2, nullptr, nullptr, true);
+	pingpong(fx, 50);
+	fx.finish();
+	FILE *f = tmpfile();
+	ASSERT_EQ(0, rbt_analyzer_write_html(fx.an, f));
+	std::string html = slurp(f);
+	fclose(f);
+	EXPECT_EQ(1u, count(html, "<div class=\"qprow\" id=\"qp-0-"));
+	EXPECT_EQ(1u, count(html, "<div class=\"qprow\" id=\"qp-1-"));
+	size_t b = html.find("\"bins\":");
+	ASSERT_NE(std::string::npos, b);
+	long bins = strtol(html.c_str() + b + 7, nullptr, 10);
+	EXPECT_GT(bins, 0);
+	EXPECT_LE(bins, 128);
+	for (const char *key : { "\"posted\":[", "\"done\":[", "\"recvs\":[" }) {
+		size_t n = 0;
+		for (size_t p = html.find(key); p != std::string::npos;
+		     p = html.find(key, p + 1), n++) {
+			const char *c = html.c_str() + p + strlen(key);
+			long sum = 0, vals = 0;
+			while (*c && *c != ']') {
+				char *e;
+				sum += strtol(c, &e, 10);
+				vals++;
+				c = *e == ',' ? e + 1 : e;
+			}
+			EXPECT_EQ(50, sum) << key;
+			EXPECT_EQ(bins, vals) << key;
+		}
+		EXPECT_EQ(2u, n) << key;
+	}
+	EXPECT_EQ(std::string::npos, html.find("http://"));
 }
 
 // Through the real writer and reader: two threads' chunks, a file per process.

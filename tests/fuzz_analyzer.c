@@ -198,7 +198,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct rbt_reader *r;
 	if (rbt_reader_open_mem(data, size, &r))
 		return 0;
-	struct rbt_analyzer_opts o = { .perfetto = devnull };
+	struct rbt_analyzer_opts o = { .perfetto = devnull, .series = 1 };
 	struct rbt_analyzer_filter f = { 0 };
 	if (size > 2 && data[size - 3] & 1) {
 		uint8_t b = data[size - 3];

@@ -50,10 +50,12 @@ CHROME=${CHROME:-/usr/bin/chromium}
 if [ -x "$CHROME" ]; then
 	flags=(--headless --no-sandbox --disable-gpu --disable-background-networking
 		--disable-component-update --disable-sync --no-first-run
-		--user-data-dir="$tmp/chrome" --window-size=1200,1600)
+		--user-data-dir="$tmp/chrome" --window-size=1200,1600 --virtual-time-budget=5000)
 	HOME="$tmp" timeout 60 "$CHROME" "${flags[@]}" --dump-dom "file://$tmp/report.html" \
 		>"$tmp/dom.html" 2>/dev/null
-	grep -q 'data-plots-drawn="6"' "$tmp/dom.html" ||
+	# per trace: a row of 4 plots for its QP, 2 for its round trips, 2 distributions
+	grep -q 'data-js-errors="0"' "$tmp/dom.html" || fail "script errors in the page"
+	grep -q 'data-plots-drawn="16"' "$tmp/dom.html" ||
 		fail "plots not drawn: $(grep -o '<title>[^<]*' "$tmp/dom.html")"
 	HOME="$tmp" timeout 60 "$CHROME" "${flags[@]}" --screenshot="$tmp/shot.png" \
 		"file://$tmp/report.html" >/dev/null 2>&1
