@@ -26,8 +26,9 @@ def fail(msg):
 def varint(b, i):
     v = 0
     shift = 0
+    n = len(b)
     while True:
-        if i >= len(b):
+        if i >= n:
             raise ValueError("varint cut at %d" % i)
         c = b[i]
         i += 1
@@ -39,48 +40,59 @@ def varint(b, i):
             raise ValueError("varint too long at %d" % i)
 
 
-def fields(b, where):
-    """[(field, wire type, value)] of one message; value: int, or bytes for
-    length-delimited fields (wire type 1: the 8 raw bytes)."""
-    out = []
+def parse(b, where, rep=()):
+    """One message as {field: value}: the last value of a field, or the list of
+    them for the fields in rep; varints as int, length-delimited fields as bytes,
+    fixed64 as its 8 bytes. One-byte tags and values take the fast path."""
+    d = {}
     i = 0
+    n = len(b)
     try:
-        while i < len(b):
-            tag, i = varint(b, i)
-            f, wt = tag >> 3, tag & 7
-            if f == 0:
-                raise ValueError("field 0")
+        while i < n:
+            tag = b[i]
+            i += 1
+            if tag & 0x80:
+                tag, i = varint(b, i - 1)
+            f = tag >> 3
+            wt = tag & 7
             if wt == 0:
-                v, i = varint(b, i)
+                if i < n and b[i] < 0x80:
+                    v = b[i]
+                    i += 1
+                else:
+                    v, i = varint(b, i)
+            elif wt == 2:
+                if i < n and b[i] < 0x80:
+                    ln = b[i]
+                    i += 1
+                else:
+                    ln, i = varint(b, i)
+                if i + ln > n:
+                    raise ValueError("length %d beyond the message" % ln)
+                v = b[i:i + ln]
+                i += ln
             elif wt == 1:
-                if i + 8 > len(b):
+                if i + 8 > n:
                     raise ValueError("fixed64 cut")
                 v = b[i:i + 8]
                 i += 8
-            elif wt == 2:
-                n, i = varint(b, i)
-                if i + n > len(b):
-                    raise ValueError("length %d beyond the message" % n)
-                v = b[i:i + n]
-                i += n
             elif wt == 5:
                 v = b[i:i + 4]
                 i += 4
             else:
                 raise ValueError("wire type %d" % wt)
-            out.append((f, wt, v))
+            if f == 0:
+                raise ValueError("field 0")
+            if f in rep:
+                if f in d:
+                    d[f].append(v)
+                else:
+                    d[f] = [v]
+            else:
+                d[f] = v
     except ValueError as e:
         fail("%s: %s" % (where, e))
-    return out
-
-
-def one(fs, f, default=None):
-    v = [x[2] for x in fs if x[0] == f]
-    return v[-1] if v else default
-
-
-def many(fs, f):
-    return [x[2] for x in fs if x[0] == f]
+    return d
 
 
 def sint64(v):
@@ -99,6 +111,19 @@ BEGIN, END, INSTANT, COUNTER = 1, 2, 3, 4
 BOOTTIME, SEQ_CLOCK = 6, 64
 
 
+class Where:
+    """'packet N', formatted only when a message needs it."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __add__(self, s):
+        return "packet %d%s" % (self.n, s)
+
+    def __str__(self):
+        return "packet %d" % self.n
+
+
 class Seq:
     def __init__(self):
         self.cleared = False
@@ -107,6 +132,29 @@ class Seq:
         self.track = 0
         self.ctr_uuids = []
         self.clock = None  # incremental clock value, None before a snapshot
+
+
+def packets(data):
+    """The packets of the Trace (field 1), as memoryview slices."""
+    mv = memoryview(data)
+    i, n = 0, len(data)
+    k = 0
+    while i < n:
+        try:
+            tag, i = varint(data, i)
+            ln, i = varint(data, i)
+        except ValueError as e:
+            fail("Trace: packet %d: %s" % (k, e))
+        if tag != (TRACE_PACKET << 3 | 2):
+            fail("Trace: packet %d: field %d is not a packet" % (k, tag >> 3))
+        if i + ln > n:
+            fail("Trace: packet %d cut" % k)
+        yield mv[i:i + ln]
+        i += ln
+        k += 1
+
+
+TE_REP = (TE_CAT_IID, TE_EXTRA_UUIDS, TE_EXTRA_VALUES, TE_ANNOT)
 
 
 def main():
@@ -126,59 +174,60 @@ def main():
         fail("%d bytes, more than %d" % (len(data), max_bytes))
     seqs = {}
     tracks = {}  # uuid -> dict(parent, name, kind)
-    used = {}  # uuid -> first packet index that used it
+    used = {}  # uuid -> where it was first used
     events = {}  # uuid -> [(ts, order, type, name, args)]
     counter_vals = {}  # uuid -> [values]
     qp_open = {}  # QP track uuid -> open send slices (file order)
     n_packets = 0
     order = 0
-    for (f, wt, pkt) in fields(data, "Trace"):
-        if f != TRACE_PACKET or wt != 2:
-            fail("Trace: field %d is not a packet" % f)
-        where = "packet %d" % n_packets
+    for pkt in packets(data):
+        where = Where(n_packets)
         n_packets += 1
-        pf = fields(pkt, where)
-        seq_id = one(pf, TP_SEQ_ID)
+        pf = parse(pkt, where)
+        seq_id = pf.get(TP_SEQ_ID)
         if not seq_id:
             fail(where + ": no trusted_packet_sequence_id")
-        s = seqs.setdefault(seq_id, Seq())
-        flags = one(pf, TP_SEQ_FLAGS, 0)
-        if flags & 1:
+        s = seqs.get(seq_id)
+        if s is None:
+            s = seqs[seq_id] = Seq()
+        if pf.get(TP_SEQ_FLAGS, 0) & 1:
             s.__init__()
             s.cleared = True
-        d = one(pf, TP_DEFAULTS)
+        d = pf.get(TP_DEFAULTS)
         if d is not None:
             if not s.cleared:
                 fail(where + ": defaults on a sequence never cleared")
-            df = fields(d, where + " defaults")
-            s.clock_id = one(df, 58)
-            ted = one(df, 11)
+            df = parse(d, where)
+            s.clock_id = df.get(58)
+            ted = df.get(11)
             if ted is not None:
-                tf = fields(ted, where + " track_event_defaults")
-                s.track = one(tf, TE_TRACK, 0)
-                s.ctr_uuids = many(tf, TE_EXTRA_UUIDS)
-        idata = one(pf, TP_INTERNED)
+                tf = parse(ted, where, (TE_EXTRA_UUIDS,))
+                s.track = tf.get(TE_TRACK, 0)
+                s.ctr_uuids = tf.get(TE_EXTRA_UUIDS, [])
+        idata = pf.get(TP_INTERNED)
         if idata is not None:
             if not s.cleared:
                 fail(where + ": interned data on a sequence never cleared")
-            for (kf, _, entry) in fields(idata, where + " interned_data"):
-                ef = fields(entry, where + " interned entry")
-                iid, name = one(ef, 1), one(ef, 2)
-                if not iid or name is None:
-                    fail(where + ": interned entry without iid or name")
+            idf = parse(idata, where, (1, 2, 3))
+            for kf, entries in idf.items():
                 table = {1: s.cats, 2: s.names, 3: s.anames}.get(kf)
                 if table is None:
                     fail(where + ": interned field %d not expected" % kf)
-                name = name.decode()
-                if table.get(iid, name) != name:
-                    fail(where + ": iid %d redefined" % iid)
-                table[iid] = name
-        cs = one(pf, TP_CLOCKS)
+                for entry in entries:
+                    ef = parse(entry, where)
+                    iid, name = ef.get(1), ef.get(2)
+                    if not iid or name is None:
+                        fail(where + ": interned entry without iid or name")
+                    name = bytes(name).decode()
+                    if table.get(iid, name) != name:
+                        fail(where + ": iid %d redefined" % iid)
+                    table[iid] = name
+        cs = pf.get(TP_CLOCKS)
         if cs is not None:
             clocks = {}
-            for c in many(fields(cs, where + " clock_snapshot"), 1):
-                cf = fields(c, where + " clock")
-                clocks[one(cf, 1)] = (one(cf, 2, 0), one(cf, 3, 0))
+            for c in parse(cs, where, (1,)).get(1, []):
+                cf = parse(c, where)
+                clocks[cf.get(1)] = (cf.get(2, 0), cf.get(3, 0))
             if BOOTTIME not in clocks:
                 fail(where + ": clock snapshot without BOOTTIME")
             if SEQ_CLOCK in clocks:
@@ -188,9 +237,9 @@ def main():
                 if clocks[BOOTTIME][0] != s.clock:
                     fail(where + ": clocks 6 and 64 differ at the snapshot")
             continue
-        ts = one(pf, TP_TIMESTAMP)
+        ts = pf.get(TP_TIMESTAMP)
         if ts is not None:
-            cid = one(pf, TP_CLOCK_ID, s.clock_id)
+            cid = pf.get(TP_CLOCK_ID, s.clock_id)
             if cid == SEQ_CLOCK:
                 if s.clock is None:
                     fail(where + ": incremental timestamp before the clock snapshot")
@@ -198,80 +247,87 @@ def main():
                 ts = s.clock
             elif cid not in (None, BOOTTIME):
                 fail(where + ": clock %r" % cid)
-        desc = one(pf, TP_TRACK_DESC)
+        desc = pf.get(TP_TRACK_DESC)
         if desc is not None:
-            df = fields(desc, where + " track_descriptor")
-            uuid = one(df, TD_UUID)
+            df = parse(desc, where)
+            uuid = df.get(TD_UUID)
             if not uuid:
                 fail(where + ": track without uuid")
-            kind = ("process" if one(df, TD_PROCESS) is not None else
-                    "thread" if one(df, TD_THREAD) is not None else
-                    "counter" if one(df, TD_COUNTER) is not None else "slices")
-            name = one(df, TD_NAME)
-            if name is None:
-                p = one(df, TD_PROCESS)
-                name = one(fields(p, where), 6, b"") if p is not None else b""
-            t = dict(parent=one(df, TD_PARENT), name=name.decode(), kind=kind)
+            kind = ("process" if TD_PROCESS in df else "thread" if TD_THREAD in df else
+                    "counter" if TD_COUNTER in df else "slices")
+            name = df.get(TD_NAME)
+            if name is None and TD_PROCESS in df:
+                name = parse(df[TD_PROCESS], where).get(6, b"")
+            t = dict(parent=df.get(TD_PARENT), name=bytes(name or b"").decode(), kind=kind)
             old = tracks.get(uuid)
             if old and (old["parent"], old["kind"]) != (t["parent"], t["kind"]):
                 fail(where + ": track %d described twice differently" % uuid)
             tracks[uuid] = t
-        te = one(pf, TP_TRACK_EVENT)
+        te = pf.get(TP_TRACK_EVENT)
         if te is None:
             continue
         if ts is None:
             fail(where + ": track event without timestamp")
-        ef = fields(te, where + " track_event")
-        typ = one(ef, TE_TYPE)
+        ef = parse(te, where, TE_REP)
+        typ = ef.get(TE_TYPE)
         if typ not in (BEGIN, END, INSTANT, COUNTER):
             fail(where + ": event type %r" % typ)
-        track = one(ef, TE_TRACK, s.track)
+        track = ef.get(TE_TRACK, s.track)
         if not track:
             fail(where + ": event on no track")
-        used.setdefault(track, where)
+        if track not in used:
+            used[track] = where
         name = None
-        if one(ef, TE_NAME_IID) is not None:
-            iid = one(ef, TE_NAME_IID)
-            if iid not in s.names:
+        iid = ef.get(TE_NAME_IID)
+        if iid is not None:
+            name = s.names.get(iid)
+            if name is None:
                 fail(where + ": name iid %d not defined on sequence %d" % (iid, seq_id))
-            name = s.names[iid]
-        elif one(ef, TE_NAME) is not None:
-            name = one(ef, TE_NAME).decode()
-        for c in many(ef, TE_CAT_IID):
+        elif TE_NAME in ef:
+            name = bytes(ef[TE_NAME]).decode()
+        for c in ef.get(TE_CAT_IID, ()):
             if c not in s.cats:
                 fail(where + ": category iid %d not defined" % c)
         ann = {}
-        for a in many(ef, TE_ANNOT):
-            af = fields(a, where + " annotation")
-            if one(af, DA_NAME_IID) is not None:
-                iid = one(af, DA_NAME_IID)
-                if iid not in s.anames:
-                    fail(where + ": annotation name iid %d not defined" % iid)
-                an = s.anames[iid]
+        for a in ef.get(TE_ANNOT, ()):
+            af = parse(a, where)
+            if DA_NAME_IID in af:
+                an = s.anames.get(af[DA_NAME_IID])
+                if an is None:
+                    fail(where + ": annotation name iid %d not defined" % af[DA_NAME_IID])
             else:
-                an = one(af, DA_NAME, b"").decode()
-            v = one(af, DA_UINT)
-            ann[an] = v if v is not None else one(af, DA_STRING, b"").decode()
+                an = bytes(af.get(DA_NAME, b"")).decode()
+            v = af.get(DA_UINT)
+            ann[an] = v if v is not None else bytes(af.get(DA_STRING, b"")).decode()
         if typ == COUNTER:
-            if one(ef, TE_COUNTER) is not None:
-                v = sint64(one(ef, TE_COUNTER))
-            elif one(ef, TE_DCOUNTER) is not None:
-                v = struct.unpack("<d", one(ef, TE_DCOUNTER))[0]
+            if TE_COUNTER in ef:
+                v = sint64(ef[TE_COUNTER])
+            elif TE_DCOUNTER in ef:
+                v = struct.unpack("<d", ef[TE_DCOUNTER])[0]
             else:
                 fail(where + ": counter event without value")
             counter_vals.setdefault(track, []).append(v)
-        if typ == BEGIN and name is None:
+        elif typ == BEGIN and name is None:
             fail(where + ": slice without name")
-        vals = [sint64(v) for v in many(ef, TE_EXTRA_VALUES)]
-        uu = many(ef, TE_EXTRA_UUIDS) or s.ctr_uuids
-        if len(vals) > len(uu):
-            fail(where + ": %d counter values for %d counter tracks" % (len(vals), len(uu)))
-        for u, v in zip(uu, vals):
-            used.setdefault(u, where)
-            counter_vals.setdefault(u, []).append(v)
-        events.setdefault(track, []).append((ts, order, typ, name, ann, vals))
+        vals = [sint64(v) for v in ef.get(TE_EXTRA_VALUES, ())]
+        if vals:
+            uu = ef.get(TE_EXTRA_UUIDS) or s.ctr_uuids
+            if len(vals) > len(uu):
+                fail(where + ": %d counter values for %d counter tracks" % (len(vals), len(uu)))
+            for u, v in zip(uu, vals):
+                if u not in used:
+                    used[u] = where
+                cv = counter_vals.get(u)
+                if cv is None:
+                    counter_vals[u] = [v]
+                else:
+                    cv.append(v)
+        ev = events.get(track)
+        if ev is None:
+            ev = events[track] = []
+        ev.append((ts, order, typ, name, ann))
         order += 1
-        if exact and vals and typ in (BEGIN, END):
+        if exact and vals and typ != COUNTER:
             lane = tracks.get(track)
             if lane and lane["name"] == "sends":
                 qp = lane["parent"]
@@ -300,18 +356,19 @@ def main():
             fail("track %s: counter events on a slice track" % t["name"])
         parent = tracks.get(t["parent"], {})
         is_lane = t["name"] in ("sends", "receives") and parent.get("name", "").startswith("QP ")
-        stack = []
-        for (ts, _, typ, name, ann, _) in evs:
+        depth = 0
+        for (ts, _, typ, name, ann) in evs:
             if typ == BEGIN:
-                stack.append((ts, name, ann))
-                totals["max_depth"] = max(totals["max_depth"], len(stack))
+                depth += 1
+                if depth > totals["max_depth"]:
+                    totals["max_depth"] = depth
             elif typ == END:
-                if not stack:
+                if not depth:
                     fail("track %s: an end at %d with no slice open" % (t["name"], ts))
-                b = stack.pop()
+                depth -= 1
                 if is_lane:
                     totals["wr_slices"] += 1
-                    if stack:
+                    if depth:
                         fail("track %s: WR slices nested at %d" % (t["name"], ts))
                 elif t["name"].startswith("QP "):
                     totals["agg_slices"] += 1
@@ -320,10 +377,10 @@ def main():
                     totals["calls"] += 1
             elif typ == INSTANT:
                 totals["findings"] += 1
-        if stack:
+        if depth:
             if not is_lane:
-                fail("track %s: %d slices never end" % (t["name"], len(stack)))
-            totals["wr_unfinished"] += len(stack)
+                fail("track %s: %d slices never end" % (t["name"], depth))
+            totals["wr_unfinished"] += depth
     for u, vs in counter_vals.items():
         t = tracks.get(u)
         if not t or t["kind"] != "counter":
