@@ -77,7 +77,7 @@ _rbtrace()
 	esac
 	case $cur in
 	--format=*)
-		COMPREPLY=($(compgen -W "text json perfetto" -- "${cur#--format=}"))
+		COMPREPLY=($(compgen -W "text json perfetto perfetto-json" -- "${cur#--format=}"))
 		return
 		;;
 	--timing=*)

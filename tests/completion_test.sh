@@ -51,8 +51,8 @@ expect "--flight= --help --output --rotate= --softnic" rbtrace record --
 expect "--help --json --qp= --stream= --type=" rbtrace dump --
 expect_has --timing= rbtrace replay --t
 expect_has --poll-timeout rbtrace replay --p
-expect "--format= --help --output=" rbtrace report --
-expect "perfetto" rbtrace report --format=p
+expect "--format= --help --output= --perfetto-bin= --perfetto-detail= --perfetto-max-wrs=" rbtrace report --
+expect "perfetto perfetto-json" rbtrace report --format=p
 expect "asap" rbtrace replay --timing=a
 expect "eth ib" rbtrace softnic --link ""
 expect "a.rbt b.rbt sub" rbtrace report ""

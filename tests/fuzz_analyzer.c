@@ -196,7 +196,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct rbt_reader *r;
 	if (rbt_reader_open_mem(data, size, &r))
 		return 0;
-	struct rbt_analyzer_opts o = { .perfetto = devnull };
+	/* both timelines, and the protobuf one's aggregation, by the input's size */
+	struct rbt_analyzer_opts o = { .perfetto = devnull,
+				       .perfetto_json = (int)(size >> 1 & 1),
+				       .perfetto_max_wrs = size & 4 ? 16 : 0 };
 	struct rbt_analyzer *an;
 	if (rbt_analyzer_create(&o, &an)) {
 		rbt_reader_close(r);
