@@ -174,6 +174,61 @@ struct an_pf {
 	uint32_t n_cq_ctrs, cap_cq_ctrs;
 };
 
+/* ---- strings ---- */
+
+/* Length of the valid UTF-8 sequence at p (1-4), 0 when invalid. */
+static size_t pf_utf8_len(const unsigned char *p)
+{
+	unsigned c = p[0];
+	size_t n = c < 0x80		   ? 1
+		   : c >= 0xc2 && c < 0xe0 ? 2
+		   : c >= 0xe0 && c < 0xf0 ? 3
+		   : c >= 0xf0 && c < 0xf5 ? 4
+					   : 0;
+	for (size_t i = 1; i < n; i++)
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+	if (n == 3 && ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0)))
+		return 0; /* overlong, or a surrogate */
+	if (n == 4 && ((c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] >= 0x90)))
+		return 0;
+	return n;
+}
+
+/* A string of a trace (names, command lines) as valid UTF-8 without control
+ * characters: each invalid byte or control character becomes '?'. */
+static void pf_str(struct an_pb *pb, uint32_t field, const char *s)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t len = strlen(s), i = 0;
+	while (i < len) {
+		size_t k = u[i] >= 0x20 && u[i] != 0x7f ? pf_utf8_len(u + i) : 0;
+		if (!k)
+			break;
+		i += k;
+	}
+	if (i == len) {
+		an_pb_bytes(pb, field, s, len);
+		return;
+	}
+	char *c = malloc(len + 1);
+	if (!c) {
+		pb->oom = true;
+		return;
+	}
+	for (i = 0; i < len;) {
+		size_t k = u[i] >= 0x20 && u[i] != 0x7f ? pf_utf8_len(u + i) : 0;
+		if (!k) {
+			c[i++] = '?';
+			continue;
+		}
+		memcpy(c + i, s + i, k);
+		i += k;
+	}
+	an_pb_bytes(pb, field, c, len);
+	free(c);
+}
+
 /* ---- names ---- */
 
 static uint32_t pf_hash(const char *s)
@@ -358,7 +413,7 @@ static void pf_intern(struct an_pf *pf, struct an_pf_seq *s, const struct pf_ev 
 	for (int i = 0; i < n; i++) {
 		an_pb_begin(pb, (uint32_t)field[i]);
 		an_pb_varint(pb, F_IID, need[i]);
-		an_pb_str(pb, F_IID_NAME, pf->names[need[i] - 1]);
+		pf_str(pb, F_IID_NAME, pf->names[need[i] - 1]);
 		an_pb_end(pb);
 		pf_define(s, need[i]);
 	}
@@ -380,7 +435,7 @@ static void pf_event(struct an_pf *pf, struct an_pf_seq *s, uint64_t ns,
 	if (e->name)
 		an_pb_varint(pb, F_TE_NAME_IID, e->name);
 	else if (e->name_s)
-		an_pb_str(pb, F_TE_NAME, e->name_s);
+		pf_str(pb, F_TE_NAME, e->name_s);
 	if (e->counter) {
 		if (e->dbl)
 			an_pb_double(pb, F_TE_DCOUNTER, e->dv);
@@ -395,9 +450,9 @@ static void pf_event(struct an_pf *pf, struct an_pf_seq *s, uint64_t ns,
 		if (a->name)
 			an_pb_varint(pb, F_DA_NAME_IID, a->name);
 		else
-			an_pb_str(pb, F_DA_NAME, a->name_s);
+			pf_str(pb, F_DA_NAME, a->name_s);
 		if (a->s)
-			an_pb_str(pb, F_DA_STRING, a->s);
+			pf_str(pb, F_DA_STRING, a->s);
 		else
 			an_pb_varint(pb, F_DA_UINT, a->u);
 		an_pb_end(pb);
@@ -417,7 +472,7 @@ static uint64_t pf_track(struct an_pf *pf, uint64_t parent, const char *name,
 	an_pb_varint(pb, F_TD_UUID, uuid);
 	if (parent)
 		an_pb_varint(pb, F_TD_PARENT, parent);
-	an_pb_str(pb, F_TD_NAME, name);
+	pf_str(pb, F_TD_NAME, name);
 	if (counter) {
 		an_pb_begin(pb, F_TD_COUNTER);
 		if (counter == 1)
@@ -513,7 +568,7 @@ static void pf_ctr_describe(struct an_pf *pf, struct an_pf_qp *q, int kind)
 	an_pb_begin(pb, F_TP_TRACK_DESC);
 	an_pb_varint(pb, F_TD_UUID, c->uuid);
 	an_pb_varint(pb, F_TD_PARENT, q->uuid);
-	an_pb_str(pb, F_TD_NAME, name);
+	pf_str(pb, F_TD_NAME, name);
 	an_pb_begin(pb, F_TD_COUNTER);
 	an_pb_varint(pb, F_CD_UNIT, UNIT_COUNT);
 	an_pb_end(pb);
@@ -761,7 +816,7 @@ static void pf_begin(struct rbt_analyzer *an)
 		an_pb_varint(pb, F_TD_UUID, p->uuid);
 		an_pb_begin(pb, F_TD_PROCESS);
 		an_pb_varint(pb, F_PD_PID, p->pid);
-		an_pb_str(pb, F_PD_NAME, name);
+		pf_str(pb, F_PD_NAME, name);
 		an_pb_end(pb);
 		an_pb_end(pb);
 		pf_packet_end(pf);
@@ -794,7 +849,7 @@ static void pf_thread(struct rbt_analyzer *an, struct an_trace *t, struct an_thr
 	an_pb_begin(pb, F_TD_THREAD);
 	an_pb_varint(pb, F_THD_PID, p->pid);
 	an_pb_varint(pb, F_THD_TID, th->m->tid);
-	an_pb_str(pb, F_THD_NAME, name);
+	pf_str(pb, F_THD_NAME, name);
 	an_pb_end(pb);
 	an_pb_end(pb);
 	pf_packet_end(pf);
