@@ -151,6 +151,9 @@ int rbt_cmd_report(int argc, char **argv)
 					     out_path, pos[i]);
 		total += (uint64_t)st.st_size;
 	}
+	if (fmt == 2 && !out_path && isatty(1))
+		return rbt_cli_usage(cmd, "--format=perfetto is binary: give -o FILE or "
+					  "redirect the output");
 	FILE *out = stdout;
 	struct rbt_cli_out ro = { 0 };
 	if (out_path) {
