@@ -112,7 +112,7 @@ struct an_pf_seq {
 	struct an_pf_seq *next_alloc;
 };
 
-/* A counter track and its value; bin_*: the sampling of aggregated periods. */
+/* A counter track: its value now and the last one written (sent). */
 struct an_pf_ctr {
 	uint64_t uuid;
 	int64_t cur, sent;
@@ -785,6 +785,7 @@ static void pf_begin(struct rbt_analyzer *an)
 		pf->win_from = a > 0 ? (uint64_t)a : 0;
 		pf->win_to = b > 0 ? (b < 9e18 ? (uint64_t)b : UINT64_MAX) : 0;
 	}
+	/* the names of every WR's events first: ids below 128 are one byte */
 	pf->id_post = pf_name(pf, "ibv_post_send");
 	pf->id_verbs = pf_name(pf, "verbs");
 	pf->id_wr = pf_name(pf, "wr");
