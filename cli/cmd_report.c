@@ -21,8 +21,10 @@
 static const char usage[] =
 	"usage: rbtrace report [--format=text|json|perfetto|perfetto-json|html] [-o "
 	"OUT]\n"
-	"                      [--perfetto-max-wrs=N] [--perfetto-detail=FROM_MS:TO_MS]\n"
-	"                      [--perfetto-bin=US] TRACE...\n"
+	"                      [-q] [--from=T] [--to=T] [--around=T[,W]] [--qp=N[,N..]]\n"
+	"                      [--pid=N] [--thread=TID] [--perfetto-max-wrs=N]\n"
+	"                      [--perfetto-detail=FROM_MS:TO_MS] [--perfetto-bin=US]\n"
+	"                      TRACE...\n"
 	"\n"
 	"Attributes every work request's time to its post call, the NIC (post return to\n"
 	"completion) and the poll that handed the completion to the application; gives\n"
@@ -49,6 +51,11 @@ static const char usage[] =
 	"  --perfetto-bin=US  the width of those bins and of the WR rate (default 1000)\n"
 	"  -o, --output=OUT  write there instead of stdout (replaced only when the\n"
 	"              report is complete; never one of the TRACEs)\n"
+	"  -q, --quiet no progress line (one is drawn on a terminal's stderr when the\n"
+	"              report takes more than a second)\n"
+	"\n" RBT_CLI_FILTER_HELP
+	"The filter in force is the text report's line \"filter: ...\" and the JSON's\n"
+	"\"filter\".\n"
 	"\n"
 	"Give each trace once. A trace that could not be read whole is reported on\n"
 	"what was read, with a warning on stderr; exit code 1 when a trace cannot be\n"
@@ -59,13 +66,18 @@ static const char usage[] =
 	"  rbtrace report client.rbt server.rbt\n"
 	"  rbtrace report --format=perfetto -o client.pftrace client.rbt   # open in "
 	"ui.perfetto.dev\n"
-	"  rbtrace report --format=html -o report.html client.rbt server.rbt\n";
+	"  rbtrace report --format=html -o report.html client.rbt server.rbt\n"
+	"  rbtrace report --from=2s --to=2.5s --qp=0x11 client.rbt   # that half second\n"
+	"  rbtrace report --around=finding:1,20ms client.rbt server.rbt\n"
+	"  rbtrace report --pid=4242 --thread=4250 --format=json client.rbt server.rbt\n";
 
 int rbt_cmd_report(int argc, char **argv)
 {
 	const char *cmd = "report";
 	const char *format = "text", *out_path = NULL;
 	const char *max_wrs = NULL, *detail = NULL, *bin = NULL;
+	int quiet = 0;
+	struct rbt_cli_filter_args fa = { 0 };
 	char *pos[256];
 	const struct rbt_cli_opt opts[] = {
 		{ "format", 0, &format, NULL },
@@ -73,6 +85,8 @@ int rbt_cmd_report(int argc, char **argv)
 		{ "perfetto-max-wrs", 0, &max_wrs, NULL },
 		{ "perfetto-detail", 0, &detail, NULL },
 		{ "perfetto-bin", 0, &bin, NULL },
+		{ "quiet", 'q', NULL, &quiet },
+		RBT_CLI_FILTER_OPTS(fa),
 		{ 0 },
 	};
 	int n = rbt_cli_parse(cmd, argc, argv, opts, 0, pos, 256);
@@ -154,6 +168,10 @@ int rbt_cmd_report(int argc, char **argv)
 	if (fmt == 2 && !out_path && isatty(1))
 		return rbt_cli_usage(cmd, "--format=perfetto is binary: give -o FILE or "
 					  "redirect the output");
+	struct rbt_analyzer_filter filt;
+	int fret = rbt_cli_filter_build(cmd, &fa, pos, n, &filt);
+	if (fret != RBT_EXIT_OK)
+		return fret;
 	FILE *out = stdout;
 	struct rbt_cli_out ro = { 0 };
 	if (out_path) {
@@ -167,9 +185,12 @@ int rbt_cmd_report(int argc, char **argv)
 	if (fmt == 2 || fmt == 4)
 		ao.perfetto = out;
 	ao.perfetto_json = fmt == 4;
+	ao.filter = &filt;
 	/* a progress line only for someone watching a long run */
-	ao.progress = isatty(2) && total > (64u << 20);
+	ao.progress = isatty(2) && !quiet;
 	ao.progress_bytes = total;
+	ao.progress_name = "rbtrace report";
+	ao.progress_delay_ms = rbt_cli_progress_delay_ms();
 	struct rbt_analyzer *an = NULL;
 	int ret = rbt_analyzer_create(&ao, &an);
 	char err[512] = "";
@@ -178,6 +199,8 @@ int rbt_cmd_report(int argc, char **argv)
 					     sizeof(err));
 	if (ret == 0)
 		ret = rbt_analyzer_finish(an);
+	if (ret == 0)
+		rbt_cli_filter_warn(cmd, an, &filt);
 	if (ret == 0) {
 		if (fmt == 0)
 			ret = rbt_analyzer_write_text(an, out);
