@@ -195,25 +195,21 @@ static void an_cb_wr_posted(void *arg, struct rbt_model_res *q, struct rbt_model
 			    const struct rbt_send_wr *sw)
 {
 	struct rbt_analyzer *an = arg;
-	if (!sw)
-		return;
 	struct an_trace *t = an->traces[q->trace];
-	struct an_qp *qp = q->user;
+	struct an_qp *qp = q->kind == RBT_MODEL_QP ? q->user : NULL;
 	bool in = !qp || an_filter_wr(an, qp, w);
-	if (qp) {
+	if (qp && sw) {
 		if (in)
 			an_send_wr_checks(an, t, qp, sw, w);
 		an_attr_posted(an, qp, w->post_ts, w->post_exit, sw);
 		if (in)
 			an_ser_posted(an, qp, w->post_exit);
 	}
-	if (!an->n_stream || !in)
+	if (!in)
 		return;
-	w->user = ++an->flow_seq;
 	for (int i = 0; i < an->n_stream; i++)
 		if (an->stream[i]->wr_posted)
-			an->stream[i]->wr_posted(an, an->traces[q->trace], w->tid,
-						 w->post_ts, w->user);
+			an->stream[i]->wr_posted(an, t, qp, w);
 }
 
 static void an_cb_completion(void *arg, struct rbt_model_qp *qp,
@@ -271,7 +267,9 @@ int rbt_analyzer_create(const struct rbt_analyzer_opts *opts, struct rbt_analyze
 	}
 	bool per_wr = false;
 	if (an->opts.perfetto)
-		an->stream[an->n_stream++] = &an_sink_perfetto;
+		an->stream[an->n_stream++] = an->opts.perfetto_json
+						     ? &an_sink_perfetto_json
+						     : &an_sink_perfetto;
 	if (an->opts.export_wrs)
 		an->stream[an->n_stream++] = &an_sink_export;
 	for (int i = 0; i < an->n_stream; i++)
@@ -334,6 +332,9 @@ void rbt_analyzer_destroy(struct rbt_analyzer *an)
 {
 	if (!an)
 		return;
+	for (int i = 0; i < an->n_stream; i++)
+		if (an->stream[i]->free)
+			an->stream[i]->free(an);
 	for (uint32_t i = 0; i < an->n_groups; i++) {
 		for (int p = 0; p < RBT_PHASE_COUNT; p++)
 			an_hist_free(&an->groups[i]->h[p]);
@@ -408,6 +409,9 @@ int rbt_analyzer_run_files(struct rbt_analyzer *an, const char *const *paths, in
 {
 	/* the model adds the traces: the analyzer's side follows them */
 	int before = rbt_model_n_traces(an->model);
+	if (an->opts.perfetto && !an->opts.perfetto_json && !an->posted_wrs &&
+	    an_pf_count_wrs(paths, n, &an->posted_wrs) < 0)
+		an->posted_wrs = 0; /* unknown: the size rule applies */
 	if (an->opts.progress) {
 		an->progress_t0 = an_now_ns();
 		an->progress_rchar0 = an_rchar();
@@ -448,7 +452,7 @@ int rbt_analyzer_finish(struct rbt_analyzer *an)
 	for (int i = 0; i < an->n_stream; i++)
 		if (an->stream[i]->end)
 			an->stream[i]->end(an);
-	return 0;
+	return an_pf_status(an);
 }
 
 static int an_sev_cmp(const void *a, const void *b)

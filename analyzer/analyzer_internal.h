@@ -290,6 +290,7 @@ struct an_qp {
 	/* stalls (analyzer_stall.c): the episode of the send queue's oldest WR while
 	 * its CQ is polled empty, the longest one, and the queue at the trace's end */
 	struct an_stall st_cur, st_best, st_end;
+	struct an_pf_qp *pf;	    /* the Perfetto timeline's tracks of this QP */
 	uint64_t last_recv_post_ts; /* ticks of the last post_recv (the peer's view) */
 	struct an_qp_series *ser;   /* counters over time, NULL until its first WR */
 	/* stats */
@@ -311,6 +312,7 @@ struct an_cq {
 	uint64_t overrun_ts;
 	struct an_gauge *occ;	 /* completions due on it over time, NULL until used */
 	struct an_series *empty; /* polls that came back empty over time, ditto */
+	struct an_pf_ctr *pf;	 /* the Perfetto timeline's counter of this CQ */
 };
 
 struct an_mr {
@@ -325,6 +327,7 @@ struct an_thread {
 	 * (aligned ns); as many as WRs were outstanding at once, up to AN_MAX_LANES */
 	uint64_t *lane_end[2];
 	uint32_t n_lanes[2];
+	struct an_pf_seq *pf;	/* the Perfetto timeline's sequence of this thread */
 	struct an_thread *next; /* all of them, for the end */
 };
 
@@ -380,15 +383,44 @@ struct an_sink_ops {
 	void (*call)(struct rbt_analyzer *an, struct an_trace *t, uint32_t tid,
 		     const char *name, uint64_t ts, uint64_t ts_exit,
 		     const char *args_json);
-	void (*wr_posted)(struct rbt_analyzer *an, struct an_trace *t, uint32_t tid,
-			  uint64_t ts, uint64_t flow);
+	/* a WR entered its queue: qp NULL for a receive posted to an SRQ; the sink
+	 * may keep a word of its own in w->user */
+	void (*wr_posted)(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
+			  struct rbt_model_wr *w);
 	void (*wr)(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
 		   const struct rbt_model_wr *w, const struct rbt_model_comp *c);
 	void (*end)(struct rbt_analyzer *an); /* after the diagnosis */
 	int (*write)(struct rbt_analyzer *an, FILE *out);
+	void (*free)(struct rbt_analyzer *an); /* at rbt_analyzer_destroy() */
 };
 extern const struct an_sink_ops an_sink_text, an_sink_json, an_sink_html,
-	an_sink_perfetto, an_sink_export;
+	an_sink_perfetto, an_sink_perfetto_json, an_sink_export;
+
+/* analyzer_perfetto.c: WRs posted in the files (a plain read), for the size rule */
+int an_pf_count_wrs(const char *const *paths, int n, uint64_t *out);
+int an_pf_status(const struct rbt_analyzer *an); /* 0, or the stream's -errno */
+
+/* analyzer_pbuf.c: a protobuf writer for the Perfetto timeline. A message is built
+ * in a growing buffer; nested messages are opened and closed around their fields
+ * (their length is put in front when they close). oom: an allocation failed, the
+ * message is incomplete (an_pb_flush then fails). */
+struct an_pb {
+	uint8_t *b;
+	size_t n, cap;
+	size_t open[8]; /* start of each open nested message's content */
+	int depth;
+	bool oom;
+};
+void an_pb_varint(struct an_pb *pb, uint32_t field, uint64_t v);
+void an_pb_int(struct an_pb *pb, uint32_t field, int64_t v); /* int64: two's compl. */
+void an_pb_double(struct an_pb *pb, uint32_t field, double v);
+void an_pb_bytes(struct an_pb *pb, uint32_t field, const void *p, size_t len);
+void an_pb_str(struct an_pb *pb, uint32_t field, const char *s);
+void an_pb_begin(struct an_pb *pb, uint32_t field);
+void an_pb_end(struct an_pb *pb);
+/* Writes what is complete (depth 0) to f and empties the buffer: 0 or -errno. */
+int an_pb_flush(struct an_pb *pb, FILE *f);
+void an_pb_free(struct an_pb *pb);
 
 struct an_cm;
 
@@ -412,8 +444,10 @@ struct rbt_analyzer {
 	/* the streaming sinks (Perfetto when opts.perfetto) */
 	const struct an_sink_ops *stream[2];
 	int n_stream;
-	struct rbt_json pf; /* the Perfetto stream */
-	bool export_header; /* the CSV header line is out */
+	struct rbt_json pf;  /* the Perfetto JSON stream */
+	struct an_pf *pft;   /* the Perfetto protobuf stream (analyzer_perfetto.c) */
+	uint64_t posted_wrs; /* WRs posted in the files (0: not counted) */
+	bool export_header;  /* the CSV header line is out */
 
 	/* per (trace, qp) group storage */
 	struct an_group **groups;

@@ -1,274 +1,1121 @@
-/* analyzer_perfetto.c - the Perfetto / Chrome trace-event JSON timeline, a streaming
- * sink: written while the events are analysed (nothing of it is kept in memory),
- * through the one JSON writer, one trace event per line.
+/* analyzer_perfetto.c - the Perfetto timeline in Perfetto's own protobuf trace
+ * format (a Trace of TracePackets), a streaming sink: written while the events are
+ * analysed; what it keeps is sized by the tracks and the WRs outstanding, never by
+ * the trace's length. The field numbers are those of Perfetto's published .proto
+ * files (trace_packet, track_event, track_descriptor, counter_descriptor,
+ * interned_data, clock_snapshot, debug_annotation); docs/report.md describes the
+ * tracks and tests/perfetto_decode.py decodes it back.
  *
- * Tracks: each recording thread shows its verbs calls (post, poll); each WR is a slice
- * from its post to the poll that returned it, with its phases as sub-slices, on a
- * "WR lane" track of the posting thread (lanes are picked so slices never overlap);
- * a flow arrow goes from the post call to the poll call. Times are microseconds on the
- * aligned timeline (real time since the earliest trace start).
+ * Encoding, chosen for size (docs/report.md has the bytes per WR measured):
+ * - packet sequences: 1 holds the track descriptors and the few events of the whole
+ *   run (findings, aggregated slices, rates) with absolute BOOTTIME timestamps; each
+ *   recording thread has one for its verbs calls and each QP one for its WRs, both
+ *   with a sequence-scoped incremental clock (a packet's timestamp is the delta to the
+ *   previous one; one that would go back is written absolute on BOOTTIME), a default
+ *   track, and names interned on first use (InternedData in the same packet).
+ * - a WR is a slice on a lane of its QP from its post to the return of the poll that
+ *   handed its completion (lanes are child tracks of one name, merged by the UI into
+ *   one; a lane is reused only once its slice ended); the end carries the phase the
+ *   slice does not show (NIC time or its lower bound) and, when not success, the
+ *   status. The QP's outstanding sends / posted receives and its CQs' expected CQEs
+ *   ride on the WR events as extra counter values (the sequence's default counter
+ *   tracks), so a counter sample costs a few bytes.
+ * - above perfetto_max_wrs WRs, those outside the detail window are aggregated per QP
+ *   and time bin into one slice (count, bytes, p50/p99 end to end), with the counters
+ *   sampled per bin.
+ *
+ * Never trusts a time: a damaged trace's times are clamped, and slices on one track
+ * never overlap (a verbs call starting inside the previous one is cut).
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "analyzer/analyzer_internal.h"
 
-#define AN_LANE_BASE  1000000000u
-#define AN_MAX_LANES  4096u /* per thread and kind; beyond, slices share the last */
-#define AN_LANE_SPACE (2 * AN_MAX_LANES)
+/* ---- field numbers (Perfetto's .proto files) ---- */
+enum {
+	F_TRACE_PACKET = 1,
+	/* TracePacket */
+	F_TP_TIMESTAMP = 8,
+	F_TP_CLOCK_ID = 58,
+	F_TP_SEQ_ID = 10,
+	F_TP_SEQ_FLAGS = 13,
+	F_TP_INTERNED = 12,
+	F_TP_DEFAULTS = 59,
+	F_TP_TRACK_EVENT = 11,
+	F_TP_TRACK_DESC = 60,
+	F_TP_CLOCK_SNAPSHOT = 6,
+	/* TracePacketDefaults */
+	F_TPD_CLOCK_ID = 58,
+	F_TPD_TRACK_EVENT = 11,
+	/* TrackEventDefaults / TrackEvent */
+	F_TE_TYPE = 9,
+	F_TE_TRACK = 11,
+	F_TE_NAME_IID = 10,
+	F_TE_NAME = 23,
+	F_TE_CATEGORY_IID = 3,
+	F_TE_COUNTER = 30,
+	F_TE_DCOUNTER = 44,
+	F_TE_EXTRA_UUIDS = 31,
+	F_TE_EXTRA_VALUES = 12,
+	F_TE_ANNOTATION = 4,
+	/* DebugAnnotation */
+	F_DA_NAME_IID = 1,
+	F_DA_NAME = 10,
+	F_DA_UINT = 3,
+	F_DA_STRING = 6,
+	/* InternedData */
+	F_ID_CATEGORIES = 1,
+	F_ID_EVENT_NAMES = 2,
+	F_ID_ANNOTATION_NAMES = 3,
+	F_IID = 1,
+	F_IID_NAME = 2,
+	/* TrackDescriptor */
+	F_TD_UUID = 1,
+	F_TD_PARENT = 5,
+	F_TD_NAME = 2,
+	F_TD_PROCESS = 3,
+	F_TD_THREAD = 4,
+	F_TD_COUNTER = 8,
+	F_PD_PID = 1,
+	F_PD_NAME = 6,
+	F_THD_PID = 1,
+	F_THD_TID = 2,
+	F_THD_NAME = 5,
+	F_CD_UNIT = 3,
+	F_CD_UNIT_NAME = 6,
+	/* ClockSnapshot */
+	F_CS_CLOCK = 1,
+	F_CS_PRIMARY = 2,
+	F_CK_ID = 1,
+	F_CK_TS = 2,
+	F_CK_INCREMENTAL = 3,
+};
+enum { T_BEGIN = 1, T_END = 2, T_INSTANT = 3, T_COUNTER = 4 };
+enum { CLOCK_BOOTTIME = 6, CLOCK_SEQ = 64, SEQ_CLEARED = 1 };
+enum { UNIT_COUNT = 2 };
 
-static uint32_t an_pf_pid(const struct an_trace *t)
+#define PF_MAX_LANES	   4096u  /* per QP and kind; beyond, WRs are aggregated */
+#define PF_MAX_NAMES	   65536u /* interned names; beyond, WR names lose their size */
+#define PF_DEFAULT_MAX_WRS 1000000u
+
+/* A packet sequence: its id, incremental clock and what it has interned. */
+struct an_pf_seq {
+	uint32_t id;
+	bool started, incremental;
+	uint64_t last_ns;  /* the incremental clock */
+	uint64_t track;	   /* default track (a thread's: its thread track) */
+	uint64_t call_end; /* thread sequences: end of the last call slice */
+	uint8_t *defined;  /* bit per name id: interned on this sequence */
+	uint32_t n_defined;
+	struct an_pf_seq *next_alloc;
+};
+
+/* A counter track: its value now and the last one written (sent). */
+struct an_pf_ctr {
+	uint64_t uuid;
+	int64_t cur, sent;
+	bool described, any_sent;
+};
+
+struct an_pf_lane {
+	uint64_t uuid, end_ns;
+	bool open, used;
+};
+
+struct an_pf_qp {
+	struct an_qp *qp;
+	uint64_t uuid;		 /* the QP's track: its aggregated slices */
+	struct an_pf_ctr out[2]; /* sends outstanding, receives posted */
+	struct an_pf_lane *lanes[2];
+	uint32_t n_lanes[2];
+	struct an_pf_seq seq; /* its WR events */
+	/* the sequence's default counter tracks: [sends, send CQ, (receive CQ,)
+	 * receives]; vsc NULL: its place holds the sends again */
+	struct an_pf_ctr *vsc, *vrc;
+	/* the aggregated bin being filled */
+	bool agg_any;
+	uint64_t agg_bin, agg_wrs, agg_bytes, agg_errors;
+	struct an_hist agg_e2e;
+	struct an_pf_qp *next;
+};
+
+struct an_pf_proc {
+	uint64_t uuid;
+	uint32_t pid;
+	struct an_pf_ctr rate; /* WRs completed per second, per bin */
+	bool rate_any;
+	uint64_t rate_bin, rate_wrs;
+};
+
+struct an_pf {
+	struct an_pb pb;
+	FILE *f;
+	int err;
+	uint64_t next_uuid;
+	uint32_t next_seq;
+	struct an_pf_seq global;
+	/* interned names: id = index + 1, shared by event and annotation names */
+	char **names;
+	uint32_t n_names, cap_names;
+	uint32_t *hash; /* open addressing, ids; 0 = empty */
+	uint32_t hash_cap;
+	uint32_t id_post, id_poll, id_wcs, id_nic, id_nic_min, id_poll_ns, id_status,
+		id_bytes, id_args, id_verbs, id_wr;
+	/* the detail rule */
+	bool all_detail, window;
+	uint64_t win_from, win_to, max_wrs, detailed, bin_ns;
+	struct an_pf_proc *procs;
+	int n_procs;
+	struct an_pf_qp *qps;
+	struct an_pf_seq *seqs; /* thread sequences, to free */
+	struct an_pf_ctr **cq_ctrs;
+	uint32_t n_cq_ctrs, cap_cq_ctrs;
+};
+
+/* ---- strings ---- */
+
+/* Length of the valid UTF-8 sequence at p (1-4), 0 when invalid. */
+static size_t pf_utf8_len(const unsigned char *p)
 {
-	return t->mt->hdr.pid ? t->mt->hdr.pid : (uint32_t)t->idx + 1;
+	unsigned c = p[0];
+	size_t n = c < 0x80		   ? 1
+		   : c >= 0xc2 && c < 0xe0 ? 2
+		   : c >= 0xe0 && c < 0xf0 ? 3
+		   : c >= 0xf0 && c < 0xf5 ? 4
+					   : 0;
+	for (size_t i = 1; i < n; i++)
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+	if (n == 3 && ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0)))
+		return 0; /* overlong, or a surrogate */
+	if (n == 4 && ((c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] >= 0x90)))
+		return 0;
+	return n;
 }
 
-static double an_us(const struct an_trace *t, double ticks)
+/* A string of a trace (names, command lines) as valid UTF-8 without control
+ * characters: each invalid byte or control character becomes '?'. */
+static void pf_str(struct an_pb *pb, uint32_t field, const char *s)
 {
-	return an_aligned_ns(t, ticks) / 1000.0;
+	const unsigned char *u = (const unsigned char *)s;
+	size_t len = strlen(s), i = 0;
+	while (i < len) {
+		size_t k = u[i] >= 0x20 && u[i] != 0x7f ? pf_utf8_len(u + i) : 0;
+		if (!k)
+			break;
+		i += k;
+	}
+	if (i == len) {
+		an_pb_bytes(pb, field, s, len);
+		return;
+	}
+	char *c = malloc(len + 1);
+	if (!c) {
+		pb->oom = true;
+		return;
+	}
+	for (i = 0; i < len;) {
+		size_t k = u[i] >= 0x20 && u[i] != 0x7f ? pf_utf8_len(u + i) : 0;
+		if (!k) {
+			c[i++] = '?';
+			continue;
+		}
+		memcpy(c + i, s + i, k);
+		i += k;
+	}
+	an_pb_bytes(pb, field, c, len);
+	free(c);
 }
 
-/* A trace event's common part: {"ph":..,"name":..,"pid":..[,"tid":..] (left open). */
-static struct rbt_json *an_pf_event(struct rbt_analyzer *an, const char *ph,
-				    const char *cat, const char *name,
-				    const struct an_trace *t)
+/* ---- names ---- */
+
+static uint32_t pf_hash(const char *s)
 {
-	struct rbt_json *j = &an->pf;
-	rbt_json_obj(j);
-	rbt_json_kstr(j, "ph", ph);
-	if (cat)
-		rbt_json_kstr(j, "cat", cat);
-	rbt_json_kstr(j, "name", name);
-	rbt_json_ku64(j, "pid", an_pf_pid(t));
-	return j;
+	uint32_t h = 2166136261u;
+	while (*s)
+		h = (h ^ (uint8_t)*s++) * 16777619u;
+	return h;
 }
 
-/* A metadata event naming a process or thread track: args {key: value}. */
-static void an_pf_meta(struct rbt_analyzer *an, const char *name,
-		       const struct an_trace *t, int64_t tid, const char *key,
-		       const char *sval, uint64_t uval)
+/* The id of name s (interned once for the whole output), 0 when full. */
+static uint32_t pf_name(struct an_pf *pf, const char *s)
 {
-	struct rbt_json *j = an_pf_event(an, "M", NULL, name, t);
-	if (tid >= 0)
-		rbt_json_ku64(j, "tid", (uint64_t)tid);
-	rbt_json_key(j, "args");
-	rbt_json_obj(j);
-	if (sval)
-		rbt_json_kstr(j, key, sval);
-	else
-		rbt_json_ku64(j, key, uval);
-	rbt_json_obj_end(j);
-	rbt_json_obj_end(j);
+	uint32_t k = 0;
+	if (pf->hash_cap) {
+		k = pf_hash(s) & (pf->hash_cap - 1);
+		while (pf->hash[k]) {
+			if (!strcmp(pf->names[pf->hash[k] - 1], s))
+				return pf->hash[k];
+			k = (k + 1) & (pf->hash_cap - 1);
+		}
+	}
+	if (pf->n_names >= PF_MAX_NAMES)
+		return 0;
+	if ((pf->n_names + 1) * 2 > pf->hash_cap) {
+		uint32_t cap = pf->hash_cap ? pf->hash_cap * 2 : 256;
+		uint32_t *h = calloc(cap, sizeof(*h));
+		if (!h)
+			return 0;
+		for (uint32_t i = 0; i < pf->n_names; i++) {
+			uint32_t j = pf_hash(pf->names[i]) & (cap - 1);
+			while (h[j])
+				j = (j + 1) & (cap - 1);
+			h[j] = i + 1;
+		}
+		free(pf->hash);
+		pf->hash = h;
+		pf->hash_cap = cap;
+		k = pf_hash(s) & (cap - 1);
+		while (h[k])
+			k = (k + 1) & (cap - 1);
+	}
+	if (rbt_grow(&pf->names, &pf->cap_names, pf->n_names + 1, sizeof(*pf->names), 64,
+		     0))
+		return 0;
+	char *c = an_strdup(s);
+	if (!c)
+		return 0;
+	pf->names[pf->n_names++] = c;
+	pf->hash[k] = pf->n_names;
+	return pf->n_names;
 }
 
-static void an_pf_trace(struct rbt_analyzer *an, struct an_trace *t)
+static bool pf_defined(struct an_pf_seq *s, uint32_t id)
 {
-	char name[512];
-	snprintf(name, sizeof(name), "%s (pid %u) %s", t->mt->name, t->mt->hdr.pid,
-		 t->mt->hdr.cmdline);
-	an_pf_meta(an, "process_name", t, -1, "name", name, 0);
+	return id / 8 < s->n_defined && (s->defined[id / 8] >> (id % 8) & 1);
 }
 
-static void an_pf_thread(struct rbt_analyzer *an, struct an_trace *t,
-			 struct an_thread *th)
+static void pf_define(struct an_pf_seq *s, uint32_t id)
 {
+	if (id / 8 >= s->n_defined) {
+		uint32_t n = s->n_defined ? s->n_defined : 16;
+		while (n <= id / 8)
+			n *= 2;
+		uint8_t *d = realloc(s->defined, n);
+		if (!d)
+			return;
+		memset(d + s->n_defined, 0, n - s->n_defined);
+		s->defined = d;
+		s->n_defined = n;
+	}
+	s->defined[id / 8] |= (uint8_t)(1u << (id % 8));
+}
+
+/* ---- packets ---- */
+
+static void pf_flush(struct an_pf *pf)
+{
+	if (pf->pb.n < (1u << 16) && !pf->pb.oom)
+		return;
+	int e = an_pb_flush(&pf->pb, pf->f);
+	if (e && !pf->err)
+		pf->err = e;
+}
+
+/* Opens a packet of sequence s at ns (no timestamp when ns is UINT64_MAX). */
+static void pf_packet(struct an_pf *pf, struct an_pf_seq *s, uint64_t ns)
+{
+	struct an_pb *pb = &pf->pb;
+	an_pb_begin(pb, F_TRACE_PACKET);
+	if (ns != UINT64_MAX) {
+		if (s->incremental && ns >= s->last_ns) {
+			an_pb_varint(pb, F_TP_TIMESTAMP, ns - s->last_ns);
+			s->last_ns = ns;
+		} else {
+			an_pb_varint(pb, F_TP_TIMESTAMP, ns);
+			an_pb_varint(pb, F_TP_CLOCK_ID, CLOCK_BOOTTIME);
+		}
+	}
+	an_pb_varint(pb, F_TP_SEQ_ID, s->id);
+}
+
+static void pf_packet_end(struct an_pf *pf)
+{
+	an_pb_end(&pf->pb);
+	pf_flush(pf);
+}
+
+/* The first packet of an incremental sequence: its state cleared, its defaults
+ * (clock, track, counter tracks) and the clock's origin. */
+static void pf_seq_start(struct an_pf *pf, struct an_pf_seq *s, uint64_t ns,
+			 uint64_t track, const uint64_t *ctrs, int n_ctrs)
+{
+	struct an_pb *pb = &pf->pb;
+	s->id = pf->next_seq++;
+	s->started = s->incremental = true;
+	s->track = track;
+	s->last_ns = ns;
+	an_pb_begin(pb, F_TRACE_PACKET);
+	an_pb_varint(pb, F_TP_SEQ_ID, s->id);
+	an_pb_varint(pb, F_TP_SEQ_FLAGS, SEQ_CLEARED);
+	an_pb_begin(pb, F_TP_DEFAULTS);
+	an_pb_varint(pb, F_TPD_CLOCK_ID, CLOCK_SEQ);
+	an_pb_begin(pb, F_TPD_TRACK_EVENT);
+	an_pb_varint(pb, F_TE_TRACK, track);
+	for (int i = 0; i < n_ctrs; i++)
+		an_pb_varint(pb, F_TE_EXTRA_UUIDS, ctrs[i]);
+	an_pb_end(pb);
+	an_pb_end(pb);
+	an_pb_begin(pb, F_TP_CLOCK_SNAPSHOT);
+	an_pb_begin(pb, F_CS_CLOCK);
+	an_pb_varint(pb, F_CK_ID, CLOCK_BOOTTIME);
+	an_pb_varint(pb, F_CK_TS, ns);
+	an_pb_end(pb);
+	an_pb_begin(pb, F_CS_CLOCK);
+	an_pb_varint(pb, F_CK_ID, CLOCK_SEQ);
+	an_pb_varint(pb, F_CK_TS, ns);
+	an_pb_varint(pb, F_CK_INCREMENTAL, 1);
+	an_pb_end(pb);
+	an_pb_varint(pb, F_CS_PRIMARY, CLOCK_BOOTTIME);
+	an_pb_end(pb);
+	pf_packet_end(pf);
+}
+
+/* One event's content, written by pf_event(). Names: an interned id (sequences
+ * other than the global one) or a string. */
+struct pf_arg {
+	uint32_t name;
+	const char *name_s;
+	const char *s; /* a string value, else u */
+	uint64_t u;
+};
+struct pf_ev {
+	int type;
+	uint64_t track; /* 0: the sequence's default */
+	uint32_t name, cat;
+	const char *name_s;
+	bool counter, dbl;
+	int64_t cv;
+	double dv;
+	int n_vals;
+	int64_t vals[4];
+	int n_args;
+	struct pf_arg args[6];
+};
+
+static void pf_intern(struct an_pf *pf, struct an_pf_seq *s, const struct pf_ev *e)
+{
+	struct an_pb *pb = &pf->pb;
+	uint32_t need[6];
+	int field[6], n = 0;
+	if (e->name && !pf_defined(s, e->name))
+		need[n] = e->name, field[n++] = F_ID_EVENT_NAMES;
+	if (e->cat && !pf_defined(s, e->cat))
+		need[n] = e->cat, field[n++] = F_ID_CATEGORIES;
+	for (int i = 0; i < e->n_args; i++)
+		if (e->args[i].name && !pf_defined(s, e->args[i].name))
+			need[n] = e->args[i].name, field[n++] = F_ID_ANNOTATION_NAMES;
+	if (!n)
+		return;
+	an_pb_begin(pb, F_TP_INTERNED);
+	for (int i = 0; i < n; i++) {
+		an_pb_begin(pb, (uint32_t)field[i]);
+		an_pb_varint(pb, F_IID, need[i]);
+		pf_str(pb, F_IID_NAME, pf->names[need[i] - 1]);
+		an_pb_end(pb);
+		pf_define(s, need[i]);
+	}
+	an_pb_end(pb);
+}
+
+static void pf_event(struct an_pf *pf, struct an_pf_seq *s, uint64_t ns,
+		     const struct pf_ev *e)
+{
+	struct an_pb *pb = &pf->pb;
+	pf_packet(pf, s, ns);
+	pf_intern(pf, s, e);
+	an_pb_begin(pb, F_TP_TRACK_EVENT);
+	an_pb_varint(pb, F_TE_TYPE, (uint64_t)e->type);
+	if (e->track && e->track != s->track)
+		an_pb_varint(pb, F_TE_TRACK, e->track);
+	if (e->cat)
+		an_pb_varint(pb, F_TE_CATEGORY_IID, e->cat);
+	if (e->name)
+		an_pb_varint(pb, F_TE_NAME_IID, e->name);
+	else if (e->name_s)
+		pf_str(pb, F_TE_NAME, e->name_s);
+	if (e->counter) {
+		if (e->dbl)
+			an_pb_double(pb, F_TE_DCOUNTER, e->dv);
+		else
+			an_pb_int(pb, F_TE_COUNTER, e->cv);
+	}
+	for (int i = 0; i < e->n_vals; i++)
+		an_pb_int(pb, F_TE_EXTRA_VALUES, e->vals[i]);
+	for (int i = 0; i < e->n_args; i++) {
+		const struct pf_arg *a = &e->args[i];
+		an_pb_begin(pb, F_TE_ANNOTATION);
+		if (a->name)
+			an_pb_varint(pb, F_DA_NAME_IID, a->name);
+		else
+			pf_str(pb, F_DA_NAME, a->name_s);
+		if (a->s)
+			pf_str(pb, F_DA_STRING, a->s);
+		else
+			an_pb_varint(pb, F_DA_UINT, a->u);
+		an_pb_end(pb);
+	}
+	an_pb_end(pb);
+	pf_packet_end(pf);
+}
+
+/* A track (on the global sequence, before its first event). */
+static uint64_t pf_track(struct an_pf *pf, uint64_t parent, const char *name,
+			 int counter /* 0: slices, 1: a count, 2: a rate */)
+{
+	struct an_pb *pb = &pf->pb;
+	uint64_t uuid = pf->next_uuid++;
+	pf_packet(pf, &pf->global, UINT64_MAX);
+	an_pb_begin(pb, F_TP_TRACK_DESC);
+	an_pb_varint(pb, F_TD_UUID, uuid);
+	if (parent)
+		an_pb_varint(pb, F_TD_PARENT, parent);
+	pf_str(pb, F_TD_NAME, name);
+	if (counter) {
+		an_pb_begin(pb, F_TD_COUNTER);
+		if (counter == 1)
+			an_pb_varint(pb, F_CD_UNIT, UNIT_COUNT);
+		else
+			an_pb_str(pb, F_CD_UNIT_NAME, "WR/s");
+		an_pb_end(pb);
+	}
+	an_pb_end(pb);
+	pf_packet_end(pf);
+	return uuid;
+}
+
+/* A counter sample on the global sequence (absolute time). */
+static void pf_counter(struct an_pf *pf, struct an_pf_ctr *c, uint64_t ns)
+{
+	struct pf_ev e = {
+		.type = T_COUNTER, .track = c->uuid, .counter = true, .cv = c->cur
+	};
+	pf_event(pf, &pf->global, ns, &e);
+	c->sent = c->cur;
+	c->any_sent = true;
+}
+
+/* ---- the state of traces, threads, QPs, CQs ---- */
+
+static struct an_pf_proc *pf_proc(struct an_pf *pf, const struct an_trace *t)
+{
+	return t->idx < pf->n_procs ? &pf->procs[t->idx] : NULL;
+}
+
+static uint64_t pf_ns(const struct an_trace *t, double ticks)
+{
+	return rbt_model_aligned_u64(t->mt, ticks);
+}
+
+static struct an_pf_ctr *pf_cq_ctr(struct an_pf *pf, struct an_trace *t, struct an_cq *cq)
+{
+	if (!cq)
+		return NULL;
+	if (!cq->pf) {
+		struct an_pf_ctr *c = calloc(1, sizeof(*c));
+		if (!c || rbt_grow(&pf->cq_ctrs, &pf->cap_cq_ctrs, pf->n_cq_ctrs + 1,
+				   sizeof(*pf->cq_ctrs), 16, 0)) {
+			free(c);
+			return NULL;
+		}
+		pf->cq_ctrs[pf->n_cq_ctrs++] = c;
+		char name[96];
+		snprintf(name, sizeof(name), "CQ 0x%llx CQEs expected",
+			 (unsigned long long)cq->m->res.handle);
+		struct an_pf_proc *p = pf_proc(pf, t);
+		c->uuid = pf_track(pf, p ? p->uuid : 0, name, 1);
+		c->described = true;
+		cq->pf = c;
+	}
+	cq->pf->cur = cq->m->outstanding;
+	return cq->pf;
+}
+
+static struct an_pf_qp *pf_qp(struct an_pf *pf, struct an_trace *t, struct an_qp *qp)
+{
+	if (qp->pf)
+		return qp->pf;
+	struct an_pf_qp *q = calloc(1, sizeof(*q));
+	if (!q)
+		return NULL;
+	q->qp = qp;
+	char name[96];
+	const char *type = an_qp_type_name(qp->m->type);
+	snprintf(name, sizeof(name), "QP 0x%x %s", qp->m->qpn, type);
+	struct an_pf_proc *p = pf_proc(pf, t);
+	q->uuid = pf_track(pf, p ? p->uuid : 0, name, 0);
+	q->out[0].uuid = pf->next_uuid++; /* described when first used */
+	q->out[1].uuid = pf->next_uuid++;
+	q->next = pf->qps;
+	pf->qps = q;
+	qp->pf = q;
+	return q;
+}
+
+static void pf_ctr_describe(struct an_pf *pf, struct an_pf_qp *q, int kind)
+{
+	struct an_pf_ctr *c = &q->out[kind];
+	if (c->described)
+		return;
+	c->described = true;
+	char name[96];
+	snprintf(name, sizeof(name), "QP 0x%x %s", q->qp->m->qpn,
+		 kind ? "receives posted" : "sends outstanding");
+	struct an_pb *pb = &pf->pb;
+	pf_packet(pf, &pf->global, UINT64_MAX);
+	an_pb_begin(pb, F_TP_TRACK_DESC);
+	an_pb_varint(pb, F_TD_UUID, c->uuid);
+	an_pb_varint(pb, F_TD_PARENT, q->uuid);
+	pf_str(pb, F_TD_NAME, name);
+	an_pb_begin(pb, F_TD_COUNTER);
+	an_pb_varint(pb, F_CD_UNIT, UNIT_COUNT);
+	an_pb_end(pb);
+	an_pb_end(pb);
+	pf_packet_end(pf);
+}
+
+/* A lane of kind (0 sends, 1 receives) free for a slice from s_ns on: one whose
+ * last slice ended before it; -1 when the QP has PF_MAX_LANES busy. */
+static int pf_lane(struct an_pf *pf, struct an_pf_qp *q, int kind, uint64_t s_ns)
+{
+	uint32_t n = q->n_lanes[kind];
+	for (uint32_t i = 0; i < n; i++)
+		if (!q->lanes[kind][i].open &&
+		    (!q->lanes[kind][i].used || q->lanes[kind][i].end_ns < s_ns))
+			return (int)i;
+	if (n >= PF_MAX_LANES)
+		return -1;
+	struct an_pf_lane *l = realloc(q->lanes[kind], (n + 1) * sizeof(*l));
+	if (!l)
+		return -1;
+	q->lanes[kind] = l;
+	l[n].uuid = pf_track(pf, q->uuid, kind ? "receives" : "sends", 0);
+	l[n].end_ns = 0;
+	l[n].open = l[n].used = false;
+	q->n_lanes[kind] = n + 1;
+	return (int)n;
+}
+
+/* The QP's sequence, started on its first WR event. */
+static struct an_pf_seq *pf_qp_seq(struct an_pf *pf, struct an_pf_qp *q, int kind,
+				   uint64_t ns)
+{
+	if (!q->seq.started) {
+		int lane = pf_lane(pf, q, kind, ns);
+		pf_ctr_describe(pf, q, 0);
+		struct an_pf_ctr *sc = pf_cq_ctr(pf, q->qp->t, q->qp->scq);
+		struct an_pf_ctr *rc = pf_cq_ctr(pf, q->qp->t, q->qp->rcq);
+		q->vsc = sc;
+		q->vrc = rc != sc ? rc : NULL;
+		uint64_t ctrs[4];
+		int n = 0;
+		ctrs[n++] = q->out[0].uuid;
+		ctrs[n++] = sc ? sc->uuid : q->out[0].uuid;
+		if (q->vrc)
+			ctrs[n++] = q->vrc->uuid;
+		ctrs[n++] = q->out[1].uuid;
+		pf_seq_start(pf, &q->seq, ns,
+			     lane >= 0 ? q->lanes[kind][lane].uuid : q->uuid, ctrs, n);
+	}
+	return &q->seq;
+}
+
+static bool pf_dirty(const struct an_pf_ctr *c)
+{
+	return c && (!c->any_sent || c->cur != c->sent);
+}
+
+static int64_t pf_take(struct an_pf_ctr *c)
+{
+	c->sent = c->cur;
+	c->any_sent = true;
+	return c->cur;
+}
+
+/* The counter values riding on a WR event of q, in the order of the sequence's
+ * defaults: the sends outstanding always; the CQs' expected CQEs when one changed
+ * since last sent; the receives posted on a receive's event (or to fill the list). */
+static void pf_wr_vals(struct an_pf *pf, struct an_pf_qp *q, int kind, struct pf_ev *e)
+{
+	pf_cq_ctr(pf, q->qp->t, q->qp->scq); /* refresh their values */
+	pf_cq_ctr(pf, q->qp->t, q->qp->rcq);
+	bool cq = pf_dirty(q->vsc) || pf_dirty(q->vrc);
+	bool rq = kind || (q->out[1].described && pf_dirty(&q->out[1]));
+	e->n_vals = 0;
+	e->vals[e->n_vals++] = pf_take(&q->out[0]);
+	if (!cq && !rq)
+		return;
+	e->vals[e->n_vals++] = q->vsc ? pf_take(q->vsc) : q->out[0].cur;
+	if (q->vrc)
+		e->vals[e->n_vals++] = pf_take(q->vrc);
+	if (!rq)
+		return;
+	pf_ctr_describe(pf, q, 1);
+	e->vals[e->n_vals++] = pf_take(&q->out[1]);
+}
+
+/* ---- the detail rule ---- */
+
+static bool pf_detail(struct an_pf *pf, uint64_t ns)
+{
+	if (pf->all_detail)
+		return true;
+	if (pf->window)
+		return ns >= pf->win_from && ns < pf->win_to &&
+		       pf->detailed < pf->max_wrs;
+	return pf->detailed < pf->max_wrs;
+}
+
+/* ---- aggregated bins ---- */
+
+static void pf_agg_flush(struct an_pf *pf, struct an_pf_qp *q)
+{
+	if (!q->agg_any)
+		return;
+	q->agg_any = false;
+	uint64_t s = q->agg_bin * pf->bin_ns;
+	char name[64];
+	snprintf(name, sizeof(name), "%llu WRs", (unsigned long long)q->agg_wrs);
+	struct pf_ev b = { .type = T_BEGIN, .track = q->uuid, .name_s = name };
+	pf_event(pf, &pf->global, s, &b);
+	struct pf_ev e = {
+		.type = T_END,
+		.track = q->uuid,
+		.n_args = 5,
+		.args = { { .name_s = "wrs", .u = q->agg_wrs },
+			  { .name_s = "bytes", .u = q->agg_bytes },
+			  { .name_s = "p50_ns",
+			    .u = (uint64_t)an_hist_quantile(&q->agg_e2e, 0.5) },
+			  { .name_s = "p99_ns",
+			    .u = (uint64_t)an_hist_quantile(&q->agg_e2e, 0.99) },
+			  { .name_s = "errors", .u = q->agg_errors } },
+	};
+	pf_event(pf, &pf->global, s + pf->bin_ns, &e);
+	an_hist_free(&q->agg_e2e);
+	memset(&q->agg_e2e, 0, sizeof(q->agg_e2e));
+	/* the counters, sampled once per bin while aggregated */
+	for (int k = 0; k < 2; k++) {
+		if (k == 0 || q->out[1].cur)
+			pf_ctr_describe(pf, q, k);
+		if (q->out[k].described && pf_dirty(&q->out[k]))
+			pf_counter(pf, &q->out[k], s + pf->bin_ns);
+	}
+	struct an_cq *cqs[2] = { q->qp->scq, q->qp->rcq };
+	for (int k = 0; k < 2; k++) {
+		struct an_pf_ctr *c = cqs[k] ? cqs[k]->pf : NULL;
+		if (pf_dirty(c))
+			pf_counter(pf, c, s + pf->bin_ns);
+	}
+}
+
+static void pf_agg_add(struct an_pf *pf, struct an_pf_qp *q, uint64_t end_ns,
+		       uint64_t e2e, uint64_t bytes, bool err)
+{
+	uint64_t bin = end_ns / pf->bin_ns;
+	if (q->agg_any && bin != q->agg_bin)
+		pf_agg_flush(pf, q);
+	if (!q->agg_any) {
+		q->agg_any = true;
+		q->agg_bin = bin;
+		q->agg_wrs = q->agg_bytes = q->agg_errors = 0;
+	}
+	q->agg_wrs++;
+	q->agg_bytes += bytes;
+	q->agg_errors += err;
+	an_hist_add(&q->agg_e2e, e2e);
+}
+
+static void pf_rate_flush(struct an_pf *pf, struct an_pf_proc *p)
+{
+	if (!p->rate_any)
+		return;
+	struct pf_ev e = { .type = T_COUNTER,
+			   .track = p->rate.uuid,
+			   .counter = true,
+			   .dbl = true,
+			   .dv = (double)p->rate_wrs * 1e9 / (double)pf->bin_ns };
+	pf_event(pf, &pf->global, p->rate_bin * pf->bin_ns, &e);
+	p->rate_any = false;
+}
+
+static void pf_rate_add(struct an_pf *pf, struct an_pf_proc *p, uint64_t ns)
+{
+	uint64_t bin = ns / pf->bin_ns;
+	if (p->rate_any && bin != p->rate_bin) {
+		uint64_t last = p->rate_bin;
+		pf_rate_flush(pf, p);
+		if (bin > last + 1) { /* the rate fell to zero in between */
+			struct pf_ev z = { .type = T_COUNTER,
+					   .track = p->rate.uuid,
+					   .counter = true,
+					   .dbl = true };
+			pf_event(pf, &pf->global, (last + 1) * pf->bin_ns, &z);
+		}
+	}
+	if (!p->rate_any) {
+		p->rate_any = true;
+		p->rate_bin = bin;
+		p->rate_wrs = 0;
+	}
+	p->rate_wrs++;
+}
+
+/* ---- the sink ---- */
+
+static void pf_begin(struct rbt_analyzer *an)
+{
+	struct an_pf *pf = calloc(1, sizeof(*pf));
+	an->pft = pf;
+	if (!pf)
+		return;
+	pf->f = an->opts.perfetto;
+	pf->next_uuid = 1;
+	pf->global.id = 1;
+	pf->next_seq = 2;
+	pf->max_wrs = an->opts.perfetto_max_wrs ? an->opts.perfetto_max_wrs
+						: PF_DEFAULT_MAX_WRS;
+	pf->bin_ns = (an->opts.perfetto_bin_us ? an->opts.perfetto_bin_us : 1000) * 1000;
+	pf->all_detail = an->posted_wrs && an->posted_wrs <= pf->max_wrs;
+	if (an->opts.perfetto_detail) {
+		double a = an->opts.perfetto_detail_from_ms * 1e6,
+		       b = an->opts.perfetto_detail_to_ms * 1e6;
+		pf->window = true;
+		pf->win_from = a > 0 ? (uint64_t)a : 0;
+		pf->win_to = b > 0 ? (b < 9e18 ? (uint64_t)b : UINT64_MAX) : 0;
+	}
+	/* the names of every WR's events first: ids below 128 are one byte */
+	pf->id_post = pf_name(pf, "ibv_post_send");
+	pf->id_verbs = pf_name(pf, "verbs");
+	pf->id_wr = pf_name(pf, "wr");
+	pf->id_poll = pf_name(pf, "ibv_poll_cq");
+	pf->id_wcs = pf_name(pf, "wcs");
+	pf->id_nic = pf_name(pf, "nic_ns");
+	pf->id_nic_min = pf_name(pf, "nic_min_ns");
+	pf->id_poll_ns = pf_name(pf, "poll_ns");
+	pf->id_status = pf_name(pf, "status");
+	pf->id_bytes = pf_name(pf, "bytes");
+	pf->id_args = pf_name(pf, "args");
+	pf->procs = calloc(an->n_traces ? an->n_traces : 1, sizeof(*pf->procs));
+	if (!pf->procs) {
+		pf->err = -ENOMEM;
+		return;
+	}
+	pf->n_procs = an->n_traces;
+	for (int i = 0; i < an->n_traces; i++) {
+		const struct an_trace *t = an->traces[i];
+		struct an_pf_proc *p = &pf->procs[i];
+		p->pid = t->mt->hdr.pid ? t->mt->hdr.pid : (uint32_t)t->idx + 1;
+		p->uuid = pf->next_uuid++;
+		char name[512];
+		snprintf(name, sizeof(name), "%s (pid %u) %s", t->mt->name,
+			 t->mt->hdr.pid, t->mt->hdr.cmdline);
+		struct an_pb *pb = &pf->pb;
+		pf_packet(pf, &pf->global, UINT64_MAX);
+		an_pb_begin(pb, F_TP_TRACK_DESC);
+		an_pb_varint(pb, F_TD_UUID, p->uuid);
+		an_pb_begin(pb, F_TD_PROCESS);
+		an_pb_varint(pb, F_PD_PID, p->pid);
+		pf_str(pb, F_PD_NAME, name);
+		an_pb_end(pb);
+		an_pb_end(pb);
+		pf_packet_end(pf);
+		p->rate.uuid = pf_track(pf, p->uuid, "WRs completed per second", 2);
+	}
+}
+
+static void pf_thread(struct rbt_analyzer *an, struct an_trace *t, struct an_thread *th)
+{
+	struct an_pf *pf = an->pft;
+	struct an_pf_proc *p = pf ? pf_proc(pf, t) : NULL;
+	if (!p)
+		return;
+	if (!th->pf) {
+		th->pf = calloc(1, sizeof(*th->pf));
+		if (!th->pf)
+			return;
+		th->pf->track = pf->next_uuid++;
+		th->pf->next_alloc = pf->seqs;
+		pf->seqs = th->pf;
+	}
 	char name[300];
 	snprintf(name, sizeof(name), "thread %u%s%s", th->m->tid, th->m->name ? " " : "",
 		 th->m->name ? th->m->name : "");
-	an_pf_meta(an, "thread_name", t, th->m->tid, "name", name, 0);
+	struct an_pb *pb = &pf->pb;
+	pf_packet(pf, &pf->global, UINT64_MAX);
+	an_pb_begin(pb, F_TP_TRACK_DESC);
+	an_pb_varint(pb, F_TD_UUID, th->pf->track);
+	an_pb_varint(pb, F_TD_PARENT, p->uuid);
+	an_pb_begin(pb, F_TD_THREAD);
+	an_pb_varint(pb, F_THD_PID, p->pid);
+	an_pb_varint(pb, F_THD_TID, th->m->tid);
+	pf_str(pb, F_THD_NAME, name);
+	an_pb_end(pb);
+	an_pb_end(pb);
+	pf_packet_end(pf);
 }
 
-static void an_pf_call(struct rbt_analyzer *an, struct an_trace *t, uint32_t tid,
-		       const char *name, uint64_t ts, uint64_t ts_exit,
-		       const char *args_json)
+static void pf_call(struct rbt_analyzer *an, struct an_trace *t, uint32_t tid,
+		    const char *name, uint64_t ts, uint64_t ts_exit, const char *args)
 {
-	an_thread_get(an, t, tid);
-	struct rbt_json *j = an_pf_event(an, "X", "verbs", name, t);
-	rbt_json_ku64(j, "tid", tid);
-	rbt_json_kdbl(j, "ts", "%.3f", an_us(t, (double)ts));
-	rbt_json_kdbl(j, "dur", "%.3f",
-		      (double)(ts_exit - ts) * t->mt->ns_per_tick / 1000.0);
-	if (args_json) {
-		rbt_json_key(j, "args");
-		rbt_json_raw(j, args_json);
-	}
-	rbt_json_obj_end(j);
-}
-
-/* A flow arrow's start ("s") or end ("f", bound to the enclosing slice). */
-static void an_pf_flow(struct rbt_analyzer *an, struct an_trace *t, bool end,
-		       uint32_t tid, double ts_us, uint64_t flow)
-{
-	struct rbt_json *j = &an->pf;
-	rbt_json_obj(j);
-	rbt_json_kstr(j, "ph", end ? "f" : "s");
-	if (end)
-		rbt_json_kstr(j, "bp", "e");
-	rbt_json_kstr(j, "cat", "wr");
-	rbt_json_kstr(j, "name", "wr");
-	rbt_json_ku64(j, "id", flow);
-	rbt_json_ku64(j, "pid", an_pf_pid(t));
-	rbt_json_ku64(j, "tid", tid);
-	rbt_json_kdbl(j, "ts", "%.3f", ts_us);
-	rbt_json_obj_end(j);
-}
-
-static void an_pf_flow_start(struct rbt_analyzer *an, struct an_trace *t, uint32_t tid,
-			     uint64_t ts, uint64_t flow)
-{
-	an_pf_flow(an, t, false, tid, an_us(t, (double)ts), flow);
-}
-
-static void an_pf_slice(struct rbt_analyzer *an, struct an_trace *t, uint32_t lane_tid,
-			const char *name, double a, double b)
-{
-	if (b < a)
-		b = a;
-	struct rbt_json *j = an_pf_event(an, "X", "phase", name, t);
-	rbt_json_ku64(j, "tid", lane_tid);
-	rbt_json_kdbl(j, "ts", "%.3f", an_us(t, a));
-	rbt_json_kdbl(j, "dur", "%.3f", (b - a) * t->mt->ns_per_tick / 1000.0);
-	rbt_json_obj_end(j);
-}
-
-/* The lane of a WR slice from start to end: one whose last slice ended before this
- * one starts (slices are emitted at completion, not in start order, but a lane free
- * at our start holds only slices that ended before it, so none overlaps). Returns
- * its track id, 0 when the thread has no lane at all. */
-static uint32_t an_pf_lane(struct rbt_analyzer *an, struct an_trace *t,
-			   struct an_thread *th, int kind, uint64_t s_ns, uint64_t e_ns)
-{
-	uint32_t lane = 0, n = th->n_lanes[kind];
-	uint32_t base = AN_LANE_BASE + th->m->idx * AN_LANE_SPACE + kind * AN_MAX_LANES;
-	while (lane < n && th->lane_end[kind][lane] > s_ns)
-		lane++;
-	if (lane == n && n < AN_MAX_LANES) {
-		uint64_t *nl = realloc(th->lane_end[kind], (n + 1) * sizeof(*nl));
-		if (nl) {
-			char name[64];
-			th->lane_end[kind] = nl;
-			nl[n] = 0;
-			th->n_lanes[kind] = ++n;
-			snprintf(name, sizeof(name), "%s of thread %u #%u",
-				 kind ? "receives" : "WRs", th->m->tid, lane);
-			an_pf_meta(an, "thread_name", t, base + lane, "name", name, 0);
-			an_pf_meta(an, "thread_sort_index", t, base + lane, "sort_index",
-				   NULL,
-				   100 + th->m->idx * AN_LANE_SPACE +
-					   kind * AN_MAX_LANES + lane);
-		}
-	}
-	if (lane >= n) {
-		if (!n)
-			return 0;
-		lane = n - 1;
-	}
-	if (e_ns > th->lane_end[kind][lane])
-		th->lane_end[kind][lane] = e_ns;
-	return base + lane;
-}
-
-static void an_pf_wr(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
-		     const struct rbt_model_wr *w, const struct rbt_model_comp *c)
-{
-	bool recv = w->recv;
-	struct an_thread *th = an_thread_get(an, t, w->tid);
-	if (!th)
+	struct an_pf *pf = an->pft;
+	struct an_thread *th = an_thread_get(an, t, tid);
+	if (!pf || !th || !th->pf)
 		return;
-	double start = (double)w->post_ts;
-	double end = (double)(c->poll_exit > w->post_ts ? c->poll_exit : w->post_ts);
-	double pe = (double)(w->post_exit < c->poll_exit ? w->post_exit : c->poll_exit);
-	if (pe < start)
-		pe = start;
-	uint32_t lane_tid =
-		an_pf_lane(an, t, th, recv ? 1 : 0, rbt_model_aligned_u64(t->mt, start),
-			   rbt_model_aligned_u64(t->mt, end));
-	if (!lane_tid)
+	uint64_t s = pf_ns(t, (double)ts), e = pf_ns(t, (double)ts_exit);
+	if (!pf_detail(pf, s))
 		return;
-	char name[64];
-	snprintf(name, sizeof(name), "%s %llu B", an_wr_opcode_name(w->opcode),
+	struct an_pf_seq *q = th->pf;
+	if (!q->started)
+		pf_seq_start(pf, q, s, q->track, NULL, 0);
+	if (s < q->call_end) { /* a damaged trace: calls of a thread never overlap */
+		if (e <= q->call_end)
+			return;
+		s = q->call_end;
+	}
+	if (e < s)
+		e = s;
+	struct pf_ev b = { .type = T_BEGIN,
+			   .name = pf_name(pf, name),
+			   .cat = pf->id_verbs };
+	if (!b.name)
+		b.name_s = name;
+	if (args) {
+		unsigned wcs;
+		if (sscanf(args, "{\"wcs\":%u}", &wcs) == 1)
+			b.args[0] = (struct pf_arg){ .name = pf->id_wcs, .u = wcs };
+		else
+			b.args[0] = (struct pf_arg){ .name = pf->id_args, .s = args };
+		b.n_args = 1;
+	}
+	pf_event(pf, q, s, &b);
+	struct pf_ev en = { .type = T_END };
+	pf_event(pf, q, e, &en);
+	q->call_end = e;
+}
+
+static const char *pf_wr_name(char *buf, size_t n, const struct rbt_model_wr *w)
+{
+	if (w->recv)
+		return "RECV";
+	snprintf(buf, n, "%s %llu B", an_wr_opcode_name(w->opcode),
 		 (unsigned long long)w->bytes);
-	struct rbt_json *j = an_pf_event(an, "X", "wr", name, t);
-	rbt_json_ku64(j, "tid", lane_tid);
-	rbt_json_kdbl(j, "ts", "%.3f", an_us(t, start));
-	rbt_json_kdbl(j, "dur", "%.3f", (end - start) * t->mt->ns_per_tick / 1000.0);
-	rbt_json_key(j, "args");
-	rbt_json_obj(j);
-	rbt_json_ku64(j, "qp_num", qp->m->qpn);
-	rbt_json_ku64(j, "wr_id", w->wr_id);
-	rbt_json_kstr(j, "status", an_wc_status_name(c->status));
-	rbt_json_ku64(j, "flow", w->user);
-	rbt_json_kbool(j, "nic_ts", c->exact);
-	rbt_json_obj_end(j);
-	rbt_json_obj_end(j);
-	an_pf_slice(an, t, lane_tid, "post", start, pe);
-	if (c->exact) {
-		double comp = c->host < pe ? pe : c->host > end ? end : c->host;
-		an_pf_slice(an, t, lane_tid, recv ? "wait" : "nic", pe, comp);
-		an_pf_slice(an, t, lane_tid, "poll", comp, end);
-	} else {
-		double lo = (double)(c->lo > w->post_ts ? c->lo : w->post_ts);
-		if (lo < pe)
-			lo = pe;
-		if (lo > end)
-			lo = end;
-		an_pf_slice(an, t, lane_tid, recv ? "wait (at least)" : "nic (at least)",
-			    pe, lo);
-		an_pf_slice(an, t, lane_tid, "completion window", lo, end);
+	return buf;
+}
+
+/* The begin of a WR's slice on a free lane; its lane + 1, 0 when none. */
+static uint64_t pf_wr_begin(struct an_pf *pf, struct an_pf_qp *q,
+			    const struct rbt_model_wr *w, uint64_t s)
+{
+	int kind = w->recv ? 1 : 0;
+	struct an_pf_seq *seq = pf_qp_seq(pf, q, kind, s);
+	int lane = pf_lane(pf, q, kind, s);
+	if (lane < 0)
+		return 0;
+	q->lanes[kind][lane].open = q->lanes[kind][lane].used = true;
+	char buf[64];
+	const char *name = pf_wr_name(buf, sizeof(buf), w);
+	struct pf_ev b = { .type = T_BEGIN,
+			   .track = q->lanes[kind][lane].uuid,
+			   .name = pf_name(pf, name),
+			   .cat = pf->id_wr };
+	if (!b.name) {
+		b.name = pf_name(pf, an_wr_opcode_name(w->opcode));
+		if (!b.name)
+			b.name_s = name;
 	}
-	if (w->user)
-		an_pf_flow(an, t, true, c->poll_tid, an_us(t, (double)c->poll_ts),
-			   w->user);
+	pf_wr_vals(pf, q, kind, &b);
+	pf_event(pf, seq, s, &b);
+	return (uint64_t)lane + 1;
 }
 
-static void an_pf_begin(struct rbt_analyzer *an)
+static void pf_wr_posted(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
+			 struct rbt_model_wr *w)
 {
-	struct rbt_json *j = &an->pf;
-	rbt_json_init(j, an->opts.perfetto);
-	j->line_depth = 2; /* one trace event per line */
-	rbt_json_obj(j);
-	rbt_json_kstr(j, "displayTimeUnit", "ns");
-	rbt_json_key(j, "traceEvents");
-	rbt_json_arr(j);
-	fputc('\n', j->f);
-	for (int i = 0; i < an->n_traces; i++)
-		an_pf_trace(an, an->traces[i]);
+	struct an_pf *pf = an->pft;
+	if (!pf)
+		return;
+	if (!qp) { /* an SRQ's receive: its slice is written once it has a QP */
+		w->user = UINT64_MAX;
+		return;
+	}
+	struct an_pf_qp *q = pf_qp(pf, t, qp);
+	if (!q)
+		return;
+	int kind = w->recv ? 1 : 0;
+	q->out[kind].cur++;
+	uint64_t s = pf_ns(t, (double)w->post_ts);
+	w->user = 0;
+	if (!pf_detail(pf, s))
+		return;
+	pf->detailed++;
+	w->user = pf_wr_begin(pf, q, w, s);
 }
 
-static void an_pf_end(struct rbt_analyzer *an)
+static void pf_wr(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
+		  const struct rbt_model_wr *w, const struct rbt_model_comp *c)
 {
-	struct rbt_json *j = &an->pf;
+	struct an_pf *pf = an->pft;
+	struct an_pf_qp *q = pf ? pf_qp(pf, t, qp) : NULL;
+	if (!q)
+		return;
+	int kind = w->recv ? 1 : 0;
+	uint64_t user = w->user;
+	uint64_t s = pf_ns(t, (double)w->post_ts);
+	if (user == UINT64_MAX) { /* an SRQ's receive: decided now */
+		user = 0;
+		if (pf_detail(pf, s)) {
+			pf->detailed++;
+			q->out[kind].cur++; /* it was posted, for its own begin */
+			user = pf_wr_begin(pf, q, w, s);
+			q->out[kind].cur--;
+		}
+	} else if (q->out[kind].cur > 0) {
+		q->out[kind].cur--;
+	}
+	struct an_wr_times x;
+	an_wr_times(t, w, c, &x);
+	uint64_t e = pf_ns(t, (double)x.poll_exit);
+	if (e < s)
+		e = s;
+	struct an_pf_proc *p = pf_proc(pf, t);
+	if (p)
+		pf_rate_add(pf, p, e);
+	if (!user || user > q->n_lanes[kind]) {
+		pf_cq_ctr(pf, t, kind ? qp->rcq : qp->scq);
+		pf_agg_add(pf, q, e, kind ? x.recv_wait : x.e2e, w->bytes,
+			   c->status != 0);
+		return;
+	}
+	struct an_pf_lane *l = &q->lanes[kind][user - 1];
+	l->open = false;
+	l->end_ns = e;
+	struct pf_ev en = { .type = T_END, .track = l->uuid };
+	if (kind) {
+		en.args[en.n_args++] =
+			(struct pf_arg){ .name = pf->id_bytes, .u = w->bytes };
+		if (c->exact)
+			en.args[en.n_args++] =
+				(struct pf_arg){ .name = pf->id_poll_ns, .u = x.poll };
+	} else if (c->exact) {
+		en.args[en.n_args++] = (struct pf_arg){ .name = pf->id_nic, .u = x.nic };
+	} else {
+		en.args[en.n_args++] =
+			(struct pf_arg){ .name = pf->id_nic_min, .u = x.nic_lo };
+	}
+	if (c->status)
+		en.args[en.n_args++] =
+			(struct pf_arg){ .name = pf->id_status,
+					 .s = an_wc_status_name(c->status) };
+	pf_wr_vals(pf, q, kind, &en);
+	pf_event(pf, pf_qp_seq(pf, q, kind, e), e, &en);
+}
+
+static void pf_end(struct rbt_analyzer *an)
+{
+	struct an_pf *pf = an->pft;
+	if (!pf)
+		return;
+	for (struct an_pf_qp *q = pf->qps; q; q = q->next)
+		pf_agg_flush(pf, q);
+	for (int i = 0; i < pf->n_procs; i++)
+		pf_rate_flush(pf, &pf->procs[i]);
 	for (int i = 0; i < an->n_findings; i++) {
 		const struct rbt_finding *fd = &an->findings[i].f;
-		const struct an_trace *t = an->traces[fd->trace >= 0 ? fd->trace : 0];
-		rbt_json_obj(j);
-		rbt_json_kstr(j, "ph", "i");
-		rbt_json_kstr(j, "s", "p");
-		rbt_json_kstr(j, "cat", "finding");
-		rbt_json_kstr(j, "name", fd->code);
-		rbt_json_ku64(j, "pid", an_pf_pid(t));
-		rbt_json_ku64(j, "tid", 0);
-		rbt_json_kdbl(j, "ts", "%.3f",
-			      (fd->time_ns + (double)t->mt->align_ns) / 1000.0);
-		rbt_json_key(j, "args");
-		rbt_json_obj(j);
-		rbt_json_kstr(j, "title", fd->title);
-		rbt_json_obj_end(j);
-		rbt_json_obj_end(j);
+		int ti = fd->trace >= 0 && fd->trace < pf->n_procs ? fd->trace : 0;
+		if (!pf->n_procs)
+			break;
+		const struct an_trace *t = an->traces[ti];
+		double ns = fd->time_ns + (double)t->mt->align_ns;
+		struct pf_ev e = {
+			.type = T_INSTANT,
+			.track = pf->procs[ti].uuid,
+			.name_s = fd->code,
+			.n_args = 2,
+			.args = { { .name_s = "severity",
+				    .s = an_sev_name(fd->severity) },
+				  { .name_s = "title", .s = fd->title } },
+		};
+		pf_event(pf, &pf->global, ns > 0 ? (uint64_t)ns : 0, &e);
 	}
-	fputc('\n', j->f);
-	rbt_json_arr_end(j);
-	rbt_json_obj_end(j);
-	fputc('\n', j->f);
-	fflush(j->f);
+	int err = an_pb_flush(&pf->pb, pf->f);
+	if (err && !pf->err)
+		pf->err = err;
+	if (fflush(pf->f) && !pf->err)
+		pf->err = -EIO;
+}
+
+static void pf_free(struct rbt_analyzer *an)
+{
+	struct an_pf *pf = an->pft;
+	if (!pf)
+		return;
+	an_pb_free(&pf->pb);
+	while (pf->qps) {
+		struct an_pf_qp *q = pf->qps;
+		pf->qps = q->next;
+		q->qp->pf = NULL;
+		free(q->lanes[0]);
+		free(q->lanes[1]);
+		free(q->seq.defined);
+		an_hist_free(&q->agg_e2e);
+		free(q);
+	}
+	while (pf->seqs) {
+		struct an_pf_seq *s = pf->seqs;
+		pf->seqs = s->next_alloc;
+		free(s->defined);
+		free(s);
+	}
+	for (uint32_t i = 0; i < pf->n_cq_ctrs; i++)
+		free(pf->cq_ctrs[i]);
+	free(pf->cq_ctrs);
+	for (uint32_t i = 0; i < pf->n_names; i++)
+		free(pf->names[i]);
+	free(pf->names);
+	free(pf->hash);
+	free(pf->global.defined);
+	free(pf->procs);
+	free(pf);
+	an->pft = NULL;
+}
+
+int an_pf_count_wrs(const char *const *paths, int n, uint64_t *out)
+{
+	uint64_t total = 0;
+	for (int i = 0; i < n; i++) {
+		struct rbt_reader *r;
+		int ret = rbt_reader_open(paths[i], &r);
+		if (ret)
+			return ret;
+		const struct rbt_event *ev;
+		while ((ret = rbt_reader_next(r, &ev)) == 1)
+			if (ev->type == RBT_EV_POST_SEND ||
+			    ev->type == RBT_EV_POST_RECV ||
+			    ev->type == RBT_EV_POST_SRQ_RECV)
+				total += rbt_model_posted(ev);
+		rbt_reader_close(r);
+		if (ret < 0)
+			return ret;
+	}
+	*out = total;
+	return 0;
+}
+
+int an_pf_status(const struct rbt_analyzer *an)
+{
+	return an->pft ? an->pft->err : 0;
 }
 
 const struct an_sink_ops an_sink_perfetto = {
 	.name = "perfetto",
 	.per_wr = true,
-	.begin = an_pf_begin,
-	.thread = an_pf_thread,
-	.call = an_pf_call,
-	.wr_posted = an_pf_flow_start,
-	.wr = an_pf_wr,
-	.end = an_pf_end,
+	.begin = pf_begin,
+	.thread = pf_thread,
+	.call = pf_call,
+	.wr_posted = pf_wr_posted,
+	.wr = pf_wr,
+	.end = pf_end,
+	.free = pf_free,
 };

@@ -47,9 +47,20 @@ struct rbt_analyzer_filter {
 };
 
 struct rbt_analyzer_opts {
-	/* When set, a Perfetto / Chrome trace-event JSON document is streamed here while
-	 * the events are analysed (it is completed by rbt_analyzer_finish()). */
+	/* When set, a Perfetto timeline is streamed here while the events are analysed
+	 * (it is completed by rbt_analyzer_finish()): Perfetto's protobuf trace format,
+	 * or Chrome trace-event JSON when perfetto_json (docs/report.md). */
 	FILE *perfetto;
+	int perfetto_json;
+	/* Protobuf only: when the traces hold more WRs than perfetto_max_wrs (0: one
+	 * million), WRs are shown one by one only inside the detail window (when
+	 * perfetto_detail is set: [detail_from_ms, detail_to_ms) on the aligned
+	 * timeline) or, without a window, the first perfetto_max_wrs of them; the
+	 * others as per-QP slices per perfetto_bin_us (0: 1000) microseconds. */
+	uint64_t perfetto_max_wrs;
+	int perfetto_detail;
+	double perfetto_detail_from_ms, perfetto_detail_to_ms;
+	uint64_t perfetto_bin_us;
 	/* Show a progress line on stderr, redrawn in place, once the run has taken
 	 * progress_delay_ms (0: 1000) and cleared at the end (the CLI sets it when
 	 * stderr is a terminal); progress_bytes: the traces' total size, for the

@@ -1,4 +1,4 @@
-/* cmd_report.c - `rbtrace report [--format=text|json|perfetto|html] [-o OUT] TRACE...`:
+/* cmd_report.c - `rbtrace report [--format=text|json|perfetto|perfetto-json|html] [-o OUT] TRACE...`:
  * where each work request's time went (post, NIC, poll), statistics, and the RDMA
  * problems the traces prove. All the work is in analyzer/ (rbt_analyzer.h); this file
  * only parses the command line and picks the output.
@@ -19,9 +19,12 @@
 #include "cli/rbt_cli.h"
 
 static const char usage[] =
-	"usage: rbtrace report [--format=text|json|perfetto|html] [-o OUT] [-q] [-j N]\n"
-	"                      [--from=T] [--to=T] [--around=T[,W]] [--qp=N[,N..]]\n"
-	"                      [--pid=N] [--thread=TID] TRACE...\n"
+	"usage: rbtrace report [--format=text|json|perfetto|perfetto-json|html] [-o "
+	"OUT]\n"
+	"                      [-q] [-j N] [--from=T] [--to=T] [--around=T[,W]]\n"
+	"                      [--qp=N[,N..]] [--pid=N] [--thread=TID]\n"
+	"                      [--perfetto-max-wrs=N] [--perfetto-detail=FROM_MS:TO_MS]\n"
+	"                      [--perfetto-bin=US] TRACE...\n"
 	"\n"
 	"Attributes every work request's time to its post call, the NIC (post return to\n"
 	"completion) and the poll that handed the completion to the application; gives\n"
@@ -36,12 +39,19 @@ static const char usage[] =
 	"into\n"
 	"local post, NIC and wire, and remote application time.\n"
 	"\n"
-	"  --format=F  text (default), json (schema in docs/report.md), perfetto "
-	"(trace-\n"
-	"              event JSON for ui.perfetto.dev), html (one self-contained page:\n"
-	"              per QP its WR rate, outstanding WRs, CQ occupancy against the\n"
-	"              CQ's depth and latency over time, the round-trip split, the\n"
-	"              findings linked to their time in the plots)\n"
+	"  --format=F  text (default), json (schema in docs/report.md), perfetto\n"
+	"              (Perfetto's protobuf trace format, for ui.perfetto.dev),\n"
+	"              perfetto-json (Chrome trace-event JSON, far larger), html (one\n"
+	"              self-contained page: per QP its WR rate, outstanding WRs, CQ\n"
+	"              occupancy against the CQ's depth and latency over time, the\n"
+	"              round-trip split, the findings linked to their time in the "
+	"plots)\n"
+	"  --perfetto-max-wrs=N  above N WRs (default 1000000) the perfetto timeline\n"
+	"              shows WRs one by one only in the detail window (or the first N),\n"
+	"              the others as per-QP slices per time bin\n"
+	"  --perfetto-detail=FROM_MS:TO_MS  the detail window, ms since the earliest\n"
+	"              trace's start\n"
+	"  --perfetto-bin=US  the width of those bins and of the WR rate (default 1000)\n"
 	"  -o, --output=OUT  write there instead of stdout (replaced only when the\n"
 	"              report is complete; never one of the TRACEs)\n"
 	"  -q, --quiet no progress line (one is drawn on a terminal's stderr when the\n"
@@ -57,7 +67,7 @@ static const char usage[] =
 	"examples:\n"
 	"  rbtrace report client.rbt\n"
 	"  rbtrace report client.rbt server.rbt\n"
-	"  rbtrace report --format=perfetto -o client.json client.rbt   # open in "
+	"  rbtrace report --format=perfetto -o client.pftrace client.rbt   # open in "
 	"ui.perfetto.dev\n"
 	"  rbtrace report --format=html -o report.html client.rbt server.rbt\n"
 	"  rbtrace report --from=2s --to=2.5s --qp=0x11 client.rbt   # that half second\n"
@@ -68,14 +78,21 @@ int rbt_cmd_report(int argc, char **argv)
 {
 	const char *cmd = "report";
 	const char *format = "text", *out_path = NULL, *jobs = NULL;
+	const char *max_wrs = NULL, *detail = NULL, *bin = NULL;
 	unsigned threads;
 	int quiet = 0;
 	struct rbt_cli_filter_args fa = { 0 };
 	char *pos[256];
 	const struct rbt_cli_opt opts[] = {
-		{ "format", 0, &format, NULL }, { "output", 'o', &out_path, NULL },
-		{ "jobs", 'j', &jobs, NULL },	{ "quiet", 'q', NULL, &quiet },
-		RBT_CLI_FILTER_OPTS(fa),	{ 0 },
+		{ "format", 0, &format, NULL },
+		{ "output", 'o', &out_path, NULL },
+		{ "jobs", 'j', &jobs, NULL },
+		{ "perfetto-max-wrs", 0, &max_wrs, NULL },
+		{ "perfetto-detail", 0, &detail, NULL },
+		{ "perfetto-bin", 0, &bin, NULL },
+		{ "quiet", 'q', NULL, &quiet },
+		RBT_CLI_FILTER_OPTS(fa),
+		{ 0 },
 	};
 	int n = rbt_cli_parse(cmd, argc, argv, opts, 0, pos, 256);
 	int done = rbt_cli_parse_done(n, usage);
@@ -94,10 +111,40 @@ int rbt_cmd_report(int argc, char **argv)
 		fmt = 2;
 	else if (!strcmp(format, "html"))
 		fmt = 3;
+	else if (!strcmp(format, "perfetto-json"))
+		fmt = 4;
 	else
 		return rbt_cli_usage(cmd,
-				     "--format: '%s' is not text, json, perfetto or html",
+				     "--format: '%s' is not text, json, perfetto, "
+				     "perfetto-json or html",
 				     format);
+	struct rbt_analyzer_opts ao = { 0 };
+	if (max_wrs &&
+	    rbt_cli_u64(cmd, "perfetto-max-wrs", max_wrs, &ao.perfetto_max_wrs))
+		return RBT_EXIT_USAGE;
+	if (max_wrs && !ao.perfetto_max_wrs)
+		return rbt_cli_usage(cmd, "--perfetto-max-wrs: must be at least 1");
+	if (bin && rbt_cli_u64(cmd, "perfetto-bin", bin, &ao.perfetto_bin_us))
+		return RBT_EXIT_USAGE;
+	if (bin && (!ao.perfetto_bin_us || ao.perfetto_bin_us > 3600000000ull))
+		return rbt_cli_usage(cmd, "--perfetto-bin: '%s' is not 1 us to 1 hour",
+				     bin);
+	if (detail) {
+		double a, b;
+		char tail;
+		if (sscanf(detail, "%lf:%lf%c", &a, &b, &tail) != 2 || !(a >= 0) ||
+		    !(b > a) || b > 1e12)
+			return rbt_cli_usage(
+				cmd,
+				"--perfetto-detail: '%s' is not FROM_MS:TO_MS "
+				"with 0 <= FROM < TO",
+				detail);
+		ao.perfetto_detail = 1;
+		ao.perfetto_detail_from_ms = a;
+		ao.perfetto_detail_to_ms = b;
+	}
+	if ((max_wrs || detail || bin) && fmt != 2)
+		return rbt_cli_usage(cmd, "--perfetto-*: only with --format=perfetto");
 	if (out_path && !*out_path)
 		return rbt_cli_usage(cmd, "--output: empty path");
 	struct stat ost;
@@ -125,6 +172,9 @@ int rbt_cmd_report(int argc, char **argv)
 					     out_path, pos[i]);
 		total += (uint64_t)st.st_size;
 	}
+	if (fmt == 2 && !out_path && isatty(1))
+		return rbt_cli_usage(cmd, "--format=perfetto is binary: give -o FILE or "
+					  "redirect the output");
 	struct rbt_analyzer_filter filt;
 	int fret = rbt_cli_filter_build(cmd, &fa, pos, n, &filt);
 	if (fret != RBT_EXIT_OK)
@@ -139,9 +189,10 @@ int rbt_cmd_report(int argc, char **argv)
 		}
 		out = ro.f;
 	}
-	struct rbt_analyzer_opts ao = { .threads = threads };
-	if (fmt == 2)
+	ao.threads = threads;
+	if (fmt == 2 || fmt == 4)
 		ao.perfetto = out;
+	ao.perfetto_json = fmt == 4;
 	ao.series = fmt == 3; /* the HTML page's plots over time */
 	ao.filter = &filt;
 	/* a progress line only for someone watching a long run */

@@ -77,7 +77,7 @@ _rbtrace()
 	esac
 	case $cur in
 	--format=*)
-		COMPREPLY=($(compgen -W "text json perfetto html csv ndjson" -- "${cur#--format=}"))
+		COMPREPLY=($(compgen -W "text json perfetto perfetto-json html csv ndjson" -- "${cur#--format=}"))
 		return
 		;;
 	--from=* | --to=* | --around=*)

@@ -253,12 +253,14 @@ struct Fixture {
 	std::vector<Trace> t;
 	std::vector<rbt_sge> sges;
 	explicit Fixture(int n = 1, FILE *perfetto = nullptr,
-			 const rbt_analyzer_filter *filter = nullptr, bool series = false)
+			 const rbt_analyzer_filter *filter = nullptr, bool series = false,
+			 bool perfetto_json = true)
 	{
 		rbt_analyzer_opts o{};
 		o.perfetto = perfetto;
 		o.filter = filter;
 		o.series = series;
+		o.perfetto_json = perfetto_json;
 		EXPECT_EQ(0, rbt_analyzer_create(&o, &an));
 		for (int i = 0; i < n; i++) {
 			rbt_header h = header(1000 + i);
@@ -1211,6 +1213,57 @@ size_t count(const std::string &s, const char *needle)
 	for (size_t p = s.find(needle); p != std::string::npos; p = s.find(needle, p + 1))
 		n++;
 	return n;
+}
+
+// The protobuf timeline: a Trace whose every field is packet 1 (length-delimited),
+// the lengths adding up to the file exactly; every WR slice's name is interned once
+// per sequence (tests/perfetto_decode.py checks the rest on real files).
+static uint64_t get_varint(const std::string &s, size_t *i)
+{
+	uint64_t v = 0;
+	for (int shift = 0; *i < s.size() && shift < 64; shift += 7) {
+		uint8_t c = (uint8_t)s[(*i)++];
+		v |= (uint64_t)(c & 0x7f) << shift;
+		if (!(c & 0x80))
+			return v;
+	}
+	ADD_FAILURE() << "varint cut at " << *i;
+	return 0;
+}
+
+static size_t walk_trace(const std::string &p)
+{
+	size_t i = 0, n = 0;
+	while (i < p.size()) {
+		if (get_varint(p, &i) != (1u << 3 | 2)) {
+			ADD_FAILURE() << "not a packet at " << i;
+			return n;
+		}
+		uint64_t len = get_varint(p, &i);
+		if (len > p.size() - i) {
+			ADD_FAILURE() << "packet cut at " << i;
+			return n;
+		}
+		i += len;
+		n++;
+	}
+	return n;
+}
+
+TEST(Output, PerfettoProtobuf)
+{
+	FILE *pf = tmpfile();
+	Fixture fx(2, pf, nullptr, false, false);
+	pingpong(fx, 50);
+	fx.finish();
+	std::string p = slurp(pf);
+	fclose(pf);
+	// 200 WR slices and their post calls, begin and end each
+	EXPECT_GT(walk_trace(p), 800u);
+	EXPECT_NE(std::string::npos, p.find("SEND 64 B"));
+	EXPECT_NE(std::string::npos, p.find("ibv_post_send"));
+	// interned once per sequence, not per event
+	EXPECT_GE(4u, count(p, "ibv_post_send"));
 }
 
 TEST(Output, TextJsonHtmlPerfetto)

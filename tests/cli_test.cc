@@ -546,11 +546,13 @@ TEST_F(Cli, OddButValidTraces)
 	EXPECT_EQ("", r.err);
 	EXPECT_NE(std::string::npos, r.out.find("events:    0\n"));
 	for (const auto &t : { zero, noclock, res }) {
-		for (const char *f : { "text", "json", "perfetto", "html" }) {
+		for (const char *f :
+		     { "text", "json", "perfetto", "perfetto-json", "html" }) {
 			r = rb({ "report", std::string("--format=") + f, t });
 			EXPECT_EQ(0, r.code) << t << " " << f << r.err;
 			expect_clean_failure(r, t);
-			if (std::string(f) == "json" || std::string(f) == "perfetto") {
+			if (std::string(f) == "json" ||
+			    std::string(f) == "perfetto-json") {
 				std::string o = r.out;
 				while (!o.empty() && o.back() == '\n')
 					o.pop_back();
@@ -576,10 +578,13 @@ TEST_F(Cli, WildValuesAndHostileStrings)
 			{ "dump", "--json", t },
 			{ "report", t },
 			{ "report", "--format=json", t },
-			{ "report", "--format=perfetto", t },
+			{ "report", "--format=perfetto-json", t },
 			{ "report", "--format=html", t },
 			{ "diff", t, good },
 		};
+		/* protobuf: bytes, not text (its strings are made valid UTF-8) */
+		expect_clean_failure(rb({ "report", "--format=perfetto", t }),
+				     "perfetto seed " + std::to_string(seed));
 		for (auto &c : cmds) {
 			Result r = rb(c);
 			expect_clean_failure(r, c[0] + " seed " + std::to_string(seed));

@@ -51,10 +51,10 @@ expect "--flight= --help --light --output --rotate= --softnic" rbtrace record --
 expect "--around= --from= --help --jobs= --json --qp= --stream= --thread= --to= --type=" rbtrace dump --
 expect_has --timing= rbtrace replay --t
 expect_has --poll-timeout rbtrace replay --p
-expect "--around= --format= --from= --help --jobs= --output= --pid= --qp= --quiet --thread= --to=" rbtrace report --
+expect "--around= --format= --from= --help --jobs= --output= --perfetto-bin= --perfetto-detail= --perfetto-max-wrs= --pid= --qp= --quiet --thread= --to=" rbtrace report --
 expect "finding:" rbtrace report --around=f
 expect "html" rbtrace report --format=h
-expect "perfetto" rbtrace report --format=p
+expect "perfetto perfetto-json" rbtrace report --format=p
 expect "asap" rbtrace replay --timing=a
 expect "eth ib" rbtrace softnic --link ""
 expect "a.rbt b.rbt sub" rbtrace report ""

@@ -198,7 +198,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct rbt_reader *r;
 	if (rbt_reader_open_mem(data, size, &r))
 		return 0;
-	struct rbt_analyzer_opts o = { .perfetto = devnull, .series = 1 };
+	/* both timelines, and the protobuf one's aggregation, by the input's size */
+	struct rbt_analyzer_opts o = { .perfetto = devnull,
+				       .series = 1,
+				       .perfetto_json = (int)(size >> 1 & 1),
+				       .perfetto_max_wrs = size & 4 ? 16 : 0 };
 	struct rbt_analyzer_filter f = { 0 };
 	if (size > 2 && data[size - 3] & 1) {
 		uint8_t b = data[size - 3];

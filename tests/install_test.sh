@@ -78,8 +78,11 @@ rbtrace report client.rbt server.rbt >report.txt
 grep -q "no problems found" report.txt || fail "report: $(tail -5 report.txt)"
 rbtrace report --format=html -o report.html client.rbt server.rbt
 grep -qi "<html" report.html || fail "html report"
-rbtrace report --format=perfetto -o timeline.json client.rbt
-python3 -c 'import json,sys; json.load(open("timeline.json"))' || fail "perfetto output"
+rbtrace report --format=perfetto-json -o timeline.json client.rbt
+python3 -c 'import json,sys; json.load(open("timeline.json"))' || fail "perfetto-json output"
+rbtrace report --format=perfetto -o timeline.pftrace client.rbt
+# a protobuf Trace: its first bytes are packet 1 (tag 0x0a)
+[ "$(head -c1 timeline.pftrace | od -An -tx1 | tr -d ' ')" = 0a ] || fail "perfetto output"
 timeout 120 rbtrace replay --softnic -o replay.rbt client.rbt server.rbt >replay.txt 2>&1 ||
 	{ cat replay.txt; fail "replay"; }
 grep -q "no divergence" replay.txt || fail "replay: $(tail -3 replay.txt)"

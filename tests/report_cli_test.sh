@@ -27,7 +27,7 @@ python3 "$CHECK" json "$tmp/report.json" serious=0 p50:0:nic=2000 p50:0:post=300
 	p50:0:recv_poll=500 p50:1:nic=2000
 
 echo "== perfetto"
-"$RBTRACE" report --format=perfetto -o "$tmp/trace.json" "$tmp/c.rbt" "$tmp/s.rbt"
+"$RBTRACE" report --format=perfetto-json -o "$tmp/trace.json" "$tmp/c.rbt" "$tmp/s.rbt"
 python3 "$CHECK" perfetto "$tmp/trace.json"
 
 echo "== without NIC timestamps: bounds, no made-up point"

@@ -69,7 +69,7 @@ PY
 done
 
 # the timeline too: that QP's WR slices only, as many as its WRs
-"$R" report --format=perfetto --qp=$q -o "$tmp/q.pf.json" "$tmp/a.rbt"
+"$R" report --format=perfetto-json --qp=$q -o "$tmp/q.pf.json" "$tmp/a.rbt"
 python3 - "$tmp/q.pf.json" "$tmp/q$q.json" $q <<'PY'
 import json, sys
 ev = json.load(open(sys.argv[1]))["traceEvents"]
@@ -77,8 +77,14 @@ sel, q = json.load(open(sys.argv[2])), int(sys.argv[3])
 wr = [e for e in ev if e.get("cat") == "wr" and "args" in e]
 assert {e["args"]["qp_num"] for e in wr} == {q}, {e["args"]["qp_num"] for e in wr}
 assert len(wr) == sel["counts"]["wrs_completed"] + sel["counts"]["recvs_completed"], len(wr)
-print("  perfetto --qp=%#x: %d WR slices, all of that QP" % (q, len(wr)))
+print("  perfetto-json --qp=%#x: %d WR slices, all of that QP" % (q, len(wr)))
 PY
+# and the protobuf one: one QP's tracks, its WRs as slices
+"$R" report --format=perfetto --qp=$q -o "$tmp/q.pftrace" "$tmp/a.rbt"
+n=$(python3 -c 'import json,sys; k=json.load(open(sys.argv[1]))["counts"]
+print(k["wrs_completed"] + k["recvs_completed"])' "$tmp/q$q.json")
+python3 "$root/tests/perfetto_decode.py" "$tmp/q.pftrace" --expect-wrs "$n" --exact-counters ||
+	fail "perfetto --qp=$q"
 
 echo "== --from/--to: adjacent windows partition the WRs"
 # the cut: halfway between two posts a microsecond apart or more, near the middle

@@ -149,7 +149,7 @@ assert c["outstanding_at_end"] == c["recvs_outstanding_at_end"] > 0, c
 print("  paired, %d round trips, p50 %.1f us" % (rt[0]["count"], rt[0]["rtt"]["p50"] / 1e3))
 PY
 
-"$RBTRACE" report --format=perfetto -o "$tmp/pp_trace.json" "$tmp/pp_c.rbt" "$tmp/pp_s.rbt"
+"$RBTRACE" report --format=perfetto-json -o "$tmp/pp_trace.json" "$tmp/pp_c.rbt" "$tmp/pp_s.rbt"
 python3 "$CHECK" perfetto "$tmp/pp_trace.json"
 
 echo "== ibv_rc_pingpong -t (the program's own completion timestamps), both ends"

@@ -85,8 +85,10 @@ for c in synth20 synth_nic20 synth_retry synth_retry_nic replay_pingpong replay_
 		[ "$1" = "$c" ] || continue
 		shift
 		for fmt in text perfetto; do
+			f=$fmt
+			[ $fmt = perfetto ] && f=perfetto-json # the goldens keep their name
 			out="$c.$fmt"
-			"$rbtrace" report --format=$fmt "$@" >"$out" 2>&1
+			"$rbtrace" report --format=$f "$@" >"$out" 2>&1
 			echo "exit $?" >>"$out"
 			n=$((n + 1))
 			if [ "$update" = --update ]; then
