@@ -116,6 +116,14 @@ struct rp_qp {
 	uint32_t foreign_new_qpn;
 };
 
+/* A peer's WRITE that a post waits for: the last 8 bytes of where it lands in
+ * the replayed MR must hold the writer's tag with at least this ordinal. */
+struct rp_dep {
+	const uint8_t *at;
+	uint64_t tag;	    /* writer key << 32 | ordinal */
+	uint32_t in_flight; /* its completion was polled after the post */
+};
+
 /* One step of the timeline: a recorded event the replayer reissues in order. */
 struct rp_step {
 	struct rbt_event *ev; /* a deep copy in one block, owned by the side's arena */
@@ -138,6 +146,14 @@ struct rp_step {
 	struct ibv_wc *wcs; /* poll: room for the recorded count */
 	uint32_t got;
 	int skipped;
+	/* memory dependencies (replay_deps.c): the WRITEs of a post that carry
+	 * a tag (per WR: the tag, 0 none, and where it goes in the source); the
+	 * WRITEs a post waits for, and when the last of them landed (recorded) */
+	uint64_t *tags;
+	uint8_t **tag_at;
+	struct rp_dep *deps;
+	uint32_t ndeps;
+	uint64_t dep_land_ns;
 };
 
 /* A recorded thread of a side (its stream): replayed by a thread of its own,
@@ -154,6 +170,9 @@ struct rp_lane {
 	uint64_t gate;	   /* published as it goes (atomic) */
 	int timeouts, stop_why, stop_at, ran;
 	uint64_t wasted_ns, xwaits;
+	/* memory dependencies of its posts: inferred, waited and satisfied,
+	 * timed out (replay_deps.c) */
+	uint64_t deps_inferred, deps_in_flight, deps_kept, deps_timed_out;
 	pthread_t thr;
 };
 
@@ -226,6 +245,8 @@ struct rp_side {
 	struct rp_lane *lane, pre;
 	int nlane;
 	uint64_t xwaits; /* posts and modifies that waited for another lane */
+	/* WRITEs into its MRs from a trace of another host: not inferred */
+	uint64_t deps_ambiguous;
 	uint64_t cq_events_missed;
 	size_t late_from, late_to; /* report: this side's slice of the lateness */
 	double late_p50, late_p99, late_max;
@@ -293,6 +314,7 @@ struct rp_job {
 	pthread_barrier_t bar;
 	int poll_timeout_ms;
 	volatile int diverged; /* some side of this process has diverged */
+	int deps_off;	       /* RBTRACE_REPLAY_NO_DEPS: inferred, not waited for */
 	uint64_t end_ns;       /* --max-time: the run ends here; 0: none */
 	/* XRC domains opened through a file in the recording are rebuilt through
 	 * one file per recorded host, PREFIX.<host hash>, shared by every side of
@@ -404,6 +426,14 @@ void rp_signals_catch(int on);
 int rp_signal_caught(void);
 /* A stopped side's recorded completions cut to those it reached. */
 void rp_side_cut(struct rp_side *s);
+
+/* replay_deps.c: causality through memory (peers' WRITEs into polled MRs) */
+int rp_deps_setup(struct rp_job *j);
+void rp_deps_tag(struct rp_step *st);
+uint64_t rp_deps_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i,
+		      uint64_t lim_ns, int *timed_out);
+void rp_deps_totals(const struct rp_side *s, uint64_t *inferred, uint64_t *in_flight,
+		    uint64_t *kept, uint64_t *timed_out);
 
 /* replay_report.c: the fidelity report */
 void rp_diverge(struct rp_job *j, const char *fmt, ...)

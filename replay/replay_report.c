@@ -401,6 +401,43 @@ static void rp_json_pair(struct rbt_json *w, const char *key, uint64_t rec, uint
 	rbt_json_obj_end(w);
 }
 
+/* Memory dependencies (replay_deps.c): a post after a peer's RDMA WRITE into
+ * memory the program polled. */
+static void rp_json_deps(const struct rp_job *j, const struct rp_side *s,
+			 struct rbt_json *w)
+{
+	uint64_t inf, infl, kept, tmo;
+
+	rp_deps_totals(s, &inf, &infl, &kept, &tmo);
+	rbt_json_key(w, "memory_deps");
+	rbt_json_obj(w);
+	rbt_json_ku64(w, "inferred", inf);
+	rbt_json_ku64(w, "in_flight", infl);
+	rbt_json_ku64(w, "kept", kept);
+	rbt_json_ku64(w, "timed_out", tmo);
+	rbt_json_ku64(w, "ambiguous", s->deps_ambiguous);
+	rbt_json_kbool(w, "enforced", !j->deps_off);
+	rbt_json_obj_end(w);
+}
+
+static void rp_text_deps(const struct rp_job *j, const struct rp_side *s, FILE *f)
+{
+	uint64_t inf, infl, kept, tmo;
+
+	rp_deps_totals(s, &inf, &infl, &kept, &tmo);
+	if (!inf && !s->deps_ambiguous)
+		return;
+	fprintf(f,
+		"memory dependencies: %s: %llu inferred (a post after a peer's RDMA "
+		"WRITE into its memory; %llu of them still in flight at the post), "
+		"%llu kept, %llu timed out, %llu ambiguous (written from another "
+		"host)%s\n",
+		s->path, (unsigned long long)inf, (unsigned long long)infl,
+		(unsigned long long)kept, (unsigned long long)tmo,
+		(unsigned long long)s->deps_ambiguous,
+		j->deps_off ? "; not enforced (RBTRACE_REPLAY_NO_DEPS)" : "");
+}
+
 static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
 {
 	rbt_json_key(w, "sides");
@@ -419,6 +456,7 @@ static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
 		rbt_json_ku64(w, "steps_run", (uint64_t)s->nran);
 		rbt_json_ku64(w, "threads", (uint64_t)s->nlane);
 		rbt_json_ku64(w, "cross_thread_waits", s->xwaits);
+		rp_json_deps(j, s, w);
 		rbt_json_key(w, "per_thread");
 		rbt_json_arr(w);
 		for (int l = 0; s->nlane > 1 && l < s->nlane; l++) {
@@ -596,6 +634,7 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 		if (s->stop_why)
 			fprintf(f, "stopped: %s ran %d of %d steps (%s)\n", s->path,
 				s->nran, s->nstep, rp_stop_text(j, s->stop_why, sum));
+		rp_text_deps(j, s, f);
 		if (s->nlane > 1)
 			fprintf(f,
 				"threads: %s: %d recorded threads, each replayed by its "

@@ -430,6 +430,32 @@ static int rp_gate_wait(struct rp_job *j, struct rp_lane *L, uint64_t t, int i)
 	return 0;
 }
 
+/* The peers' WRITEs a post waits for (replay_deps.c), in every timing; in
+ * deps timing the think time then counts from when the last of them landed.
+ * Bounded like a poll; 1 when the lane must stop. */
+static int rp_run_deps(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i,
+		       uint64_t *anchor_rep, uint64_t *anchor_rec)
+{
+	uint64_t t0 = rp_now_ns(), landed,
+		 lim = rp_wait_limit(j, L, (uint64_t)j->poll_timeout_ms * 1000000ull);
+	int timed_out;
+
+	if (!lim)
+		return 1;
+	landed = rp_deps_wait(j, L, st, i, lim, &timed_out);
+	if (rp_must_stop(j, L))
+		return 1;
+	if (timed_out) {
+		L->timeouts++;
+		rp_wasted(j, L, t0);
+	}
+	if (j->o->timing == RBT_REPLAY_DEPS && st->dep_land_ns > *anchor_rec) {
+		*anchor_rec = st->dep_land_ns;
+		*anchor_rep = landed ? landed : rp_now_ns();
+	}
+	return 0;
+}
+
 static void rp_lane_publish(struct rp_lane *L, int k)
 {
 	if (L->gate_at)
@@ -469,6 +495,9 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 		if (i >= s->prefix &&
 		    (e->type == RBT_EV_POST_SEND || e->type == RBT_EV_POST_RECV ||
 		     e->type == RBT_EV_POST_SRQ_RECV)) {
+			if (st->ndeps && !j->deps_off &&
+			    rp_run_deps(j, L, st, i, &anchor_rep, &anchor_rec))
+				goto stop;
 			if (o->timing == RBT_REPLAY_RECORDED ||
 			    o->timing == RBT_REPLAY_SCALE) {
 				int64_t off = (int64_t)(st->rec_ns - rec_epoch);
@@ -498,6 +527,8 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			break;
 		case RBT_EV_POST_SEND:
 			rp_copy_payloads(st);
+			if (st->tags)
+				rp_deps_tag(st);
 			st->t_issue = rp_now_ns();
 			st->ret = ibv_post_send(st->qp->qp, st->swr, &bs);
 			st->t_exit = rp_now_ns();
