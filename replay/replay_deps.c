@@ -42,18 +42,6 @@
 
 #include "replay/replay_int.h"
 
-/* One recorded WRITE that may land in some side's MR. */
-struct rp_write {
-	int side, step, wr;
-	uint32_t rec_dest, rkey, key, ord;
-	uint64_t raddr, len, t_post, t_done;
-};
-
-struct rp_writes {
-	struct rp_write *v;
-	int n, cap;
-};
-
 static uint32_t rp_deps_key(const struct rp_side *s, uint32_t qpn)
 {
 	uint32_t k = s->hdr.pid * 2654435761u ^ qpn * 40503u ^ 0x5eedu;
@@ -126,8 +114,7 @@ static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws)
 		struct rp_step *st = &s->step[i];
 		const struct rbt_event *e = st->ev;
 
-		if (e->type == RBT_EV_POST_SEND && st->qp && !st->skipped &&
-		    e->u.post_send.ret == 0 && st->swr) {
+		if (e->type == RBT_EV_POST_SEND && st->qp && e->u.post_send.ret == 0) {
 			const struct rbt_ev_post_send *p = &e->u.post_send;
 			int qi = (int)(st->qp - s->qp);
 			int rcuc = st->qp->rec.qp_type == IBV_QPT_RC ||
@@ -135,15 +122,13 @@ static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws)
 
 			for (uint32_t w = 0; w < p->n_wrs && rcuc && !rc; w++) {
 				const struct rbt_send_wr *r = &p->wrs[w];
-				struct ibv_send_wr *o = &st->swr[w];
 				uint64_t len = 0;
 				int wi = -1;
 
 				for (uint32_t g = 0; g < r->n_sges; g++)
 					len += r->sges[g].length;
 				if (rp_is_write(r->opcode) && len >= 8 &&
-				    o->num_sge > 0 &&
-				    o->sg_list[o->num_sge - 1].length >= 8) {
+				    r->sges[r->n_sges - 1].length >= 8) {
 					if (!RP_GROW(ws->v, ws->n, ws->cap)) {
 						rc = -ENOMEM;
 						break;
@@ -309,19 +294,39 @@ static int rp_deps_lane(struct rp_side *b, struct rp_lane *L, const struct rp_wr
 	return 0;
 }
 
-int rp_deps_setup(struct rp_job *j)
+/* Every local side's WRITEs (before the exchange: the peer replayer gets
+ * them too, replay_net.c). */
+int rp_deps_collect(struct rp_job *j)
 {
-	struct rp_writes ws = { 0 };
 	int rc = 0;
 
 	for (int i = 0; i < j->nside && !rc; i++)
-		rc = rp_deps_writes(j, i, &ws);
+		rc = rp_deps_writes(j, i, &j->writes);
+	return rc;
+}
+
+int rp_deps_setup(struct rp_job *j)
+{
+	struct rp_writes ws = j->writes;
+	int rc = 0;
+
 	/* the source of each tag: the last 8 bytes of the WRITE's payload */
 	for (int k = 0; k < ws.n && !rc; k++) {
-		struct rp_side *s = &j->side[ws.v[k].side];
-		struct rp_step *st = &s->step[ws.v[k].step];
-		struct ibv_send_wr *o = &st->swr[ws.v[k].wr];
-		struct ibv_sge *g = &o->sg_list[o->num_sge - 1];
+		struct rp_side *s;
+		struct rp_step *st;
+		struct ibv_send_wr *o;
+		struct ibv_sge *g;
+
+		if (ws.v[k].side >= RP_MAX_SIDES)
+			continue; /* the peer replayer's */
+		s = &j->side[ws.v[k].side];
+		st = &s->step[ws.v[k].step];
+		if (!st->swr || st->skipped) {
+			st->tags = NULL;
+			continue;
+		}
+		o = &st->swr[ws.v[k].wr];
+		g = &o->sg_list[o->num_sge - 1];
 
 		if (!st->tag_at) {
 			st->tag_at = rp_alloc(s, st->nwr * sizeof(*st->tag_at));
@@ -347,7 +352,10 @@ int rp_deps_setup(struct rp_job *j)
 		for (int k = 0; k < ws.n; k++) {
 			if (!rp_deps_target(B, &ws.v[k]))
 				continue;
-			if (strcmp(j->side[ws.v[k].side].host, B->host)) {
+			if (strcmp(ws.v[k].side < RP_MAX_SIDES
+					   ? j->side[ws.v[k].side].host
+					   : j->peer_host,
+				   B->host)) {
 				B->deps_ambiguous++;
 				continue;
 			}
@@ -361,7 +369,6 @@ int rp_deps_setup(struct rp_job *j)
 		free(cand);
 		free(at);
 	}
-	free(ws.v);
 	j->deps_off = getenv("RBTRACE_REPLAY_NO_DEPS") &&
 		      strcmp(getenv("RBTRACE_REPLAY_NO_DEPS"), "0");
 	return rc;

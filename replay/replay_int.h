@@ -282,6 +282,19 @@ struct rp_dir {
 	int nsrq, capsrq;
 };
 
+/* A recorded RDMA WRITE that may land in some side's MR (replay_deps.c):
+ * side >= RP_MAX_SIDES: the peer replayer's (only the fields after wr). */
+struct rp_write {
+	int side, step, wr;
+	uint32_t rec_dest, rkey, key, ord;
+	uint64_t raddr, len, t_post, t_done;
+};
+
+struct rp_writes {
+	struct rp_write *v;
+	int n, cap;
+};
+
 /* ---- the divergence list --------------------------------------------------- */
 /* One kind of divergence: the first message, and how many more alike (the same
  * message but for step numbers, completion indexes and waited times). */
@@ -313,9 +326,11 @@ struct rp_job {
 	int peer_is_responder;
 	pthread_barrier_t bar;
 	int poll_timeout_ms;
-	volatile int diverged; /* some side of this process has diverged */
-	int deps_off;	       /* RBTRACE_REPLAY_NO_DEPS: inferred, not waited for */
-	uint64_t end_ns;       /* --max-time: the run ends here; 0: none */
+	volatile int diverged;	 /* some side of this process has diverged */
+	int deps_off;		 /* RBTRACE_REPLAY_NO_DEPS: inferred, not waited for */
+	struct rp_writes writes; /* every side's WRITEs, the peer's too */
+	char peer_host[200];	 /* the peer replayer's recorded host */
+	uint64_t end_ns;	 /* --max-time: the run ends here; 0: none */
 	/* XRC domains opened through a file in the recording are rebuilt through
 	 * one file per recorded host, PREFIX.<host hash>, shared by every side of
 	 * the job (both replayer processes: the listener names it) */
@@ -428,6 +443,7 @@ int rp_signal_caught(void);
 void rp_side_cut(struct rp_side *s);
 
 /* replay_deps.c: causality through memory (peers' WRITEs into polled MRs) */
+int rp_deps_collect(struct rp_job *j);
 int rp_deps_setup(struct rp_job *j);
 void rp_deps_tag(struct rp_step *st);
 uint64_t rp_deps_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i,

@@ -74,6 +74,7 @@ static void rp_job_free(struct rp_job *j)
 	free(j->dir.qps);
 	free(j->dir.mrs);
 	free(j->dir.srqs);
+	free(j->writes.v);
 	pthread_mutex_destroy(&j->rep.lock);
 	free(j);
 }
@@ -143,6 +144,8 @@ static int rp_job_setup(struct rp_job *j)
 				memset(&s->gid, 0, sizeof(s->gid));
 		rc = rp_publish_side(j, s);
 	}
+	if (!rc)
+		rc = rp_deps_collect(j);
 	if (!rc && j->net_fd >= 0)
 		rc = rp_net_exchange(j);
 	for (int i = 0; i < j->nside && !rc; i++)

@@ -226,6 +226,7 @@ int rp_net_open(struct rp_job *j)
 		return rp_fail(j, -EPROTO, "the peer is not an rbtrace replayer ('%s')",
 			       line);
 	}
+	snprintf(j->peer_host, sizeof(j->peer_host), "%s", host);
 	/* The listener names the files of shared XRC domains; on one machine both
 	 * replayers then open the same ones (on two, nothing is shared anyway). */
 	if (j->o->listen) {
@@ -279,6 +280,18 @@ static int rp_send_dir(struct rp_job *j)
 		if (rp_sendf(fd, "S %d %u %u\n", r->side, r->rec_srqn, r->new_srqn))
 			return -EPIPE;
 	}
+	/* our WRITEs: the peer's posts may wait for them to land (replay_deps.c) */
+	for (int i = 0; i < j->writes.n; i++) {
+		const struct rp_write *w = &j->writes.v[i];
+
+		if (w->side >= RP_MAX_SIDES)
+			continue;
+		if (rp_sendf(fd, "W %u %u %u %u %llu %llu %llu %llu\n", w->rec_dest,
+			     w->rkey, w->key, w->ord, (unsigned long long)w->raddr,
+			     (unsigned long long)w->len, (unsigned long long)w->t_post,
+			     (unsigned long long)w->t_done))
+			return -EPIPE;
+	}
 	return rp_sendf(fd, "E\n");
 }
 
@@ -330,6 +343,20 @@ static int rp_recv_dir(struct rp_job *j)
 			r.side += RP_MAX_SIDES;
 			if (rp_dir_add_srq(&j->dir, &r))
 				return -ENOMEM;
+		} else if (line[0] == 'W') {
+			struct rp_write w = { .side = RP_MAX_SIDES };
+			unsigned long long a, l, tp, td;
+
+			if (sscanf(line, "W %u %u %u %u %llu %llu %llu %llu", &w.rec_dest,
+				   &w.rkey, &w.key, &w.ord, &a, &l, &tp, &td) != 8)
+				goto bad;
+			w.raddr = a;
+			w.len = l;
+			w.t_post = tp;
+			w.t_done = td;
+			if (!RP_GROW(j->writes.v, j->writes.n, j->writes.cap))
+				return -ENOMEM;
+			j->writes.v[j->writes.n++] = w;
 		} else if (line[0] == 'X') {
 			return rp_fail(j, -EPROTO, "the peer refused: %s", line + 1);
 		} else {
