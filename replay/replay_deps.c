@@ -103,7 +103,7 @@ static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws)
 	struct rp_side *s = &j->side[si];
 	struct rp_sq *sq = calloc((size_t)s->nqp + 1, sizeof(*sq));
 	uint32_t *ord = calloc((size_t)s->nqp + 1, sizeof(*ord));
-	int rc = 0;
+	int rc = 0, host = rp_host_id(j, s->host);
 
 	if (!sq || !ord) {
 		free(sq);
@@ -136,6 +136,7 @@ static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws)
 					wi = ws->n++;
 					ws->v[wi] = (struct rp_write){
 						.side = si,
+						.host = host,
 						.step = i,
 						.wr = (int)w,
 						.rec_dest = st->qp->rec_dest_qpn,
@@ -352,10 +353,7 @@ int rp_deps_setup(struct rp_job *j)
 		for (int k = 0; k < ws.n; k++) {
 			if (!rp_deps_target(B, &ws.v[k]))
 				continue;
-			if (strcmp(ws.v[k].side < RP_MAX_SIDES
-					   ? j->side[ws.v[k].side].host
-					   : j->peer_host,
-				   B->host)) {
+			if (ws.v[k].host < 0 || strcmp(j->hosts[ws.v[k].host], B->host)) {
 				B->deps_ambiguous++;
 				continue;
 			}

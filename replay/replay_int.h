@@ -17,6 +17,8 @@
 #include "trace_format/rbt_format.h"
 
 #define RP_MAX_SIDES 8
+#define RP_MAX_PEERS 7	/* replayer processes a listener serves (--peers) */
+#define RP_MAX_HOSTS 32 /* hosts named by the WRITEs of a job */
 
 /* ---- the recorded model ------------------------------------------------------ */
 struct rp_mr {
@@ -286,6 +288,7 @@ struct rp_dir {
  * side >= RP_MAX_SIDES: the peer replayer's (only the fields after wr). */
 struct rp_write {
 	int side, step, wr;
+	int host; /* index into rp_job.hosts, -1: unknown */
 	uint32_t rec_dest, rkey, key, ord;
 	uint64_t raddr, len, t_post, t_done;
 };
@@ -329,8 +332,12 @@ struct rp_job {
 	volatile int diverged;	 /* some side of this process has diverged */
 	int deps_off;		 /* RBTRACE_REPLAY_NO_DEPS: inferred, not waited for */
 	struct rp_writes writes; /* every side's WRITEs, the peer's too */
-	char peer_host[200];	 /* the peer replayer's recorded host */
-	uint64_t end_ns;	 /* --max-time: the run ends here; 0: none */
+	char hosts[RP_MAX_HOSTS][128];
+	int nhost;
+	/* the listener's peers (--peers), or the connecting side's one */
+	int peer_fd[RP_MAX_PEERS];
+	int npeer;
+	uint64_t end_ns; /* --max-time: the run ends here; 0: none */
 	/* XRC domains opened through a file in the recording are rebuilt through
 	 * one file per recorded host, PREFIX.<host hash>, shared by every side of
 	 * the job (both replayer processes: the listener names it) */
@@ -477,6 +484,8 @@ int rp_readline(int fd, char *buf, size_t n, int timeout_ms);
 void rp_hex(char *out, const uint8_t *g);
 void rp_unhex(uint8_t *g, const char *s);
 int rp_listen_accept(FILE *log, const char *port);
+int rp_listen_accept_n(FILE *log, const char *port, int n, int *fds);
+int rp_host_id(struct rp_job *j, const char *host);
 int rp_connect(FILE *log, const char *hostport);
 
 /* replay_responder.c: rbtrace replay --responder */

@@ -50,6 +50,8 @@ static struct rp_job *rp_job_new(const struct rbt_replay_opts *o, int ntraces)
 	j->o = o;
 	j->log = o->log ? o->log : stderr;
 	j->net_fd = -1;
+	for (int k = 0; k < RP_MAX_PEERS; k++)
+		j->peer_fd[k] = -1;
 	j->nside = ntraces;
 	j->poll_timeout_ms = o->poll_timeout_ms > 0 ? o->poll_timeout_ms : 5000;
 	pthread_mutex_init(&j->rep.lock, NULL);
