@@ -15,6 +15,9 @@
  *    polled before P was posted, no earlier post of T already depends on it,
  *    and T polled no receive completion between them (a message would then
  *    explain P, and the ordinary poll order keeps that);
+ *  - W landing in side c's MR is waited for by side b too when c posts
+ *    nothing (it only registers memory that other processes poll: HERD's
+ *    master), b and c share a host, W is not b's and b writes nothing into c;
  *  - same host: one CLOCK_MONOTONIC, compared directly. Traces of different
  *    hosts have no common clock the replay can trust to a bound smaller than
  *    such gaps: those candidates are counted as ambiguous and not inferred.
@@ -213,6 +216,25 @@ static uint8_t *rp_deps_target(struct rp_side *b, const struct rp_write *w)
 	return NULL;
 }
 
+/* Whether side b's posts may have been waiting for WRITEs landing in side
+ * c's memory although c is another process: c only registers memory (it
+ * posts nothing: HERD's master, whose SysV segment its worker processes
+ * poll), the two were recorded on one host, and b writes nothing into c (a
+ * client of the same server is not one of its workers). c's replayed memory
+ * is in this process: a registrar in another replayer process is not seen. */
+static int rp_deps_polled_by(struct rp_job *j, struct rp_side *c, struct rp_side *b)
+{
+	if (c == b || strcmp(c->host, b->host))
+		return 0;
+	for (int i = 0; i < c->nstep; i++)
+		if (c->step[i].ev->type == RBT_EV_POST_SEND)
+			return 0;
+	for (int k = 0; k < j->writes.n; k++)
+		if (j->writes.v[k].side == b->idx && rp_deps_target(c, &j->writes.v[k]))
+			return 0;
+	return 1;
+}
+
 static int rp_cmp_post(const void *a, const void *b)
 {
 	const struct rp_write *x = a, *y = b;
@@ -342,8 +364,10 @@ int rp_deps_setup(struct rp_job *j)
 		struct rp_side *B = &j->side[b];
 		struct rp_write *cand = malloc(((size_t)ws.n + 1) * sizeof(*cand));
 		uint8_t **at = malloc(((size_t)ws.n + 1) * sizeof(*at));
-		int nc = 0;
+		int nc = 0, polled[RP_MAX_SIDES];
 
+		for (int c = 0; c < j->nside; c++)
+			polled[c] = rp_deps_polled_by(j, &j->side[c], B);
 		if (!cand || !at) {
 			free(cand);
 			free(at);
@@ -351,9 +375,16 @@ int rp_deps_setup(struct rp_job *j)
 			break;
 		}
 		for (int k = 0; k < ws.n; k++) {
-			if (!rp_deps_target(B, &ws.v[k]))
+			struct rp_side *T = B;
+
+			ws.v[k].at = rp_deps_target(B, &ws.v[k]);
+			for (int c = 0; !ws.v[k].at && c < j->nside; c++)
+				if (polled[c] && ws.v[k].side != b)
+					ws.v[k].at =
+						rp_deps_target(T = &j->side[c], &ws.v[k]);
+			if (!ws.v[k].at)
 				continue;
-			if (ws.v[k].host < 0 || strcmp(j->hosts[ws.v[k].host], B->host)) {
+			if (ws.v[k].host < 0 || strcmp(j->hosts[ws.v[k].host], T->host)) {
 				B->deps_ambiguous++;
 				continue;
 			}
@@ -361,7 +392,7 @@ int rp_deps_setup(struct rp_job *j)
 		}
 		qsort(cand, (size_t)nc, sizeof(*cand), rp_cmp_post);
 		for (int k = 0; k < nc; k++)
-			at[k] = rp_deps_target(B, &cand[k]);
+			at[k] = cand[k].at;
 		for (int l = 0; l < B->nlane && !rc; l++)
 			rc = rp_deps_lane(B, &B->lane[l], cand, at, nc);
 		free(cand);

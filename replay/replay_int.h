@@ -291,6 +291,7 @@ struct rp_write {
 	int host; /* index into rp_job.hosts, -1: unknown */
 	uint32_t rec_dest, rkey, key, ord;
 	uint64_t raddr, len, t_post, t_done;
+	uint8_t *at; /* while inferring: where it lands in the waiting side's view */
 };
 
 struct rp_writes {

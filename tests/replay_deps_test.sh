@@ -10,7 +10,9 @@
 # kept (none timed out). Then the same replay with the waits switched off
 # (RBTRACE_REPLAY_NO_DEPS=1) must diverge: the server's answers run ahead of
 # the requests, are dropped, and the clients miss completions - so the test
-# fails when the dependencies are not enforced.
+# fails when the dependencies are not enforced. Last, tests/progs/shm_prog.c's
+# HERD with a master process whose memory worker processes poll, in one
+# replayer.
 set -euo pipefail
 if [ -n "${TEST_SRCDIR:-}" ]; then
 	root=$TEST_SRCDIR/${TEST_WORKSPACE:-rbtrace}
@@ -19,6 +21,7 @@ else
 fi
 RBTRACE=$root/cli/rbtrace
 HERD=$root/tests/replay_herd
+SHM=$root/tests/shm_prog
 NREQ=200
 tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/replay_deps.XXXXXX")
 export SOFTNIC_FABRIC=$tmp/fabric
@@ -127,6 +130,54 @@ assert srv["inferred"] > 0 and not srv["enforced"] and srv["kept"] == 0, srv
 c = rep["completions"]
 assert c["matched"] < c["recorded"], c
 PY
+
+echo "== HERD with a master process: the workers poll memory the master registered"
+# tests/progs/shm_prog.c: the master registers a SysV segment and posts
+# nothing; worker processes shmat and poll it for the clients' WRITEs and
+# answer by UD SEND. The waiting posts are the workers', the memory the master's.
+key=$(( (RANDOM << 8 | RANDOM) % 1000000 + 1000000 ))
+mkdir -p "$tmp/shm"
+timeout 60 "$RBTRACE" record --softnic -o "$tmp/m.rbt" -- \
+	"$SHM" master "$tmp/shm" "$key" 2 >"$tmp/m.log" 2>&1 &
+mp=$!
+pids+=("$mp")
+for i in $(seq 1 400); do [ -e "$tmp/shm/master-0" ] && break; sleep 0.05; done
+for w in 0 1; do
+	timeout 60 "$RBTRACE" record --softnic -o "$tmp/w$w.rbt" -- \
+		"$SHM" worker "$tmp/shm" "$key" "$w" 2 2 100 >"$tmp/w$w.log" 2>&1 &
+	pids+=($!)
+done
+cl=()
+for c in 0 1; do
+	timeout 60 "$RBTRACE" record --softnic -o "$tmp/k$c.rbt" -- \
+		"$SHM" client "$tmp/shm" "$c" 2 100 >"$tmp/k$c.log" 2>&1 &
+	cl+=($!)
+	pids+=($!)
+done
+for p in "${cl[@]}"; do wait "$p" || { cat "$tmp"/[mwk]*.log; fail "an shm_prog client"; }; done
+touch "$tmp/shm/all-done"
+wait "$mp" || { cat "$tmp"/[mwk]*.log; fail "the shm_prog master"; }
+for t in m w0 w1 k0 k1; do "$RBTRACE" dump --json "$tmp/$t.rbt" >"$tmp/$t.dump"; done
+for timing in asap deps; do
+	timeout 120 "$RBTRACE" replay --softnic --json --timing=$timing "$tmp/m.rbt" \
+		"$tmp/w0.rbt" "$tmp/w1.rbt" "$tmp/k0.rbt" "$tmp/k1.rbt" >"$tmp/shm-$timing.json" \
+		2>"$tmp/shm-$timing.err" || { cat "$tmp/shm-$timing.json" "$tmp/shm-$timing.err"; fail "shm_prog HERD, $timing"; }
+	python3 - "$tmp/shm-$timing.json" "$tmp"/m.dump "$tmp"/w0.dump "$tmp"/w1.dump "$tmp"/k0.dump "$tmp"/k1.dump <<'PY'
+import json, sys
+rep = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+wcs = [w for p in sys.argv[2:] for l in open(p) for e in [json.loads(l)]
+       if e.get("type") == "poll_cq" for w in e.get("wcs", [])]
+c = rep["completions"]
+assert rep["divergences"] == [], rep["divergences"]
+assert c["matched"] == c["expected"] == len(wcs) > 0, (c, len(wcs))
+for s in rep["sides"]:
+    d = s["memory_deps"]
+    if "/w" in s["trace"]:
+        assert d["inferred"] > 0 and d["kept"] == d["inferred"] and d["timed_out"] == 0, d
+    else:
+        assert d["inferred"] == 0, (s["trace"], d)
+PY
+done
 
 echo "== the text report names the dependencies"
 timeout 120 "$RBTRACE" replay --softnic --timing=asap "$tmp/srv.rbt" "$tmp/c0.rbt" "$tmp/c1.rbt" \
