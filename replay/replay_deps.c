@@ -446,6 +446,17 @@ uint64_t rp_deps_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, i
 			if ((spins & 255) == 0 && rp_now_ns() - t0 > lim_ns) {
 				*timed_out = 1;
 				L->deps_timed_out++;
+				if (getenv("RBTRACE_REPLAY_DEBUG")) {
+					uint64_t v;
+
+					memcpy(&v, st->deps[d].at, 8);
+					fprintf(j->log,
+						"%s: step %d: waited for tag %016llx, "
+						"found %016llx\n",
+						L->s->path, i,
+						(unsigned long long)st->deps[d].tag,
+						(unsigned long long)v);
+				}
 				rp_diverge(j,
 					   "%s: step %d: a peer's RDMA WRITE it waited "
 					   "for did not land (waited %llu ms)",

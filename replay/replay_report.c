@@ -158,12 +158,47 @@ static double rp_pct(const uint64_t *v, size_t n, double p)
 	return (double)v[i < n ? i : n - 1];
 }
 
+static int rp_cmp_sender(const void *a, const void *b)
+{
+	const struct rp_wcrec *x = a, *y = b;
+
+	if (x->src_qp != y->src_qp)
+		return x->src_qp < y->src_qp ? -1 : 1;
+	return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* A UD QP receives from many senders: the order between two senders'
+ * messages is the fabric's timing (HERD's workers answering one client),
+ * only each sender's own order is the program's. Both lists are put in
+ * sender order (the recorded number of the sender; the replay's translated
+ * through the directory), each sender's messages in the order they came. */
+static void rp_by_sender(struct rp_job *j, struct rp_wclist *r, struct rp_wclist *p)
+{
+	for (uint32_t k = 0; k < p->n; k++) {
+		struct rp_wcrec *w = &p->v[k];
+
+		for (int i = 0; i < j->dir.nqp; i++)
+			if (j->dir.qps[i].new_qpn == w->src_qp) {
+				w->src_qp = j->dir.qps[i].rec_qpn;
+				break;
+			}
+		w->order = k;
+	}
+	for (uint32_t k = 0; k < r->n; k++)
+		r->v[k].order = k;
+	qsort(r->v, r->n, sizeof(*r->v), rp_cmp_sender);
+	qsort(p->v, p->n, sizeof(*p->v), rp_cmp_sender);
+}
+
 /* ---- completions: the replay's against the recording, per QP and queue ---- */
 static void rp_report_match_queue(struct rp_job *j, struct rp_side *s, struct rp_qp *q,
 				  int d, struct rbt_replay_summary *sum)
 {
 	struct rp_wclist *r = &q->rec_wc[d], *p = &q->rep_wc[d];
 	uint32_t n = r->n < p->n ? r->n : p->n, shown = 0;
+
+	if (d == 1 && q->rec.qp_type == IBV_QPT_UD && r->n == p->n)
+		rp_by_sender(j, r, p);
 
 	sum->completions_expected += r->n;
 	sum->completions_recorded += q->rec_all[d] > r->n ? q->rec_all[d] : r->n;

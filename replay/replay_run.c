@@ -430,16 +430,22 @@ static int rp_gate_wait(struct rp_job *j, struct rp_lane *L, uint64_t t, int i)
 	return 0;
 }
 
-/* The peers' WRITEs a post waits for (replay_deps.c), in every timing; in
- * deps timing the think time then counts from when the last of them landed.
- * Bounded like a poll; 1 when the lane must stop. */
+/* The peers' WRITEs a post waits for (replay_deps.c), in every timing: in
+ * deps timing before the think time, which then counts from when the last of
+ * them landed; in the others after the post's deadline (the writers keep
+ * their schedule too). Bounded like a poll - in deps timing plus the gap the
+ * program itself waited since its last poll, as the writer may be that far
+ * in the future; 1 when the lane must stop. */
 static int rp_run_deps(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i,
 		       uint64_t *anchor_rep, uint64_t *anchor_rec)
 {
 	uint64_t t0 = rp_now_ns(), landed,
-		 lim = rp_wait_limit(j, L, (uint64_t)j->poll_timeout_ms * 1000000ull);
+		 lim = (uint64_t)j->poll_timeout_ms * 1000000ull;
 	int timed_out;
 
+	if (j->o->timing == RBT_REPLAY_DEPS && st->rec_ns > *anchor_rec)
+		lim += st->rec_ns - *anchor_rec;
+	lim = rp_wait_limit(j, L, lim);
 	if (!lim)
 		return 1;
 	landed = rp_deps_wait(j, L, st, i, lim, &timed_out);
@@ -495,7 +501,7 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 		if (i >= s->prefix &&
 		    (e->type == RBT_EV_POST_SEND || e->type == RBT_EV_POST_RECV ||
 		     e->type == RBT_EV_POST_SRQ_RECV)) {
-			if (st->ndeps && !j->deps_off &&
+			if (o->timing == RBT_REPLAY_DEPS && st->ndeps && !j->deps_off &&
 			    rp_run_deps(j, L, st, i, &anchor_rep, &anchor_rec))
 				goto stop;
 			if (o->timing == RBT_REPLAY_RECORDED ||
@@ -513,6 +519,15 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			st->ready = rp_now_ns();
 			if (st->deadline && rp_wait_until(j, L, st->deadline))
 				goto stop;
+			if (o->timing != RBT_REPLAY_DEPS && st->ndeps && !j->deps_off) {
+				uint64_t before = rp_now_ns();
+
+				if (rp_run_deps(j, L, st, i, &anchor_rep, &anchor_rec))
+					goto stop;
+				/* waiting for a WRITE is waiting, like a poll */
+				if (rp_now_ns() - before > 1000)
+					st->ready = rp_now_ns();
+			}
 		}
 		if (rp_must_stop(j, L))
 			goto stop;
@@ -619,6 +634,7 @@ static void rp_push_replayed(struct rp_job *j, struct rp_side *s, const struct i
 		.opcode = w->opcode,
 		.byte_len = w->byte_len,
 		.unpolled = (uint8_t)unpolled,
+		.src_qp = w->src_qp,
 	};
 
 	if (!q) {
