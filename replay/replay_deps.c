@@ -45,6 +45,14 @@
 
 #include "replay/replay_int.h"
 
+/* A step's dependency state, made when it first needs one. */
+static struct rp_step_deps *rp_dx(struct rp_side *s, struct rp_step *st)
+{
+	if (!st->dx)
+		st->dx = rp_alloc(s, sizeof(*st->dx));
+	return st->dx;
+}
+
 static uint32_t rp_deps_key(const struct rp_side *s, uint32_t qpn)
 {
 	uint32_t k = s->hdr.pid * 2654435761u ^ qpn * 40503u ^ 0x5eedu;
@@ -152,16 +160,25 @@ static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws)
 						.t_post = st->rec_ns,
 						.t_done = UINT64_MAX,
 					};
-					if (!st->tags) {
-						st->tags = rp_alloc(
-							s, p->n_wrs * sizeof(*st->tags));
-						if (!st->tags) {
+					if (!rp_dx(s, st)) {
+						rc = -ENOMEM;
+						break;
+					}
+					if (!st->dx->tags) {
+						st->dx->tags = rp_alloc(
+							s,
+							p->n_wrs * sizeof(*st->dx->tags));
+						if (!rp_dx(s, st)) {
+							rc = -ENOMEM;
+							break;
+						}
+						if (!st->dx->tags) {
 							rc = -ENOMEM;
 							break;
 						}
 					}
-					st->tags[w] = (uint64_t)ws->v[wi].key << 32 |
-						      ws->v[wi].ord;
+					st->dx->tags[w] = (uint64_t)ws->v[wi].key << 32 |
+							  ws->v[wi].ord;
 				}
 				rc = rc ? rc
 					: rp_sq_push(
@@ -285,8 +302,9 @@ static int rp_deps_lane(struct rp_side *b, struct rp_lane *L, const struct rp_wr
 		if (st->ev->type != RBT_EV_POST_SEND || st->skipped || !npend ||
 		    st->ev->u.post_send.ret != 0)
 			continue;
-		st->deps = rp_alloc(b, (size_t)npend * sizeof(*st->deps));
-		if (!st->deps) {
+		if (rp_dx(b, st))
+			st->dx->deps = rp_alloc(b, (size_t)npend * sizeof(*st->dx->deps));
+		if (!st->dx || !st->dx->deps) {
 			free(pend);
 			return -ENOMEM;
 		}
@@ -296,21 +314,21 @@ static int rp_deps_lane(struct rp_side *b, struct rp_lane *L, const struct rp_wr
 			uint64_t land = w->t_done < t ? w->t_done : t;
 			uint32_t d;
 
-			for (d = 0; d < st->ndeps; d++)
-				if (st->deps[d].at == at[pend[p]] &&
-				    (uint32_t)(st->deps[d].tag >> 32) == w->key)
+			for (d = 0; d < st->dx->ndeps; d++)
+				if (st->dx->deps[d].at == at[pend[p]] &&
+				    (uint32_t)(st->dx->deps[d].tag >> 32) == w->key)
 					break;
-			if (d == st->ndeps)
-				st->ndeps++;
-			st->deps[d].at = at[pend[p]];
-			st->deps[d].tag = (uint64_t)w->key << 32 | w->ord;
-			st->deps[d].in_flight = w->t_done > t;
-			if (land > st->dep_land_ns)
-				st->dep_land_ns = land;
+			if (d == st->dx->ndeps)
+				st->dx->ndeps++;
+			st->dx->deps[d].at = at[pend[p]];
+			st->dx->deps[d].tag = (uint64_t)w->key << 32 | w->ord;
+			st->dx->deps[d].in_flight = w->t_done > t;
+			if (land > st->dx->dep_land_ns)
+				st->dx->dep_land_ns = land;
 		}
-		L->deps_inferred += st->ndeps;
-		for (uint32_t d = 0; d < st->ndeps; d++)
-			L->deps_in_flight += st->deps[d].in_flight;
+		L->deps_inferred += st->dx->ndeps;
+		for (uint32_t d = 0; d < st->dx->ndeps; d++)
+			L->deps_in_flight += st->dx->deps[d].in_flight;
 		npend = 0;
 	}
 	free(pend);
@@ -344,20 +362,21 @@ int rp_deps_setup(struct rp_job *j)
 			continue; /* the peer replayer's */
 		s = &j->side[ws.v[k].side];
 		st = &s->step[ws.v[k].step];
-		if (!st->swr || st->skipped) {
-			st->tags = NULL;
+		if (!st->swr || st->skipped || !st->dx) {
+			if (st->dx)
+				st->dx->tags = NULL;
 			continue;
 		}
 		o = &st->swr[ws.v[k].wr];
 		g = &o->sg_list[o->num_sge - 1];
 
-		if (!st->tag_at) {
-			st->tag_at = rp_alloc(s, st->nwr * sizeof(*st->tag_at));
-			if (!st->tag_at)
+		if (!st->dx->tag_at) {
+			st->dx->tag_at = rp_alloc(s, st->nwr * sizeof(*st->dx->tag_at));
+			if (!st->dx->tag_at)
 				rc = -ENOMEM;
 		}
 		if (!rc)
-			st->tag_at[ws.v[k].wr] =
+			st->dx->tag_at[ws.v[k].wr] =
 				(uint8_t *)(uintptr_t)(g->addr + g->length - 8);
 	}
 	for (int b = 0; b < j->nside && !rc; b++) {
@@ -407,8 +426,8 @@ int rp_deps_setup(struct rp_job *j)
 void rp_deps_tag(struct rp_step *st)
 {
 	for (uint32_t w = 0; w < st->nwr; w++)
-		if (st->tags[w] && st->tag_at[w])
-			memcpy(st->tag_at[w], &st->tags[w], 8);
+		if (st->dx->tags[w] && st->dx->tag_at[w])
+			memcpy(st->dx->tag_at[w], &st->dx->tags[w], 8);
 }
 
 static int rp_dep_landed(const struct rp_dep *d)
@@ -433,10 +452,10 @@ uint64_t rp_deps_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, i
 	uint64_t t0 = 0, landed = 0;
 
 	*timed_out = 0;
-	for (uint32_t d = 0; d < st->ndeps; d++) {
+	for (uint32_t d = 0; d < st->dx->ndeps; d++) {
 		unsigned spins = 0;
 
-		while (!rp_dep_landed(&st->deps[d])) {
+		while (!rp_dep_landed(&st->dx->deps[d])) {
 			if (!t0)
 				t0 = rp_now_ns();
 			if ((++spins & 15) == 0)
@@ -449,12 +468,12 @@ uint64_t rp_deps_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, i
 				if (getenv("RBTRACE_REPLAY_DEBUG")) {
 					uint64_t v;
 
-					memcpy(&v, st->deps[d].at, 8);
+					memcpy(&v, st->dx->deps[d].at, 8);
 					fprintf(j->log,
 						"%s: step %d: waited for tag %016llx, "
 						"found %016llx\n",
 						L->s->path, i,
-						(unsigned long long)st->deps[d].tag,
+						(unsigned long long)st->dx->deps[d].tag,
 						(unsigned long long)v);
 				}
 				rp_diverge(j,

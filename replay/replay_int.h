@@ -128,6 +128,17 @@ struct rp_dep {
 	uint32_t in_flight; /* its completion was polled after the post */
 };
 
+/* A post's memory dependencies (replay_deps.c): the WRITEs it carries that
+ * have a tag (per WR: the tag, 0 none, and where it goes in the source); the
+ * WRITEs it waits for, and when the last of them landed (recorded). */
+struct rp_step_deps {
+	uint64_t *tags;
+	uint8_t **tag_at;
+	struct rp_dep *deps;
+	uint32_t ndeps;
+	uint64_t dep_land_ns;
+};
+
 /* One step of the timeline: a recorded event the replayer reissues in order. */
 struct rp_step {
 	struct rbt_event *ev; /* a deep copy in one block, owned by the side's arena */
@@ -150,14 +161,7 @@ struct rp_step {
 	struct ibv_wc *wcs; /* poll: room for the recorded count */
 	uint32_t got;
 	int skipped;
-	/* memory dependencies (replay_deps.c): the WRITEs of a post that carry
-	 * a tag (per WR: the tag, 0 none, and where it goes in the source); the
-	 * WRITEs a post waits for, and when the last of them landed (recorded) */
-	uint64_t *tags;
-	uint8_t **tag_at;
-	struct rp_dep *deps;
-	uint32_t ndeps;
-	uint64_t dep_land_ns;
+	struct rp_step_deps *dx; /* memory dependencies, NULL: none */
 };
 
 /* A recorded thread of a side (its stream): replayed by a thread of its own,

@@ -455,8 +455,8 @@ static int rp_run_deps(struct rp_job *j, struct rp_lane *L, struct rp_step *st, 
 		L->timeouts++;
 		rp_wasted(j, L, t0);
 	}
-	if (j->o->timing == RBT_REPLAY_DEPS && st->dep_land_ns > *anchor_rec) {
-		*anchor_rec = st->dep_land_ns;
+	if (j->o->timing == RBT_REPLAY_DEPS && st->dx->dep_land_ns > *anchor_rec) {
+		*anchor_rec = st->dx->dep_land_ns;
 		*anchor_rep = landed ? landed : rp_now_ns();
 	}
 	return 0;
@@ -501,7 +501,8 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 		if (i >= s->prefix &&
 		    (e->type == RBT_EV_POST_SEND || e->type == RBT_EV_POST_RECV ||
 		     e->type == RBT_EV_POST_SRQ_RECV)) {
-			if (o->timing == RBT_REPLAY_DEPS && st->ndeps && !j->deps_off &&
+			if (o->timing == RBT_REPLAY_DEPS && st->dx && st->dx->ndeps &&
+			    !j->deps_off &&
 			    rp_run_deps(j, L, st, i, &anchor_rep, &anchor_rec))
 				goto stop;
 			if (o->timing == RBT_REPLAY_RECORDED ||
@@ -519,7 +520,8 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			st->ready = rp_now_ns();
 			if (st->deadline && rp_wait_until(j, L, st->deadline))
 				goto stop;
-			if (o->timing != RBT_REPLAY_DEPS && st->ndeps && !j->deps_off) {
+			if (o->timing != RBT_REPLAY_DEPS && st->dx && st->dx->ndeps &&
+			    !j->deps_off) {
 				uint64_t before = rp_now_ns();
 
 				if (rp_run_deps(j, L, st, i, &anchor_rep, &anchor_rec))
@@ -542,7 +544,7 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			break;
 		case RBT_EV_POST_SEND:
 			rp_copy_payloads(st);
-			if (st->tags)
+			if (st->dx && st->dx->tags)
 				rp_deps_tag(st);
 			st->t_issue = rp_now_ns();
 			st->ret = ibv_post_send(st->qp->qp, st->swr, &bs);
