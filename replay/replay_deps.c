@@ -45,6 +45,16 @@
 
 #include "replay/replay_int.h"
 
+/* The host's clock, on which WRITEs and posts of different traces are
+ * compared: the raw TSC when the trace has one (every process of a host reads
+ * the same counter; each trace's conversion to CLOCK_MONOTONIC has its own
+ * calibration, and two of them drift apart by microseconds over a minute -
+ * enough to put a WRITE on the wrong side of a post), else CLOCK_MONOTONIC. */
+static uint64_t rp_deps_clock(const struct rp_side *s, uint64_t ticks)
+{
+	return s->hdr.clock_source == RBT_CLOCK_TSC ? ticks : rp_abs_ns(s, ticks);
+}
+
 /* A step's dependency state, made when it first needs one. */
 static struct rp_step_deps *rp_dx(struct rp_side *s, struct rp_step *st)
 {
@@ -157,7 +167,8 @@ static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws)
 						.ord = ++ord[qi],
 						.raddr = r->remote_addr,
 						.len = len,
-						.t_post = st->rec_ns,
+						.clk = s->hdr.clock_source,
+						.t_post = rp_deps_clock(s, e->ts),
 						.t_done = UINT64_MAX,
 					};
 					if (!rp_dx(s, st)) {
@@ -201,7 +212,8 @@ static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws)
 					if (s->qp[n].rec.qp_num == w->qp_num)
 						q = &s->qp[n];
 				if (q)
-					rp_sq_done(&sq[q - s->qp], ws, st->rec_exit_ns);
+					rp_sq_done(&sq[q - s->qp], ws,
+						   rp_deps_clock(s, p->ts_exit));
 			}
 		}
 	}
@@ -285,9 +297,11 @@ static int rp_deps_lane(struct rp_side *b, struct rp_lane *L, const struct rp_wr
 		return -ENOMEM;
 	for (int k = 0; k < L->n; k++) {
 		struct rp_step *st = &b->step[L->idx[k]];
-		uint64_t t = st->rec_ns;
+		uint64_t t = rp_deps_clock(b, st->ev->ts);
 		int keep = 0;
 
+		/* one clock: a WRITE whose post began before P's cannot have
+		 * depended on P */
 		while (c < ncand && cand[c].t_post < t)
 			pend[npend++] = c++;
 		if (rp_step_polled_recv(st)) {
@@ -312,6 +326,9 @@ static int rp_deps_lane(struct rp_side *b, struct rp_lane *L, const struct rp_wr
 		for (int p = 0; p < npend; p++) {
 			const struct rp_write *w = &cand[pend[p]];
 			uint64_t land = w->t_done < t ? w->t_done : t;
+
+			if (b->hdr.clock_source == RBT_CLOCK_TSC)
+				land = rp_abs_ns(b, land);
 			uint32_t d;
 
 			for (d = 0; d < st->dx->ndeps; d++)
@@ -403,7 +420,8 @@ int rp_deps_setup(struct rp_job *j)
 						rp_deps_target(T = &j->side[c], &ws.v[k]);
 			if (!ws.v[k].at)
 				continue;
-			if (ws.v[k].host < 0 || strcmp(j->hosts[ws.v[k].host], T->host)) {
+			if (ws.v[k].host < 0 || strcmp(j->hosts[ws.v[k].host], T->host) ||
+			    ws.v[k].clk != B->hdr.clock_source) {
 				B->deps_ambiguous++;
 				continue;
 			}

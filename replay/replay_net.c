@@ -359,9 +359,9 @@ static int rp_send_dir(struct rp_job *j, int fd, int skip)
 
 		if (pk >= 0 && (!relay || pk == skip))
 			continue;
-		if (rp_sendf(fd, "W %d %s %u %u %u %u %llu %llu %llu %llu\n", w->side,
-			     w->host >= 0 ? j->hosts[w->host] : "-", w->rec_dest, w->rkey,
-			     w->key, w->ord, (unsigned long long)w->raddr,
+		if (rp_sendf(fd, "W %d %s %u %u %u %u %u %llu %llu %llu %llu\n", w->side,
+			     w->host >= 0 ? j->hosts[w->host] : "-", w->clk, w->rec_dest,
+			     w->rkey, w->key, w->ord, (unsigned long long)w->raddr,
 			     (unsigned long long)w->len, (unsigned long long)w->t_post,
 			     (unsigned long long)w->t_done))
 			return -EPIPE;
@@ -423,9 +423,9 @@ static int rp_recv_dir(struct rp_job *j, int fd, int base)
 			unsigned long long a, l, tp, td;
 			char host[200];
 
-			if (sscanf(line, "W %d %199s %u %u %u %u %llu %llu %llu %llu",
-				   &w.side, host, &w.rec_dest, &w.rkey, &w.key, &w.ord,
-				   &a, &l, &tp, &td) != 10)
+			if (sscanf(line, "W %d %199s %u %u %u %u %u %llu %llu %llu %llu",
+				   &w.side, host, &w.clk, &w.rec_dest, &w.rkey, &w.key,
+				   &w.ord, &a, &l, &tp, &td) != 11)
 				goto bad;
 			w.side += base;
 			w.host = rp_host_id(j, host);
