@@ -74,13 +74,15 @@ static void an_rt_delivered(struct an_qp *rx, const struct an_rt_msg *m,
 	struct an_trace *t = rx->t;
 	struct an_qp *tx = rx->peer;
 	/* a receive posted after the message was sent: the message waited for it (RNR
-	 * NAKs and retries on a real NIC) */
+	 * NAKs and retries on a real NIC); counted with the receive's post */
 	double late = an_aligned_ns(t, (double)recv_post_exit) -
 		      an_aligned_ns(tx->t, (double)(m->post_ts + m->post_dur));
-	an_hist_add(&rx->late_recv, late > 0 ? (uint64_t)late : 0);
-	if (late > rx->late_max_ns) {
-		rx->late_max_ns = late;
-		rx->late_max_ts = recv_post_exit;
+	if (an_filter(t->an, t, rx->m->qpn, recv_post_exit, AN_TID_ANY)) {
+		an_hist_add(&rx->late_recv, late > 0 ? (uint64_t)late : 0);
+		if (late > rx->late_max_ns) {
+			rx->late_max_ns = late;
+			rx->late_max_ts = recv_post_exit;
+		}
 	}
 	/* one-way time on the aligned clocks: its minimum per direction refines the
 	 * alignment (NTP-style), see docs/report.md */
@@ -94,6 +96,9 @@ static void an_rt_delivered(struct an_qp *rx, const struct an_rt_msg *m,
 		return;
 	const struct an_rt_msg *req = &rx->rt_msgs[(uint64_t)m->resp_to % AN_RT_N];
 	if (req->seq != (uint64_t)m->resp_to || poll_exit < req->post_ts)
+		return;
+	/* a round trip is counted with its request's post */
+	if (!an_filter(t->an, t, rx->m->qpn, req->post_ts, AN_TID_ANY))
 		return;
 	double npt = t->mt->ns_per_tick;
 	double rtt = (double)(poll_exit - req->post_ts) * npt;
@@ -220,8 +225,10 @@ void an_note_error(struct an_qp *qp, const struct rbt_model_comp *c,
 void an_attr_completion(struct rbt_analyzer *an, struct an_qp *qp,
 			const struct rbt_model_comp *c, const struct rbt_model_wr *w)
 {
-	an_note_error(qp, c, w);
-	qp->wc_status[c->status < 31 ? c->status : 31]++;
+	if (an_filter_wr(an, qp, w)) {
+		an_note_error(qp, c, w);
+		qp->wc_status[c->status < 31 ? c->status : 31]++;
+	}
 	if (!c->recv)
 		return;
 	const struct rbt_model_qp *m = qp->m;
@@ -374,6 +381,8 @@ static void an_attribute_recv(struct rbt_analyzer *an, struct an_trace *t,
 void an_attr_done(struct rbt_analyzer *an, struct an_qp *qp, const struct rbt_model_wr *w,
 		  const struct rbt_model_comp *c, uint32_t n, uint32_t nsig)
 {
+	if (an->filt_on && (!qp || !an_filter_wr(an, qp, w)))
+		return; /* (an SRQ's receive outstanding at the end has no QP) */
 	if (!c) {
 		an->counts.outstanding_at_end += n;
 		if (w->recv)

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "analyzer/analyzer_internal.h"
 
@@ -120,6 +121,8 @@ static void an_cb_before(void *arg, int trace, const struct rbt_event *ev,
 			 struct rbt_model_res *r)
 {
 	struct rbt_analyzer *an = arg;
+	if (an->filt_on && !an_filter_event(an, an->traces[trace], ev, r))
+		return;
 	an_before(an, an->traces[trace], ev, r);
 }
 
@@ -139,24 +142,42 @@ static uint64_t an_rchar(void)
 	return v;
 }
 
+static uint64_t an_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The progress line: looked at every 16 Ki events (a clock read), drawn once the run
+ * has taken progress_delay_ms, redrawn at most 5 times a second. */
 static void an_progress(struct rbt_analyzer *an)
 {
-	if (!an->progress_next)
-		an->progress_rchar0 = an_rchar();
-	an->progress_next = an->counts.events + (1u << 20);
-	double frac = 0;
-	if (an->opts.progress_bytes)
-		frac = (double)(an_rchar() - an->progress_rchar0) /
-		       (double)an->opts.progress_bytes;
-	if (frac > 1)
-		frac = 1;
-	char bar[41];
-	int n = (int)(frac * 40);
-	for (int i = 0; i < 40; i++)
-		bar[i] = i < n ? '#' : '.';
-	bar[40] = 0;
-	fprintf(stderr, "\rrbtrace report: [%s] %3.0f%% %.1f M events", bar, frac * 100,
-		(double)an->counts.events / 1e6);
+	an->progress_next = an->counts.events + (1u << 14);
+	uint64_t now = an_now_ns();
+	uint64_t delay =
+		(uint64_t)(an->opts.progress_delay_ms ? an->opts.progress_delay_ms
+						      : 1000) *
+		1000000ull;
+	if (now - an->progress_t0 < delay ||
+	    (an->progress_drawn && now - an->progress_last < 200000000ull))
+		return;
+	an->progress_last = now;
+	an->progress_drawn = true;
+	const char *name = an->opts.progress_name ? an->opts.progress_name : "rbtrace";
+	double events = (double)an->counts.events / 1e6;
+	uint64_t rchar = an_rchar();
+	if (!an->opts.progress_bytes || !rchar) {
+		fprintf(stderr, "\r%s: %.1f M events read\033[K", name, events);
+		return;
+	}
+	double done =
+		rchar > an->progress_rchar0 ? (double)(rchar - an->progress_rchar0) : 0;
+	double total = (double)an->opts.progress_bytes;
+	if (done > total)
+		done = total;
+	fprintf(stderr, "\r%s: %.1f M events, %.1f of %.1f MB read (%.0f%%)\033[K", name,
+		events, done / 1e6, total / 1e6, 100 * done / total);
 }
 
 static void an_cb_after(void *arg, int trace, const struct rbt_event *ev,
@@ -178,11 +199,13 @@ static void an_cb_wr_posted(void *arg, struct rbt_model_res *q, struct rbt_model
 		return;
 	struct an_trace *t = an->traces[q->trace];
 	struct an_qp *qp = q->user;
+	bool in = !qp || an_filter_wr(an, qp, w);
 	if (qp) {
-		an_send_wr_checks(an, t, qp, sw, w);
+		if (in)
+			an_send_wr_checks(an, t, qp, sw, w);
 		an_attr_posted(an, qp, w->post_ts, w->post_exit, sw);
 	}
-	if (!an->n_stream)
+	if (!an->n_stream || !in)
 		return;
 	w->user = ++an->flow_seq;
 	for (int i = 0; i < an->n_stream; i++)
@@ -208,8 +231,9 @@ static void an_cb_wr_done(void *arg, struct rbt_model_qp *qp,
 static void an_cb_unmatched(void *arg, struct rbt_model_qp *qp,
 			    const struct rbt_model_comp *c)
 {
-	if (qp->res.user)
-		an_note_error(qp->res.user, c, NULL);
+	struct an_qp *aq = qp->res.user;
+	if (aq && an_filter(arg, aq->t, qp->qpn, c->poll_ts, c->poll_tid))
+		an_note_error(aq, c, NULL);
 }
 
 static const struct rbt_model_ops an_model_ops = {
@@ -233,6 +257,16 @@ int rbt_analyzer_create(const struct rbt_analyzer_opts *opts, struct rbt_analyze
 		return -ENOMEM;
 	if (opts)
 		an->opts = *opts;
+	if (an->opts.filter) {
+		an->filt = *an->opts.filter;
+		an->opts.filter = NULL;
+		if (an->filt.n_qps < 0 || an->filt.n_qps > RBT_ANALYZER_FILTER_QPS) {
+			free(an);
+			return -EINVAL;
+		}
+		an->filt_on = an->filt.has_from || an->filt.has_to || an->filt.n_qps ||
+			      an->filt.has_pid || an->filt.has_tid;
+	}
 	bool per_wr = false;
 	if (an->opts.perfetto)
 		an->stream[an->n_stream++] = &an_sink_perfetto;
@@ -331,6 +365,7 @@ static int an_trace_push(struct rbt_analyzer *an, int idx)
 	if (!t)
 		return -ENOMEM;
 	t->idx = idx;
+	t->an = an;
 	t->mt = rbt_model_trace(an->model, idx);
 	an->traces[an->n_traces++] = t;
 	return 0;
@@ -364,6 +399,10 @@ int rbt_analyzer_run_files(struct rbt_analyzer *an, const char *const *paths, in
 {
 	/* the model adds the traces: the analyzer's side follows them */
 	int before = rbt_model_n_traces(an->model);
+	if (an->opts.progress) {
+		an->progress_t0 = an_now_ns();
+		an->progress_rchar0 = an_rchar();
+	}
 	for (int i = 0; i < n; i++)
 		if (an_trace_push(an, before + i) < 0)
 			return -ENOMEM;
@@ -372,8 +411,10 @@ int rbt_analyzer_run_files(struct rbt_analyzer *an, const char *const *paths, in
 	int have = rbt_model_n_traces(an->model);
 	while (an->n_traces > have)
 		free(an->traces[--an->n_traces]);
-	if (an->opts.progress)
+	if (an->progress_drawn) {
 		fprintf(stderr, "\r\033[K");
+		an->progress_drawn = false;
+	}
 	return ret;
 }
 
@@ -392,6 +433,7 @@ int rbt_analyzer_finish(struct rbt_analyzer *an)
 	an->counts.peak_tracked_wrs = ms.peak_tracked_wrs;
 	an_diagnose(an);
 	an_cm_diagnose(an);
+	an_filter_findings(an);
 	an_sort_findings(an);
 	for (int i = 0; i < an->n_stream; i++)
 		if (an->stream[i]->end)

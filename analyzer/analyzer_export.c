@@ -171,6 +171,8 @@ int rbt_analyzer_write_resources(struct rbt_analyzer *an, FILE *out)
 	an->export_header = false;
 	for (int i = 0; i < an->n_traces; i++) {
 		const struct an_trace *t = an->traces[i];
+		if (!an_filter_shows_trace(an, t))
+			continue;
 		for (int k = 0; k < RBT_MODEL_KINDS; k++) {
 			/* oldest first: the lists are newest first */
 			uint32_t n = 0, cap = 0;
@@ -184,8 +186,12 @@ int rbt_analyzer_write_resources(struct rbt_analyzer *an, FILE *out)
 				}
 				v[n++] = r;
 			}
-			while (n)
-				ex_res(an, out, t, v[--n]);
+			while (n) {
+				const struct rbt_model_res *r = v[--n];
+				if (k != RBT_MODEL_QP || !r->user ||
+				    an_filter_shows_qp(an, r->user))
+					ex_res(an, out, t, r);
+			}
 			free(v);
 		}
 	}

@@ -238,6 +238,7 @@ struct an_finding_priv {
 
 struct an_trace {
 	const struct rbt_model_trace *mt; /* header, name, clocks, integrity */
+	const struct rbt_analyzer *an;	  /* for the filter */
 	int idx;
 	struct an_qp *qp_list;
 	struct an_rate rate;
@@ -317,7 +318,13 @@ struct rbt_analyzer {
 	uint32_t n_groups, cap_groups;
 	uint64_t progress_next;
 	uint64_t progress_rchar0;
-	struct an_cm *cm; /* analyzer_cm.c: the connection manager's records */
+	uint64_t progress_t0, progress_last; /* CLOCK_MONOTONIC ns */
+	bool progress_drawn;
+	/* zooming in (analyzer_filter.c): filt as given, filt_on when it selects */
+	struct rbt_analyzer_filter filt;
+	bool filt_on;
+	uint64_t filt_findings_out; /* findings left out by it */
+	struct an_cm *cm;	    /* analyzer_cm.c: the connection manager's records */
 };
 
 static inline struct an_qp *an_qp_of(const struct rbt_model_qp *q)
@@ -397,6 +404,43 @@ void an_stall_poll(struct an_cq *cq, uint64_t ts, uint64_t ts_exit, uint64_t cou
 void an_stall_sender(struct an_cq *cq, struct an_qp *qp);
 void an_stall_end(struct rbt_analyzer *an); /* before the model's finish */
 void an_stall_diagnose(struct rbt_analyzer *an);
+
+/* analyzer_filter.c: zooming in (--from/--to/--qp/--pid/--thread). The analysis
+ * asks these about what it counts; the model is always fed everything. */
+#define AN_TID_ANY UINT32_MAX /* the thread is not known: any thread passes */
+#define AN_QP_ANY  UINT32_MAX /* not about one QP (checked apart) */
+bool an_filter_slow(const struct rbt_analyzer *an, const struct an_trace *t, uint32_t qpn,
+		    uint64_t ts, uint32_t tid);
+/* Whether what happened at ts (ticks of trace t) on QP qpn, by thread tid, is
+ * selected. */
+static inline bool an_filter(const struct rbt_analyzer *an, const struct an_trace *t,
+			     uint32_t qpn, uint64_t ts, uint32_t tid)
+{
+	return !an->filt_on || an_filter_slow(an, t, qpn, ts, tid);
+}
+/* A WR is selected by its post. */
+static inline bool an_filter_wr(const struct rbt_analyzer *an, const struct an_qp *qp,
+				const struct rbt_model_wr *w)
+{
+	return !an->filt_on || an_filter_slow(an, qp->t, qp->m->qpn, w->post_ts, w->tid);
+}
+/* An event of the data path (post, poll) to count, before the model applies it;
+ * false: the analysis leaves it out (what the diagnoses must see of an event left
+ * out is done here). */
+bool an_filter_event(struct rbt_analyzer *an, struct an_trace *t,
+		     const struct rbt_event *ev, struct rbt_model_res *r);
+void an_filter_findings(struct rbt_analyzer *an); /* after the diagnosis */
+/* Whether a sink shows a trace (--pid), a QP and a CQ (--qp: a CQ of one) at all. */
+bool an_filter_shows_trace(const struct rbt_analyzer *an, const struct an_trace *t);
+bool an_filter_shows_qp(const struct rbt_analyzer *an, const struct an_qp *qp);
+bool an_filter_shows_cq(const struct rbt_analyzer *an, const struct an_cq *cq);
+/* The filter in force: one text line (nothing without one), the JSON "filter"
+ * member (nothing without one). */
+void an_filter_write_text(const struct rbt_analyzer *an, FILE *f);
+void an_filter_write_json(const struct rbt_analyzer *an, struct rbt_json *j);
+
+/* analyzer_res.c: what the diagnoses see of every poll, counted or not */
+void an_poll_seen(struct an_trace *t, const struct rbt_event *ev, struct an_cq *cq);
 
 /* analyzer_diag.c */
 void an_diagnose(struct rbt_analyzer *an);

@@ -261,6 +261,8 @@ static void an_json_cqs(struct rbt_json *j, struct rbt_analyzer *an, struct an_t
 	rbt_json_arr(j);
 	uint32_t pos = 0;
 	for (const struct an_cq *cq; (cq = an_cq_next(an, t, &pos));) {
+		if (!an_filter_shows_cq(an, cq))
+			continue;
 		rbt_json_obj(j);
 		an_json_hex(j, "handle", cq->m->res.handle);
 		rbt_json_ku64(j, "cqe", cq->m->cqe);
@@ -288,7 +290,8 @@ static void an_json_trace(struct rbt_json *j, struct rbt_analyzer *an, struct an
 	rbt_json_key(j, "qps");
 	rbt_json_arr(j);
 	for (struct an_qp *qp = t->qp_list; qp; qp = qp->next)
-		an_json_qp(j, t, qp);
+		if (an_filter_shows_qp(an, qp))
+			an_json_qp(j, t, qp);
 	rbt_json_arr_end(j);
 	an_json_cqs(j, an, t);
 	rbt_json_obj_end(j);
@@ -334,10 +337,12 @@ static int an_json_write(struct rbt_analyzer *an, FILE *f)
 	rbt_json_ku64(&j, "nic_outside_bound", c->nic_outside_bound);
 	rbt_json_ku64(&j, "peak_tracked_wrs", c->peak_tracked_wrs);
 	rbt_json_obj_end(&j);
+	an_filter_write_json(an, &j);
 	rbt_json_key(&j, "traces");
 	rbt_json_arr(&j);
 	for (int i = 0; i < an->n_traces; i++)
-		an_json_trace(&j, an, an->traces[i]);
+		if (an_filter_shows_trace(an, an->traces[i]))
+			an_json_trace(&j, an, an->traces[i]);
 	rbt_json_arr_end(&j);
 	an_cm_write_json(an, &j);
 	rbt_json_key(&j, "findings");

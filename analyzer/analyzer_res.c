@@ -176,21 +176,30 @@ static void an_post_recv(struct rbt_analyzer *an, struct an_trace *t,
 	}
 }
 
+/* What the diagnoses follow of every poll, counted by the filter or not. */
+void an_poll_seen(struct an_trace *t, const struct rbt_event *ev, struct an_cq *cq)
+{
+	const struct rbt_ev_poll_cq *p = &ev->u.poll_cq;
+	uint64_t exit = p->ts_exit >= ev->ts ? p->ts_exit : ev->ts;
+	(void)t;
+	if (exit > cq->last_poll)
+		cq->last_poll = exit;
+	if (p->n_wcs == 0 && cq->n_senders)
+		an_stall_poll(cq, ev->ts, exit, p->count ? p->count : 1);
+}
+
 static void an_poll(struct rbt_analyzer *an, struct an_trace *t,
 		    const struct rbt_event *ev, struct an_cq *cq)
 {
 	const struct rbt_ev_poll_cq *p = &ev->u.poll_cq;
 	uint64_t count = p->count ? p->count : 1;
 	uint64_t exit = p->ts_exit >= ev->ts ? p->ts_exit : ev->ts;
-	if (exit > cq->last_poll)
-		cq->last_poll = exit;
+	an_poll_seen(t, ev, cq);
 	if (p->n_wcs == 0) {
 		t->polls += count;
 		t->empty_polls += count;
 		cq->polls += count;
 		cq->empty_polls += count;
-		if (cq->n_senders)
-			an_stall_poll(cq, ev->ts, exit, count);
 		return;
 	}
 	t->polls++;

@@ -254,10 +254,11 @@ static void an_text_trace(FILE *f, struct rbt_analyzer *an, struct an_trace *t)
 	an_text_phases(f, h);
 	an_hists_free(h);
 	for (struct an_qp *qp = t->qp_list; qp; qp = qp->next)
-		an_text_qp(f, an, t, qp);
+		if (an_filter_shows_qp(an, qp))
+			an_text_qp(f, an, t, qp);
 	uint32_t pos = 0;
 	for (const struct an_cq *cq; (cq = an_cq_next(an, t, &pos));) {
-		if (!cq->polls && !cq->m->cqe)
+		if ((!cq->polls && !cq->m->cqe) || !an_filter_shows_cq(an, cq))
 			continue;
 		fprintf(f,
 			"  CQ 0x%llx: depth %llu, peak outstanding %lld (QPs on it can "
@@ -287,8 +288,10 @@ static int an_text_write(struct rbt_analyzer *an, FILE *f)
 		(unsigned long long)an->counts.wrs_nic_exact,
 		(unsigned long long)an->counts.wrs_bounded,
 		(unsigned long long)an->counts.recvs_completed);
+	an_filter_write_text(an, f);
 	for (int i = 0; i < an->n_traces; i++)
-		an_text_trace(f, an, an->traces[i]);
+		if (an_filter_shows_trace(an, an->traces[i]))
+			an_text_trace(f, an, an->traces[i]);
 	if (an->counts.unmatched_completions || an->counts.outstanding_at_end) {
 		const struct rbt_analyzer_counts *c = &an->counts;
 

@@ -24,14 +24,42 @@ extern "C" {
 
 struct rbt_analyzer;
 
+/* Zooming in (docs/report.md, "Zooming in"): what every output counts and shows.
+ * The model always sees every event, so resources, their states and the post ->
+ * completion join stay right; the filter picks the work requests (a WR belongs to
+ * the filter when it was posted inside the window, on a selected QP, by a selected
+ * process and thread: one posted before the window and completed inside is not
+ * counted), the polls (of a selected thread, inside the window, on a CQ of a
+ * selected QP), the statistics made of them, and the findings (about a selected QP
+ * and trace, proved by an event inside the window; one with no moment of its own,
+ * a pattern over the WRs such as all_signaled, is judged on the WRs selected). */
+#define RBT_ANALYZER_FILTER_QPS 64
+struct rbt_analyzer_filter {
+	/* [from_ns, to_ns) on the shared timeline: ns since the earliest trace's
+	 * start (a single trace: since its start) */
+	int has_from, has_to;
+	double from_ns, to_ns;
+	uint32_t qps[RBT_ANALYZER_FILTER_QPS]; /* QP numbers; n_qps 0: every QP */
+	int n_qps;
+	int has_pid, has_tid;
+	uint32_t pid; /* the traced process (a trace's header pid) */
+	uint32_t tid; /* the posting / polling thread */
+};
+
 struct rbt_analyzer_opts {
 	/* When set, a Perfetto / Chrome trace-event JSON document is streamed here while
 	 * the events are analysed (it is completed by rbt_analyzer_finish()). */
 	FILE *perfetto;
-	/* Show a progress bar on stderr (the CLI sets it when stderr is a terminal and
-	 * the traces are long); progress_bytes: their total size, for the fraction. */
+	/* Show a progress line on stderr, redrawn in place, once the run has taken
+	 * progress_delay_ms (0: 1000) and cleared at the end (the CLI sets it when
+	 * stderr is a terminal); progress_bytes: the traces' total size, for the
+	 * fraction; progress_name: what the line starts with (NULL: "rbtrace"). */
 	int progress;
 	uint64_t progress_bytes;
+	uint32_t progress_delay_ms;
+	const char *progress_name;
+	/* NULL: everything (copied at create). */
+	const struct rbt_analyzer_filter *filter;
 	/* When set, one row per completed WR is streamed here (`rbtrace export`): CSV
 	 * with a header line, or NDJSON when export_ndjson; columns in docs/export.md. */
 	FILE *export_wrs;
@@ -142,6 +170,11 @@ struct rbt_finding {
 
 /* The findings, most severe first; valid until destroy. Returns the count. */
 int rbt_analyzer_findings(const struct rbt_analyzer *an, const struct rbt_finding **out);
+/* Whether any trace has a QP with that number (after the run). */
+int rbt_analyzer_has_qp(const struct rbt_analyzer *an, uint32_t qp_num);
+/* A finding's moment on the shared timeline (the unit of rbt_analyzer_filter). */
+double rbt_analyzer_finding_timeline_ns(const struct rbt_analyzer *an,
+					const struct rbt_finding *f);
 
 enum rbt_phase {
 	RBT_PHASE_POST = 0,	/* share of the post call */

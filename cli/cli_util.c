@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -568,13 +569,49 @@ static int softnic_drop_dir(const char *dir)
 	return r;
 }
 
+/* A sanitizer runtime this process runs on (an ASan build of rbtrace), which
+ * must come first in a program that preloads our instrumented libraries: the
+ * program itself is not instrumented, and a runtime loaded after libc starts
+ * too late (the program dies at start). */
+static int softnic_runtime_of(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	const char *b = strrchr(info->dlpi_name, '/');
+	char **found = arg;
+
+	(void)size;
+	b = b ? b + 1 : info->dlpi_name;
+	if (!strncmp(b, "libasan.so", 10) && !found[0])
+		found[0] = strdup(info->dlpi_name);
+	if (!strncmp(b, "libubsan.so", 11) && !found[1])
+		found[1] = strdup(info->dlpi_name);
+	return 0;
+}
+
+static int softnic_sanitizer_first(void)
+{
+	char *found[2] = { NULL, NULL };
+	const char *old = getenv("LD_PRELOAD");
+	int r = 0;
+
+	dl_iterate_phdr(softnic_runtime_of, found);
+	/* ASan's runtime first of all (UBSan's may follow anywhere) */
+	if (found[1] && !(old && strstr(old, found[1])))
+		r = softnic_setenv_list("LD_PRELOAD", found[1], 0);
+	old = getenv("LD_PRELOAD");
+	if (!r && found[0] && !(old && !strncmp(old, found[0], strlen(found[0]))))
+		r = softnic_setenv_list("LD_PRELOAD", found[0], 0);
+	free(found[0]);
+	free(found[1]);
+	return r;
+}
+
 int rbt_cli_softnic_apply(const struct rbt_softnic_setup *s)
 {
 	char cm[sizeof(s->dir) + 32];
 
 	if (s->mode == RBT_SOFTNIC_DROPIN)
 		return softnic_setenv_list("LD_LIBRARY_PATH", s->dir, 0);
-	if (softnic_drop_dir(s->dir) ||
+	if (softnic_drop_dir(s->dir) || softnic_sanitizer_first() ||
 	    softnic_setenv_list("LD_PRELOAD", s->preload, 1) ||
 	    setenv("RDMAV_DRIVERS", s->provider, 1))
 		return -1;

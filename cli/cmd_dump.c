@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "analyzer/rbt_analyzer.h"
 #include "cli/cli_symbols.h"
 #include "cli/rbt_cli.h"
 #include "util/rbt_json.h"
@@ -17,6 +18,7 @@
 
 static const char usage[] =
 	"usage: rbtrace dump FILE [--json] [--type=T,...] [--qp=N] [--stream=TID]\n"
+	"                    [--from=T] [--to=T] [--around=T[,W]]\n"
 	"\n"
 	"Prints every event of a trace in file order, one line each: time in seconds\n"
 	"since the trace started, [thread id], type and the fields that are set\n"
@@ -29,6 +31,12 @@ static const char usage[] =
 	"  --qp=N          only events about QP number N (posts, polls with a\n"
 	"                  completion of N, create/modify/query/destroy, async events)\n"
 	"  --stream=TID    only events recorded by thread TID\n"
+	"  --thread=TID    the same\n"
+	"  --from=T        only events that started at T or later (T: ms since the\n"
+	"                  start, a unit as in 2.5s, or finding:N: as in `rbtrace\n"
+	"                  report --help`)\n"
+	"  --to=T          only events that started before T\n"
+	"  --around=T[,W]  only events that started in [T - W, T + W) (W: 100 ms)\n"
 	"\n"
 	"A damaged or truncated trace prints every event that could be salvaged, then\n"
 	"one line on stderr with the byte offset of the damage and the events lost;\n"
@@ -192,15 +200,31 @@ static void print_stack(const struct rbt_header *h, const struct rbt_event *ev,
 	}
 }
 
+/* ev_ts in [from, to) of the window, in ns since the trace's start. */
+static int in_window(const struct rbt_header *h, const struct rbt_analyzer_filter *w,
+		     uint64_t ev_ts)
+{
+	if (!w->has_from && !w->has_to)
+		return 1;
+	double ns = ((double)ev_ts - (double)h->start.ticks) *
+		    (h->clock_hz ? 1e9 / (double)h->clock_hz : 1);
+	return (!w->has_from || ns >= w->from_ns) && (!w->has_to || ns < w->to_ns);
+}
+
 int rbt_cmd_dump(int argc, char **argv)
 {
 	const char *types = NULL, *qp = NULL, *stream = NULL;
 	int json = 0;
+	struct rbt_cli_filter_args fa = { 0 };
 	const struct rbt_cli_opt opts[] = {
 		{ "json", 0, NULL, &json },
 		{ "type", 't', &types, NULL },
 		{ "qp", 0, &qp, NULL },
 		{ "stream", 0, &stream, NULL },
+		{ "thread", 0, &stream, NULL },
+		{ "from", 0, &fa.from, NULL },
+		{ "to", 0, &fa.to, NULL },
+		{ "around", 0, &fa.around, NULL },
 		{ 0 },
 	};
 	char *pos[1];
@@ -232,6 +256,10 @@ int rbt_cmd_dump(int argc, char **argv)
 	if ((qp && rbt_cli_u64("dump", "qp", qp, &qpn)) ||
 	    (stream && rbt_cli_u64("dump", "stream", stream, &tid)))
 		return RBT_EXIT_USAGE;
+	struct rbt_analyzer_filter win;
+	rc = rbt_cli_filter_build("dump", &fa, pos, 1, &win);
+	if (rc != RBT_EXIT_OK)
+		return rc;
 
 	const char *path = pos[0];
 	struct rbt_reader *r = rbt_cli_open_trace("dump", path);
@@ -254,7 +282,7 @@ int rbt_cmd_dump(int argc, char **argv)
 		if (ev->type == RBT_EV_QP_CREATE && !ev->u.qp_create.ret)
 			qpmap_set(&qps, ev->u.qp_create.qp, ev->u.qp_create.qp_num);
 		int *last = shown_slot(&shown, ev->stream);
-		int show = !stream || ev->stream == tid;
+		int show = (!stream || ev->stream == tid) && in_window(h, &win, ev->ts);
 		if (ev->type == RBT_EV_STACK) {
 			int listed =
 				ev->type <= RBT_EV_MAX_ID && (want_types >> ev->type & 1);

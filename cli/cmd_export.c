@@ -12,12 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "analyzer/rbt_analyzer.h"
 #include "cli/rbt_cli.h"
 
 static const char usage[] =
-	"usage: rbtrace export [--format=csv|ndjson] [--resources] [-o OUT] TRACE...\n"
+	"usage: rbtrace export [--format=csv|ndjson] [--resources] [-o OUT] [-q]\n"
+	"                      [--from=T] [--to=T] [--around=T[,W]] [--qp=N[,N..]]\n"
+	"                      [--pid=N] [--thread=TID] TRACE...\n"
 	"\n"
 	"Writes one row per completed work request of the traces (send WRs and\n"
 	"receives: trace, process, thread, QP, opcode, size, when posted and polled,\n"
@@ -31,23 +34,30 @@ static const char usage[] =
 	"  --resources  rows of resources instead of work requests\n"
 	"  -o, --output=OUT  write there instead of stdout (replaced only when the\n"
 	"               export is complete; never one of the TRACEs)\n"
+	"  -q, --quiet  no progress line on a terminal's stderr\n"
+	"\n" RBT_CLI_FILTER_HELP
+	"With --resources, --pid keeps that trace's rows and --qp those QPs' rows.\n"
 	"\n"
 	"examples:\n"
 	"  rbtrace export -o wrs.csv client.rbt server.rbt\n"
 	"  duckdb -c \"select qp_num, quantile_disc(e2e_ns, 0.99) from 'wrs.csv' "
 	"group by 1\"\n"
-	"  rbtrace export --format=ndjson --resources client.rbt\n";
+	"  rbtrace export --format=ndjson --resources client.rbt\n"
+	"  rbtrace export --from=1000 --to=1500 --qp=0x11 -o zoom.csv client.rbt\n";
 
 int rbt_cmd_export(int argc, char **argv)
 {
 	const char *cmd = "export";
 	const char *format = "csv", *out_path = NULL;
-	int resources = 0;
+	int resources = 0, quiet = 0;
+	struct rbt_cli_filter_args fa = { 0 };
 	char *pos[256];
 	const struct rbt_cli_opt opts[] = {
 		{ "format", 0, &format, NULL },
 		{ "resources", 0, NULL, &resources },
 		{ "output", 'o', &out_path, NULL },
+		{ "quiet", 'q', NULL, &quiet },
+		RBT_CLI_FILTER_OPTS(fa),
 		{ 0 },
 	};
 	int n = rbt_cli_parse(cmd, argc, argv, opts, 0, pos, 256);
@@ -67,11 +77,13 @@ int rbt_cmd_export(int argc, char **argv)
 		return rbt_cli_usage(cmd, "--output: empty path");
 	struct stat ost, in[256];
 	int out_exists = out_path && stat(out_path, &ost) == 0;
+	uint64_t total = 0;
 	for (int i = 0; i < n; i++) {
 		if (stat(pos[i], &in[i]) != 0) {
 			rbt_cli_error(cmd, "%s: %s", pos[i], strerror(errno));
 			return RBT_EXIT_FAIL;
 		}
+		total += (uint64_t)in[i].st_size;
 		for (int j = 0; j < i; j++)
 			if (in[j].st_dev == in[i].st_dev && in[j].st_ino == in[i].st_ino)
 				return rbt_cli_usage(cmd,
@@ -84,6 +96,10 @@ int rbt_cmd_export(int argc, char **argv)
 					     "overwritten",
 					     out_path, pos[i]);
 	}
+	struct rbt_analyzer_filter filt;
+	int fret = rbt_cli_filter_build(cmd, &fa, pos, n, &filt);
+	if (fret != RBT_EXIT_OK)
+		return fret;
 	FILE *out = stdout;
 	struct rbt_cli_out ro = { 0 };
 	if (out_path) {
@@ -96,6 +112,11 @@ int rbt_cmd_export(int argc, char **argv)
 	}
 	struct rbt_analyzer_opts ao = { 0 };
 	ao.export_ndjson = ndjson;
+	ao.filter = &filt;
+	ao.progress = isatty(2) && !quiet;
+	ao.progress_bytes = total;
+	ao.progress_name = "rbtrace export";
+	ao.progress_delay_ms = rbt_cli_progress_delay_ms();
 	if (!resources)
 		ao.export_wrs = out;
 	struct rbt_analyzer *an = NULL;
@@ -106,6 +127,8 @@ int rbt_cmd_export(int argc, char **argv)
 					     sizeof(err));
 	if (ret == 0)
 		ret = rbt_analyzer_finish(an);
+	if (ret == 0)
+		rbt_cli_filter_warn(cmd, an, &filt);
 	if (ret == 0 && resources)
 		ret = rbt_analyzer_write_resources(an, out);
 	if (ret == 0 && err[0])

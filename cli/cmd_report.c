@@ -19,7 +19,9 @@
 #include "cli/rbt_cli.h"
 
 static const char usage[] =
-	"usage: rbtrace report [--format=text|json|perfetto|html] [-o OUT] TRACE...\n"
+	"usage: rbtrace report [--format=text|json|perfetto|html] [-o OUT] [-q]\n"
+	"                      [--from=T] [--to=T] [--around=T[,W]] [--qp=N[,N..]]\n"
+	"                      [--pid=N] [--thread=TID] TRACE...\n"
 	"\n"
 	"Attributes every work request's time to its post call, the NIC (post return to\n"
 	"completion) and the poll that handed the completion to the application; gives\n"
@@ -39,6 +41,11 @@ static const char usage[] =
 	"              event JSON for ui.perfetto.dev), html (one self-contained file)\n"
 	"  -o, --output=OUT  write there instead of stdout (replaced only when the\n"
 	"              report is complete; never one of the TRACEs)\n"
+	"  -q, --quiet no progress line (one is drawn on a terminal's stderr when the\n"
+	"              report takes more than a second)\n"
+	"\n" RBT_CLI_FILTER_HELP
+	"The filter in force is the text report's line \"filter: ...\" and the JSON's\n"
+	"\"filter\".\n"
 	"\n"
 	"Give each trace once. A trace that could not be read whole is reported on\n"
 	"what was read, with a warning on stderr; exit code 1 when a trace cannot be\n"
@@ -49,16 +56,23 @@ static const char usage[] =
 	"  rbtrace report client.rbt server.rbt\n"
 	"  rbtrace report --format=perfetto -o client.json client.rbt   # open in "
 	"ui.perfetto.dev\n"
-	"  rbtrace report --format=html -o report.html client.rbt server.rbt\n";
+	"  rbtrace report --format=html -o report.html client.rbt server.rbt\n"
+	"  rbtrace report --from=2s --to=2.5s --qp=0x11 client.rbt   # that half second\n"
+	"  rbtrace report --around=finding:1,20ms client.rbt server.rbt\n"
+	"  rbtrace report --pid=4242 --thread=4250 --format=json client.rbt server.rbt\n";
 
 int rbt_cmd_report(int argc, char **argv)
 {
 	const char *cmd = "report";
 	const char *format = "text", *out_path = NULL;
+	int quiet = 0;
+	struct rbt_cli_filter_args fa = { 0 };
 	char *pos[256];
 	const struct rbt_cli_opt opts[] = {
 		{ "format", 0, &format, NULL },
 		{ "output", 'o', &out_path, NULL },
+		{ "quiet", 'q', NULL, &quiet },
+		RBT_CLI_FILTER_OPTS(fa),
 		{ 0 },
 	};
 	int n = rbt_cli_parse(cmd, argc, argv, opts, 0, pos, 256);
@@ -107,6 +121,10 @@ int rbt_cmd_report(int argc, char **argv)
 					     out_path, pos[i]);
 		total += (uint64_t)st.st_size;
 	}
+	struct rbt_analyzer_filter filt;
+	int fret = rbt_cli_filter_build(cmd, &fa, pos, n, &filt);
+	if (fret != RBT_EXIT_OK)
+		return fret;
 	FILE *out = stdout;
 	struct rbt_cli_out ro = { 0 };
 	if (out_path) {
@@ -120,9 +138,12 @@ int rbt_cmd_report(int argc, char **argv)
 	struct rbt_analyzer_opts ao = { 0 };
 	if (fmt == 2)
 		ao.perfetto = out;
+	ao.filter = &filt;
 	/* a progress line only for someone watching a long run */
-	ao.progress = isatty(2) && total > (64u << 20);
+	ao.progress = isatty(2) && !quiet;
 	ao.progress_bytes = total;
+	ao.progress_name = "rbtrace report";
+	ao.progress_delay_ms = rbt_cli_progress_delay_ms();
 	struct rbt_analyzer *an = NULL;
 	int ret = rbt_analyzer_create(&ao, &an);
 	char err[512] = "";
@@ -131,6 +152,8 @@ int rbt_cmd_report(int argc, char **argv)
 					     sizeof(err));
 	if (ret == 0)
 		ret = rbt_analyzer_finish(an);
+	if (ret == 0)
+		rbt_cli_filter_warn(cmd, an, &filt);
 	if (ret == 0) {
 		if (fmt == 0)
 			ret = rbt_analyzer_write_text(an, out);

@@ -89,6 +89,43 @@ int rbt_cli_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
  * of output nor send escape sequences to the terminal. NULL prints nothing. */
 void rbt_cli_put_text(const char *s);
 
+/* ---- zooming in (cli_filter.c): --from/--to/--around/--qp/--pid/--thread ----
+ * Put RBT_CLI_FILTER_OPTS(args) in a command's option table and RBT_CLI_FILTER_HELP
+ * in its usage; rbt_cli_filter_build() turns the values into the analyzer's filter
+ * (a finding's time, finding:N, costs one unfiltered pass over the traces).
+ * Returns RBT_EXIT_OK, or the exit code after one line naming the option. */
+struct rbt_analyzer_filter;
+struct rbt_cli_filter_args {
+	const char *from, *to, *around, *qp, *pid, *thread;
+};
+/* clang-format off */
+#define RBT_CLI_FILTER_OPTS(a)                                                  \
+	{ "from", 0, &(a).from, NULL }, { "to", 0, &(a).to, NULL },             \
+	{ "around", 0, &(a).around, NULL }, { "qp", 0, &(a).qp, NULL },         \
+	{ "pid", 0, &(a).pid, NULL }, { "thread", 0, &(a).thread, NULL }
+#define RBT_CLI_FILTER_HELP                                                          \
+	"Zooming in (docs/report.md, \"Zooming in\"): only the WRs posted inside the\n"    \
+	"window, on those QPs, by that process and thread, are counted; the resources\n"  \
+	"always are. T: milliseconds since the start of the (earliest) trace, or with a\n"\
+	"unit (1500ms, 2.5s, 300us), or finding:N (the time of the N-th finding of the\n"  \
+	"unfiltered report, from 1) or finding:CODE (the first one with that code)\n"      \
+	"  --from=T    the window starts at T\n"                                          \
+	"  --to=T      the window ends just before T\n"                                   \
+	"  --around=T[,W]  the window [T - W, T + W) (W: 100 ms when not given)\n"        \
+	"  --qp=N[,N..]  these QP numbers (decimal or 0x hex)\n"                          \
+	"  --pid=N     the trace of this process\n"                                       \
+	"  --thread=TID  WRs posted and polls made by this thread\n"
+/* clang-format on */
+/* How long a run goes before its progress line shows: RBTRACE_PROGRESS_DELAY_MS
+ * (for tests), else 0 (the analyzer's 1 s). */
+uint32_t rbt_cli_progress_delay_ms(void);
+int rbt_cli_filter_build(const char *cmd, const struct rbt_cli_filter_args *a,
+			 char *const *paths, int n, struct rbt_analyzer_filter *f);
+/* After the run: one warning line per --qp that no trace has. */
+struct rbt_analyzer;
+void rbt_cli_filter_warn(const char *cmd, const struct rbt_analyzer *an,
+			 const struct rbt_analyzer_filter *f);
+
 /* ---- traces ----
  * Opens a trace for reading; on failure prints "rbtrace <cmd>: <path>: <why>"
  * and returns NULL (exit with RBT_EXIT_FAIL then). */

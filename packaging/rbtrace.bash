@@ -77,7 +77,12 @@ _rbtrace()
 	esac
 	case $cur in
 	--format=*)
-		COMPREPLY=($(compgen -W "text json perfetto" -- "${cur#--format=}"))
+		COMPREPLY=($(compgen -W "text json perfetto html csv ndjson" -- "${cur#--format=}"))
+		return
+		;;
+	--from=* | --to=* | --around=*)
+		COMPREPLY=($(compgen -W "finding:" -- "${cur#*=}"))
+		compopt -o nospace 2>/dev/null
 		return
 		;;
 	--timing=*)

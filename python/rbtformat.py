@@ -3,7 +3,7 @@
     import rbtformat
     with rbtformat.Trace("client.rbt") as t:
         print(t.header["cmdline"])
-        for ev in t:                      # one dict per event, in file order
+        for ev in t:                      # one dict per event, in time order
             if ev["type"] == "post_send":
                 print(ev["t_ns"], [wr["wr_id"] for wr in ev["wrs"]])
         print(t.stats["events"], t.stats["finished"])
@@ -204,7 +204,7 @@ class Trace:
 
 
 def events(path):
-    """Every event of the trace at path, as dicts, in file order."""
+    """Every event of the trace at path, as dicts, in time order (the reader merges the streams)."""
     with Trace(path) as t:
         yield from t
 

@@ -290,15 +290,15 @@ int rbt_replay_run(const char *const *traces, int ntraces,
 	j = rp_job_new(o, ntraces);
 	if (!j)
 		return -ENOMEM;
+	/* From here a SIGINT/SIGTERM (or --max-time) ends the run with the
+	 * report of what ran - none of it when the signal came while loading
+	 * and setting up; a second signal ends the process. */
+	rp_signals_catch(1);
 	rc = rp_job_load(j, traces);
 	if (!rc)
 		rc = rp_job_setup(j);
-	/* From here a SIGINT/SIGTERM (or --max-time) ends the run with the
-	 * report of what ran; a second signal ends the process. */
-	if (!rc) {
-		rp_signals_catch(1);
+	if (!rc)
 		rc = rp_job_run(j);
-	}
 	if (!rc) {
 		rp_report_print(j, sum);
 		if (o->out)

@@ -256,7 +256,10 @@ static void rp_report_match(struct rp_job *j, struct rbt_replay_summary *sum)
 
 			for (int d = 0; d < 2; d++)
 				rp_report_match_queue(j, s, q, d, sum);
-			if (qi < s->nqp && q->replay_state != q->rec_final_state)
+			/* a side stopped early (signal, --max-time, divergence)
+			 * did not get to the recorded end state */
+			if (qi < s->nqp && !s->stop_why &&
+			    q->replay_state != q->rec_final_state)
 				rp_diverge(j, "%s: QP %llu ends in state %s, recorded %s",
 					   s->path, (unsigned long long)q->rec.qp_num,
 					   rp_state_name(q->replay_state),

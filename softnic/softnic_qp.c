@@ -230,167 +230,105 @@ struct sn_trans {
 	uint32_t req[SN_T_N], opt[SN_T_N];
 };
 
+/* The attributes a transition requires or allows, by QP type (IBTA 1.4 ch. 11.2.4;
+ * the table rdma-core's and the kernel's checks agree on). RC and the XRC types
+ * mostly take the same sets: SN_BY_TYPE names UD's, UC's and the connected ones. */
 #define S_(x) IBV_QP_##x
+#define SN_BY_TYPE(ud, uc, conn)                                        \
+	{                                                               \
+		[SN_T_UD] = (ud), [SN_T_UC] = (uc), [SN_T_RC] = (conn), \
+		[SN_T_XI] = (conn), [SN_T_XT] = (conn)                  \
+	}
+#define SN_INIT_UD   (S_(PKEY_INDEX) | S_(PORT) | S_(QKEY))
+#define SN_INIT_CONN (S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS))
+#define SN_RTR_PATH  (S_(AV) | S_(PATH_MTU) | S_(DEST_QPN) | S_(RQ_PSN))
+#define SN_RTR_RESP  (S_(MAX_DEST_RD_ATOMIC) | S_(MIN_RNR_TIMER))
+#define SN_RTS_ACK   (S_(TIMEOUT) | S_(RETRY_CNT) | S_(RNR_RETRY) | S_(MAX_QP_RD_ATOMIC))
+#define SN_RTS_UD    (S_(CUR_STATE) | S_(QKEY))
+#define SN_RTS_UC    (S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) | S_(PATH_MIG_STATE))
+#define SN_RTS_CONN  (SN_RTS_UC | S_(MIN_RNR_TIMER))
+#define SN_SQD_UC \
+	(S_(AV) | S_(ALT_PATH) | S_(ACCESS_FLAGS) | S_(PKEY_INDEX) | S_(PATH_MIG_STATE))
+#define SN_SQD_CONN (SN_SQD_UC | S_(PORT) | SN_RTS_ACK | SN_RTR_RESP)
+#define SN_NOTIFY   S_(EN_SQD_ASYNC_NOTIFY)
+#define SN_ANY             \
+	{                  \
+		.ok = true \
+	}
+/* every state may go to RESET and to ERR */
+#define SN_ENDS	   [IBV_QPS_RESET] = SN_ANY, [IBV_QPS_ERR] = SN_ANY
+#define SN_RTS_OPT SN_BY_TYPE(SN_RTS_UD, SN_RTS_UC, SN_RTS_CONN)
 static const struct sn_trans sn_qp_table[7][7] = {
 	[IBV_QPS_RESET] = {
-		[IBV_QPS_RESET] = { .ok = true },
-		[IBV_QPS_ERR] = { .ok = true },
-		[IBV_QPS_INIT] = {
-			.ok = true,
-			.req = {
-				[SN_T_UD] = S_(PKEY_INDEX) | S_(PORT) | S_(QKEY),
-				[SN_T_UC] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
-				[SN_T_RC] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
-				[SN_T_XI] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
-				[SN_T_XT] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
-			},
-		},
+		SN_ENDS,
+		[IBV_QPS_INIT] = { .ok = true,
+				   .req = SN_BY_TYPE(SN_INIT_UD, SN_INIT_CONN, SN_INIT_CONN) },
 	},
 	[IBV_QPS_INIT] = {
-		[IBV_QPS_RESET] = { .ok = true },
-		[IBV_QPS_ERR] = { .ok = true },
-		[IBV_QPS_INIT] = {
-			.ok = true,
-			.opt = {
-				[SN_T_UD] = S_(PKEY_INDEX) | S_(PORT) | S_(QKEY),
-				[SN_T_UC] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
-				[SN_T_RC] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
-				[SN_T_XI] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
-				[SN_T_XT] = S_(PKEY_INDEX) | S_(PORT) | S_(ACCESS_FLAGS),
-			},
-		},
+		SN_ENDS,
+		[IBV_QPS_INIT] = { .ok = true,
+				   .opt = SN_BY_TYPE(SN_INIT_UD, SN_INIT_CONN, SN_INIT_CONN) },
 		[IBV_QPS_RTR] = {
 			.ok = true,
 			.req = {
-				[SN_T_UC] = S_(AV) | S_(PATH_MTU) | S_(DEST_QPN) | S_(RQ_PSN),
-				[SN_T_RC] = S_(AV) | S_(PATH_MTU) | S_(DEST_QPN) | S_(RQ_PSN) |
-					    S_(MAX_DEST_RD_ATOMIC) | S_(MIN_RNR_TIMER),
-				[SN_T_XI] = S_(AV) | S_(PATH_MTU) | S_(DEST_QPN) | S_(RQ_PSN),
-				[SN_T_XT] = S_(AV) | S_(PATH_MTU) | S_(DEST_QPN) | S_(RQ_PSN) |
-					    S_(MAX_DEST_RD_ATOMIC) | S_(MIN_RNR_TIMER),
+				[SN_T_UC] = SN_RTR_PATH,
+				[SN_T_RC] = SN_RTR_PATH | SN_RTR_RESP,
+				[SN_T_XI] = SN_RTR_PATH,
+				[SN_T_XT] = SN_RTR_PATH | SN_RTR_RESP,
 			},
-			.opt = {
-				[SN_T_UD] = S_(PKEY_INDEX) | S_(QKEY),
-				[SN_T_UC] = S_(ALT_PATH) | S_(ACCESS_FLAGS) | S_(PKEY_INDEX),
-				[SN_T_RC] = S_(ALT_PATH) | S_(ACCESS_FLAGS) | S_(PKEY_INDEX),
-				[SN_T_XI] = S_(ALT_PATH) | S_(ACCESS_FLAGS) | S_(PKEY_INDEX),
-				[SN_T_XT] = S_(ALT_PATH) | S_(ACCESS_FLAGS) | S_(PKEY_INDEX),
-			},
+			.opt = SN_BY_TYPE(S_(PKEY_INDEX) | S_(QKEY),
+					  S_(ALT_PATH) | S_(ACCESS_FLAGS) | S_(PKEY_INDEX),
+					  S_(ALT_PATH) | S_(ACCESS_FLAGS) | S_(PKEY_INDEX)),
 		},
 	},
 	[IBV_QPS_RTR] = {
-		[IBV_QPS_RESET] = { .ok = true },
-		[IBV_QPS_ERR] = { .ok = true },
+		SN_ENDS,
 		[IBV_QPS_RTS] = {
 			.ok = true,
 			.req = {
 				[SN_T_UD] = S_(SQ_PSN),
 				[SN_T_UC] = S_(SQ_PSN),
-				[SN_T_RC] = S_(TIMEOUT) | S_(RETRY_CNT) | S_(RNR_RETRY) | S_(SQ_PSN) |
-					    S_(MAX_QP_RD_ATOMIC),
-				[SN_T_XI] = S_(TIMEOUT) | S_(RETRY_CNT) | S_(RNR_RETRY) | S_(SQ_PSN) |
-					    S_(MAX_QP_RD_ATOMIC),
+				[SN_T_RC] = SN_RTS_ACK | S_(SQ_PSN),
+				[SN_T_XI] = SN_RTS_ACK | S_(SQ_PSN),
 				[SN_T_XT] = S_(TIMEOUT) | S_(SQ_PSN),
 			},
-			.opt = {
-				[SN_T_UD] = S_(CUR_STATE) | S_(QKEY),
-				[SN_T_UC] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
-					    S_(PATH_MIG_STATE),
-				[SN_T_RC] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
-					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
-				[SN_T_XI] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
-					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
-				[SN_T_XT] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
-					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
-			},
+			.opt = SN_RTS_OPT,
 		},
 	},
 	[IBV_QPS_RTS] = {
-		[IBV_QPS_RESET] = { .ok = true },
-		[IBV_QPS_ERR] = { .ok = true },
-		[IBV_QPS_RTS] = {
-			.ok = true,
-			.opt = {
-				[SN_T_UD] = S_(CUR_STATE) | S_(QKEY),
-				[SN_T_UC] = S_(CUR_STATE) | S_(ACCESS_FLAGS) | S_(ALT_PATH) |
-					    S_(PATH_MIG_STATE),
-				[SN_T_RC] = S_(CUR_STATE) | S_(ACCESS_FLAGS) | S_(ALT_PATH) |
-					    S_(PATH_MIG_STATE) | S_(MIN_RNR_TIMER),
-				[SN_T_XI] = S_(CUR_STATE) | S_(ACCESS_FLAGS) | S_(ALT_PATH) |
-					    S_(PATH_MIG_STATE) | S_(MIN_RNR_TIMER),
-				[SN_T_XT] = S_(CUR_STATE) | S_(ACCESS_FLAGS) | S_(ALT_PATH) |
-					    S_(PATH_MIG_STATE) | S_(MIN_RNR_TIMER),
-			},
-		},
-		[IBV_QPS_SQD] = {
-			.ok = true,
-			.opt = {
-				[SN_T_UD] = S_(EN_SQD_ASYNC_NOTIFY),
-				[SN_T_UC] = S_(EN_SQD_ASYNC_NOTIFY),
-				[SN_T_RC] = S_(EN_SQD_ASYNC_NOTIFY),
-				[SN_T_XI] = S_(EN_SQD_ASYNC_NOTIFY),
-				[SN_T_XT] = S_(EN_SQD_ASYNC_NOTIFY),
-			},
-		},
+		SN_ENDS,
+		[IBV_QPS_RTS] = { .ok = true,
+				  .opt = SN_RTS_OPT },
+		[IBV_QPS_SQD] = { .ok = true,
+				  .opt = SN_BY_TYPE(SN_NOTIFY, SN_NOTIFY, SN_NOTIFY) },
 	},
 	[IBV_QPS_SQD] = {
-		[IBV_QPS_RESET] = { .ok = true },
-		[IBV_QPS_ERR] = { .ok = true },
-		[IBV_QPS_RTS] = {
-			.ok = true,
-			.opt = {
-				[SN_T_UD] = S_(CUR_STATE) | S_(QKEY),
-				[SN_T_UC] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
-					    S_(PATH_MIG_STATE),
-				[SN_T_RC] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
-					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
-				[SN_T_XI] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
-					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
-				[SN_T_XT] = S_(CUR_STATE) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
-					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
-			},
-		},
-		[IBV_QPS_SQD] = {
-			.ok = true,
-			.opt = {
-				[SN_T_UD] = S_(PKEY_INDEX) | S_(QKEY),
-				[SN_T_UC] = S_(AV) | S_(ALT_PATH) | S_(ACCESS_FLAGS) |
-					    S_(PKEY_INDEX) | S_(PATH_MIG_STATE),
-				[SN_T_RC] = S_(PORT) | S_(AV) | S_(TIMEOUT) | S_(RETRY_CNT) |
-					    S_(RNR_RETRY) | S_(MAX_QP_RD_ATOMIC) |
-					    S_(MAX_DEST_RD_ATOMIC) | S_(ALT_PATH) |
-					    S_(ACCESS_FLAGS) | S_(PKEY_INDEX) |
-					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
-				[SN_T_XI] = S_(PORT) | S_(AV) | S_(TIMEOUT) | S_(RETRY_CNT) |
-					    S_(RNR_RETRY) | S_(MAX_QP_RD_ATOMIC) |
-					    S_(MAX_DEST_RD_ATOMIC) | S_(ALT_PATH) |
-					    S_(ACCESS_FLAGS) | S_(PKEY_INDEX) |
-					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
-				[SN_T_XT] = S_(PORT) | S_(AV) | S_(TIMEOUT) | S_(RETRY_CNT) |
-					    S_(RNR_RETRY) | S_(MAX_QP_RD_ATOMIC) |
-					    S_(MAX_DEST_RD_ATOMIC) | S_(ALT_PATH) |
-					    S_(ACCESS_FLAGS) | S_(PKEY_INDEX) |
-					    S_(MIN_RNR_TIMER) | S_(PATH_MIG_STATE),
-			},
-		},
+		SN_ENDS,
+		[IBV_QPS_RTS] = { .ok = true,
+				  .opt = SN_RTS_OPT },
+		[IBV_QPS_SQD] = { .ok = true,
+				  .opt = SN_BY_TYPE(S_(PKEY_INDEX) | S_(QKEY), SN_SQD_UC,
+						    SN_SQD_CONN) },
 	},
 	[IBV_QPS_SQE] = {
-		[IBV_QPS_RESET] = { .ok = true },
-		[IBV_QPS_ERR] = { .ok = true },
+		SN_ENDS,
 		[IBV_QPS_RTS] = {
 			.ok = true,
 			.opt = {
-				[SN_T_UD] = S_(CUR_STATE) | S_(QKEY),
+				[SN_T_UD] = SN_RTS_UD,
 				[SN_T_UC] = S_(CUR_STATE) | S_(ACCESS_FLAGS),
 			},
 		},
 	},
 	[IBV_QPS_ERR] = {
-		[IBV_QPS_RESET] = { .ok = true },
-		[IBV_QPS_ERR] = { .ok = true },
+		SN_ENDS,
 	},
 };
 #undef S_
+#undef SN_BY_TYPE
+#undef SN_ANY
+#undef SN_ENDS
+#undef SN_RTS_OPT
 
 bool sn_av_reaches(const struct ibv_ah_attr *ah)
 {

@@ -252,10 +252,12 @@ struct Fixture {
 	rbt_analyzer *an = nullptr;
 	std::vector<Trace> t;
 	std::vector<rbt_sge> sges;
-	explicit Fixture(int n = 1, FILE *perfetto = nullptr)
+	explicit Fixture(int n = 1, FILE *perfetto = nullptr,
+			 const rbt_analyzer_filter *filter = nullptr)
 	{
 		rbt_analyzer_opts o{};
 		o.perfetto = perfetto;
+		o.filter = filter;
 		EXPECT_EQ(0, rbt_analyzer_create(&o, &an));
 		for (int i = 0; i < n; i++) {
 			rbt_header h = header(1000 + i);
@@ -372,6 +374,85 @@ TEST(Analyzer, PhasesWithNicTimestamps)
 	EXPECT_NEAR(2.0, fit.ns_per_nic_tick, 1e-6);
 	EXPECT_LT(fit.max_residual_ns, 2.0); // integer division in nic_of: < 1 tick
 	EXPECT_EQ(0, fx.serious());
+}
+
+// Zooming in: WR i of known_phases is posted at 10000 + 9200 i ns and polled 8200 ns
+// later. A WR belongs to the window [from, to) by its post: one posted before it and
+// completed inside is not counted, one posted inside and completed after is, whole.
+TEST(Filter, WindowCountsWrsByTheirPost)
+{
+	auto run = [](const rbt_analyzer_filter &f, struct rbt_analyzer_counts *cnt,
+		      rbt_phase_summary *e2e) {
+		Fixture fx(1, nullptr, &f);
+		known_phases(fx, true);
+		fx.finish();
+		rbt_analyzer_counts(fx.an, cnt);
+		*e2e = fx.phase(RBT_PHASE_E2E);
+	};
+	struct rbt_analyzer_counts a, b, c;
+	rbt_phase_summary ea, eb, ec;
+	rbt_analyzer_filter f{};
+	f.has_to = 1;
+	f.to_ns = 10000 + 9200 * 50 + 5000; // inside WR 50's NIC phase
+	run(f, &a, &ea);
+	EXPECT_EQ(51u, a.wrs_completed); // WRs 0..50, 50 completing after the window
+	EXPECT_NEAR(8200, ea.max, 8200 * 0.02);
+	f = {};
+	f.has_from = f.has_to = 1;
+	f.from_ns = 10000 + 9200 * 50 + 5000;
+	f.to_ns = 10000 + 9200 * 150; // WR 150's post: outside, half-open
+	run(f, &b, &eb);
+	EXPECT_EQ(99u, b.wrs_completed); // 51..149: not 50, posted before
+	EXPECT_EQ(99u, eb.count);
+	EXPECT_NEAR(8200, eb.p50, 8200 * 0.02);
+	f.has_to = 0;
+	run(f, &c, &ec);
+	EXPECT_EQ(149u, c.wrs_completed);
+	EXPECT_EQ(200u, a.wrs_completed + c.wrs_completed);
+	EXPECT_EQ(0u, c.outstanding_at_end);
+	// another QP, another process, another thread: nothing
+	for (int k = 0; k < 3; k++) {
+		f = {};
+		if (k == 0)
+			f.qps[f.n_qps++] = QPN + 1;
+		else if (k == 1)
+			f.has_pid = 1, f.pid = 999;
+		else
+			f.has_tid = 1, f.tid = 7;
+		run(f, &a, &ea);
+		EXPECT_EQ(0u, a.wrs_completed) << k;
+	}
+	f = {};
+	f.qps[f.n_qps++] = QPN;
+	f.has_pid = 1;
+	f.pid = 1000;
+	f.has_tid = 1;
+	f.tid = 100;
+	run(f, &a, &ea);
+	EXPECT_EQ(200u, a.wrs_completed);
+	f.n_qps = RBT_ANALYZER_FILTER_QPS + 1;
+	rbt_analyzer_opts o{};
+	o.filter = &f;
+	rbt_analyzer *an = nullptr;
+	EXPECT_EQ(-EINVAL, rbt_analyzer_create(&o, &an));
+}
+
+// Findings: kept when about a selected QP and proved inside the window.
+TEST(Filter, FindingsInsideTheWindow)
+{
+	for (int inside = 0; inside < 2; inside++) {
+		rbt_analyzer_filter f{};
+		f.has_from = 1;
+		f.from_ns = inside ? 4000 : 6000;
+		Fixture fx(1, nullptr, &f);
+		Trace &c = fx.t[0];
+		c.cq(1000, CQ, 256);
+		c.qp(2000, QP, QPN, CQ, CQ);
+		c.modify(3000, QP, IBV_QPS_INIT);
+		c.post(5000, 5200, QP, QPN, { swr(1) }, fx.sges); // in INIT
+		fx.finish();
+		EXPECT_EQ(inside != 0, fx.find("post_not_rts") != nullptr) << inside;
+	}
 }
 
 TEST(Analyzer, BoundsWithoutNicTimestampsContainTruth)

@@ -48,10 +48,12 @@ cmds=$(rbtrace --help | sed -n '/^commands:/,/^$/s/^  \([a-z][a-z-]*\) .*/\1/p' 
 for c in $cmds --version help; do expect_has "$c" rbtrace ""; done
 expect "record replay report" rbtrace re
 expect "--flight= --help --output --rotate= --softnic" rbtrace record --
-expect "--help --json --qp= --stream= --type=" rbtrace dump --
+expect "--around= --from= --help --json --qp= --stream= --thread= --to= --type=" rbtrace dump --
 expect_has --timing= rbtrace replay --t
 expect_has --poll-timeout rbtrace replay --p
-expect "--format= --help --output=" rbtrace report --
+expect "--around= --format= --from= --help --output= --pid= --qp= --quiet --thread= --to=" rbtrace report --
+expect "finding:" rbtrace report --around=f
+expect "html" rbtrace report --format=h
 expect "perfetto" rbtrace report --format=p
 expect "asap" rbtrace replay --timing=a
 expect "eth ib" rbtrace softnic --link ""

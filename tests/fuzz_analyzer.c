@@ -12,7 +12,9 @@
  *
  * An input whose last byte is odd is fed as two traces at once (each event to
  * both, interleaved), to reach the cross-trace pairing; the byte before it picks
- * the model's batching. Built like fuzz_reader.c.
+ * the model's batching; the byte before that, when odd, zooms the analyzer in
+ * (struct rbt_analyzer_filter: a window, a QP, a thread, the process, by its bits).
+ * Built like fuzz_reader.c.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -197,6 +199,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (rbt_reader_open_mem(data, size, &r))
 		return 0;
 	struct rbt_analyzer_opts o = { .perfetto = devnull };
+	struct rbt_analyzer_filter f = { 0 };
+	if (size > 2 && data[size - 3] & 1) {
+		uint8_t b = data[size - 3];
+		f.has_from = b & 2;
+		f.from_ns = (double)(b >> 6) * 1e5;
+		f.has_to = b & 4;
+		f.to_ns = f.from_ns + (double)data[0] * 1e4 + 1;
+		if (b & 8)
+			f.qps[f.n_qps++] = data[1];
+		f.has_tid = b & 16;
+		f.tid = data[0];
+		f.has_pid = b & 32;
+		f.pid = rbt_reader_header(r)->pid;
+		o.filter = &f;
+	}
 	struct rbt_analyzer *an;
 	if (rbt_analyzer_create(&o, &an)) {
 		rbt_reader_close(r);

@@ -6,6 +6,15 @@
 # softnic's directory (the drop-in's libibverbs.so.1, provider/ beside it).
 
 softnic_mode=${RBTRACE_SOFTNIC_MODE:-dropin}
+# Built with --config=asan: the sanitizer runtimes the preload links, which must
+# be the first libraries of the (uninstrumented) programs it is preloaded into.
+softnic_asan=
+if [ "$softnic_mode" = provider ]; then
+	softnic_asan=$(ldd "$SOFTNIC_DIR/provider/libsoftnic-preload.so" 2>/dev/null |
+		awk '/libasan|libubsan/ {printf "%s:", $3}')
+fi
+# and their leaks are Debian's programs' own, not ours
+softnic_asan_opts=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
 
 on_softnic() {
 	local pre= run=
@@ -15,8 +24,9 @@ on_softnic() {
 		shift 2
 	fi
 	if [ "$softnic_mode" = provider ]; then
-		$run env LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD:}${pre:+$pre:}$SOFTNIC_DIR/provider/libsoftnic-preload.so" \
-			RDMAV_DRIVERS="$SOFTNIC_DIR/provider/libsoftnic" "$@"
+		$run env LD_PRELOAD="$softnic_asan${LD_PRELOAD:+$LD_PRELOAD:}${pre:+$pre:}$SOFTNIC_DIR/provider/libsoftnic-preload.so" \
+			RDMAV_DRIVERS="$SOFTNIC_DIR/provider/libsoftnic" \
+			${softnic_asan:+ASAN_OPTIONS=$softnic_asan_opts} "$@"
 	else
 		$run env LD_LIBRARY_PATH="$SOFTNIC_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
 			${pre:+LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD:}$pre"} "$@"

@@ -288,9 +288,7 @@ TEST(SoftnicRemote, ReceiveTooSmallIsLocalLengthErrorThere)
 		},
 		[](int fd) {
 			SnNode n;
-			n.make(IBV_QPT_RC);
-			SnInfo r = n.exchange(fd);
-			n.connect(r);
+			n.pair(fd);
 			sn_sync(fd);
 			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 100), 0);
 			ibv_wc wc = n.wait1();
@@ -367,9 +365,7 @@ TEST(SoftnicRemote, RnrRetriesThenRetryExceededOrSuccess)
 			SnNode n;
 			n.make(IBV_QPT_RC);
 			ibv_qp *q2 = n.new_qp(IBV_QPT_RC, 8);
-			SnInfo r1 = n.exchange(fd), r2 = n.exchange(fd, q2);
-			n.connect(r1);
-			n.connect(r2, q2);
+			n.connect2(fd, q2);
 			sn_sync(fd);
 			sn_sync(fd); /* the first sender gave up */
 			usleep(30000);
@@ -425,9 +421,7 @@ TEST(SoftnicRemote, PeerGoneIsTransportRetryExceeded)
 	SnEnds r = sn_run2(
 		[](int fd) {
 			SnNode n;
-			n.make(IBV_QPT_RC);
-			SnInfo r = n.exchange(fd);
-			n.connect(r);
+			n.pair(fd);
 			sn_sync(fd);
 			kill(getpid(), SIGKILL); /* no clean-up at all */
 		},
@@ -609,9 +603,7 @@ TEST(SoftnicEvents, CommEstablishedAndSqDrained)
 		},
 		[](int fd) {
 			SnNode n;
-			n.make(IBV_QPT_RC);
-			SnInfo r = n.exchange(fd);
-			n.connect(r);
+			n.pair(fd);
 			sn_sync(fd);
 			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
 			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
@@ -643,9 +635,7 @@ TEST(SoftnicSRQ, LimitReachedEvent)
 		},
 		[](int fd) {
 			SnNode n;
-			n.make(IBV_QPT_RC);
-			SnInfo r = n.exchange(fd);
-			n.connect(r);
+			n.pair(fd);
 			sn_sync(fd);
 			for (int i = 0; i < 3; i++) {
 				SN_CHECK_EQ(n.post(IBV_WR_SEND, i, 0, 8), 0);

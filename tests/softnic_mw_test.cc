@@ -172,9 +172,7 @@ TEST(SoftnicMw, Type1WindowAcrossProcesses)
 			     WinMem w;
 			     w.make(n);
 			     memset(w.p + 1024 + 512, 'r', 64);
-			     SnInfo r1 = n.exchange(fd), r2 = n.exchange(fd, q2);
-			     n.connect(r1);
-			     n.connect(r2, q2);
+			     n.connect2(fd, q2);
 			     ibv_mw *mw = ibv_alloc_mw(n.pd, IBV_MW_TYPE_1);
 			     SN_CHECK(mw);
 			     uint32_t k0 = mw->rkey;
@@ -219,9 +217,7 @@ TEST(SoftnicMw, Type1WindowAcrossProcesses)
 			     SnNode n;
 			     n.make(IBV_QPT_RC);
 			     ibv_qp *q2 = n.new_qp(IBV_QPT_RC, 16);
-			     SnInfo r1 = n.exchange(fd), r2 = n.exchange(fd, q2);
-			     n.connect(r1);
-			     n.connect(r2, q2);
+			     n.connect2(fd, q2);
 			     MwInfo mi;
 			     sn_xread(fd, &mi, sizeof(mi));
 			     for (int i = 0; i < 64; i++)
@@ -277,9 +273,7 @@ TEST(SoftnicMw, OutsideTheWindowIsARemoteAccessError)
 			ibv_qp *q2 = n.new_qp(IBV_QPT_RC, 16);
 			WinMem w;
 			w.make(n);
-			SnInfo r1 = n.exchange(fd), r2 = n.exchange(fd, q2);
-			n.connect(r1);
-			n.connect(r2, q2);
+			n.connect2(fd, q2);
 			ibv_mw *mw = ibv_alloc_mw(n.pd, IBV_MW_TYPE_1);
 			SN_CHECK(mw);
 			SN_CHECK_EQ(bind1(n.qp, mw, w.mr, w.at(4096), 4096, kRemote, 1),
@@ -295,11 +289,7 @@ TEST(SoftnicMw, OutsideTheWindowIsARemoteAccessError)
 		},
 		[](int fd) {
 			SnNode n;
-			n.make(IBV_QPT_RC);
-			ibv_qp *q2 = n.new_qp(IBV_QPT_RC, 16);
-			SnInfo r1 = n.exchange(fd), r2 = n.exchange(fd, q2);
-			n.connect(r1);
-			n.connect(r2, q2);
+			ibv_qp *q2 = n.pair2(fd);
 			MwInfo mi;
 			sn_xread(fd, &mi, sizeof(mi));
 			memset(n.buf, 'x', 64);
@@ -327,9 +317,7 @@ TEST(SoftnicMw, Type2WindowBelongsToItsQpAndSendWithInvalidateEndsIt)
 			ibv_qp *q2 = n.new_qp(IBV_QPT_RC, 16);
 			WinMem w;
 			w.make(n);
-			SnInfo r1 = n.exchange(fd), r2 = n.exchange(fd, q2);
-			n.connect(r1);
-			n.connect(r2, q2);
+			n.connect2(fd, q2);
 			ibv_mw *mw = ibv_alloc_mw(n.pd, IBV_MW_TYPE_2);
 			SN_CHECK(mw);
 			uint32_t key = ibv_inc_rkey(mw->rkey);
@@ -361,11 +349,7 @@ TEST(SoftnicMw, Type2WindowBelongsToItsQpAndSendWithInvalidateEndsIt)
 		},
 		[](int fd) {
 			SnNode n;
-			n.make(IBV_QPT_RC);
-			ibv_qp *q2 = n.new_qp(IBV_QPT_RC, 16);
-			SnInfo r1 = n.exchange(fd), r2 = n.exchange(fd, q2);
-			n.connect(r1);
-			n.connect(r2, q2);
+			ibv_qp *q2 = n.pair2(fd);
 			MwInfo mi;
 			sn_xread(fd, &mi, sizeof(mi));
 			memcpy(n.buf, "through-qp1", 11);

@@ -395,6 +395,35 @@ struct SnNode {
 		SN_CHECK_EQ(ibv_modify_qp(q, &a, mask), 0);
 	}
 
+	/* make(t), then the QP connected to the one at the other end of fd (which
+	 * calls pair too): the peer's info. */
+	SnInfo pair(int fd, ibv_qp_type t = IBV_QPT_RC)
+	{
+		make(t);
+		SnInfo r = exchange(fd);
+		connect(r);
+		return r;
+	}
+
+	/* Both QPs connected to the two of the other end of fd (which calls connect2
+	 * too, with its QPs in the same order). */
+	void connect2(int fd, ibv_qp *q2)
+	{
+		SnInfo a = exchange(fd), b = exchange(fd, q2);
+		connect(a);
+		connect(b, q2);
+	}
+
+	/* make(IBV_QPT_RC) and a second RC QP of depth 16, both connected
+	 * (connect2): the second QP. */
+	ibv_qp *pair2(int fd)
+	{
+		make(IBV_QPT_RC);
+		ibv_qp *q2 = new_qp(IBV_QPT_RC, 16);
+		connect2(fd, q2);
+		return q2;
+	}
+
 	void post_recv(uint64_t id, size_t off, uint32_t l, ibv_qp *q = nullptr)
 	{
 		ibv_sge s = { (uint64_t)(uintptr_t)(buf + off), l, mr->lkey };

@@ -541,9 +541,7 @@ TEST(SoftnicSRQ, TwoQpsShareOneSrq)
 			ibv_qp *q2 = n.new_qp(IBV_QPT_RC, 16);
 			for (int i = 0; i < 4; i++)
 				n.post_recv(50 + i, 256 * i, 256);
-			SnInfo r1 = n.exchange(fd), r2 = n.exchange(fd, q2);
-			n.connect(r1);
-			n.connect(r2, q2);
+			n.connect2(fd, q2);
 			sn_sync(fd);
 			uint32_t seen = 0;
 			for (int i = 0; i < 2; i++) {
@@ -559,11 +557,7 @@ TEST(SoftnicSRQ, TwoQpsShareOneSrq)
 		},
 		[](int fd) {
 			SnNode n;
-			n.make(IBV_QPT_RC);
-			ibv_qp *q2 = n.new_qp(IBV_QPT_RC, 16);
-			SnInfo r1 = n.exchange(fd), r2 = n.exchange(fd, q2);
-			n.connect(r1);
-			n.connect(r2, q2);
+			ibv_qp *q2 = n.pair2(fd);
 			sn_sync(fd);
 			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 16), 0);
 			SN_CHECK_EQ(n.post(IBV_WR_SEND, 2, 0, 16, nullptr, 0,
@@ -603,9 +597,7 @@ TEST(SoftnicChannel, BlockingCompletionEvent)
 		},
 		[](int fd) {
 			SnNode n;
-			n.make(IBV_QPT_RC);
-			SnInfo r = n.exchange(fd);
-			n.connect(r);
+			n.pair(fd);
 			sn_sync(fd);
 			usleep(20000); /* the peer is blocked in poll() by now */
 			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
@@ -679,9 +671,7 @@ TEST(SoftnicChannel, CqModerationHoldsTheEvent)
 		},
 		[](int fd) {
 			SnNode n;
-			n.make(IBV_QPT_RC);
-			SnInfo r = n.exchange(fd);
-			n.connect(r);
+			n.pair(fd);
 			sn_sync(fd);
 			uint64_t t0 = sn_test_now_ns();
 			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
@@ -725,9 +715,7 @@ TEST(SoftnicChannel, DestroyedCqLeavesNoEvent)
 		},
 		[](int fd) {
 			SnNode n;
-			n.make(IBV_QPT_RC);
-			SnInfo r = n.exchange(fd);
-			n.connect(r);
+			n.pair(fd);
 			sn_sync(fd);
 			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
 			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
@@ -1135,9 +1123,7 @@ TEST(SoftnicMR, ReregMovesTheRangeAndChangesAccess)
 	SN_EXPECT_ENDS(sn_run2(
 		[](int fd) {
 			SnNode n;
-			n.make(IBV_QPT_RC);
-			SnInfo r = n.exchange(fd);
-			n.connect(r);
+			n.pair(fd);
 			uint32_t lkey = n.mr->lkey, rkey = n.mr->rkey;
 			sn_sync(fd); /* WRITE 1 */
 			sn_sync(fd);
@@ -1172,9 +1158,7 @@ TEST(SoftnicMR, ReregMovesTheRangeAndChangesAccess)
 		},
 		[](int fd) {
 			SnNode n;
-			n.make(IBV_QPT_RC);
-			SnInfo r = n.exchange(fd);
-			n.connect(r);
+			SnInfo r = n.pair(fd);
 			sn_sync(fd);
 			memset(n.buf, 0x11, 64);
 			SN_CHECK_EQ(n.post(IBV_WR_RDMA_WRITE, 1, 0, 8, &r, 0), 0);

@@ -30,17 +30,11 @@
 
 #include <infiniband/verbs.h>
 
-static void die(const char *what)
-{
-	fprintf(stderr, "flight_prog: %s: %s\n", what, strerror(errno));
-	exit(1);
-}
+#include "tests/progs/prog_util.h"
 
 static uint64_t now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return prog_now_ns() / 1000000;
 }
 
 struct ctx {
@@ -56,56 +50,17 @@ struct ctx {
 
 static struct ibv_qp *make_qp(struct ctx *c)
 {
-	struct ibv_qp_init_attr ia;
-	memset(&ia, 0, sizeof(ia));
-	ia.send_cq = c->cq;
-	ia.recv_cq = c->cq;
-	ia.qp_type = IBV_QPT_RC;
-	ia.cap.max_send_wr = 64;
-	ia.cap.max_recv_wr = 64;
-	ia.cap.max_send_sge = 1;
-	ia.cap.max_recv_sge = 1;
-	struct ibv_qp *qp = ibv_create_qp(c->pd, &ia);
+	struct ibv_qp *qp = prog_rc_qp(c->pd, c->cq, 64, 64, 0, NULL);
 	if (!qp)
-		die("ibv_create_qp");
+		prog_die("ibv_create_qp");
 	return qp;
 }
 
 static void connect_qp(struct ctx *c, struct ibv_qp *qp, uint32_t dest)
 {
-	struct ibv_qp_attr at;
-	memset(&at, 0, sizeof(at));
-	at.qp_state = IBV_QPS_INIT;
-	at.port_num = 1;
-	at.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-	if (ibv_modify_qp(qp, &at,
-			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				  IBV_QP_ACCESS_FLAGS))
-		die("modify INIT");
-	memset(&at, 0, sizeof(at));
-	at.qp_state = IBV_QPS_RTR;
-	at.path_mtu = IBV_MTU_1024;
-	at.dest_qp_num = dest;
-	at.max_dest_rd_atomic = 1;
-	at.min_rnr_timer = 1;
-	at.ah_attr.dlid = c->lid;
-	at.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &at,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				  IBV_QP_MIN_RNR_TIMER))
-		die("modify RTR");
-	memset(&at, 0, sizeof(at));
-	at.qp_state = IBV_QPS_RTS;
-	at.timeout = 10;
-	at.retry_cnt = 2;
-	at.rnr_retry = 7;
-	at.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &at,
-			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				  IBV_QP_MAX_QP_RD_ATOMIC))
-		die("modify RTS");
+	struct prog_rc rc = prog_rc_quick(c->lid, dest);
+	rc.access = IBV_ACCESS_REMOTE_WRITE;
+	prog_rc_connect_or_die(qp, &rc);
 }
 
 static void pair(struct ctx *c)
@@ -118,22 +73,11 @@ static void pair(struct ctx *c)
 
 static void post(struct ctx *c, uint64_t id, uint32_t lkey)
 {
-	struct ibv_sge rs = { .addr = (uintptr_t)c->buf + 8192,
-			      .length = 4096,
-			      .lkey = c->mr->lkey };
-	struct ibv_recv_wr rw = { .wr_id = id, .sg_list = &rs, .num_sge = 1 }, *rbad;
-	if (ibv_post_recv(c->b, &rw, &rbad))
-		die("ibv_post_recv");
-	struct ibv_sge s = { .addr = (uintptr_t)c->buf, .length = 64, .lkey = lkey };
-	struct ibv_send_wr wr, *bad;
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = id;
-	wr.sg_list = &s;
-	wr.num_sge = 1;
-	wr.opcode = IBV_WR_SEND;
-	wr.send_flags = IBV_SEND_SIGNALED;
-	if (ibv_post_send(c->a, &wr, &bad))
-		die("ibv_post_send");
+	if (prog_post_recv(c->b, id, c->buf + 8192, 4096, c->mr->lkey))
+		prog_die("ibv_post_recv");
+	if (prog_post_send(c->a, id, IBV_WR_SEND, IBV_SEND_SIGNALED, c->buf, 64, lkey, 0,
+			   0))
+		prog_die("ibv_post_send");
 	c->sends++;
 }
 
@@ -145,7 +89,7 @@ static void poll_n(struct ctx *c, int n)
 	while (n > 0) {
 		int k = ibv_poll_cq(c->cq, 8, wc);
 		if (k < 0)
-			die("ibv_poll_cq");
+			prog_die("ibv_poll_cq");
 		for (int i = 0; i < k; i++)
 			c->errors += wc[i].status != IBV_WC_SUCCESS;
 		n -= k;
@@ -170,26 +114,16 @@ int main(int argc, char **argv)
 	long n = argc > 2 ? atol(argv[2]) : 100;
 	struct ctx c;
 	memset(&c, 0, sizeof(c));
-	int ndev;
-	struct ibv_device **list = ibv_get_device_list(&ndev);
-	if (!list || !ndev)
-		die("no device");
-	c.dev = ibv_open_device(list[0]);
-	if (!c.dev)
-		die("ibv_open_device");
-	struct ibv_port_attr pa;
-	if (ibv_query_port(c.dev, 1, &pa))
-		die("ibv_query_port");
-	c.lid = pa.lid;
+	c.dev = prog_open_first(&c.lid);
 	c.pd = ibv_alloc_pd(c.dev);
 	c.buf = aligned_alloc(4096, 1 << 16);
 	if (!c.pd || !c.buf)
-		die("alloc");
+		prog_die("alloc");
 	c.mr = ibv_reg_mr(c.pd, c.buf, 1 << 16,
 			  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	c.cq = ibv_create_cq(c.dev, 256, NULL, NULL, 0);
 	if (!c.mr || !c.cq)
-		die("reg_mr/create_cq");
+		prog_die("reg_mr/create_cq");
 	pair(&c);
 	iterate(&c, n);
 	if (!strcmp(mode, "error")) {
@@ -221,7 +155,7 @@ int main(int argc, char **argv)
 	} else if (!strcmp(mode, "qperr")) {
 		struct ibv_qp_attr at = { .qp_state = IBV_QPS_ERR };
 		if (ibv_modify_qp(c.a, &at, IBV_QP_STATE))
-			die("modify ERR");
+			prog_die("modify ERR");
 		usleep(200000);
 	} else if (!strcmp(mode, "churn")) {
 		long k = argc > 3 ? atol(argv[3]) : 10;
@@ -248,7 +182,6 @@ int main(int argc, char **argv)
 	ibv_dereg_mr(c.mr);
 	ibv_dealloc_pd(c.pd);
 	ibv_close_device(c.dev);
-	ibv_free_device_list(list);
 	printf("flight_prog sends=%ld errors=%ld\n", c.sends, c.errors);
 	return 0;
 }

@@ -19,6 +19,8 @@
 
 #include <infiniband/verbs.h>
 
+#include "tests/progs/prog_util.h"
+
 static struct ibv_context *dev;
 static struct ibv_pd *pd;
 static struct ibv_mr *mr;
@@ -29,51 +31,20 @@ static uint16_t lid;
 static int iters = 20;
 static atomic_int ready;
 
-static void die(const char *what)
-{
-	fprintf(stderr, "mt_rts: %s: %s\n", what, strerror(errno));
-	exit(1);
-}
-
 static void to_rtr(struct ibv_qp *qp, uint32_t dest)
 {
-	struct ibv_qp_attr at;
-	memset(&at, 0, sizeof(at));
-	at.qp_state = IBV_QPS_INIT;
-	at.port_num = 1;
-	if (ibv_modify_qp(qp, &at,
-			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				  IBV_QP_ACCESS_FLAGS))
-		die("modify INIT");
-	memset(&at, 0, sizeof(at));
-	at.qp_state = IBV_QPS_RTR;
-	at.path_mtu = IBV_MTU_1024;
-	at.dest_qp_num = dest;
-	at.max_dest_rd_atomic = 1;
-	at.min_rnr_timer = 1;
-	at.ah_attr.dlid = lid;
-	at.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &at,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				  IBV_QP_MIN_RNR_TIMER))
-		die("modify RTR");
+	struct prog_rc rc = prog_rc_quick(lid, dest); /* no remote access */
+	if (prog_rc_init(qp, &rc))
+		prog_die("modify INIT");
+	if (prog_rc_rtr(qp, &rc))
+		prog_die("modify RTR");
 }
 
 static void to_rts(struct ibv_qp *qp)
 {
-	struct ibv_qp_attr at;
-	memset(&at, 0, sizeof(at));
-	at.qp_state = IBV_QPS_RTS;
-	at.timeout = 10;
-	at.retry_cnt = 2;
-	at.rnr_retry = 7;
-	at.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &at,
-			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				  IBV_QP_MAX_QP_RD_ATOMIC))
-		die("modify RTS");
+	struct prog_rc rc = prog_rc_quick(lid, 0);
+	if (prog_rc_rts(qp, &rc))
+		prog_die("modify RTS");
 }
 
 static void poll_one(void)
@@ -83,7 +54,7 @@ static void poll_one(void)
 	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0)
 		;
 	if (n < 0)
-		die("ibv_poll_cq");
+		prog_die("ibv_poll_cq");
 	if (wc.status != IBV_WC_SUCCESS) {
 		fprintf(stderr, "mt_rts: completion status %s\n",
 			ibv_wc_status_str(wc.status));
@@ -97,21 +68,11 @@ static void *data_path(void *arg)
 	while (!atomic_load(&ready))
 		;
 	for (int i = 0; i < iters; i++) {
-		struct ibv_sge rs = { (uintptr_t)buf + 4096, 64, mr->lkey };
-		struct ibv_recv_wr rw = { .wr_id = i, .sg_list = &rs, .num_sge = 1 },
-				   *rbad;
-		if (ibv_post_recv(qb, &rw, &rbad))
-			die("ibv_post_recv");
-		struct ibv_sge ss = { (uintptr_t)buf, 64, mr->lkey };
-		struct ibv_send_wr sw, *sbad;
-		memset(&sw, 0, sizeof(sw));
-		sw.wr_id = i;
-		sw.sg_list = &ss;
-		sw.num_sge = 1;
-		sw.opcode = IBV_WR_SEND;
-		sw.send_flags = IBV_SEND_SIGNALED;
-		if (ibv_post_send(qa, &sw, &sbad))
-			die("ibv_post_send");
+		if (prog_post_recv(qb, (uint64_t)i, buf + 4096, 64, mr->lkey))
+			prog_die("ibv_post_recv");
+		if (prog_post_send(qa, (uint64_t)i, IBV_WR_SEND, IBV_SEND_SIGNALED, buf,
+				   64, mr->lkey, 0, 0))
+			prog_die("ibv_post_send");
 		poll_one(); /* the send's and the receive's */
 		poll_one();
 	}
@@ -128,32 +89,16 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	int ndev;
-	struct ibv_device **list = ibv_get_device_list(&ndev);
-	if (!list || !ndev)
-		die("no device");
-	dev = ibv_open_device(list[0]);
-	if (!dev)
-		die("ibv_open_device");
-	struct ibv_port_attr pa;
-	if (ibv_query_port(dev, 1, &pa))
-		die("ibv_query_port");
-	lid = pa.lid;
+	dev = prog_open_first(&lid);
 	pd = ibv_alloc_pd(dev);
 	cq = pd ? ibv_create_cq(dev, 64, NULL, NULL, 0) : NULL;
 	mr = cq ? ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE) : NULL;
 	if (!mr)
-		die("pd, cq or mr");
-	struct ibv_qp_init_attr ia;
-	memset(&ia, 0, sizeof(ia));
-	ia.send_cq = ia.recv_cq = cq;
-	ia.qp_type = IBV_QPT_RC;
-	ia.cap.max_send_wr = ia.cap.max_recv_wr = 16;
-	ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
-	qa = ibv_create_qp(pd, &ia);
-	qb = qa ? ibv_create_qp(pd, &ia) : NULL;
+		prog_die("pd, cq or mr");
+	qa = prog_rc_qp(pd, cq, 16, 16, 0, NULL);
+	qb = qa ? prog_rc_qp(pd, cq, 16, 16, 0, NULL) : NULL;
 	if (!qb)
-		die("ibv_create_qp");
+		prog_die("ibv_create_qp");
 	to_rtr(qa, qb->qp_num);
 	to_rtr(qb, qa->qp_num);
 	/* Past the recorder's flush (RBTRACE_FLUSH_MS, 100 ms): what came so far
@@ -162,7 +107,7 @@ int main(int argc, char **argv)
 	usleep(250000);
 	pthread_t t;
 	if (pthread_create(&t, NULL, data_path, NULL))
-		die("pthread_create");
+		prog_die("pthread_create");
 	to_rts(qa);
 	to_rts(qb);
 	atomic_store(&ready, 1);
@@ -173,6 +118,5 @@ int main(int argc, char **argv)
 	ibv_destroy_cq(cq);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(dev);
-	ibv_free_device_list(list);
 	return 0;
 }

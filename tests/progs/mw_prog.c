@@ -12,6 +12,8 @@
  */
 #define _GNU_SOURCE
 #include <infiniband/verbs.h>
+
+#include "tests/progs/prog_util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +58,7 @@ static void post(struct ibv_qp *qp, struct ibv_send_wr *wr)
 static struct ibv_qp *make_qp(struct ibv_context *ctx, struct ibv_pd *pd)
 {
 	struct ibv_qp_init_attr_ex ia = { 0 };
-	struct ibv_qp_attr a = { 0 };
+	struct prog_rc rc = { 0 };
 	struct ibv_qp *qp;
 
 	ia.send_cq = ia.recv_cq = cq;
@@ -71,44 +73,22 @@ static struct ibv_qp *make_qp(struct ibv_context *ctx, struct ibv_pd *pd)
 	qp = ibv_create_qp_ex(ctx, &ia);
 	if (!qp)
 		FAIL("ibv_create_qp_ex failed");
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				  IBV_QP_ACCESS_FLAGS))
+	rc.access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	if (prog_rc_init(qp, &rc))
 		FAIL("INIT failed");
 	return qp;
 }
 
 static void connect_qp(struct ibv_qp *qp, uint32_t dest, uint16_t lid)
 {
-	struct ibv_qp_attr a = { 0 };
+	struct prog_rc rc = prog_rc_patient(lid, dest);
 
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_4096;
-	a.dest_qp_num = dest;
-	a.rq_psn = 7;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 1;
-	a.ah_attr.dlid = lid;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				  IBV_QP_MIN_RNR_TIMER))
+	rc.mtu = IBV_MTU_4096;
+	rc.rq_psn = rc.sq_psn = 7;
+	rc.min_rnr_timer = 1;
+	if (prog_rc_rtr(qp, &rc))
 		FAIL("RTR failed");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 7;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-				  IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				  IBV_QP_MAX_QP_RD_ATOMIC))
+	if (prog_rc_rts(qp, &rc))
 		FAIL("RTS failed");
 }
 

@@ -16,13 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+#include "tests/progs/prog_util.h"
 
 static int die(const char *what)
 {
@@ -35,42 +29,13 @@ static int rnr_retry = 7;
 static int connect_qp(struct ibv_qp *qp, uint32_t dest, uint16_t lid, uint32_t psn_out,
 		      uint32_t psn_in)
 {
-	struct ibv_qp_attr a;
+	struct prog_rc rc = prog_rc_patient(lid, dest);
 
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-	a.min_rnr_timer = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				  IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.rq_psn = psn_in;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.dlid = lid;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				  IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = psn_out;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = (uint8_t)rnr_retry;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a,
-			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				     IBV_QP_MAX_QP_RD_ATOMIC);
+	rc.access = IBV_ACCESS_REMOTE_WRITE;
+	rc.sq_psn = psn_out;
+	rc.rq_psn = psn_in;
+	rc.rnr_retry = (uint8_t)rnr_retry;
+	return prog_rc_connect(qp, &rc, NULL);
 }
 
 static int wait_one(struct ibv_cq *cq)
@@ -87,13 +52,13 @@ int main(int argc, char **argv)
 {
 	int iters = 2000, interval = 50, size = 64, n;
 	const char *fail = NULL;
-	struct ibv_device **list;
+
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct ibv_mr *mr;
 	struct ibv_cq *cq[2];
 	struct ibv_qp *qp[2];
-	struct ibv_port_attr pa;
+	uint16_t lid;
 	char *buf;
 	uint64_t t0, next;
 
@@ -109,13 +74,7 @@ int main(int argc, char **argv)
 	}
 	if (fail && !strcmp(fail, "rnr"))
 		rnr_retry = 0;
-	list = ibv_get_device_list(&n);
-	if (!list || !n)
-		return die("ibv_get_device_list");
-	ctx = ibv_open_device(list[0]);
-	ibv_free_device_list(list);
-	if (!ctx || ibv_query_port(ctx, 1, &pa))
-		return die("ibv_open_device");
+	ctx = prog_open_first(&lid);
 	pd = ibv_alloc_pd(ctx);
 	buf = calloc(2, (size_t)size + 64);
 	mr = pd && buf ? ibv_reg_mr(pd, buf, 2 * ((size_t)size + 64),
@@ -124,20 +83,13 @@ int main(int argc, char **argv)
 	if (!mr)
 		return die("ibv_reg_mr");
 	for (int i = 0; i < 2; i++) {
-		struct ibv_qp_init_attr ia = { .cap = { .max_send_wr = 16,
-							.max_recv_wr = 16,
-							.max_send_sge = 1,
-							.max_recv_sge = 1 },
-					       .qp_type = IBV_QPT_RC };
-
 		cq[i] = ibv_create_cq(ctx, 32, NULL, NULL, 0);
-		ia.send_cq = ia.recv_cq = cq[i];
-		qp[i] = cq[i] ? ibv_create_qp(pd, &ia) : NULL;
+		qp[i] = cq[i] ? prog_rc_qp(pd, cq[i], 16, 16, 0, NULL) : NULL;
 		if (!qp[i])
 			return die("ibv_create_qp");
 	}
-	if (connect_qp(qp[0], qp[1]->qp_num, pa.lid, 11, 22) ||
-	    connect_qp(qp[1], qp[0]->qp_num, pa.lid, 22, 11))
+	if (connect_qp(qp[0], qp[1]->qp_num, lid, 11, 22) ||
+	    connect_qp(qp[1], qp[0]->qp_num, lid, 22, 11))
 		return die("ibv_modify_qp");
 	if (fail) {
 		struct ibv_sge ss = { (uintptr_t)buf, (uint32_t)size, mr->lkey };
@@ -172,7 +124,7 @@ int main(int argc, char **argv)
 		       n == 1 ? ibv_wc_status_str(wc.status) : "none");
 		return n == 1 && (int)wc.status == want ? 0 : 1;
 	}
-	t0 = now_ns();
+	t0 = prog_now_ns();
 	next = t0;
 	for (int i = 0; i < iters; i++) {
 		struct ibv_sge rs = { (uintptr_t)buf + (uint64_t)size + 64,
@@ -191,7 +143,7 @@ int main(int argc, char **argv)
 
 		if (ibv_post_recv(qp[1], &rw, &br))
 			return die("ibv_post_recv");
-		while (now_ns() < next)
+		while (prog_now_ns() < next)
 			;
 		if (ibv_post_send(qp[0], &sw, &bs))
 			return die("ibv_post_send");
@@ -200,7 +152,7 @@ int main(int argc, char **argv)
 		next += (uint64_t)interval * 1000;
 	}
 	{
-		double us = (double)(now_ns() - t0) / 1e3;
+		double us = (double)(prog_now_ns() - t0) / 1e3;
 
 		printf("pacer: %d sends in %.0f us (%.0f msg/s)\n", iters, us,
 		       iters / (us / 1e6));

@@ -13,6 +13,8 @@
  */
 #define _GNU_SOURCE
 #include <infiniband/verbs.h>
+
+#include "tests/progs/prog_util.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,52 +37,15 @@ static int iters = 500, interval = 20, nthreads = 8;
 static struct lane lanes[MAX_THREADS];
 static int relay_done[MAX_THREADS]; /* atomic: thread i polled its last */
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int connect_qp(struct ibv_qp *qp, uint32_t dest, uint16_t lid, uint32_t psn_out,
 		      uint32_t psn_in)
 {
-	struct ibv_qp_attr a;
+	struct prog_rc rc = prog_rc_patient(lid, dest);
 
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				  IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.rq_psn = psn_in;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.dlid = lid;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				  IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = psn_out;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a,
-			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				     IBV_QP_MAX_QP_RD_ATOMIC);
+	rc.access = IBV_ACCESS_REMOTE_WRITE;
+	rc.sq_psn = psn_out;
+	rc.rq_psn = psn_in;
+	return prog_rc_connect(qp, &rc, NULL);
 }
 
 /* n successful completions off the lane's CQ. */
@@ -128,12 +93,12 @@ static int post_send(struct lane *l, uint64_t wr_id, int write)
 static void *run(void *arg)
 {
 	struct lane *l = arg;
-	uint64_t next = now_ns();
+	uint64_t next = prog_now_ns();
 	int even = !(l->id & 1);
 
 	for (int i = 0; i < iters && !l->failed; i++) {
 		if (even) {
-			while (now_ns() < next)
+			while (prog_now_ns() < next)
 				;
 			/* the send's completion and the answer */
 			l->failed = post_send(l, (uint64_t)i, 0) || wait_n(l, 2) ||
@@ -156,13 +121,13 @@ static void *run(void *arg)
 
 int main(int argc, char **argv)
 {
-	struct ibv_device **list;
+
 	struct ibv_context *ctx;
-	struct ibv_port_attr pa;
+	uint16_t lid;
 	struct ibv_pd *pd;
 	pthread_t thr[MAX_THREADS];
 	uint64_t t0;
-	int n, bad = 0;
+	int bad = 0;
 
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--threads"))
@@ -180,26 +145,14 @@ int main(int argc, char **argv)
 			MAX_THREADS);
 		return 2;
 	}
-	list = ibv_get_device_list(&n);
-	if (!list || !n) {
-		fprintf(stderr, "replay_threads: no RDMA device\n");
-		return 1;
-	}
-	ctx = ibv_open_device(list[0]);
-	ibv_free_device_list(list);
-	pd = ctx ? ibv_alloc_pd(ctx) : NULL;
-	if (!pd || ibv_query_port(ctx, 1, &pa)) {
+	ctx = prog_open_first(&lid);
+	pd = ibv_alloc_pd(ctx);
+	if (!pd) {
 		fprintf(stderr, "replay_threads: opening the device failed\n");
 		return 1;
 	}
 	for (int t = 0; t < nthreads; t++) {
 		struct lane *l = &lanes[t];
-		struct ibv_qp_init_attr ia = { .cap = { .max_send_wr = 16,
-							.max_recv_wr = 16,
-							.max_send_sge = 1,
-							.max_recv_sge = 1 },
-					       .qp_type = IBV_QPT_RC };
-
 		l->id = t;
 		l->buf = calloc(1, 3 * MSG);
 		l->mr = l->buf ? ibv_reg_mr(pd, l->buf, 3 * MSG,
@@ -207,8 +160,7 @@ int main(int argc, char **argv)
 						    IBV_ACCESS_REMOTE_WRITE)
 			       : NULL;
 		l->cq = l->mr ? ibv_create_cq(ctx, 32, NULL, NULL, 0) : NULL;
-		ia.send_cq = ia.recv_cq = l->cq;
-		l->qp = l->cq ? ibv_create_qp(pd, &ia) : NULL;
+		l->qp = l->cq ? prog_rc_qp(pd, l->cq, 16, 16, 0, NULL) : NULL;
 		if (!l->qp) {
 			fprintf(stderr,
 				"replay_threads: creating thread %d's QP failed\n", t);
@@ -216,14 +168,14 @@ int main(int argc, char **argv)
 		}
 	}
 	for (int t = 0; t < nthreads; t++)
-		if (connect_qp(lanes[t].qp, lanes[t ^ 1].qp->qp_num, pa.lid,
+		if (connect_qp(lanes[t].qp, lanes[t ^ 1].qp->qp_num, lid,
 			       100u + (uint32_t)t, 100u + (uint32_t)(t ^ 1)) ||
 		    post_recv(&lanes[t], 0)) {
 			fprintf(stderr,
 				"replay_threads: connecting thread %d's QP failed\n", t);
 			return 1;
 		}
-	t0 = now_ns();
+	t0 = prog_now_ns();
 	for (int t = 0; t < nthreads; t++)
 		if (pthread_create(&thr[t], NULL, run, &lanes[t])) {
 			fprintf(stderr, "replay_threads: pthread_create failed\n");
@@ -234,7 +186,7 @@ int main(int argc, char **argv)
 		bad |= lanes[t].failed;
 	}
 	{
-		double us = (double)(now_ns() - t0) / 1e3;
+		double us = (double)(prog_now_ns() - t0) / 1e3;
 
 		printf("threads: %d threads, %d round trips per pair in %.0f us (%.0f "
 		       "msg/s)\n",

@@ -23,18 +23,7 @@
 
 #include <infiniband/verbs.h>
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void die(const char *what)
-{
-	fprintf(stderr, "report_waiter: %s: %s\n", what, strerror(errno));
-	exit(1);
-}
+#include "tests/progs/prog_util.h"
 
 struct ctx {
 	struct ibv_context *dev;
@@ -49,95 +38,48 @@ struct ctx {
 
 static struct ibv_qp *make_qp(struct ctx *c, struct ibv_cq *cq, int max_inline)
 {
-	struct ibv_qp_init_attr ia;
-	memset(&ia, 0, sizeof(ia));
-	ia.send_cq = cq;
-	ia.recv_cq = cq;
-	ia.qp_type = IBV_QPT_RC;
-	ia.cap.max_send_wr = 64;
-	ia.cap.max_recv_wr = 64;
-	ia.cap.max_send_sge = 1;
-	ia.cap.max_recv_sge = 1;
-	ia.cap.max_inline_data = max_inline;
-	struct ibv_qp *qp = ibv_create_qp(c->pd, &ia);
+	struct ibv_qp_cap cap;
+	struct ibv_qp *qp = prog_rc_qp(c->pd, cq, 64, 64, (uint32_t)max_inline, &cap);
 	if (!qp)
-		die("ibv_create_qp");
+		prog_die("ibv_create_qp");
 	if (cq == c->cqa)
-		c->a_inline = ia.cap.max_inline_data;
+		c->a_inline = cap.max_inline_data;
 	return qp;
 }
 
 static void to_init(struct ibv_qp *qp)
 {
-	struct ibv_qp_attr at;
-	memset(&at, 0, sizeof(at));
-	at.qp_state = IBV_QPS_INIT;
-	at.port_num = 1;
-	at.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-	if (ibv_modify_qp(qp, &at,
-			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				  IBV_QP_ACCESS_FLAGS))
-		die("modify INIT");
+	struct prog_rc rc = { .access =
+				      IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ };
+	if (prog_rc_init(qp, &rc))
+		prog_die("modify INIT");
 }
 
 static void to_rtr_rts(struct ctx *c, struct ibv_qp *qp, uint32_t dest, enum ibv_mtu mtu,
 		       uint32_t rq_psn, uint32_t sq_psn, int rnr_retry)
 {
-	struct ibv_qp_attr at;
-	memset(&at, 0, sizeof(at));
-	at.qp_state = IBV_QPS_RTR;
-	at.path_mtu = mtu;
-	at.dest_qp_num = dest;
-	at.rq_psn = rq_psn;
-	at.max_dest_rd_atomic = 1;
-	at.min_rnr_timer = 1;
-	at.ah_attr.dlid = c->lid;
-	at.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &at,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				  IBV_QP_MIN_RNR_TIMER))
-		die("modify RTR");
-	memset(&at, 0, sizeof(at));
-	at.qp_state = IBV_QPS_RTS;
-	at.timeout = 10;
-	at.retry_cnt = 2;
-	at.rnr_retry = rnr_retry;
-	at.sq_psn = sq_psn;
-	at.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &at,
-			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				  IBV_QP_MAX_QP_RD_ATOMIC))
-		die("modify RTS");
+	struct prog_rc rc = prog_rc_quick(c->lid, dest);
+	rc.mtu = mtu;
+	rc.rq_psn = rq_psn;
+	rc.sq_psn = sq_psn;
+	rc.rnr_retry = (uint8_t)rnr_retry;
+	if (prog_rc_rtr(qp, &rc))
+		prog_die("modify RTR");
+	if (prog_rc_rts(qp, &rc))
+		prog_die("modify RTS");
 }
 
 static void post_recv(struct ctx *c, struct ibv_qp *qp, uint64_t id)
 {
-	struct ibv_sge s = { .addr = (uintptr_t)c->buf + 8192,
-			     .length = 4096,
-			     .lkey = c->mr->lkey };
-	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &s, .num_sge = 1 }, *bad;
-	if (ibv_post_recv(qp, &wr, &bad))
-		die("ibv_post_recv");
+	if (prog_post_recv(qp, id, c->buf + 8192, 4096, c->mr->lkey))
+		prog_die("ibv_post_recv");
 }
 
 static int post_send(struct ctx *c, struct ibv_qp *qp, uint64_t id, int op, uint32_t len,
 		     unsigned flags, uint64_t off, uint32_t rkey)
 {
-	struct ibv_sge s = { .addr = (uintptr_t)c->buf + off,
-			     .length = len,
-			     .lkey = c->mr->lkey };
-	struct ibv_send_wr wr, *bad;
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = id;
-	wr.sg_list = &s;
-	wr.num_sge = 1;
-	wr.opcode = op;
-	wr.send_flags = flags;
-	wr.wr.rdma.remote_addr = (uintptr_t)c->buf + 16384;
-	wr.wr.rdma.rkey = rkey;
-	return ibv_post_send(qp, &wr, &bad);
+	return prog_post_send(qp, id, (enum ibv_wr_opcode)op, flags, c->buf + off, len,
+			      c->mr->lkey, (uintptr_t)c->buf + 16384, rkey);
 }
 
 /* Polls cq until n completions came; returns the first non-success status seen. */
@@ -148,12 +90,12 @@ static int poll_n(struct ibv_cq *cq, int n, uint64_t deadline_ns)
 	while (got < n) {
 		int k = ibv_poll_cq(cq, 8, wc);
 		if (k < 0)
-			die("ibv_poll_cq");
+			prog_die("ibv_poll_cq");
 		for (int i = 0; i < k; i++)
 			if (wc[i].status != IBV_WC_SUCCESS && !bad)
 				bad = wc[i].status;
 		got += k;
-		if (deadline_ns && now_ns() > deadline_ns) {
+		if (deadline_ns && prog_now_ns() > deadline_ns) {
 			fprintf(stderr,
 				"report_waiter: timed out waiting for completions\n");
 			exit(1);
@@ -164,7 +106,7 @@ static int poll_n(struct ibv_cq *cq, int n, uint64_t deadline_ns)
 
 static void spin_until(uint64_t t)
 {
-	while (now_ns() < t)
+	while (prog_now_ns() < t)
 		;
 }
 
@@ -189,30 +131,20 @@ int main(int argc, char **argv)
 #define P(x) (!strcmp(problem, x))
 	struct ctx c;
 	memset(&c, 0, sizeof(c));
-	int ndev;
-	struct ibv_device **list = ibv_get_device_list(&ndev);
-	if (!list || !ndev)
-		die("no device");
-	c.dev = ibv_open_device(list[0]);
-	if (!c.dev)
-		die("ibv_open_device");
-	struct ibv_port_attr pa;
-	if (ibv_query_port(c.dev, 1, &pa))
-		die("ibv_query_port");
-	c.lid = pa.lid;
+	c.dev = prog_open_first(&c.lid);
 	c.pd = ibv_alloc_pd(c.dev);
 	if (posix_memalign((void **)&c.buf, 4096, 65536))
-		die("posix_memalign");
+		prog_die("posix_memalign");
 	memset(c.buf, 0, 65536);
 	c.mr = ibv_reg_mr(c.pd, c.buf, 65536,
 			  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 				  IBV_ACCESS_REMOTE_READ);
 	if (!c.pd || !c.mr)
-		die("pd/mr");
+		prog_die("pd/mr");
 	c.cqa = ibv_create_cq(c.dev, P("cqsmall") ? 4 : 256, NULL, NULL, 0);
 	c.cqb = ibv_create_cq(c.dev, 256, NULL, NULL, 0);
 	if (!c.cqa || !c.cqb)
-		die("ibv_create_cq");
+		prog_die("ibv_create_cq");
 	int max_inline = P("noinline") ? 64 : 0;
 	c.a = make_qp(&c, c.cqa, max_inline);
 	c.b = make_qp(&c, c.cqb, 0);
@@ -231,7 +163,7 @@ int main(int argc, char **argv)
 		recvs = 60;
 	for (int i = 0; i < recvs; i++)
 		post_recv(&c, c.b, 1000 + i);
-	uint64_t deadline = now_ns() + 20000000000ull;
+	uint64_t deadline = prog_now_ns() + 20000000000ull;
 	int status = 0;
 	if (P("rnr") || P("badrkey") || P("psn")) {
 		/* one message that fails: RNR (no receive), a bad rkey, or a PSN mismatch */
@@ -275,7 +207,7 @@ int main(int argc, char **argv)
 			struct ibv_mr *m = ibv_reg_mr(c.pd, c.buf + 32768, 4096,
 						      IBV_ACCESS_LOCAL_WRITE);
 			if (!m)
-				die("ibv_reg_mr");
+				prog_die("ibv_reg_mr");
 			ibv_dereg_mr(m);
 		}
 		int n = 1;
@@ -283,12 +215,12 @@ int main(int argc, char **argv)
 			/* two WRs outstanding at each post: a busy QP, all signaled, one WR per
 			 * doorbell */
 			if (post_send(&c, c.a, 2 * i, op, len, flags, off, c.mr->rkey))
-				die("ibv_post_send");
+				prog_die("ibv_post_send");
 			n = 2;
 		}
 		if (post_send(&c, c.a, i, op, len, flags, off, c.mr->rkey))
-			die("ibv_post_send");
-		uint64_t ret = now_ns();
+			prog_die("ibv_post_send");
+		uint64_t ret = prog_now_ns();
 		if (P("latercv")) {
 			/* the receive comes 200 us after the message was sent */
 			spin_until(ret + 200000);
@@ -317,7 +249,6 @@ out:
 	ibv_destroy_cq(c.cqb);
 	ibv_dealloc_pd(c.pd);
 	ibv_close_device(c.dev);
-	ibv_free_device_list(list);
 	free(c.buf);
 	return 0;
 }

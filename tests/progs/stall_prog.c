@@ -30,34 +30,11 @@
 
 #include <infiniband/verbs.h>
 
+#include "tests/progs/prog_util.h"
+
 struct wire {
 	uint32_t lid, qpn, answer;
 };
-
-static void die(const char *what)
-{
-	fprintf(stderr, "stall_prog: %s: %s\n", what, strerror(errno));
-	exit(1);
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void xfer(int fd, void *p, size_t n, int out)
-{
-	char *c = p;
-	while (n) {
-		ssize_t k = out ? write(fd, c, n) : read(fd, c, n);
-		if (k <= 0)
-			die(out ? "write" : "read");
-		c += k;
-		n -= (size_t)k;
-	}
-}
 
 struct dev {
 	struct ibv_context *ctx;
@@ -70,111 +47,52 @@ struct dev {
 
 static void dev_open(struct dev *d)
 {
-	int n;
-	struct ibv_device **l = ibv_get_device_list(&n);
-	if (!l || !n)
-		die("no device");
-	d->ctx = ibv_open_device(l[0]);
-	ibv_free_device_list(l);
-	if (!d->ctx)
-		die("ibv_open_device");
-	struct ibv_port_attr pa;
-	if (ibv_query_port(d->ctx, 1, &pa))
-		die("ibv_query_port");
-	d->lid = pa.lid;
+	uint16_t lid;
+	d->ctx = prog_open_first(&lid);
+	d->lid = lid;
 	d->pd = ibv_alloc_pd(d->ctx);
 	d->buf = aligned_alloc(4096, 1 << 16);
 	if (!d->pd || !d->buf)
-		die("ibv_alloc_pd");
+		prog_die("ibv_alloc_pd");
 	memset(d->buf, 0, 1 << 16);
 	d->mr = ibv_reg_mr(d->pd, d->buf, 1 << 16, IBV_ACCESS_LOCAL_WRITE);
 	d->cq = ibv_create_cq(d->ctx, 256, NULL, NULL, 0);
 	if (!d->mr || !d->cq)
-		die("ibv_reg_mr / ibv_create_cq");
+		prog_die("ibv_reg_mr / ibv_create_cq");
 }
 
 static struct ibv_qp *qp_make(struct dev *d)
 {
-	struct ibv_qp_init_attr ia;
-	memset(&ia, 0, sizeof(ia));
-	ia.send_cq = d->cq;
-	ia.recv_cq = d->cq;
-	ia.qp_type = IBV_QPT_RC;
-	ia.cap.max_send_wr = 16;
-	ia.cap.max_recv_wr = 64;
-	ia.cap.max_send_sge = 1;
-	ia.cap.max_recv_sge = 1;
-	ia.cap.max_inline_data = 64;
-	struct ibv_qp *qp = ibv_create_qp(d->pd, &ia);
+	struct ibv_qp *qp = prog_rc_qp(d->pd, d->cq, 16, 64, 64, NULL);
+	struct prog_rc rc = prog_rc_patient(0, 0);
 	if (!qp)
-		die("ibv_create_qp");
-	struct ibv_qp_attr at;
-	memset(&at, 0, sizeof(at));
-	at.qp_state = IBV_QPS_INIT;
-	at.port_num = 1;
-	if (ibv_modify_qp(qp, &at,
-			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				  IBV_QP_ACCESS_FLAGS))
-		die("modify INIT");
+		prog_die("ibv_create_qp");
+	if (prog_rc_init(qp, &rc))
+		prog_die("modify INIT");
 	return qp;
 }
 
-static void qp_connect(struct dev *d, struct ibv_qp *qp, const struct wire *w)
+static void qp_connect(struct ibv_qp *qp, const struct wire *w)
 {
-	struct ibv_qp_attr at;
-	memset(&at, 0, sizeof(at));
-	at.qp_state = IBV_QPS_RTR;
-	at.path_mtu = IBV_MTU_1024;
-	at.dest_qp_num = w->qpn;
-	at.rq_psn = 0;
-	at.max_dest_rd_atomic = 1;
-	at.min_rnr_timer = 12;
-	at.ah_attr.dlid = (uint16_t)w->lid;
-	at.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &at,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				  IBV_QP_MIN_RNR_TIMER))
-		die("modify RTR");
-	memset(&at, 0, sizeof(at));
-	at.qp_state = IBV_QPS_RTS;
-	at.timeout = 14;
-	at.retry_cnt = 7;
-	at.rnr_retry = 7; /* retried for ever: a receiver that never posts hangs us */
-	at.sq_psn = 0;
-	at.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &at,
-			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				  IBV_QP_MAX_QP_RD_ATOMIC))
-		die("modify RTS");
-	(void)d;
+	/* the RNR NAK retried for ever: a receiver that never posts hangs us */
+	struct prog_rc rc = prog_rc_patient((uint16_t)w->lid, w->qpn);
+	if (prog_rc_rtr(qp, &rc))
+		prog_die("modify RTR");
+	if (prog_rc_rts(qp, &rc))
+		prog_die("modify RTS");
 }
 
 static void post_recv(struct dev *d, struct ibv_qp *qp, uint64_t id)
 {
-	struct ibv_sge s = { .addr = (uintptr_t)d->buf + 4096 + (id % 8) * 64,
-			     .length = 64,
-			     .lkey = d->mr->lkey };
-	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &s, .num_sge = 1 }, *bad;
-	if (ibv_post_recv(qp, &wr, &bad))
-		die("ibv_post_recv");
+	if (prog_post_recv(qp, id, d->buf + 4096 + (id % 8) * 64, 64, d->mr->lkey))
+		prog_die("ibv_post_recv");
 }
 
 static void post_send(struct dev *d, struct ibv_qp *qp, uint64_t id)
 {
-	struct ibv_sge s = { .addr = (uintptr_t)d->buf,
-			     .length = 32,
-			     .lkey = d->mr->lkey };
-	struct ibv_send_wr wr, *bad;
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = id;
-	wr.sg_list = &s;
-	wr.num_sge = 1;
-	wr.opcode = IBV_WR_SEND;
-	wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
-	if (ibv_post_send(qp, &wr, &bad))
-		die("ibv_post_send");
+	if (prog_post_send(qp, id, IBV_WR_SEND, IBV_SEND_SIGNALED | IBV_SEND_INLINE,
+			   d->buf, 32, d->mr->lkey, 0, 0))
+		prog_die("ibv_post_send");
 }
 
 static int server(int port, int nclients, int answer)
@@ -186,7 +104,7 @@ static int server(int port, int nclients, int answer)
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof(sa)) || listen(ls, 8))
-		die("listen");
+		prog_die("listen");
 	int fds[8];
 	struct ibv_qp *qps[8];
 	int answered[8] = { 0 };
@@ -195,24 +113,24 @@ static int server(int port, int nclients, int answer)
 	for (int i = 0; i < nclients; i++) {
 		fds[i] = accept(ls, NULL, NULL);
 		if (fds[i] < 0)
-			die("accept");
+			prog_die("accept");
 		struct wire peer, me;
-		xfer(fds[i], &peer, sizeof(peer), 0);
+		prog_xfer(fds[i], &peer, sizeof(peer), 0);
 		qps[i] = qp_make(&d);
 		/* receives for exactly the requests it will answer */
 		for (int k = 0; k < answer && k < 64; k++)
 			post_recv(&d, qps[i], (uint64_t)i << 32 | (uint64_t)k);
-		qp_connect(&d, qps[i], &peer);
+		qp_connect(qps[i], &peer);
 		me = (struct wire){ d.lid, qps[i]->qp_num, (uint32_t)answer };
-		xfer(fds[i], &me, sizeof(me), 1);
+		prog_xfer(fds[i], &me, sizeof(me), 1);
 	}
 	int todo = nclients * answer, sends = 0;
-	uint64_t deadline = now_ns() + 30000000000ull;
+	uint64_t deadline = prog_now_ns() + 30000000000ull;
 	while (todo || sends) {
 		struct ibv_wc wc[8];
 		int k = ibv_poll_cq(d.cq, 8, wc);
 		if (k < 0)
-			die("ibv_poll_cq");
+			prog_die("ibv_poll_cq");
 		for (int j = 0; j < k; j++) {
 			if (wc[j].status != IBV_WC_SUCCESS) {
 				fprintf(stderr, "stall_prog: server completion %s\n",
@@ -229,7 +147,7 @@ static int server(int port, int nclients, int answer)
 			answered[c]++;
 			todo--;
 		}
-		if (now_ns() > deadline) {
+		if (prog_now_ns() > deadline) {
 			fprintf(stderr, "stall_prog: server timed out\n");
 			return 1;
 		}
@@ -250,7 +168,7 @@ static int client(const char *host, const char *port, int seconds, int stop)
 	dev_open(&d);
 	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *ai;
 	if (getaddrinfo(host, port, &hints, &ai))
-		die("getaddrinfo");
+		prog_die("getaddrinfo");
 	int fd = -1;
 	for (int tries = 0; tries < 100; tries++) {
 		fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -262,23 +180,23 @@ static int client(const char *host, const char *port, int seconds, int stop)
 	}
 	freeaddrinfo(ai);
 	if (fd < 0)
-		die("connect");
+		prog_die("connect");
 	struct ibv_qp *qp = qp_make(&d);
 	struct wire me = { d.lid, qp->qp_num, 0 }, peer;
-	xfer(fd, &me, sizeof(me), 1);
-	xfer(fd, &peer, sizeof(peer), 0);
-	qp_connect(&d, qp, &peer);
+	prog_xfer(fd, &me, sizeof(me), 1);
+	prog_xfer(fd, &peer, sizeof(peer), 0);
+	qp_connect(qp, &peer);
 	uint32_t got = 0;
 	for (uint64_t id = 1;; id++) {
 		post_recv(&d, qp, id);
 		post_send(&d, qp, id);
 		int need = 2;
-		uint64_t last = now_ns();
+		uint64_t last = prog_now_ns();
 		while (need) {
 			struct ibv_wc wc[4];
 			int k = ibv_poll_cq(d.cq, 4, wc);
 			if (k < 0)
-				die("ibv_poll_cq");
+				prog_die("ibv_poll_cq");
 			for (int j = 0; j < k; j++) {
 				if (wc[j].status != IBV_WC_SUCCESS) {
 					fprintf(stderr,
@@ -289,10 +207,10 @@ static int client(const char *host, const char *port, int seconds, int stop)
 				need--;
 			}
 			if (k) {
-				last = now_ns();
+				last = prog_now_ns();
 				continue;
 			}
-			uint64_t idle = now_ns() - last;
+			uint64_t idle = prog_now_ns() - last;
 			if (stop && idle > 50000000ull) {
 				/* stopped polling with the request outstanding */
 				sleep((unsigned)seconds);
