@@ -168,6 +168,7 @@ static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws)
 						.raddr = r->remote_addr,
 						.len = len,
 						.clk = s->hdr.clock_source,
+						.stream = e->stream,
 						.t_post = rp_deps_clock(s, e->ts),
 						.t_done = UINT64_MAX,
 					};
@@ -302,8 +303,12 @@ static int rp_deps_lane(struct rp_side *b, struct rp_lane *L, const struct rp_wr
 
 		/* one clock: a WRITE whose post began before P's cannot have
 		 * depended on P */
-		while (c < ncand && cand[c].t_post < t)
-			pend[npend++] = c++;
+		while (c < ncand && cand[c].t_post < t) {
+			/* a thread learns of its own WRITE by its completion */
+			if (cand[c].side != b->idx || cand[c].stream != L->stream)
+				pend[npend++] = c;
+			c++;
+		}
 		if (rp_step_polled_recv(st)) {
 			/* a message explains what follows: the WRITEs that had
 			 * surely landed before it are no longer waited for */

@@ -294,8 +294,9 @@ struct rp_dir {
  * side >= RP_MAX_SIDES: the peer replayer's (only the fields after wr). */
 struct rp_write {
 	int side, step, wr;
-	int host;     /* index into rp_job.hosts, -1: unknown */
-	uint32_t clk; /* the trace's clock source: t_post, t_done are its ticks */
+	int host;	 /* index into rp_job.hosts, -1: unknown */
+	uint32_t clk;	 /* the trace's clock source: t_post, t_done are its ticks */
+	uint32_t stream; /* the recorded thread that posted it (local only) */
 	uint32_t rec_dest, rkey, key, ord;
 	uint64_t raddr, len, t_post, t_done;
 	uint8_t *at; /* while inferring: where it lands in the waiting side's view */
