@@ -24,6 +24,10 @@
 
 #define CM_ADDR 48
 #define CM_NONE UINT64_MAX
+/* A destroy that waited less than this for another thread's ack is the usual
+ * race between a CM thread acking DISCONNECTED and the main thread destroying
+ * the id (rping): not a finding */
+#define CM_LATE_ACK_MIN_NS 10e6
 
 /* enum rdma_cm_event_type (librdmacm ABI; the analyzer does not include it) */
 enum {
@@ -496,6 +500,12 @@ static void cm_build(struct cm_trace *ct, int trace)
 				c->role = CM_ROLE_PASSIVE;
 				cm_set(&c->t_accept, r->ts);
 				break;
+			case RBT_CM_ESTABLISH:
+				/* an id without the CM's QP (rping -q): CONNECT_RESPONSE,
+				 * then the program's rdma_establish makes the connection */
+				if (!r->ret)
+					cm_set(&c->t_established, r->ts_exit);
+				break;
 			case RBT_CM_DISCONNECT:
 				if (!r->nested)
 					cm_set(&c->t_disc_call, r->ts);
@@ -888,8 +898,9 @@ static void cm_findings(struct rbt_analyzer *an, struct an_trace *t, struct cm_c
 		an_str_free(&title);
 		an_str_free(&ev);
 	}
-	if (!c->unacked && c->late_ack_ts) {
-		double waited = cm_span(t, c->t_destroy_begin, c->late_ack_ts);
+	double waited =
+		c->late_ack_ts ? cm_span(t, c->t_destroy_begin, c->late_ack_ts) : -1;
+	if (!c->unacked && c->late_ack_ts && waited >= CM_LATE_ACK_MIN_NS) {
 		an_str_printf(&title,
 			      "rdma_destroy_id of id 0x%" PRIx64
 			      " waited %.3f ms for a CM event to be acked",

@@ -701,6 +701,13 @@ RBT_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel,
 			e->ud = 1;
 			e->ud_qp_num = c->param.ud.qp_num;
 			e->qkey = c->param.ud.qkey;
+			/* the peer's or the group's address (MULTICAST_JOIN: the
+			 * MGID and LID a replay attaches its QP to) */
+			e->ud_dlid = c->param.ud.ah_attr.dlid;
+			if (c->param.ud.ah_attr.is_global) {
+				e->ud_dgid.data = c->param.ud.ah_attr.grh.dgid.raw;
+				e->ud_dgid.len = 16;
+			}
 			e->private_data_len = c->param.ud.private_data_len;
 			if (rbt_cfg.payload && c->param.ud.private_data &&
 			    c->param.ud.private_data_len) {

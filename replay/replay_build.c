@@ -306,8 +306,8 @@ static int rp_build_qps(struct rp_job *j, struct rp_side *s)
 int rp_build_side(struct rp_job *j, struct rp_side *s)
 {
 	static int (*const steps[])(struct rp_job *, struct rp_side *) = {
-		rp_build_pds,	rp_build_mrs,  rp_build_cqs,
-		rp_build_xrcds, rp_build_srqs, rp_build_qps,
+		rp_build_pds,  rp_build_mrs, rp_build_cqs,	rp_build_xrcds,
+		rp_build_srqs, rp_build_qps, rp_cm_build_mcast,
 	};
 	int rc = 0;
 

@@ -37,6 +37,7 @@ struct rp_cq {
 	/* completions taken off the CQ while waiting for an event, for the polls */
 	struct ibv_wc *stash;
 	uint32_t stash_head, stash_n, stash_cap;
+	uint8_t count_live; /* a QP on it counts its replayed sends (ERR waits) */
 };
 
 /* An XRC domain. One the program opened through a file may have been shared
@@ -118,6 +119,13 @@ struct rp_qp {
 	uint32_t replay_state;
 	/* in rp_side.xqp: another process's TGT QP, known only by number */
 	uint32_t foreign_new_qpn;
+	/* ERR waits (replay_run.c): this QP's peer in this process and how many
+	 * of the peer's sends succeeded in the recording (each was taken by this
+	 * QP before its move to ERR); a peer's successful sends polled so far */
+	struct rp_qp *err_peer;
+	uint32_t err_peer_ok;
+	uint32_t live_send_ok;
+	uint8_t count_live;
 };
 
 /* A peer's WRITE that a post waits for: the last 8 bytes of where it lands in
@@ -185,8 +193,22 @@ struct rp_lane {
 };
 
 /* replay_cm.c: the CM calls of a trace (the connection was made by rdma_cm) */
+struct rp_cm_qp {
+	uint64_t id;
+	uint32_t qpn; /* recorded */
+};
+struct rp_cm_join {
+	uint64_t id;
+	uint8_t mgid[16];
+	uint16_t mlid;
+};
 struct rp_cm_info {
 	uint32_t calls, connects, accepts, qps;
+	/* multicast: the ids' QPs (rdma_create_qp/ep) and the groups joined
+	 * (MULTICAST_JOIN), attached to the replayed QPs at build */
+	struct rp_cm_qp *idqp;
+	struct rp_cm_join *join;
+	uint32_t nidqp, capidqp, njoin, capjoin, attached, attach_failed;
 };
 
 struct rp_side {
@@ -416,6 +438,9 @@ int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev);
 /* replay_cm.c */
 struct rbt_json;
 int rp_load_cm(struct rp_loading *ld, const struct rbt_event *ev);
+int rp_load_cm_event(struct rp_loading *ld, const struct rbt_event *ev);
+int rp_cm_build_mcast(struct rp_job *j, struct rp_side *s);
+void rp_cm_free(struct rp_side *s);
 void rp_cm_text(struct rp_job *j, FILE *f);
 void rp_cm_json(const struct rp_side *s, struct rbt_json *w);
 void rp_timeline_finish(struct rp_side *s);
@@ -446,6 +471,7 @@ void rp_clock_init(void);
 uint64_t rp_now_ns(void);
 void rp_go_realtime(struct rp_job *j, int on);
 void rp_run_lane(struct rp_job *j, struct rp_lane *L);
+void rp_err_waits(struct rp_job *j, struct rp_side *s);
 /* The lanes of a side (replay_timeline.c, after the prefix is known). */
 int rp_lanes_build(struct rp_side *s);
 /* The lanes' outcome into the side (after every lane's thread ended). */

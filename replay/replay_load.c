@@ -248,6 +248,7 @@ static int (*const rp_loaders[RBT_EV_MAX_ID + 1])(struct rp_loading *,
 	[RBT_EV_ASYNC_EVENT] = rp_timeline_add,
 	[RBT_EV_QP_QUERY] = rp_timeline_add,
 	[RBT_EV_CM_CALL] = rp_load_cm,
+	[RBT_EV_CM_EVENT] = rp_load_cm_event,
 };
 
 /* A damaged trace is refused unless --allow-damaged; then its intact part

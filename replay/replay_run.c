@@ -227,6 +227,58 @@ static void rp_step_modify(struct rp_job *j, struct rp_side *s, struct rp_step *
 			   st->ret ? strerror((int)st->ret) : "succeeded");
 }
 
+/* Whether a completion the replay got is of the kind the recording's poll got
+ * at that place: the same QP and queue (send or receive). Errors match
+ * anything (a flushed completion's opcode means nothing). */
+static int rp_wc_fits(struct rp_side *s, const struct ibv_wc *w, const struct rbt_wc *r)
+{
+	const struct rp_qp *q;
+
+	if (w->status != IBV_WC_SUCCESS || r->status != IBV_WC_SUCCESS)
+		return 1;
+	if (!!(w->opcode & IBV_WC_RECV) != !!(r->opcode & IBV_WC_RECV))
+		return 0;
+	q = rp_qp_by_new_qpn(s, w->qp_num);
+	return !q || q->rec.qp_num == r->qp_num;
+}
+
+/* Several recorded threads: the poll hands out the completions of the kinds
+ * the recording's poll got, in that order, so that another thread's step gated
+ * on this poll waits for what it waited for in the recording (rping: its main
+ * thread disconnects once the cq thread has polled the last receive, while the
+ * CQ may hold the send's completion first). The others wait in the CQ's stash
+ * for the polls after. 1: one taken; 0: none of that kind is there yet. */
+static int rp_poll_fitting(struct rp_side *s, struct rp_step *st,
+			   const struct rbt_ev_poll_cq *p)
+{
+	struct rp_cq *c = st->cq;
+	int n;
+
+	for (;;) {
+		for (uint32_t x = c->stash_head; x < c->stash_n; x++) {
+			if (!rp_wc_fits(s, &c->stash[x], &p->wcs[st->got]))
+				continue;
+			st->wcs[st->got++] = c->stash[x];
+			memmove(&c->stash[x], &c->stash[x + 1],
+				(c->stash_n - x - 1) * sizeof(*c->stash));
+			c->stash_n--;
+			if (c->stash_head == c->stash_n)
+				c->stash_head = c->stash_n = 0;
+			return 1;
+		}
+		if (c->stash_n == c->stash_cap) {
+			/* no room to hold more back: the oldest, out of order */
+			st->wcs[st->got++] = c->stash[c->stash_head++];
+			return 1;
+		}
+		n = ibv_poll_cq(c->cq, (int)(c->stash_cap - c->stash_n),
+				c->stash + c->stash_n);
+		if (n <= 0)
+			return n < 0 ? n : 0;
+		c->stash_n += (uint32_t)n;
+	}
+}
+
 /* 1 when the side must stop (what the poll got so far is kept). */
 static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i)
 {
@@ -242,7 +294,7 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 		       1000000ull;
 	uint64_t give_up;
 	unsigned spins = 0;
-	int stop = 0;
+	int stop = 0, fitting = s->nlane > 1 && st->cq->stash;
 
 	if (tmo > (uint64_t)j->poll_timeout_ms * 1000000ull)
 		tmo = (uint64_t)j->poll_timeout_ms * 1000000ull;
@@ -254,12 +306,24 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 	while (st->got < want) {
 		int n;
 
-		/* completions an event wait already took off the CQ come first */
-		if (st->cq->stash_head < st->cq->stash_n) {
+		if (fitting) {
+			n = rp_poll_fitting(s, st, p);
+			if (n < 0) {
+				rp_diverge(j, "%s: step %d: ibv_poll_cq failed (%d)",
+					   s->path, i, n);
+				break;
+			}
+			if (n > 0)
+				continue;
+		} else if (st->cq->stash_head < st->cq->stash_n) {
+			/* completions an event wait already took off the CQ
+			 * come first */
 			st->wcs[st->got++] = st->cq->stash[st->cq->stash_head++];
 			continue;
 		}
-		n = ibv_poll_cq(st->cq->cq, (int)(want - st->got), st->wcs + st->got);
+		n = fitting ? 0
+			    : ibv_poll_cq(st->cq->cq, (int)(want - st->got),
+					  st->wcs + st->got);
 
 		if (n < 0) {
 			rp_diverge(j, "%s: step %d: ibv_poll_cq failed (%d)", s->path, i,
@@ -276,6 +340,12 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 			if (rp_must_stop(j, L)) {
 				stop = 1;
 				break;
+			}
+			if (now > give_up && fitting &&
+			    st->cq->stash_head < st->cq->stash_n) {
+				/* not the kinds recorded: what came, in order */
+				fitting = 0;
+				continue;
 			}
 			if (now > give_up) {
 				L->timeouts++;
@@ -299,6 +369,17 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 	}
 	st->t_exit = rp_now_ns();
 	st->ret = st->got;
+	if (st->cq->count_live)
+		for (uint32_t k = 0; k < st->got; k++) {
+			const struct ibv_wc *w = &st->wcs[k];
+			struct rp_qp *q;
+
+			if (w->status != IBV_WC_SUCCESS || (w->opcode & IBV_WC_RECV))
+				continue;
+			q = rp_qp_by_new_qpn(s, w->qp_num);
+			if (q && q->count_live)
+				__atomic_fetch_add(&q->live_send_ok, 1, __ATOMIC_RELEASE);
+		}
 	/* matched against the recording after the run (rp_collect_completions) */
 	return stop;
 }
@@ -462,6 +543,85 @@ static int rp_run_deps(struct rp_job *j, struct rp_lane *L, struct rp_step *st, 
 	return 0;
 }
 
+/* A QP's move to ERR flushes what its peer sends it from then on; every send
+ * of the peer's that succeeded in the recording was taken by this QP before
+ * its ERR (an RC QP in ERR acknowledges nothing). So before a modify to ERR,
+ * the peer's replayed successful sends must have reached that count: the
+ * order the recording proves, also where the program learnt it through memory
+ * (ib_write_lat: the client disconnects once the server's last RDMA WRITE has
+ * landed, which no completion on the client shows). Peers in this process
+ * only; bounded like a poll. */
+void rp_err_waits(struct rp_job *j, struct rp_side *s)
+{
+	for (int i = 0; i < s->nqp; i++) {
+		struct rp_qp *q = &s->qp[i], *p;
+		const struct rp_dir_qp *d;
+		struct rp_side *ps;
+		uint32_t ok = 0;
+
+		if (!q->qp || q->rec.qp_type != IBV_QPT_RC || q->peer_dir < 0)
+			continue;
+		d = &j->dir.qps[q->peer_dir];
+		if (d->side < 0 || d->side >= j->nside)
+			continue;
+		ps = &j->side[d->side];
+		p = rp_qp_by_rec_qpn(ps, d->rec_qpn);
+		if (!p || p == q || !p->qp || !p->scq)
+			continue;
+		for (uint32_t k = 0; k < p->rec_wc[0].n; k++)
+			ok += p->rec_wc[0].v[k].status == IBV_WC_SUCCESS;
+		if (!ok)
+			continue;
+		q->err_peer = p;
+		q->err_peer_ok = ok;
+		p->count_live = 1;
+		ps->cq[p->scq - 1].count_live = 1;
+	}
+}
+
+static int rp_err_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i)
+{
+	const struct rp_qp *q = st->qp, *p = q ? q->err_peer : NULL;
+	uint64_t t0, lim;
+	unsigned spins = 0;
+
+	if (!p || __atomic_load_n(&p->live_send_ok, __ATOMIC_ACQUIRE) >= q->err_peer_ok)
+		return 0;
+	t0 = rp_now_ns();
+	lim = rp_wait_limit(j, L, (uint64_t)j->poll_timeout_ms * 1000000ull);
+	if (!lim)
+		return 1;
+	L->xwaits++;
+	while (__atomic_load_n(&p->live_send_ok, __ATOMIC_ACQUIRE) < q->err_peer_ok) {
+		if ((++spins & 15) == 0)
+			sched_yield();
+		if ((spins & 255) == 0) {
+			if (rp_must_stop(j, L))
+				return 1;
+			if (rp_now_ns() - t0 > lim) {
+				L->timeouts++;
+				rp_wasted(j, L, t0);
+				rp_diverge(
+					j,
+					"%s: step %d: QP %llu to ERR: its peer's sends "
+					"that succeeded in the recording did not all "
+					"come "
+					"(%u of %u, waited %llu ms)",
+					L->s->path, i, (unsigned long long)q->rec.qp_num,
+					__atomic_load_n(&p->live_send_ok,
+							__ATOMIC_ACQUIRE),
+					q->err_peer_ok,
+					(unsigned long long)(lim / 1000000ull));
+				return 0;
+			}
+		}
+#if defined(__x86_64__)
+		_mm_pause();
+#endif
+	}
+	return 0;
+}
+
 static void rp_lane_publish(struct rp_lane *L, int k)
 {
 	if (L->gate_at)
@@ -537,6 +697,10 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 		    (e->type == RBT_EV_POST_SEND || e->type == RBT_EV_POST_RECV ||
 		     e->type == RBT_EV_POST_SRQ_RECV || e->type == RBT_EV_QP_MODIFY) &&
 		    rp_gate_wait(j, L, st->rec_ns, i))
+			goto stop;
+		if (e->type == RBT_EV_QP_MODIFY &&
+		    (e->u.qp_modify.attr_mask & IBV_QP_STATE) &&
+		    e->u.qp_modify.qp_state == IBV_QPS_ERR && rp_err_wait(j, L, st, i))
 			goto stop;
 		switch (e->type) {
 		case RBT_EV_QP_MODIFY:

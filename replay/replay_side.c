@@ -196,5 +196,6 @@ void rp_side_free(struct rp_side *s)
 	free(s->qp);
 	free(s->ah);
 	free(s->step);
+	rp_cm_free(s);
 	memset(s, 0, sizeof(*s));
 }

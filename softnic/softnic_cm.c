@@ -22,7 +22,9 @@
  * This file must never call its own exported functions through the PLT
  * (internal calls go to static functions, so a recorder that wraps rdma_*
  * sees only the program's calls), never print except the one-line ENOSYS
- * notes, and never use anything of softnic but the public verbs API.
+ * notes (and, when SOFTNIC_CM_EVENTS names a file, one line per event it
+ * hands out there: tests count them apart from any recorder), and never use
+ * anything of softnic but the public verbs API.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -192,6 +194,60 @@ static int cm_err(int e)
 {
 	errno = e;
 	return -1;
+}
+
+static const char *cm_ev_name(enum rdma_cm_event_type event)
+{
+	static const char *const names[] = {
+		[RDMA_CM_EVENT_ADDR_RESOLVED] = "RDMA_CM_EVENT_ADDR_RESOLVED",
+		[RDMA_CM_EVENT_ADDR_ERROR] = "RDMA_CM_EVENT_ADDR_ERROR",
+		[RDMA_CM_EVENT_ROUTE_RESOLVED] = "RDMA_CM_EVENT_ROUTE_RESOLVED",
+		[RDMA_CM_EVENT_ROUTE_ERROR] = "RDMA_CM_EVENT_ROUTE_ERROR",
+		[RDMA_CM_EVENT_CONNECT_REQUEST] = "RDMA_CM_EVENT_CONNECT_REQUEST",
+		[RDMA_CM_EVENT_CONNECT_RESPONSE] = "RDMA_CM_EVENT_CONNECT_RESPONSE",
+		[RDMA_CM_EVENT_CONNECT_ERROR] = "RDMA_CM_EVENT_CONNECT_ERROR",
+		[RDMA_CM_EVENT_UNREACHABLE] = "RDMA_CM_EVENT_UNREACHABLE",
+		[RDMA_CM_EVENT_REJECTED] = "RDMA_CM_EVENT_REJECTED",
+		[RDMA_CM_EVENT_ESTABLISHED] = "RDMA_CM_EVENT_ESTABLISHED",
+		[RDMA_CM_EVENT_DISCONNECTED] = "RDMA_CM_EVENT_DISCONNECTED",
+		[RDMA_CM_EVENT_DEVICE_REMOVAL] = "RDMA_CM_EVENT_DEVICE_REMOVAL",
+		[RDMA_CM_EVENT_MULTICAST_JOIN] = "RDMA_CM_EVENT_MULTICAST_JOIN",
+		[RDMA_CM_EVENT_MULTICAST_ERROR] = "RDMA_CM_EVENT_MULTICAST_ERROR",
+		[RDMA_CM_EVENT_ADDR_CHANGE] = "RDMA_CM_EVENT_ADDR_CHANGE",
+		[RDMA_CM_EVENT_TIMEWAIT_EXIT] = "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+	};
+
+	if ((unsigned)event < sizeof(names) / sizeof(names[0]))
+		return names[event];
+	return "UNKNOWN EVENT";
+}
+
+/* SOFTNIC_CM_EVENTS=FILE: "RDMA_CM_EVENT_X status S" appended per event
+ * rdma_get_cm_event returns (to the program or inside a synchronous call) */
+static int cm_evlog_fd = -1;
+static pthread_once_t cm_evlog_once = PTHREAD_ONCE_INIT;
+
+static void cm_evlog_open(void)
+{
+	const char *v = getenv("SOFTNIC_CM_EVENTS");
+
+	if (v && *v)
+		cm_evlog_fd = open(v, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+}
+
+static void cm_evlog(const struct rdma_cm_event *ev)
+{
+	char b[96];
+	int n, e = errno;
+
+	pthread_once(&cm_evlog_once, cm_evlog_open);
+	if (cm_evlog_fd >= 0) {
+		n = snprintf(b, sizeof(b), "%s status %d\n", cm_ev_name(ev->event),
+			     ev->status);
+		if (n > 0 && write(cm_evlog_fd, b, (size_t)n) < 0)
+			n = 0;
+	}
+	errno = e;
 }
 
 static uint64_t cm_now_ns(void)
@@ -1297,6 +1353,7 @@ static int cm_get_event(struct cm_chan *ch, struct rdma_cm_event **out)
 				cm_mc_deliver(e);
 			ch->users--;
 			pthread_mutex_unlock(&cm_mu);
+			cm_evlog(&e->ev);
 			*out = &e->ev;
 			return 0;
 		}
@@ -2095,28 +2152,7 @@ CM_EXPORT void rdma_free_devices(struct ibv_context **list)
 
 CM_EXPORT const char *rdma_event_str(enum rdma_cm_event_type event)
 {
-	static const char *const names[] = {
-		[RDMA_CM_EVENT_ADDR_RESOLVED] = "RDMA_CM_EVENT_ADDR_RESOLVED",
-		[RDMA_CM_EVENT_ADDR_ERROR] = "RDMA_CM_EVENT_ADDR_ERROR",
-		[RDMA_CM_EVENT_ROUTE_RESOLVED] = "RDMA_CM_EVENT_ROUTE_RESOLVED",
-		[RDMA_CM_EVENT_ROUTE_ERROR] = "RDMA_CM_EVENT_ROUTE_ERROR",
-		[RDMA_CM_EVENT_CONNECT_REQUEST] = "RDMA_CM_EVENT_CONNECT_REQUEST",
-		[RDMA_CM_EVENT_CONNECT_RESPONSE] = "RDMA_CM_EVENT_CONNECT_RESPONSE",
-		[RDMA_CM_EVENT_CONNECT_ERROR] = "RDMA_CM_EVENT_CONNECT_ERROR",
-		[RDMA_CM_EVENT_UNREACHABLE] = "RDMA_CM_EVENT_UNREACHABLE",
-		[RDMA_CM_EVENT_REJECTED] = "RDMA_CM_EVENT_REJECTED",
-		[RDMA_CM_EVENT_ESTABLISHED] = "RDMA_CM_EVENT_ESTABLISHED",
-		[RDMA_CM_EVENT_DISCONNECTED] = "RDMA_CM_EVENT_DISCONNECTED",
-		[RDMA_CM_EVENT_DEVICE_REMOVAL] = "RDMA_CM_EVENT_DEVICE_REMOVAL",
-		[RDMA_CM_EVENT_MULTICAST_JOIN] = "RDMA_CM_EVENT_MULTICAST_JOIN",
-		[RDMA_CM_EVENT_MULTICAST_ERROR] = "RDMA_CM_EVENT_MULTICAST_ERROR",
-		[RDMA_CM_EVENT_ADDR_CHANGE] = "RDMA_CM_EVENT_ADDR_CHANGE",
-		[RDMA_CM_EVENT_TIMEWAIT_EXIT] = "RDMA_CM_EVENT_TIMEWAIT_EXIT",
-	};
-
-	if ((unsigned)event < sizeof(names) / sizeof(names[0]))
-		return names[event];
-	return "UNKNOWN EVENT";
+	return cm_ev_name(event);
 }
 
 /* ---------------- QPs, CQs, SRQs ---------------- */

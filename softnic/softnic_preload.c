@@ -235,6 +235,24 @@ static bool sn_ours(struct ibv_context *c)
 	       ((struct sn_pabi_device *)c->device)->ops == sn_hooks.dev_ops;
 }
 
+/* The next definition of a libibverbs function: after this library in the
+ * global scope, else in the libibverbs.so.1 loaded (a program that dlopens it
+ * locally, as Python's extension modules do, keeps it out of that scope: this
+ * preload in front of softnic's drop-in under pyverbs). */
+static void *sn_next_verb(const char *name)
+{
+	void *f = dlvsym(RTLD_NEXT, name, "IBVERBS_1.0"), *h;
+
+	if (f)
+		return f;
+	h = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_NOLOAD);
+	if (!h)
+		return NULL;
+	f = dlvsym(h, name, "IBVERBS_1.0");
+	dlclose(h);
+	return f;
+}
+
 SN_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c)
 {
 	struct ibv_comp_channel *(*real)(struct ibv_context *);
@@ -242,7 +260,7 @@ SN_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c
 	if (sn_ours(c))
 		return sn_hooks.create_comp_channel(c);
 	real = (struct ibv_comp_channel * (*)(struct ibv_context *))
-		dlvsym(RTLD_NEXT, "ibv_create_comp_channel", "IBVERBS_1.0");
+		sn_next_verb("ibv_create_comp_channel");
 	if (!real) {
 		errno = ENOSYS;
 		return NULL;
@@ -256,8 +274,8 @@ SN_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
 
 	if (ch && sn_ours(ch->context))
 		return sn_hooks.destroy_comp_channel(ch);
-	real = (int (*)(struct ibv_comp_channel *))dlvsym(
-		RTLD_NEXT, "ibv_destroy_comp_channel", "IBVERBS_1.0");
+	real = (int (*)(struct ibv_comp_channel *))sn_next_verb(
+		"ibv_destroy_comp_channel");
 	if (!real)
 		return ENOSYS;
 	return real(ch);

@@ -709,7 +709,9 @@ enum rbt_cm_fn {
 	F(U, ud_qp_num)                 \
 	F(U, qkey)                      \
 	F(U, private_data_len)          \
-	F(B, private_data)
+	F(B, private_data)              \
+	F(B, ud_dgid)                   \
+	F(U, ud_dlid)
 
 /* rdma_ack_cm_event of the event `ev` (as recorded by cm_event). */
 #define RBT_EV_cm_ack(F, A)             \
