@@ -41,12 +41,15 @@ static const char usage[] =
 	"the first)\n"
 	"  --timing=MODE        recorded (default), asap, scale:X (X=2 is twice as "
 	"slow),\n"
-	"                       deps (after the completions seen before, + think time)\n"
+	"                       deps (after the completions seen before and the peers'\n"
+	"                       RDMA WRITEs polled in memory, + think time)\n"
 	"  --realtime           run the timeline SCHED_FIFO (root only): fewer late\n"
 	"                       posts on a loaded machine\n"
 	"  --listen PORT        wait for the peer replayer (or a responder) on this TCP "
 	"port\n"
 	"  --connect HOST:PORT  connect to the peer replayer or to a responder\n"
+	"  --peers N            with --listen: N replayer processes connect (a job of\n"
+	"                       many processes; default 1)\n"
 	"  --responder          stand in for a missing peer (no trace; with --listen)\n"
 	"  -o, --output FILE    record the replay itself as a trace (X.0.rbt, X.1.rbt "
 	"...\n"
@@ -255,7 +258,7 @@ int rbt_cmd_replay(int argc, char **argv)
 {
 	const struct rbt_replay_module *mod;
 	const char *device = NULL, *timing = NULL, *listen = NULL, *connect = NULL,
-		   *out = NULL, *ptmo = NULL, *maxt = NULL;
+		   *out = NULL, *ptmo = NULL, *maxt = NULL, *peers = NULL;
 	int responder = 0, allow_damaged = 0, json = 0, softnic = 0, rt = 0, n, rc,
 	    snmode;
 	char *pos[16];
@@ -264,6 +267,7 @@ int rbt_cmd_replay(int argc, char **argv)
 		{ "timing", 0, &timing, NULL },
 		{ "listen", 0, &listen, NULL },
 		{ "connect", 0, &connect, NULL },
+		{ "peers", 0, &peers, NULL },
 		{ "responder", 0, NULL, &responder },
 		{ "output", 'o', &out, NULL },
 		{ "allow-damaged", 0, NULL, &allow_damaged },
@@ -336,6 +340,21 @@ int rbt_cmd_replay(int argc, char **argv)
 	if (listen && connect)
 		return rbt_cli_usage("replay",
 				     "--listen and --connect exclude each other");
+	if (peers) {
+		char *end = NULL;
+		long v = strtol(peers, &end, 10);
+
+		if (!listen)
+			return rbt_cli_usage("replay", "--peers needs --listen PORT");
+		if (end == peers || *end || v < 1 || v > 7)
+			return rbt_cli_usage(
+				"replay", "--peers %s: expected 1..7 replayer processes",
+				peers);
+		if (responder)
+			return rbt_cli_usage("replay", "--peers: a responder serves one "
+						       "replayer");
+		o.peers = (int)v;
+	}
 	/* Bad ports are command-line errors (exit 2), found before any work. */
 	const char *port = listen;
 	if (connect) {

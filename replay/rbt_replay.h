@@ -44,6 +44,9 @@ struct rbt_replay_opts {
 	uint64_t max_time_ms; /* end the run this long after the start; 0: none */
 	FILE *log;	      /* messages and the report; NULL = stderr */
 	FILE *report;	      /* the fidelity report; NULL = stdout */
+	/* with listen: how many replayer processes connect (0 or 1: one); the
+	 * listener relays their directories and holds the barriers */
+	int peers;
 };
 
 /* Why a replay ended before the end of its traces (rbt_replay_summary.stopped). */
@@ -94,7 +97,7 @@ int rbt_replay_run(const char *const *traces, int ntraces,
  * call: a module from another build of rbtrace (other struct layouts) is
  * refused in one line instead of being called with the wrong arguments. Bump
  * RBT_REPLAY_ABI whenever a struct above or run's signature changes. */
-#define RBT_REPLAY_ABI	      2
+#define RBT_REPLAY_ABI	      3
 #define RBT_REPLAY_MODULE_SYM "rbt_replay_module"
 #define RBT_REPLAY_MODULE_SO  "librbtrace-replay.so"
 

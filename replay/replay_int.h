@@ -17,6 +17,8 @@
 #include "trace_format/rbt_format.h"
 
 #define RP_MAX_SIDES 8
+#define RP_MAX_PEERS 7	/* replayer processes a listener serves (--peers) */
+#define RP_MAX_HOSTS 32 /* hosts named by the WRITEs of a job */
 
 /* ---- the recorded model ------------------------------------------------------ */
 struct rp_mr {
@@ -115,6 +117,8 @@ struct rp_wcrec {
 	uint64_t ts, seq; /* recorded: the poll step's ticks and the join's order */
 	uint32_t imm;	  /* recorded: the immediate data (host order), with_imm */
 	uint8_t with_imm;
+	uint32_t src_qp; /* UD receives: the sender (the replay's: its new number) */
+	uint32_t order;	 /* while matching: the position in its list */
 };
 
 struct rp_idset {
@@ -173,6 +177,25 @@ struct rp_qp {
 	uint8_t count_live;
 };
 
+/* A peer's WRITE that a post waits for: the last 8 bytes of where it lands in
+ * the replayed MR must hold the writer's tag with at least this ordinal. */
+struct rp_dep {
+	const uint8_t *at;
+	uint64_t tag;	    /* writer key << 32 | ordinal */
+	uint32_t in_flight; /* its completion was polled after the post */
+};
+
+/* A post's memory dependencies (replay_deps.c): the WRITEs it carries that
+ * have a tag (per WR: the tag, 0 none, and where it goes in the source); the
+ * WRITEs it waits for, and when the last of them landed (recorded). */
+struct rp_step_deps {
+	uint64_t *tags;
+	uint8_t **tag_at;
+	struct rp_dep *deps;
+	uint32_t ndeps;
+	uint64_t dep_land_ns;
+};
+
 /* One step of the timeline: a recorded event the replayer reissues in order. */
 struct rp_step {
 	struct rbt_event *ev; /* a deep copy in one block, owned by the side's arena */
@@ -202,6 +225,7 @@ struct rp_step {
 	struct ibv_wc *wcs; /* poll: room for the recorded count */
 	uint32_t got;
 	int skipped;
+	struct rp_step_deps *dx; /* memory dependencies, NULL: none */
 };
 
 /* A recorded thread of a side (its stream): replayed by a thread of its own,
@@ -218,6 +242,9 @@ struct rp_lane {
 	uint64_t gate;	   /* published as it goes (atomic) */
 	int timeouts, stop_why, stop_at, ran;
 	uint64_t wasted_ns, xwaits;
+	/* memory dependencies of its posts: inferred, waited and satisfied,
+	 * timed out (replay_deps.c) */
+	uint64_t deps_inferred, deps_in_flight, deps_kept, deps_timed_out;
 	pthread_t thr;
 };
 
@@ -305,6 +332,8 @@ struct rp_side {
 	struct rp_lane *lane, pre;
 	int nlane;
 	uint64_t xwaits; /* posts and modifies that waited for another lane */
+	/* WRITEs into its MRs from a trace of another host: not inferred */
+	uint64_t deps_ambiguous;
 	uint64_t cq_events_missed;
 	size_t late_from, late_to; /* report: this side's slice of the lateness */
 	double late_p50, late_p99, late_max;
@@ -343,6 +372,23 @@ struct rp_dir {
 	int nsrq, capsrq;
 };
 
+/* A recorded RDMA WRITE that may land in some side's MR (replay_deps.c):
+ * side >= RP_MAX_SIDES: the peer replayer's (only the fields after wr). */
+struct rp_write {
+	int side, step, wr;
+	int host;	 /* index into rp_job.hosts, -1: unknown */
+	uint32_t clk;	 /* the trace's clock source: t_post, t_done are its ticks */
+	uint32_t stream; /* the recorded thread that posted it (local only) */
+	uint32_t rec_dest, rkey, key, ord;
+	uint64_t raddr, len, t_post, t_done;
+	uint8_t *at; /* while inferring: where it lands in the waiting side's view */
+};
+
+struct rp_writes {
+	struct rp_write *v;
+	int n, cap;
+};
+
 /* ---- the divergence list --------------------------------------------------- */
 /* One kind of divergence: the first message, and how many more alike (the same
  * message but for step numbers, completion indexes and waited times). */
@@ -374,8 +420,15 @@ struct rp_job {
 	int peer_is_responder;
 	pthread_barrier_t bar;
 	int poll_timeout_ms;
-	volatile int diverged; /* some side of this process has diverged */
-	uint64_t end_ns;       /* --max-time: the run ends here; 0: none */
+	volatile int diverged;	 /* some side of this process has diverged */
+	int deps_off;		 /* RBTRACE_REPLAY_NO_DEPS: inferred, not waited for */
+	struct rp_writes writes; /* every side's WRITEs, the peer's too */
+	char hosts[RP_MAX_HOSTS][128];
+	int nhost;
+	/* the listener's peers (--peers), or the connecting side's one */
+	int peer_fd[RP_MAX_PEERS];
+	int npeer;
+	uint64_t end_ns; /* --max-time: the run ends here; 0: none */
 	/* XRC domains opened through a file in the recording are rebuilt through
 	 * one file per recorded host, PREFIX.<host hash>, shared by every side of
 	 * the job (both replayer processes: the listener names it) */
@@ -501,6 +554,15 @@ int rp_signal_caught(void);
 /* A stopped side's recorded completions cut to those it reached. */
 void rp_side_cut(struct rp_side *s);
 
+/* replay_deps.c: causality through memory (peers' WRITEs into polled MRs) */
+int rp_deps_collect(struct rp_job *j);
+int rp_deps_setup(struct rp_job *j);
+void rp_deps_tag(struct rp_step *st);
+uint64_t rp_deps_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i,
+		      uint64_t lim_ns, int *timed_out);
+void rp_deps_totals(const struct rp_side *s, uint64_t *inferred, uint64_t *in_flight,
+		    uint64_t *kept, uint64_t *timed_out);
+
 /* replay_report.c: the fidelity report */
 void rp_diverge(struct rp_job *j, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -527,6 +589,8 @@ int rp_readline(int fd, char *buf, size_t n, int timeout_ms);
 void rp_hex(char *out, const uint8_t *g);
 void rp_unhex(uint8_t *g, const char *s);
 int rp_listen_accept(FILE *log, const char *port);
+int rp_listen_accept_n(FILE *log, const char *port, int n, int *fds);
+int rp_host_id(struct rp_job *j, const char *host);
 int rp_connect(FILE *log, const char *hostport);
 
 /* replay_responder.c: rbtrace replay --responder */

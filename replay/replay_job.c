@@ -50,6 +50,8 @@ static struct rp_job *rp_job_new(const struct rbt_replay_opts *o, int ntraces)
 	j->o = o;
 	j->log = o->log ? o->log : stderr;
 	j->net_fd = -1;
+	for (int k = 0; k < RP_MAX_PEERS; k++)
+		j->peer_fd[k] = -1;
 	j->nside = ntraces;
 	j->poll_timeout_ms = o->poll_timeout_ms > 0 ? o->poll_timeout_ms : 5000;
 	pthread_mutex_init(&j->rep.lock, NULL);
@@ -74,6 +76,7 @@ static void rp_job_free(struct rp_job *j)
 	free(j->dir.qps);
 	free(j->dir.mrs);
 	free(j->dir.srqs);
+	free(j->writes.v);
 	pthread_mutex_destroy(&j->rep.lock);
 	free(j);
 }
@@ -143,12 +146,16 @@ static int rp_job_setup(struct rp_job *j)
 				memset(&s->gid, 0, sizeof(s->gid));
 		rc = rp_publish_side(j, s);
 	}
+	if (!rc)
+		rc = rp_deps_collect(j);
 	if (!rc && j->net_fd >= 0)
 		rc = rp_net_exchange(j);
 	for (int i = 0; i < j->nside && !rc; i++)
 		rc = rp_prepare_side(j, &j->side[i]);
 	for (int i = 0; i < j->nside && !rc; i++)
 		rp_err_waits(j, &j->side[i]);
+	if (!rc)
+		rc = rp_deps_setup(j);
 	return rc;
 }
 

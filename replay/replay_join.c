@@ -180,6 +180,7 @@ static void rp_join_push(struct rp_loading *ld, struct rbt_model_qp *mq, int cq,
 		.seq = s->wc_seq++,
 		.imm = w ? (uint32_t)w->imm_data : 0,
 		.with_imm = (uint8_t)(w && (w->wc_flags & IBV_WC_WITH_IMM)),
+		.src_qp = w ? (uint32_t)w->src_qp : 0,
 	};
 	rp_wclist_push(&q->rec_wc[c->recv ? 1 : 0], &r);
 }

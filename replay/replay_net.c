@@ -120,14 +120,16 @@ void rp_unhex(uint8_t *g, const char *s)
 	}
 }
 
-int rp_listen_accept(FILE *log, const char *port)
+/* Accepts n connections on port (all within 120 s); fds gets them. */
+int rp_listen_accept_n(FILE *log, const char *port, int n, int *fds)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET,
 				 .sin_addr.s_addr = htonl(INADDR_ANY) };
 	char *end;
 	long p = strtol(port, &end, 10);
-	int one = 1, ls, fd;
+	int one = 1, ls, got = 0;
 	struct pollfd pf;
+	struct timespec t0, t1;
 
 	if (*end || p <= 0 || p > 65535) {
 		fprintf(log, "rbtrace replay: --listen %s: not a port number\n", port);
@@ -138,25 +140,46 @@ int rp_listen_accept(FILE *log, const char *port)
 	if (ls < 0)
 		return -errno;
 	setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(ls, (struct sockaddr *)&a, sizeof(a)) || listen(ls, 1)) {
+	if (bind(ls, (struct sockaddr *)&a, sizeof(a)) || listen(ls, n)) {
 		fprintf(log, "rbtrace replay: --listen %s: %s\n", port, strerror(errno));
 		close(ls);
 		return -EADDRINUSE;
 	}
-	pf.fd = ls;
-	pf.events = POLLIN;
-	if (poll(&pf, 1, 120000) != 1) {
-		fprintf(log,
-			"rbtrace replay: --listen %s: no peer connected within 120 s\n",
-			port);
-		close(ls);
-		return -ETIMEDOUT;
-	}
-	fd = accept(ls, NULL, NULL);
-	close(ls);
-	if (fd >= 0)
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (got < n) {
+		long left;
+		int fd;
+
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		left = 120000 - (t1.tv_sec - t0.tv_sec) * 1000 -
+		       (t1.tv_nsec - t0.tv_nsec) / 1000000;
+		pf.fd = ls;
+		pf.events = POLLIN;
+		if (left <= 0 || poll(&pf, 1, (int)left) != 1) {
+			fprintf(log,
+				"rbtrace replay: --listen %s: %d of %d peers connected "
+				"within 120 s\n",
+				port, got, n);
+			close(ls);
+			while (got > 0)
+				close(fds[--got]);
+			return -ETIMEDOUT;
+		}
+		fd = accept(ls, NULL, NULL);
+		if (fd < 0)
+			continue;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	return fd < 0 ? -errno : fd;
+		fds[got++] = fd;
+	}
+	close(ls);
+	return 0;
+}
+
+int rp_listen_accept(FILE *log, const char *port)
+{
+	int fd, rc = rp_listen_accept_n(log, port, 1, &fd);
+
+	return rc < 0 ? rc : fd;
 }
 
 int rp_connect(FILE *log, const char *hostport)
@@ -200,17 +223,24 @@ int rp_connect(FILE *log, const char *hostport)
 }
 
 /* ---- the replayer's side ------------------------------------------------------------ */
-int rp_net_open(struct rp_job *j)
+/* The hosts named in the job (the writers of memory dependencies); -1: too many. */
+int rp_host_id(struct rp_job *j, const char *host)
+{
+	for (int i = 0; i < j->nhost; i++)
+		if (!strcmp(j->hosts[i], host))
+			return i;
+	if (j->nhost == RP_MAX_HOSTS)
+		return -1;
+	snprintf(j->hosts[j->nhost], sizeof(j->hosts[0]), "%s", host);
+	return j->nhost++;
+}
+
+static int rp_net_hello(struct rp_job *j, int k)
 {
 	char line[512], host[200] = "";
 	unsigned long long epoch = 0;
-	int fd;
+	int fd = j->peer_fd[k];
 
-	fd = j->o->listen ? rp_listen_accept(j->log, j->o->listen)
-			  : rp_connect(j->log, j->o->connect);
-	if (fd < 0)
-		return fd;
-	j->net_fd = fd;
 	if (rp_sendf(fd, "HELLO replayer %s %llu\n",
 		     j->side[0].host[0] ? j->side[0].host : "-",
 		     (unsigned long long)j->rec_epoch) ||
@@ -219,6 +249,10 @@ int rp_net_open(struct rp_job *j)
 			       "the peer closed the connection during hello");
 	}
 	if (!strncmp(line, "HELLO responder", 15)) {
+		if (j->npeer > 1)
+			return rp_fail(j, -EPROTO,
+				       "--peers: a responder serves one replayer, not %d",
+				       j->npeer);
 		j->peer_is_responder = 1;
 		return 0;
 	}
@@ -236,7 +270,7 @@ int rp_net_open(struct rp_job *j)
 		return rp_fail(j, -EPROTO,
 			       "the peer replayer did not name its XRC domain files");
 	}
-	/* Same host: both recordings share CLOCK_MONOTONIC, keep their offset. */
+	/* Same host: the recordings share CLOCK_MONOTONIC, keep their offset. */
 	if (j->same_clock && !strcmp(host, j->side[0].host)) {
 		if (epoch && epoch < j->rec_epoch)
 			j->rec_epoch = epoch;
@@ -246,15 +280,52 @@ int rp_net_open(struct rp_job *j)
 	return 0;
 }
 
-static int rp_send_dir(struct rp_job *j)
+/* The listener takes --peers connections (a job spread over several
+ * replayer processes: it relays each one's directory to the others and
+ * holds the barriers); a connecting replayer has one peer, the listener. */
+int rp_net_open(struct rp_job *j)
+{
+	int n = j->o->listen && j->o->peers > 1 ? j->o->peers : 1, rc;
+
+	if (n > RP_MAX_PEERS)
+		return rp_fail(j, -EINVAL, "--peers %d: at most %d", n, RP_MAX_PEERS);
+	if (j->o->listen) {
+		rc = rp_listen_accept_n(j->log, j->o->listen, n, j->peer_fd);
+		if (rc < 0)
+			return rc;
+	} else {
+		rc = rp_connect(j->log, j->o->connect);
+		if (rc < 0)
+			return rc;
+		j->peer_fd[0] = rc;
+	}
+	j->npeer = n;
+	j->net_fd = j->peer_fd[0];
+	for (int k = 0; k < n; k++)
+		if ((rc = rp_net_hello(j, k)))
+			return rc;
+	return 0;
+}
+
+/* Which peer a directory entry came from (-1: our own): the listener files
+ * peer k's sides from RP_MAX_SIDES * (1 + k) on. */
+static int rp_entry_peer(int side)
+{
+	return side < RP_MAX_SIDES ? -1 : side / RP_MAX_SIDES - 1;
+}
+
+/* Our directory, and (the listener) every other peer's, to fd; not what came
+ * from peer skip. */
+static int rp_send_dir(struct rp_job *j, int fd, int skip)
 {
 	char gid[40];
-	int fd = j->net_fd;
+	int relay = j->o->listen != NULL;
 
 	for (int i = 0; i < j->dir.nqp; i++) {
 		const struct rp_dir_qp *q = &j->dir.qps[i];
+		int pk = rp_entry_peer(q->side);
 
-		if (q->side >= RP_MAX_SIDES)
+		if (pk >= 0 && (!relay || pk == skip))
 			continue;
 		rp_hex(gid, q->gid);
 		if (rp_sendf(fd, "Q %d %u %u %u %u %u %u %s\n", q->side, q->rec_qpn,
@@ -263,8 +334,9 @@ static int rp_send_dir(struct rp_job *j)
 	}
 	for (int i = 0; i < j->dir.nmr; i++) {
 		const struct rp_dir_mr *m = &j->dir.mrs[i];
+		int pk = rp_entry_peer(m->side);
 
-		if (m->side >= RP_MAX_SIDES)
+		if (pk >= 0 && (!relay || pk == skip))
 			continue;
 		if (rp_sendf(fd, "M %d %llu %llu %llu %u %u\n", m->side,
 			     (unsigned long long)m->rec_addr, (unsigned long long)m->len,
@@ -273,21 +345,37 @@ static int rp_send_dir(struct rp_job *j)
 	}
 	for (int i = 0; i < j->dir.nsrq; i++) {
 		const struct rp_dir_srq *r = &j->dir.srqs[i];
+		int pk = rp_entry_peer(r->side);
 
-		if (r->side >= RP_MAX_SIDES)
+		if (pk >= 0 && (!relay || pk == skip))
 			continue;
 		if (rp_sendf(fd, "S %d %u %u\n", r->side, r->rec_srqn, r->new_srqn))
+			return -EPIPE;
+	}
+	/* the WRITEs: the peers' posts may wait for them to land (replay_deps.c) */
+	for (int i = 0; i < j->writes.n; i++) {
+		const struct rp_write *w = &j->writes.v[i];
+		int pk = rp_entry_peer(w->side);
+
+		if (pk >= 0 && (!relay || pk == skip))
+			continue;
+		if (rp_sendf(fd, "W %d %s %u %u %u %u %u %llu %llu %llu %llu\n", w->side,
+			     w->host >= 0 ? j->hosts[w->host] : "-", w->clk, w->rec_dest,
+			     w->rkey, w->key, w->ord, (unsigned long long)w->raddr,
+			     (unsigned long long)w->len, (unsigned long long)w->t_post,
+			     (unsigned long long)w->t_done))
 			return -EPIPE;
 	}
 	return rp_sendf(fd, "E\n");
 }
 
-static int rp_recv_dir(struct rp_job *j)
+/* The directory from fd; its sides are filed from base on. */
+static int rp_recv_dir(struct rp_job *j, int fd, int base)
 {
 	char line[512], gid[64];
 
 	for (;;) {
-		int n = rp_readline(j->net_fd, line, sizeof(line), RP_NET_TIMEOUT_MS);
+		int n = rp_readline(fd, line, sizeof(line), RP_NET_TIMEOUT_MS);
 
 		if (n < 0) {
 			fprintf(j->log,
@@ -304,7 +392,7 @@ static int rp_recv_dir(struct rp_job *j)
 				   &q.rec_qpn, &q.rec_dest, &q.new_qpn, &q.type, &q.lid,
 				   &q.rec_lid, gid) != 8)
 				goto bad;
-			q.side += RP_MAX_SIDES;
+			q.side += base;
 			rp_unhex(q.gid, gid);
 			if (rp_dir_add_qp(&j->dir, &q))
 				return -ENOMEM;
@@ -315,7 +403,7 @@ static int rp_recv_dir(struct rp_job *j)
 			if (sscanf(line, "M %d %llu %llu %llu %u %u", &m.side, &a, &l,
 				   &na, &m.rec_rkey, &m.new_rkey) != 6)
 				goto bad;
-			m.side += RP_MAX_SIDES;
+			m.side += base;
 			m.rec_addr = a;
 			m.len = l;
 			m.new_addr = na;
@@ -327,9 +415,27 @@ static int rp_recv_dir(struct rp_job *j)
 			if (sscanf(line, "S %d %u %u", &r.side, &r.rec_srqn,
 				   &r.new_srqn) != 3)
 				goto bad;
-			r.side += RP_MAX_SIDES;
+			r.side += base;
 			if (rp_dir_add_srq(&j->dir, &r))
 				return -ENOMEM;
+		} else if (line[0] == 'W') {
+			struct rp_write w = { 0 };
+			unsigned long long a, l, tp, td;
+			char host[200];
+
+			if (sscanf(line, "W %d %199s %u %u %u %u %u %llu %llu %llu %llu",
+				   &w.side, host, &w.clk, &w.rec_dest, &w.rkey, &w.key,
+				   &w.ord, &a, &l, &tp, &td) != 11)
+				goto bad;
+			w.side += base;
+			w.host = rp_host_id(j, host);
+			w.raddr = a;
+			w.len = l;
+			w.t_post = tp;
+			w.t_done = td;
+			if (!RP_GROW(j->writes.v, j->writes.n, j->writes.cap))
+				return -ENOMEM;
+			j->writes.v[j->writes.n++] = w;
 		} else if (line[0] == 'X') {
 			return rp_fail(j, -EPROTO, "the peer refused: %s", line + 1);
 		} else {
@@ -466,56 +572,93 @@ static int rp_send_needs(struct rp_job *j)
 
 int rp_net_exchange(struct rp_job *j)
 {
-	int rc;
+	int rc = 0;
 
 	if (j->peer_is_responder) {
 		rc = rp_send_needs(j);
 		if (!rc)
-			rc = rp_recv_dir(j);
+			rc = rp_recv_dir(j, j->net_fd, RP_MAX_SIDES);
 		return rc;
 	}
-	rc = rp_send_dir(j);
-	if (!rc)
-		rc = rp_recv_dir(j);
+	if (!j->o->listen) {
+		rc = rp_send_dir(j, j->net_fd, -1);
+		return rc ? rc : rp_recv_dir(j, j->net_fd, RP_MAX_SIDES);
+	}
+	/* the listener: every peer's first, then to each all the others' */
+	for (int k = 0; k < j->npeer && !rc; k++)
+		rc = rp_recv_dir(j, j->peer_fd[k], RP_MAX_SIDES * (1 + k));
+	for (int k = 0; k < j->npeer && !rc; k++)
+		rc = rp_send_dir(j, j->peer_fd[k], k);
 	return rc;
 }
 
+/* The listener hears the word from every peer before it answers any. */
 int rp_net_barrier(struct rp_job *j, const char *word)
 {
 	char line[64];
-	int n;
+	int n = 0;
 
-	if (rp_sendf(j->net_fd, "%s\n", word))
+	if (!j->o->listen && rp_sendf(j->net_fd, "%s\n", word))
 		return -EPIPE;
-	n = rp_readline(j->net_fd, line, sizeof(line), RP_NET_TIMEOUT_MS * 4);
-	if (n < 0 || strcmp(line, word)) {
-		fprintf(j->log, "rbtrace replay: the peer did not reach %s: %s\n", word,
-			n < 0 ? strerror(-n) : line);
-		return n < 0 ? n : -EPROTO;
+	for (int k = 0; k < j->npeer; k++) {
+		n = rp_readline(j->peer_fd[k], line, sizeof(line), RP_NET_TIMEOUT_MS * 4);
+		if (n < 0 || strcmp(line, word)) {
+			fprintf(j->log, "rbtrace replay: the peer did not reach %s: %s\n",
+				word, n < 0 ? strerror(-n) : line);
+			return n < 0 ? n : -EPROTO;
+		}
+		if (!j->o->listen)
+			break;
 	}
+	for (int k = 0; j->o->listen && k < j->npeer; k++)
+		if (rp_sendf(j->peer_fd[k], "%s\n", word))
+			return -EPIPE;
 	return 0;
 }
 
-/* Same host: both replayers read one CLOCK_MONOTONIC, so they can agree on the
- * very same start instant (the later of the two proposals). */
+/* Same host: every replayer reads one CLOCK_MONOTONIC, so they can agree on
+ * the very same start instant (the latest of the proposals). */
+static void rp_take_t0(struct rp_job *j, uint64_t *t0, unsigned long long theirs)
+{
+	if (j->same_clock && theirs > *t0 && theirs - *t0 < 1000000000ull)
+		*t0 = theirs;
+}
+
 int rp_net_agree_t0(struct rp_job *j, uint64_t *t0)
 {
 	char line[64];
 	unsigned long long theirs = 0;
 
-	if (rp_sendf(j->net_fd, "T0 %llu\n", (unsigned long long)*t0) ||
-	    rp_readline(j->net_fd, line, sizeof(line), RP_NET_TIMEOUT_MS) < 0 ||
-	    sscanf(line, "T0 %llu", &theirs) != 1) {
-		return rp_fail(j, -EPROTO, "the peer did not agree on a start time");
+	if (!j->o->listen) {
+		if (rp_sendf(j->net_fd, "T0 %llu\n", (unsigned long long)*t0) ||
+		    rp_readline(j->net_fd, line, sizeof(line), RP_NET_TIMEOUT_MS) < 0 ||
+		    sscanf(line, "T0 %llu", &theirs) != 1)
+			return rp_fail(j, -EPROTO,
+				       "the peer did not agree on a start time");
+		rp_take_t0(j, t0, theirs);
+		return 0;
 	}
-	if (j->same_clock && theirs > *t0 && theirs - *t0 < 1000000000ull)
-		*t0 = theirs;
+	for (int k = 0; k < j->npeer; k++) {
+		if (rp_readline(j->peer_fd[k], line, sizeof(line), RP_NET_TIMEOUT_MS) <
+			    0 ||
+		    sscanf(line, "T0 %llu", &theirs) != 1)
+			return rp_fail(j, -EPROTO,
+				       "the peer did not agree on a start time");
+		rp_take_t0(j, t0, theirs);
+	}
+	for (int k = 0; k < j->npeer; k++)
+		if (rp_sendf(j->peer_fd[k], "T0 %llu\n", (unsigned long long)*t0))
+			return -EPIPE;
 	return 0;
 }
 
 void rp_net_close(struct rp_job *j)
 {
-	if (j->net_fd >= 0)
+	for (int k = 0; k < j->npeer; k++)
+		if (j->peer_fd[k] >= 0)
+			close(j->peer_fd[k]);
+	if (!j->npeer && j->net_fd >= 0)
 		close(j->net_fd);
+	j->npeer = 0;
 	j->net_fd = -1;
 }

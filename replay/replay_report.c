@@ -168,12 +168,47 @@ static double rp_pct(const uint64_t *v, size_t n, double p)
 	return (double)v[i < n ? i : n - 1];
 }
 
+static int rp_cmp_sender(const void *a, const void *b)
+{
+	const struct rp_wcrec *x = a, *y = b;
+
+	if (x->src_qp != y->src_qp)
+		return x->src_qp < y->src_qp ? -1 : 1;
+	return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* A UD QP receives from many senders: the order between two senders'
+ * messages is the fabric's timing (HERD's workers answering one client),
+ * only each sender's own order is the program's. Both lists are put in
+ * sender order (the recorded number of the sender; the replay's translated
+ * through the directory), each sender's messages in the order they came. */
+static void rp_by_sender(struct rp_job *j, struct rp_wclist *r, struct rp_wclist *p)
+{
+	for (uint32_t k = 0; k < p->n; k++) {
+		struct rp_wcrec *w = &p->v[k];
+
+		for (int i = 0; i < j->dir.nqp; i++)
+			if (j->dir.qps[i].new_qpn == w->src_qp) {
+				w->src_qp = j->dir.qps[i].rec_qpn;
+				break;
+			}
+		w->order = k;
+	}
+	for (uint32_t k = 0; k < r->n; k++)
+		r->v[k].order = k;
+	qsort(r->v, r->n, sizeof(*r->v), rp_cmp_sender);
+	qsort(p->v, p->n, sizeof(*p->v), rp_cmp_sender);
+}
+
 /* ---- completions: the replay's against the recording, per QP and queue ---- */
 static void rp_report_match_queue(struct rp_job *j, struct rp_side *s, struct rp_qp *q,
 				  int d, struct rbt_replay_summary *sum)
 {
 	struct rp_wclist *r = &q->rec_wc[d], *p = &q->rep_wc[d];
 	uint32_t n = r->n < p->n ? r->n : p->n, shown = 0;
+
+	if (d == 1 && q->rec.qp_type == IBV_QPT_UD && r->n == p->n)
+		rp_by_sender(j, r, p);
 
 	sum->completions_expected += r->n;
 	sum->completions_recorded += q->rec_all[d] > r->n ? q->rec_all[d] : r->n;
@@ -416,6 +451,43 @@ static void rp_json_pair(struct rbt_json *w, const char *key, uint64_t rec, uint
 	rbt_json_obj_end(w);
 }
 
+/* Memory dependencies (replay_deps.c): a post after a peer's RDMA WRITE into
+ * memory the program polled. */
+static void rp_json_deps(const struct rp_job *j, const struct rp_side *s,
+			 struct rbt_json *w)
+{
+	uint64_t inf, infl, kept, tmo;
+
+	rp_deps_totals(s, &inf, &infl, &kept, &tmo);
+	rbt_json_key(w, "memory_deps");
+	rbt_json_obj(w);
+	rbt_json_ku64(w, "inferred", inf);
+	rbt_json_ku64(w, "in_flight", infl);
+	rbt_json_ku64(w, "kept", kept);
+	rbt_json_ku64(w, "timed_out", tmo);
+	rbt_json_ku64(w, "ambiguous", s->deps_ambiguous);
+	rbt_json_kbool(w, "enforced", !j->deps_off);
+	rbt_json_obj_end(w);
+}
+
+static void rp_text_deps(const struct rp_job *j, const struct rp_side *s, FILE *f)
+{
+	uint64_t inf, infl, kept, tmo;
+
+	rp_deps_totals(s, &inf, &infl, &kept, &tmo);
+	if (!inf && !s->deps_ambiguous)
+		return;
+	fprintf(f,
+		"memory dependencies: %s: %llu inferred (a post after a peer's RDMA "
+		"WRITE into its memory; %llu of them still in flight at the post), "
+		"%llu kept, %llu timed out, %llu ambiguous (written from another "
+		"host)%s\n",
+		s->path, (unsigned long long)inf, (unsigned long long)infl,
+		(unsigned long long)kept, (unsigned long long)tmo,
+		(unsigned long long)s->deps_ambiguous,
+		j->deps_off ? "; not enforced (RBTRACE_REPLAY_NO_DEPS)" : "");
+}
+
 static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
 {
 	rbt_json_key(w, "sides");
@@ -434,6 +506,7 @@ static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
 		rbt_json_ku64(w, "steps_run", (uint64_t)s->nran);
 		rbt_json_ku64(w, "threads", (uint64_t)s->nlane);
 		rbt_json_ku64(w, "cross_thread_waits", s->xwaits);
+		rp_json_deps(j, s, w);
 		rbt_json_key(w, "per_thread");
 		rbt_json_arr(w);
 		for (int l = 0; s->nlane > 1 && l < s->nlane; l++) {
@@ -714,6 +787,7 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 		if (s->stop_why)
 			fprintf(f, "stopped: %s ran %d of %d steps (%s)\n", s->path,
 				s->nran, s->nstep, rp_stop_text(j, s->stop_why, sum));
+		rp_text_deps(j, s, f);
 		if (s->nlane > 1)
 			fprintf(f,
 				"threads: %s: %d recorded threads, each replayed by its "

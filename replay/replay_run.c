@@ -641,6 +641,38 @@ static int rp_gate_wait(struct rp_job *j, struct rp_lane *L, uint64_t t, int i)
 	return 0;
 }
 
+/* The peers' WRITEs a post waits for (replay_deps.c), in every timing: in
+ * deps timing before the think time, which then counts from when the last of
+ * them landed; in the others after the post's deadline (the writers keep
+ * their schedule too). Bounded like a poll - in deps timing plus the gap the
+ * program itself waited since its last poll, as the writer may be that far
+ * in the future; 1 when the lane must stop. */
+static int rp_run_deps(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i,
+		       uint64_t *anchor_rep, uint64_t *anchor_rec)
+{
+	uint64_t t0 = rp_now_ns(), landed,
+		 lim = (uint64_t)j->poll_timeout_ms * 1000000ull;
+	int timed_out;
+
+	if (j->o->timing == RBT_REPLAY_DEPS && st->rec_ns > *anchor_rec)
+		lim += st->rec_ns - *anchor_rec;
+	lim = rp_wait_limit(j, L, lim);
+	if (!lim)
+		return 1;
+	landed = rp_deps_wait(j, L, st, i, lim, &timed_out);
+	if (rp_must_stop(j, L))
+		return 1;
+	if (timed_out) {
+		L->timeouts++;
+		rp_wasted(j, L, t0);
+	}
+	if (j->o->timing == RBT_REPLAY_DEPS && st->dx->dep_land_ns > *anchor_rec) {
+		*anchor_rec = st->dx->dep_land_ns;
+		*anchor_rep = landed ? landed : rp_now_ns();
+	}
+	return 0;
+}
+
 /* A QP's move to ERR flushes what its peer sends it from then on; every send
  * of the peer's that succeeded in the recording was taken by this QP before
  * its ERR (an RC QP in ERR acknowledges nothing). So before a modify to ERR,
@@ -757,6 +789,10 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			continue;
 		st->deadline = 0;
 		if (i >= s->prefix && rp_timed_step(e->type)) {
+			if (o->timing == RBT_REPLAY_DEPS && st->dx && st->dx->ndeps &&
+			    !j->deps_off &&
+			    rp_run_deps(j, L, st, i, &anchor_rep, &anchor_rec))
+				goto stop;
 			if (o->timing == RBT_REPLAY_RECORDED ||
 			    o->timing == RBT_REPLAY_SCALE) {
 				int64_t off = (int64_t)(st->rec_ns - rec_epoch);
@@ -772,6 +808,16 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			st->ready = rp_now_ns();
 			if (st->deadline && rp_wait_until(j, L, st->deadline))
 				goto stop;
+			if (o->timing != RBT_REPLAY_DEPS && st->dx && st->dx->ndeps &&
+			    !j->deps_off) {
+				uint64_t before = rp_now_ns();
+
+				if (rp_run_deps(j, L, st, i, &anchor_rep, &anchor_rec))
+					goto stop;
+				/* waiting for a WRITE is waiting, like a poll */
+				if (rp_now_ns() - before > 1000)
+					st->ready = rp_now_ns();
+			}
 		}
 		if (rp_must_stop(j, L))
 			goto stop;
@@ -812,6 +858,8 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 		case RBT_EV_POST_SEND:
 			rp_copy_payloads(st);
 			rp_apply_fixes(st);
+			if (st->dx && st->dx->tags)
+				rp_deps_tag(st);
 			st->t_issue = rp_now_ns();
 			if (st->bind1) /* a type 1 window: ibv_bind_mw */
 				st->ret = ibv_bind_mw(st->qp->qp, st->bind1_mw->mw,
@@ -908,6 +956,7 @@ static void rp_push_replayed(struct rp_job *j, struct rp_side *s, const struct i
 		.opcode = w->opcode,
 		.byte_len = w->byte_len,
 		.unpolled = (uint8_t)unpolled,
+		.src_qp = w->src_qp,
 	};
 
 	if (!q) {

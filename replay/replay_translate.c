@@ -163,7 +163,7 @@ static int rp_mr_alive(const struct rp_mr *m, uint64_t t)
 }
 
 static int rp_map_sge(struct rp_job *j, struct rp_side *s, const struct rbt_sge *in,
-		      struct ibv_sge *out, int is_inline, int post_idx,
+		      struct ibv_sge *out, int is_inline, int is_recv, int post_idx,
 		      struct rp_step *st, uint32_t room)
 {
 	/* the MR alive at the post first (keys and addresses get reused after a
@@ -188,6 +188,26 @@ static int rp_map_sge(struct rp_job *j, struct rp_side *s, const struct rbt_sge 
 			out->lkey = 0;
 			return rp_fix_add(s, st, &out->lkey, m, 0, room);
 		}
+	/* A receive buffer that begins in its MR and runs past the end: a NIC
+	 * checks only the bytes a message writes (rdma_bench's ws-sequencer
+	 * posts 4096-byte receives at 64-byte strides of a 4096-byte MR), so
+	 * the recorded post worked. Posted up to the MR's end: a message that
+	 * would have written past it fails as it would have there. */
+	for (int i = s->nmr - 1; i >= 0 && is_recv; i--) {
+		const struct rp_mr *m = &s->mr[i];
+
+		if (m->lkey != in->lkey || in->addr < m->addr ||
+		    in->addr >= m->addr + m->length || (!m->mr && !m->dynamic))
+			continue;
+		out->addr = (uint64_t)(uintptr_t)m->buf + (in->addr - m->addr);
+		out->length = (uint32_t)(m->addr + m->length - in->addr);
+		if (!m->dynamic) {
+			out->lkey = m->mr->lkey;
+			return 0;
+		}
+		out->lkey = 0;
+		return rp_fix_add(s, st, &out->lkey, m, 0, room);
+	}
 	/* Outside every MR: inline data is copied by the device at post time, so a
 	 * private buffer is as good; otherwise the post is meant to fail. */
 	out->addr = (uint64_t)(uintptr_t)rp_scratch(s, in->length ? in->length : 1);
@@ -485,7 +505,7 @@ static int rp_translate_send(struct rp_job *j, struct rp_side *s, struct rp_step
 		o->send_flags = (unsigned)r->send_flags;
 		o->imm_data = htobe32((uint32_t)r->imm_data);
 		for (uint32_t g = 0; g < r->n_sges; g++, k++) {
-			if (rp_map_sge(j, s, &r->sges[g], &st->sges[k], inl, i, st,
+			if (rp_map_sge(j, s, &r->sges[g], &st->sges[k], inl, 0, i, st,
 				       nsge + p->n_wrs))
 				return -ENOMEM;
 			len += r->sges[g].length;
@@ -541,7 +561,7 @@ static int rp_translate_recv(struct rp_job *j, struct rp_side *s, struct rp_step
 		o->sg_list = &st->sges[k];
 		o->num_sge = (int)wrs[w].n_sges;
 		for (uint32_t g = 0; g < wrs[w].n_sges; g++, k++)
-			if (rp_map_sge(j, s, &wrs[w].sges[g], &st->sges[k], 0, i, st,
+			if (rp_map_sge(j, s, &wrs[w].sges[g], &st->sges[k], 0, 1, i, st,
 				       nsge))
 				return -ENOMEM;
 	}

@@ -1,0 +1,531 @@
+/* replay_deps.c - causality through memory: a post that, in the recording,
+ * followed the landing of a peer's RDMA WRITE into an MR of its own process
+ * (which the program found by polling that memory, as HERD's servers do) is
+ * made to wait until the replayed WRITE has landed.
+ *
+ * The recorder cannot see memory being polled, so the dependency is inferred
+ * after every side is loaded and translated (rp_deps_setup):
+ *  - a WRITE W (RDMA_WRITE or RDMA_WRITE_WITH_IMM of at least 8 bytes on an
+ *    RC/UC QP whose recorded post succeeded) lands in side B when its
+ *    (remote_addr, rkey, length) fits one of B's recorded MRs and its QP's
+ *    recorded destination is a QP of B; it landed no earlier than its post
+ *    and no later than the poll that returned its completion (or that of the
+ *    next signaled WR of its QP: a send queue completes in order);
+ *  - a post P of B's recorded thread T depends on W when W's completion was
+ *    polled before P was posted, no earlier post of T already depends on it,
+ *    and T polled no receive completion between them (a message would then
+ *    explain P, and the ordinary poll order keeps that);
+ *  - W landing in side c's MR is waited for by side b too when c posts
+ *    nothing (it only registers memory that other processes poll: HERD's
+ *    master), b and c share a host, W is not b's and b writes nothing into c;
+ *  - same host: one CLOCK_MONOTONIC, compared directly. Traces of different
+ *    hosts have no common clock the replay can trust to a bound smaller than
+ *    such gaps: those candidates are counted as ambiguous and not inferred.
+ * Enforcement holds on real hardware: every replayed WRITE of 8 bytes or more
+ * carries a tag in the last 8 bytes of its payload (the writer's key and the
+ * WRITE's ordinal on its QP; the rest of the recorded payload is unchanged),
+ * and before P the waiting thread reads the destination bytes in its own
+ * replayed MR until a tag of that writer with at least that ordinal is there
+ * (a QP's WRITEs land in order), bounded like a poll: a timeout is counted
+ * as a broken dependency and a divergence, never a hang.
+ * RBTRACE_REPLAY_NO_DEPS=1 infers but does not wait (for tests: the replay
+ * then diverges where the program depended on memory).
+ *
+ * Runs before the start and off the hot path, except rp_deps_wait, which
+ * does no allocation and no syscall but sched_yield.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+#include "replay/replay_int.h"
+
+/* The host's clock, on which WRITEs and posts of different traces are
+ * compared: the raw TSC when the trace has one (every process of a host reads
+ * the same counter; each trace's conversion to CLOCK_MONOTONIC has its own
+ * calibration, and two of them drift apart by microseconds over a minute -
+ * enough to put a WRITE on the wrong side of a post), else CLOCK_MONOTONIC. */
+static uint64_t rp_deps_clock(const struct rp_side *s, uint64_t ticks)
+{
+	return s->hdr.clock_source == RBT_CLOCK_TSC ? ticks : rp_abs_ns(s, ticks);
+}
+
+/* A step's dependency state, made when it first needs one. */
+static struct rp_step_deps *rp_dx(struct rp_side *s, struct rp_step *st)
+{
+	if (!st->dx)
+		st->dx = rp_alloc(s, sizeof(*st->dx));
+	return st->dx;
+}
+
+static uint32_t rp_deps_key(const struct rp_side *s, uint32_t qpn)
+{
+	uint32_t k = s->hdr.pid * 2654435761u ^ qpn * 40503u ^ 0x5eedu;
+
+	return k ? k : 1;
+}
+
+static int rp_is_write(uint64_t opcode)
+{
+	return opcode == IBV_WR_RDMA_WRITE || opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
+/* Per QP of a side: its send WRs in post order, to date their completions. */
+struct rp_sq {
+	int *w; /* index into writes, -1: another WR; signaled flag in sig */
+	uint8_t *sig;
+	int n, cap, head;
+};
+
+static int rp_sq_push(struct rp_sq *q, int w, int sig)
+{
+	if (q->n == q->cap) {
+		int c = q->cap ? 2 * q->cap : 64;
+		int *nw = realloc(q->w, (size_t)c * sizeof(*nw));
+		uint8_t *ns;
+
+		if (!nw)
+			return -ENOMEM;
+		q->w = nw;
+		ns = realloc(q->sig, (size_t)c);
+		if (!ns)
+			return -ENOMEM;
+		q->sig = ns;
+		q->cap = c;
+	}
+	q->w[q->n] = w;
+	q->sig[q->n++] = (uint8_t)sig;
+	return 0;
+}
+
+/* A send completion polled at t on QP index qi: its WR and the unsignaled ones
+ * before it completed by then. */
+static void rp_sq_done(struct rp_sq *q, struct rp_writes *ws, uint64_t t)
+{
+	while (q->head < q->n) {
+		int w = q->w[q->head], sig = q->sig[q->head];
+
+		q->head++;
+		if (w >= 0)
+			ws->v[w].t_done = t;
+		if (sig)
+			return;
+	}
+}
+
+/* Side s's WRITEs: tagged at post time, dated by their completions. */
+static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws)
+{
+	struct rp_side *s = &j->side[si];
+	struct rp_sq *sq = calloc((size_t)s->nqp + 1, sizeof(*sq));
+	uint32_t *ord = calloc((size_t)s->nqp + 1, sizeof(*ord));
+	int rc = 0, host = rp_host_id(j, s->host);
+
+	if (!sq || !ord) {
+		free(sq);
+		free(ord);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < s->nstep && !rc; i++) {
+		struct rp_step *st = &s->step[i];
+		const struct rbt_event *e = st->ev;
+
+		if (e->type == RBT_EV_POST_SEND && st->qp && e->u.post_send.ret == 0) {
+			const struct rbt_ev_post_send *p = &e->u.post_send;
+			int qi = (int)(st->qp - s->qp);
+			int rcuc = st->qp->rec.qp_type == IBV_QPT_RC ||
+				   st->qp->rec.qp_type == IBV_QPT_UC;
+
+			for (uint32_t w = 0; w < p->n_wrs && rcuc && !rc; w++) {
+				const struct rbt_send_wr *r = &p->wrs[w];
+				uint64_t len = 0;
+				int wi = -1;
+
+				for (uint32_t g = 0; g < r->n_sges; g++)
+					len += r->sges[g].length;
+				if (rp_is_write(r->opcode) && len >= 8 &&
+				    r->sges[r->n_sges - 1].length >= 8) {
+					if (!RP_GROW(ws->v, ws->n, ws->cap)) {
+						rc = -ENOMEM;
+						break;
+					}
+					wi = ws->n++;
+					ws->v[wi] = (struct rp_write){
+						.side = si,
+						.host = host,
+						.step = i,
+						.wr = (int)w,
+						.rec_dest = st->qp->rec_dest_qpn,
+						.rkey = (uint32_t)r->rkey,
+						.key = rp_deps_key(
+							s, (uint32_t)st->qp->rec.qp_num),
+						.ord = ++ord[qi],
+						.raddr = r->remote_addr,
+						.len = len,
+						.clk = s->hdr.clock_source,
+						.stream = e->stream,
+						.t_post = rp_deps_clock(s, e->ts),
+						.t_done = UINT64_MAX,
+					};
+					if (!rp_dx(s, st)) {
+						rc = -ENOMEM;
+						break;
+					}
+					if (!st->dx->tags) {
+						st->dx->tags = rp_alloc(
+							s,
+							p->n_wrs * sizeof(*st->dx->tags));
+						if (!rp_dx(s, st)) {
+							rc = -ENOMEM;
+							break;
+						}
+						if (!st->dx->tags) {
+							rc = -ENOMEM;
+							break;
+						}
+					}
+					st->dx->tags[w] = (uint64_t)ws->v[wi].key << 32 |
+							  ws->v[wi].ord;
+				}
+				rc = rc ? rc
+					: rp_sq_push(
+						  &sq[qi], wi,
+						  (r->send_flags & IBV_SEND_SIGNALED) ||
+							  st->qp->rec.sq_sig_all);
+			}
+		} else if (e->type == RBT_EV_POLL_CQ) {
+			const struct rbt_ev_poll_cq *p = &e->u.poll_cq;
+
+			for (uint32_t k = 0; k < p->n_wcs; k++) {
+				const struct rbt_wc *w = &p->wcs[k];
+				struct rp_qp *q;
+
+				if (w->status == IBV_WC_SUCCESS &&
+				    (w->opcode & IBV_WC_RECV))
+					continue;
+				q = NULL;
+				for (int n = 0; w->qp_num && n < s->nqp && !q; n++)
+					if (s->qp[n].rec.qp_num == w->qp_num)
+						q = &s->qp[n];
+				if (q)
+					rp_sq_done(&sq[q - s->qp], ws,
+						   rp_deps_clock(s, p->ts_exit));
+			}
+		}
+	}
+	for (int q = 0; q < s->nqp; q++) {
+		free(sq[q].w);
+		free(sq[q].sig);
+	}
+	free(sq);
+	free(ord);
+	return rc;
+}
+
+/* Where W lands in side b's replayed memory (its last 8 bytes), or NULL. */
+static uint8_t *rp_deps_target(struct rp_side *b, const struct rp_write *w)
+{
+	int peer = 0;
+
+	for (int q = 0; q < b->nqp && !peer; q++)
+		peer = b->qp[q].rec.qp_num == w->rec_dest && w->rec_dest;
+	if (!peer)
+		return NULL;
+	for (int m = 0; m < b->nmr; m++) {
+		struct rp_mr *r = &b->mr[m];
+
+		if (r->rkey == w->rkey && r->buf && w->raddr >= r->iova &&
+		    w->raddr - r->iova + w->len <= r->length)
+			return r->buf + (w->raddr - r->iova) + w->len - 8;
+	}
+	return NULL;
+}
+
+/* Whether side b's posts may have been waiting for WRITEs landing in side
+ * c's memory although c is another process: c only registers memory (it
+ * posts nothing: HERD's master, whose SysV segment its worker processes
+ * poll), the two were recorded on one host, and b writes nothing into c (a
+ * client of the same server is not one of its workers). c's replayed memory
+ * is in this process: a registrar in another replayer process is not seen. */
+static int rp_deps_polled_by(struct rp_job *j, struct rp_side *c, struct rp_side *b)
+{
+	if (c == b || strcmp(c->host, b->host))
+		return 0;
+	for (int i = 0; i < c->nstep; i++)
+		if (c->step[i].ev->type == RBT_EV_POST_SEND)
+			return 0;
+	for (int k = 0; k < j->writes.n; k++)
+		if (j->writes.v[k].side == b->idx && rp_deps_target(c, &j->writes.v[k]))
+			return 0;
+	return 1;
+}
+
+static int rp_cmp_post(const void *a, const void *b)
+{
+	const struct rp_write *x = a, *y = b;
+
+	return x->t_post < y->t_post ? -1 : x->t_post > y->t_post;
+}
+
+static int rp_step_polled_recv(const struct rp_step *st)
+{
+	const struct rbt_ev_poll_cq *p;
+
+	if (st->ev->type != RBT_EV_POLL_CQ)
+		return 0;
+	p = &st->ev->u.poll_cq;
+	for (uint32_t k = 0; k < p->n_wcs; k++)
+		if (p->wcs[k].status == IBV_WC_SUCCESS &&
+		    (p->wcs[k].opcode & IBV_WC_RECV))
+			return 1;
+	return 0;
+}
+
+/* The dependencies of one lane of side b on the WRITEs that land in it (cand,
+ * sorted by post time, with their targets). */
+static int rp_deps_lane(struct rp_side *b, struct rp_lane *L, const struct rp_write *cand,
+			uint8_t *const *at, int ncand)
+{
+	int *pend = malloc(((size_t)ncand + 1) * sizeof(*pend));
+	int npend = 0, c = 0;
+
+	if (!pend)
+		return -ENOMEM;
+	for (int k = 0; k < L->n; k++) {
+		struct rp_step *st = &b->step[L->idx[k]];
+		uint64_t t = rp_deps_clock(b, st->ev->ts);
+		int keep = 0;
+
+		/* one clock: a WRITE whose post began before P's cannot have
+		 * depended on P */
+		while (c < ncand && cand[c].t_post < t) {
+			/* a thread learns of its own WRITE by its completion */
+			if (cand[c].side != b->idx || cand[c].stream != L->stream)
+				pend[npend++] = c;
+			c++;
+		}
+		if (rp_step_polled_recv(st)) {
+			/* a message explains what follows: the WRITEs that had
+			 * surely landed before it are no longer waited for */
+			for (int p = 0; p < npend; p++)
+				if (cand[pend[p]].t_done > t)
+					pend[keep++] = pend[p];
+			npend = keep;
+			continue;
+		}
+		if (st->ev->type != RBT_EV_POST_SEND || st->skipped || !npend ||
+		    st->ev->u.post_send.ret != 0)
+			continue;
+		if (rp_dx(b, st))
+			st->dx->deps = rp_alloc(b, (size_t)npend * sizeof(*st->dx->deps));
+		if (!st->dx || !st->dx->deps) {
+			free(pend);
+			return -ENOMEM;
+		}
+		/* one wait per destination and writer: its latest WRITE there */
+		for (int p = 0; p < npend; p++) {
+			const struct rp_write *w = &cand[pend[p]];
+			uint64_t land = w->t_done < t ? w->t_done : t;
+
+			if (b->hdr.clock_source == RBT_CLOCK_TSC)
+				land = rp_abs_ns(b, land);
+			uint32_t d;
+
+			for (d = 0; d < st->dx->ndeps; d++)
+				if (st->dx->deps[d].at == at[pend[p]] &&
+				    (uint32_t)(st->dx->deps[d].tag >> 32) == w->key)
+					break;
+			if (d == st->dx->ndeps)
+				st->dx->ndeps++;
+			st->dx->deps[d].at = at[pend[p]];
+			st->dx->deps[d].tag = (uint64_t)w->key << 32 | w->ord;
+			st->dx->deps[d].in_flight = w->t_done > t;
+			if (land > st->dx->dep_land_ns)
+				st->dx->dep_land_ns = land;
+		}
+		L->deps_inferred += st->dx->ndeps;
+		for (uint32_t d = 0; d < st->dx->ndeps; d++)
+			L->deps_in_flight += st->dx->deps[d].in_flight;
+		npend = 0;
+	}
+	free(pend);
+	return 0;
+}
+
+/* Every local side's WRITEs (before the exchange: the peer replayer gets
+ * them too, replay_net.c). */
+int rp_deps_collect(struct rp_job *j)
+{
+	int rc = 0;
+
+	for (int i = 0; i < j->nside && !rc; i++)
+		rc = rp_deps_writes(j, i, &j->writes);
+	return rc;
+}
+
+int rp_deps_setup(struct rp_job *j)
+{
+	struct rp_writes ws = j->writes;
+	int rc = 0;
+
+	/* the source of each tag: the last 8 bytes of the WRITE's payload */
+	for (int k = 0; k < ws.n && !rc; k++) {
+		struct rp_side *s;
+		struct rp_step *st;
+		struct ibv_send_wr *o;
+		struct ibv_sge *g;
+
+		if (ws.v[k].side >= RP_MAX_SIDES)
+			continue; /* the peer replayer's */
+		s = &j->side[ws.v[k].side];
+		st = &s->step[ws.v[k].step];
+		if (!st->swr || st->skipped || !st->dx) {
+			if (st->dx)
+				st->dx->tags = NULL;
+			continue;
+		}
+		o = &st->swr[ws.v[k].wr];
+		g = &o->sg_list[o->num_sge - 1];
+
+		if (!st->dx->tag_at) {
+			st->dx->tag_at = rp_alloc(s, st->nwr * sizeof(*st->dx->tag_at));
+			if (!st->dx->tag_at)
+				rc = -ENOMEM;
+		}
+		if (!rc)
+			st->dx->tag_at[ws.v[k].wr] =
+				(uint8_t *)(uintptr_t)(g->addr + g->length - 8);
+	}
+	for (int b = 0; b < j->nside && !rc; b++) {
+		struct rp_side *B = &j->side[b];
+		struct rp_write *cand = malloc(((size_t)ws.n + 1) * sizeof(*cand));
+		uint8_t **at = malloc(((size_t)ws.n + 1) * sizeof(*at));
+		int nc = 0, polled[RP_MAX_SIDES];
+
+		for (int c = 0; c < j->nside; c++)
+			polled[c] = rp_deps_polled_by(j, &j->side[c], B);
+		if (!cand || !at) {
+			free(cand);
+			free(at);
+			rc = -ENOMEM;
+			break;
+		}
+		for (int k = 0; k < ws.n; k++) {
+			struct rp_side *T = B;
+
+			ws.v[k].at = rp_deps_target(B, &ws.v[k]);
+			for (int c = 0; !ws.v[k].at && c < j->nside; c++)
+				if (polled[c] && ws.v[k].side != b)
+					ws.v[k].at =
+						rp_deps_target(T = &j->side[c], &ws.v[k]);
+			if (!ws.v[k].at)
+				continue;
+			if (ws.v[k].host < 0 || strcmp(j->hosts[ws.v[k].host], T->host) ||
+			    ws.v[k].clk != B->hdr.clock_source) {
+				B->deps_ambiguous++;
+				continue;
+			}
+			cand[nc++] = ws.v[k];
+		}
+		qsort(cand, (size_t)nc, sizeof(*cand), rp_cmp_post);
+		for (int k = 0; k < nc; k++)
+			at[k] = cand[k].at;
+		for (int l = 0; l < B->nlane && !rc; l++)
+			rc = rp_deps_lane(B, &B->lane[l], cand, at, nc);
+		free(cand);
+		free(at);
+	}
+	j->deps_off = getenv("RBTRACE_REPLAY_NO_DEPS") &&
+		      strcmp(getenv("RBTRACE_REPLAY_NO_DEPS"), "0");
+	return rc;
+}
+
+/* Before the post: the tags of this post's WRITEs into their sources. */
+void rp_deps_tag(struct rp_step *st)
+{
+	for (uint32_t w = 0; w < st->nwr; w++)
+		if (st->dx->tags[w] && st->dx->tag_at[w])
+			memcpy(st->dx->tag_at[w], &st->dx->tags[w], 8);
+}
+
+static int rp_dep_landed(const struct rp_dep *d)
+{
+	uint64_t v;
+
+	/* the device writes this memory behind the compiler's back */
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	memcpy(&v, d->at, 8);
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	return (uint32_t)(v >> 32) == (uint32_t)(d->tag >> 32) &&
+	       (uint32_t)v >= (uint32_t)d->tag;
+}
+
+/* Before post step st (index i) of lane L: every WRITE it depends on has
+ * landed. Bounded by lim_ns (0: the lane must stop); a WRITE that does not
+ * land in time is counted and reported, and the post goes on. Returns when
+ * the last one landed (0 when none waited). */
+uint64_t rp_deps_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i,
+		      uint64_t lim_ns, int *timed_out)
+{
+	uint64_t t0 = 0, landed = 0;
+
+	*timed_out = 0;
+	for (uint32_t d = 0; d < st->dx->ndeps; d++) {
+		unsigned spins = 0;
+
+		while (!rp_dep_landed(&st->dx->deps[d])) {
+			if (!t0)
+				t0 = rp_now_ns();
+			if ((++spins & 15) == 0)
+				sched_yield();
+			if ((spins & 255) == 0 && rp_signal_caught())
+				return landed;
+			if ((spins & 255) == 0 && rp_now_ns() - t0 > lim_ns) {
+				*timed_out = 1;
+				L->deps_timed_out++;
+				if (getenv("RBTRACE_REPLAY_DEBUG")) {
+					uint64_t v;
+
+					memcpy(&v, st->dx->deps[d].at, 8);
+					fprintf(j->log,
+						"%s: step %d: waited for tag %016llx, "
+						"found %016llx\n",
+						L->s->path, i,
+						(unsigned long long)st->dx->deps[d].tag,
+						(unsigned long long)v);
+				}
+				rp_diverge(j,
+					   "%s: step %d: a peer's RDMA WRITE it waited "
+					   "for did not land (waited %llu ms)",
+					   L->s->path, i,
+					   (unsigned long long)(lim_ns / 1000000ull));
+				goto next;
+			}
+#if defined(__x86_64__)
+			_mm_pause();
+#endif
+		}
+		L->deps_kept++;
+		if (t0)
+			landed = rp_now_ns();
+	next:;
+	}
+	return landed;
+}
+
+void rp_deps_totals(const struct rp_side *s, uint64_t *inferred, uint64_t *in_flight,
+		    uint64_t *kept, uint64_t *timed_out)
+{
+	*inferred = *in_flight = *kept = *timed_out = 0;
+	for (int l = 0; l < s->nlane; l++) {
+		*inferred += s->lane[l].deps_inferred;
+		*in_flight += s->lane[l].deps_in_flight;
+		*kept += s->lane[l].deps_kept;
+		*timed_out += s->lane[l].deps_timed_out;
+	}
+}

@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# replay_deps_test.sh - causality through memory (replay/replay_deps.c): the
+# HERD pattern of tests/progs/replay_herd.c (two client processes RDMA-WRITE
+# requests over UC into a server's MR; the server finds them by polling its
+# memory and answers each with a UD SEND) recorded over softnic with
+# `rbtrace record --softnic`, then replayed in recorded, asap and deps timing,
+# in one replayer and in three replayer processes (--listen --peers 2 /
+# --connect). Asserts on the JSON report: every recorded completion matched,
+# no divergence, and the server's memory dependencies inferred (> 0) and all
+# kept (none timed out). Then the same replay with the waits switched off
+# (RBTRACE_REPLAY_NO_DEPS=1) must diverge: the server's answers run ahead of
+# the requests, are dropped, and the clients miss completions - so the test
+# fails when the dependencies are not enforced. Last, tests/progs/shm_prog.c's
+# HERD with a master process whose memory worker processes poll, in one
+# replayer.
+set -euo pipefail
+if [ -n "${TEST_SRCDIR:-}" ]; then
+	root=$TEST_SRCDIR/${TEST_WORKSPACE:-rbtrace}
+else
+	root=$(dirname "$0")/../bazel-bin
+fi
+RBTRACE=$root/cli/rbtrace
+HERD=$root/tests/replay_herd
+SHM=$root/tests/shm_prog
+NREQ=200
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/replay_deps.XXXXXX")
+export SOFTNIC_FABRIC=$tmp/fabric
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+echo "== record the HERD pattern: a server and two client processes"
+mkdir -p "$tmp/meet"
+timeout 60 "$RBTRACE" record --softnic -o "$tmp/srv.rbt" -- \
+	"$HERD" server "$tmp/meet" 2 "$NREQ" >"$tmp/srv.log" 2>&1 &
+srv=$!
+pids+=("$srv")
+cl=()
+for c in 0 1; do
+	timeout 60 "$RBTRACE" record --softnic -o "$tmp/c$c.rbt" -- \
+		"$HERD" client "$tmp/meet" "$c" "$NREQ" >"$tmp/c$c.log" 2>&1 &
+	cl+=($!)
+	pids+=($!)
+done
+for p in "${cl[@]}"; do wait "$p" || { cat "$tmp"/*.log; fail "a client"; }; done
+wait "$srv" || { cat "$tmp"/*.log; fail "the server"; }
+grep -q "client 0: $NREQ of $NREQ answers correct" "$tmp/c0.log" || fail "client 0's answers"
+grep -q "client 1: $NREQ of $NREQ answers correct" "$tmp/c1.log" || fail "client 1's answers"
+for t in srv c0 c1; do "$RBTRACE" dump --json "$tmp/$t.rbt" >"$tmp/$t.dump"; done
+
+# check JSON DEPS TRACE...: every recorded completion of TRACE... matched, no
+# divergence; DEPS=yes: the server side's memory dependencies are inferred
+# and all kept (as many as the server's answers: each follows a request).
+check() {
+	local json=$1 deps=$2
+	shift 2
+	local dumps=()
+	for t in "$@"; do dumps+=("$tmp/$t.dump"); done
+	python3 - "$json" "$deps" "$NREQ" "${dumps[@]}" <<'PY'
+import json, sys
+rep = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+deps, nreq = sys.argv[2], int(sys.argv[3])
+wcs = [w for p in sys.argv[4:] for l in open(p) for e in [json.loads(l)]
+       if e.get("type") == "poll_cq" for w in e.get("wcs", [])]
+c = rep["completions"]
+assert rep["divergences"] == [], rep["divergences"]
+assert c["expected"] == len(wcs) > 0, (c, len(wcs))
+assert c["matched"] == c["expected"], c
+for s in rep["sides"]:
+    d = s["memory_deps"]
+    if s["trace"].endswith("srv.rbt") and deps == "yes":
+        assert d["enforced"] and d["inferred"] == 2 * nreq, d
+        assert d["kept"] == d["inferred"] and d["timed_out"] == 0, d
+    elif not s["trace"].endswith("srv.rbt"):
+        # the server only SENDs: nothing lands in a client's memory
+        assert d["inferred"] == 0, (s["trace"], d)
+PY
+}
+
+for timing in recorded asap deps; do
+	echo "== one replayer, --timing=$timing"
+	timeout 120 "$RBTRACE" replay --softnic --json --timing=$timing \
+		"$tmp/srv.rbt" "$tmp/c0.rbt" "$tmp/c1.rbt" >"$tmp/one-$timing.json" 2>"$tmp/one-$timing.err" ||
+		{ cat "$tmp/one-$timing.json" "$tmp/one-$timing.err"; fail "one replayer, $timing"; }
+	check "$tmp/one-$timing.json" yes srv c0 c1
+done
+
+for timing in recorded asap deps; do
+	echo "== three replayer processes, --timing=$timing"
+	p=$(port)
+	timeout 120 "$RBTRACE" replay --softnic --json --timing=$timing --listen "$p" --peers 2 \
+		"$tmp/srv.rbt" >"$tmp/three-$timing-s.json" 2>"$tmp/three-$timing-s.err" &
+	bg=$!
+	pids+=("$bg")
+	cp=()
+	for c in 0 1; do
+		timeout 120 "$RBTRACE" replay --softnic --json --timing=$timing \
+			--connect "127.0.0.1:$p" "$tmp/c$c.rbt" \
+			>"$tmp/three-$timing-c$c.json" 2>"$tmp/three-$timing-c$c.err" &
+		cp+=($!)
+		pids+=($!)
+	done
+	for c in 0 1; do
+		wait "${cp[$c]}" || { cat "$tmp/three-$timing"-*; fail "three processes, $timing: client $c's replayer"; }
+	done
+	wait "$bg" || { cat "$tmp/three-$timing"-*; fail "three processes, $timing: the server's replayer"; }
+	check "$tmp/three-$timing-s.json" yes srv
+	check "$tmp/three-$timing-c0.json" yes c0
+	check "$tmp/three-$timing-c1.json" yes c1
+done
+
+echo "== without the waits (RBTRACE_REPLAY_NO_DEPS=1) the server runs ahead"
+rc=0
+RBTRACE_REPLAY_NO_DEPS=1 timeout 120 "$RBTRACE" replay --softnic --json --timing=asap \
+	--poll-timeout 1000 "$tmp/srv.rbt" "$tmp/c0.rbt" "$tmp/c1.rbt" \
+	>"$tmp/nodeps.json" 2>"$tmp/nodeps.err" || rc=$?
+[ "$rc" -ne 0 ] || { cat "$tmp/nodeps.json"; fail "a replay without the waits did not diverge"; }
+python3 - "$tmp/nodeps.json" <<'PY'
+import json, sys
+rep = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert rep["divergences"], "no divergence without the waits"
+srv = [s for s in rep["sides"] if s["trace"].endswith("srv.rbt")][0]["memory_deps"]
+assert srv["inferred"] > 0 and not srv["enforced"] and srv["kept"] == 0, srv
+c = rep["completions"]
+assert c["matched"] < c["recorded"], c
+PY
+
+echo "== HERD with a master process: the workers poll memory the master registered"
+# tests/progs/shm_prog.c: the master registers a SysV segment and posts
+# nothing; worker processes shmat and poll it for the clients' WRITEs and
+# answer by UD SEND. The waiting posts are the workers', the memory the master's.
+key=$(( (RANDOM << 8 | RANDOM) % 1000000 + 1000000 ))
+mkdir -p "$tmp/shm"
+timeout 60 "$RBTRACE" record --softnic -o "$tmp/m.rbt" -- \
+	"$SHM" master "$tmp/shm" "$key" 2 >"$tmp/m.log" 2>&1 &
+mp=$!
+pids+=("$mp")
+for i in $(seq 1 400); do [ -e "$tmp/shm/master-0" ] && break; sleep 0.05; done
+for w in 0 1; do
+	timeout 60 "$RBTRACE" record --softnic -o "$tmp/w$w.rbt" -- \
+		"$SHM" worker "$tmp/shm" "$key" "$w" 2 2 100 >"$tmp/w$w.log" 2>&1 &
+	pids+=($!)
+done
+cl=()
+for c in 0 1; do
+	timeout 60 "$RBTRACE" record --softnic -o "$tmp/k$c.rbt" -- \
+		"$SHM" client "$tmp/shm" "$c" 2 100 >"$tmp/k$c.log" 2>&1 &
+	cl+=($!)
+	pids+=($!)
+done
+for p in "${cl[@]}"; do wait "$p" || { cat "$tmp"/[mwk]*.log; fail "an shm_prog client"; }; done
+touch "$tmp/shm/all-done"
+wait "$mp" || { cat "$tmp"/[mwk]*.log; fail "the shm_prog master"; }
+for t in m w0 w1 k0 k1; do "$RBTRACE" dump --json "$tmp/$t.rbt" >"$tmp/$t.dump"; done
+for timing in asap deps; do
+	timeout 120 "$RBTRACE" replay --softnic --json --timing=$timing "$tmp/m.rbt" \
+		"$tmp/w0.rbt" "$tmp/w1.rbt" "$tmp/k0.rbt" "$tmp/k1.rbt" >"$tmp/shm-$timing.json" \
+		2>"$tmp/shm-$timing.err" || { cat "$tmp/shm-$timing.json" "$tmp/shm-$timing.err"; fail "shm_prog HERD, $timing"; }
+	python3 - "$tmp/shm-$timing.json" "$tmp"/m.dump "$tmp"/w0.dump "$tmp"/w1.dump "$tmp"/k0.dump "$tmp"/k1.dump <<'PY'
+import json, sys
+rep = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+wcs = [w for p in sys.argv[2:] for l in open(p) for e in [json.loads(l)]
+       if e.get("type") == "poll_cq" for w in e.get("wcs", [])]
+c = rep["completions"]
+assert rep["divergences"] == [], rep["divergences"]
+assert c["matched"] == c["expected"] == len(wcs) > 0, (c, len(wcs))
+for s in rep["sides"]:
+    d = s["memory_deps"]
+    if "/w" in s["trace"]:
+        assert d["inferred"] > 0 and d["kept"] == d["inferred"] and d["timed_out"] == 0, d
+    else:
+        assert d["inferred"] == 0, (s["trace"], d)
+PY
+done
+
+echo "== the text report names the dependencies"
+timeout 120 "$RBTRACE" replay --softnic --timing=asap "$tmp/srv.rbt" "$tmp/c0.rbt" "$tmp/c1.rbt" \
+	>"$tmp/one.txt" 2>&1 || { cat "$tmp/one.txt"; fail "text report"; }
+grep -q "memory dependencies: .*srv.rbt: $((2 * NREQ)) inferred .* $((2 * NREQ)) kept, 0 timed out" "$tmp/one.txt" ||
+	{ cat "$tmp/one.txt"; fail "the text report does not count the dependencies"; }
+echo PASS
