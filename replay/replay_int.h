@@ -168,6 +168,12 @@ struct rp_qp {
 	uint32_t new_qpn;
 	/* in rp_side.xqp: another process's TGT QP, known only by number */
 	uint32_t foreign_new_qpn;
+	/* UD: the entry ticks of each receive posted to it in the recording
+	 * (sorted), and how many the replay has posted (atomic): a UD send from
+	 * this process waits for those the recording had posted before it */
+	uint64_t *recv_ts;
+	uint32_t nrecv_ts;
+	uint32_t recv_posted;
 	/* ERR waits (replay_run.c): this QP's peer in this process and how many
 	 * of the peer's sends succeeded in the recording (each was taken by this
 	 * QP before its move to ERR); a peer's successful sends polled so far */
@@ -226,6 +232,10 @@ struct rp_step {
 	uint32_t got;
 	int skipped;
 	struct rp_step_deps *dx; /* memory dependencies, NULL: none */
+	/* a UD send to a QP of this process: that QP, and how many receives it
+	 * had posted when the recorded send began (NULL: no such wait) */
+	struct rp_qp *ud_dest;
+	uint32_t ud_need;
 };
 
 /* A recorded thread of a side (its stream): replayed by a thread of its own,
@@ -535,6 +545,9 @@ int rp_modify_to(struct ibv_qp *qp, const struct rbt_ev_qp_modify *m, uint32_t d
 
 /* replay_translate.c: recorded work onto the replayed resources */
 int rp_prepare_side(struct rp_job *j, struct rp_side *s);
+/* The receive-queue order of UD sends between sides of this process (after every
+ * side is prepared): rp_step.ud_dest/ud_need, rp_qp.recv_ts. */
+int rp_ud_order_setup(struct rp_job *j);
 
 /* replay_run.c: running a timeline */
 void rp_clock_init(void);

@@ -156,6 +156,8 @@ static int rp_job_setup(struct rp_job *j)
 		rp_err_waits(j, &j->side[i]);
 	if (!rc)
 		rc = rp_deps_setup(j);
+	if (!rc)
+		rc = rp_ud_order_setup(j);
 	return rc;
 }
 

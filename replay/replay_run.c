@@ -593,6 +593,60 @@ static int rp_step_cq_event(struct rp_job *j, struct rp_lane *L, struct rp_step 
  * waits and modifies that had returned before t in the recording (each lane
  * publishes the earliest return among those it has not done). Bounded by the
  * poll timeout like any wait; 1 when the lane must stop. */
+/* The WRs of a chain before bad (all when bad is NULL). */
+static uint32_t rp_wrs_before(const struct ibv_recv_wr *w, const struct ibv_recv_wr *bad)
+{
+	uint32_t n = 0;
+
+	for (; w && w != bad; w = w->next)
+		n++;
+	return n;
+}
+
+/* A UD send to a QP of this process waits until that QP has had the receives
+ * posted that it had when the recorded send began (rp_ud_order_setup): UD drops
+ * a message that finds no receive, where the recording delivered it. Bounded
+ * like a poll; on time out it is sent anyway. 1 when the lane must stop. */
+static int rp_ud_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i)
+{
+	struct rp_qp *q = st->ud_dest;
+	uint64_t t0 = 0, lim = 0;
+	unsigned spins = 0;
+
+	while (__atomic_load_n(&q->recv_posted, __ATOMIC_ACQUIRE) < st->ud_need) {
+		if (!t0) {
+			t0 = rp_now_ns();
+			lim = rp_wait_limit(j, L,
+					    (uint64_t)j->poll_timeout_ms * 1000000ull);
+			L->xwaits++;
+			if (!lim)
+				return 1;
+		}
+		if ((++spins & 15) == 0)
+			sched_yield();
+		if ((spins & 255) == 0) {
+			if (rp_must_stop(j, L))
+				return 1;
+			if (rp_now_ns() - t0 > lim) {
+				L->timeouts++;
+				rp_wasted(j, L, t0);
+				rp_diverge(
+					j,
+					"%s: step %d: UD send to QP %llu: its receive "
+					"#%u did not come (waited %llu ms); sent anyway",
+					L->s->path, i, (unsigned long long)q->rec.qp_num,
+					st->ud_need,
+					(unsigned long long)(lim / 1000000ull));
+				return 0;
+			}
+		}
+#if defined(__x86_64__)
+		_mm_pause();
+#endif
+	}
+	return 0;
+}
+
 static int rp_gate_wait(struct rp_job *j, struct rp_lane *L, uint64_t t, int i)
 {
 	struct rp_side *s = L->s;
@@ -856,6 +910,8 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			rp_step_mr(j, s, st, i);
 			break;
 		case RBT_EV_POST_SEND:
+			if (st->ud_dest && !j->deps_off && rp_ud_wait(j, L, st, i))
+				goto stop;
 			rp_copy_payloads(st);
 			rp_apply_fixes(st);
 			if (st->dx && st->dx->tags)
@@ -873,6 +929,11 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			st->t_issue = rp_now_ns();
 			st->ret = ibv_post_recv(st->qp->qp, st->rwr, &br);
 			st->t_exit = rp_now_ns();
+			if (st->qp->recv_ts) /* a UD QP's senders wait for these */
+				__atomic_add_fetch(
+					&st->qp->recv_posted,
+					rp_wrs_before(st->rwr, st->ret ? br : NULL),
+					__ATOMIC_RELEASE);
 			break;
 		case RBT_EV_POST_SRQ_RECV:
 			rp_apply_fixes(st);

@@ -616,3 +616,104 @@ int rp_prepare_side(struct rp_job *j, struct rp_side *s)
 			return rc;
 	return 0;
 }
+
+/* ---- UD: a send does not overtake the receive the recording had posted ---- */
+static int rp_u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* How many WRs of a recorded post_recv reached the queue. */
+static uint32_t rp_recv_posted(const struct rbt_ev_post_recv *p)
+{
+	uint64_t n = p->ret ? p->bad_wr : p->n_wrs;
+
+	return (uint32_t)(n < p->n_wrs ? n : p->n_wrs);
+}
+
+/* UD drops a message that finds no receive posted. The recording delivered
+ * it, so the receive was there: a replayed UD send to a QP of this process
+ * (recorded on the same host, one TSC) waits until that QP has had as many
+ * receives posted as it had when the recorded send began (rp_run.c). */
+int rp_ud_order_setup(struct rp_job *j)
+{
+	for (int si = 0; si < j->nside; si++) {
+		struct rp_side *s = &j->side[si];
+
+		for (int i = 0; i < s->nstep; i++) {
+			struct rp_step *st = &s->step[i];
+
+			if (st->ev->type == RBT_EV_POST_RECV && st->qp && !st->skipped &&
+			    st->qp->rec.qp_type == IBV_QPT_UD)
+				st->qp->nrecv_ts += rp_recv_posted(&st->ev->u.post_recv);
+		}
+		for (int q = 0; q < s->nqp; q++) {
+			struct rp_qp *qp = &s->qp[q];
+
+			if (!qp->nrecv_ts)
+				continue;
+			qp->recv_ts = rp_alloc(s, qp->nrecv_ts * sizeof(*qp->recv_ts));
+			if (!qp->recv_ts)
+				return -ENOMEM;
+			qp->nrecv_ts = 0;
+		}
+		for (int i = 0; i < s->nstep; i++) {
+			struct rp_step *st = &s->step[i];
+			uint32_t n;
+
+			if (st->ev->type != RBT_EV_POST_RECV || !st->qp || st->skipped ||
+			    !st->qp->recv_ts)
+				continue;
+			n = rp_recv_posted(&st->ev->u.post_recv);
+			while (n--)
+				st->qp->recv_ts[st->qp->nrecv_ts++] = st->ev->ts;
+		}
+		for (int q = 0; q < s->nqp; q++)
+			if (s->qp[q].recv_ts)
+				qsort(s->qp[q].recv_ts, s->qp[q].nrecv_ts,
+				      sizeof(uint64_t), rp_u64_cmp);
+	}
+	for (int si = 0; si < j->nside; si++) {
+		struct rp_side *s = &j->side[si];
+
+		for (int i = 0; i < s->nstep; i++) {
+			struct rp_step *st = &s->step[i];
+			const struct rbt_ev_post_send *p = &st->ev->u.post_send;
+
+			if (st->ev->type != RBT_EV_POST_SEND || !st->qp || st->skipped ||
+			    st->qp->rec.qp_type != IBV_QPT_UD || p->ret)
+				continue;
+			for (uint32_t w = 0; w < p->n_wrs; w++) {
+				/* the QP the send goes to (rp_translate_dest) */
+				const struct rp_dir_qp *d = rp_dir_qp_by_rec(
+					j, s->idx, (uint32_t)p->wrs[w].remote_qpn);
+				struct rp_qp *q;
+				uint32_t lo = 0, hi;
+
+				if (!d || d->side < 0 || d->side >= j->nside ||
+				    strcmp(j->side[d->side].host, s->host))
+					continue;
+				q = rp_qp_by_rec_qpn(&j->side[d->side], d->rec_qpn);
+				if (!q || !q->recv_ts || q->srqi)
+					continue;
+				/* receives whose post began before the send did */
+				hi = q->nrecv_ts;
+				while (lo < hi) {
+					uint32_t mid = lo + (hi - lo) / 2;
+
+					if (q->recv_ts[mid] < st->ev->ts)
+						lo = mid + 1;
+					else
+						hi = mid;
+				}
+				if (lo > st->ud_need || !st->ud_dest) {
+					st->ud_dest = q;
+					st->ud_need = lo;
+				}
+			}
+		}
+	}
+	return 0;
+}

