@@ -445,7 +445,7 @@ int main(int argc, char **argv)
 	micro();
 	/* The same in light mode (RBTRACE_LIGHT=1: one timestamp per call), in a
 	 * second process: the mode is the recorder's, set at its start. */
-	char cmd[PATH_MAX + 128];
+	char cmd[2 * PATH_MAX + 256];
 	printf("light mode (RBTRACE_LIGHT=1), the same calls:\n");
 	fflush(stdout);
 	snprintf(cmd, sizeof(cmd),
