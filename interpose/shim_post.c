@@ -179,7 +179,7 @@ static void rbt_rec_send(struct ibv_qp *qp, struct ibv_send_wr *wr, int ret,
 				/* ibv_sge and the raw sge are the same 16 bytes */
 				if (RBT_LIKELY(ns == 1))
 					memcpy(sg, w->sg_list, sizeof(*sg));
-				else
+				else if (ns) /* a bind has no sg_list at all */
 					memcpy(sg, w->sg_list, ns * sizeof(*sg));
 				o += ns * sizeof(*sg);
 				if (RBT_UNLIKELY(pay)) {

@@ -207,7 +207,7 @@ static void rp_report_match_queue(struct rp_job *j, struct rp_side *s, struct rp
 	struct rp_wclist *r = &q->rec_wc[d], *p = &q->rep_wc[d];
 	uint32_t n = r->n < p->n ? r->n : p->n, shown = 0;
 
-	if (d == 1 && q->rec.qp_type == IBV_QPT_UD && r->n == p->n)
+	if (d == 1 && q->rec.qp_type == IBV_QPT_UD && r->n == p->n && r->n)
 		rp_by_sender(j, r, p);
 
 	sum->completions_expected += r->n;

@@ -510,6 +510,7 @@ static int run_client(unsigned c, unsigned nworkers, unsigned nreq)
 			  wc.wr_id);
 	}
 	printf("client %u: %u answers, %u correct\n", c, answered, correct);
+	free(done);
 	return correct == nreq ? 0 : 1;
 }
 
