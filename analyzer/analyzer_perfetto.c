@@ -1037,7 +1037,12 @@ static void pf_end(struct rbt_analyzer *an)
 				    .s = an_sev_name(fd->severity) },
 				  { .name_s = "title", .s = fd->title } },
 		};
-		pf_event(pf, &pf->global, ns > 0 ? (uint64_t)ns : 0, &e);
+		/* a damaged trace's clock can put it past any time: saturated */
+		pf_event(pf, &pf->global,
+			 !(ns > 0)	? 0
+			 : ns >= 1.8e19 ? UINT64_MAX
+					: (uint64_t)ns,
+			 &e);
 	}
 	int err = an_pb_flush(&pf->pb, pf->f);
 	if (err && !pf->err)
