@@ -173,7 +173,7 @@ struct rp_qp {
 	 * this process waits for those the recording had posted before it */
 	uint64_t *recv_ts;
 	uint32_t nrecv_ts;
-	uint32_t recv_posted;
+	uint64_t recv_posted;
 	/* ERR waits (replay_run.c): this QP's peer in this process and how many
 	 * of the peer's sends succeeded in the recording (each was taken by this
 	 * QP before its move to ERR); a peer's successful sends polled so far */

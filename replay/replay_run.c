@@ -603,41 +603,39 @@ static uint32_t rp_wrs_before(const struct ibv_recv_wr *w, const struct ibv_recv
 	return n;
 }
 
-/* A UD send to a QP of this process waits until that QP has had the receives
- * posted that it had when the recorded send began (rp_ud_order_setup): UD drops
- * a message that finds no receive, where the recording delivered it. Bounded
- * like a poll; on time out it is sent anyway. 1 when the lane must stop. */
-static int rp_ud_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i)
-{
-	struct rp_qp *q = st->ud_dest;
-	uint64_t t0 = 0, lim = 0;
-	unsigned spins = 0;
+/* A lane's bounded wait for other threads' progress. The budget (what
+ * rp_wait_limit leaves of the poll timeout) starts with the first wait made
+ * with w and is shared by all of them. */
+struct rp_spin {
+	uint64_t t0, lim;
+	unsigned spins;
+};
 
-	while (__atomic_load_n(&q->recv_posted, __ATOMIC_ACQUIRE) < st->ud_need) {
-		if (!t0) {
-			t0 = rp_now_ns();
-			lim = rp_wait_limit(j, L,
-					    (uint64_t)j->poll_timeout_ms * 1000000ull);
+/* Until *v reaches want. 0: reached; 1: the lane must stop; 2: timed out (the
+ * time out counted; the caller says what did not come). */
+static int rp_spin_until(struct rp_job *j, struct rp_lane *L, struct rp_spin *w,
+			 const uint64_t *v, uint64_t want)
+{
+	while (__atomic_load_n(v, __ATOMIC_ACQUIRE) < want) {
+		if (!w->t0) {
+			w->t0 = rp_now_ns();
+			w->lim = rp_wait_limit(j, L,
+					       (uint64_t)j->poll_timeout_ms * 1000000ull);
 			L->xwaits++;
-			if (!lim)
+			if (!w->lim)
 				return 1;
 		}
-		if ((++spins & 15) == 0)
+		/* the thread waited for may need this CPU (more recorded
+		 * threads than CPUs): give it way often */
+		if ((++w->spins & 15) == 0)
 			sched_yield();
-		if ((spins & 255) == 0) {
+		if ((w->spins & 255) == 0) {
 			if (rp_must_stop(j, L))
 				return 1;
-			if (rp_now_ns() - t0 > lim) {
+			if (rp_now_ns() - w->t0 > w->lim) {
 				L->timeouts++;
-				rp_wasted(j, L, t0);
-				rp_diverge(
-					j,
-					"%s: step %d: UD send to QP %llu: its receive "
-					"#%u did not come (waited %llu ms); sent anyway",
-					L->s->path, i, (unsigned long long)q->rec.qp_num,
-					st->ud_need,
-					(unsigned long long)(lim / 1000000ull));
-				return 0;
+				rp_wasted(j, L, w->t0);
+				return 2;
 			}
 		}
 #if defined(__x86_64__)
@@ -647,50 +645,41 @@ static int rp_ud_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, i
 	return 0;
 }
 
+/* A UD send to a QP of this process waits until that QP has had the receives
+ * posted that it had when the recorded send began (rp_ud_order_setup): UD drops
+ * a message that finds no receive, where the recording delivered it. On time
+ * out it is sent anyway. 1 when the lane must stop. */
+static int rp_ud_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i)
+{
+	struct rp_spin w = { 0 };
+	int r = rp_spin_until(j, L, &w, &st->ud_dest->recv_posted, st->ud_need);
+
+	if (r == 2)
+		rp_diverge(j,
+			   "%s: step %d: UD send to QP %llu: its receive #%u did not "
+			   "come (waited %llu ms); sent anyway",
+			   L->s->path, i, (unsigned long long)st->ud_dest->rec.qp_num,
+			   st->ud_need, (unsigned long long)(w.lim / 1000000ull));
+	return r == 1;
+}
+
 static int rp_gate_wait(struct rp_job *j, struct rp_lane *L, uint64_t t, int i)
 {
 	struct rp_side *s = L->s;
-	uint64_t t0 = 0, lim = 0;
-	unsigned spins = 0;
+	struct rp_spin w = { 0 };
 
 	for (int l = 0; l < s->nlane; l++) {
 		struct rp_lane *A = &s->lane[l];
+		int r = A == L ? 0 : rp_spin_until(j, L, &w, &A->gate, t);
 
-		if (A == L)
-			continue;
-		while (__atomic_load_n(&A->gate, __ATOMIC_ACQUIRE) < t) {
-			if (!t0) {
-				t0 = rp_now_ns();
-				lim = rp_wait_limit(
-					j, L, (uint64_t)j->poll_timeout_ms * 1000000ull);
-				L->xwaits++;
-				if (!lim)
-					return 1;
-			}
-			/* the thread waited for may need this CPU (more
-			 * recorded threads than CPUs): give it way often */
-			if ((++spins & 15) == 0)
-				sched_yield();
-			if ((spins & 255) == 0) {
-				if (rp_must_stop(j, L))
-					return 1;
-				if (rp_now_ns() - t0 > lim) {
-					L->timeouts++;
-					rp_wasted(j, L, t0);
-					rp_diverge(
-						j,
-						"%s: step %d: thread %u's step before it "
-						"(thread %u) did not come (waited %llu "
-						"ms)",
-						s->path, i, L->stream, A->stream,
-						(unsigned long long)(lim / 1000000ull));
-					break;
-				}
-			}
-#if defined(__x86_64__)
-			_mm_pause();
-#endif
-		}
+		if (r == 1)
+			return 1;
+		if (r == 2)
+			rp_diverge(j,
+				   "%s: step %d: thread %u's step before it (thread %u) "
+				   "did not come (waited %llu ms)",
+				   s->path, i, L->stream, A->stream,
+				   (unsigned long long)(w.lim / 1000000ull));
 	}
 	return 0;
 }

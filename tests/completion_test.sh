@@ -6,10 +6,10 @@ root=$PWD
 tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/completion.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
-mkdir -p "$tmp/bin" "$tmp/work/sub"
+mkdir -p "$tmp/bin" "$tmp/proj/sub"
 ln -s "$root/cli/rbtrace" "$tmp/bin/rbtrace"
-touch "$tmp/work/a.rbt" "$tmp/work/b.rbt" "$tmp/work/notes.txt"
-cd "$tmp/work"
+touch "$tmp/proj/a.rbt" "$tmp/proj/b.rbt" "$tmp/proj/notes.txt"
+cd "$tmp/proj"
 export PATH=$tmp/bin:$PATH
 
 # complete WORDS...: what TAB offers after the last word (an empty last word

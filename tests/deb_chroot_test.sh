@@ -18,14 +18,14 @@ base=$cache/bookworm-minbase.tar.gz
 fail() { echo "FAIL: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || fail "needs root (chroot)"
 command -v debootstrap >/dev/null || apt-get install -y -q debootstrap >/dev/null
-work=$(mktemp -d "${TMPDIR:-/tmp}/rbtrace-chroot.XXXXXX")
-trap 'umount "$work/root/proc" 2>/dev/null || true; rm -rf "$work"' EXIT
-r=$work/root
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/rbtrace-chroot.XXXXXX")
+trap 'umount "$scratch/sysroot/proc" 2>/dev/null || true; rm -rf "$scratch"' EXIT
+r=$scratch/sysroot
 t0=$(date +%s)
 if [ ! -f "$base" ]; then
 	mkdir -p "$cache"
-	debootstrap --variant=minbase bookworm "$r" "$mirror" >"$work/debootstrap.log" 2>&1 ||
-		{ tail -20 "$work/debootstrap.log"; fail "debootstrap"; }
+	debootstrap --variant=minbase bookworm "$r" "$mirror" >"$scratch/debootstrap.log" 2>&1 ||
+		{ tail -20 "$scratch/debootstrap.log"; fail "debootstrap"; }
 	tar -C "$r" -czf "$base.tmp" . && mv "$base.tmp" "$base"
 else
 	mkdir -p "$r" && tar -C "$r" -xzf "$base"
@@ -35,28 +35,28 @@ cp /etc/resolv.conf "$r/etc/resolv.conf"
 mount -t proc proc "$r/proc"
 cp "$deb" "$here"/tests/data/rc_pingpong_*.rbt "$r/tmp/"
 in_root() { chroot "$r" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive "$@"; }
-in_root apt-get update -q >"$work/apt.log" 2>&1 || { tail "$work/apt.log"; fail "apt-get update"; }
-in_root apt-get install -y -q "/tmp/$(basename "$deb")" >>"$work/apt.log" 2>&1 ||
-	{ tail -20 "$work/apt.log"; fail "apt install ./$(basename "$deb")"; }
+in_root apt-get update -q >"$scratch/apt.log" 2>&1 || { tail "$scratch/apt.log"; fail "apt-get update"; }
+in_root apt-get install -y -q "/tmp/$(basename "$deb")" >>"$scratch/apt.log" 2>&1 ||
+	{ tail -20 "$scratch/apt.log"; fail "apt install ./$(basename "$deb")"; }
 t2=$(date +%s)
 in_root dpkg-query -W -f='${Status}\n' rbtrace | grep -q "install ok installed" || fail "not installed"
-in_root rbtrace report /tmp/rc_pingpong_client.rbt /tmp/rc_pingpong_server.rbt >"$work/report.txt" ||
+in_root rbtrace report /tmp/rc_pingpong_client.rbt /tmp/rc_pingpong_server.rbt >"$scratch/report.txt" ||
 	fail "rbtrace report failed in the chroot"
-grep -q "no problems found" "$work/report.txt" || fail "report: $(tail -3 "$work/report.txt")"
+grep -q "no problems found" "$scratch/report.txt" || fail "report: $(tail -3 "$scratch/report.txt")"
 in_root rbtrace info /tmp/rc_pingpong_client.rbt | grep -q "finished:  yes" || fail "info"
 in_root rbtrace dump /tmp/rc_pingpong_client.rbt >/dev/null || fail "dump"
 # replay needs libibverbs: without rdma-core it says so in one line, and runs on
 # softnic, whose drop-in libibverbs.so.1 the package carries
 if ! in_root dpkg-query -W -f='${Status}' libibverbs1 2>/dev/null | grep -q "ok installed"; then
-	! in_root rbtrace replay /tmp/rc_pingpong_client.rbt /tmp/rc_pingpong_server.rbt 2>"$work/rp.err" ||
+	! in_root rbtrace replay /tmp/rc_pingpong_client.rbt /tmp/rc_pingpong_server.rbt 2>"$scratch/rp.err" ||
 		fail "replay ran without libibverbs"
-	[ "$(wc -l <"$work/rp.err")" = 1 ] && grep -q "libibverbs" "$work/rp.err" ||
-		fail "replay without libibverbs: $(cat "$work/rp.err")"
+	[ "$(wc -l <"$scratch/rp.err")" = 1 ] && grep -q "libibverbs" "$scratch/rp.err" ||
+		fail "replay without libibverbs: $(cat "$scratch/rp.err")"
 fi
 mkdir -p "$r/tmp/fabric"
 in_root SOFTNIC_FABRIC=/tmp/fabric timeout 120 rbtrace replay --softnic /tmp/rc_pingpong_client.rbt \
-	/tmp/rc_pingpong_server.rbt >"$work/replay.txt" 2>&1 || { cat "$work/replay.txt"; fail "replay --softnic"; }
-grep -q "no divergence" "$work/replay.txt" || fail "replay --softnic: $(tail -3 "$work/replay.txt")"
+	/tmp/rc_pingpong_server.rbt >"$scratch/replay.txt" 2>&1 || { cat "$scratch/replay.txt"; fail "replay --softnic"; }
+grep -q "no divergence" "$scratch/replay.txt" || fail "replay --softnic: $(tail -3 "$scratch/replay.txt")"
 verbs=$(in_root dpkg-query -W -f='${db:Status-Abbrev}${Package}\n' 'libibverbs1' 'rdma-core' 2>/dev/null | grep '^ii' || true)
 if [ -n "$verbs" ]; then
 	# Until replay is loaded at run time rbtrace itself links libibverbs.so.1.
