@@ -32,6 +32,7 @@
 
 #include "interpose/rbt_interpose.h"
 #include "interpose/shim.h"
+#include "interpose/shim_dp.h"
 
 #include "interpose/shim_rec.h"
 
@@ -268,22 +269,16 @@ void rbt_fold_flush(struct rbt_ring *r)
 	r->nfold = 0; /* first: reserve below re-enters through here otherwise */
 	for (uint32_t i = 0; i < nf; i++) {
 		const struct rbt_fold *f = &r->folds[i];
-		struct rbt_raw_poll *p = rbt_ring_reserve(r, sizeof(*p));
-		if (!p)
-			continue;
-		p->h.len = sizeof(*p);
-		p->h.kind = RBT_RAW_POLL;
-		p->h.flags = 0;
-		p->ts = f->ts;
-		p->ts_exit = f->exit;
-		p->cq = (uintptr_t)f->cq;
-		p->ret = 0;
-		p->asked = f->asked;
-		p->api = f->api;
-		p->count = f->n > UINT32_MAX ? UINT32_MAX : (uint32_t)f->n;
-		p->nwc = 0;
-		p->pad = 0;
-		rbt_ring_commit(r);
+		rbt_poll_put(r,
+			     &(struct rbt_raw_poll){ .ts = f->ts,
+						     .ts_exit = f->exit,
+						     .cq = (uintptr_t)f->cq,
+						     .asked = f->asked,
+						     .api = f->api,
+						     .count = f->n > UINT32_MAX
+								      ? UINT32_MAX
+								      : (uint32_t)f->n },
+			     NULL, 0);
 	}
 }
 
