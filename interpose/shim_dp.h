@@ -161,6 +161,23 @@ static inline void rbt_poll_put(struct rbt_ring *r, const struct rbt_raw_poll *h
 	rbt_ring_commit(r);
 }
 
+/* The shape of a data-path wrapper, after it found the provider's op: untraced
+ * (not recording, nested, sealed) the call goes straight through; traced it is
+ * timed (t0 at entry, t1 = EXIT after it: rbt_now_exit() for posts and polls,
+ * none in light mode), REC records it from t0, t1 and ret outside any lock, and
+ * the wrapper returns exactly what the provider returned. */
+#define RBT_DP_CALL(CALL, EXIT, REC)         \
+	do {                                 \
+		if (!rbt_dp_recording())     \
+			return CALL;         \
+		uint64_t t0 = rbt_now();     \
+		__typeof__(CALL) ret = CALL; \
+		uint64_t t1 = EXIT;          \
+		REC;                         \
+		rbt_dp_done();               \
+		return ret;                  \
+	} while (0)
+
 /* ---- the wrappers shim_patch.c installs ------------------------------------------ */
 /* shim_post.c */
 int rbt_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *b);

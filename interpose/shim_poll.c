@@ -86,14 +86,27 @@ int rbt_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		if (e)
 			return rbt_poll_emulated(e, cq, n, wc);
 	}
-	if (!rbt_dp_recording())
-		return c->poll_cq(cq, n, wc);
-	uint64_t t0 = rbt_now();
-	int ret = c->poll_cq(cq, n, wc);
-	uint64_t t1 = rbt_now_exit();
-	rbt_rec_poll(cq, n, ret, wc, t0, t1);
-	rbt_dp_done();
-	return ret;
+	RBT_DP_CALL(c->poll_cq(cq, n, wc), rbt_now_exit(),
+		    rbt_rec_poll(cq, n, ret, wc, t0, t1));
+}
+
+static void rbt_rec_notify(struct ibv_cq *cq, int solicited_only, int ret, uint64_t t0,
+			   uint64_t t1)
+{
+	struct rbt_ring *r = rbt_ring_get();
+	struct rbt_raw_notify *p = rbt_ring_reserve(r, sizeof(*p));
+
+	if (!p)
+		return;
+	p->h.len = sizeof(*p);
+	p->h.kind = RBT_RAW_NOTIFY;
+	p->h.flags = 0;
+	p->ts = t0;
+	p->ts_exit = t1;
+	p->cq = (uintptr_t)cq;
+	p->ret = ret;
+	p->solicited = solicited_only;
+	rbt_ring_commit(r);
 }
 
 int rbt_req_notify_cq(struct ibv_cq *cq, int solicited_only)
@@ -102,26 +115,8 @@ int rbt_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 
 	if (RBT_UNLIKELY(!c))
 		return ENOSYS;
-	if (!rbt_dp_recording())
-		return c->req_notify_cq(cq, solicited_only);
-	uint64_t t0 = rbt_now();
-	int ret = c->req_notify_cq(cq, solicited_only);
-	uint64_t t1 = rbt_now();
-	struct rbt_ring *r = rbt_ring_get();
-	struct rbt_raw_notify *p = rbt_ring_reserve(r, sizeof(*p));
-	if (p) {
-		p->h.len = sizeof(*p);
-		p->h.kind = RBT_RAW_NOTIFY;
-		p->h.flags = 0;
-		p->ts = t0;
-		p->ts_exit = t1;
-		p->cq = (uintptr_t)cq;
-		p->ret = ret;
-		p->solicited = solicited_only;
-		rbt_ring_commit(r);
-	}
-	rbt_dp_done();
-	return ret;
+	RBT_DP_CALL(c->req_notify_cq(cq, solicited_only), rbt_now(),
+		    rbt_rec_notify(cq, solicited_only, ret, t0, t1));
 }
 
 /* ---- ibv_cq_ex ------------------------------------------------------------------------ */

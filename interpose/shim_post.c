@@ -322,14 +322,8 @@ int rbt_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 
 	if (RBT_UNLIKELY(!c))
 		return ENOSYS;
-	if (!rbt_dp_recording())
-		return c->post_send(qp, wr, bad_wr);
-	uint64_t t0 = rbt_now();
-	int ret = c->post_send(qp, wr, bad_wr);
-	uint64_t t1 = rbt_now_exit();
-	rbt_rec_send(qp, wr, ret, ret && bad_wr ? *bad_wr : NULL, t0, t1);
-	rbt_dp_done();
-	return ret;
+	RBT_DP_CALL(c->post_send(qp, wr, bad_wr), rbt_now_exit(),
+		    rbt_rec_send(qp, wr, ret, ret && bad_wr ? *bad_wr : NULL, t0, t1));
 }
 
 int rbt_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
@@ -338,15 +332,9 @@ int rbt_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 
 	if (RBT_UNLIKELY(!c))
 		return ENOSYS;
-	if (!rbt_dp_recording())
-		return c->post_recv(qp, wr, bad_wr);
-	uint64_t t0 = rbt_now();
-	int ret = c->post_recv(qp, wr, bad_wr);
-	uint64_t t1 = rbt_now_exit();
-	rbt_rec_recv(RBT_RAW_POST_RECV, qp, qp->qp_num, wr, ret,
-		     ret && bad_wr ? *bad_wr : NULL, t0, t1);
-	rbt_dp_done();
-	return ret;
+	RBT_DP_CALL(c->post_recv(qp, wr, bad_wr), rbt_now_exit(),
+		    rbt_rec_recv(RBT_RAW_POST_RECV, qp, qp->qp_num, wr, ret,
+				 ret && bad_wr ? *bad_wr : NULL, t0, t1));
 }
 
 int rbt_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
@@ -356,36 +344,31 @@ int rbt_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 
 	if (RBT_UNLIKELY(!c))
 		return ENOSYS;
-	if (!rbt_dp_recording())
-		return c->post_srq_recv(srq, wr, bad_wr);
-	uint64_t t0 = rbt_now();
-	int ret = c->post_srq_recv(srq, wr, bad_wr);
-	uint64_t t1 = rbt_now_exit();
-	rbt_rec_recv(RBT_RAW_POST_SRQ, srq, 0, wr, ret, ret && bad_wr ? *bad_wr : NULL,
-		     t0, t1);
-	rbt_dp_done();
-	return ret;
+	RBT_DP_CALL(c->post_srq_recv(srq, wr, bad_wr), rbt_now_exit(),
+		    rbt_rec_recv(RBT_RAW_POST_SRQ, srq, 0, wr, ret,
+				 ret && bad_wr ? *bad_wr : NULL, t0, t1));
 }
 
 /* ibv_bind_mw posts a BIND_MW WR: recorded as a one-WR post_send. */
+static void rbt_rec_bind(struct ibv_qp *qp, struct ibv_mw *mw,
+			 const struct ibv_mw_bind *b, int ret, uint64_t t0, uint64_t t1)
+{
+	struct ibv_send_wr wr = { .wr_id = b->wr_id,
+				  .opcode = IBV_WR_BIND_MW,
+				  .send_flags = b->send_flags };
+
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = mw->rkey; /* the new key: the provider updated it */
+	wr.bind_mw.bind_info = b->bind_info;
+	rbt_rec_send(qp, &wr, ret, ret ? &wr : NULL, t0, t1);
+}
+
 int rbt_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *b)
 {
 	struct rbt_ctx_ent *c = rbt_ctx_find(qp->context);
 
 	if (!c || !c->bind_mw)
 		return EOPNOTSUPP;
-	if (!rbt_dp_recording())
-		return c->bind_mw(qp, mw, b);
-	uint64_t t0 = rbt_now();
-	int ret = c->bind_mw(qp, mw, b);
-	uint64_t t1 = rbt_now_exit();
-	struct ibv_send_wr wr = { .wr_id = b->wr_id,
-				  .opcode = IBV_WR_BIND_MW,
-				  .send_flags = b->send_flags };
-	wr.bind_mw.mw = mw;
-	wr.bind_mw.rkey = mw->rkey; /* the new key: the provider updated it */
-	wr.bind_mw.bind_info = b->bind_info;
-	rbt_rec_send(qp, &wr, ret, ret ? &wr : NULL, t0, t1);
-	rbt_dp_done();
-	return ret;
+	RBT_DP_CALL(c->bind_mw(qp, mw, b), rbt_now_exit(),
+		    rbt_rec_bind(qp, mw, b, ret, t0, t1));
 }
