@@ -1,6 +1,9 @@
 /* interpose_bench.c - what librbtrace.so adds to a post and a poll, in ns per call,
- * against the same loop untraced in the same process and beside the floor (one
- * TSC read and one 64-byte store); the recorder's writer thread's CPU per event
+ * against the same loop untraced in the same process and beside floors (one or
+ * two TSC reads and a 64-byte store; two TSC reads and the bytes of a chain of
+ * 8's or of 16 completions' record written into a ring that another thread
+ * reads between bursts, as the writer thread reads the recorder's: what those
+ * bytes cost by themselves); the recorder's writer thread's CPU per event
  * under 2 M back-to-back posts; then, over softnic, ib_write_bw's message rate
  * and ib_send_lat's typical latency, traced vs untraced.
  *
