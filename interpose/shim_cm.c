@@ -39,22 +39,9 @@ static RBT_TLS unsigned rbt_cm_depth;
 	__typeof__(&name) real = rbt_next_##name(); \
 	unsigned nested = rbt_cm_depth;
 
-/* The real call with the depth raised; t0/t1 around it, errno in rerrno. */
-#define CM_CALL(lhs, expr)       \
-	uint64_t t0 = rbt_now(); \
-	rbt_cm_depth++;          \
-	lhs = expr;              \
-	rbt_cm_depth--;          \
-	int rerrno = errno;      \
-	uint64_t t1 = rbt_now();
-
-#define CM_VCALL(expr)           \
-	uint64_t t0 = rbt_now(); \
-	rbt_cm_depth++;          \
-	expr;                    \
-	rbt_cm_depth--;          \
-	int rerrno = errno;      \
-	uint64_t t1 = rbt_now();
+/* The real call with the depth raised (RBT_TIMED). */
+#define CM_CALL(lhs, expr) RBT_TIMED(rbt_cm_depth, lhs = expr)
+#define CM_VCALL(expr)	   RBT_TIMED(rbt_cm_depth, expr)
 
 /* No librdmacm behind us (cannot happen for a program linked to it; a dlsym'd
  * call with the library unloaded): fail as a missing function would. */
