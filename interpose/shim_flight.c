@@ -81,6 +81,21 @@ static int rbt_fvec_push(struct rbt_fvec *q, const struct rbt_fchunk *c)
 	return 0;
 }
 
+/* Pushes c with a copy of chunk's len bytes as its buffer. */
+static int rbt_fvec_push_copy(struct rbt_fvec *q, struct rbt_fchunk *c, const void *chunk,
+			      size_t len)
+{
+	c->buf = malloc(len);
+	if (!c->buf)
+		return -ENOMEM;
+	memcpy(c->buf, chunk, len);
+	if (rbt_fvec_push(q, c)) {
+		free(c->buf);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 static void rbt_fvec_pop(struct rbt_fvec *q)
 {
 	struct rbt_fchunk *c = rbt_fvec_at(q, 0);
@@ -113,14 +128,8 @@ static int rbt_ring_sink(void *arg, const void *chunk, size_t len, uint64_t firs
 				.seq = rbt_main_seq++ };
 	c.reach = rbt_cur_reach;
 	rbt_cur_reach = UINT64_MAX;
-	c.buf = malloc(len);
-	if (!c.buf)
+	if (rbt_fvec_push_copy(&rbt_ring_q, &c, chunk, len))
 		return -ENOMEM;
-	memcpy(c.buf, chunk, len);
-	if (rbt_fvec_push(&rbt_ring_q, &c)) {
-		free(c.buf);
-		return -ENOMEM;
-	}
 	while (rbt_ring_q.n > 1 && rbt_ring_q.bytes > rbt_fcfg.flight_bytes) {
 		rbt_fvec_pop(&rbt_ring_q);
 		rbt_ring_dropped++;
@@ -137,15 +146,7 @@ static int rbt_carry_sink(void *arg, const void *chunk, size_t len, uint64_t fir
 	};
 	c.handle = rbt_cur_handle;
 	c.destroys = rbt_cur_destroys;
-	c.buf = malloc(len);
-	if (!c.buf)
-		return -ENOMEM;
-	memcpy(c.buf, chunk, len);
-	if (rbt_fvec_push(&rbt_carry_q, &c)) {
-		free(c.buf);
-		return -ENOMEM;
-	}
-	return 0;
+	return rbt_fvec_push_copy(&rbt_carry_q, &c, chunk, len);
 }
 
 /* Marks in drop[] the carried events of resources destroyed before seq: the
