@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_util.h"
+
 #define DIE(...)                                                \
 	do {                                                    \
 		fprintf(stderr, "softnic_bench: " __VA_ARGS__); \
@@ -58,6 +60,19 @@ static void xread(int fd, void *p, size_t n)
 
 /* ---------------- baseline: UNIX sockets ---------------- */
 
+/* A stream socket pair shared with a forked child: the child's pid (0 in the
+ * child). The child keeps sv[1], the parent sv[0]. */
+static pid_t sock_fork(int sv[2])
+{
+	pid_t p;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+		DIE("socketpair");
+	p = fork();
+	close(p == 0 ? sv[0] : sv[1]);
+	return p;
+}
+
 static double sock_pingpong(long iters)
 {
 	int sv[2];
@@ -65,18 +80,14 @@ static double sock_pingpong(long iters)
 	uint64_t t0, t1;
 	pid_t p;
 
-	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
-		DIE("socketpair");
-	p = fork();
+	p = sock_fork(sv);
 	if (p == 0) {
-		close(sv[0]);
 		for (long i = 0; i < iters; i++) {
 			xread(sv[1], b, 8);
 			xwrite(sv[1], b, 8);
 		}
 		_exit(0);
 	}
-	close(sv[1]);
 	t0 = now_ns();
 	for (long i = 0; i < iters; i++) {
 		xwrite(sv[0], b, 8);
@@ -95,14 +106,11 @@ static double sock_stream(long msgs)
 	uint64_t t0, t1;
 	pid_t p;
 
-	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
-		DIE("socketpair");
-	p = fork();
+	p = sock_fork(sv);
 	if (p == 0) {
 		char big[65536];
 		long want = msgs * 64, got = 0;
 
-		close(sv[0]);
 		while (got < want) {
 			ssize_t r = read(sv[1], big, sizeof(big));
 
@@ -113,7 +121,6 @@ static double sock_stream(long msgs)
 		xwrite(sv[1], b, 1);
 		_exit(0);
 	}
-	close(sv[1]);
 	t0 = now_ns();
 	for (long i = 0; i < msgs; i++)
 		xwrite(sv[0], b, 64); /* one message per write: a message API */
@@ -397,44 +404,13 @@ static double sn_write_stream(long msgs, double *post_ns, double *poll_ns)
 
 static void reexec_on_softnic(char **argv)
 {
-	const char *cands[] = { "softnic", "../softnic", "bazel-bin/softnic" };
-	char dir[PATH_MAX], so[PATH_MAX + 32];
-	const char *src = getenv("RUNFILES_DIR");
+	char dir[PATH_MAX];
 
 	if (getenv("SOFTNIC_BENCH_REEXEC"))
 		return;
-	{
-		/* first the softnic built with us: bazel-bin/bench -> bazel-bin/softnic
-		 * (the bazel-bin link in the current directory may be another build) */
-		ssize_t n = readlink("/proc/self/exe", dir, sizeof(dir) - 32);
-
-		if (n > 0) {
-			dir[n] = 0;
-			strcat(strrchr(dir, '/'), "/../softnic");
-			snprintf(so, sizeof(so), "%s/libibverbs.so.1", dir);
-			if (!access(so, R_OK))
-				goto found;
-		}
-	}
-	if (src) {
-		snprintf(dir, sizeof(dir), "%s/rbtrace/softnic", src);
-		snprintf(so, sizeof(so), "%s/libibverbs.so.1", dir);
-		if (!access(so, R_OK))
-			goto found;
-	}
-	for (size_t i = 0; i < sizeof(cands) / sizeof(cands[0]); i++) {
-		if (!realpath(cands[i], dir))
-			continue;
-		snprintf(so, sizeof(so), "%s/libibverbs.so.1", dir);
-		if (!access(so, R_OK))
-			goto found;
-	}
-	DIE("softnic's libibverbs.so.1 not found (build //softnic first)");
-found:
-	setenv("LD_LIBRARY_PATH", dir, 1);
-	setenv("SOFTNIC_BENCH_REEXEC", "1", 1);
-	execv("/proc/self/exe", argv);
-	DIE("execv: %s", strerror(errno));
+	if (bench_softnic_dir("libibverbs.so.1", dir, sizeof(dir)))
+		DIE("softnic's libibverbs.so.1 not found (build //softnic first)");
+	bench_reexec(argv, dir, "SOFTNIC_BENCH_REEXEC");
 }
 
 int main(int argc, char **argv)
