@@ -86,6 +86,15 @@ static inline uint64_t rbt_now(void)
 	int rerrno = errno;      \
 	uint64_t t1 = rbt_now();
 
+/* The head of a call's record: exit time, what the call returned, its errno (0
+ * when it succeeded). */
+#define RBT_EV_HEAD(e, exit, r, error) \
+	((e)->ts_exit = (exit), (e)->ret = (r), (e)->err = (error))
+
+/* e->f = a->f: given a list macro LIST(X) of fields, LIST(RBT_COPY_FIELD) copies
+ * them from the attributes a into the record e (the names are the same). */
+#define RBT_COPY_FIELD(f) e->f = a->f;
+
 /* A post's or poll's exit time: none in light mode (the trace's ts_exit is then
  * absent, and readers take the entry time for it). */
 static inline uint64_t rbt_now_exit(void)

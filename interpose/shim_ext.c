@@ -85,9 +85,7 @@ struct ibv_xrcd *rbt_open_xrcd(struct ibv_context *ctx, struct ibv_xrcd_init_att
 	RBT_EXT_CALL(struct ibv_xrcd *, x, c->open_xrcd(ctx, a));
 	struct rbt_event ev = { .type = RBT_EV_XRCD_OPEN, .ts = t0 };
 	struct rbt_ev_xrcd_open *e = &ev.u.xrcd_open;
-	e->ts_exit = t1;
-	e->ret = x ? 0 : -err;
-	e->err = err;
+	RBT_EV_HEAD(e, t1, x ? 0 : -err, err);
 	e->ctx = (uintptr_t)ctx;
 	e->xrcd = (uintptr_t)x;
 	e->fd = (a->comp_mask & IBV_XRCD_INIT_ATTR_FD) ? (uint64_t)a->fd : ~0ull;
@@ -108,9 +106,7 @@ struct ibv_xrcd *rbt_open_xrcd(struct ibv_context *ctx, struct ibv_xrcd_init_att
 		int ret = c->op(o);                             \
 		int err = ret ? errno : 0;                      \
 		struct rbt_event ev = { .type = EV, .ts = t0 }; \
-		ev.u.lname.ts_exit = rbt_now();                 \
-		ev.u.lname.ret = ret;                           \
-		ev.u.lname.err = err;                           \
+		RBT_EV_HEAD(&ev.u.lname, rbt_now(), ret, err);  \
 		ev.u.lname.field = (uintptr_t)o;                \
 		rbt_emit(&ev);                                  \
 		errno = err ? err : errno;                      \
@@ -182,9 +178,7 @@ struct ibv_mw *rbt_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 	int err = mw ? 0 : errno;
 	struct rbt_event ev = { .type = RBT_EV_MW_ALLOC, .ts = t0 };
 	struct rbt_ev_mw_alloc *e = &ev.u.mw_alloc;
-	e->ts_exit = rbt_now();
-	e->ret = mw ? 0 : -err;
-	e->err = err;
+	RBT_EV_HEAD(e, rbt_now(), mw ? 0 : -err, err);
 	e->pd = (uintptr_t)pd;
 	e->mw = (uintptr_t)mw;
 	e->mw_type = type;

@@ -23,6 +23,24 @@
 /* Calls the real function with the tracer flag set (RBT_TIMED). */
 #define RBT_CALL(lhs, expr) RBT_TIMED(rbt_tls_inside, lhs = expr)
 
+/* Resolves name; without a next definition fails as the missing function would
+ * (NULL with errno ENOSYS, or fail returned); forwards the call untraced when
+ * the recorder is not recording. */
+#define RBT_ENTER_PTR(name, args) \
+	RBT_RESOLVE(name);        \
+	if (!real) {              \
+		errno = ENOSYS;   \
+		return NULL;      \
+	}                         \
+	if (!rbt_recording())     \
+	return real args
+#define RBT_ENTER_INT(name, fail, args) \
+	RBT_RESOLVE(name);              \
+	if (!real)                      \
+		return fail;            \
+	if (!rbt_recording())           \
+	return real args
+
 #define RBT_PERR(p) ((p) ? 0 : rerrno)
 #define RBT_IERR(r) ((r) ? rerrno : 0)
 
@@ -55,9 +73,7 @@
 		}                                                        \
 		RBT_CALL(int ret, real(obj));                            \
 		struct rbt_event ev = { .type = RBT_EV_##EV, .ts = t0 }; \
-		ev.u.lname.ts_exit = t1;                                 \
-		ev.u.lname.ret = ret;                                    \
-		ev.u.lname.err = RBT_IERR(ret);                          \
+		RBT_EV_HEAD(&ev.u.lname, t1, ret, RBT_IERR(ret));        \
 		ev.u.lname.field = (uintptr_t)obj;                       \
 		rbt_emit(&ev);                                           \
 		if ((forget) && !ret)                                    \
@@ -95,9 +111,7 @@ RBT_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 	int had = rbt_live_take(qp, 1);
 	RBT_CALL(int ret, real(qp));
 	struct rbt_event ev = { .type = RBT_EV_QP_DESTROY, .ts = t0 };
-	ev.u.qp_destroy.ts_exit = t1;
-	ev.u.qp_destroy.ret = ret;
-	ev.u.qp_destroy.err = RBT_IERR(ret);
+	RBT_EV_HEAD(&ev.u.qp_destroy, t1, ret, RBT_IERR(ret));
 	ev.u.qp_destroy.qp = (uintptr_t)qp;
 	rbt_emit(&ev);
 	rbt_qp_destroyed(qp, ret, had);
@@ -108,13 +122,7 @@ RBT_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 /* ---- devices ----------------------------------------------------------------------- */
 RBT_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 {
-	RBT_RESOLVE(ibv_get_device_list);
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(num);
+	RBT_ENTER_PTR(ibv_get_device_list, (num));
 	int n = 0;
 	RBT_CALL(struct ibv_device * *list, real(&n));
 	if (num)
@@ -125,9 +133,7 @@ RBT_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 	for (int i = 0; list && i < n && k < sizeof(names) - 80; i++)
 		k += snprintf(names + k, sizeof(names) - k, "%s%s", i ? "," : "",
 			      list[i]->name);
-	ev.u.device_list.ts_exit = t1;
-	ev.u.device_list.ret = list ? n : -rerrno;
-	ev.u.device_list.err = RBT_PERR(list);
+	RBT_EV_HEAD(&ev.u.device_list, t1, list ? n : -rerrno, RBT_PERR(list));
 	ev.u.device_list.names = names;
 	rbt_emit(&ev);
 	errno = rerrno;
@@ -136,20 +142,12 @@ RBT_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 
 RBT_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
 {
-	RBT_RESOLVE(ibv_open_device);
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(dev);
+	RBT_ENTER_PTR(ibv_open_device, (dev));
 	RBT_CALL(struct ibv_context * ctx, real(dev));
 	struct rbt_event ev = { .type = RBT_EV_DEVICE_OPEN, .ts = t0 };
 	struct rbt_ev_device_open *e = &ev.u.device_open;
 	__typeof__(&ibv_get_device_guid) guid = rbt_next_ibv_get_device_guid();
-	e->ts_exit = t1;
-	e->ret = ctx ? 0 : -rerrno;
-	e->err = RBT_PERR(ctx);
+	RBT_EV_HEAD(e, t1, ctx ? 0 : -rerrno, RBT_PERR(ctx));
 	e->ctx = (uintptr_t)ctx;
 	e->name = dev ? dev->name : "";
 	if (dev && guid) {
@@ -193,9 +191,7 @@ RBT_EXPORT int ibv_close_device(struct ibv_context *ctx)
 	RBT_CALL(int ret, real(ctx));
 	rbt_dp_close_end(ctx, ret);
 	struct rbt_event ev = { .type = RBT_EV_DEVICE_CLOSE, .ts = t0 };
-	ev.u.device_close.ts_exit = t1;
-	ev.u.device_close.ret = ret;
-	ev.u.device_close.err = RBT_IERR(ret);
+	RBT_EV_HEAD(&ev.u.device_close, t1, ret, RBT_IERR(ret));
 	ev.u.device_close.ctx = (uintptr_t)ctx;
 	rbt_emit(&ev);
 	if (!ret) {
@@ -208,11 +204,7 @@ RBT_EXPORT int ibv_close_device(struct ibv_context *ctx)
 
 RBT_EXPORT int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
 {
-	RBT_RESOLVE(ibv_query_device);
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(ctx, attr);
+	RBT_ENTER_INT(ibv_query_device, ENOSYS, (ctx, attr));
 	RBT_CALL(int ret, real(ctx, attr));
 	(void)t0;
 	(void)t1;
@@ -225,11 +217,7 @@ RBT_EXPORT int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr 
 RBT_EXPORT int ibv_query_port(struct ibv_context *ctx, uint8_t port,
 			      struct _compat_ibv_port_attr *attr)
 {
-	RBT_RESOLVE(ibv_query_port);
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(ctx, port, attr);
+	RBT_ENTER_INT(ibv_query_port, ENOSYS, (ctx, port, attr));
 	RBT_CALL(int ret, real(ctx, port, attr));
 	(void)t0;
 	(void)t1;
@@ -247,18 +235,10 @@ RBT_EXPORT int ibv_query_port(struct ibv_context *ctx, uint8_t port,
 /* ---- PD, MR ------------------------------------------------------------------------- */
 RBT_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
 {
-	RBT_RESOLVE(ibv_alloc_pd);
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(ctx);
+	RBT_ENTER_PTR(ibv_alloc_pd, (ctx));
 	RBT_CALL(struct ibv_pd * pd, real(ctx));
 	struct rbt_event ev = { .type = RBT_EV_PD_ALLOC, .ts = t0 };
-	ev.u.pd_alloc.ts_exit = t1;
-	ev.u.pd_alloc.ret = pd ? 0 : -rerrno;
-	ev.u.pd_alloc.err = RBT_PERR(pd);
+	RBT_EV_HEAD(&ev.u.pd_alloc, t1, pd ? 0 : -rerrno, RBT_PERR(pd));
 	ev.u.pd_alloc.ctx = (uintptr_t)ctx;
 	ev.u.pd_alloc.pd = (uintptr_t)pd;
 	rbt_emit(&ev);
@@ -274,9 +254,7 @@ static void rbt_rec_mr(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
 	struct rbt_event ev = { .type = RBT_EV_MR_REG, .ts = t0 };
 	struct rbt_ev_mr_reg *e = &ev.u.mr_reg;
 
-	e->ts_exit = t1;
-	e->ret = mr ? 0 : -err;
-	e->err = err;
+	RBT_EV_HEAD(e, t1, mr ? 0 : -err, err);
 	e->pd = (uintptr_t)pd;
 	e->mr = (uintptr_t)mr;
 	e->addr = (uintptr_t)addr;
@@ -313,13 +291,7 @@ static void rbt_rec_mr(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
 #define RBT_REG_MR_WRAPPER(name, params, args, rec)                     \
 	RBT_EXPORT struct ibv_mr *name params                           \
 	{                                                               \
-		RBT_RESOLVE(name);                                      \
-		if (!real) {                                            \
-			errno = ENOSYS;                                 \
-			return NULL;                                    \
-		}                                                       \
-		if (!rbt_recording())                                   \
-			return real args;                               \
+		RBT_ENTER_PTR(name, args);                              \
 		RBT_CALL(struct ibv_mr *mr, real args);                 \
 		rbt_rec_mr(t0, t1, RBT_PERR(mr), pd, mr, RBT_ARGS rec); \
 		errno = rerrno;                                         \
@@ -331,17 +303,11 @@ RBT_REG_MR_VERBS(RBT_REG_MR_WRAPPER)
 RBT_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
 			    size_t len, int access)
 {
-	RBT_RESOLVE(ibv_rereg_mr);
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(mr, flags, pd, addr, len, access);
+	RBT_ENTER_INT(ibv_rereg_mr, ENOSYS, (mr, flags, pd, addr, len, access));
 	RBT_CALL(int ret, real(mr, flags, pd, addr, len, access));
 	struct rbt_event ev = { .type = RBT_EV_MR_REREG, .ts = t0 };
 	struct rbt_ev_mr_rereg *e = &ev.u.mr_rereg;
-	e->ts_exit = t1;
-	e->ret = ret;
-	e->err = RBT_IERR(ret);
+	RBT_EV_HEAD(e, t1, ret, RBT_IERR(ret));
 	e->mr = (uintptr_t)mr;
 	e->flags = flags;
 	e->pd = (uintptr_t)pd;
@@ -359,18 +325,10 @@ RBT_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, voi
 /* ---- completion channels and CQs ------------------------------------------------------ */
 RBT_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
 {
-	RBT_RESOLVE(ibv_create_comp_channel);
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(ctx);
+	RBT_ENTER_PTR(ibv_create_comp_channel, (ctx));
 	RBT_CALL(struct ibv_comp_channel * ch, real(ctx));
 	struct rbt_event ev = { .type = RBT_EV_CHANNEL_CREATE, .ts = t0 };
-	ev.u.channel_create.ts_exit = t1;
-	ev.u.channel_create.ret = ch ? 0 : -rerrno;
-	ev.u.channel_create.err = RBT_PERR(ch);
+	RBT_EV_HEAD(&ev.u.channel_create, t1, ch ? 0 : -rerrno, RBT_PERR(ch));
 	ev.u.channel_create.ctx = (uintptr_t)ctx;
 	ev.u.channel_create.channel = (uintptr_t)ch;
 	ev.u.channel_create.fd = ch ? ch->fd : 0;
@@ -384,13 +342,7 @@ RBT_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe,
 					void *cq_context,
 					struct ibv_comp_channel *channel, int comp_vector)
 {
-	RBT_RESOLVE(ibv_create_cq);
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(ctx, cqe, cq_context, channel, comp_vector);
+	RBT_ENTER_PTR(ibv_create_cq, (ctx, cqe, cq_context, channel, comp_vector));
 	struct ibv_cq *cq = NULL;
 	int ts_source = 0;
 	uint64_t t0 = rbt_now();
@@ -425,16 +377,10 @@ RBT_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe,
 
 RBT_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 {
-	RBT_RESOLVE(ibv_resize_cq);
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(cq, cqe);
+	RBT_ENTER_INT(ibv_resize_cq, ENOSYS, (cq, cqe));
 	RBT_CALL(int ret, real(cq, cqe));
 	struct rbt_event ev = { .type = RBT_EV_CQ_RESIZE, .ts = t0 };
-	ev.u.cq_resize.ts_exit = t1;
-	ev.u.cq_resize.ret = ret;
-	ev.u.cq_resize.err = RBT_IERR(ret);
+	RBT_EV_HEAD(&ev.u.cq_resize, t1, ret, RBT_IERR(ret));
 	ev.u.cq_resize.cq = (uintptr_t)cq;
 	ev.u.cq_resize.cqe = ret ? (uint64_t)cqe : (uint64_t)cq->cqe;
 	rbt_emit(&ev);
@@ -445,16 +391,10 @@ RBT_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 RBT_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq,
 				void **cq_context)
 {
-	RBT_RESOLVE(ibv_get_cq_event);
-	if (!real)
-		return -1;
-	if (!rbt_recording())
-		return real(ch, cq, cq_context);
+	RBT_ENTER_INT(ibv_get_cq_event, -1, (ch, cq, cq_context));
 	RBT_CALL(int ret, real(ch, cq, cq_context));
 	struct rbt_event ev = { .type = RBT_EV_GET_CQ_EVENT, .ts = t0 };
-	ev.u.get_cq_event.ts_exit = t1;
-	ev.u.get_cq_event.ret = ret;
-	ev.u.get_cq_event.err = RBT_IERR(ret);
+	RBT_EV_HEAD(&ev.u.get_cq_event, t1, ret, RBT_IERR(ret));
 	ev.u.get_cq_event.channel = (uintptr_t)ch;
 	ev.u.get_cq_event.cq = ret == 0 && cq ? (uintptr_t)*cq : 0;
 	rbt_emit(&ev);
@@ -486,13 +426,7 @@ RBT_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 RBT_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd,
 					  struct ibv_srq_init_attr *attr)
 {
-	RBT_RESOLVE(ibv_create_srq);
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(pd, attr);
+	RBT_ENTER_PTR(ibv_create_srq, (pd, attr));
 	RBT_CALL(struct ibv_srq * srq, real(pd, attr));
 	struct ibv_srq_init_attr_ex a = { 0 };
 	a.attr = attr->attr;
@@ -505,16 +439,10 @@ RBT_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd,
 
 RBT_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
 {
-	RBT_RESOLVE(ibv_modify_srq);
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(srq, attr, mask);
+	RBT_ENTER_INT(ibv_modify_srq, ENOSYS, (srq, attr, mask));
 	RBT_CALL(int ret, real(srq, attr, mask));
 	struct rbt_event ev = { .type = RBT_EV_SRQ_MODIFY, .ts = t0 };
-	ev.u.srq_modify.ts_exit = t1;
-	ev.u.srq_modify.ret = ret;
-	ev.u.srq_modify.err = RBT_IERR(ret);
+	RBT_EV_HEAD(&ev.u.srq_modify, t1, ret, RBT_IERR(ret));
 	ev.u.srq_modify.srq = (uintptr_t)srq;
 	ev.u.srq_modify.attr_mask = mask;
 	ev.u.srq_modify.max_wr = attr->max_wr;
@@ -527,13 +455,7 @@ RBT_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, in
 /* ---- QP ------------------------------------------------------------------------------------ */
 RBT_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	RBT_RESOLVE(ibv_create_qp);
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(pd, attr);
+	RBT_ENTER_PTR(ibv_create_qp, (pd, attr));
 	RBT_CALL(struct ibv_qp * qp, real(pd, attr));
 	struct ibv_qp_init_attr_ex a = { 0 };
 	a.send_cq = attr->send_cq;
@@ -585,39 +507,26 @@ static void rbt_fill_ah(struct rbt_event *ev, const struct ibv_ah_attr *a, int m
 	}
 }
 
+/* The fields of struct ibv_qp_attr a modify's record keeps under their names. */
+/* clang-format off */
+#define RBT_QP_ATTR_FIELDS(X) \
+	X(qp_state) X(cur_qp_state) X(path_mtu) X(qkey) X(rq_psn) X(sq_psn) \
+	X(dest_qp_num) X(qp_access_flags) X(pkey_index) X(port_num) \
+	X(max_rd_atomic) X(max_dest_rd_atomic) X(min_rnr_timer) X(timeout) \
+	X(retry_cnt) X(rnr_retry) X(sq_draining) X(rate_limit)
+/* clang-format on */
+
 RBT_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 {
-	RBT_RESOLVE(ibv_modify_qp);
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(qp, attr, mask);
+	RBT_ENTER_INT(ibv_modify_qp, ENOSYS, (qp, attr, mask));
 	RBT_CALL(int ret, real(qp, attr, mask));
 	struct rbt_event ev = { .type = RBT_EV_QP_MODIFY, .ts = t0 };
 	struct rbt_ev_qp_modify *e = &ev.u.qp_modify;
-	e->ts_exit = t1;
-	e->ret = ret;
-	e->err = RBT_IERR(ret);
+	RBT_EV_HEAD(e, t1, ret, RBT_IERR(ret));
 	e->qp = (uintptr_t)qp;
 	e->attr_mask = mask;
-	e->qp_state = attr->qp_state;
-	e->cur_qp_state = attr->cur_qp_state;
-	e->path_mtu = attr->path_mtu;
-	e->qkey = attr->qkey;
-	e->rq_psn = attr->rq_psn;
-	e->sq_psn = attr->sq_psn;
-	e->dest_qp_num = attr->dest_qp_num;
-	e->qp_access_flags = attr->qp_access_flags;
-	e->pkey_index = attr->pkey_index;
-	e->port_num = attr->port_num;
-	e->max_rd_atomic = attr->max_rd_atomic;
-	e->max_dest_rd_atomic = attr->max_dest_rd_atomic;
-	e->min_rnr_timer = attr->min_rnr_timer;
-	e->timeout = attr->timeout;
-	e->retry_cnt = attr->retry_cnt;
-	e->rnr_retry = attr->rnr_retry;
-	e->sq_draining = attr->sq_draining;
-	e->rate_limit = attr->rate_limit;
+	const struct ibv_qp_attr *a = attr;
+	RBT_QP_ATTR_FIELDS(RBT_COPY_FIELD)
 	if (mask & IBV_QP_AV)
 		rbt_fill_ah(&ev, &attr->ah_attr, 1);
 	rbt_emit(&ev);
@@ -631,16 +540,10 @@ RBT_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int ma
 RBT_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
 			    struct ibv_qp_init_attr *init)
 {
-	RBT_RESOLVE(ibv_query_qp);
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(qp, attr, mask, init);
+	RBT_ENTER_INT(ibv_query_qp, ENOSYS, (qp, attr, mask, init));
 	RBT_CALL(int ret, real(qp, attr, mask, init));
 	struct rbt_event ev = { .type = RBT_EV_QP_QUERY, .ts = t0 };
-	ev.u.qp_query.ts_exit = t1;
-	ev.u.qp_query.ret = ret;
-	ev.u.qp_query.err = RBT_IERR(ret);
+	RBT_EV_HEAD(&ev.u.qp_query, t1, ret, RBT_IERR(ret));
 	ev.u.qp_query.qp = (uintptr_t)qp;
 	ev.u.qp_query.attr_mask = mask;
 	if (!ret) {
@@ -657,18 +560,10 @@ RBT_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mas
 /* ---- AH ------------------------------------------------------------------------------------ */
 RBT_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
-	RBT_RESOLVE(ibv_create_ah);
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(pd, attr);
+	RBT_ENTER_PTR(ibv_create_ah, (pd, attr));
 	RBT_CALL(struct ibv_ah * ah, real(pd, attr));
 	struct rbt_event ev = { .type = RBT_EV_AH_CREATE, .ts = t0 };
-	ev.u.ah_create.ts_exit = t1;
-	ev.u.ah_create.ret = ah ? 0 : -rerrno;
-	ev.u.ah_create.err = RBT_PERR(ah);
+	RBT_EV_HEAD(&ev.u.ah_create, t1, ah ? 0 : -rerrno, RBT_PERR(ah));
 	ev.u.ah_create.pd = (uintptr_t)pd;
 	ev.u.ah_create.ah = (uintptr_t)ah;
 	rbt_fill_ah(&ev, attr, 0);
@@ -681,18 +576,10 @@ RBT_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *a
 RBT_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc,
 						struct ibv_grh *grh, uint8_t port)
 {
-	RBT_RESOLVE(ibv_create_ah_from_wc);
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(pd, wc, grh, port);
+	RBT_ENTER_PTR(ibv_create_ah_from_wc, (pd, wc, grh, port));
 	RBT_CALL(struct ibv_ah * ah, real(pd, wc, grh, port));
 	struct rbt_event ev = { .type = RBT_EV_AH_CREATE, .ts = t0 };
-	ev.u.ah_create.ts_exit = t1;
-	ev.u.ah_create.ret = ah ? 0 : -rerrno;
-	ev.u.ah_create.err = RBT_PERR(ah);
+	RBT_EV_HEAD(&ev.u.ah_create, t1, ah ? 0 : -rerrno, RBT_PERR(ah));
 	ev.u.ah_create.pd = (uintptr_t)pd;
 	ev.u.ah_create.ah = (uintptr_t)ah;
 	/* The attributes the library derived from the completion, derived again
@@ -713,11 +600,7 @@ RBT_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc
 /* ---- async events ----------------------------------------------------------------------- */
 RBT_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
 {
-	RBT_RESOLVE(ibv_get_async_event);
-	if (!real)
-		return -1;
-	if (!rbt_recording())
-		return real(ctx, event);
+	RBT_ENTER_INT(ibv_get_async_event, -1, (ctx, event));
 	RBT_CALL(int ret, real(ctx, event));
 	struct rbt_event ev = { .type = RBT_EV_ASYNC_EVENT, .ts = t0 };
 	ev.u.async_event.ts_exit = t1;

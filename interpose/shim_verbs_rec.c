@@ -23,9 +23,7 @@ void rbt_rec_cq_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ct
 	struct rbt_event ev = { .type = RBT_EV_CQ_CREATE, .ts = t0 };
 	struct rbt_ev_cq_create *e = &ev.u.cq_create;
 
-	e->ts_exit = t1;
-	e->ret = cq ? 0 : -err;
-	e->err = err;
+	RBT_EV_HEAD(e, t1, cq ? 0 : -err, err);
 	e->ctx = (uintptr_t)ctx;
 	e->cq = (uintptr_t)cq;
 	e->cqe_asked = cqe_asked;
@@ -46,9 +44,7 @@ void rbt_rec_qp_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ct
 	struct rbt_event ev = { .type = RBT_EV_QP_CREATE, .ts = t0 };
 	struct rbt_ev_qp_create *e = &ev.u.qp_create;
 
-	e->ts_exit = t1;
-	e->ret = qp ? 0 : -err;
-	e->err = err;
+	RBT_EV_HEAD(e, t1, qp ? 0 : -err, err);
 	e->ctx = (uintptr_t)ctx;
 	e->pd = (uintptr_t)((a->comp_mask & IBV_QP_INIT_ATTR_PD) || !ex ? a->pd : NULL);
 	e->qp = (uintptr_t)qp;
@@ -81,9 +77,7 @@ void rbt_rec_srq_create(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
 	struct rbt_event ev = { .type = RBT_EV_SRQ_CREATE, .ts = t0 };
 	struct rbt_ev_srq_create *e = &ev.u.srq_create;
 
-	e->ts_exit = t1;
-	e->ret = srq ? 0 : -err;
-	e->err = err;
+	RBT_EV_HEAD(e, t1, srq ? 0 : -err, err);
 	e->pd = (uintptr_t)pd;
 	e->srq = (uintptr_t)srq;
 	e->max_wr = a->attr.max_wr;
@@ -106,6 +100,19 @@ void rbt_rec_srq_create(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
 	rbt_emit_stack(RBT_EV_SRQ_CREATE);
 }
 
+/* The fields of struct ibv_port_attr and of struct ibv_device_attr a record keeps
+ * under their own names. */
+/* clang-format off */
+#define RBT_PORT_ATTR_FIELDS(X) \
+	X(state) X(max_mtu) X(active_mtu) X(lid) X(sm_lid) X(link_layer) \
+	X(gid_tbl_len) X(active_speed) X(active_width)
+#define RBT_DEVICE_ATTR_FIELDS(X) \
+	X(vendor_id) X(vendor_part_id) X(max_mr_size) X(max_qp) X(max_qp_wr) \
+	X(max_sge) X(max_cq) X(max_cqe) X(max_mr) X(max_pd) X(max_qp_rd_atom) \
+	X(max_qp_init_rd_atom) X(max_srq) X(max_srq_wr) X(atomic_cap) \
+	X(phys_port_cnt)
+/* clang-format on */
+
 void rbt_rec_port_attr(struct ibv_context *ctx, uint8_t port,
 		       const struct ibv_port_attr *a)
 {
@@ -116,15 +123,7 @@ void rbt_rec_port_attr(struct ibv_context *ctx, uint8_t port,
 
 	e->ctx = (uintptr_t)ctx;
 	e->port = port;
-	e->state = a->state;
-	e->max_mtu = a->max_mtu;
-	e->active_mtu = a->active_mtu;
-	e->lid = a->lid;
-	e->sm_lid = a->sm_lid;
-	e->link_layer = a->link_layer;
-	e->gid_tbl_len = a->gid_tbl_len;
-	e->active_speed = a->active_speed;
-	e->active_width = a->active_width;
+	RBT_PORT_ATTR_FIELDS(RBT_COPY_FIELD)
 	rbt_tls_inside++;
 	if (qgid && a->gid_tbl_len > 0 && !qgid(ctx, port, 0, &gid)) {
 		e->gid0.data = gid.raw;
@@ -145,22 +144,7 @@ void rbt_rec_device_attr(struct ibv_context *ctx, const struct ibv_device_attr *
 	fw[sizeof(a->fw_ver)] = 0;
 	e->ctx = (uintptr_t)ctx;
 	e->fw_ver = fw;
-	e->vendor_id = a->vendor_id;
-	e->vendor_part_id = a->vendor_part_id;
-	e->max_mr_size = a->max_mr_size;
-	e->max_qp = a->max_qp;
-	e->max_qp_wr = a->max_qp_wr;
-	e->max_sge = a->max_sge;
-	e->max_cq = a->max_cq;
-	e->max_cqe = a->max_cqe;
-	e->max_mr = a->max_mr;
-	e->max_pd = a->max_pd;
-	e->max_qp_rd_atom = a->max_qp_rd_atom;
-	e->max_qp_init_rd_atom = a->max_qp_init_rd_atom;
-	e->max_srq = a->max_srq;
-	e->max_srq_wr = a->max_srq_wr;
-	e->atomic_cap = a->atomic_cap;
-	e->phys_port_cnt = a->phys_port_cnt;
+	RBT_DEVICE_ATTR_FIELDS(RBT_COPY_FIELD)
 	e->completion_timestamp_mask = ts_mask;
 	e->hca_core_clock = core_clock;
 	rbt_emit(&ev);
