@@ -44,6 +44,44 @@
 #define RBT_PERR(p) ((p) ? 0 : rerrno)
 #define RBT_IERR(r) ((r) ? rerrno : 0)
 
+/* ---- the wrappers' common shape ---------------------------------------------------
+ * RBT_WRAP_PTR(ret_t, name, params, args, EV, lname, stack) and RBT_WRAP_INT(name,
+ * fail, params, args, EV, lname, stack) define an exported wrapper in the common
+ * shape: the entry (RBT_ENTER_*), the timed real call, the record's head, what
+ * rbt_fill_<name>(ev, e, ret, params) adds, the record emitted (with a stack when
+ * stack is set), and what the real call returned with its errno. Each macro ends
+ * with the head of rbt_fill_<name>: its body follows the macro. */
+#define RBT_ARGS(...) __VA_ARGS__
+#define RBT_FILL_HEAD(ret_t, name, lname, params)                                   \
+	static void rbt_fill_##name(struct rbt_event *ev, struct rbt_ev_##lname *e, \
+				    ret_t ret, RBT_ARGS params)
+#define RBT_WRAP_REST(ret_t, name, params, args, EV, lname, stack, r, err) \
+	RBT_CALL(ret_t ret, real args);                                    \
+	struct rbt_event ev = { .type = RBT_EV_##EV, .ts = t0 };           \
+	RBT_EV_HEAD(&ev.u.lname, t1, r, err);                              \
+	rbt_fill_##name(&ev, &ev.u.lname, ret, RBT_ARGS args);             \
+	rbt_emit(&ev);                                                     \
+	if (stack)                                                         \
+		rbt_emit_stack(RBT_EV_##EV);                               \
+	errno = rerrno;                                                    \
+	return ret;                                                        \
+	}                                                                  \
+	RBT_FILL_HEAD(ret_t, name, lname, params)
+#define RBT_WRAP_PTR(ret_t, name, params, args, EV, lname, stack)          \
+	RBT_FILL_HEAD(ret_t, name, lname, params);                         \
+	RBT_EXPORT ret_t name params                                       \
+	{                                                                  \
+		RBT_ENTER_PTR(name, args);                                 \
+		RBT_WRAP_REST(ret_t, name, params, args, EV, lname, stack, \
+			      ret ? 0 : -rerrno, RBT_PERR(ret))
+#define RBT_WRAP_INT(name, fail, params, args, EV, lname, stack)              \
+	RBT_FILL_HEAD(int, name, lname, params);                              \
+	RBT_EXPORT int name params                                            \
+	{                                                                     \
+		RBT_ENTER_INT(name, fail, args);                              \
+		RBT_WRAP_REST(int, name, params, args, EV, lname, stack, ret, \
+			      RBT_IERR(ret))
+
 /* ---- one-handle releases ----------------------------------------------------------- */
 /* The verbs that release one object and return 0 or an errno all record the same
  * shape (ts_exit, ret, err, the handle), so they are written once. Columns: symbol
@@ -233,18 +271,11 @@ RBT_EXPORT int ibv_query_port(struct ibv_context *ctx, uint8_t port,
 }
 
 /* ---- PD, MR ------------------------------------------------------------------------- */
-RBT_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
+RBT_WRAP_PTR(struct ibv_pd *, ibv_alloc_pd, (struct ibv_context * ctx), (ctx), PD_ALLOC,
+	     pd_alloc, 1)
 {
-	RBT_ENTER_PTR(ibv_alloc_pd, (ctx));
-	RBT_CALL(struct ibv_pd * pd, real(ctx));
-	struct rbt_event ev = { .type = RBT_EV_PD_ALLOC, .ts = t0 };
-	RBT_EV_HEAD(&ev.u.pd_alloc, t1, pd ? 0 : -rerrno, RBT_PERR(pd));
-	ev.u.pd_alloc.ctx = (uintptr_t)ctx;
-	ev.u.pd_alloc.pd = (uintptr_t)pd;
-	rbt_emit(&ev);
-	rbt_emit_stack(RBT_EV_PD_ALLOC);
-	errno = rerrno;
-	return pd;
+	e->ctx = (uintptr_t)ctx;
+	e->pd = (uintptr_t)ret;
 }
 
 static void rbt_rec_mr(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
@@ -287,7 +318,6 @@ static void rbt_rec_mr(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
 	   int access),                                                            \
 	  (pd, offset, len, iova, fd, access), (NULL, len, iova, access, 3, fd, offset))
 
-#define RBT_ARGS(...) __VA_ARGS__
 #define RBT_REG_MR_WRAPPER(name, params, args, rec)                     \
 	RBT_EXPORT struct ibv_mr *name params                           \
 	{                                                               \
@@ -300,14 +330,11 @@ static void rbt_rec_mr(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
 
 RBT_REG_MR_VERBS(RBT_REG_MR_WRAPPER)
 
-RBT_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
-			    size_t len, int access)
+RBT_WRAP_INT(ibv_rereg_mr, ENOSYS,
+	     (struct ibv_mr * mr, int flags, struct ibv_pd *pd, void *addr, size_t len,
+	      int access),
+	     (mr, flags, pd, addr, len, access), MR_REREG, mr_rereg, 1)
 {
-	RBT_ENTER_INT(ibv_rereg_mr, ENOSYS, (mr, flags, pd, addr, len, access));
-	RBT_CALL(int ret, real(mr, flags, pd, addr, len, access));
-	struct rbt_event ev = { .type = RBT_EV_MR_REREG, .ts = t0 };
-	struct rbt_ev_mr_rereg *e = &ev.u.mr_rereg;
-	RBT_EV_HEAD(e, t1, ret, RBT_IERR(ret));
 	e->mr = (uintptr_t)mr;
 	e->flags = flags;
 	e->pd = (uintptr_t)pd;
@@ -316,26 +343,15 @@ RBT_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, voi
 	e->access = access;
 	e->lkey = mr ? mr->lkey : 0;
 	e->rkey = mr ? mr->rkey : 0;
-	rbt_emit(&ev);
-	rbt_emit_stack(RBT_EV_MR_REREG);
-	errno = rerrno;
-	return ret;
 }
 
 /* ---- completion channels and CQs ------------------------------------------------------ */
-RBT_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
+RBT_WRAP_PTR(struct ibv_comp_channel *, ibv_create_comp_channel,
+	     (struct ibv_context * ctx), (ctx), CHANNEL_CREATE, channel_create, 1)
 {
-	RBT_ENTER_PTR(ibv_create_comp_channel, (ctx));
-	RBT_CALL(struct ibv_comp_channel * ch, real(ctx));
-	struct rbt_event ev = { .type = RBT_EV_CHANNEL_CREATE, .ts = t0 };
-	RBT_EV_HEAD(&ev.u.channel_create, t1, ch ? 0 : -rerrno, RBT_PERR(ch));
-	ev.u.channel_create.ctx = (uintptr_t)ctx;
-	ev.u.channel_create.channel = (uintptr_t)ch;
-	ev.u.channel_create.fd = ch ? ch->fd : 0;
-	rbt_emit(&ev);
-	rbt_emit_stack(RBT_EV_CHANNEL_CREATE);
-	errno = rerrno;
-	return ch;
+	e->ctx = (uintptr_t)ctx;
+	e->channel = (uintptr_t)ret;
+	e->fd = ret ? ret->fd : 0;
 }
 
 RBT_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe,
@@ -375,31 +391,19 @@ RBT_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe,
 	return cq;
 }
 
-RBT_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+RBT_WRAP_INT(ibv_resize_cq, ENOSYS, (struct ibv_cq * cq, int cqe), (cq, cqe), CQ_RESIZE,
+	     cq_resize, 0)
 {
-	RBT_ENTER_INT(ibv_resize_cq, ENOSYS, (cq, cqe));
-	RBT_CALL(int ret, real(cq, cqe));
-	struct rbt_event ev = { .type = RBT_EV_CQ_RESIZE, .ts = t0 };
-	RBT_EV_HEAD(&ev.u.cq_resize, t1, ret, RBT_IERR(ret));
-	ev.u.cq_resize.cq = (uintptr_t)cq;
-	ev.u.cq_resize.cqe = ret ? (uint64_t)cqe : (uint64_t)cq->cqe;
-	rbt_emit(&ev);
-	errno = rerrno;
-	return ret;
+	e->cq = (uintptr_t)cq;
+	e->cqe = ret ? (uint64_t)cqe : (uint64_t)cq->cqe;
 }
 
-RBT_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq,
-				void **cq_context)
+RBT_WRAP_INT(ibv_get_cq_event, -1,
+	     (struct ibv_comp_channel * ch, struct ibv_cq **cq, void **cq_context),
+	     (ch, cq, cq_context), GET_CQ_EVENT, get_cq_event, 0)
 {
-	RBT_ENTER_INT(ibv_get_cq_event, -1, (ch, cq, cq_context));
-	RBT_CALL(int ret, real(ch, cq, cq_context));
-	struct rbt_event ev = { .type = RBT_EV_GET_CQ_EVENT, .ts = t0 };
-	RBT_EV_HEAD(&ev.u.get_cq_event, t1, ret, RBT_IERR(ret));
-	ev.u.get_cq_event.channel = (uintptr_t)ch;
-	ev.u.get_cq_event.cq = ret == 0 && cq ? (uintptr_t)*cq : 0;
-	rbt_emit(&ev);
-	errno = rerrno;
-	return ret;
+	e->channel = (uintptr_t)ch;
+	e->cq = ret == 0 && cq ? (uintptr_t)*cq : 0;
 }
 
 RBT_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
@@ -437,19 +441,14 @@ RBT_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd,
 	return srq;
 }
 
-RBT_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
+RBT_WRAP_INT(ibv_modify_srq, ENOSYS,
+	     (struct ibv_srq * srq, struct ibv_srq_attr *attr, int mask),
+	     (srq, attr, mask), SRQ_MODIFY, srq_modify, 0)
 {
-	RBT_ENTER_INT(ibv_modify_srq, ENOSYS, (srq, attr, mask));
-	RBT_CALL(int ret, real(srq, attr, mask));
-	struct rbt_event ev = { .type = RBT_EV_SRQ_MODIFY, .ts = t0 };
-	RBT_EV_HEAD(&ev.u.srq_modify, t1, ret, RBT_IERR(ret));
-	ev.u.srq_modify.srq = (uintptr_t)srq;
-	ev.u.srq_modify.attr_mask = mask;
-	ev.u.srq_modify.max_wr = attr->max_wr;
-	ev.u.srq_modify.srq_limit = attr->srq_limit;
-	rbt_emit(&ev);
-	errno = rerrno;
-	return ret;
+	e->srq = (uintptr_t)srq;
+	e->attr_mask = mask;
+	e->max_wr = attr->max_wr;
+	e->srq_limit = attr->srq_limit;
 }
 
 /* ---- QP ------------------------------------------------------------------------------------ */
@@ -537,64 +536,47 @@ RBT_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int ma
 	return ret;
 }
 
-RBT_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
-			    struct ibv_qp_init_attr *init)
+RBT_WRAP_INT(ibv_query_qp, ENOSYS,
+	     (struct ibv_qp * qp, struct ibv_qp_attr *attr, int mask,
+	      struct ibv_qp_init_attr *init),
+	     (qp, attr, mask, init), QP_QUERY, qp_query, 0)
 {
-	RBT_ENTER_INT(ibv_query_qp, ENOSYS, (qp, attr, mask, init));
-	RBT_CALL(int ret, real(qp, attr, mask, init));
-	struct rbt_event ev = { .type = RBT_EV_QP_QUERY, .ts = t0 };
-	RBT_EV_HEAD(&ev.u.qp_query, t1, ret, RBT_IERR(ret));
-	ev.u.qp_query.qp = (uintptr_t)qp;
-	ev.u.qp_query.attr_mask = mask;
+	e->qp = (uintptr_t)qp;
+	e->attr_mask = mask;
 	if (!ret) {
-		ev.u.qp_query.qp_state = attr->qp_state;
-		ev.u.qp_query.max_inline_data = attr->cap.max_inline_data;
-		ev.u.qp_query.dest_qp_num = attr->dest_qp_num;
-		ev.u.qp_query.path_mtu = attr->path_mtu;
+		e->qp_state = attr->qp_state;
+		e->max_inline_data = attr->cap.max_inline_data;
+		e->dest_qp_num = attr->dest_qp_num;
+		e->path_mtu = attr->path_mtu;
 	}
-	rbt_emit(&ev);
-	errno = rerrno;
-	return ret;
 }
 
 /* ---- AH ------------------------------------------------------------------------------------ */
-RBT_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+RBT_WRAP_PTR(struct ibv_ah *, ibv_create_ah,
+	     (struct ibv_pd * pd, struct ibv_ah_attr *attr), (pd, attr), AH_CREATE,
+	     ah_create, 1)
 {
-	RBT_ENTER_PTR(ibv_create_ah, (pd, attr));
-	RBT_CALL(struct ibv_ah * ah, real(pd, attr));
-	struct rbt_event ev = { .type = RBT_EV_AH_CREATE, .ts = t0 };
-	RBT_EV_HEAD(&ev.u.ah_create, t1, ah ? 0 : -rerrno, RBT_PERR(ah));
-	ev.u.ah_create.pd = (uintptr_t)pd;
-	ev.u.ah_create.ah = (uintptr_t)ah;
-	rbt_fill_ah(&ev, attr, 0);
-	rbt_emit(&ev);
-	rbt_emit_stack(RBT_EV_AH_CREATE);
-	errno = rerrno;
-	return ah;
+	e->pd = (uintptr_t)pd;
+	e->ah = (uintptr_t)ret;
+	rbt_fill_ah(ev, attr, 0);
 }
 
-RBT_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc,
-						struct ibv_grh *grh, uint8_t port)
+/* The attributes the library derived from the completion, derived again the same
+ * (side-effect free) way. */
+RBT_WRAP_PTR(struct ibv_ah *, ibv_create_ah_from_wc,
+	     (struct ibv_pd * pd, struct ibv_wc *wc, struct ibv_grh *grh, uint8_t port),
+	     (pd, wc, grh, port), AH_CREATE, ah_create, 1)
 {
-	RBT_ENTER_PTR(ibv_create_ah_from_wc, (pd, wc, grh, port));
-	RBT_CALL(struct ibv_ah * ah, real(pd, wc, grh, port));
-	struct rbt_event ev = { .type = RBT_EV_AH_CREATE, .ts = t0 };
-	RBT_EV_HEAD(&ev.u.ah_create, t1, ah ? 0 : -rerrno, RBT_PERR(ah));
-	ev.u.ah_create.pd = (uintptr_t)pd;
-	ev.u.ah_create.ah = (uintptr_t)ah;
-	/* The attributes the library derived from the completion, derived again
-	 * the same (side-effect free) way. */
 	__typeof__(&ibv_init_ah_from_wc) init = rbt_next_ibv_init_ah_from_wc();
 	struct ibv_ah_attr attr;
+
+	e->pd = (uintptr_t)pd;
+	e->ah = (uintptr_t)ret;
 	memset(&attr, 0, sizeof(attr));
 	rbt_tls_inside++;
-	if (ah && init && !init(pd->context, port, wc, grh, &attr))
-		rbt_fill_ah(&ev, &attr, 0);
+	if (ret && init && !init(pd->context, port, wc, grh, &attr))
+		rbt_fill_ah(ev, &attr, 0);
 	rbt_tls_inside--;
-	rbt_emit(&ev);
-	rbt_emit_stack(RBT_EV_AH_CREATE);
-	errno = rerrno;
-	return ah;
 }
 
 /* ---- async events ----------------------------------------------------------------------- */
