@@ -411,11 +411,19 @@ CM_WRAP(rdma_init_qp_attr, RBT_CM_INIT_QP_ATTR, id,
 }
 
 /* ---- connections ----------------------------------------------------------------- */
-CM_WRAP(rdma_connect, RBT_CM_CONNECT, id,
+/* connect, accept: the parameters, the id and its QP (connect: where to) */
+CM_WRAP(rdma_accept, RBT_CM_ACCEPT, id,
 	(struct rdma_cm_id * id, struct rdma_conn_param *conn_param), (id, conn_param))
 {
 	cm_conn(e, conn_param);
 	cm_qp(e, id);
+	return NULL;
+}
+
+CM_WRAP(rdma_connect, RBT_CM_CONNECT, id,
+	(struct rdma_cm_id * id, struct rdma_conn_param *conn_param), (id, conn_param))
+{
+	cm_fill_rdma_accept(r, e, ret, nested, id, conn_param);
 	if (id)
 		cm_addr_text(&id->route.addr.dst_addr, r->dst, sizeof(r->dst));
 	return NULL;
@@ -445,14 +453,6 @@ CM_WRAP(rdma_get_request, RBT_CM_GET_REQUEST, CM_NEW_ID(id),
 	e->listen_id = (uintptr_t)listen;
 	cm_qp(e, nid);
 	return nid;
-}
-
-CM_WRAP(rdma_accept, RBT_CM_ACCEPT, id,
-	(struct rdma_cm_id * id, struct rdma_conn_param *conn_param), (id, conn_param))
-{
-	cm_conn(e, conn_param);
-	cm_qp(e, id);
-	return NULL;
 }
 
 /* rdma_reject_ece is recorded as a reject (the ECE values are not in the trace) */
