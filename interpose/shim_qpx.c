@@ -112,6 +112,13 @@ static inline int rbt_qpx_ext(const struct rbt_qpx_swr *w)
 	return (w->compare_add | w->swap | w->ah | w->remote_qpn | w->remote_qkey) != 0;
 }
 
+/* A WR's fields the ring record keeps under their own names. */
+/* clang-format off */
+#define RBT_QPX_RAW_FIELDS(X) \
+	X(wr_id) X(remote_addr) X(rkey) X(imm) X(send_flags) X(payload_len)
+/* clang-format on */
+#define RBT_QPX_TO_RAW(f) h->f = w->f;
+
 static void rbt_qpx_emit(struct rbt_qpx_ent *e, int ret, uint64_t t1)
 {
 	struct rbt_ring *r = rbt_ring_get();
@@ -143,12 +150,7 @@ static void rbt_qpx_emit(struct rbt_qpx_ent *e, int ret, uint64_t t1)
 		for (uint32_t i = 0; i < e->n; i++) {
 			const struct rbt_qpx_swr *w = &e->wrs[i].w;
 			struct rbt_raw_swr *h = (void *)o;
-			h->wr_id = w->wr_id;
-			h->remote_addr = w->remote_addr;
-			h->rkey = w->rkey;
-			h->imm = w->imm;
-			h->send_flags = w->send_flags;
-			h->payload_len = w->payload_len;
+			RBT_QPX_RAW_FIELDS(RBT_QPX_TO_RAW)
 			h->opcode = (uint8_t)w->opcode;
 			h->ext = (uint8_t)rbt_qpx_ext(w);
 			h->nsge = (uint16_t)w->nsge;
@@ -268,25 +270,31 @@ static void rbt_wr_local_inv(struct ibv_qp_ex *q, uint32_t rkey)
 	e->wr_local_inv(q, rkey);
 }
 
-static void rbt_wr_rdma_read(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra)
+/* A new WR of op that names remote memory (rkey, ra); NULL as rbt_qpx_new. */
+static inline struct rbt_qpx_swr *rbt_qpx_new_remote(struct rbt_qpx_ent *e,
+						     struct ibv_qp_ex *q, uint32_t op,
+						     uint32_t rkey, uint64_t ra)
 {
-	RBT_QPX_ENT(q);
-	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_RDMA_READ);
+	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, op);
+
 	if (w) {
 		w->rkey = rkey;
 		w->remote_addr = ra;
 	}
+	return w;
+}
+
+static void rbt_wr_rdma_read(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra)
+{
+	RBT_QPX_ENT(q);
+	rbt_qpx_new_remote(e, q, IBV_WR_RDMA_READ, rkey, ra);
 	e->wr_rdma_read(q, rkey, ra);
 }
 
 static void rbt_wr_rdma_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_RDMA_WRITE);
-	if (w) {
-		w->rkey = rkey;
-		w->remote_addr = ra;
-	}
+	rbt_qpx_new_remote(e, q, IBV_WR_RDMA_WRITE, rkey, ra);
 	e->wr_rdma_write(q, rkey, ra);
 }
 
@@ -294,12 +302,10 @@ static void rbt_wr_rdma_write_imm(struct ibv_qp_ex *q, uint32_t rkey, uint64_t r
 				  __be32 imm)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_RDMA_WRITE_WITH_IMM);
-	if (w) {
-		w->rkey = rkey;
-		w->remote_addr = ra;
+	struct rbt_qpx_swr *w =
+		rbt_qpx_new_remote(e, q, IBV_WR_RDMA_WRITE_WITH_IMM, rkey, ra);
+	if (w)
 		w->imm = be32toh(imm);
-	}
 	e->wr_rdma_write_imm(q, rkey, ra, imm);
 }
 
