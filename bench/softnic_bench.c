@@ -267,24 +267,28 @@ static void wait_recv(struct end *e)
 	}
 }
 
+/* One end opened (queues of depth), recvs receives posted, connected to the peer
+ * over fd. */
+static void end_ready(struct end *e, int depth, int recvs, int fd, struct info *peer)
+{
+	end_open(e, depth);
+	for (int i = 0; i < recvs; i++)
+		post_recv(e);
+	end_connect(e, fd, peer);
+}
+
 static double sn_pingpong(long iters)
 {
 	int sv[2];
 	pid_t p;
 	double r = 0;
 
-	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
-		DIE("socketpair");
-	p = fork();
+	p = sock_fork(sv);
 	if (p == 0) {
 		struct end e;
 		struct info peer;
 
-		close(sv[0]);
-		end_open(&e, 64);
-		for (int i = 0; i < 32; i++)
-			post_recv(&e);
-		end_connect(&e, sv[1], &peer);
+		end_ready(&e, 64, 32, sv[1], &peer);
 		for (long i = 0; i < iters; i++) {
 			wait_recv(&e);
 			post_recv(&e);
@@ -298,11 +302,7 @@ static double sn_pingpong(long iters)
 		uint64_t t0, t1;
 		char c;
 
-		close(sv[1]);
-		end_open(&e, 64);
-		for (int i = 0; i < 32; i++)
-			post_recv(&e);
-		end_connect(&e, sv[0], &peer);
+		end_ready(&e, 64, 32, sv[0], &peer);
 		t0 = now_ns();
 		for (long i = 0; i < iters; i++) {
 			send8(&e);
@@ -323,17 +323,13 @@ static double sn_write_stream(long msgs, double *post_ns, double *poll_ns)
 	pid_t p;
 	double r = 0;
 
-	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
-		DIE("socketpair");
-	p = fork();
+	p = sock_fork(sv);
 	if (p == 0) {
 		struct end e;
 		struct info peer;
 		char c;
 
-		close(sv[0]);
-		end_open(&e, 256);
-		end_connect(&e, sv[1], &peer);
+		end_ready(&e, 256, 0, sv[1], &peer);
 		/* the last message's last byte says the stream is done */
 		xread(sv[1], &c, 1);
 		_exit(0);
@@ -345,9 +341,7 @@ static double sn_write_stream(long msgs, double *post_ns, double *poll_ns)
 		long outstanding = 0;
 		char c = 0;
 
-		close(sv[1]);
-		end_open(&e, 256);
-		end_connect(&e, sv[0], &peer);
+		end_ready(&e, 256, 0, sv[0], &peer);
 		t0 = now_ns();
 		for (long i = 0; i < msgs; i += 64) {
 			struct ibv_sge s = { (uint64_t)(uintptr_t)e.buf, 64, e.mr->lkey };
