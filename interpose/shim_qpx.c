@@ -217,14 +217,38 @@ static inline void rbt_qpx_add_sge(struct rbt_qpx_wr *c, uint64_t addr, uint32_t
 	if (RBT_UNLIKELY(!e))                    \
 		return;
 
+/* A new WR of op that names remote memory (rkey, ra); NULL as rbt_qpx_new. */
+static inline struct rbt_qpx_swr *rbt_qpx_new_remote(struct rbt_qpx_ent *e,
+						     struct ibv_qp_ex *q, uint32_t op,
+						     uint32_t rkey, uint64_t ra)
+{
+	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, op);
+
+	if (w) {
+		w->rkey = rkey;
+		w->remote_addr = ra;
+	}
+	return w;
+}
+
+/* A new WR of op with its immediate (or invalidated rkey) in imm. */
+static inline struct rbt_qpx_swr *
+rbt_qpx_new_imm(struct rbt_qpx_ent *e, struct ibv_qp_ex *q, uint32_t op, uint32_t imm)
+{
+	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, op);
+
+	if (w)
+		w->imm = imm;
+	return w;
+}
+
 static void rbt_wr_atomic_cmp_swp(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra,
 				  uint64_t cmp, uint64_t swap)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_ATOMIC_CMP_AND_SWP);
+	struct rbt_qpx_swr *w =
+		rbt_qpx_new_remote(e, q, IBV_WR_ATOMIC_CMP_AND_SWP, rkey, ra);
 	if (w) {
-		w->rkey = rkey;
-		w->remote_addr = ra;
 		w->compare_add = cmp;
 		w->swap = swap;
 	}
@@ -235,12 +259,10 @@ static void rbt_wr_atomic_fetch_add(struct ibv_qp_ex *q, uint32_t rkey, uint64_t
 				    uint64_t add)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_ATOMIC_FETCH_AND_ADD);
-	if (w) {
-		w->rkey = rkey;
-		w->remote_addr = ra;
+	struct rbt_qpx_swr *w =
+		rbt_qpx_new_remote(e, q, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, ra);
+	if (w)
 		w->compare_add = add;
-	}
 	e->wr_atomic_fetch_add(q, rkey, ra, add);
 }
 
@@ -264,24 +286,8 @@ static void rbt_wr_bind_mw(struct ibv_qp_ex *q, struct ibv_mw *mw, uint32_t rkey
 static void rbt_wr_local_inv(struct ibv_qp_ex *q, uint32_t rkey)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_LOCAL_INV);
-	if (w)
-		w->imm = rkey;
+	rbt_qpx_new_imm(e, q, IBV_WR_LOCAL_INV, rkey);
 	e->wr_local_inv(q, rkey);
-}
-
-/* A new WR of op that names remote memory (rkey, ra); NULL as rbt_qpx_new. */
-static inline struct rbt_qpx_swr *rbt_qpx_new_remote(struct rbt_qpx_ent *e,
-						     struct ibv_qp_ex *q, uint32_t op,
-						     uint32_t rkey, uint64_t ra)
-{
-	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, op);
-
-	if (w) {
-		w->rkey = rkey;
-		w->remote_addr = ra;
-	}
-	return w;
 }
 
 static void rbt_wr_rdma_read(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra)
@@ -319,18 +325,14 @@ static void rbt_wr_send(struct ibv_qp_ex *q)
 static void rbt_wr_send_imm(struct ibv_qp_ex *q, __be32 imm)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_SEND_WITH_IMM);
-	if (w)
-		w->imm = be32toh(imm);
+	rbt_qpx_new_imm(e, q, IBV_WR_SEND_WITH_IMM, be32toh(imm));
 	e->wr_send_imm(q, imm);
 }
 
 static void rbt_wr_send_inv(struct ibv_qp_ex *q, uint32_t rkey)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_SEND_WITH_INV);
-	if (w)
-		w->imm = rkey;
+	rbt_qpx_new_imm(e, q, IBV_WR_SEND_WITH_INV, rkey);
 	e->wr_send_inv(q, rkey);
 }
 
