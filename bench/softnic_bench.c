@@ -73,62 +73,96 @@ static pid_t sock_fork(int sv[2])
 	return p;
 }
 
-static double sock_pingpong(long iters)
+/* A forked child running child(its end, n) then exiting 0; *fd: our end. */
+static pid_t sock_child(int *fd, void (*child)(int fd, long n), long n)
 {
 	int sv[2];
-	char b[8] = { 0 };
-	uint64_t t0, t1;
-	pid_t p;
+	pid_t p = sock_fork(sv);
 
-	p = sock_fork(sv);
 	if (p == 0) {
-		for (long i = 0; i < iters; i++) {
-			xread(sv[1], b, 8);
-			xwrite(sv[1], b, 8);
-		}
+		child(sv[1], n);
 		_exit(0);
 	}
-	t0 = now_ns();
-	for (long i = 0; i < iters; i++) {
-		xwrite(sv[0], b, 8);
-		xread(sv[0], b, 8);
-	}
-	t1 = now_ns();
-	close(sv[0]);
+	*fd = sv[0];
+	return p;
+}
+
+/* Our end closed, the child waited for. */
+static void sock_join(int fd, pid_t p)
+{
+	close(fd);
 	waitpid(p, NULL, 0);
-	return (double)(t1 - t0) / (double)iters / 2.0;
+}
+
+/* ns for parent(our end, n) against child(its end, n) in a forked child. */
+static double sock_time(void (*parent)(int fd, long n), void (*child)(int fd, long n),
+			long n)
+{
+	int fd;
+	pid_t p = sock_child(&fd, child, n);
+	uint64_t t0 = now_ns();
+
+	parent(fd, n);
+	uint64_t t1 = now_ns();
+	sock_join(fd, p);
+	return (double)(t1 - t0);
+}
+
+/* iters 8-byte exchanges: one side sends first, the other answers. */
+static void sock_ping(int fd, long iters)
+{
+	char b[8] = { 0 };
+
+	for (long i = 0; i < iters; i++) {
+		xwrite(fd, b, 8);
+		xread(fd, b, 8);
+	}
+}
+
+static void sock_pong(int fd, long iters)
+{
+	char b[8] = { 0 };
+
+	for (long i = 0; i < iters; i++) {
+		xread(fd, b, 8);
+		xwrite(fd, b, 8);
+	}
+}
+
+static double sock_pingpong(long iters)
+{
+	return sock_time(sock_ping, sock_pong, iters) / (double)iters / 2.0;
+}
+
+/* msgs 64-byte messages, one per write (a message API); then the sink's byte. */
+static void sock_source(int fd, long msgs)
+{
+	char b[64] = { 0 };
+
+	for (long i = 0; i < msgs; i++)
+		xwrite(fd, b, 64);
+	xread(fd, b, 1);
+}
+
+/* Reads msgs 64-byte messages in large reads, then says so with one byte. */
+static void sock_sink(int fd, long msgs)
+{
+	char big[65536];
+	long want = msgs * 64, got = 0;
+
+	while (got < want) {
+		ssize_t r = read(fd, big, sizeof(big));
+
+		if (r <= 0)
+			_exit(1);
+		got += r;
+	}
+	xwrite(fd, big, 1);
 }
 
 static double sock_stream(long msgs)
 {
-	int sv[2];
-	char b[64] = { 0 };
-	uint64_t t0, t1;
-	pid_t p;
-
-	p = sock_fork(sv);
-	if (p == 0) {
-		char big[65536];
-		long want = msgs * 64, got = 0;
-
-		while (got < want) {
-			ssize_t r = read(sv[1], big, sizeof(big));
-
-			if (r <= 0)
-				_exit(1);
-			got += r;
-		}
-		xwrite(sv[1], b, 1);
-		_exit(0);
-	}
-	t0 = now_ns();
-	for (long i = 0; i < msgs; i++)
-		xwrite(sv[0], b, 64); /* one message per write: a message API */
-	xread(sv[0], b, 1);
-	t1 = now_ns();
-	close(sv[0]);
-	waitpid(p, NULL, 0);
-	return (double)msgs * 1e9 / (double)(t1 - t0);
+	return (double)msgs * 1e9 / sock_time(sock_source, sock_sink, msgs);
 }
 
 /* ---------------- softnic ---------------- */
