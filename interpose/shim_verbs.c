@@ -580,6 +580,29 @@ RBT_WRAP_PTR(struct ibv_ah *, ibv_create_ah_from_wc,
 }
 
 /* ---- async events ----------------------------------------------------------------------- */
+/* What each async event names: its CQ, QP, SRQ or port (0: nothing). */
+enum { RBT_AE_CQ = 1, RBT_AE_QP, RBT_AE_SRQ, RBT_AE_PORT };
+static const uint8_t rbt_async_of[] = {
+	[IBV_EVENT_CQ_ERR] = RBT_AE_CQ,
+	[IBV_EVENT_QP_FATAL] = RBT_AE_QP,
+	[IBV_EVENT_QP_REQ_ERR] = RBT_AE_QP,
+	[IBV_EVENT_QP_ACCESS_ERR] = RBT_AE_QP,
+	[IBV_EVENT_COMM_EST] = RBT_AE_QP,
+	[IBV_EVENT_SQ_DRAINED] = RBT_AE_QP,
+	[IBV_EVENT_PATH_MIG] = RBT_AE_QP,
+	[IBV_EVENT_PATH_MIG_ERR] = RBT_AE_QP,
+	[IBV_EVENT_QP_LAST_WQE_REACHED] = RBT_AE_QP,
+	[IBV_EVENT_SRQ_ERR] = RBT_AE_SRQ,
+	[IBV_EVENT_SRQ_LIMIT_REACHED] = RBT_AE_SRQ,
+	[IBV_EVENT_PORT_ACTIVE] = RBT_AE_PORT,
+	[IBV_EVENT_PORT_ERR] = RBT_AE_PORT,
+	[IBV_EVENT_LID_CHANGE] = RBT_AE_PORT,
+	[IBV_EVENT_PKEY_CHANGE] = RBT_AE_PORT,
+	[IBV_EVENT_SM_CHANGE] = RBT_AE_PORT,
+	[IBV_EVENT_CLIENT_REREGISTER] = RBT_AE_PORT,
+	[IBV_EVENT_GID_CHANGE] = RBT_AE_PORT,
+};
+
 RBT_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
 {
 	RBT_ENTER_INT(ibv_get_async_event, -1, (ctx, event));
@@ -589,35 +612,22 @@ RBT_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_eve
 	ev.u.async_event.ret = ret;
 	ev.u.async_event.ctx = (uintptr_t)ctx;
 	if (!ret) {
-		ev.u.async_event.event_type = event->event_type;
-		switch (event->event_type) {
-		case IBV_EVENT_CQ_ERR:
-			ev.u.async_event.element = (uintptr_t)event->element.cq;
+		__typeof__(&event->element) el = &event->element;
+		unsigned t = event->event_type;
+
+		ev.u.async_event.event_type = t;
+		switch (t < sizeof(rbt_async_of) ? rbt_async_of[t] : 0) {
+		case RBT_AE_CQ:
+			ev.u.async_event.element = (uintptr_t)el->cq;
 			break;
-		case IBV_EVENT_QP_FATAL:
-		case IBV_EVENT_QP_REQ_ERR:
-		case IBV_EVENT_QP_ACCESS_ERR:
-		case IBV_EVENT_COMM_EST:
-		case IBV_EVENT_SQ_DRAINED:
-		case IBV_EVENT_PATH_MIG:
-		case IBV_EVENT_PATH_MIG_ERR:
-		case IBV_EVENT_QP_LAST_WQE_REACHED:
-			ev.u.async_event.element = (uintptr_t)event->element.qp;
+		case RBT_AE_QP:
+			ev.u.async_event.element = (uintptr_t)el->qp;
 			break;
-		case IBV_EVENT_SRQ_ERR:
-		case IBV_EVENT_SRQ_LIMIT_REACHED:
-			ev.u.async_event.element = (uintptr_t)event->element.srq;
+		case RBT_AE_SRQ:
+			ev.u.async_event.element = (uintptr_t)el->srq;
 			break;
-		case IBV_EVENT_PORT_ACTIVE:
-		case IBV_EVENT_PORT_ERR:
-		case IBV_EVENT_LID_CHANGE:
-		case IBV_EVENT_PKEY_CHANGE:
-		case IBV_EVENT_SM_CHANGE:
-		case IBV_EVENT_CLIENT_REREGISTER:
-		case IBV_EVENT_GID_CHANGE:
-			ev.u.async_event.port = event->element.port_num;
-			break;
-		default:
+		case RBT_AE_PORT:
+			ev.u.async_event.port = el->port_num;
 			break;
 		}
 	}
