@@ -231,15 +231,19 @@ static inline struct rbt_qpx_swr *rbt_qpx_new_remote(struct rbt_qpx_ent *e,
 	return w;
 }
 
-/* A new WR of op with its immediate (or invalidated rkey) in imm. */
-static inline struct rbt_qpx_swr *
-rbt_qpx_new_imm(struct rbt_qpx_ent *e, struct ibv_qp_ex *q, uint32_t op, uint32_t imm)
+/* w (when there is one) with its immediate, or invalidated rkey, in imm. */
+static inline struct rbt_qpx_swr *rbt_qpx_set_imm(struct rbt_qpx_swr *w, uint32_t imm)
 {
-	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, op);
-
 	if (w)
 		w->imm = imm;
 	return w;
+}
+
+/* A new WR of op with imm (rbt_qpx_set_imm). */
+static inline struct rbt_qpx_swr *
+rbt_qpx_new_imm(struct rbt_qpx_ent *e, struct ibv_qp_ex *q, uint32_t op, uint32_t imm)
+{
+	return rbt_qpx_set_imm(rbt_qpx_new(e, q, op), imm);
 }
 
 static void rbt_wr_atomic_cmp_swp(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra,
@@ -308,10 +312,8 @@ static void rbt_wr_rdma_write_imm(struct ibv_qp_ex *q, uint32_t rkey, uint64_t r
 				  __be32 imm)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_qpx_swr *w =
-		rbt_qpx_new_remote(e, q, IBV_WR_RDMA_WRITE_WITH_IMM, rkey, ra);
-	if (w)
-		w->imm = be32toh(imm);
+	rbt_qpx_set_imm(rbt_qpx_new_remote(e, q, IBV_WR_RDMA_WRITE_WITH_IMM, rkey, ra),
+			be32toh(imm));
 	e->wr_rdma_write_imm(q, rkey, ra, imm);
 }
 
