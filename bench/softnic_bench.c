@@ -60,25 +60,17 @@ static void xread(int fd, void *p, size_t n)
 
 /* ---------------- baseline: UNIX sockets ---------------- */
 
-/* A stream socket pair shared with a forked child: the child's pid (0 in the
- * child). The child keeps sv[1], the parent sv[0]. */
-static pid_t sock_fork(int sv[2])
+/* A forked child running child(its end of a stream socket pair, n), then
+ * exiting 0; *fd: our end. */
+static pid_t sock_child(int *fd, void (*child)(int fd, long n), long n)
 {
+	int sv[2];
 	pid_t p;
 
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
 		DIE("socketpair");
 	p = fork();
 	close(p == 0 ? sv[0] : sv[1]);
-	return p;
-}
-
-/* A forked child running child(its end, n) then exiting 0; *fd: our end. */
-static pid_t sock_child(int *fd, void (*child)(int fd, long n), long n)
-{
-	int sv[2];
-	pid_t p = sock_fork(sv);
-
 	if (p == 0) {
 		child(sv[1], n);
 		_exit(0);
@@ -311,122 +303,119 @@ static void end_ready(struct end *e, int depth, int recvs, int fd, struct info *
 	end_connect(e, fd, peer);
 }
 
+/* The answering end of the ping-pong: iters SENDs answered, then one byte. */
+static void sn_pong(int fd, long iters)
+{
+	struct end e;
+	struct info peer;
+	char c = 0;
+
+	end_ready(&e, 64, 32, fd, &peer);
+	for (long i = 0; i < iters; i++) {
+		wait_recv(&e);
+		post_recv(&e);
+		send8(&e);
+	}
+	xwrite(fd, &c, 1);
+}
+
 static double sn_pingpong(long iters)
 {
-	int sv[2];
-	pid_t p;
-	double r = 0;
+	struct end e;
+	struct info peer;
+	uint64_t t0, t1;
+	char c;
+	int fd;
+	pid_t p = sock_child(&fd, sn_pong, iters);
 
-	p = sock_fork(sv);
-	if (p == 0) {
-		struct end e;
-		struct info peer;
-
-		end_ready(&e, 64, 32, sv[1], &peer);
-		for (long i = 0; i < iters; i++) {
-			wait_recv(&e);
-			post_recv(&e);
-			send8(&e);
-		}
-		xwrite(sv[1], &r, 1);
-		_exit(0);
-	} else {
-		struct end e;
-		struct info peer;
-		uint64_t t0, t1;
-		char c;
-
-		end_ready(&e, 64, 32, sv[0], &peer);
-		t0 = now_ns();
-		for (long i = 0; i < iters; i++) {
-			send8(&e);
-			wait_recv(&e);
-			post_recv(&e);
-		}
-		t1 = now_ns();
-		xread(sv[0], &c, 1);
-		waitpid(p, NULL, 0);
-		r = (double)(t1 - t0) / (double)iters / 2.0;
+	end_ready(&e, 64, 32, fd, &peer);
+	t0 = now_ns();
+	for (long i = 0; i < iters; i++) {
+		send8(&e);
+		wait_recv(&e);
+		post_recv(&e);
 	}
-	return r;
+	t1 = now_ns();
+	xread(fd, &c, 1);
+	sock_join(fd, p);
+	return (double)(t1 - t0) / (double)iters / 2.0;
+}
+
+/* The written-to end of the stream: its memory, until the writer's byte says
+ * the stream is done. */
+static void sn_target(int fd, long msgs)
+{
+	struct end e;
+	struct info peer;
+	char c;
+
+	end_ready(&e, 256, 0, fd, &peer);
+	xread(fd, &c, 1);
 }
 
 static double sn_write_stream(long msgs, double *post_ns, double *poll_ns)
 {
-	int sv[2];
-	pid_t p;
-	double r = 0;
+	struct end e;
+	struct info peer;
+	struct ibv_wc wc[16];
+	uint64_t t0, t1, tpost = 0, tpoll = 0, npoll = 0;
+	long outstanding = 0;
+	double r;
+	char c = 0;
+	int fd;
+	pid_t p = sock_child(&fd, sn_target, msgs);
 
-	p = sock_fork(sv);
-	if (p == 0) {
-		struct end e;
-		struct info peer;
-		char c;
+	end_ready(&e, 256, 0, fd, &peer);
+	t0 = now_ns();
+	for (long i = 0; i < msgs; i += 64) {
+		struct ibv_sge s = { (uint64_t)(uintptr_t)e.buf, 64, e.mr->lkey };
+		struct ibv_send_wr wr = { .sg_list = &s,
+					  .num_sge = 1,
+					  .opcode = IBV_WR_RDMA_WRITE },
+				   *bad;
+		uint64_t a, b;
 
-		end_ready(&e, 256, 0, sv[1], &peer);
-		/* the last message's last byte says the stream is done */
-		xread(sv[1], &c, 1);
-		_exit(0);
-	} else {
-		struct end e;
-		struct info peer;
-		struct ibv_wc wc[16];
-		uint64_t t0, t1, tpost = 0, tpoll = 0, npoll = 0;
-		long outstanding = 0;
-		char c = 0;
-
-		end_ready(&e, 256, 0, sv[0], &peer);
-		t0 = now_ns();
-		for (long i = 0; i < msgs; i += 64) {
-			struct ibv_sge s = { (uint64_t)(uintptr_t)e.buf, 64, e.mr->lkey };
-			struct ibv_send_wr wr = { .sg_list = &s,
-						  .num_sge = 1,
-						  .opcode = IBV_WR_RDMA_WRITE },
-					   *bad;
-			uint64_t a, b;
-
-			while (outstanding >= 192) {
-				int n = ibv_poll_cq(e.cq, 16, wc);
-
-				outstanding -= n * 64;
-			}
-			/* 64 posts between two clock reads; every 64th signaled, as
-			 * perftest does, so the SQ drains */
-			a = now_ns();
-			for (int k = 0; k < 64; k++) {
-				wr.wr_id = (uint64_t)(i + k);
-				wr.send_flags = k == 63 ? IBV_SEND_SIGNALED : 0;
-				wr.wr.rdma.remote_addr =
-					peer.addr + (uint64_t)((i + k) & 1023) * 64;
-				wr.wr.rdma.rkey = peer.rkey;
-				if (ibv_post_send(e.qp, &wr, &bad))
-					DIE("post_send %ld", i + k);
-			}
-			b = now_ns();
-			tpost += b - a;
-			outstanding += 64;
-		}
-		while (outstanding > 63) {
+		while (outstanding >= 192) {
 			int n = ibv_poll_cq(e.cq, 16, wc);
 
 			outstanding -= n * 64;
 		}
-		t1 = now_ns();
-		/* the poll call itself: on an empty CQ (the common case of a
-		 * spinning program), many calls between two clock reads */
-		{
-			uint64_t a = now_ns();
-
-			for (int k = 0; k < 1000; k++)
-				npoll += (uint64_t)ibv_poll_cq(e.cq, 16, wc) + 1;
-			tpoll = now_ns() - a;
+		/* 64 posts between two clock reads; every 64th signaled, as
+		 * perftest does, so the SQ drains */
+		a = now_ns();
+		for (int k = 0; k < 64; k++) {
+			wr.wr_id = (uint64_t)(i + k);
+			wr.send_flags = k == 63 ? IBV_SEND_SIGNALED : 0;
+			wr.wr.rdma.remote_addr =
+				peer.addr + (uint64_t)((i + k) & 1023) * 64;
+			wr.wr.rdma.rkey = peer.rkey;
+			if (ibv_post_send(e.qp, &wr, &bad))
+				DIE("post_send %ld", i + k);
 		}
-		xwrite(sv[0], &c, 1);
-		waitpid(p, NULL, 0);
-		r = (double)msgs * 1e9 / (double)(t1 - t0);
-		*post_ns = (double)tpost / (double)msgs;
-		*poll_ns = npoll ? (double)tpoll / (double)npoll : 0;
+		b = now_ns();
+		tpost += b - a;
+		outstanding += 64;
 	}
+	while (outstanding > 63) {
+		int n = ibv_poll_cq(e.cq, 16, wc);
+
+		outstanding -= n * 64;
+	}
+	t1 = now_ns();
+	/* the poll call itself: on an empty CQ (the common case of a
+	 * spinning program), many calls between two clock reads */
+	{
+		uint64_t a = now_ns();
+
+		for (int k = 0; k < 1000; k++)
+			npoll += (uint64_t)ibv_poll_cq(e.cq, 16, wc) + 1;
+		tpoll = now_ns() - a;
+	}
+	xwrite(fd, &c, 1);
+	sock_join(fd, p);
+	r = (double)msgs * 1e9 / (double)(t1 - t0);
+	*post_ns = (double)tpost / (double)msgs;
+	*poll_ns = npoll ? (double)tpoll / (double)npoll : 0;
 	return r;
 }
 
