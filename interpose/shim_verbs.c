@@ -32,14 +32,16 @@
 		errno = ENOSYS;   \
 		return NULL;      \
 	}                         \
-	if (!rbt_recording())     \
-	return real args
+	if (!rbt_recording()) {   \
+		return real args; \
+	}
 #define RBT_ENTER_INT(name, fail, args) \
 	RBT_RESOLVE(name);              \
 	if (!real)                      \
 		return fail;            \
-	if (!rbt_recording())           \
-	return real args
+	if (!rbt_recording()) {         \
+		return real args;       \
+	}
 
 #define RBT_PERR(p) ((p) ? 0 : rerrno)
 #define RBT_IERR(r) ((r) ? rerrno : 0)
@@ -50,7 +52,8 @@
  * shape: the entry (RBT_ENTER_*), the timed real call, the record's head, what
  * rbt_fill_<name>(ev, e, ret, params) adds, the record emitted (with a stack when
  * stack is set), and what the real call returned with its errno. Each macro ends
- * with the head of rbt_fill_<name>: its body follows the macro. */
+ * with the head of rbt_fill_<name>: its body follows the macro. (RBT_WRAP_REST,
+ * the part they share, closes the wrapper's body.) */
 #define RBT_ARGS(...) __VA_ARGS__
 #define RBT_FILL_HEAD(ret_t, name, lname, params)                                   \
 	static void rbt_fill_##name(struct rbt_event *ev, struct rbt_ev_##lname *e, \
