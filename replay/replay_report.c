@@ -201,40 +201,56 @@ static void rp_by_sender(struct rp_job *j, struct rp_wclist *r, struct rp_wclist
 }
 
 /* ---- completions: the replay's against the recording, per QP and queue ---- */
-static void rp_report_match_queue(struct rp_job *j, struct rp_side *s, struct rp_qp *q,
-				  int d, struct rbt_replay_summary *sum)
+/* The first n of both lists, compared (numbered from the queue's base). */
+static void rp_match_run(struct rp_job *j, struct rp_side *s, struct rp_qp *q, int d,
+			 uint32_t n)
 {
 	struct rp_wclist *r = &q->rec_wc[d], *p = &q->rep_wc[d];
-	uint32_t n = r->n < p->n ? r->n : p->n, shown = 0;
 
-	if (d == 1 && q->rec.qp_type == IBV_QPT_UD && r->n == p->n && r->n)
-		rp_by_sender(j, r, p);
-
-	sum->completions_expected += r->n;
-	sum->completions_recorded += q->rec_all[d] > r->n ? q->rec_all[d] : r->n;
 	for (uint32_t k = 0; k < n; k++) {
 		if (rp_wc_equal(&r->v[k], &p->v[k])) {
-			sum->completions_matched++;
+			q->wc_matched[d]++;
 			continue;
 		}
-		if (shown++ < 5)
+		if (q->wc_shown[d]++ < 5)
 			rp_diverge(j,
-				   "%s: QP %llu %s completion #%u: recorded status %s "
+				   "%s: QP %llu %s completion #%llu: recorded status %s "
 				   "opcode %u len %u, replay status %s opcode %u len %u",
 				   s->path, (unsigned long long)q->rec.qp_num,
-				   d ? "recv" : "send", k,
+				   d ? "recv" : "send",
+				   (unsigned long long)(q->wc_base[d] + k),
 				   ibv_wc_status_str(r->v[k].status), r->v[k].opcode,
 				   r->v[k].byte_len, ibv_wc_status_str(p->v[k].status),
 				   p->v[k].opcode, p->v[k].byte_len);
 	}
-	if (shown > 5)
+}
+
+static void rp_report_match_queue(struct rp_job *j, struct rp_side *s, struct rp_qp *q,
+				  int d, struct rbt_replay_summary *sum)
+{
+	struct rp_wclist *r = &q->rec_wc[d], *p = &q->rep_wc[d];
+	uint32_t n = r->n < p->n ? r->n : p->n;
+	uint64_t base = q->wc_base[d];
+
+	if (d == 1 && q->rec.qp_type == IBV_QPT_UD && r->n == p->n && r->n)
+		rp_by_sender(j, r, p);
+
+	sum->completions_expected += base + r->n;
+	/* streamed: the windows never read past the stop, the first reading did */
+	sum->completions_recorded +=
+		s->sm ? q->rec_count[d]
+		      : base + (q->rec_all[d] > r->n ? q->rec_all[d] : r->n);
+	rp_match_run(j, s, q, d, n);
+	sum->completions_matched += q->wc_matched[d];
+	if (q->wc_shown[d] > 5)
 		rp_diverge(j, "%s: QP %llu %s: %u more mismatching completions", s->path,
 			   (unsigned long long)q->rec.qp_num, d ? "recv" : "send",
-			   shown - 5);
+			   q->wc_shown[d] - 5);
 	if (r->n > p->n)
-		rp_diverge(j, "%s: QP %llu %s: recorded %u completions, replay %u",
+		rp_diverge(j, "%s: QP %llu %s: recorded %llu completions, replay %llu",
 			   s->path, (unsigned long long)q->rec.qp_num,
-			   d ? "recv" : "send", r->n, p->n);
+			   d ? "recv" : "send", (unsigned long long)(base + r->n),
+			   (unsigned long long)(base + p->n));
 	/* Beyond the recorded count: completions of WRs the
 	 * replay posted as recorded that the program never
 	 * polled (it stopped polling, or its polls of a shared
@@ -249,7 +265,31 @@ static void rp_report_match_queue(struct rp_job *j, struct rp_side *s, struct rp
 			   "%s: QP %llu %s completion #%u, which the program never "
 			   "polled: replay status %s",
 			   s->path, (unsigned long long)q->rec.qp_num,
-			   d ? "recv" : "send", k, ibv_wc_status_str(p->v[k].status));
+			   d ? "recv" : "send", (unsigned)(base + k),
+			   ibv_wc_status_str(p->v[k].status));
+	}
+}
+
+/* A streamed window's end: the completions both lists have are matched and
+ * dropped (the rest waits for the next window). */
+void rp_match_trim(struct rp_job *j, struct rp_side *s)
+{
+	for (int qi = 0; qi < s->nqp; qi++) {
+		struct rp_qp *q = &s->qp[qi];
+
+		for (int d = 0; d < 2; d++) {
+			struct rp_wclist *r = &q->rec_wc[d], *p = &q->rep_wc[d];
+			uint32_t n = r->n < p->n ? r->n : p->n;
+
+			if (!n)
+				continue;
+			rp_match_run(j, s, q, d, n);
+			memmove(r->v, r->v + n, (r->n - n) * sizeof(*r->v));
+			memmove(p->v, p->v + n, (p->n - n) * sizeof(*p->v));
+			r->n -= n;
+			p->n -= n;
+			q->wc_base[d] += n;
+		}
 	}
 }
 
@@ -285,6 +325,7 @@ struct rp_tally {
 	uint64_t *late, *own; /* per timed post: lateness, the replayer's own part */
 	size_t n, cap;
 	uint64_t first, last, rfirst, rlast; /* replayed and recorded span */
+	uint64_t ntimed; /* timed posts (streamed sides: more than their sample) */
 };
 
 static int rp_tally_room(struct rp_tally *t)
@@ -315,7 +356,7 @@ static void rp_report_debug_late(struct rp_job *j, struct rp_side *s, int i)
 		fprintf(j->log,
 			"late: %s step %d %s by %.2f us (step before: %s, took %.2f us, "
 			"recorded %.2f us)\n",
-			s->path, i, rbt_event_name(t),
+			s->path, rp_step_no(s, i), rbt_event_name(t),
 			(double)(st->t_issue - st->deadline) / 1e3,
 			i ? rbt_event_name(s->step[i - 1].ev->type) : "-",
 			i ? (double)(s->step[i - 1].t_exit - s->step[i - 1].t_issue) / 1e3
@@ -325,12 +366,51 @@ static void rp_report_debug_late(struct rp_job *j, struct rp_side *s, int i)
 			  : 0);
 }
 
-static void rp_report_late_side(struct rp_job *j, struct rp_side *s, struct rp_tally *t,
-				struct rbt_replay_summary *sum)
+/* Where one timed post goes: a tally's arrays, or a streamed side's sample. */
+typedef void (*rp_late_fn)(void *to, uint64_t late, uint64_t own);
+
+static void rp_late_tally(void *to, uint64_t late, uint64_t own)
+{
+	struct rp_tally *t = to;
+
+	if (!rp_tally_room(t))
+		return;
+	t->own[t->n] = own;
+	t->late[t->n++] = late;
+}
+
+/* Reservoir sampling: each of the side's timed posts has the same chance to be
+ * among the RP_STREAM_SAMPLE kept; the maxima are exact. */
+static void rp_late_sample(void *to, uint64_t late, uint64_t own)
+{
+	struct rp_stream *sm = to;
+	uint64_t k;
+
+	sm->timed++;
+	if (late > sm->late_max)
+		sm->late_max = late;
+	if (own > sm->own_max)
+		sm->own_max = own;
+	if (sm->nsample < RP_STREAM_SAMPLE) {
+		k = sm->nsample++;
+	} else {
+		sm->rng ^= sm->rng << 13;
+		sm->rng ^= sm->rng >> 7;
+		sm->rng ^= sm->rng << 17;
+		k = sm->rng % sm->timed;
+		if (k >= sm->nsample)
+			return;
+	}
+	sm->late[k] = late;
+	sm->own[k] = own;
+}
+
+/* The side's steps (those in memory) onto spans, counts and fn. */
+static void rp_late_steps(struct rp_job *j, struct rp_side *s, uint64_t *span,
+			  uint64_t *posts, rp_late_fn fn, void *to)
 {
 	int timed = j->o->timing != RBT_REPLAY_ASAP;
 
-	s->late_from = t->n;
 	for (int i = s->prefix; i < s->nstep; i++) {
 		struct rp_step *st = &s->step[i];
 		uint32_t ty = st->ev->type;
@@ -338,27 +418,64 @@ static void rp_report_late_side(struct rp_job *j, struct rp_side *s, struct rp_t
 
 		if (st->skipped || !st->t_issue)
 			continue;
-		if (st->t_issue < t->first)
-			t->first = st->t_issue;
-		if (st->t_issue > t->last)
-			t->last = st->t_issue;
-		if (st->rec_ns < t->rfirst)
-			t->rfirst = st->rec_ns;
-		if (st->rec_ns > t->rlast)
-			t->rlast = st->rec_ns;
+		if (st->t_issue < span[0])
+			span[0] = st->t_issue;
+		if (st->t_issue > span[1])
+			span[1] = st->t_issue;
+		if (st->rec_ns < span[2])
+			span[2] = st->rec_ns;
+		if (st->rec_ns > span[3])
+			span[3] = st->rec_ns;
 		if (ty != RBT_EV_POST_SEND && ty != RBT_EV_POST_RECV &&
 		    ty != RBT_EV_POST_SRQ_RECV)
 			continue;
-		sum->posts++;
-		if (!timed || !st->deadline || !rp_tally_room(t))
+		(*posts)++;
+		if (!timed || !st->deadline)
 			continue;
 		rp_report_debug_late(j, s, i);
 		from = st->ready > st->deadline ? st->ready : st->deadline;
-		t->own[t->n] = st->t_issue > from ? st->t_issue - from : 0;
-		t->late[t->n++] =
-			st->t_issue > st->deadline ? st->t_issue - st->deadline : 0;
+		fn(to, st->t_issue > st->deadline ? st->t_issue - st->deadline : 0,
+		   st->t_issue > from ? st->t_issue - from : 0);
 	}
+}
+
+void rp_report_window(struct rp_job *j, struct rp_side *s)
+{
+	struct rp_stream *sm = s->sm;
+	uint64_t span[4] = { sm->first, sm->last, sm->rfirst, sm->rlast };
+
+	rp_late_steps(j, s, span, &sm->posts, rp_late_sample, sm);
+	sm->first = span[0];
+	sm->last = span[1];
+	sm->rfirst = span[2];
+	sm->rlast = span[3];
+}
+
+static void rp_report_late_side(struct rp_job *j, struct rp_side *s, struct rp_tally *t,
+				struct rbt_replay_summary *sum)
+{
+	uint64_t span[4] = { t->first, t->last, t->rfirst, t->rlast };
+	struct rp_stream *sm = s->sm;
+
+	s->late_from = t->n;
+	rp_late_steps(j, s, span, &sum->posts, rp_late_tally, t);
+	if (sm) {
+		sum->posts += sm->posts;
+		if (sm->posts) {
+			span[0] = sm->first < span[0] ? sm->first : span[0];
+			span[1] = sm->last > span[1] ? sm->last : span[1];
+			span[2] = sm->rfirst < span[2] ? sm->rfirst : span[2];
+			span[3] = sm->rlast > span[3] ? sm->rlast : span[3];
+		}
+		for (size_t k = 0; k < sm->nsample; k++)
+			rp_late_tally(t, sm->late[k], sm->own[k]);
+	}
+	t->first = span[0];
+	t->last = span[1];
+	t->rfirst = span[2];
+	t->rlast = span[3];
 	s->late_to = t->n;
+	t->ntimed += sm ? sm->timed : s->late_to - s->late_from;
 }
 
 /* Sorts v[0..n) and gives its median, 99th percentile and maximum. */
@@ -385,12 +502,24 @@ static void rp_report_timing(struct rp_job *j, struct rp_tally *t,
 		rp_pcts(t->late + s->late_from, n, &s->late_p50, &s->late_p99,
 			&s->late_max);
 		rp_pcts(t->own + s->late_from, n, &s->own_p50, &s->own_p99, &s->own_max);
+		if (s->sm) { /* a sample: its maxima are the exact ones */
+			s->late_max = (double)s->sm->late_max;
+			s->own_max = (double)s->sm->own_max;
+		}
 	}
 	if (t->n) {
 		rp_pcts(t->late, t->n, &sum->late_p50_ns, &sum->late_p99_ns,
 			&sum->late_max_ns);
 		rp_pcts(t->own, t->n, &sum->own_p50_ns, &sum->own_p99_ns,
 			&sum->own_max_ns);
+		for (int si = 0; si < j->nside; si++) {
+			const struct rp_side *s = &j->side[si];
+
+			if (s->late_max > sum->late_max_ns)
+				sum->late_max_ns = s->late_max;
+			if (s->own_max > sum->own_max_ns)
+				sum->own_max_ns = s->own_max;
+		}
 	}
 	sum->wall_ns = t->last > t->first ? (double)(t->last - t->first) : 0;
 	sum->rec_wall_ns = t->rlast > t->rfirst ? (double)(t->rlast - t->rfirst) : 0;
@@ -497,12 +626,12 @@ static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
 
 		rbt_json_obj(w);
 		rbt_json_kstr(w, "trace", s->path);
-		rbt_json_ku64(w, "posts_timed", s->late_to - s->late_from);
+		rbt_json_ku64(w, "posts_timed", rp_timed_of(s));
 		rp_json_pcts(w, "lateness_ns", -1, s->late_p50, s->late_p99, s->late_max);
 		rp_json_pcts(w, "own_lateness_ns", -1, s->own_p50, s->own_p99,
 			     s->own_max);
 		rbt_json_ku64(w, "cq_events_missed", s->cq_events_missed);
-		rbt_json_ku64(w, "steps", (uint64_t)s->nstep);
+		rbt_json_ku64(w, "steps", rp_steps_of(s));
 		rbt_json_ku64(w, "steps_run", (uint64_t)s->nran);
 		rbt_json_ku64(w, "threads", (uint64_t)s->nlane);
 		rbt_json_ku64(w, "cross_thread_waits", s->xwaits);
@@ -543,8 +672,10 @@ static void rp_json_qps(struct rp_job *j, struct rbt_json *w)
 			rbt_json_kstr(w, "trace", j->side[si].path);
 			rbt_json_ku64(w, "qp_num", q->rec.qp_num);
 			rbt_json_ku64(w, "replay_qp_num", q->new_qpn);
-			rp_json_pair(w, "send", q->rec_wc[0].n, q->rep_wc[0].n);
-			rp_json_pair(w, "recv", q->rec_wc[1].n, q->rep_wc[1].n);
+			rp_json_pair(w, "send", q->wc_base[0] + q->rec_wc[0].n,
+				     q->wc_base[0] + q->rep_wc[0].n);
+			rp_json_pair(w, "recv", q->wc_base[1] + q->rec_wc[1].n,
+				     q->wc_base[1] + q->rep_wc[1].n);
 			rbt_json_key(w, "state");
 			rbt_json_obj(w);
 			rbt_json_kstr(w, "recorded", rp_state_name(q->rec_final_state));
@@ -785,8 +916,9 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 		const struct rp_side *s = &j->side[si];
 
 		if (s->stop_why)
-			fprintf(f, "stopped: %s ran %d of %d steps (%s)\n", s->path,
-				s->nran, s->nstep, rp_stop_text(j, s->stop_why, sum));
+			fprintf(f, "stopped: %s ran %d of %llu steps (%s)\n", s->path,
+				s->nran, (unsigned long long)rp_steps_of(s),
+				rp_stop_text(j, s->stop_why, sum));
 		rp_text_deps(j, s, f);
 		if (s->nlane > 1)
 			fprintf(f,
@@ -817,11 +949,15 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 			struct rp_qp *q = &j->side[si].qp[qi];
 
 			fprintf(f,
-				"  %s QP %llu -> %u: send %u/%u, recv %u/%u completions "
+				"  %s QP %llu -> %u: send %llu/%llu, recv %llu/%llu "
+				"completions "
 				"(replayed/recorded), state %s (recorded %s)%s\n",
 				j->side[si].path, (unsigned long long)q->rec.qp_num,
-				q->new_qpn, q->rep_wc[0].n, q->rec_wc[0].n,
-				q->rep_wc[1].n, q->rec_wc[1].n,
+				q->new_qpn,
+				(unsigned long long)(q->wc_base[0] + q->rep_wc[0].n),
+				(unsigned long long)(q->wc_base[0] + q->rec_wc[0].n),
+				(unsigned long long)(q->wc_base[1] + q->rep_wc[1].n),
+				(unsigned long long)(q->wc_base[1] + q->rec_wc[1].n),
 				rp_state_name(q->replay_state),
 				rp_state_name(q->rec_final_state), rp_final_src_text(q));
 		}
@@ -886,9 +1022,9 @@ void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum)
 	sum->divergences = j->rep.total;
 	sum->divergences_distinct = (uint64_t)j->rep.ndiv;
 	if (j->o->json)
-		rp_report_json(j, f, t.n, sum);
+		rp_report_json(j, f, (size_t)t.ntimed, sum);
 	else
-		rp_report_text(j, f, t.n, sum);
+		rp_report_text(j, f, (size_t)t.ntimed, sum);
 	fflush(f);
 	free(t.late);
 	free(t.own);

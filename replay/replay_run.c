@@ -262,8 +262,9 @@ static void rp_step_mr(struct rp_job *j, struct rp_side *s, struct rp_step *st, 
 		m->new_rkey = m->mr->rkey;
 	}
 	if ((st->ret == 0) != (rec == 0))
-		rp_diverge(j, "%s: step %d: %s returned %lld, recorded %lld", s->path, i,
-			   rbt_event_name(e->type), (long long)st->ret, (long long)rec);
+		rp_diverge(j, "%s: step %d: %s returned %lld, recorded %lld", s->path,
+			   rp_step_no(s, i), rbt_event_name(e->type), (long long)st->ret,
+			   (long long)rec);
 }
 
 /* A QP created or destroyed at its recorded time. A destroy first takes the
@@ -297,7 +298,7 @@ static void rp_step_qp_life(struct rp_job *j, struct rp_side *s, struct rp_step 
 	st->t_exit = rp_now_ns();
 	if (st->ret)
 		rp_diverge(j, "%s: step %d: %s of QP %llu failed in the replay: %s",
-			   s->path, i, rbt_event_name(st->ev->type),
+			   s->path, rp_step_no(s, i), rbt_event_name(st->ev->type),
 			   (unsigned long long)q->rec.qp_num,
 			   strerror((int)(st->ret < 0 ? -st->ret : st->ret)));
 }
@@ -337,8 +338,8 @@ static void rp_step_modify(struct rp_job *j, struct rp_side *s, struct rp_step *
 				rp_diverge(j,
 					   "%s: step %d: QP %llu's peer QP %u was never "
 					   "created in the replay",
-					   s->path, i, (unsigned long long)q->rec.qp_num,
-					   d->rec_qpn);
+					   s->path, rp_step_no(s, i),
+					   (unsigned long long)q->rec.qp_num, d->rec_qpn);
 		}
 		dest = d->new_qpn;
 		dlid = d->lid;
@@ -351,7 +352,7 @@ static void rp_step_modify(struct rp_job *j, struct rp_side *s, struct rp_step *
 		rp_diverge(j,
 			   "%s: step %d: modify QP %llu to state %llu: recorded %s, "
 			   "replay %s",
-			   s->path, i, (unsigned long long)q->rec.qp_num,
+			   s->path, rp_step_no(s, i), (unsigned long long)q->rec.qp_num,
 			   (unsigned long long)m->qp_state,
 			   m->ret ? "failed" : "succeeded",
 			   st->ret ? strerror((int)st->ret) : "succeeded");
@@ -440,7 +441,7 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 			n = rp_poll_fitting(s, st, p);
 			if (n < 0) {
 				rp_diverge(j, "%s: step %d: ibv_poll_cq failed (%d)",
-					   s->path, i, n);
+					   s->path, rp_step_no(s, i), n);
 				break;
 			}
 			if (n > 0)
@@ -456,8 +457,8 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 					  st->wcs + st->got);
 
 		if (n < 0) {
-			rp_diverge(j, "%s: step %d: ibv_poll_cq failed (%d)", s->path, i,
-				   n);
+			rp_diverge(j, "%s: step %d: ibv_poll_cq failed (%d)", s->path,
+				   rp_step_no(s, i), n);
 			break;
 		}
 		if (n > 0) {
@@ -483,7 +484,7 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 				rp_diverge(j,
 					   "%s: step %d: expected %u completions, got %u "
 					   "(waited %llu ms)",
-					   s->path, i, want, st->got,
+					   s->path, rp_step_no(s, i), want, st->got,
 					   (unsigned long long)(tmo / 1000000ull));
 				break;
 			}
@@ -582,7 +583,7 @@ static int rp_step_cq_event(struct rp_job *j, struct rp_lane *L, struct rp_step 
 		if (getenv("RBTRACE_REPLAY_DEBUG"))
 			fprintf(j->log,
 				"%s: step %d: no completion event on channel fd %d\n",
-				s->path, (int)(st - s->step), ch->fd);
+				s->path, rp_step_no(s, (int)(st - s->step)), ch->fd);
 	}
 	st->t_exit = rp_now_ns();
 	return stop;
@@ -658,8 +659,9 @@ static int rp_ud_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, i
 		rp_diverge(j,
 			   "%s: step %d: UD send to QP %llu: its receive #%u did not "
 			   "come (waited %llu ms); sent anyway",
-			   L->s->path, i, (unsigned long long)st->ud_dest->rec.qp_num,
-			   st->ud_need, (unsigned long long)(w.lim / 1000000ull));
+			   L->s->path, rp_step_no(L->s, i),
+			   (unsigned long long)st->ud_dest->rec.qp_num, st->ud_need,
+			   (unsigned long long)(w.lim / 1000000ull));
 	return r == 1;
 }
 
@@ -678,7 +680,7 @@ static int rp_gate_wait(struct rp_job *j, struct rp_lane *L, uint64_t t, int i)
 			rp_diverge(j,
 				   "%s: step %d: thread %u's step before it (thread %u) "
 				   "did not come (waited %llu ms)",
-				   s->path, i, L->stream, A->stream,
+				   s->path, rp_step_no(s, i), L->stream, A->stream,
 				   (unsigned long long)(w.lim / 1000000ull));
 	}
 	return 0;
@@ -741,8 +743,7 @@ void rp_err_waits(struct rp_job *j, struct rp_side *s)
 		p = rp_qp_by_rec_qpn(ps, d->rec_qpn);
 		if (!p || p == q || !p->qp || !p->scq)
 			continue;
-		for (uint32_t k = 0; k < p->rec_wc[0].n; k++)
-			ok += p->rec_wc[0].v[k].status == IBV_WC_SUCCESS;
+		ok = p->rec_send_ok;
 		if (!ok)
 			continue;
 		q->err_peer = p;
@@ -780,7 +781,8 @@ static int rp_err_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, 
 					"that succeeded in the recording did not all "
 					"come "
 					"(%u of %u, waited %llu ms)",
-					L->s->path, i, (unsigned long long)q->rec.qp_num,
+					L->s->path, rp_step_no(L->s, i),
+					(unsigned long long)q->rec.qp_num,
 					__atomic_load_n(&p->live_send_ok,
 							__ATOMIC_ACQUIRE),
 					q->err_peer_ok,
@@ -877,7 +879,7 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			rp_diverge(j,
 				   "%s: step %d: %s on QP %llu, which the replay does "
 				   "not have (now)",
-				   s->path, i, rbt_event_name(e->type),
+				   s->path, rp_step_no(s, i), rbt_event_name(e->type),
 				   (unsigned long long)st->qp->rec.qp_num);
 			continue;
 		}
@@ -944,7 +946,7 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 				rp_diverge(j,
 					   "%s: step %d: ibv_req_notify_cq returned "
 					   "%lld, recorded %lld",
-					   s->path, i, (long long)st->ret,
+					   s->path, rp_step_no(s, i), (long long)st->ret,
 					   (long long)e->u.req_notify.ret);
 			st->t_exit = st->t_issue;
 			break;
@@ -965,8 +967,9 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			if ((rec == 0) != (st->ret == 0))
 				rp_diverge(j,
 					   "%s: step %d: %s returned %lld, recorded %lld",
-					   s->path, i, rbt_event_name(e->type),
-					   (long long)st->ret, (long long)rec);
+					   s->path, rp_step_no(s, i),
+					   rbt_event_name(e->type), (long long)st->ret,
+					   (long long)rec);
 		}
 		L->ran++;
 	}
@@ -1012,7 +1015,7 @@ static void rp_push_replayed(struct rp_job *j, struct rp_side *s, const struct i
 	if (!q) {
 		if (step >= 0)
 			rp_diverge(j, "%s: step %d: completion for an unknown QP %u",
-				   s->path, step, w->qp_num);
+				   s->path, rp_step_no(s, step), w->qp_num);
 		else
 			rp_diverge(j, "%s: completion for an unknown QP %u", s->path,
 				   w->qp_num);
@@ -1023,7 +1026,7 @@ static void rp_push_replayed(struct rp_job *j, struct rp_side *s, const struct i
 
 /* After the run, off the hot path: each side's completions, in the order its
  * polls returned them, onto the lists of their QPs and queues. */
-static void rp_collect_completions(struct rp_job *j, struct rp_side *s)
+void rp_collect_completions(struct rp_job *j, struct rp_side *s)
 {
 	for (int i = 0; i < s->nstep; i++) {
 		struct rp_step *st = &s->step[i];
@@ -1131,6 +1134,9 @@ static void rp_drain_owed(struct rp_job *j, struct rp_side *s)
 void rp_side_cut(struct rp_side *s)
 {
 	uint64_t cut = s->stop_at < s->nstep ? s->step[s->stop_at].rec_ns : UINT64_MAX;
+
+	if (s->sm && s->sm->cut)
+		return; /* streamed: cut in the window it stopped in */
 
 	for (int i = 0; i < s->nqp + s->nxqp; i++) {
 		struct rp_qp *q = i < s->nqp ? &s->qp[i] : &s->xqp[i - s->nqp];
