@@ -294,6 +294,20 @@ static int rp_is_mr_step(uint32_t t)
 	       t == RBT_EV_QP_CREATE || t == RBT_EV_QP_DESTROY;
 }
 
+/* The steps in recorded time order (file order between equal times), wired. */
+static void rp_timeline_order(struct rp_side *s)
+{
+	if (s->nstep)
+		qsort(s->step, (size_t)s->nstep, sizeof(*s->step), rp_step_cmp);
+	for (int i = 0; i < s->nstep; i++) {
+		struct rp_step *st = &s->step[i];
+
+		st->t_issue = 0;
+		if (st->ev->type <= RBT_EV_MAX_ID && rp_wire[st->ev->type])
+			rp_wire[st->ev->type](s, st);
+	}
+}
+
 /* A registration or deregistration after the side's last post or poll is
  * its teardown (or an MR never used): done before or after the run as
  * before, not a step (a peer replayer, or the peer's side, may not be done
@@ -325,15 +339,7 @@ static void rp_mr_tail(struct rp_side *s)
  * barrier. */
 void rp_timeline_finish(struct rp_side *s)
 {
-	if (s->nstep)
-		qsort(s->step, (size_t)s->nstep, sizeof(*s->step), rp_step_cmp);
-	for (int i = 0; i < s->nstep; i++) {
-		struct rp_step *st = &s->step[i];
-
-		st->t_issue = 0;
-		if (st->ev->type <= RBT_EV_MAX_ID && rp_wire[st->ev->type])
-			rp_wire[st->ev->type](s, st);
-	}
+	rp_timeline_order(s);
 	rp_join_finish(s);
 	rp_mr_tail(s);
 	for (s->prefix = 0; s->prefix < s->nstep; s->prefix++) {
@@ -353,15 +359,7 @@ void rp_timeline_finish(struct rp_side *s)
  * prefix (the first reading's ran before the start). */
 void rp_timeline_window(struct rp_side *s)
 {
-	if (s->nstep)
-		qsort(s->step, (size_t)s->nstep, sizeof(*s->step), rp_step_cmp);
-	for (int i = 0; i < s->nstep; i++) {
-		struct rp_step *st = &s->step[i];
-
-		st->t_issue = 0;
-		if (st->ev->type <= RBT_EV_MAX_ID && rp_wire[st->ev->type])
-			rp_wire[st->ev->type](s, st);
-	}
+	rp_timeline_order(s);
 	rp_join_window(s);
 	s->prefix = 0;
 }
