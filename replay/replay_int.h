@@ -642,10 +642,18 @@ int rp_prepare_side(struct rp_job *j, struct rp_side *s);
  * side is prepared): rp_step.ud_dest/ud_need, rp_qp.recv_ts. */
 int rp_ud_order_setup(struct rp_job *j);
 
-/* replay_run.c: running a timeline */
+/* replay_clock.c, replay_run.c, replay_finish.c: the clock, running a
+ * timeline, and after it */
 void rp_clock_init(void);
 uint64_t rp_now_ns(void);
 void rp_go_realtime(struct rp_job *j, int on);
+/* A lane's stop (signal, --max-time), the bound of a wait, a wait's waste. */
+int rp_must_stop(struct rp_job *j, struct rp_lane *s);
+uint64_t rp_wait_limit(struct rp_job *j, struct rp_lane *s, uint64_t normal_ns);
+void rp_wasted(struct rp_job *j, struct rp_lane *s, uint64_t t_start);
+/* Sleeps (spins the last stretch) until deadline; 1 when the lane must stop. */
+int rp_wait_until(struct rp_job *j, struct rp_lane *s, uint64_t deadline);
+struct rp_qp *rp_qp_by_new_qpn(struct rp_side *s, uint32_t qpn);
 void rp_run_lane(struct rp_job *j, struct rp_lane *L);
 void rp_err_waits(struct rp_job *j, struct rp_side *s);
 /* The lanes of a side (replay_timeline.c, after the prefix is known). */
@@ -673,6 +681,10 @@ void rp_deps_totals(const struct rp_side *s, uint64_t *inferred, uint64_t *in_fl
 void rp_diverge(struct rp_job *j, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum);
+const char *rp_state_name(uint32_t s);
+const char *rp_final_src_text(const struct rp_qp *q);
+/* replay_match.c: completions matched (adds divergences) */
+void rp_report_match(struct rp_job *j, struct rbt_replay_summary *sum);
 /* One line "rbtrace replay: <fmt>" on j->log; returns err (a negative errno). */
 int rp_fail(struct rp_job *j, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
