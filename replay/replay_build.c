@@ -309,9 +309,10 @@ static void rp_qp_lifetimes(struct rp_job *j, struct rp_side *s)
 	}
 }
 
-int rp_qp_create_now(struct rp_side *s, struct rp_qp *q)
+/* The recorded QP's creation attributes on the replay's CQs and SRQ. */
+static struct ibv_qp_init_attr rp_qp_attr(const struct rp_side *s, const struct rp_qp *q)
 {
-	struct ibv_qp_init_attr a = {
+	return (struct ibv_qp_init_attr){
 		.send_cq = q->scq ? s->cq[q->scq - 1].cq : NULL,
 		.recv_cq = q->rcq ? s->cq[q->rcq - 1].cq : NULL,
 		.srq = q->srqi ? s->srq[q->srqi - 1].srq : NULL,
@@ -323,6 +324,11 @@ int rp_qp_create_now(struct rp_side *s, struct rp_qp *q)
 		.qp_type = (enum ibv_qp_type)q->rec.qp_type,
 		.sq_sig_all = (int)q->rec.sq_sig_all,
 	};
+}
+
+int rp_qp_create_now(struct rp_side *s, struct rp_qp *q)
+{
+	struct ibv_qp_init_attr a = rp_qp_attr(s, q);
 	struct ibv_pd *pd = rp_pd_by_h(s, q->rec.pd);
 
 	q->qp = pd ? ibv_create_qp(pd, &a) : NULL;
@@ -337,22 +343,8 @@ static int rp_build_qps(struct rp_job *j, struct rp_side *s)
 	rp_qp_lifetimes(j, s);
 	for (int i = 0; i < s->nqp; i++) {
 		struct rp_qp *q = &s->qp[i];
-		struct rp_cq *scq = (q->scq ? &s->cq[q->scq - 1] : NULL);
-		struct rp_cq *rcq = (q->rcq ? &s->cq[q->rcq - 1] : NULL);
-		struct rp_srq *srq = q->srqi ? &s->srq[q->srqi - 1] : NULL;
 		struct ibv_pd *pd = rp_pd_by_h(s, q->rec.pd);
-		struct ibv_qp_init_attr a = {
-			.send_cq = scq ? scq->cq : NULL,
-			.recv_cq = rcq ? rcq->cq : NULL,
-			.srq = srq ? srq->srq : NULL,
-			.cap = { .max_send_wr = (uint32_t)q->rec.max_send_wr,
-				 .max_recv_wr = (uint32_t)q->rec.max_recv_wr,
-				 .max_send_sge = (uint32_t)q->rec.max_send_sge,
-				 .max_recv_sge = (uint32_t)q->rec.max_recv_sge,
-				 .max_inline_data = (uint32_t)q->rec.max_inline_data },
-			.qp_type = (enum ibv_qp_type)q->rec.qp_type,
-			.sq_sig_all = (int)q->rec.sq_sig_all,
-		};
+		struct ibv_qp_init_attr a = rp_qp_attr(s, q);
 
 		/* an XRC_SEND has only a send queue, an XRC_RECV no queue at all */
 		if (q->rec.qp_type == IBV_QPT_XRC_RECV
