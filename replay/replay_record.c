@@ -35,9 +35,13 @@ static void rr_discard(const char *path)
 		unlink(path);
 }
 
-/* The replayed scatter list of a WR as the trace's; returns n. */
-static int rr_sges(struct rbt_sge *sg, const struct ibv_sge *in, int n)
+/* The replayed scatter list of a WR as the trace's, at sg, named by the WR's
+ * sges and n_sges; returns n. */
+static int rr_sges(struct rbt_sge *sg, const struct ibv_sge *in, int n,
+		   const struct rbt_sge **sges, uint32_t *n_sges)
 {
+	*sges = sg;
+	*n_sges = (uint32_t)n;
 	for (int x = 0; x < n; x++) {
 		sg[x].addr = in[x].addr;
 		sg[x].length = in[x].length;
@@ -214,12 +218,21 @@ static void *rr_lists(const struct rp_step *st, size_t wr_size, struct rbt_sge *
 	return p;
 }
 
+/* The step's event written at its issue time, then its WR block freed. */
+static int rr_put_free(struct rbt_writer *w, struct rbt_event *ev,
+		       const struct rp_step *st, void *wrs)
+{
+	int rc = rr_put(w, ev, st->t_issue);
+
+	free(wrs);
+	return rc;
+}
+
 /* A post as replayed: the replayed buffers, keys and remote addresses. */
 static int rr_send(struct rbt_writer *w, const struct rp_step *st, struct rbt_event ev)
 {
 	struct rbt_sge *sg;
 	struct rbt_send_wr *wr = rr_lists(st, sizeof(*wr), &sg);
-	int rc;
 
 	if (!wr)
 		return -ENOMEM;
@@ -229,9 +242,7 @@ static int rr_send(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 		wr[k] = ev.u.post_send.wrs[k];
 		wr[k].payload.len = 0;
 		wr[k].payload.data = NULL;
-		wr[k].sges = &sg[g];
-		wr[k].n_sges = (uint32_t)o->num_sge;
-		g += rr_sges(&sg[g], o->sg_list, o->num_sge);
+		g += rr_sges(&sg[g], o->sg_list, o->num_sge, &wr[k].sges, &wr[k].n_sges);
 		if (o->opcode == IBV_WR_RDMA_WRITE ||
 		    o->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
 		    o->opcode == IBV_WR_RDMA_READ) {
@@ -267,26 +278,21 @@ static int rr_send(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 	ev.u.post_send.qp = H(st->qp);
 	ev.u.post_send.qp_num = st->qp->new_qpn;
 	ev.u.post_send.api = 0;
-	rc = rr_put(w, &ev, st->t_issue);
-	free(wr);
-	return rc;
+	return rr_put_free(w, &ev, st, wr);
 }
 
 static int rr_recv(struct rbt_writer *w, const struct rp_step *st, struct rbt_event ev)
 {
+	struct rbt_recv_wr *wr;
 	struct rbt_sge *sg;
-	struct rbt_recv_wr *wr = rr_lists(st, sizeof(*wr), &sg);
-	int rc;
+	uint32_t g = 0;
 
-	if (!wr)
+	if (!(wr = rr_lists(st, sizeof(*wr), &sg)))
 		return -ENOMEM;
-	for (uint32_t k = 0, g = 0; k < st->nwr; k++) {
-		const struct ibv_recv_wr *o = &st->rwr[k];
-
-		wr[k].wr_id = o->wr_id;
-		wr[k].sges = &sg[g];
-		wr[k].n_sges = (uint32_t)o->num_sge;
-		g += rr_sges(&sg[g], o->sg_list, o->num_sge);
+	for (uint32_t k = 0; k < st->nwr; k++) {
+		wr[k].wr_id = st->rwr[k].wr_id;
+		g += rr_sges(&sg[g], st->rwr[k].sg_list, st->rwr[k].num_sge, &wr[k].sges,
+			     &wr[k].n_sges);
 	}
 	if (ev.type == RBT_EV_POST_RECV) {
 		ev.u.post_recv.wrs = wr;
@@ -300,9 +306,7 @@ static int rr_recv(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 		ev.u.post_srq_recv.ret = st->ret;
 		ev.u.post_srq_recv.srq = H(st->srq->srq);
 	}
-	rc = rr_put(w, &ev, st->t_issue);
-	free(wr);
-	return rc;
+	return rr_put_free(w, &ev, st, wr);
 }
 
 /* A poll with the completions the replay got. */
