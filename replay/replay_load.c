@@ -498,15 +498,8 @@ static int rp_reorder_push(struct rp_reorder *o, const struct rbt_event *ev)
 	}
 	if (x.key > o->newest)
 		o->newest = x.key;
-	if (o->n == o->cap) {
-		size_t cap = o->cap ? 2 * o->cap : 1024;
-		struct rp_held *h = realloc(o->h, cap * sizeof(*h));
-
-		if (!h)
-			return -ENOMEM;
-		o->h = h;
-		o->cap = cap;
-	}
+	if (!RP_GROW(o->h, o->n, o->cap))
+		return -ENOMEM;
 	if (!(x.ev = rbt_model_event_copy(ev)))
 		return -ENOMEM;
 	for (i = o->n++; i && rp_held_less(&x, &o->h[(i - 1) / 2]); i = (i - 1) / 2)

@@ -494,6 +494,16 @@ static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
 	rbt_json_arr_end(w);
 }
 
+/* A QP's object opened: its trace, recorded and replayed numbers. */
+static void rp_json_qp(struct rbt_json *w, const struct rp_side *s, const struct rp_qp *q,
+		       uint32_t replay_qpn)
+{
+	rbt_json_obj(w);
+	rbt_json_kstr(w, "trace", s->path);
+	rbt_json_ku64(w, "qp_num", q->rec.qp_num);
+	rbt_json_ku64(w, "replay_qp_num", replay_qpn);
+}
+
 /* Every QP; then each other process's TGT QP our XRC SRQs received through. */
 static void rp_json_qps(struct rp_job *j, struct rbt_json *w)
 {
@@ -503,10 +513,7 @@ static void rp_json_qps(struct rp_job *j, struct rbt_json *w)
 		for (int qi = 0; qi < j->side[si].nqp; qi++) {
 			const struct rp_qp *q = &j->side[si].qp[qi];
 
-			rbt_json_obj(w);
-			rbt_json_kstr(w, "trace", j->side[si].path);
-			rbt_json_ku64(w, "qp_num", q->rec.qp_num);
-			rbt_json_ku64(w, "replay_qp_num", q->new_qpn);
+			rp_json_qp(w, &j->side[si], q, q->new_qpn);
 			rp_json_pair(w, "send", q->wc_base[0] + q->rec_wc[0].n,
 				     q->wc_base[0] + q->rep_wc[0].n);
 			rp_json_pair(w, "recv", q->wc_base[1] + q->rec_wc[1].n,
@@ -525,10 +532,7 @@ static void rp_json_qps(struct rp_job *j, struct rbt_json *w)
 		for (int qi = 0; qi < j->side[si].nxqp; qi++) {
 			const struct rp_qp *q = &j->side[si].xqp[qi];
 
-			rbt_json_obj(w);
-			rbt_json_kstr(w, "trace", j->side[si].path);
-			rbt_json_ku64(w, "qp_num", q->rec.qp_num);
-			rbt_json_ku64(w, "replay_qp_num", q->foreign_new_qpn);
+			rp_json_qp(w, &j->side[si], q, q->foreign_new_qpn);
 			rbt_json_kbool(w, "other_process", true);
 			rbt_json_kstr(w, "type", "XRC_RECV");
 			rp_json_pair(w, "send", 0, 0);
