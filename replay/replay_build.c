@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "replay/replay_int.h"
@@ -109,8 +110,31 @@ static void rp_mr_lifetimes(struct rp_job *j, struct rp_side *s)
 	}
 }
 
-/* Page-aligned memory of each recorded MR's size (all of it before the run),
- * registered with its recorded access now or by its step (rp_mr_lifetimes). */
+/* Page-aligned memory of each recorded MR's size, registered with its recorded
+ * access now or by its step (rp_mr_lifetimes). Up to RP_MR_FILLED bytes it is
+ * filled with a recognisable pattern; a larger MR is anonymous memory mapped
+ * without reserve, resident only where the replay (or the device) touches it. */
+#define RP_MR_FILLED (1u << 20)
+
+static uint8_t *rp_mr_memory(struct rp_mr *m, size_t len, uint64_t seed)
+{
+	size_t round = (len + 4095) & ~4095ul;
+	void *p = NULL;
+
+	if (len > RP_MR_FILLED) {
+		p = mmap(NULL, round, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (p == MAP_FAILED)
+			return NULL;
+		m->map_len = round;
+		return p;
+	}
+	if (posix_memalign(&p, 4096, round))
+		return NULL;
+	rp_pattern(p, len, seed);
+	return p;
+}
+
 static int rp_build_mrs(struct rp_job *j, struct rp_side *s)
 {
 	rp_mr_lifetimes(j, s);
@@ -123,9 +147,8 @@ static int rp_build_mrs(struct rp_job *j, struct rp_side *s)
 		if (!m->npd) {
 			return rp_fail(j, -EINVAL, "%s: MR on an unknown PD", s->path);
 		}
-		if (posix_memalign((void **)&m->buf, 4096, (len + 4095) & ~4095ul))
+		if (!(m->buf = rp_mr_memory(m, len, (uint64_t)i)))
 			return -ENOMEM;
-		rp_pattern(m->buf, len, (uint64_t)i);
 		if (m->dynamic)
 			continue;
 		m->mr = ibv_reg_mr(m->npd, m->buf, len, acc);
@@ -446,8 +469,12 @@ void rp_teardown_side(struct rp_side *s)
 			ibv_destroy_comp_channel(s->ch[i]);
 	RP_DESTROY_ALL(s->mr, s->nmr, mr, ibv_dereg_mr);
 	for (int i = 0; i < s->nmr; i++) {
-		free(s->mr[i].buf);
+		if (s->mr[i].map_len)
+			munmap(s->mr[i].buf, s->mr[i].map_len);
+		else
+			free(s->mr[i].buf);
 		s->mr[i].buf = NULL;
+		s->mr[i].map_len = 0;
 	}
 	for (int i = 0; i < s->npd; i++)
 		if (s->pd && s->pd[i])

@@ -24,7 +24,8 @@
 struct rp_mr {
 	uint64_t h, pd;
 	uint64_t addr, iova, length, access, lkey, rkey;
-	uint8_t *buf; /* replayed memory (length bytes, page aligned) */
+	uint8_t *buf;	/* replayed memory (length bytes, page aligned) */
+	size_t map_len; /* a large MR's: mapped (munmap), else malloc'd */
 	struct ibv_mr *mr;
 	struct ibv_pd *npd;
 	int dead; /* deregistered by now (while loading) */
