@@ -586,6 +586,8 @@ struct rp_stream {
 	uint64_t *late, *own;
 	size_t nsample;
 	uint64_t rng;
+	/* after the run: the side's one lane, for the report */
+	struct rp_lane total;
 };
 /* Loading (pass 1): whether the job may stream at all, the window's step cap. */
 int rp_stream_wanted(const struct rp_job *j);

@@ -116,7 +116,7 @@ static int rp_job_load(struct rp_job *j, const char *const *traces)
 	for (int i = 0; i < j->nside; i++) {
 		if (strcmp(j->side[i].host, j->side[0].host))
 			j->same_clock = 0;
-		if (j->side[i].nstep && j->side[i].rec_epoch_ns < j->rec_epoch)
+		if (rp_steps_of(&j->side[i]) && j->side[i].rec_epoch_ns < j->rec_epoch)
 			j->rec_epoch = j->side[i].rec_epoch_ns;
 	}
 	return 0;

@@ -259,6 +259,7 @@ static int rp_stream_lanes(struct rp_side *s)
 		struct rp_lane *L = &s->lane[l];
 
 		s->nran += L->ran;
+		sm->ran += (uint64_t)L->ran;
 		s->xwaits += L->xwaits;
 		sm->timeouts = L->timeouts;
 		if (L->wasted_ns > sm->wasted_ns)
@@ -314,8 +315,12 @@ void rp_stream_run(struct rp_job *j)
 		s->stop_why = s->pre.stop_why;
 		if (s->stop_why)
 			stopped = 1;
-		if (rp_again_open(j, s) < 0)
+		if (rp_again_open(j, s) < 0) {
+			rp_diverge(j, "%s: streaming: the trace could not be read again",
+				   s->path);
+			why = RBT_REPLAY_STOP_DIVERGED;
 			stopped = 1;
+		}
 		s->nstep = 0;
 	}
 	while (more && !stopped) {
@@ -356,11 +361,21 @@ void rp_stream_run(struct rp_job *j)
 		for (int i = 0; i < j->nside; i++)
 			rp_stream_retire(j, &j->side[i]);
 	}
+	for (int i = 0; stopped && i < j->nside; i++)
+		if (!j->side[i].stop_why)
+			j->side[i].stop_why = why ? why : RBT_REPLAY_STOP_SIGNAL;
 	for (int i = 0; i < j->nside; i++) {
 		struct rp_side *s = &j->side[i];
 
 		if (!s->sm->cut)
 			s->sm->stop_at_all = s->sm->base;
+		/* the report's one lane: the recorded thread, what it ran */
+		s->sm->total = (struct rp_lane){ .s = s,
+						 .stream = s->sm->stream,
+						 .ran = (int)s->sm->ran,
+						 .xwaits = s->xwaits };
+		s->lane = &s->sm->total;
+		s->nlane = 1;
 		s->stop_at = 0;
 		s->pre.timeouts += s->sm->timeouts;
 		if (s->sm->wasted_ns > s->pre.wasted_ns)
