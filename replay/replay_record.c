@@ -50,6 +50,14 @@ static int rr_sges(struct rbt_sge *sg, const struct ibv_sge *in, int n,
 	return n;
 }
 
+/* A fresh event of call type T (field f of the union) that returned at t. */
+#define RR_BEGIN(ev, T, f, t)                   \
+	do {                                    \
+		memset((ev), 0, sizeof(*(ev))); \
+		(ev)->type = RBT_EV_##T;        \
+		(ev)->u.f.ts_exit = (t);        \
+	} while (0)
+
 /* The device, port, PDs, MRs, channels, CQs and XRC domains the replay built. */
 static int rr_resources(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 {
@@ -74,11 +82,9 @@ static int rr_resources(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 	ev.u.port_attr.gid0.len = 16;
 	rc = rc ?: rr_put(w, &ev, t0);
 	for (int i = 0; i < s->npd && !rc; i++) {
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_PD_ALLOC;
+		RR_BEGIN(&ev, PD_ALLOC, pd_alloc, t0);
 		ev.u.pd_alloc.ctx = H(s->ctx);
 		ev.u.pd_alloc.pd = H(s->pd[i]);
-		ev.u.pd_alloc.ts_exit = t0;
 		rc = rr_put(w, &ev, t0);
 	}
 	/* MRs registered before the run (the others by their steps) */
@@ -87,9 +93,7 @@ static int rr_resources(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 
 		if (m->dynamic)
 			continue;
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_MR_REG;
-		ev.u.mr_reg.ts_exit = t0;
+		RR_BEGIN(&ev, MR_REG, mr_reg, t0);
 		ev.u.mr_reg.pd = H(m->npd);
 		ev.u.mr_reg.mr = H(m);
 		ev.u.mr_reg.addr = H(m->buf);
@@ -101,9 +105,7 @@ static int rr_resources(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 		rc = rr_put(w, &ev, t0);
 	}
 	for (int i = 0; i < s->nmw && !rc; i++) {
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_MW_ALLOC;
-		ev.u.mw_alloc.ts_exit = t0;
+		RR_BEGIN(&ev, MW_ALLOC, mw_alloc, t0);
 		ev.u.mw_alloc.pd = H(s->mw[i].mw->pd);
 		ev.u.mw_alloc.mw = H(s->mw[i].mw);
 		ev.u.mw_alloc.mw_type = s->mw[i].type;
@@ -111,17 +113,14 @@ static int rr_resources(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 		rc = rr_put(w, &ev, t0);
 	}
 	for (int i = 0; i < s->nch && !rc; i++) {
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_CHANNEL_CREATE;
-		ev.u.channel_create.ts_exit = t0;
+		RR_BEGIN(&ev, CHANNEL_CREATE, channel_create, t0);
 		ev.u.channel_create.ctx = H(s->ctx);
 		ev.u.channel_create.channel = H(s->ch[i]);
 		ev.u.channel_create.fd = (uint64_t)s->ch[i]->fd;
 		rc = rr_put(w, &ev, t0);
 	}
 	for (int i = 0; i < s->ncq && !rc; i++) {
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_CQ_CREATE;
+		RR_BEGIN(&ev, CQ_CREATE, cq_create, t0);
 		ev.u.cq_create = s->cq[i].rec;
 		ev.u.cq_create.ts_exit = t0;
 		ev.u.cq_create.ctx = H(s->ctx);
@@ -132,9 +131,7 @@ static int rr_resources(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 		rc = rr_put(w, &ev, t0);
 	}
 	for (int i = 0; i < s->nxrcd && !rc; i++) {
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_XRCD_OPEN;
-		ev.u.xrcd_open.ts_exit = t0;
+		RR_BEGIN(&ev, XRCD_OPEN, xrcd_open, t0);
 		ev.u.xrcd_open.ctx = H(s->ctx);
 		ev.u.xrcd_open.xrcd = H(s->xrcd[i].xrcd);
 		/* through a file when shared, as the program did (see rp_xrcd) */
@@ -154,8 +151,7 @@ static int rr_queues(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 	for (int i = 0; i < s->nsrq && !rc; i++) {
 		const struct rp_srq *r = &s->srq[i];
 
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_SRQ_CREATE;
+		RR_BEGIN(&ev, SRQ_CREATE, srq_create, t0);
 		ev.u.srq_create = r->rec;
 		ev.u.srq_create.ts_exit = t0;
 		ev.u.srq_create.pd = H(rp_pd_by_h(s, r->pd));
@@ -171,8 +167,7 @@ static int rr_queues(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 			     *rcq = (q->rcq ? &s->cq[q->rcq - 1] : NULL);
 		struct rp_srq *srq = q->srqi ? &s->srq[q->srqi - 1] : NULL;
 
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_QP_CREATE;
+		RR_BEGIN(&ev, QP_CREATE, qp_create, t0);
 		ev.u.qp_create = q->rec;
 		ev.u.qp_create.ts_exit = t0;
 		ev.u.qp_create.ctx = H(s->ctx);
@@ -189,8 +184,7 @@ static int rr_queues(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 		rc = rr_put(w, &ev, t0);
 	}
 	for (int i = 0; i < s->nah && !rc; i++) {
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_AH_CREATE;
+		RR_BEGIN(&ev, AH_CREATE, ah_create, t0);
 		ev.u.ah_create = s->ah[i].rec;
 		ev.u.ah_create.ts_exit = t0;
 		ev.u.ah_create.pd = H(rp_pd_by_h(s, s->ah[i].pd));
