@@ -101,7 +101,8 @@ int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev)
 		return 0;
 	if (s->sm && !ld->again) {
 		rp_stream_note(ld, ev, rp_abs_ns(s, ev->ts));
-		if (s->nstep >= ld->j->window)
+		/* the prefix is kept whole: it runs before the windows */
+		if (s->nstep >= ld->j->window && ld->started)
 			ld->over = 1;
 		if (ld->over)
 			return 0;
