@@ -255,53 +255,69 @@ static void rbt_decode_poll(const struct rbt_raw_hdr *h, uint32_t stream)
 
 /* The ring records are the writer's flat records behind a header: the writer
  * encodes them where they lie (rbt_writer_append_flat). */
-/* X(A, B, HDR, field) for each field that A and B share: A's offset less HDR
- * (its ring header) is B's. */
-#define RBT_POST_TWINS(X, ...)                                                    \
-	X(__VA_ARGS__, ts)                                                        \
-	X(__VA_ARGS__, ts_exit) X(__VA_ARGS__, obj) X(__VA_ARGS__, ret)           \
-		X(__VA_ARGS__, qp_num) X(__VA_ARGS__, bad_wr) X(__VA_ARGS__, api) \
-			X(__VA_ARGS__, nwr)
-#define RBT_POLL_TWINS(X, ...)                                                  \
-	X(__VA_ARGS__, ts)                                                      \
-	X(__VA_ARGS__, ts_exit) X(__VA_ARGS__, cq) X(__VA_ARGS__, ret)          \
-		X(__VA_ARGS__, asked) X(__VA_ARGS__, api) X(__VA_ARGS__, count) \
-			X(__VA_ARGS__, nwc)
-#define RBT_SWR_TWINS(X, ...)                                                \
-	X(__VA_ARGS__, wr_id)                                                \
-	X(__VA_ARGS__, remote_addr) X(__VA_ARGS__, rkey) X(__VA_ARGS__, imm) \
-		X(__VA_ARGS__, send_flags) X(__VA_ARGS__, payload_len)       \
-			X(__VA_ARGS__, opcode) X(__VA_ARGS__, ext) X(__VA_ARGS__, nsge)
-#define RBT_SWR_EXT_TWINS(X, ...)                                          \
-	X(__VA_ARGS__, compare_add)                                        \
-	X(__VA_ARGS__, swap) X(__VA_ARGS__, ah) X(__VA_ARGS__, remote_qpn) \
-		X(__VA_ARGS__, remote_qkey)
-#define RBT_RWR_TWINS(X, ...) X(__VA_ARGS__, wr_id) X(__VA_ARGS__, nsge)
-#define RBT_SGE_TWINS(X, ...) \
-	X(__VA_ARGS__, addr) X(__VA_ARGS__, length) X(__VA_ARGS__, lkey)
-#define RBT_WC_TWINS(X, ...)                                                           \
-	X(__VA_ARGS__, wr_id)                                                          \
-	X(__VA_ARGS__, status) X(__VA_ARGS__, opcode) X(__VA_ARGS__, vendor_err)       \
-		X(__VA_ARGS__, byte_len) X(__VA_ARGS__, qp_num) X(__VA_ARGS__, src_qp) \
-			X(__VA_ARGS__, wc_flags) X(__VA_ARGS__, pkey_index)            \
-				X(__VA_ARGS__, slid) X(__VA_ARGS__, sl)                \
-					X(__VA_ARGS__, dlid_path_bits)
-#define RBT_TWIN(a, b, hdr, f)                                   \
-	_Static_assert(offsetof(a, f) - (hdr) == offsetof(b, f), \
-		       #a "." #f " is where the writer reads it");
-#define RBT_TWINS(LIST, a, b, hdr)                                    \
-	_Static_assert(sizeof(a) - (hdr) == sizeof(b), #a " is " #b); \
-	LIST(RBT_TWIN, a, b, hdr)
-RBT_TWINS(RBT_POST_TWINS, struct rbt_raw_post, struct rbt_flat_post,
-	  sizeof(struct rbt_raw_hdr))
-RBT_TWINS(RBT_POLL_TWINS, struct rbt_raw_poll, struct rbt_flat_poll,
-	  sizeof(struct rbt_raw_hdr))
-RBT_TWINS(RBT_SWR_TWINS, struct rbt_raw_swr, struct rbt_flat_swr, 0)
-RBT_TWINS(RBT_SWR_EXT_TWINS, struct rbt_raw_swr_ext, struct rbt_flat_swr_ext, 0)
-RBT_TWINS(RBT_RWR_TWINS, struct rbt_raw_rwr, struct rbt_flat_rwr, 0)
-RBT_TWINS(RBT_SGE_TWINS, struct rbt_raw_sge, struct rbt_flat_sge, 0)
-RBT_TWINS(RBT_WC_TWINS, struct ibv_wc, struct rbt_flat_wc, 0)
-_Static_assert(offsetof(struct ibv_wc, imm_data) == offsetof(struct rbt_flat_wc, imm) &&
+#define RBT_SAME(a, b, f) (offsetof(a, f) - sizeof(struct rbt_raw_hdr) == offsetof(b, f))
+_Static_assert(sizeof(struct rbt_raw_post) - sizeof(struct rbt_raw_hdr) ==
+			       sizeof(struct rbt_flat_post) &&
+		       RBT_SAME(struct rbt_raw_post, struct rbt_flat_post, ts) &&
+		       RBT_SAME(struct rbt_raw_post, struct rbt_flat_post, ts_exit) &&
+		       RBT_SAME(struct rbt_raw_post, struct rbt_flat_post, obj) &&
+		       RBT_SAME(struct rbt_raw_post, struct rbt_flat_post, ret) &&
+		       RBT_SAME(struct rbt_raw_post, struct rbt_flat_post, qp_num) &&
+		       RBT_SAME(struct rbt_raw_post, struct rbt_flat_post, bad_wr) &&
+		       RBT_SAME(struct rbt_raw_post, struct rbt_flat_post, api) &&
+		       RBT_SAME(struct rbt_raw_post, struct rbt_flat_post, nwr),
+	       "rbt_raw_post is rbt_flat_post behind a header");
+_Static_assert(sizeof(struct rbt_raw_poll) - sizeof(struct rbt_raw_hdr) ==
+			       sizeof(struct rbt_flat_poll) &&
+		       RBT_SAME(struct rbt_raw_poll, struct rbt_flat_poll, ts) &&
+		       RBT_SAME(struct rbt_raw_poll, struct rbt_flat_poll, ts_exit) &&
+		       RBT_SAME(struct rbt_raw_poll, struct rbt_flat_poll, cq) &&
+		       RBT_SAME(struct rbt_raw_poll, struct rbt_flat_poll, ret) &&
+		       RBT_SAME(struct rbt_raw_poll, struct rbt_flat_poll, asked) &&
+		       RBT_SAME(struct rbt_raw_poll, struct rbt_flat_poll, api) &&
+		       RBT_SAME(struct rbt_raw_poll, struct rbt_flat_poll, count) &&
+		       RBT_SAME(struct rbt_raw_poll, struct rbt_flat_poll, nwc),
+	       "rbt_raw_poll is rbt_flat_poll behind a header");
+#define RBT_SAMEF(a, b, f) (offsetof(a, f) == offsetof(b, f))
+_Static_assert(sizeof(struct rbt_raw_swr) == sizeof(struct rbt_flat_swr) &&
+		       RBT_SAMEF(struct rbt_raw_swr, struct rbt_flat_swr, wr_id) &&
+		       RBT_SAMEF(struct rbt_raw_swr, struct rbt_flat_swr, remote_addr) &&
+		       RBT_SAMEF(struct rbt_raw_swr, struct rbt_flat_swr, rkey) &&
+		       RBT_SAMEF(struct rbt_raw_swr, struct rbt_flat_swr, imm) &&
+		       RBT_SAMEF(struct rbt_raw_swr, struct rbt_flat_swr, send_flags) &&
+		       RBT_SAMEF(struct rbt_raw_swr, struct rbt_flat_swr, payload_len) &&
+		       RBT_SAMEF(struct rbt_raw_swr, struct rbt_flat_swr, opcode) &&
+		       RBT_SAMEF(struct rbt_raw_swr, struct rbt_flat_swr, ext) &&
+		       RBT_SAMEF(struct rbt_raw_swr, struct rbt_flat_swr, nsge),
+	       "rbt_raw_swr is rbt_flat_swr");
+_Static_assert(sizeof(struct rbt_raw_swr_ext) == sizeof(struct rbt_flat_swr_ext) &&
+		       RBT_SAMEF(struct rbt_raw_swr_ext, struct rbt_flat_swr_ext, swap) &&
+		       RBT_SAMEF(struct rbt_raw_swr_ext, struct rbt_flat_swr_ext, ah) &&
+		       RBT_SAMEF(struct rbt_raw_swr_ext, struct rbt_flat_swr_ext,
+				 remote_qpn) &&
+		       RBT_SAMEF(struct rbt_raw_swr_ext, struct rbt_flat_swr_ext,
+				 remote_qkey),
+	       "rbt_raw_swr_ext is rbt_flat_swr_ext");
+_Static_assert(sizeof(struct rbt_raw_rwr) == sizeof(struct rbt_flat_rwr) &&
+		       RBT_SAMEF(struct rbt_raw_rwr, struct rbt_flat_rwr, nsge) &&
+		       sizeof(struct rbt_raw_sge) == sizeof(struct rbt_flat_sge) &&
+		       RBT_SAMEF(struct rbt_raw_sge, struct rbt_flat_sge, length) &&
+		       RBT_SAMEF(struct rbt_raw_sge, struct rbt_flat_sge, lkey),
+	       "rbt_raw_rwr and rbt_raw_sge are their flat twins");
+_Static_assert(sizeof(struct ibv_wc) == sizeof(struct rbt_flat_wc) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, status) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, opcode) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, vendor_err) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, byte_len) &&
+		       offsetof(struct ibv_wc, imm_data) ==
+			       offsetof(struct rbt_flat_wc, imm) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, qp_num) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, src_qp) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, wc_flags) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, pkey_index) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, slid) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, sl) &&
+		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, dlid_path_bits) &&
 		       sizeof(struct rbt_raw_wcx) == sizeof(struct rbt_flat_wcx) &&
 		       RBT_FLAT_WC_WITH_INV == IBV_WC_WITH_INV &&
 		       RBT_FLAT_WCX == RBT_POLL_WCX,
