@@ -329,79 +329,14 @@ SN_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc 
 
 /* ---------------- async events ---------------- */
 
-SN_EXPORT int ibv_get_async_event(struct ibv_context *context,
-				  struct ibv_async_event *event)
+/* what an async event's element names, by its type */
+enum sn_ev_elem { SN_EV_PORT, SN_EV_CQ, SN_EV_QP, SN_EV_SRQ };
+
+static enum sn_ev_elem sn_ev_elem_of(enum ibv_event_type type)
 {
-	for (;;) {
-		struct sn_async_rec r;
-		ssize_t n = read(context->async_fd, &r, sizeof(r));
-		uint64_t rec[2] = { r.type, r.element };
-		bool found = false;
-
-		if (n != sizeof(rec))
-			return -1;
-		event->event_type = (enum ibv_event_type)rec[0];
-		pthread_mutex_lock(&sn_g.lock);
-		switch (event->event_type) {
-		case IBV_EVENT_CQ_ERR: {
-			struct sn_cq *cq = sn_cq_live(rec[1]);
-
-			if (cq) {
-				event->element.cq = ibv_cq_ex_to_cq(&cq->cq);
-				found = true;
-			}
-			break;
-		}
-		case IBV_EVENT_QP_FATAL:
-		case IBV_EVENT_QP_REQ_ERR:
-		case IBV_EVENT_QP_ACCESS_ERR:
-		case IBV_EVENT_COMM_EST:
-		case IBV_EVENT_SQ_DRAINED:
-		case IBV_EVENT_PATH_MIG:
-		case IBV_EVENT_PATH_MIG_ERR:
-		case IBV_EVENT_QP_LAST_WQE_REACHED: {
-			struct sn_qp *qp;
-
-			for (qp = sn_g.qps; qp; qp = qp->next_live)
-				if ((uint64_t)(uintptr_t)qp == rec[1]) {
-					event->element.qp = &qp->qpx.qp_base;
-					found = true;
-				}
-			break;
-		}
-		case IBV_EVENT_SRQ_ERR:
-		case IBV_EVENT_SRQ_LIMIT_REACHED: {
-			struct sn_srq *s;
-
-			for (s = sn_g.srqs; s; s = s->next_live)
-				if ((uint64_t)(uintptr_t)s == rec[1]) {
-					event->element.srq = &s->srq;
-					found = true;
-				}
-			break;
-		}
-		default:
-			event->element.port_num = (int)rec[1];
-			found = true;
-		}
-		pthread_mutex_unlock(&sn_g.lock);
-		if (found)
-			return 0;
-	}
-}
-
-SN_EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
-{
-	switch (event->event_type) {
-	case IBV_EVENT_CQ_ERR: {
-		struct ibv_cq *cq = event->element.cq;
-
-		pthread_mutex_lock(&cq->mutex);
-		cq->async_events_completed++;
-		pthread_cond_signal(&cq->cond);
-		pthread_mutex_unlock(&cq->mutex);
-		break;
-	}
+	switch (type) {
+	case IBV_EVENT_CQ_ERR:
+		return SN_EV_CQ;
 	case IBV_EVENT_QP_FATAL:
 	case IBV_EVENT_QP_REQ_ERR:
 	case IBV_EVENT_QP_ACCESS_ERR:
@@ -409,25 +344,92 @@ SN_EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
 	case IBV_EVENT_SQ_DRAINED:
 	case IBV_EVENT_PATH_MIG:
 	case IBV_EVENT_PATH_MIG_ERR:
-	case IBV_EVENT_QP_LAST_WQE_REACHED: {
-		struct ibv_qp *qp = event->element.qp;
-
-		pthread_mutex_lock(&qp->mutex);
-		qp->events_completed++;
-		pthread_cond_signal(&qp->cond);
-		pthread_mutex_unlock(&qp->mutex);
-		break;
-	}
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		return SN_EV_QP;
 	case IBV_EVENT_SRQ_ERR:
-	case IBV_EVENT_SRQ_LIMIT_REACHED: {
-		struct ibv_srq *srq = event->element.srq;
-
-		pthread_mutex_lock(&srq->mutex);
-		srq->events_completed++;
-		pthread_cond_signal(&srq->cond);
-		pthread_mutex_unlock(&srq->mutex);
-		break;
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+		return SN_EV_SRQ;
+	default:
+		return SN_EV_PORT;
 	}
+}
+
+/* the element of a queued event, if it still exists (sn_g.lock held) */
+static bool sn_ev_element(struct ibv_async_event *event, uint64_t handle)
+{
+	struct sn_cq *cq;
+	struct sn_qp *qp;
+	struct sn_srq *s;
+
+	switch (sn_ev_elem_of(event->event_type)) {
+	case SN_EV_CQ:
+		cq = sn_cq_live(handle);
+		if (cq)
+			event->element.cq = ibv_cq_ex_to_cq(&cq->cq);
+		return cq;
+	case SN_EV_QP:
+		for (qp = sn_g.qps; qp; qp = qp->next_live)
+			if ((uint64_t)(uintptr_t)qp == handle) {
+				event->element.qp = &qp->qpx.qp_base;
+				return true;
+			}
+		return false;
+	case SN_EV_SRQ:
+		for (s = sn_g.srqs; s; s = s->next_live)
+			if ((uint64_t)(uintptr_t)s == handle) {
+				event->element.srq = &s->srq;
+				return true;
+			}
+		return false;
+	default:
+		event->element.port_num = (int)handle;
+		return true;
+	}
+}
+
+SN_EXPORT int ibv_get_async_event(struct ibv_context *context,
+				  struct ibv_async_event *event)
+{
+	for (;;) {
+		struct sn_async_rec r;
+		ssize_t n = read(context->async_fd, &r, sizeof(r));
+		bool found;
+
+		if (n != sizeof(r))
+			return -1;
+		event->event_type = (enum ibv_event_type)r.type;
+		pthread_mutex_lock(&sn_g.lock);
+		found = sn_ev_element(event, r.element);
+		pthread_mutex_unlock(&sn_g.lock);
+		if (found)
+			return 0;
+	}
+}
+
+static void sn_ev_ack(pthread_mutex_t *mutex, pthread_cond_t *cond, uint32_t *completed)
+{
+	pthread_mutex_lock(mutex);
+	(*completed)++;
+	pthread_cond_signal(cond);
+	pthread_mutex_unlock(mutex);
+}
+
+SN_EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
+{
+	struct ibv_cq *cq = event->element.cq;
+	struct ibv_qp *qp = event->element.qp;
+	struct ibv_srq *srq = event->element.srq;
+
+	switch (sn_ev_elem_of(event->event_type)) {
+	case SN_EV_CQ:
+		sn_ev_ack(&cq->mutex, &cq->cond, &cq->async_events_completed);
+		break;
+	case SN_EV_QP:
+		sn_ev_ack(&qp->mutex, &qp->cond, &qp->events_completed);
+		break;
+	case SN_EV_SRQ:
+		sn_ev_ack(&srq->mutex, &srq->cond, &srq->events_completed);
+		break;
 	default:
 		break;
 	}
