@@ -116,6 +116,31 @@ int cm_qp_connect(struct cm_id *c)
 
 /* ---------------- message handling ---------------- */
 
+/* what a REQ or a REP says of the peer: its QP and PSN, and its resources
+ * (the two sides' values swap) */
+static void cm_learn_peer(struct cm_id *c, const struct cm_wire *w)
+{
+	c->remote = true;
+	c->rqpn = w->qpn;
+	c->rpsn = w->psn;
+	c->resp_res = w->init_depth;
+	c->init_depth = w->resp_res;
+	c->rnr_retry = w->rnr_retry;
+}
+
+/* a REQ's or a REP's connection parameters as its event gives them */
+static void cm_conn_param(struct cm_evt *e, const struct cm_id *c,
+			  const struct cm_wire *w, unsigned pd_full)
+{
+	cm_conn_pd(e, w, pd_full);
+	e->ev.param.conn.responder_resources = c->resp_res;
+	e->ev.param.conn.initiator_depth = c->init_depth;
+	e->ev.param.conn.flow_control = w->flow;
+	e->ev.param.conn.rnr_retry_count = w->rnr_retry;
+	e->ev.param.conn.srq = w->srq;
+	e->ev.param.conn.qp_num = w->qpn;
+}
+
 static void cm_on_req(struct cm_id *c, const struct cm_wire *w)
 {
 	struct cm_id *l = c->listener;
@@ -142,13 +167,8 @@ static void cm_on_req(struct cm_id *c, const struct cm_wire *w)
 	cm_attach_dev(c);
 	cm_fill_path(c);
 	c->id.pd = l->id.pd ? l->id.pd : cm_dev.pd;
-	c->remote = true;
-	c->rqpn = w->qpn;
-	c->rpsn = w->psn;
-	c->resp_res = w->init_depth; /* the two sides' values swap */
-	c->init_depth = w->resp_res;
+	cm_learn_peer(c, w);
 	c->retry = w->retry;
-	c->rnr_retry = w->rnr_retry;
 	c->state = S_REQ_RCVD;
 	if (cch != lch && c->cfd >= 0) {
 		cm_unwatch(lch, c->cfd);
@@ -167,14 +187,8 @@ static void cm_on_req(struct cm_id *c, const struct cm_wire *w)
 		e->ev.param.ud.qp_num = w->qpn;
 		e->ev.param.ud.qkey = w->qkey;
 	} else {
-		cm_conn_pd(e, w, cm_pd_max(c, CM_REQ_PD));
-		e->ev.param.conn.responder_resources = c->resp_res;
-		e->ev.param.conn.initiator_depth = c->init_depth;
-		e->ev.param.conn.flow_control = w->flow;
+		cm_conn_param(e, c, w, cm_pd_max(c, CM_REQ_PD));
 		e->ev.param.conn.retry_count = w->retry;
-		e->ev.param.conn.rnr_retry_count = w->rnr_retry;
-		e->ev.param.conn.srq = w->srq;
-		e->ev.param.conn.qp_num = w->qpn;
 	}
 	cm_chan_push(lch, e);
 }
@@ -185,22 +199,11 @@ static void cm_on_rep(struct cm_id *c, const struct cm_wire *w)
 	int ret;
 
 	cm_disarm(c);
-	c->remote = true;
-	c->rqpn = w->qpn;
-	c->rpsn = w->psn;
-	c->resp_res = w->init_depth;
-	c->init_depth = w->resp_res;
-	c->rnr_retry = w->rnr_retry;
+	cm_learn_peer(c, w);
 	e = cm_evt_new(c, RDMA_CM_EVENT_CONNECT_RESPONSE, 0);
 	if (!e)
 		return;
-	cm_conn_pd(e, w, CM_REP_PD);
-	e->ev.param.conn.responder_resources = c->resp_res;
-	e->ev.param.conn.initiator_depth = c->init_depth;
-	e->ev.param.conn.flow_control = w->flow;
-	e->ev.param.conn.rnr_retry_count = w->rnr_retry;
-	e->ev.param.conn.srq = w->srq;
-	e->ev.param.conn.qp_num = w->qpn;
+	cm_conn_param(e, c, w, CM_REP_PD);
 	if (!c->id.qp) {
 		c->state = S_REP_RCVD;
 	} else if ((ret = cm_qp_connect(c))) {
