@@ -309,45 +309,53 @@ static void cm_settle(struct cm_id *c, enum cm_state st, enum rdma_cm_event_type
 	cm_post(c, ev, 0);
 }
 
+static void cm_on_rtu(struct cm_id *c, const struct cm_wire *w)
+{
+	cm_settle(c, S_ESTABLISHED, RDMA_CM_EVENT_ESTABLISHED);
+}
+
+static void cm_on_dreq(struct cm_id *c, const struct cm_wire *w)
+{
+	cm_send_simple(c, M_DREP, 0);
+	cm_settle(c, S_DISCONNECTED, RDMA_CM_EVENT_DISCONNECTED);
+}
+
+static void cm_on_drep(struct cm_id *c, const struct cm_wire *w)
+{
+	cm_settle(c, S_DISCONNECTED, RDMA_CM_EVENT_DISCONNECTED);
+}
+
+#define CM_IN(s) (1u << (s))
+
+/* the states in which an id takes each message, and what it does with it;
+ * a message in any other state is dropped */
+static const struct cm_msg_rule {
+	unsigned states;
+	void (*on)(struct cm_id *c, const struct cm_wire *w);
+} cm_msg_rules[] = {
+	[M_REQ] = { CM_IN(S_PENDING), cm_on_req },
+	[M_SIDR_REQ] = { CM_IN(S_PENDING), cm_on_req },
+	[M_REP] = { CM_IN(S_CONNECTING), cm_on_rep },
+	[M_SIDR_REP] = { CM_IN(S_CONNECTING), cm_on_sidr_rep },
+	[M_RTU] = { CM_IN(S_REP_SENT), cm_on_rtu },
+	[M_REJ] = { CM_IN(S_CONNECTING) | CM_IN(S_REP_SENT) | CM_IN(S_REP_RCVD) |
+			    CM_IN(S_REQ_RCVD),
+		    cm_on_rej },
+	[M_DREQ] = { CM_IN(S_ESTABLISHED) | CM_IN(S_DREQ_SENT) | CM_IN(S_REP_SENT) |
+			     CM_IN(S_REP_RCVD),
+		     cm_on_dreq },
+	[M_DREP] = { CM_IN(S_DREQ_SENT), cm_on_drep },
+};
+
 static void cm_on_msg(struct cm_id *c, const struct cm_wire *w)
 {
-	switch (w->type) {
-	case M_REQ:
-	case M_SIDR_REQ:
-		if (c->state == S_PENDING)
-			cm_on_req(c, w);
+	const struct cm_msg_rule *r;
+
+	if (w->type >= sizeof(cm_msg_rules) / sizeof(cm_msg_rules[0]))
 		return;
-	case M_REP:
-		if (c->state == S_CONNECTING)
-			cm_on_rep(c, w);
-		return;
-	case M_SIDR_REP:
-		if (c->state == S_CONNECTING)
-			cm_on_sidr_rep(c, w);
-		return;
-	case M_RTU:
-		if (c->state == S_REP_SENT)
-			cm_settle(c, S_ESTABLISHED, RDMA_CM_EVENT_ESTABLISHED);
-		return;
-	case M_REJ:
-		if (c->state == S_CONNECTING || c->state == S_REP_SENT ||
-		    c->state == S_REP_RCVD || c->state == S_REQ_RCVD)
-			cm_on_rej(c, w);
-		return;
-	case M_DREQ:
-		if (c->state == S_ESTABLISHED || c->state == S_DREQ_SENT ||
-		    c->state == S_REP_SENT || c->state == S_REP_RCVD) {
-			cm_send_simple(c, M_DREP, 0);
-			cm_settle(c, S_DISCONNECTED, RDMA_CM_EVENT_DISCONNECTED);
-		}
-		return;
-	case M_DREP:
-		if (c->state == S_DREQ_SENT)
-			cm_settle(c, S_DISCONNECTED, RDMA_CM_EVENT_DISCONNECTED);
-		return;
-	default:
-		return;
-	}
+	r = &cm_msg_rules[w->type];
+	if (r->on && (r->states & CM_IN(c->state)))
+		r->on(c, w);
 }
 
 static void cm_on_conn(struct cm_id *c);
