@@ -81,11 +81,9 @@ SN_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		errno = ENODEV;
 		return NULL;
 	}
-	ctx = calloc(1, sizeof(*ctx));
-	if (!ctx) {
-		errno = ENOMEM;
+	ctx = sn_zalloc(sizeof(*ctx));
+	if (!ctx)
 		return NULL;
-	}
 	v = &ctx->vctx;
 	ctx->async_rfd = sn_mkfifo(ctx->async_path, sizeof(ctx->async_path), "as");
 	if (ctx->async_rfd < 0) {
@@ -332,26 +330,26 @@ SN_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc 
 /* what an async event's element names, by its type */
 enum sn_ev_elem { SN_EV_PORT, SN_EV_CQ, SN_EV_QP, SN_EV_SRQ };
 
+/* the types whose element is a CQ, a QP or an SRQ; the others name a port */
+static const uint8_t sn_ev_elems[] = {
+	[IBV_EVENT_CQ_ERR] = SN_EV_CQ,
+	[IBV_EVENT_QP_FATAL] = SN_EV_QP,
+	[IBV_EVENT_QP_REQ_ERR] = SN_EV_QP,
+	[IBV_EVENT_QP_ACCESS_ERR] = SN_EV_QP,
+	[IBV_EVENT_COMM_EST] = SN_EV_QP,
+	[IBV_EVENT_SQ_DRAINED] = SN_EV_QP,
+	[IBV_EVENT_PATH_MIG] = SN_EV_QP,
+	[IBV_EVENT_PATH_MIG_ERR] = SN_EV_QP,
+	[IBV_EVENT_QP_LAST_WQE_REACHED] = SN_EV_QP,
+	[IBV_EVENT_SRQ_ERR] = SN_EV_SRQ,
+	[IBV_EVENT_SRQ_LIMIT_REACHED] = SN_EV_SRQ,
+};
+
 static enum sn_ev_elem sn_ev_elem_of(enum ibv_event_type type)
 {
-	switch (type) {
-	case IBV_EVENT_CQ_ERR:
-		return SN_EV_CQ;
-	case IBV_EVENT_QP_FATAL:
-	case IBV_EVENT_QP_REQ_ERR:
-	case IBV_EVENT_QP_ACCESS_ERR:
-	case IBV_EVENT_COMM_EST:
-	case IBV_EVENT_SQ_DRAINED:
-	case IBV_EVENT_PATH_MIG:
-	case IBV_EVENT_PATH_MIG_ERR:
-	case IBV_EVENT_QP_LAST_WQE_REACHED:
-		return SN_EV_QP;
-	case IBV_EVENT_SRQ_ERR:
-	case IBV_EVENT_SRQ_LIMIT_REACHED:
-		return SN_EV_SRQ;
-	default:
-		return SN_EV_PORT;
-	}
+	if ((unsigned)type < sizeof(sn_ev_elems))
+		return (enum sn_ev_elem)sn_ev_elems[type];
+	return SN_EV_PORT;
 }
 
 /* the element of a queued event, if it still exists (sn_g.lock held) */

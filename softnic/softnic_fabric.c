@@ -59,6 +59,15 @@ void sn_path(char *buf, size_t n, const char *name)
 	snprintf(buf, n, "%s/%s", sn_g.dir, name);
 }
 
+void *sn_zalloc(size_t size)
+{
+	void *p = calloc(1, size);
+
+	if (!p)
+		errno = ENOMEM;
+	return p;
+}
+
 void sn_unlink(const char *name)
 {
 	char p[512];

@@ -71,11 +71,9 @@ static struct ibv_qp *sn_qp_create(struct ibv_context *c, struct ibv_qp_init_att
 		errno = ret;
 		return NULL;
 	}
-	qp = calloc(1, sizeof(*qp));
-	if (!qp) {
-		errno = ENOMEM;
+	qp = sn_zalloc(sizeof(*qp));
+	if (!qp)
 		return NULL;
-	}
 	if (xtgt) {
 		cap->max_send_wr = 0;
 		cap->max_send_sge = 0;
