@@ -172,27 +172,20 @@ static mode_t sn_open_mode(int flags, va_list ap)
 	return (flags & (O_CREAT | __O_TMPFILE)) ? (mode_t)va_arg(ap, int) : 0;
 }
 
-SN_EXPORT int open(const char *path, int flags, ...)
-{
-	va_list ap;
-	mode_t mode;
-
-	va_start(ap, flags);
-	mode = sn_open_mode(flags, ap);
-	va_end(ap);
-	return sn_open_real(path, flags, mode, "open");
-}
-
-SN_EXPORT int open64(const char *path, int flags, ...)
-{
-	va_list ap;
-	mode_t mode;
-
-	va_start(ap, flags);
-	mode = sn_open_mode(flags, ap);
-	va_end(ap);
-	return sn_open_real(path, flags, mode, "open64");
-}
+/* open and open64 alike (the mode is there only with O_CREAT or O_TMPFILE) */
+#define SN_OPEN(fn)                                          \
+	SN_EXPORT int fn(const char *path, int flags, ...)   \
+	{                                                    \
+		va_list ap;                                  \
+		mode_t mode;                                 \
+                                                             \
+		va_start(ap, flags);                         \
+		mode = sn_open_mode(flags, ap);              \
+		va_end(ap);                                  \
+		return sn_open_real(path, flags, mode, #fn); \
+	}
+SN_OPEN(open)
+SN_OPEN(open64)
 
 /* ---------------- completion channels ---------------- */
 
