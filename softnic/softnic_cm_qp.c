@@ -228,13 +228,16 @@ CM_EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd,
 
 	if (!id || !attr)
 		return cm_err(EINVAL);
-	memset(&ax, 0, sizeof(ax));
-	memcpy(&ax, attr, sizeof(*attr));
-	ax.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
-	ax.srq_type = id->qp_type == IBV_QPT_XRC_RECV ? IBV_SRQT_XRC : IBV_SRQT_BASIC;
-	ax.pd = pd;
+	ax = (struct ibv_srq_init_attr_ex){
+		.srq_context = attr->srq_context,
+		.attr = attr->attr,
+		.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD,
+		.srq_type =
+			id->qp_type == IBV_QPT_XRC_RECV ? IBV_SRQT_XRC : IBV_SRQT_BASIC,
+		.pd = pd,
+	};
 	ret = cm_create_srq_ex(id, &ax);
-	memcpy(attr, &ax, sizeof(*attr));
+	attr->attr = ax.attr; /* the limits the device gave */
 	return ret;
 }
 
