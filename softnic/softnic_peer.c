@@ -173,6 +173,25 @@ void *sn_remote_ptr(struct sn_rproc *p, const struct sn_mrt_ent *e, uint64_t va,
 #define SN_RQP_HASH 256
 static struct sn_rqp *sn_rqps[SN_RQP_HASH];
 
+/* a remote receive queue's CQ (a ring that may grow) */
+static int sn_rqp_cq(struct sn_rqp *r, const char *cq_name)
+{
+	void *m;
+	size_t len;
+
+	if (sn_shm_map_reserve(cq_name, SN_CQ_RESERVE, &m, &len))
+		return -1;
+	r->rcq = m;
+	return 0;
+}
+
+/* the process that owns a remote receive queue (its MRs) */
+static int sn_rqp_owner(struct sn_rqp *r, const char *procid)
+{
+	r->proc = sn_rproc_get(procid);
+	return r->proc ? 0 : -1;
+}
+
 static struct sn_rqp *sn_rqp_open(uint32_t qpn)
 {
 	struct sn_rqp *r = calloc(1, sizeof(*r));
@@ -195,13 +214,9 @@ static struct sn_rqp *sn_rqp_open(uint32_t qpn)
 		r->srq = m;
 		r->rq = &r->srq->rq;
 	}
-	if (r->shm->rcq_name[0]) {
-		if (sn_shm_map_reserve(r->shm->rcq_name, SN_CQ_RESERVE, &m, &len))
-			goto fail;
-		r->rcq = m;
-	}
-	r->proc = sn_rproc_get(r->shm->procid);
-	if (!r->proc)
+	if (r->shm->rcq_name[0] && sn_rqp_cq(r, r->shm->rcq_name))
+		goto fail;
+	if (sn_rqp_owner(r, r->shm->procid))
 		goto fail;
 	r->pd_id = r->srq ? r->srq->pd_id : r->shm->pd_id;
 	return r;
@@ -251,7 +266,6 @@ struct sn_rqp *sn_rqp_xrc(struct sn_rqp *tgt, uint32_t srqn)
 {
 	static struct sn_rqp *views;
 	struct sn_rqp *v;
-	void *m;
 	size_t len;
 
 	pthread_mutex_lock(&sn_g.lock);
@@ -273,11 +287,7 @@ struct sn_rqp *sn_rqp_xrc(struct sn_rqp *tgt, uint32_t srqn)
 	if (!v->srq->xrcd_id || v->srq->xrcd_id != tgt->shm->xrcd_id)
 		goto fail; /* not an XRC SRQ of the TGT's domain */
 	v->rq = &v->srq->rq;
-	if (sn_shm_map_reserve(v->srq->cq_name, SN_CQ_RESERVE, &m, &len))
-		goto fail;
-	v->rcq = m;
-	v->proc = sn_rproc_get(v->srq->procid);
-	if (!v->proc)
+	if (sn_rqp_cq(v, v->srq->cq_name) || sn_rqp_owner(v, v->srq->procid))
 		goto fail;
 	v->pd_id = v->srq->pd_id;
 	pthread_mutex_lock(&sn_g.lock);
