@@ -73,6 +73,12 @@ static const char *sn_sys(const char *path, char *buf, size_t n)
 	char sn_sysbuf[PATH_MAX]; \
 	p = sn_sys(p, sn_sysbuf, sizeof(sn_sysbuf))
 
+/* for stat: the device node is /dev/null's (a real character device), and
+ * softnic0's sysfs is ours */
+#define SN_STAT_PATH(p)           \
+	char sn_sysbuf[PATH_MAX]; \
+	p = sn_is_cdev(p) ? "/dev/null" : sn_sys(p, sn_sysbuf, sizeof(sn_sysbuf))
+
 /* the next definition of a libc function, looked up once; NULL with errno
  * ENOSYS when there is none */
 static void *sn_next(void **slot, const char *name)
@@ -111,9 +117,7 @@ SN_EXPORT int stat64(const char *restrict path, struct stat64 *restrict st)
 {
 	SN_NEXT(stat64);
 
-	if (sn_is_cdev(path))
-		path = "/dev/null";
-	SN_SYS(path);
+	SN_STAT_PATH(path);
 	return real ? real(path, st) : -1;
 }
 
@@ -146,9 +150,7 @@ SN_EXPORT int stat(const char *restrict path, struct stat *restrict st)
 {
 	SN_NEXT(stat);
 
-	if (sn_is_cdev(path))
-		path = "/dev/null";
-	SN_SYS(path);
+	SN_STAT_PATH(path);
 	return real ? real(path, st) : -1;
 }
 
