@@ -167,18 +167,28 @@ CM_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd,
 	return cm_create_qp(id, pd, qp_init_attr);
 }
 
-static void cm_destroy_qp(struct rdma_cm_id *id)
+/* what rdma_destroy_qp, rdma_destroy_srq and rdma_destroy_ep release: the
+ * id's QP and/or SRQ, each followed by the CQs made for it */
+static void cm_release(struct rdma_cm_id *id, bool qp, bool srq)
 {
-	if (id->qp)
-		ibv_destroy_qp(id->qp);
-	id->qp = NULL;
-	cm_destroy_cqs(id);
+	if (qp) {
+		if (id->qp)
+			ibv_destroy_qp(id->qp);
+		id->qp = NULL;
+		cm_destroy_cqs(id);
+	}
+	if (srq) {
+		if (id->srq)
+			ibv_destroy_srq(id->srq);
+		id->srq = NULL;
+		cm_destroy_cqs(id);
+	}
 }
 
 CM_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
 {
 	if (id)
-		cm_destroy_qp(id);
+		cm_release(id, true, false);
 }
 
 static int cm_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
@@ -241,18 +251,10 @@ CM_EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd,
 	return ret;
 }
 
-static void cm_destroy_srq(struct rdma_cm_id *id)
-{
-	if (id->srq)
-		ibv_destroy_srq(id->srq);
-	id->srq = NULL;
-	cm_destroy_cqs(id);
-}
-
 CM_EXPORT void rdma_destroy_srq(struct rdma_cm_id *id)
 {
 	if (id)
-		cm_destroy_srq(id);
+		cm_release(id, false, true);
 }
 
 /* ---------------- the endpoint API ---------------- */
@@ -394,10 +396,7 @@ static void cm_destroy_ep(struct rdma_cm_id *id)
 {
 	struct cm_id *c = (struct cm_id *)id;
 
-	if (id->qp)
-		cm_destroy_qp(id);
-	if (id->srq)
-		cm_destroy_srq(id);
+	cm_release(id, id->qp, id->srq);
 	pthread_mutex_lock(&cm_mu);
 	cm_destroy_locked(c);
 	pthread_mutex_unlock(&cm_mu);
