@@ -68,6 +68,20 @@ void *sn_zalloc(size_t size)
 	return p;
 }
 
+int sn_shm_publish(char *name)
+{
+	char from[512], to[512];
+
+	sn_path(from, sizeof(from), name);
+	memmove(name, name + 1, strlen(name)); /* its NUL too */
+	sn_path(to, sizeof(to), name);
+	if (rename(from, to) < 0) {
+		unlink(from);
+		return -EIO;
+	}
+	return 0;
+}
+
 void sn_unlink(const char *name)
 {
 	char p[512];

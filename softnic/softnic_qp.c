@@ -138,19 +138,11 @@ static struct ibv_qp *sn_qp_create(struct ibv_context *c, struct ibv_qp_init_att
 			 qp->srq->name);
 	}
 	atomic_store(&qp->shm->state, IBV_QPS_RESET);
-	{
-		char from[512], to[512];
-
-		sn_path(from, sizeof(from), qp->name);
-		snprintf(qp->name, sizeof(qp->name), "qp-%u", qpn);
-		sn_path(to, sizeof(to), qp->name);
-		if (rename(from, to) < 0) {
-			unlink(from);
-			munmap(m, qp->shm_len);
-			free(qp);
-			errno = EIO;
-			return NULL;
-		}
+	if (sn_shm_publish(qp->name)) {
+		munmap(m, qp->shm_len);
+		free(qp);
+		errno = EIO;
+		return NULL;
 	}
 	qp->ctx = sn_ctx_of(c);
 	qp->scq = a->send_cq ? sn_cq_of(a->send_cq) : NULL;

@@ -624,30 +624,6 @@ static struct ibv_srq *sn_srq_create(struct ibv_pd *pd, struct ibv_srq_attr *att
 		srq->shm = m;
 		srq->shm->srqn = srqn;
 	}
-	if (xrcd) {
-		char from[512], to[512];
-
-		srq->shm->xrcd_id = xrcd->id;
-		snprintf(srq->shm->cq_name, sizeof(srq->shm->cq_name), "%s", xcq->name);
-		sn_path(from, sizeof(from), srq->name);
-		snprintf(srq->name, sizeof(srq->name), "xsrq-%u", srq->shm->srqn);
-		sn_path(to, sizeof(to), srq->name);
-		/* fill the rest first: rename happens after the header is done */
-		srq->shm->pd_id = ((struct sn_pd *)pd)->id;
-		srq->shm->pid = getpid();
-		snprintf(srq->shm->procid, sizeof(srq->shm->procid), "%s", sn_g.procid);
-		srq->shm->rq.ring = ring;
-		srq->shm->rq.max_wr = attr->max_wr;
-		srq->shm->rq.max_sge = sge;
-		srq->shm->rq.stride = stride;
-		if (rename(from, to) < 0) {
-			unlink(from);
-			munmap(m, srq->shm_len);
-			free(srq);
-			errno = EIO;
-			return NULL;
-		}
-	}
 	srq->shm->pd_id = ((struct sn_pd *)pd)->id;
 	srq->shm->pid = getpid();
 	snprintf(srq->shm->procid, sizeof(srq->shm->procid), "%s", sn_g.procid);
@@ -659,6 +635,17 @@ static struct ibv_srq *sn_srq_create(struct ibv_pd *pd, struct ibv_srq_attr *att
 	srq->shm->rq.max_sge = sge;
 	srq->shm->rq.stride = stride;
 	atomic_store(&srq->shm->rq.limit, attr->srq_limit);
+	if (xrcd) {
+		/* the header is whole before the rename makes it findable */
+		srq->shm->xrcd_id = xrcd->id;
+		snprintf(srq->shm->cq_name, sizeof(srq->shm->cq_name), "%s", xcq->name);
+		if (sn_shm_publish(srq->name)) {
+			munmap(m, srq->shm_len);
+			free(srq);
+			errno = EIO;
+			return NULL;
+		}
+	}
 	srq->pd_id = ((struct sn_pd *)pd)->id;
 	srq->srq.context = pd->context;
 	srq->srq.srq_context = srq_context;
