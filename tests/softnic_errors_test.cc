@@ -757,6 +757,64 @@ TEST(SoftnicLatencyModel, JitterStaysWithinItsBound)
 	latency_case("20000", "0", "30000", 64, 20000, 30000);
 }
 
+/* An arm that finds a completion already landed (and not polled) raises the
+ * event: a program that arms only after its peer's completion arrived must
+ * not wait forever (rdma-core's ibv_get_cq_event in provider mode has no
+ * safety net; the channel's fd itself must become readable). */
+static void arm_after_landed(const char *lat)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[=](int fd) {
+			if (lat)
+				setenv("SOFTNIC_LATENCY_NS", lat, 1);
+			SnNode n;
+			n.make(IBV_QPT_RC, 65536, 8, true);
+			n.post_recv(7, 0, 64);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			sn_sync(fd);
+			sn_sync(fd);  /* the peer's send completed */
+			usleep(5000); /* and ours is visible, whatever the model */
+			SN_CHECK_EQ(ibv_req_notify_cq(n.cq, 0), 0);
+			struct pollfd p = { n.ch->fd, POLLIN, 0 };
+			SN_CHECK_EQ(::poll(&p, 1, 5000), 1);
+			ibv_cq *ecq;
+			void *ectx;
+			SN_CHECK_EQ(ibv_get_cq_event(n.ch, &ecq, &ectx), 0);
+			SN_CHECK(ecq == n.cq);
+			ibv_ack_cq_events(ecq, 1);
+			ibv_wc wc;
+			SN_CHECK_EQ(ibv_poll_cq(n.cq, 1, &wc), 1);
+			SN_CHECK_EQ(wc.wr_id, 7u);
+			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			/* consumed: the next arm owes nothing */
+			SN_CHECK_EQ(ibv_req_notify_cq(n.cq, 0), 0);
+			SN_CHECK_EQ(::poll(&p, 1, 50), 0);
+			sn_sync(fd);
+		},
+		[=](int fd) {
+			if (lat)
+				setenv("SOFTNIC_LATENCY_NS", lat, 1);
+			SnNode n;
+			n.pair(fd);
+			sn_sync(fd);
+			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
+			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			sn_sync(fd);
+			sn_sync(fd);
+		}));
+}
+
+TEST(SoftnicLatencyModel, ArmAfterTheCompletionLandedStillWakes)
+{
+	arm_after_landed("20000");
+}
+
+TEST(SoftnicChannel, ArmAfterTheCompletionLandedStillWakes)
+{
+	arm_after_landed(nullptr);
+}
+
 } // namespace
 
 SN_TEST_MAIN()
