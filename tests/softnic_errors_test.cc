@@ -601,14 +601,7 @@ TEST(SoftnicEvents, CommEstablishedAndSqDrained)
 			SN_CHECK_EQ(ev.event_type, IBV_EVENT_SQ_DRAINED);
 			sn_sync(fd);
 		},
-		[](int fd) {
-			SnNode n;
-			n.pair(fd);
-			sn_sync(fd);
-			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
-			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
-			sn_sync(fd);
-		}));
+		sn_send_one));
 }
 
 TEST(SoftnicSRQ, LimitReachedEvent)
@@ -776,31 +769,21 @@ static void arm_after_landed(const char *lat)
 			sn_sync(fd);  /* the peer's send completed */
 			usleep(5000); /* and ours is visible, whatever the model */
 			SN_CHECK_EQ(ibv_req_notify_cq(n.cq, 0), 0);
-			struct pollfd p = { n.ch->fd, POLLIN, 0 };
-			SN_CHECK_EQ(::poll(&p, 1, 5000), 1);
-			ibv_cq *ecq;
-			void *ectx;
-			SN_CHECK_EQ(ibv_get_cq_event(n.ch, &ecq, &ectx), 0);
-			SN_CHECK(ecq == n.cq);
-			ibv_ack_cq_events(ecq, 1);
+			n.cq_event();
 			ibv_wc wc;
 			SN_CHECK_EQ(ibv_poll_cq(n.cq, 1, &wc), 1);
 			SN_CHECK_EQ(wc.wr_id, 7u);
 			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
 			/* consumed: the next arm owes nothing */
 			SN_CHECK_EQ(ibv_req_notify_cq(n.cq, 0), 0);
+			struct pollfd p = { n.ch->fd, POLLIN, 0 };
 			SN_CHECK_EQ(::poll(&p, 1, 50), 0);
 			sn_sync(fd);
 		},
 		[=](int fd) {
 			if (lat)
 				setenv("SOFTNIC_LATENCY_NS", lat, 1);
-			SnNode n;
-			n.pair(fd);
-			sn_sync(fd);
-			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
-			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
-			sn_sync(fd);
+			sn_send_one(fd);
 			sn_sync(fd);
 		}));
 }

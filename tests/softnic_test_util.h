@@ -457,6 +457,19 @@ struct SnNode {
 		return ibv_post_send(q ? q : qp, &wr, &bad);
 	}
 
+	/* The channel's fd becomes readable within timeout_ms with an event
+	 * for our CQ; it is taken and acknowledged. */
+	void cq_event(int timeout_ms = 5000)
+	{
+		struct pollfd p = { ch->fd, POLLIN, 0 };
+		SN_CHECK_EQ(::poll(&p, 1, timeout_ms), 1);
+		ibv_cq *ecq;
+		void *ectx;
+		SN_CHECK_EQ(ibv_get_cq_event(ch, &ecq, &ectx), 0);
+		SN_CHECK(ecq == cq);
+		ibv_ack_cq_events(ecq, 1);
+	}
+
 	ibv_wc wait1(int timeout_ms = 5000)
 	{
 		ibv_wc wc;
@@ -516,6 +529,17 @@ struct SnNode {
 		return a.qp_state;
 	}
 };
+
+/* The peer end of a pair: one signaled 8-byte SEND between two syncs. */
+static inline void sn_send_one(int fd)
+{
+	SnNode n;
+	n.pair(fd);
+	sn_sync(fd);
+	SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
+	SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+	sn_sync(fd);
+}
 
 #define SN_EXPECT_ENDS(r)           \
 	do {                        \
