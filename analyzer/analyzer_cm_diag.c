@@ -17,6 +17,17 @@
  * the id (rping): not a finding */
 #define CM_LATE_ACK_MIN_NS 10e6
 
+/* Adds a finding of connection c and frees its title and evidence. */
+static void cm_add(struct rbt_analyzer *an, int sev, int code, const struct an_trace *t,
+		   const struct cm_conn *c, double at, struct an_str *title,
+		   struct an_str *ev, const char *advice)
+{
+	an_add_finding(an, sev, code, t->idx, (uint32_t)c->qp_num, at, title->s, ev->s,
+		       advice);
+	an_str_free(title);
+	an_str_free(ev);
+}
+
 static void cm_find_error(struct rbt_analyzer *an, struct an_trace *t,
 			  const struct cm_conn *c)
 {
@@ -110,8 +121,7 @@ static void cm_find_error(struct rbt_analyzer *an, struct an_trace *t,
 		break;
 	}
 	if (code >= 0)
-		an_add_finding(an, RBT_SEV_ERROR, code, t->idx, (uint32_t)c->qp_num, at,
-			       title.s, ev.s, advice);
+		cm_add(an, RBT_SEV_ERROR, code, t, c, at, &title, &ev, advice);
 	an_str_free(&title);
 	an_str_free(&ev);
 }
@@ -133,14 +143,11 @@ static void cm_find_unacked(struct rbt_analyzer *an, struct an_trace *t,
 			      "; rdma_destroy_id entered at %.3f ms, never "
 			      "returned",
 			      an_ticks_ns(t, c->t_destroy_begin) / 1e6);
-	an_add_finding(an, hang ? RBT_SEV_ERROR : RBT_SEV_WARNING,
-		       RBT_FINDING_cm_event_not_acked, t->idx, (uint32_t)c->qp_num,
-		       an_ticks_ns(t, c->unacked_ts), title.s, ev.s,
-		       "ack every event with rdma_ack_cm_event (after copying "
-		       "what it carries) before rdma_destroy_id or "
-		       "rdma_destroy_event_channel");
-	an_str_free(&title);
-	an_str_free(&ev);
+	cm_add(an, hang ? RBT_SEV_ERROR : RBT_SEV_WARNING, RBT_FINDING_cm_event_not_acked,
+	       t, c, an_ticks_ns(t, c->unacked_ts), &title, &ev,
+	       "ack every event with rdma_ack_cm_event (after copying "
+	       "what it carries) before rdma_destroy_id or "
+	       "rdma_destroy_event_channel");
 }
 
 static void cm_find_late_ack(struct rbt_analyzer *an, struct an_trace *t,
@@ -163,15 +170,11 @@ static void cm_find_late_ack(struct rbt_analyzer *an, struct an_trace *t,
 			an_ticks_ns(t, c->late_ack_ev_ts) / 1e6,
 			an_ticks_ns(t, c->t_destroy_begin) / 1e6,
 			an_ticks_ns(t, c->late_ack_ts) / 1e6);
-		an_add_finding(
-			an, RBT_SEV_WARNING, RBT_FINDING_cm_event_not_acked, t->idx,
-			(uint32_t)c->qp_num, an_ticks_ns(t, c->t_destroy_begin), title.s,
-			ev.s,
-			"ack every event with rdma_ack_cm_event before "
-			"rdma_destroy_id: the destroy blocks until then (forever when "
-			"the ack never comes)");
-		an_str_free(&title);
-		an_str_free(&ev);
+		cm_add(an, RBT_SEV_WARNING, RBT_FINDING_cm_event_not_acked, t, c,
+		       an_ticks_ns(t, c->t_destroy_begin), &title, &ev,
+		       "ack every event with rdma_ack_cm_event before "
+		       "rdma_destroy_id: the destroy blocks until then (forever when "
+		       "the ack never comes)");
 	}
 }
 
@@ -185,13 +188,11 @@ static void cm_find_post_after_disc(struct rbt_analyzer *an, struct an_trace *t,
 	an_str_printf(&ev, "id 0x%" PRIx64 ": DISCONNECTED at %.3f ms, a post at %.3f ms",
 		      c->id, an_ticks_ns(t, c->t_disc_ev) / 1e6,
 		      an_ticks_ns(t, c->last_post) / 1e6);
-	an_add_finding(an, RBT_SEV_WARNING, RBT_FINDING_cm_qp_after_disconnect, t->idx,
-		       (uint32_t)c->qp_num, an_ticks_ns(t, c->last_post), title.s, ev.s,
-		       "after DISCONNECTED the QP is in the error state and its "
-		       "work completes in error: stop posting, drain the CQ, then "
-		       "rdma_destroy_qp");
-	an_str_free(&title);
-	an_str_free(&ev);
+	cm_add(an, RBT_SEV_WARNING, RBT_FINDING_cm_qp_after_disconnect, t, c,
+	       an_ticks_ns(t, c->last_post), &title, &ev,
+	       "after DISCONNECTED the QP is in the error state and its "
+	       "work completes in error: stop posting, drain the CQ, then "
+	       "rdma_destroy_qp");
 }
 
 void an_cm_findings(struct rbt_analyzer *an, struct an_trace *t, struct cm_conn *c)
