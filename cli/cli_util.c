@@ -309,6 +309,28 @@ bad:
 	return -1;
 }
 
+int rbt_cli_choice(const char *cmd, const char *opt, const char *s,
+		   const char *const *names)
+{
+	char list[256] = "";
+	int n = 0;
+	for (int i = 0; names[i]; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	while (names[n])
+		n++;
+	for (int i = 0; i < n; i++) {
+		size_t l = strlen(list);
+		snprintf(list + l, sizeof(list) - l, "%s%s",
+			 i == 0	      ? ""
+			 : i == n - 1 ? " or "
+				      : ", ",
+			 names[i]);
+	}
+	rbt_cli_usage(cmd, "--%s: '%s' is not %s", opt, s, list);
+	return -1;
+}
+
 int rbt_cli_check_traces(const char *cmd, char *const *paths, int n, int distinct)
 {
 	struct rbt_header *hdr = calloc((size_t)n + 1, sizeof(*hdr));
