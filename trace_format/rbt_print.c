@@ -268,6 +268,34 @@ static double ticks_us(const struct rbt_header *h, int64_t d)
 }
 
 static void text_fields(struct out *o, const struct rbt_header *h,
+			const struct rbt_desc *d, const uint8_t *base, uint64_t ts);
+static void json_fields(struct out *o, const struct rbt_desc *d, const uint8_t *base);
+
+/* An array field: its elements' fields in braces, in brackets (text: separated by
+ * spaces; JSON: objects separated by commas). */
+static void put_array(struct out *o, const struct rbt_header *h,
+		      const struct rbt_fdesc *f, const uint8_t *base, uint64_t ts,
+		      int json)
+{
+	uint32_t n;
+	const uint8_t *elems;
+	memcpy(&n, base + f->off, sizeof(n));
+	memcpy(&elems, base + f->off2, sizeof(elems));
+	const struct rbt_desc *rd = &rbt__rec[f->rec];
+	putc_(o, '[');
+	for (uint32_t k = 0; k < n; k++) {
+		const uint8_t *e = elems + (size_t)k * rd->size;
+		put(o, "%s{", k ? (json ? "," : " ") : "");
+		if (json)
+			json_fields(o, rd, e);
+		else
+			text_fields(o, h, rd, e, ts);
+		putc_(o, '}');
+	}
+	putc_(o, ']');
+}
+
+static void text_fields(struct out *o, const struct rbt_header *h,
 			const struct rbt_desc *d, const uint8_t *base, uint64_t ts)
 {
 	int first = 1;
@@ -346,21 +374,9 @@ static void text_fields(struct out *o, const struct rbt_header *h,
 			put(o, "%s>", b.len > 16 ? "..." : "");
 			break;
 		}
-		case RBT_K_A: {
-			uint32_t n;
-			const uint8_t *elems;
-			memcpy(&n, fp, sizeof(n));
-			memcpy(&elems, base + f->off2, sizeof(elems));
-			const struct rbt_desc *rd = &rbt__rec[f->rec];
-			putc_(o, '[');
-			for (uint32_t k = 0; k < n; k++) {
-				put(o, "%s{", k ? " " : "");
-				text_fields(o, h, rd, elems + (size_t)k * rd->size, ts);
-				putc_(o, '}');
-			}
-			putc_(o, ']');
+		case RBT_K_A:
+			put_array(o, h, f, base, ts, 0);
 			break;
-		}
 		}
 	}
 }
@@ -400,21 +416,9 @@ static void json_fields(struct out *o, const struct rbt_desc *d, const uint8_t *
 			putc_(o, '"');
 			break;
 		}
-		case RBT_K_A: {
-			uint32_t n;
-			const uint8_t *elems;
-			memcpy(&n, fp, sizeof(n));
-			memcpy(&elems, base + f->off2, sizeof(elems));
-			const struct rbt_desc *rd = &rbt__rec[f->rec];
-			putc_(o, '[');
-			for (uint32_t k = 0; k < n; k++) {
-				put(o, "%s{", k ? "," : "");
-				json_fields(o, rd, elems + (size_t)k * rd->size);
-				putc_(o, '}');
-			}
-			putc_(o, ']');
+		case RBT_K_A:
+			put_array(o, NULL, f, base, 0, 1);
 			break;
-		}
 		}
 	}
 }
