@@ -258,17 +258,23 @@ int rbt__trailer_get(const uint8_t *p, struct rbt_trailer *t)
 	return 0;
 }
 
-const char *rbt_end_name(uint32_t how)
-{
-	switch (how) {
-#define RBT__END_NAME(NAME, id, text) \
-	case id:                      \
+/* The text of a (NAME, id, text) list's id, NULL for an id not in it: rbt_end_name
+ * (RBT_END_LIST) and rbt_trigger_name (RBT_TRIGGER_LIST). */
+#define RBT__CASE_TEXT(NAME, id, text) \
+	case id:                       \
 		return text;
-		RBT_END_LIST(RBT__END_NAME)
-#undef RBT__END_NAME
+#define RBT__TEXT_OF(fn, type, LIST)         \
+	const char *fn(type v)               \
+	{                                    \
+		switch (v) {                 \
+			LIST(RBT__CASE_TEXT) \
+		}                            \
+		return NULL;                 \
 	}
-	return NULL;
-}
+RBT__TEXT_OF(rbt_end_name, uint32_t, RBT_END_LIST)
+RBT__TEXT_OF(rbt_trigger_name, uint64_t, RBT_TRIGGER_LIST)
+#undef RBT__TEXT_OF
+#undef RBT__CASE_TEXT
 
 const char *rbt_event_name(uint32_t type)
 {
@@ -332,18 +338,6 @@ int rbt_header_same_recording(const struct rbt_header *a, const struct rbt_heade
 	return a->pid == b->pid && a->start.ticks == b->start.ticks &&
 	       a->start.real_ns == b->start.real_ns &&
 	       !strcmp(a->host ? a->host : "", b->host ? b->host : "");
-}
-
-const char *rbt_trigger_name(uint64_t trigger)
-{
-	switch (trigger) {
-#define RBT__TRIG_NAME(NAME, id, text) \
-	case id:                       \
-		return text;
-		RBT_TRIGGER_LIST(RBT__TRIG_NAME)
-#undef RBT__TRIG_NAME
-	}
-	return NULL;
 }
 
 size_t rbt_series_path(const char *first, uint32_t index, char *buf, size_t len)
