@@ -18,17 +18,19 @@ static inline uint32_t rbt_map_hash(uint64_t k)
 	return (uint32_t)k;
 }
 
+/* The slot holding key, or the empty slot where it would go (m->cap > 0). */
+static inline uint32_t rbt_map_slot(const struct rbt_map *m, uint64_t key)
+{
+	uint32_t mask = m->cap - 1;
+	uint32_t i = rbt_map_hash(key) & mask;
+	while (m->vals[i] && m->keys[i] != key)
+		i = (i + 1) & mask;
+	return i;
+}
+
 void *rbt_map_get(const struct rbt_map *m, uint64_t key)
 {
-	if (!m->cap)
-		return NULL;
-	uint32_t mask = m->cap - 1;
-	for (uint32_t i = rbt_map_hash(key) & mask;; i = (i + 1) & mask) {
-		if (!m->vals[i])
-			return NULL;
-		if (m->keys[i] == key)
-			return m->vals[i];
-	}
+	return m->cap ? m->vals[rbt_map_slot(m, key)] : NULL;
 }
 
 static int rbt_map_grow(struct rbt_map *m)
@@ -43,20 +45,17 @@ static int rbt_map_grow(struct rbt_map *m)
 		free(nv);
 		return -ENOMEM;
 	}
+	struct rbt_map g = { nk, nv, ncap, m->n };
 	for (uint32_t i = 0; i < m->cap; i++) {
 		if (!m->vals[i])
 			continue;
-		uint32_t j = rbt_map_hash(m->keys[i]) & (ncap - 1);
-		while (nv[j])
-			j = (j + 1) & (ncap - 1);
+		uint32_t j = rbt_map_slot(&g, m->keys[i]);
 		nk[j] = m->keys[i];
 		nv[j] = m->vals[i];
 	}
 	free(m->keys);
 	free(m->vals);
-	m->keys = nk;
-	m->vals = nv;
-	m->cap = ncap;
+	*m = g;
 	return 0;
 }
 
@@ -68,10 +67,7 @@ int rbt_map_put(struct rbt_map *m, uint64_t key, void *val)
 		if (r)
 			return r;
 	}
-	uint32_t mask = m->cap - 1;
-	uint32_t i = rbt_map_hash(key) & mask;
-	while (m->vals[i] && m->keys[i] != key)
-		i = (i + 1) & mask;
+	uint32_t i = rbt_map_slot(m, key);
 	if (!m->vals[i])
 		m->n++;
 	m->keys[i] = key;
@@ -85,9 +81,7 @@ void *rbt_map_del(struct rbt_map *m, uint64_t key)
 	if (!m->cap)
 		return NULL;
 	uint32_t mask = m->cap - 1;
-	uint32_t i = rbt_map_hash(key) & mask;
-	while (m->vals[i] && m->keys[i] != key)
-		i = (i + 1) & mask;
+	uint32_t i = rbt_map_slot(m, key);
 	if (!m->vals[i])
 		return NULL;
 	void *old = m->vals[i];
