@@ -89,6 +89,17 @@ static void cm_stream(struct rbt_analyzer *an, struct an_trace *t,
 		      args);
 }
 
+/* What every call, event and ack record has: when it returned, what it was (a
+ * function or an event type, 0xffff past the list), nested in librdmacm, ret. */
+static void cm_rec_ret(struct cm_rec *r, uint64_t ts_exit, uint64_t what, uint64_t nested,
+		       int64_t ret)
+{
+	r->ts_exit = ts_exit;
+	r->what = (uint16_t)(what < 0xffff ? what : 0xffff);
+	r->nested = (uint16_t)(nested < 0xffff ? nested : 0xffff);
+	r->ret = ret;
+}
+
 void an_cm_feed(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_event *ev)
 {
 	if (ev->type == RBT_EV_POST_SEND) {
@@ -115,10 +126,7 @@ void an_cm_feed(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_ev
 	switch (ev->type) {
 	case RBT_EV_CM_CALL: {
 		const struct rbt_ev_cm_call *c = &ev->u.cm_call;
-		r->ts_exit = c->ts_exit;
-		r->what = (uint16_t)(c->fn < 0xffff ? c->fn : 0);
-		r->nested = (uint16_t)(c->nested < 0xffff ? c->nested : 0xffff);
-		r->ret = c->ret;
+		cm_rec_ret(r, c->ts_exit, c->fn < 0xffff ? c->fn : 0, c->nested, c->ret);
 		r->err = c->err;
 		r->id = c->id;
 		r->listen_id = c->listen_id;
@@ -140,11 +148,8 @@ void an_cm_feed(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_ev
 	}
 	case RBT_EV_CM_EVENT: {
 		const struct rbt_ev_cm_event *e = &ev->u.cm_event;
-		r->ts_exit = e->ts_exit;
+		cm_rec_ret(r, e->ts_exit, e->event, e->nested, e->ret);
 		r->key = e->ts_exit >= ev->ts ? e->ts_exit : ev->ts;
-		r->what = (uint16_t)(e->event < 0xffff ? e->event : 0xffff);
-		r->nested = (uint16_t)(e->nested < 0xffff ? e->nested : 0xffff);
-		r->ret = e->ret;
 		r->err = e->err;
 		r->status = e->status;
 		r->id = e->id;
@@ -164,10 +169,7 @@ void an_cm_feed(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_ev
 	}
 	case RBT_EV_CM_ACK: {
 		const struct rbt_ev_cm_ack *a = &ev->u.cm_ack;
-		r->ts_exit = a->ts_exit;
-		r->what = (uint16_t)(a->event < 0xffff ? a->event : 0xffff);
-		r->nested = (uint16_t)(a->nested < 0xffff ? a->nested : 0xffff);
-		r->ret = a->ret;
+		cm_rec_ret(r, a->ts_exit, a->event, a->nested, a->ret);
 		r->ev = a->ev;
 		r->id = a->id;
 		break;

@@ -155,27 +155,27 @@ static void cm_find_late_ack(struct rbt_analyzer *an, struct an_trace *t,
 {
 	struct an_str title = { 0 }, ev = { 0 };
 
-	double waited =
-		c->late_ack_ts ? cm_span(t, c->t_destroy_begin, c->late_ack_ts) : -1;
-	if (!c->unacked && c->late_ack_ts && waited >= CM_LATE_ACK_MIN_NS) {
-		an_str_printf(&title,
-			      "rdma_destroy_id of id 0x%" PRIx64
-			      " waited %.3f ms for a CM event to be acked",
-			      c->id, waited / 1e6);
-		an_str_printf(
-			&ev,
-			"%s delivered at %.3f ms; rdma_destroy_id entered at %.3f ms; "
-			"the ack at %.3f ms",
-			cm_ev_name((uint64_t)c->late_ack_type),
-			an_ticks_ns(t, c->late_ack_ev_ts) / 1e6,
-			an_ticks_ns(t, c->t_destroy_begin) / 1e6,
-			an_ticks_ns(t, c->late_ack_ts) / 1e6);
-		cm_add(an, RBT_SEV_WARNING, RBT_FINDING_cm_event_not_acked, t, c,
-		       an_ticks_ns(t, c->t_destroy_begin), &title, &ev,
-		       "ack every event with rdma_ack_cm_event before "
-		       "rdma_destroy_id: the destroy blocks until then (forever when "
-		       "the ack never comes)");
-	}
+	if (c->unacked || !c->late_ack_ts)
+		return;
+	double waited = cm_span(t, c->t_destroy_begin, c->late_ack_ts);
+	if (waited < CM_LATE_ACK_MIN_NS)
+		return;
+	an_str_printf(&title,
+		      "rdma_destroy_id of id 0x%" PRIx64
+		      " waited %.3f ms for a CM event to be acked",
+		      c->id, waited / 1e6);
+	an_str_printf(&ev,
+		      "%s delivered at %.3f ms; rdma_destroy_id entered at %.3f ms; "
+		      "the ack at %.3f ms",
+		      cm_ev_name((uint64_t)c->late_ack_type),
+		      an_ticks_ns(t, c->late_ack_ev_ts) / 1e6,
+		      an_ticks_ns(t, c->t_destroy_begin) / 1e6,
+		      an_ticks_ns(t, c->late_ack_ts) / 1e6);
+	cm_add(an, RBT_SEV_WARNING, RBT_FINDING_cm_event_not_acked, t, c,
+	       an_ticks_ns(t, c->t_destroy_begin), &title, &ev,
+	       "ack every event with rdma_ack_cm_event before "
+	       "rdma_destroy_id: the destroy blocks until then (forever when "
+	       "the ack never comes)");
 }
 
 static void cm_find_post_after_disc(struct rbt_analyzer *an, struct an_trace *t,
