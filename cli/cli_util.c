@@ -309,6 +309,23 @@ bad:
 	return -1;
 }
 
+int rbt_cli_parse_traces(const char *cmd, int argc, char **argv,
+			 const struct rbt_cli_opt *opts, const char *usage, char **pos,
+			 int max, const char *const *jobs, unsigned *threads, int *n)
+{
+	*n = rbt_cli_parse(cmd, argc, argv, opts, 0, pos, max);
+	int done = rbt_cli_parse_done(*n, usage);
+	if (done >= 0)
+		return done;
+	if (max == 1 && *n != 1)
+		return rbt_cli_usage(cmd, "expects one trace file");
+	if (*n == 0)
+		return rbt_cli_usage(cmd, "no trace given");
+	if (jobs && rbt_cli_jobs(cmd, *jobs, threads))
+		return RBT_EXIT_USAGE;
+	return -1;
+}
+
 int rbt_cli_choice(const char *cmd, const char *opt, const char *s,
 		   const char *const *names)
 {

@@ -62,14 +62,11 @@ int rbt_cmd_export(int argc, char **argv)
 		RBT_CLI_FILTER_OPTS(fa),
 		{ 0 },
 	};
-	int n = rbt_cli_parse(cmd, argc, argv, opts, 0, pos, 256);
-	int done = rbt_cli_parse_done(n, usage);
+	int n;
+	int done = rbt_cli_parse_traces(cmd, argc, argv, opts, usage, pos, 256, &jobs,
+					&threads, &n);
 	if (done >= 0)
 		return done;
-	if (n == 0)
-		return rbt_cli_usage(cmd, "no trace given");
-	if (rbt_cli_jobs(cmd, jobs, &threads))
-		return RBT_EXIT_USAGE;
 	static const char *const formats[] = { "csv", "ndjson", NULL };
 	int ndjson = rbt_cli_choice(cmd, "format", format, formats);
 	if (ndjson < 0)

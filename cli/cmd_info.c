@@ -99,14 +99,11 @@ int rbt_cmd_info(int argc, char **argv)
 		{ "jobs", 'j', &jobs, NULL },
 		{ 0 },
 	};
-	int n = rbt_cli_parse("info", argc, argv, opts, 0, pos, 1);
-	int rc = rbt_cli_parse_done(n, usage);
+	int n;
+	int rc = rbt_cli_parse_traces("info", argc, argv, opts, usage, pos, 1, &jobs,
+				      &threads, &n);
 	if (rc >= 0)
 		return rc;
-	if (n != 1)
-		return rbt_cli_usage("info", "expects one trace file");
-	if (rbt_cli_jobs("info", jobs, &threads))
-		return RBT_EXIT_USAGE;
 	const char *path = pos[0];
 	struct rbt_reader *r = rbt_cli_open_trace_j("info", path, threads);
 	if (!r)

@@ -94,14 +94,11 @@ int rbt_cmd_report(int argc, char **argv)
 		RBT_CLI_FILTER_OPTS(fa),
 		{ 0 },
 	};
-	int n = rbt_cli_parse(cmd, argc, argv, opts, 0, pos, 256);
-	int done = rbt_cli_parse_done(n, usage);
+	int n;
+	int done = rbt_cli_parse_traces(cmd, argc, argv, opts, usage, pos, 256, &jobs,
+					&threads, &n);
 	if (done >= 0)
 		return done;
-	if (n == 0)
-		return rbt_cli_usage(cmd, "no trace given");
-	if (rbt_cli_jobs(cmd, jobs, &threads))
-		return RBT_EXIT_USAGE;
 	enum { F_TEXT, F_JSON, F_PERFETTO, F_PERFETTO_JSON, F_HTML };
 	static const char *const formats[] = { "text",		"json", "perfetto",
 					       "perfetto-json", "html", NULL };

@@ -80,6 +80,15 @@ int rbt_cli_parse(const char *cmd, int argc, char **argv, const struct rbt_cli_o
  * returns 0 for HELP; returns 2 for BAD; returns -1 (go on) otherwise. */
 int rbt_cli_parse_done(int parsed, const char *usage);
 
+/* The start of a command that reads traces: parses argv (opts, at most max
+ * traces into pos, their number into *n), answers --help and bad options, refuses
+ * no trace ("no trace given"; with max 1, not exactly one: "expects one trace
+ * file") and, when jobs is not NULL, a bad --jobs (*jobs into *threads). Returns
+ * -1 to go on, else the exit code. */
+int rbt_cli_parse_traces(const char *cmd, int argc, char **argv,
+			 const struct rbt_cli_opt *opts, const char *usage, char **pos,
+			 int max, const char *const *jobs, unsigned *threads, int *n);
+
 /* Numbers in decimal or 0x hex; print "rbtrace <cmd>: --<opt>: '<s>' is not a
  * number" and return -1 when s is not one. */
 int rbt_cli_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
