@@ -295,47 +295,54 @@ static void put_array(struct out *o, const struct rbt_header *h,
 	putc_(o, ']');
 }
 
+/* A field's value, as its kind holds it. */
+struct fval {
+	uint64_t v;	   /* the scalars */
+	const char *s;	   /* RBT_K_S */
+	struct rbt_blob b; /* RBT_K_B */
+	uint32_t n;	   /* RBT_K_A: the number of elements */
+};
+
+static void field_load(const struct rbt_fdesc *f, const uint8_t *base, struct fval *x)
+{
+	const uint8_t *fp = base + f->off;
+	memset(x, 0, sizeof(*x));
+	if (f->kind <= RBT_K_SCALAR)
+		memcpy(&x->v, fp, 8);
+	else if (f->kind == RBT_K_S)
+		memcpy(&x->s, fp, sizeof(x->s));
+	else if (f->kind == RBT_K_B)
+		memcpy(&x->b, fp, sizeof(x->b));
+	else if (f->kind == RBT_K_A)
+		memcpy(&x->n, fp, sizeof(x->n));
+}
+
+/* The text form leaves out zeros (but the fields always shown), empty strings,
+ * blobs and arrays. */
+static int field_empty(const struct rbt_fdesc *f, const struct fval *x)
+{
+	switch (f->kind) {
+	case RBT_K_S:
+		return !x->s || !*x->s;
+	case RBT_K_B:
+		return !x->b.len;
+	case RBT_K_A:
+		return !x->n;
+	default:
+		return !x->v && !always_shown(f->name);
+	}
+}
+
 static void text_fields(struct out *o, const struct rbt_header *h,
 			const struct rbt_desc *d, const uint8_t *base, uint64_t ts)
 {
 	int first = 1;
 	for (uint32_t i = 0; i < d->nf; i++) {
 		const struct rbt_fdesc *f = &d->f[i];
-		const uint8_t *fp = base + f->off;
-		uint64_t v = 0;
-		if (f->kind <= RBT_K_SCALAR)
-			memcpy(&v, fp, 8);
-		switch (f->kind) {
-		case RBT_K_U:
-		case RBT_K_I:
-		case RBT_K_H:
-		case RBT_K_D:
-		case RBT_K_T:
-			if (!v && !always_shown(f->name))
-				continue;
-			break;
-		case RBT_K_S: {
-			const char *s;
-			memcpy(&s, fp, sizeof(s));
-			if (!s || !*s)
-				continue;
-			break;
-		}
-		case RBT_K_B: {
-			struct rbt_blob b;
-			memcpy(&b, fp, sizeof(b));
-			if (!b.len)
-				continue;
-			break;
-		}
-		case RBT_K_A: {
-			uint32_t n;
-			memcpy(&n, fp, sizeof(n));
-			if (!n)
-				continue;
-			break;
-		}
-		}
+		struct fval x;
+		field_load(f, base, &x);
+		if (field_empty(f, &x))
+			continue;
 		if (!first)
 			putc_(o, ' ');
 		first = 0;
@@ -343,37 +350,31 @@ static void text_fields(struct out *o, const struct rbt_header *h,
 		switch (f->kind) {
 		case RBT_K_U:
 		case RBT_K_D: /* stored as a delta, printed as the number it is */
-			if (put_sym(o, d->name, f->name, v))
+			if (put_sym(o, d->name, f->name, x.v))
 				break;
-			if (v > 0xffff &&
+			if (x.v > 0xffff &&
 			    (strstr(f->name, "addr") || strstr(f->name, "base")))
-				put(o, "0x%" PRIx64, v);
+				put(o, "0x%" PRIx64, x.v);
 			else
-				put(o, "%" PRIu64, v);
+				put(o, "%" PRIu64, x.v);
 			break;
 		case RBT_K_I:
-			put(o, "%" PRId64, (int64_t)v);
+			put(o, "%" PRId64, (int64_t)x.v);
 			break;
 		case RBT_K_H:
-			put(o, "0x%" PRIx64, v);
+			put(o, "0x%" PRIx64, x.v);
 			break;
 		case RBT_K_T:
-			put(o, "%+.3fus", ticks_us(h, (int64_t)(v - ts)));
+			put(o, "%+.3fus", ticks_us(h, (int64_t)(x.v - ts)));
 			break;
-		case RBT_K_S: {
-			const char *s;
-			memcpy(&s, fp, sizeof(s));
-			put_str(o, s);
+		case RBT_K_S:
+			put_str(o, x.s);
 			break;
-		}
-		case RBT_K_B: {
-			struct rbt_blob b;
-			memcpy(&b, fp, sizeof(b));
-			put(o, "<%u bytes:", b.len);
-			put_hex(o, &b, 16);
-			put(o, "%s>", b.len > 16 ? "..." : "");
+		case RBT_K_B:
+			put(o, "<%u bytes:", x.b.len);
+			put_hex(o, &x.b, 16);
+			put(o, "%s>", x.b.len > 16 ? "..." : "");
 			break;
-		}
 		case RBT_K_A:
 			put_array(o, h, f, base, ts, 0);
 			break;
@@ -385,37 +386,29 @@ static void json_fields(struct out *o, const struct rbt_desc *d, const uint8_t *
 {
 	for (uint32_t i = 0; i < d->nf; i++) {
 		const struct rbt_fdesc *f = &d->f[i];
-		const uint8_t *fp = base + f->off;
-		uint64_t v = 0;
-		if (f->kind <= RBT_K_SCALAR)
-			memcpy(&v, fp, 8);
+		struct fval x;
+		field_load(f, base, &x);
 		put(o, "%s\"%s\":", i ? "," : "", f->name);
 		switch (f->kind) {
 		case RBT_K_U:
 		case RBT_K_D:
 		case RBT_K_T:
-			put(o, "%" PRIu64, v);
+			put(o, "%" PRIu64, x.v);
 			break;
 		case RBT_K_I:
-			put(o, "%" PRId64, (int64_t)v);
+			put(o, "%" PRId64, (int64_t)x.v);
 			break;
 		case RBT_K_H:
-			put(o, "\"0x%" PRIx64 "\"", v);
+			put(o, "\"0x%" PRIx64 "\"", x.v);
 			break;
-		case RBT_K_S: {
-			const char *s;
-			memcpy(&s, fp, sizeof(s));
-			put_str(o, s);
+		case RBT_K_S:
+			put_str(o, x.s);
 			break;
-		}
-		case RBT_K_B: {
-			struct rbt_blob b;
-			memcpy(&b, fp, sizeof(b));
+		case RBT_K_B:
 			putc_(o, '"');
-			put_hex(o, &b, b.len);
+			put_hex(o, &x.b, x.b.len);
 			putc_(o, '"');
 			break;
-		}
 		case RBT_K_A:
 			put_array(o, NULL, f, base, 0, 1);
 			break;
