@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -197,6 +198,14 @@ uint32_t rbt__crc32c(uint32_t crc, const void *buf, size_t len)
 	return ~crc;
 }
 
+/* A fixed block (chunk header, trailer): its magic first, the CRC32C of the bytes
+ * before it at crc_at. */
+static bool block_ok(const uint8_t *p, uint32_t magic, size_t crc_at)
+{
+	return rbt__get_le32(p) == magic &&
+	       rbt__get_le32(p + crc_at) == rbt__crc32c(0, p, crc_at);
+}
+
 void rbt__chunk_hdr_put(uint8_t *p, const struct rbt_chunk_hdr *h)
 {
 	rbt__put_le32(p, RBT_CHUNK_MAGIC);
@@ -213,9 +222,7 @@ void rbt__chunk_hdr_put(uint8_t *p, const struct rbt_chunk_hdr *h)
 
 int rbt__chunk_hdr_get(const uint8_t *p, struct rbt_chunk_hdr *h)
 {
-	if (rbt__get_le32(p) != RBT_CHUNK_MAGIC)
-		return -EBADMSG;
-	if (rbt__get_le32(p + 44) != rbt__crc32c(0, p, 44))
+	if (!block_ok(p, RBT_CHUNK_MAGIC, 44))
 		return -EBADMSG;
 	h->comp_len = rbt__get_le32(p + 4);
 	h->raw_len = rbt__get_le32(p + 8);
@@ -243,9 +250,7 @@ void rbt__trailer_put(uint8_t *p, const struct rbt_trailer *t)
 
 int rbt__trailer_get(const uint8_t *p, struct rbt_trailer *t)
 {
-	if (rbt__get_le32(p) != RBT_TRAILER_MAGIC)
-		return -EBADMSG;
-	if (rbt__get_le32(p + 52) != rbt__crc32c(0, p, 52))
+	if (!block_ok(p, RBT_TRAILER_MAGIC, 52))
 		return -EBADMSG;
 	t->end.ticks = rbt__get_le64(p + 8);
 	t->end.mono_ns = rbt__get_le64(p + 16);
