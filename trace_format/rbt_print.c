@@ -424,12 +424,18 @@ static const struct rbt_desc *desc_of(const struct rbt_event *ev)
 	return &rbt__ev[ev->type];
 }
 
+/* buf (len bytes) as an empty output: "" even when nothing more is put. */
+static struct out out_begin(char *buf, size_t len)
+{
+	if (len)
+		buf[0] = 0;
+	return (struct out){ buf, len, 0 };
+}
+
 size_t rbt_event_format_text(const struct rbt_header *h, const struct rbt_event *ev,
 			     char *buf, size_t len)
 {
-	struct out o = { buf, len, 0 };
-	if (len)
-		buf[0] = 0;
+	struct out o = out_begin(buf, len);
 	const struct rbt_desc *d = desc_of(ev);
 	put(&o, "%.9f [%u] ", rbt_ticks_to_ns(h, ev->ts) / 1e9, ev->stream);
 	if (!d) {
@@ -444,9 +450,7 @@ size_t rbt_event_format_text(const struct rbt_header *h, const struct rbt_event 
 size_t rbt_event_format_json(const struct rbt_header *h, const struct rbt_event *ev,
 			     char *buf, size_t len)
 {
-	struct out o = { buf, len, 0 };
-	if (len)
-		buf[0] = 0;
+	struct out o = out_begin(buf, len);
 	const struct rbt_desc *d = desc_of(ev);
 	if (!d) {
 		put(&o, "{\"type\":\"unknown\",\"id\":%u", ev->type);
