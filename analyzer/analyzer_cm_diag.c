@@ -126,11 +126,44 @@ static void cm_find_error(struct rbt_analyzer *an, struct an_trace *t,
 	an_str_free(&ev);
 }
 
-static void cm_find_unacked(struct rbt_analyzer *an, struct an_trace *t,
-			    const struct cm_conn *c)
+static void cm_find_late_ack(struct rbt_analyzer *an, struct an_trace *t,
+			     const struct cm_conn *c, struct an_str *title,
+			     struct an_str *ev)
+{
+	if (!c->late_ack_ts)
+		return;
+	double waited = cm_span(t, c->t_destroy_begin, c->late_ack_ts);
+	if (waited < CM_LATE_ACK_MIN_NS)
+		return;
+	an_str_printf(title,
+		      "rdma_destroy_id of id 0x%" PRIx64
+		      " waited %.3f ms for a CM event to be acked",
+		      c->id, waited / 1e6);
+	an_str_printf(ev,
+		      "%s delivered at %.3f ms; rdma_destroy_id entered at %.3f ms; "
+		      "the ack at %.3f ms",
+		      cm_ev_name((uint64_t)c->late_ack_type),
+		      an_ticks_ns(t, c->late_ack_ev_ts) / 1e6,
+		      an_ticks_ns(t, c->t_destroy_begin) / 1e6,
+		      an_ticks_ns(t, c->late_ack_ts) / 1e6);
+	cm_add(an, RBT_SEV_WARNING, RBT_FINDING_cm_event_not_acked, t, c,
+	       an_ticks_ns(t, c->t_destroy_begin), title, ev,
+	       "ack every event with rdma_ack_cm_event before "
+	       "rdma_destroy_id: the destroy blocks until then (forever when "
+	       "the ack never comes)");
+}
+
+/* cm_event_not_acked: events never acked, or acked only while rdma_destroy_id
+ * waited for them. */
+static void cm_find_not_acked(struct rbt_analyzer *an, struct an_trace *t,
+			      const struct cm_conn *c)
 {
 	struct an_str title = { 0 }, ev = { 0 };
 
+	if (!c->unacked) {
+		cm_find_late_ack(an, t, c, &title, &ev);
+		return;
+	}
 	bool hang = c->t_destroy_begin != CM_NONE && c->t_destroyed == CM_NONE;
 	an_str_printf(&title, "%" PRIu64 " CM event%s on id 0x%" PRIx64 " never acked%s",
 		      c->unacked, c->unacked == 1 ? "" : "s", c->id,
@@ -148,34 +181,6 @@ static void cm_find_unacked(struct rbt_analyzer *an, struct an_trace *t,
 	       "ack every event with rdma_ack_cm_event (after copying "
 	       "what it carries) before rdma_destroy_id or "
 	       "rdma_destroy_event_channel");
-}
-
-static void cm_find_late_ack(struct rbt_analyzer *an, struct an_trace *t,
-			     const struct cm_conn *c)
-{
-	struct an_str title = { 0 }, ev = { 0 };
-
-	if (c->unacked || !c->late_ack_ts)
-		return;
-	double waited = cm_span(t, c->t_destroy_begin, c->late_ack_ts);
-	if (waited < CM_LATE_ACK_MIN_NS)
-		return;
-	an_str_printf(&title,
-		      "rdma_destroy_id of id 0x%" PRIx64
-		      " waited %.3f ms for a CM event to be acked",
-		      c->id, waited / 1e6);
-	an_str_printf(&ev,
-		      "%s delivered at %.3f ms; rdma_destroy_id entered at %.3f ms; "
-		      "the ack at %.3f ms",
-		      cm_ev_name((uint64_t)c->late_ack_type),
-		      an_ticks_ns(t, c->late_ack_ev_ts) / 1e6,
-		      an_ticks_ns(t, c->t_destroy_begin) / 1e6,
-		      an_ticks_ns(t, c->late_ack_ts) / 1e6);
-	cm_add(an, RBT_SEV_WARNING, RBT_FINDING_cm_event_not_acked, t, c,
-	       an_ticks_ns(t, c->t_destroy_begin), &title, &ev,
-	       "ack every event with rdma_ack_cm_event before "
-	       "rdma_destroy_id: the destroy blocks until then (forever when "
-	       "the ack never comes)");
 }
 
 static void cm_find_post_after_disc(struct rbt_analyzer *an, struct an_trace *t,
@@ -199,9 +204,7 @@ void an_cm_findings(struct rbt_analyzer *an, struct an_trace *t, struct cm_conn 
 {
 	if (c->err_event >= 0)
 		cm_find_error(an, t, c);
-	if (c->unacked)
-		cm_find_unacked(an, t, c);
-	cm_find_late_ack(an, t, c);
+	cm_find_not_acked(an, t, c);
 	if (c->posts_after_disc)
 		cm_find_post_after_disc(an, t, c);
 }
