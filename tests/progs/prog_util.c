@@ -5,6 +5,7 @@
 #include "tests/progs/prog_util.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,20 @@ void prog_die(const char *what)
 {
 	fprintf(stderr, "%s: %s: %s\n", program_invocation_short_name, what,
 		strerror(errno));
+	exit(1);
+}
+
+const char *prog_role;
+
+void prog_fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fprintf(stderr, "%s: ", prog_role ? prog_role : program_invocation_short_name);
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
 	exit(1);
 }
 

@@ -36,6 +36,12 @@ struct prog_rc prog_rc_patient(uint16_t dlid, uint32_t dest_qpn);
 /* Prints "PROGRAM: what: strerror(errno)" on stderr and exits 1. */
 void prog_die(const char *what) __attribute__((noreturn));
 
+/* The name prog_fail puts first: the program's, until the program names its role. */
+extern const char *prog_role;
+
+/* Prints "ROLE: message" on stderr and exits 1. */
+void prog_fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t prog_now_ns(void);
 
