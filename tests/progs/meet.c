@@ -6,6 +6,7 @@
 #include "tests/progs/prog_util.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,4 +153,54 @@ struct ibv_mr *meet_reg(struct meet_dev *d, void *buf, size_t len)
 	if (!mr)
 		prog_fail("ibv_reg_mr of %zu bytes: %s", len, strerror(errno));
 	return mr;
+}
+
+int meet_poll(struct meet_dev *d, struct ibv_wc *wc, double deadline)
+{
+	int n;
+
+	while ((n = ibv_poll_cq(d->cq, 1, wc)) == 0) {
+		if (meet_now_s() > deadline)
+			return 0;
+		sched_yield();
+	}
+	if (n < 0)
+		prog_fail("ibv_poll_cq failed");
+	if (wc->status != IBV_WC_SUCCESS)
+		prog_fail("completion wr_id %llu: %s", (unsigned long long)wc->wr_id,
+			  ibv_wc_status_str(wc->status));
+	return 1;
+}
+
+int meet_ud_send(struct ibv_qp *qp, uint64_t id, void *addr, uint32_t len, uint32_t lkey,
+		 struct ibv_ah *ah, uint32_t qpn, uint32_t qkey)
+{
+	struct ibv_sge sg = { (uintptr_t)addr, len, lkey };
+	struct ibv_send_wr wr = { .wr_id = id,
+				  .sg_list = &sg,
+				  .num_sge = 1,
+				  .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED },
+			   *bad;
+
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = qpn;
+	wr.wr.ud.remote_qkey = qkey;
+	return ibv_post_send(qp, &wr, &bad);
+}
+
+struct meet_info meet_client(struct ibv_qp *qp, unsigned c, const struct meet_info *mine,
+			     const char *peer)
+{
+	char name[64];
+	struct meet_info p;
+
+	snprintf(name, sizeof(name), "client-%u", c);
+	meet_publish(name, mine);
+	snprintf(name, sizeof(name), "%s-%u", peer, c);
+	p = meet_lookup(name);
+	meet_qp_up(qp, p.lid, p.qpn);
+	snprintf(name, sizeof(name), "%s-%u-ready", peer, c);
+	meet_lookup(name);
+	return p;
 }

@@ -52,6 +52,21 @@ struct ibv_qp *meet_qp_new(struct meet_dev *d, enum ibv_qp_type type, uint32_t w
  * perftest's timers and retries. */
 void meet_qp_up(struct ibv_qp *qp, unsigned dlid, unsigned dqpn);
 
+/* A client's side of the meeting: publish client-C (mine), look up PEER-C,
+ * move qp to RTS towards it, wait for PEER-C-ready; PEER-C's line. */
+struct meet_info meet_client(struct ibv_qp *qp, unsigned c, const struct meet_info *mine,
+			     const char *peer);
+
+/* One completion of the device's CQ by deadline (meet_now_s()), spinning
+ * politely (tests run beside each other on few cores): 1, or 0 when none came;
+ * an error completion is fatal. */
+int meet_poll(struct meet_dev *d, struct ibv_wc *wc, double deadline);
+
+/* A signaled UD SEND of len bytes at addr (lkey) to (ah, qpn, qkey); what
+ * ibv_post_send returned. */
+int meet_ud_send(struct ibv_qp *qp, uint64_t id, void *addr, uint32_t len, uint32_t lkey,
+		 struct ibv_ah *ah, uint32_t qpn, uint32_t qkey);
+
 /* len bytes at buf registered for LOCAL_WRITE and REMOTE_WRITE. */
 struct ibv_mr *meet_reg(struct meet_dev *d, void *buf, size_t len);
 

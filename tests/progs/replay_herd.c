@@ -34,18 +34,8 @@
 
 static void poll1(struct meet_dev *d, struct ibv_wc *wc, const char *what)
 {
-	double t0 = meet_now_s();
-	int n;
-
-	while ((n = ibv_poll_cq(d->cq, 1, wc)) == 0) {
-		if (meet_now_s() - t0 > MEET_TIMEOUT_S)
-			prog_fail("no completion for %s", what);
-		sched_yield();
-	}
-	if (n < 0)
-		prog_fail("ibv_poll_cq failed");
-	if (wc->status != IBV_WC_SUCCESS)
-		prog_fail("%s: %s", what, ibv_wc_status_str(wc->status));
+	if (!meet_poll(d, wc, meet_now_s() + MEET_TIMEOUT_S))
+		prog_fail("no completion for %s", what);
 }
 
 struct req { /* one slot: written whole, seq last */
@@ -116,18 +106,8 @@ static int run_server(unsigned nclients, unsigned nreq)
 			out->value = slots[c].client == c ? answer(slots[c].value) : 0;
 			out->seq = r + 1;
 			out->client = c;
-			struct ibv_sge sg = { (uintptr_t)out, sizeof(*out), omr->lkey };
-			struct ibv_send_wr wr = { .wr_id = r * MAXC + c,
-						  .sg_list = &sg,
-						  .num_sge = 1,
-						  .opcode = IBV_WR_SEND,
-						  .send_flags = IBV_SEND_SIGNALED },
-					   *bad;
-
-			wr.wr.ud.ah = ah[c];
-			wr.wr.ud.remote_qpn = uqpn[c];
-			wr.wr.ud.remote_qkey = QKEY;
-			if (ibv_post_send(ud, &wr, &bad))
+			if (meet_ud_send(ud, r * MAXC + c, out, sizeof(*out), omr->lkey,
+					 ah[c], uqpn[c], QKEY))
 				prog_fail("ibv_post_send of an answer failed");
 			poll1(&d, &wc, "an answer");
 		}
@@ -158,35 +138,16 @@ static int run_client(unsigned c, unsigned nreq)
 	struct meet_info i = { d.lid, uc->qp_num, ud->qp_num, 0, 0 };
 
 	meet_qp_up(ud, 0, 0);
-	snprintf(name, sizeof(name), "client-%u", c);
-	meet_publish(name, &i);
-	snprintf(name, sizeof(name), "server-%u", c);
-	struct meet_info s = meet_lookup(name);
+	struct meet_info s = meet_client(uc, c, &i, "server");
 
-	meet_qp_up(uc, s.lid, s.qpn);
-	snprintf(name, sizeof(name), "server-%u-ready", c);
-	meet_lookup(name);
 	for (unsigned r = 0; r < nreq; r++) {
-		struct ibv_sge rs = { (uintptr_t)in, 40 + sizeof(struct resp),
-				      imr->lkey };
-		struct ibv_recv_wr rw = { .wr_id = r, .sg_list = &rs, .num_sge = 1 },
-				   *rbad;
-		struct ibv_sge sg = { (uintptr_t)rq, sizeof(*rq), rmr->lkey };
-		struct ibv_send_wr wr = { .wr_id = r,
-					  .sg_list = &sg,
-					  .num_sge = 1,
-					  .opcode = IBV_WR_RDMA_WRITE,
-					  .send_flags = IBV_SEND_SIGNALED },
-				   *bad;
-
-		if (ibv_post_recv(ud, &rw, &rbad))
+		if (prog_post_recv(ud, r, in, 40 + sizeof(struct resp), imr->lkey))
 			prog_fail("ibv_post_recv failed");
 		rq->value = 0x1000000ull * (c + 1) + r;
 		rq->client = c;
 		rq->seq = r + 1;
-		wr.wr.rdma.remote_addr = s.addr;
-		wr.wr.rdma.rkey = s.rkey;
-		if (ibv_post_send(uc, &wr, &bad))
+		if (prog_post_send(uc, r, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, rq,
+				   sizeof(*rq), rmr->lkey, s.addr, s.rkey))
 			prog_fail("ibv_post_send of a request failed");
 		poll1(&d, &wc, "a request's WRITE");
 		poll1(&d, &wc, "an answer");

@@ -53,31 +53,10 @@
 #define HUGE_BYTES (2u << 20)
 #define PATTERN_N  8192
 
-static int poll1(struct meet_dev *d, struct ibv_wc *wc, double deadline)
-{
-	int n;
-
-	/* spin politely: tests run beside each other on few cores */
-	while ((n = ibv_poll_cq(d->cq, 1, wc)) == 0) {
-		if (meet_now_s() > deadline)
-			return 0;
-		sched_yield();
-	}
-	if (n < 0)
-		prog_fail("ibv_poll_cq failed");
-	if (wc->status != IBV_WC_SUCCESS)
-		prog_fail("completion wr_id %llu: %s", (unsigned long long)wc->wr_id,
-			  ibv_wc_status_str(wc->status));
-	return 1;
-}
-
 static void post_recv(struct ibv_qp *qp, struct ibv_mr *mr, void *buf, uint32_t len,
 		      uint64_t id)
 {
-	struct ibv_sge s = { (uintptr_t)buf, len, mr->lkey };
-	struct ibv_recv_wr w = { .wr_id = id, .sg_list = &s, .num_sge = 1 }, *bad;
-
-	if (ibv_post_recv(qp, &w, &bad))
+	if (prog_post_recv(qp, id, buf, len, mr->lkey))
 		prog_fail("ibv_post_recv failed");
 }
 
@@ -230,18 +209,8 @@ static int run_worker(int key, unsigned w, unsigned nworkers, unsigned nclients,
 			o->seq = q->seq;
 			o->worker = w;
 			q->seq = 0; /* the slot is free again (shared with the master) */
-			struct ibv_sge sg = { (uintptr_t)o, sizeof(*o), mr->lkey };
-			struct ibv_send_wr wr = { .wr_id = served,
-						  .sg_list = &sg,
-						  .num_sge = 1,
-						  .opcode = IBV_WR_SEND,
-						  .send_flags = IBV_SEND_SIGNALED },
-					   *bad;
-
-			wr.wr.ud.ah = ah[c];
-			wr.wr.ud.remote_qpn = qpn[c];
-			wr.wr.ud.remote_qkey = QKEY;
-			if (ibv_post_send(qp, &wr, &bad))
+			if (meet_ud_send(qp, served, o, sizeof(*o), mr->lkey, ah[c],
+					 qpn[c], QKEY))
 				prog_fail("ibv_post_send of a response failed");
 			outstanding++;
 			served++;
@@ -266,7 +235,7 @@ static int run_worker(int key, unsigned w, unsigned nworkers, unsigned nclients,
 	while (outstanding) {
 		struct ibv_wc wc;
 
-		if (!poll1(&d, &wc, meet_now_s() + 5))
+		if (!meet_poll(&d, &wc, meet_now_s() + 5))
 			prog_fail("response completions missing");
 		outstanding--;
 	}
@@ -278,7 +247,6 @@ static int run_client(unsigned c, unsigned nworkers, unsigned nreq)
 {
 	unsigned answered = 0, correct = 0, posted = 0;
 	unsigned char *done = calloc(nreq + 1, 1);
-	char name[64];
 	struct meet_dev d;
 
 	prog_role = "client";
@@ -294,14 +262,8 @@ static int run_client(unsigned c, unsigned nworkers, unsigned nreq)
 	meet_qp_up(ud, 0, 0);
 	for (unsigned k = 0; k < 64; k++)
 		post_recv(ud, inmr, rbuf + k * (64 + 40), 64 + 40, 1000000 + k);
-	snprintf(name, sizeof(name), "client-%u", c);
-	meet_publish(name, &i);
-	snprintf(name, sizeof(name), "master-%u", c);
-	struct meet_info m = meet_lookup(name);
+	struct meet_info m = meet_client(uc, c, &i, "master");
 
-	meet_qp_up(uc, m.lid, m.qpn);
-	snprintf(name, sizeof(name), "master-%u-ready", c);
-	meet_lookup(name);
 	double t0 = meet_now_s();
 
 	while (answered < nreq) {
@@ -309,27 +271,20 @@ static int run_client(unsigned c, unsigned nworkers, unsigned nreq)
 		while (posted < nreq && (posted < WIN || done[posted - WIN])) {
 			unsigned r = posted, w = r % nworkers;
 			struct req *q = &reqs[r % WIN];
-			struct ibv_sge sg = { (uintptr_t)q, sizeof(*q), rmr->lkey };
-			struct ibv_send_wr wr = { .wr_id = r,
-						  .sg_list = &sg,
-						  .num_sge = 1,
-						  .opcode = IBV_WR_RDMA_WRITE,
-						  .send_flags = IBV_SEND_SIGNALED },
-					   *bad;
-
 			q->value = req_value(c, r);
 			q->client = c;
 			q->seq = r + 1;
 			/* the master says how many clients share its region */
-			wr.wr.rdma.remote_addr = m.addr + slot_off(w, c, r % WIN, m.qpn2);
-			wr.wr.rdma.rkey = m.rkey;
-			if (ibv_post_send(uc, &wr, &bad))
+			if (prog_post_send(uc, r, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, q,
+					   sizeof(*q), rmr->lkey,
+					   m.addr + slot_off(w, c, r % WIN, m.qpn2),
+					   m.rkey))
 				prog_fail("ibv_post_send of request %u failed", r);
 			posted++;
 		}
 		struct ibv_wc wc;
 
-		if (!poll1(&d, &wc, t0 + MEET_TIMEOUT_S))
+		if (!meet_poll(&d, &wc, t0 + MEET_TIMEOUT_S))
 			prog_fail("client %u: %u of %u requests answered, then nothing",
 				  c, answered, nreq);
 		if (wc.opcode != IBV_WC_RECV)
@@ -478,7 +433,7 @@ static int run_target(const char *kind)
 	meet_publish("target-ready", &i);
 	struct ibv_wc wc;
 
-	if (!poll1(&d, &wc, meet_now_s() + MEET_TIMEOUT_S) || strcmp(msg, "done"))
+	if (!meet_poll(&d, &wc, meet_now_s() + MEET_TIMEOUT_S) || strcmp(msg, "done"))
 		prog_fail("no \"done\" from the writer");
 	int st, own = watch(buf + at, 0, "target");
 
@@ -536,7 +491,7 @@ static int run_writer(void)
 	w1.wr.rdma.rkey = t.rkey;
 	if (ibv_post_send(qp, &w1, &bad))
 		prog_fail("ibv_post_send failed");
-	if (!poll1(&d, &wc, meet_now_s() + MEET_TIMEOUT_S))
+	if (!meet_poll(&d, &wc, meet_now_s() + MEET_TIMEOUT_S))
 		prog_fail("no completion for the WRITE and SEND");
 	printf("writer: wrote %d bytes\n", PATTERN_N);
 	return 0;
