@@ -173,6 +173,19 @@ int prog_rc_connect(struct ibv_qp *qp, const struct prog_rc *rc, const char **st
 	return s ? -1 : 0;
 }
 
+int prog_rc_connect_patient(struct ibv_qp *qp, uint16_t dlid, uint32_t dest_qpn,
+			    unsigned access, uint32_t sq_psn, uint32_t rq_psn,
+			    uint8_t rnr_retry)
+{
+	struct prog_rc rc = prog_rc_patient(dlid, dest_qpn);
+
+	rc.access = access;
+	rc.sq_psn = sq_psn;
+	rc.rq_psn = rq_psn;
+	rc.rnr_retry = rnr_retry;
+	return prog_rc_connect(qp, &rc, NULL);
+}
+
 void prog_rc_connect_or_die(struct ibv_qp *qp, const struct prog_rc *rc)
 {
 	const char *step;

@@ -62,6 +62,12 @@ int prog_rc_rts(struct ibv_qp *qp, const struct prog_rc *rc);
 /* INIT, RTR and RTS; 0, or -1 with errno and the failed step's name in *step. */
 int prog_rc_connect(struct ibv_qp *qp, const struct prog_rc *rc, const char **step);
 
+/* prog_rc_connect of prog_rc_patient(dlid, dest_qpn) with access, the PSNs and
+ * rnr_retry set. */
+int prog_rc_connect_patient(struct ibv_qp *qp, uint16_t dlid, uint32_t dest_qpn,
+			    unsigned access, uint32_t sq_psn, uint32_t rq_psn,
+			    uint8_t rnr_retry);
+
 /* prog_rc_connect, dying with "modify STEP" when a step fails. */
 void prog_rc_connect_or_die(struct ibv_qp *qp, const struct prog_rc *rc);
 
