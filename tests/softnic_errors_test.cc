@@ -158,12 +158,9 @@ TEST(SoftnicLoopback, OverrunLocalProtectionAndFlush)
 			n.post_recv(1, 0, 64);
 			n.post_recv(2, 64, 64);
 			/* a bad lkey: LOC_PROT_ERR, QP to ERR, receives flushed */
-			ibv_sge s = { (uint64_t)(uintptr_t)n.buf, 8, n.mr->lkey + 0x100 };
-			ibv_send_wr wr = {}, *bad;
-			wr.wr_id = 77;
-			wr.sg_list = &s;
-			wr.num_sge = 1;
-			wr.opcode = IBV_WR_SEND;
+			ibv_sge s;
+			ibv_send_wr wr = n.wr1(&s, IBV_WR_SEND, 77, 0, 8, 0), *bad;
+			s.lkey += 0x100;
 			SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad),
 				    0); /* unsignaled, still */
 			ibv_wc wc = n.wait1();
@@ -338,18 +335,9 @@ TEST(SoftnicUD, ReceiveBoundsAreTheBytesWritten)
 			SN_CHECK(ah);
 			sn_sync(fd);
 			for (uint32_t len : { 64u, 200u }) {
-				ibv_sge s = { (uint64_t)(uintptr_t)n.buf, len,
-					      n.mr->lkey };
-				ibv_send_wr wr = {}, *bad;
-				wr.wr_id = len;
-				wr.sg_list = &s;
-				wr.num_sge = 1;
-				wr.opcode = IBV_WR_SEND;
-				wr.send_flags = IBV_SEND_SIGNALED;
-				wr.wr.ud.ah = ah;
-				wr.wr.ud.remote_qpn = r.qpn;
-				wr.wr.ud.remote_qkey = 0x11111111;
-				SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad), 0);
+				SN_CHECK_EQ(
+					n.post_ud(IBV_WR_SEND, len, 0, len, ah, r.qpn),
+					0);
 				/* unreliable: the sender never learns of the receiver's error */
 				SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
 			}

@@ -437,23 +437,67 @@ struct SnNode {
 			SN_CHECK_EQ(ibv_post_recv(q ? q : qp, &wr, &bad), 0);
 	}
 
+	/* A send WR of one SGE, l bytes at buf + off (*s, which must outlive it),
+	 * with id, op, flags and imm; the rest zero for the caller to fill. */
+	ibv_send_wr wr1(ibv_sge *s, ibv_wr_opcode op, uint64_t id, size_t off, uint32_t l,
+			unsigned flags = IBV_SEND_SIGNALED, uint32_t imm = 0)
+	{
+		*s = { (uint64_t)(uintptr_t)(buf + off), l, mr->lkey };
+		ibv_send_wr wr = {};
+		wr.wr_id = id;
+		wr.sg_list = s;
+		wr.num_sge = 1;
+		wr.opcode = op;
+		wr.send_flags = flags;
+		wr.imm_data = htonl(imm);
+		return wr;
+	}
+
+	/* op (a SEND, or an RDMA op to (raddr, rkey)) on q (default: qp). */
+	int post_to(ibv_wr_opcode op, uint64_t id, size_t off, uint32_t l, uint64_t raddr,
+		    uint32_t rkey, unsigned flags = IBV_SEND_SIGNALED, uint32_t imm = 0,
+		    ibv_qp *q = nullptr)
+	{
+		ibv_sge s;
+		ibv_send_wr wr = wr1(&s, op, id, off, l, flags, imm), *bad;
+		wr.wr.rdma.remote_addr = raddr;
+		wr.wr.rdma.rkey = rkey;
+		return ibv_post_send(q ? q : qp, &wr, &bad);
+	}
+
+	/* post_to r's buffer + roff (none: a SEND). */
 	int post(ibv_wr_opcode op, uint64_t id, size_t off, uint32_t l,
 		 const SnInfo *r = nullptr, uint64_t roff = 0,
 		 unsigned flags = IBV_SEND_SIGNALED, uint32_t imm = 0,
 		 ibv_qp *q = nullptr)
 	{
-		ibv_sge s = { (uint64_t)(uintptr_t)(buf + off), l, mr->lkey };
-		ibv_send_wr wr = {}, *bad;
-		wr.wr_id = id;
-		wr.sg_list = &s;
-		wr.num_sge = 1;
-		wr.opcode = op;
-		wr.send_flags = flags;
-		wr.imm_data = htonl(imm);
-		if (r) {
-			wr.wr.rdma.remote_addr = r->addr + roff;
-			wr.wr.rdma.rkey = r->rkey;
-		}
+		return post_to(op, id, off, l, r ? r->addr + roff : 0, r ? r->rkey : 0,
+			       flags, imm, q);
+	}
+
+	/* A signaled op (SEND, SEND_WITH_IMM) on qp to a UD peer. */
+	int post_ud(ibv_wr_opcode op, uint64_t id, size_t off, uint32_t l, ibv_ah *ah,
+		    uint32_t qpn, uint32_t qkey = 0x11111111, uint32_t imm = 0)
+	{
+		ibv_sge s;
+		ibv_send_wr wr = wr1(&s, op, id, off, l, IBV_SEND_SIGNALED, imm), *bad;
+		wr.wr.ud.ah = ah;
+		wr.wr.ud.remote_qpn = qpn;
+		wr.wr.ud.remote_qkey = qkey;
+		return ibv_post_send(qp, &wr, &bad);
+	}
+
+	/* A signaled atomic op into 8 bytes at buf + off, on q (default: qp). */
+	int post_atomic(ibv_wr_opcode op, uint64_t id, size_t off, uint64_t raddr,
+			uint32_t rkey, uint64_t compare_add, uint64_t swap = 0,
+			ibv_qp *q = nullptr)
+	{
+		ibv_sge s;
+		ibv_send_wr wr = wr1(&s, op, id, off, 8), *bad;
+		wr.wr.atomic.remote_addr = raddr;
+		wr.wr.atomic.rkey = rkey;
+		wr.wr.atomic.compare_add = compare_add;
+		wr.wr.atomic.swap = swap;
 		return ibv_post_send(q ? q : qp, &wr, &bad);
 	}
 
