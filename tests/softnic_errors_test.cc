@@ -328,11 +328,7 @@ TEST(SoftnicUD, ReceiveBoundsAreTheBytesWritten)
 			memset(n.buf, 0xab, 200);
 			SnInfo r = n.exchange(fd);
 			n.connect(r);
-			ibv_ah_attr aa = {};
-			aa.dlid = r.lid;
-			aa.port_num = 1;
-			ibv_ah *ah = ibv_create_ah(n.pd, &aa);
-			SN_CHECK(ah);
+			ibv_ah *ah = n.ah_to(r.lid);
 			sn_sync(fd);
 			for (uint32_t len : { 64u, 200u }) {
 				SN_CHECK_EQ(

@@ -475,6 +475,17 @@ struct SnNode {
 			       flags, imm, q);
 	}
 
+	/* An address handle to lid through port 1. */
+	ibv_ah *ah_to(uint16_t lid)
+	{
+		ibv_ah_attr aa = {};
+		aa.dlid = lid;
+		aa.port_num = 1;
+		ibv_ah *ah = ibv_create_ah(pd, &aa);
+		SN_CHECK(ah);
+		return ah;
+	}
+
 	/* A signaled op (SEND, SEND_WITH_IMM) on qp to a UD peer. */
 	int post_ud(ibv_wr_opcode op, uint64_t id, size_t off, uint32_t l, ibv_ah *ah,
 		    uint32_t qpn, uint32_t qkey = 0x11111111, uint32_t imm = 0)

@@ -397,11 +397,7 @@ TEST(SoftnicUD, SendWithGrhSpaceAndAddressHandle)
 			memset(n.buf, 0xcd, 500);
 			SnInfo r = n.exchange(fd);
 			n.connect(r);
-			ibv_ah_attr aa = {};
-			aa.dlid = r.lid;
-			aa.port_num = 1;
-			ibv_ah *ah = ibv_create_ah(n.pd, &aa);
-			SN_CHECK(ah);
+			ibv_ah *ah = n.ah_to(r.lid);
 			sn_sync(fd);
 			SN_CHECK_EQ(n.post_ud(IBV_WR_SEND_WITH_IMM, 1, 0, 500, ah, r.qpn,
 					      0x11111111, 7),
