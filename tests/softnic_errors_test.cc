@@ -560,21 +560,8 @@ TEST(SoftnicEvents, CommEstablishedAndSqDrained)
 			SN_CHECK_EQ(ev.event_type, IBV_EVENT_COMM_EST);
 			SN_CHECK(ev.element.qp == n.qp);
 			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			n.to_rts(nullptr, 7, 14, 7, 1);
 			ibv_qp_attr a = {};
-			a.qp_state = IBV_QPS_RTS;
-			a.timeout = 14;
-			a.retry_cnt = 7;
-			a.rnr_retry = 7;
-			a.sq_psn = 0x1234;
-			a.max_rd_atomic = 1;
-			SN_CHECK_EQ(ibv_modify_qp(n.qp, &a,
-						  IBV_QP_STATE | IBV_QP_TIMEOUT |
-							  IBV_QP_RETRY_CNT |
-							  IBV_QP_RNR_RETRY |
-							  IBV_QP_SQ_PSN |
-							  IBV_QP_MAX_QP_RD_ATOMIC),
-				    0);
-			a = {};
 			a.qp_state = IBV_QPS_SQD;
 			a.en_sqd_async_notify = 1;
 			SN_CHECK_EQ(
@@ -585,14 +572,7 @@ TEST(SoftnicEvents, CommEstablishedAndSqDrained)
 			SN_CHECK_EQ(ev.event_type, IBV_EVENT_SQ_DRAINED);
 			sn_sync(fd);
 		},
-		[](int fd) {
-			SnNode n;
-			n.pair(fd);
-			sn_sync(fd);
-			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
-			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
-			sn_sync(fd);
-		}));
+		sn_send_one));
 }
 
 TEST(SoftnicSRQ, LimitReachedEvent)

@@ -378,8 +378,15 @@ struct SnNode {
 	void connect(const SnInfo &r, ibv_qp *q = nullptr, uint8_t rnr_retry = 7,
 		     uint8_t timeout = 14, uint8_t retry_cnt = 7, uint8_t min_rnr = 1)
 	{
-		q = q ? q : qp;
 		to_rtr(r, q, min_rnr);
+		to_rts(q, rnr_retry, timeout, retry_cnt);
+	}
+
+	/* RTR -> RTS, SQ PSN 0x1234 (an RC QP: its timers and retries). */
+	void to_rts(ibv_qp *q = nullptr, uint8_t rnr_retry = 7, uint8_t timeout = 14,
+		    uint8_t retry_cnt = 7, uint8_t rd_atomic = 16)
+	{
+		q = q ? q : qp;
 		ibv_qp_attr a = {};
 		a.qp_state = IBV_QPS_RTS;
 		a.sq_psn = 0x1234;
@@ -388,7 +395,7 @@ struct SnNode {
 			a.timeout = timeout;
 			a.retry_cnt = retry_cnt;
 			a.rnr_retry = rnr_retry;
-			a.max_rd_atomic = 16;
+			a.max_rd_atomic = rd_atomic;
 			mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
 				IBV_QP_MAX_QP_RD_ATOMIC;
 		}
@@ -571,6 +578,18 @@ struct SnNode {
 		return a.qp_state;
 	}
 };
+
+/* The plain other end of a test: an RC pair over fd, then one 8-byte SEND
+ * that must complete. */
+static inline void sn_send_one(int fd)
+{
+	SnNode n;
+	n.pair(fd);
+	sn_sync(fd);
+	SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
+	SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+	sn_sync(fd);
+}
 
 #define SN_EXPECT_ENDS(r)           \
 	do {                        \
