@@ -211,6 +211,19 @@ struct SnInfo {
 	union ibv_gid gid;
 };
 
+/* A connected-type QP (RC, XRC) to INIT on port 1 with the given remote access. */
+static inline void sn_to_init(ibv_qp *q, unsigned access)
+{
+	ibv_qp_attr a = {};
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = access;
+	SN_CHECK_EQ(ibv_modify_qp(q, &a,
+				  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					  IBV_QP_ACCESS_FLAGS),
+		    0);
+}
+
 struct SnNode {
 	ibv_context *ctx = nullptr;
 	ibv_pd *pd = nullptr;
@@ -286,14 +299,7 @@ struct SnNode {
 		SN_CHECK(q);
 		*qx = ibv_qp_to_qp_ex(q);
 		SN_CHECK(*qx);
-		ibv_qp_attr a = {};
-		a.qp_state = IBV_QPS_INIT;
-		a.port_num = 1;
-		a.qp_access_flags = access;
-		SN_CHECK_EQ(ibv_modify_qp(q, &a,
-					  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-						  IBV_QP_ACCESS_FLAGS),
-			    0);
+		sn_to_init(q, access);
 		return q;
 	}
 

@@ -805,15 +805,8 @@ TEST(SoftnicCqEx, CompletionTimestampsFromTheNicClock)
 
 static void xrc_modify(ibv_qp *q, bool tgt, uint32_t dest, uint16_t lid)
 {
+	sn_to_init(q, IBV_ACCESS_REMOTE_WRITE);
 	ibv_qp_attr a = {};
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-	SN_CHECK_EQ(ibv_modify_qp(q, &a,
-				  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-					  IBV_QP_ACCESS_FLAGS),
-		    0);
-	a = {};
 	a.qp_state = IBV_QPS_RTR;
 	a.dest_qp_num = dest;
 	a.path_mtu = IBV_MTU_1024;
