@@ -71,6 +71,29 @@ int Port()
 	return port ? port : 20000 + getpid() % 20000;
 }
 
+// Runs `rbtrace replay --listen` on srv in the background and `--connect` on cli;
+// returns both outputs and exit codes.
+void TwoProcesses(const std::string &env, const std::string &srv_args,
+		  const std::string &cli_args, const std::string &log, int *rc_srv,
+		  std::string *out_srv, int *rc_cli, std::string *out_cli)
+{
+	int port = Port();
+	FILE *bg = popen((env + kRbtrace + " replay --listen " + std::to_string(port) +
+			  " " + srv_args + " > " + log + " 2>&1")
+				 .c_str(),
+			 "r");
+	ASSERT_NE(nullptr, bg);
+	*rc_cli = sh(env + kRbtrace + " replay --connect 127.0.0.1:" +
+			     std::to_string(port) + " " + cli_args,
+		     out_cli);
+	int st = pclose(bg);
+	*rc_srv = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+	std::ifstream f(log);
+	std::stringstream ss;
+	ss << f.rdbuf();
+	*out_srv = ss.str();
+}
+
 TEST(ReplayRefuse, UnpairedQpIsRefusedBeforeAnyVerb)
 {
 	std::string d = Synth("unpaired", "");
@@ -123,6 +146,25 @@ class ReplaySoftnic : public ::testing::Test
 			<< "softnic's libibverbs.so.1 is a data dependency of this test";
 		env_ = softnic_env();
 	}
+	// `rbtrace replay OPTS` of both ends of the replay_synth pair in d, on softnic.
+	int ReplayPair(const std::string &d, std::string *out,
+		       const std::string &opts = "")
+	{
+		return sh(env_ + kRbtrace + " replay " + opts + d + "/a.rbt " + d +
+				  "/b.rbt",
+			  out);
+	}
+	// The pair replay_synth writes with args replayed (OPTS): exit code want,
+	// every one of the texts in its output.
+	void ExpectReplay(const std::string &name, const std::string &args, int want,
+			  std::initializer_list<const char *> texts,
+			  const std::string &opts = "")
+	{
+		std::string out;
+		EXPECT_EQ(want, ReplayPair(Synth(name, args), &out, opts)) << out;
+		for (const char *t : texts)
+			EXPECT_NE(std::string::npos, out.find(t)) << t << "\n" << out;
+	}
 	std::string env_;
 };
 
@@ -130,8 +172,7 @@ TEST_F(ReplaySoftnic, DeviceLimitsAreRefusedBeforeTraffic)
 {
 	std::string d = Synth("limits", "--send-wr 1000000");
 	std::string out;
-	EXPECT_EQ(1,
-		  sh(env_ + kRbtrace + " replay " + d + "/a.rbt " + d + "/b.rbt", &out));
+	EXPECT_EQ(1, ReplayPair(d, &out));
 	EXPECT_NE(std::string::npos, out.find("QP 100 needs 1000000 send")) << out;
 	EXPECT_NE(std::string::npos, out.find("the device allows")) << out;
 	EXPECT_EQ(std::string::npos, out.find("completions matched")) << out;
@@ -179,21 +220,11 @@ TEST_F(ReplaySoftnic, TwoProcessesOverTcp)
 {
 	std::string d = Synth("pp2", "--iters 100");
 	std::string out, out2;
-	int port = Port();
-	std::string srv = env_ + kRbtrace + " replay --listen " + std::to_string(port) +
-			  " " + d + "/b.rbt > " + d + "/srv.log 2>&1";
-	FILE *bg = popen(srv.c_str(), "r");
-	ASSERT_NE(nullptr, bg);
-	int rc = sh(env_ + kRbtrace + " replay --connect 127.0.0.1:" +
-			    std::to_string(port) + " " + d + "/a.rbt",
-		    &out);
-	int st = pclose(bg);
-	std::ifstream f(d + "/srv.log");
-	std::stringstream ss;
-	ss << f.rdbuf();
-	out2 = ss.str();
+	int rc, rc2;
+	TwoProcesses(env_, d + "/b.rbt", d + "/a.rbt", d + "/srv.log", &rc2, &out2, &rc,
+		     &out);
 	EXPECT_EQ(0, rc) << out;
-	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out2;
+	EXPECT_EQ(0, rc2) << out2;
 	EXPECT_NE(std::string::npos, out.find("completions matched: 202 of 202")) << out;
 	EXPECT_NE(std::string::npos, out2.find("completions matched: 200 of 200"))
 		<< out2;
@@ -252,22 +283,15 @@ TEST_F(ReplaySoftnic, OneEndAgainstResponder)
 
 TEST_F(ReplaySoftnic, RnrRetryExceededReplaysToSameErrorAndState)
 {
-	std::string d = Synth("rnr", "--scenario rnr");
-	std::string out;
-	EXPECT_EQ(0,
-		  sh(env_ + kRbtrace + " replay " + d + "/a.rbt " + d + "/b.rbt", &out))
-		<< out;
-	EXPECT_NE(std::string::npos, out.find("completions matched: 1 of 1")) << out;
-	EXPECT_NE(std::string::npos, out.find("state ERR (recorded ERR)")) << out;
+	ExpectReplay("rnr", "--scenario rnr", 0,
+		     { "completions matched: 1 of 1", "state ERR (recorded ERR)" });
 }
 
 TEST_F(ReplaySoftnic, RemoteAccessErrorReplaysToSameErrorAndState)
 {
 	std::string d = Synth("rkey", "--scenario rkey");
 	std::string out;
-	EXPECT_EQ(0,
-		  sh(env_ + kRbtrace + " replay " + d + "/a.rbt " + d + "/b.rbt", &out))
-		<< out;
+	EXPECT_EQ(0, ReplayPair(d, &out)) << out;
 	EXPECT_NE(std::string::npos, out.find("completions matched: 2 of 2")) << out;
 	EXPECT_NE(std::string::npos, out.find("invalid rkey")) << out;
 	EXPECT_EQ(std::string::npos, out.find("divergences")) << out;
@@ -300,30 +324,19 @@ TEST_F(ReplaySoftnic, ADivergenceIsReportedAndFailsTheRun)
 // reported as never polled by the program. (Per poll step this diverged.)
 TEST_F(ReplaySoftnic, CompletionTheProgramNeverPolledIsNotADivergence)
 {
-	std::string d = Synth("unpolled", "--scenario unpolled");
-	std::string out;
-	EXPECT_EQ(0, sh(env_ + kRbtrace + " replay --poll-timeout 2000 " + d + "/a.rbt " +
-				d + "/b.rbt",
-			&out))
-		<< out;
-	EXPECT_NE(std::string::npos, out.find("completions matched: 3 of 3")) << out;
-	EXPECT_NE(std::string::npos, out.find("no divergence")) << out;
+	ExpectReplay("unpolled", "--scenario unpolled", 0,
+		     { "completions matched: 3 of 3", "no divergence" },
+		     "--poll-timeout 2000 ");
 }
 
 // The same, but the answer never comes: the recorded receive is missing, and
 // that stays a divergence after the replayer polled for it until the timeout.
 TEST_F(ReplaySoftnic, MissingCompletionOnASharedCqStillDiverges)
 {
-	std::string d = Synth("unpolled_lost", "--scenario unpolled-lost");
-	std::string out;
-	EXPECT_EQ(1, sh(env_ + kRbtrace + " replay --poll-timeout 300 " + d + "/a.rbt " +
-				d + "/b.rbt",
-			&out))
-		<< out;
-	EXPECT_NE(std::string::npos,
-		  out.find("QP 100 recv: recorded 1 completions, replay 0"))
-		<< out;
-	EXPECT_NE(std::string::npos, out.find("completions matched: 1 of 2")) << out;
+	ExpectReplay("unpolled_lost", "--scenario unpolled-lost", 1,
+		     { "QP 100 recv: recorded 1 completions, replay 0",
+		       "completions matched: 1 of 2" },
+		     "--poll-timeout 300 ");
 }
 
 // ---- traces recorded by librbtrace from real verbs programs over softnic ----
@@ -365,9 +378,7 @@ TEST_F(ReplaySoftnic, ADivergenceAtTheFirstPollEndsWithinSecondsWithAReport)
 	std::string d = Synth("deaf", "--scenario deaf --iters 20000 --interval-us 20");
 	std::string out;
 	auto t0 = std::chrono::steady_clock::now();
-	EXPECT_EQ(1,
-		  sh(env_ + kRbtrace + " replay " + d + "/a.rbt " + d + "/b.rbt", &out))
-		<< out;
+	EXPECT_EQ(1, ReplayPair(d, &out)) << out;
 	double took = SecondsSince(t0);
 	EXPECT_LT(took, 15.0) << out;
 	EXPECT_NE(std::string::npos, out.find("step 4: expected 1 completions, got 0 "
@@ -464,6 +475,26 @@ class ReplayRecorded : public ReplaySoftnic
 		rec_ = softnic_env(std::string(cwd) + "/interpose/librbtrace.so") +
 		       "RBTRACE_OUTPUT=";
 	}
+	// Both ends of cmd recorded: the server (d/srv.rbt, its output in
+	// d/srv.log) in the background, the client (cmd + " localhost", d/cli.rbt)
+	// retried every nap_us until the server listens; the client's exit code.
+	int RecordPair(const std::string &d, const std::string &cmd, std::string *out,
+		       useconds_t nap_us = 100000)
+	{
+		FILE *srv =
+			popen((rec_ + d + "/srv.rbt " + cmd + " > " + d + "/srv.log 2>&1")
+				      .c_str(),
+			      "r");
+		if (!srv)
+			return -1;
+		int rc = 1;
+		for (int i = 0; i < 50 && rc; i++) {
+			usleep(nap_us);
+			rc = sh(rec_ + d + "/cli.rbt " + cmd + " localhost", out);
+		}
+		pclose(srv);
+		return rc;
+	}
 	std::string rec_; // + trace path + " " + command
 };
 
@@ -476,36 +507,15 @@ TEST_F(ReplayRecorded, PingpongBothEndsInTwoProcessesAndDiff)
 	std::string out, sout;
 	int port = Port();
 	std::string ps = " -p " + std::to_string(port) + " -n 200";
-	FILE *srv = popen(
-		(rec_ + d + "/srv.rbt ibv_rc_pingpong" + ps + " > " + d + "/srv.log 2>&1")
-			.c_str(),
-		"r");
-	ASSERT_NE(nullptr, srv);
-	int rc = 1;
-	for (int i = 0; i < 50 && rc; i++) {
-		usleep(100000);
-		rc = sh(rec_ + d + "/cli.rbt ibv_rc_pingpong" + ps + " localhost", &out);
-	}
-	pclose(srv);
+	int rc = RecordPair(d, "ibv_rc_pingpong" + ps, &out);
 	ASSERT_EQ(0, rc) << out;
 
-	port = Port();
-	FILE *bg = popen((env_ + kRbtrace + " replay --listen " + std::to_string(port) +
-			  " -o " + d + "/srv.rep " + d + "/srv.rbt > " + d +
-			  "/rsrv.log 2>&1")
-				 .c_str(),
-			 "r");
-	ASSERT_NE(nullptr, bg);
-	rc = sh(env_ + kRbtrace + " replay --connect 127.0.0.1:" + std::to_string(port) +
-			" -o " + d + "/cli.rep " + d + "/cli.rbt",
-		&out);
-	int st = pclose(bg);
-	std::ifstream f(d + "/rsrv.log");
-	std::stringstream ss;
-	ss << f.rdbuf();
-	sout = ss.str();
+	int rs;
+	TwoProcesses(env_, "-o " + d + "/srv.rep " + d + "/srv.rbt",
+		     "-o " + d + "/cli.rep " + d + "/cli.rbt", d + "/rsrv.log", &rs,
+		     &sout, &rc, &out);
 	EXPECT_EQ(0, rc) << out;
-	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << sout;
+	EXPECT_EQ(0, rs) << sout;
 	EXPECT_TRUE(AllMatched(out)) << out;
 	EXPECT_TRUE(AllMatched(sout)) << sout;
 	EXPECT_NE(std::string::npos, out.find("send 200/200, recv 200/200")) << out;
@@ -551,17 +561,7 @@ TEST_F(ReplayRecorded, PingpongVariantsInOneProcess)
 		mkdir(d.c_str(), 0700);
 		std::string out, ps = std::string(" ") + pr[1] + " -p " +
 				      std::to_string(Port()) + " -n 100";
-		FILE *srv = popen(
-			(rec_ + d + "/srv.rbt " + bin + ps + " > " + d + "/srv.log 2>&1")
-				.c_str(),
-			"r");
-		ASSERT_NE(nullptr, srv);
-		int rc = 1;
-		for (int i = 0; i < 50 && rc; i++) {
-			usleep(100000);
-			rc = sh(rec_ + d + "/cli.rbt " + bin + ps + " localhost", &out);
-		}
-		pclose(srv);
+		int rc = RecordPair(d, bin + ps, &out);
 		ASSERT_EQ(0, rc) << bin << pr[1] << ": " << out;
 		EXPECT_EQ(0, sh(env_ + kRbtrace + " replay --poll-timeout 2000 " + d +
 					"/cli.rbt " + d + "/srv.rbt",
@@ -576,29 +576,6 @@ TEST_F(ReplayRecorded, PingpongVariantsInOneProcess)
 	}
 }
 
-// Runs `rbtrace replay --listen` on srv in the background and `--connect` on cli;
-// returns both outputs and exit codes.
-void TwoProcesses(const std::string &env, const std::string &srv_args,
-		  const std::string &cli_args, const std::string &log, int *rc_srv,
-		  std::string *out_srv, int *rc_cli, std::string *out_cli)
-{
-	int port = Port();
-	FILE *bg = popen((env + kRbtrace + " replay --listen " + std::to_string(port) +
-			  " " + srv_args + " > " + log + " 2>&1")
-				 .c_str(),
-			 "r");
-	ASSERT_NE(nullptr, bg);
-	*rc_cli = sh(env + kRbtrace + " replay --connect 127.0.0.1:" +
-			     std::to_string(port) + " " + cli_args,
-		     out_cli);
-	int st = pclose(bg);
-	*rc_srv = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-	std::ifstream f(log);
-	std::stringstream ss;
-	ss << f.rdbuf();
-	*out_srv = ss.str();
-}
-
 // perftest over softnic, recorded; replayed by two replayer processes (diff of
 // original and replay agree), and the client's end alone against a responder.
 TEST_F(ReplayRecorded, PerftestTwoProcessesDiffAndResponder)
@@ -610,17 +587,7 @@ TEST_F(ReplayRecorded, PerftestTwoProcessesDiffAndResponder)
 		std::string d = test_tmp() + "/pt_" + tool;
 		mkdir(d.c_str(), 0700);
 		std::string out, sout, ps = " -p " + std::to_string(Port()) + " -n 200";
-		FILE *srv = popen(
-			(rec_ + d + "/srv.rbt " + bin + ps + " > " + d + "/srv.log 2>&1")
-				.c_str(),
-			"r");
-		ASSERT_NE(nullptr, srv);
-		int rc = 1, rs = 1;
-		for (int i = 0; i < 50 && rc; i++) {
-			usleep(200000);
-			rc = sh(rec_ + d + "/cli.rbt " + bin + ps + " localhost", &out);
-		}
-		pclose(srv);
+		int rs = 1, rc = RecordPair(d, bin + ps, &out, 200000);
 		ASSERT_EQ(0, rc) << tool << ": " << out;
 
 		TwoProcesses(env_, "-o " + d + "/srv.rep " + d + "/srv.rbt",
