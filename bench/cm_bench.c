@@ -29,12 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DIE(...)                                           \
-	do {                                               \
-		fprintf(stderr, "cm_bench: " __VA_ARGS__); \
-		fprintf(stderr, "\n");                     \
-		exit(1);                                   \
-	} while (0)
+#include "bench/bench_util.h"
 
 #define ROUNDS 5
 
@@ -68,10 +63,10 @@ static struct rdma_cm_event *expect(struct rdma_event_channel *ch,
 	struct rdma_cm_event *ev;
 
 	if (rdma_get_cm_event(ch, &ev))
-		DIE("rdma_get_cm_event: %s", strerror(errno));
+		bench_die("rdma_get_cm_event: %s", strerror(errno));
 	if (ev->event != t)
-		DIE("got %s (status %d), wanted %s", rdma_event_str(ev->event),
-		    ev->status, rdma_event_str(t));
+		bench_die("got %s (status %d), wanted %s", rdma_event_str(ev->event),
+			  ev->status, rdma_event_str(t));
 	return ev;
 }
 
@@ -107,10 +102,10 @@ static void serve(int cm_port, int tcp_listen, int ready)
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (!ch || rdma_create_id(ch, &l, NULL, RDMA_PS_TCP) ||
 	    rdma_bind_addr(l, (struct sockaddr *)&a) || rdma_listen(l, 128))
-		DIE("server: cannot listen: %s", strerror(errno));
+		bench_die("server: cannot listen: %s", strerror(errno));
 	pthread_create(&t, NULL, tcp_server, (void *)(intptr_t)tcp_listen);
 	if (write(ready, "r", 1) != 1)
-		DIE("server: pipe");
+		bench_die("server: pipe");
 	while (!rdma_get_cm_event(ch, &ev)) {
 		struct rdma_cm_id *id = ev->id;
 		enum rdma_cm_event_type e = ev->event;
@@ -123,7 +118,7 @@ static void serve(int cm_port, int tcp_listen, int ready)
 						     .rnr_retry_count = 7 };
 
 			if (rdma_create_qp(id, NULL, &qa) || rdma_accept(id, &p))
-				DIE("server: accept: %s", strerror(errno));
+				bench_die("server: accept: %s", strerror(errno));
 		} else if (e == RDMA_CM_EVENT_DISCONNECTED) {
 			rdma_disconnect(id);
 			rdma_destroy_qp(id);
@@ -149,16 +144,16 @@ static void cm_one(struct rdma_event_channel *ch, struct sockaddr_in *dst,
 
 	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) ||
 	    rdma_resolve_addr(id, NULL, (struct sockaddr *)dst, 2000))
-		DIE("resolve_addr: %s", strerror(errno));
+		bench_die("resolve_addr: %s", strerror(errno));
 	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
 	if (rdma_resolve_route(id, 2000))
-		DIE("resolve_route: %s", strerror(errno));
+		bench_die("resolve_route: %s", strerror(errno));
 	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
 	if (rdma_create_qp(id, NULL, &qa))
-		DIE("create_qp: %s", strerror(errno));
+		bench_die("create_qp: %s", strerror(errno));
 	t0 = now_us();
 	if (rdma_connect(id, &p))
-		DIE("connect: %s", strerror(errno));
+		bench_die("connect: %s", strerror(errno));
 	rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ESTABLISHED));
 	*conn_us = now_us() - t0;
 	rdma_disconnect(id);
@@ -174,55 +169,27 @@ static void tcp_one(struct sockaddr_in *dst, double *conn_us)
 	double t0;
 
 	if (fd < 0)
-		DIE("socket: %s", strerror(errno));
+		bench_die("socket: %s", strerror(errno));
 	setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 	t0 = now_us();
 	if (connect(fd, (struct sockaddr *)dst, sizeof(*dst)))
-		DIE("tcp connect: %s", strerror(errno));
+		bench_die("tcp connect: %s", strerror(errno));
 	*conn_us = now_us() - t0;
 	close(fd);
 }
 
 static void reexec_on_softnic(char **argv)
 {
-	const char *cands[] = { "softnic", "../softnic", "bazel-bin/softnic" };
-	char dir[PATH_MAX], so[PATH_MAX + 32], fab[] = "/dev/shm/softnic-cmbench-XXXXXX";
-	const char *src = getenv("RUNFILES_DIR");
-	ssize_t n;
+	char dir[PATH_MAX], fab[] = "/dev/shm/softnic-cmbench-XXXXXX";
 
 	if (getenv("CM_BENCH_REEXEC"))
 		return;
-	/* first the softnic built with us: bazel-bin/bench -> bazel-bin/softnic */
-	n = readlink("/proc/self/exe", dir, sizeof(dir) - 32);
-	if (n > 0) {
-		dir[n] = 0;
-		strcat(strrchr(dir, '/'), "/../softnic");
-		snprintf(so, sizeof(so), "%s/librdmacm.so.1", dir);
-		if (!access(so, R_OK))
-			goto found;
-	}
-	if (src) {
-		snprintf(dir, sizeof(dir), "%s/rbtrace/softnic", src);
-		snprintf(so, sizeof(so), "%s/librdmacm.so.1", dir);
-		if (!access(so, R_OK))
-			goto found;
-	}
-	for (size_t i = 0; i < sizeof(cands) / sizeof(cands[0]); i++) {
-		if (!realpath(cands[i], dir))
-			continue;
-		snprintf(so, sizeof(so), "%s/librdmacm.so.1", dir);
-		if (!access(so, R_OK))
-			goto found;
-	}
-	DIE("softnic's librdmacm.so.1 not found (build //softnic first)");
-found:
+	if (bench_softnic_dir("librdmacm.so.1", dir, sizeof(dir)))
+		bench_die("softnic's librdmacm.so.1 not found (build //softnic first)");
 	if (!mkdtemp(fab))
-		DIE("mkdtemp %s: %s", fab, strerror(errno));
+		bench_die("mkdtemp %s: %s", fab, strerror(errno));
 	setenv("SOFTNIC_FABRIC", fab, 1);
-	setenv("LD_LIBRARY_PATH", dir, 1);
-	setenv("CM_BENCH_REEXEC", "1", 1);
-	execv("/proc/self/exe", argv);
-	DIE("execv: %s", strerror(errno));
+	bench_reexec(argv, dir, "CM_BENCH_REEXEC");
 }
 
 static void stats(const char *name, double *v, long n, double total_us, double *p50)
@@ -256,15 +223,15 @@ int main(int argc, char **argv)
 	tcp_dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (tl < 0 || bind(tl, (struct sockaddr *)&tcp_dst, sizeof(tcp_dst)) ||
 	    listen(tl, 128) || getsockname(tl, (struct sockaddr *)&tcp_dst, &sl))
-		DIE("tcp listen: %s", strerror(errno));
+		bench_die("tcp listen: %s", strerror(errno));
 	port = 20000 + getpid() % 30000;
 	if (pipe(pfd))
-		DIE("pipe");
+		bench_die("pipe");
 	pid = fork();
 	if (pid == 0)
 		serve(port, tl, pfd[1]);
 	if (pid < 0 || read(pfd[0], &c, 1) != 1)
-		DIE("server did not start");
+		bench_die("server did not start");
 	close(tl);
 	cm_dst.sin_port = htons((uint16_t)port);
 	cm_dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -272,7 +239,7 @@ int main(int argc, char **argv)
 	cml = calloc((size_t)conns, sizeof(double));
 	tcpl = calloc((size_t)conns, sizeof(double));
 	if (!ch || !cml || !tcpl)
-		DIE("setup: %s", strerror(errno));
+		bench_die("setup: %s", strerror(errno));
 	for (int w = 0; w < 20; w++) { /* warm both paths */
 		double d;
 

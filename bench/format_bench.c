@@ -50,6 +50,51 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Event k of the window, cleared, on the one stream; *j: this event's jitter. */
+static struct rbt_event *gen_event(int k, uint64_t *seed, uint64_t *j, struct storage **s)
+{
+	struct rbt_event *ev = &events[k];
+
+	*s = &store[k];
+	memset(ev, 0, sizeof(*ev));
+	memset(*s, 0, sizeof(**s));
+	*seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+	*j = g.jitter ? (*seed >> 33) % (g.jitter + 1) : 0;
+	ev->stream = 31337;
+	raw_bytes += 16; /* type, stream, ts */
+	return ev;
+}
+
+/* A post_send of s's one WR with its one SGE. */
+static void gen_post_send(struct rbt_event *ev, struct storage *s, uint64_t ts_exit,
+			  uint64_t qp, uint64_t qp_num)
+{
+	ev->type = RBT_EV_POST_SEND;
+	s->swr.n_sges = 1;
+	s->swr.sges = &s->sge;
+	ev->u.post_send.ts_exit = ts_exit;
+	ev->u.post_send.qp = qp;
+	ev->u.post_send.qp_num = qp_num;
+	ev->u.post_send.n_wrs = 1;
+	ev->u.post_send.wrs = &s->swr;
+	raw_bytes += sizeof(struct rbt_ev_post_send) + sizeof(s->swr) + sizeof(s->sge);
+}
+
+/* A poll_cq that returns s's one completion. */
+static void gen_poll_one(struct rbt_event *ev, struct storage *s, uint64_t ts_exit,
+			 uint64_t cq)
+{
+	ev->type = RBT_EV_POLL_CQ;
+	ev->u.poll_cq.ts_exit = ts_exit;
+	ev->u.poll_cq.ret = 1;
+	ev->u.poll_cq.cq = cq;
+	ev->u.poll_cq.asked = 16;
+	ev->u.poll_cq.count = 1;
+	ev->u.poll_cq.n_wcs = 1;
+	ev->u.poll_cq.wcs = &s->wc;
+	raw_bytes += sizeof(struct rbt_ev_poll_cq) + sizeof(s->wc);
+}
+
 /* One round trip is six events: the ping (post_send), an empty poll, its send
  * completion, the receive posted again, an empty poll, the pong's receive
  * completion. jitter: the largest random deviation of each timestamp, in ticks. */
@@ -64,33 +109,18 @@ static void make_events(void)
 		return;
 	}
 	for (int k = 0; k < WINDOW; k++) {
-		uint64_t i = g.i++;
-		struct rbt_event *ev = &events[k];
-		struct storage *s = &store[k];
-		memset(ev, 0, sizeof(*ev));
-		memset(s, 0, sizeof(*s));
-		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-		uint64_t j = g.jitter ? (seed >> 33) % (g.jitter + 1) : 0;
+		uint64_t i = g.i++, j;
+		struct storage *s;
+		struct rbt_event *ev = gen_event(k, &seed, &j, &s);
 		unsigned iter = (unsigned)(i / 6);
-		ev->stream = 31337;
-		raw_bytes += 16; /* type, stream, ts */
 		switch (i % 6) {
 		case 0:
 			ts += 180 + j;
-			ev->type = RBT_EV_POST_SEND;
 			s->sge = (struct rbt_sge){ buf, 64, 0x2f01 };
 			s->swr.wr_id = iter % 16;
 			s->swr.opcode = 2; /* IBV_WR_SEND */
 			s->swr.send_flags = 2;
-			s->swr.n_sges = 1;
-			s->swr.sges = &s->sge;
-			ev->u.post_send.ts_exit = ts + 95 + j;
-			ev->u.post_send.qp = qp;
-			ev->u.post_send.qp_num = 0x1a2;
-			ev->u.post_send.n_wrs = 1;
-			ev->u.post_send.wrs = &s->swr;
-			raw_bytes += sizeof(struct rbt_ev_post_send) + sizeof(s->swr) +
-				     sizeof(s->sge);
+			gen_post_send(ev, s, ts + 95 + j, qp, 0x1a2);
 			break;
 		case 3:
 			ts += 70 + j;
@@ -119,19 +149,11 @@ static void make_events(void)
 			break;
 		default: /* 2: the send completion, 5: the pong received */
 			ts += 900 + j;
-			ev->type = RBT_EV_POLL_CQ;
 			s->wc.wr_id = i % 6 == 2 ? iter % 16 : 100 + iter % 16;
 			s->wc.opcode = i % 6 == 2 ? 0 : 128;
 			s->wc.byte_len = 64;
 			s->wc.qp_num = 0x1a2;
-			ev->u.poll_cq.ts_exit = ts + 60 + j;
-			ev->u.poll_cq.ret = 1;
-			ev->u.poll_cq.cq = cq;
-			ev->u.poll_cq.asked = 16;
-			ev->u.poll_cq.count = 1;
-			ev->u.poll_cq.n_wcs = 1;
-			ev->u.poll_cq.wcs = &s->wc;
-			raw_bytes += sizeof(struct rbt_ev_poll_cq) + sizeof(s->wc);
+			gen_poll_one(ev, s, ts + 60 + j, cq);
 			break;
 		}
 		ev->ts = ts;
@@ -149,46 +171,23 @@ static void make_write_bw(void)
 		       rbuf = 0x55912453c000;
 	uint64_t ts = g.ts, seed = g.seed;
 	for (int k = 0; k < WINDOW; k++) {
-		uint64_t i = g.i++;
-		struct rbt_event *ev = &events[k];
-		struct storage *s = &store[k];
-		memset(ev, 0, sizeof(*ev));
-		memset(s, 0, sizeof(*s));
-		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-		uint64_t j = g.jitter ? (seed >> 33) % (g.jitter + 1) : 0;
-		ev->stream = 31337;
-		raw_bytes += 16; /* type, stream, ts */
+		uint64_t i = g.i++, j;
+		struct storage *s;
+		struct rbt_event *ev = gen_event(k, &seed, &j, &s);
 		if (i % 21 == 20) {
 			ts += 60 + j;
-			ev->type = RBT_EV_POLL_CQ;
 			s->wc.opcode = 1; /* IBV_WC_RDMA_WRITE */
 			s->wc.qp_num = 525;
-			ev->u.poll_cq.ts_exit = ts + 40 + j;
-			ev->u.poll_cq.ret = 1;
-			ev->u.poll_cq.cq = cq;
-			ev->u.poll_cq.asked = 16;
-			ev->u.poll_cq.count = 1;
-			ev->u.poll_cq.n_wcs = 1;
-			ev->u.poll_cq.wcs = &s->wc;
-			raw_bytes += sizeof(struct rbt_ev_poll_cq) + sizeof(s->wc);
+			gen_poll_one(ev, s, ts + 40 + j, cq);
 		} else {
 			uint64_t n = i - i / 21; /* posts so far */
 			ts += 70 + j;
-			ev->type = RBT_EV_POST_SEND;
 			s->sge = (struct rbt_sge){ lbuf + n % 64 * 64, 64, 309 };
 			s->swr.opcode = 0; /* IBV_WR_RDMA_WRITE */
 			s->swr.send_flags = i % 21 == 19 ? 2 : 0;
 			s->swr.remote_addr = rbuf + n % 64 * 64;
 			s->swr.rkey = 309;
-			s->swr.n_sges = 1;
-			s->swr.sges = &s->sge;
-			ev->u.post_send.ts_exit = ts + 50 + j;
-			ev->u.post_send.qp = qp;
-			ev->u.post_send.qp_num = 525;
-			ev->u.post_send.n_wrs = 1;
-			ev->u.post_send.wrs = &s->swr;
-			raw_bytes += sizeof(struct rbt_ev_post_send) + sizeof(s->swr) +
-				     sizeof(s->sge);
+			gen_post_send(ev, s, ts + 50 + j, qp, 525);
 		}
 		ev->ts = ts;
 	}

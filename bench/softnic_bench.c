@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_util.h"
+
 #define DIE(...)                                                \
 	do {                                                    \
 		fprintf(stderr, "softnic_bench: " __VA_ARGS__); \
@@ -58,70 +60,101 @@ static void xread(int fd, void *p, size_t n)
 
 /* ---------------- baseline: UNIX sockets ---------------- */
 
-static double sock_pingpong(long iters)
+/* A forked child running child(its end of a stream socket pair, n), then
+ * exiting 0; *fd: our end. */
+static pid_t sock_child(int *fd, void (*child)(int fd, long n), long n)
 {
 	int sv[2];
-	char b[8] = { 0 };
-	uint64_t t0, t1;
 	pid_t p;
 
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
 		DIE("socketpair");
 	p = fork();
+	close(p == 0 ? sv[0] : sv[1]);
 	if (p == 0) {
-		close(sv[0]);
-		for (long i = 0; i < iters; i++) {
-			xread(sv[1], b, 8);
-			xwrite(sv[1], b, 8);
-		}
+		child(sv[1], n);
 		_exit(0);
 	}
-	close(sv[1]);
-	t0 = now_ns();
-	for (long i = 0; i < iters; i++) {
-		xwrite(sv[0], b, 8);
-		xread(sv[0], b, 8);
-	}
-	t1 = now_ns();
-	close(sv[0]);
+	*fd = sv[0];
+	return p;
+}
+
+/* Our end closed, the child waited for. */
+static void sock_join(int fd, pid_t p)
+{
+	close(fd);
 	waitpid(p, NULL, 0);
-	return (double)(t1 - t0) / (double)iters / 2.0;
+}
+
+/* ns for parent(our end, n) against child(its end, n) in a forked child. */
+static double sock_time(void (*parent)(int fd, long n), void (*child)(int fd, long n),
+			long n)
+{
+	int fd;
+	pid_t p = sock_child(&fd, child, n);
+	uint64_t t0 = now_ns();
+
+	parent(fd, n);
+	uint64_t t1 = now_ns();
+	sock_join(fd, p);
+	return (double)(t1 - t0);
+}
+
+/* iters 8-byte exchanges: one side sends first, the other answers. */
+static void sock_ping(int fd, long iters)
+{
+	char b[8] = { 0 };
+
+	for (long i = 0; i < iters; i++) {
+		xwrite(fd, b, 8);
+		xread(fd, b, 8);
+	}
+}
+
+static void sock_pong(int fd, long iters)
+{
+	char b[8] = { 0 };
+
+	for (long i = 0; i < iters; i++) {
+		xread(fd, b, 8);
+		xwrite(fd, b, 8);
+	}
+}
+
+static double sock_pingpong(long iters)
+{
+	return sock_time(sock_ping, sock_pong, iters) / (double)iters / 2.0;
+}
+
+/* msgs 64-byte messages, one per write (a message API); then the sink's byte. */
+static void sock_source(int fd, long msgs)
+{
+	char b[64] = { 0 };
+
+	for (long i = 0; i < msgs; i++)
+		xwrite(fd, b, 64);
+	xread(fd, b, 1);
+}
+
+/* Reads msgs 64-byte messages in large reads, then says so with one byte. */
+static void sock_sink(int fd, long msgs)
+{
+	char big[65536];
+	long want = msgs * 64, got = 0;
+
+	while (got < want) {
+		ssize_t r = read(fd, big, sizeof(big));
+
+		if (r <= 0)
+			_exit(1);
+		got += r;
+	}
+	xwrite(fd, big, 1);
 }
 
 static double sock_stream(long msgs)
 {
-	int sv[2];
-	char b[64] = { 0 };
-	uint64_t t0, t1;
-	pid_t p;
-
-	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
-		DIE("socketpair");
-	p = fork();
-	if (p == 0) {
-		char big[65536];
-		long want = msgs * 64, got = 0;
-
-		close(sv[0]);
-		while (got < want) {
-			ssize_t r = read(sv[1], big, sizeof(big));
-
-			if (r <= 0)
-				_exit(1);
-			got += r;
-		}
-		xwrite(sv[1], b, 1);
-		_exit(0);
-	}
-	close(sv[1]);
-	t0 = now_ns();
-	for (long i = 0; i < msgs; i++)
-		xwrite(sv[0], b, 64); /* one message per write: a message API */
-	xread(sv[0], b, 1);
-	t1 = now_ns();
-	close(sv[0]);
-	waitpid(p, NULL, 0);
-	return (double)msgs * 1e9 / (double)(t1 - t0);
+	return (double)msgs * 1e9 / sock_time(sock_source, sock_sink, msgs);
 }
 
 /* ---------------- softnic ---------------- */
@@ -260,181 +293,141 @@ static void wait_recv(struct end *e)
 	}
 }
 
+/* One end opened (queues of depth), recvs receives posted, connected to the peer
+ * over fd. */
+static void end_ready(struct end *e, int depth, int recvs, int fd, struct info *peer)
+{
+	end_open(e, depth);
+	for (int i = 0; i < recvs; i++)
+		post_recv(e);
+	end_connect(e, fd, peer);
+}
+
+/* The answering end of the ping-pong: iters SENDs answered, then one byte. */
+static void sn_pong(int fd, long iters)
+{
+	struct end e;
+	struct info peer;
+	char c = 0;
+
+	end_ready(&e, 64, 32, fd, &peer);
+	for (long i = 0; i < iters; i++) {
+		wait_recv(&e);
+		post_recv(&e);
+		send8(&e);
+	}
+	xwrite(fd, &c, 1);
+}
+
 static double sn_pingpong(long iters)
 {
-	int sv[2];
-	pid_t p;
-	double r = 0;
+	struct end e;
+	struct info peer;
+	uint64_t t0, t1;
+	char c;
+	int fd;
+	pid_t p = sock_child(&fd, sn_pong, iters);
 
-	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
-		DIE("socketpair");
-	p = fork();
-	if (p == 0) {
-		struct end e;
-		struct info peer;
-
-		close(sv[0]);
-		end_open(&e, 64);
-		for (int i = 0; i < 32; i++)
-			post_recv(&e);
-		end_connect(&e, sv[1], &peer);
-		for (long i = 0; i < iters; i++) {
-			wait_recv(&e);
-			post_recv(&e);
-			send8(&e);
-		}
-		xwrite(sv[1], &r, 1);
-		_exit(0);
-	} else {
-		struct end e;
-		struct info peer;
-		uint64_t t0, t1;
-		char c;
-
-		close(sv[1]);
-		end_open(&e, 64);
-		for (int i = 0; i < 32; i++)
-			post_recv(&e);
-		end_connect(&e, sv[0], &peer);
-		t0 = now_ns();
-		for (long i = 0; i < iters; i++) {
-			send8(&e);
-			wait_recv(&e);
-			post_recv(&e);
-		}
-		t1 = now_ns();
-		xread(sv[0], &c, 1);
-		waitpid(p, NULL, 0);
-		r = (double)(t1 - t0) / (double)iters / 2.0;
+	end_ready(&e, 64, 32, fd, &peer);
+	t0 = now_ns();
+	for (long i = 0; i < iters; i++) {
+		send8(&e);
+		wait_recv(&e);
+		post_recv(&e);
 	}
-	return r;
+	t1 = now_ns();
+	xread(fd, &c, 1);
+	sock_join(fd, p);
+	return (double)(t1 - t0) / (double)iters / 2.0;
+}
+
+/* The written-to end of the stream: its memory, until the writer's byte says
+ * the stream is done. */
+static void sn_target(int fd, long msgs)
+{
+	struct end e;
+	struct info peer;
+	char c;
+
+	end_ready(&e, 256, 0, fd, &peer);
+	xread(fd, &c, 1);
 }
 
 static double sn_write_stream(long msgs, double *post_ns, double *poll_ns)
 {
-	int sv[2];
-	pid_t p;
-	double r = 0;
+	struct end e;
+	struct info peer;
+	struct ibv_wc wc[16];
+	uint64_t t0, t1, tpost = 0, tpoll = 0, npoll = 0;
+	long outstanding = 0;
+	double r;
+	char c = 0;
+	int fd;
+	pid_t p = sock_child(&fd, sn_target, msgs);
 
-	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
-		DIE("socketpair");
-	p = fork();
-	if (p == 0) {
-		struct end e;
-		struct info peer;
-		char c;
+	end_ready(&e, 256, 0, fd, &peer);
+	t0 = now_ns();
+	for (long i = 0; i < msgs; i += 64) {
+		struct ibv_sge s = { (uint64_t)(uintptr_t)e.buf, 64, e.mr->lkey };
+		struct ibv_send_wr wr = { .sg_list = &s,
+					  .num_sge = 1,
+					  .opcode = IBV_WR_RDMA_WRITE },
+				   *bad;
+		uint64_t a, b;
 
-		close(sv[0]);
-		end_open(&e, 256);
-		end_connect(&e, sv[1], &peer);
-		/* the last message's last byte says the stream is done */
-		xread(sv[1], &c, 1);
-		_exit(0);
-	} else {
-		struct end e;
-		struct info peer;
-		struct ibv_wc wc[16];
-		uint64_t t0, t1, tpost = 0, tpoll = 0, npoll = 0;
-		long outstanding = 0;
-		char c = 0;
-
-		close(sv[1]);
-		end_open(&e, 256);
-		end_connect(&e, sv[0], &peer);
-		t0 = now_ns();
-		for (long i = 0; i < msgs; i += 64) {
-			struct ibv_sge s = { (uint64_t)(uintptr_t)e.buf, 64, e.mr->lkey };
-			struct ibv_send_wr wr = { .sg_list = &s,
-						  .num_sge = 1,
-						  .opcode = IBV_WR_RDMA_WRITE },
-					   *bad;
-			uint64_t a, b;
-
-			while (outstanding >= 192) {
-				int n = ibv_poll_cq(e.cq, 16, wc);
-
-				outstanding -= n * 64;
-			}
-			/* 64 posts between two clock reads; every 64th signaled, as
-			 * perftest does, so the SQ drains */
-			a = now_ns();
-			for (int k = 0; k < 64; k++) {
-				wr.wr_id = (uint64_t)(i + k);
-				wr.send_flags = k == 63 ? IBV_SEND_SIGNALED : 0;
-				wr.wr.rdma.remote_addr =
-					peer.addr + (uint64_t)((i + k) & 1023) * 64;
-				wr.wr.rdma.rkey = peer.rkey;
-				if (ibv_post_send(e.qp, &wr, &bad))
-					DIE("post_send %ld", i + k);
-			}
-			b = now_ns();
-			tpost += b - a;
-			outstanding += 64;
-		}
-		while (outstanding > 63) {
+		while (outstanding >= 192) {
 			int n = ibv_poll_cq(e.cq, 16, wc);
 
 			outstanding -= n * 64;
 		}
-		t1 = now_ns();
-		/* the poll call itself: on an empty CQ (the common case of a
-		 * spinning program), many calls between two clock reads */
-		{
-			uint64_t a = now_ns();
-
-			for (int k = 0; k < 1000; k++)
-				npoll += (uint64_t)ibv_poll_cq(e.cq, 16, wc) + 1;
-			tpoll = now_ns() - a;
+		/* 64 posts between two clock reads; every 64th signaled, as
+		 * perftest does, so the SQ drains */
+		a = now_ns();
+		for (int k = 0; k < 64; k++) {
+			wr.wr_id = (uint64_t)(i + k);
+			wr.send_flags = k == 63 ? IBV_SEND_SIGNALED : 0;
+			wr.wr.rdma.remote_addr =
+				peer.addr + (uint64_t)((i + k) & 1023) * 64;
+			wr.wr.rdma.rkey = peer.rkey;
+			if (ibv_post_send(e.qp, &wr, &bad))
+				DIE("post_send %ld", i + k);
 		}
-		xwrite(sv[0], &c, 1);
-		waitpid(p, NULL, 0);
-		r = (double)msgs * 1e9 / (double)(t1 - t0);
-		*post_ns = (double)tpost / (double)msgs;
-		*poll_ns = npoll ? (double)tpoll / (double)npoll : 0;
+		b = now_ns();
+		tpost += b - a;
+		outstanding += 64;
 	}
+	while (outstanding > 63) {
+		int n = ibv_poll_cq(e.cq, 16, wc);
+
+		outstanding -= n * 64;
+	}
+	t1 = now_ns();
+	/* the poll call itself: on an empty CQ (the common case of a
+	 * spinning program), many calls between two clock reads */
+	{
+		uint64_t a = now_ns();
+
+		for (int k = 0; k < 1000; k++)
+			npoll += (uint64_t)ibv_poll_cq(e.cq, 16, wc) + 1;
+		tpoll = now_ns() - a;
+	}
+	xwrite(fd, &c, 1);
+	sock_join(fd, p);
+	r = (double)msgs * 1e9 / (double)(t1 - t0);
+	*post_ns = (double)tpost / (double)msgs;
+	*poll_ns = npoll ? (double)tpoll / (double)npoll : 0;
 	return r;
 }
 
 static void reexec_on_softnic(char **argv)
 {
-	const char *cands[] = { "softnic", "../softnic", "bazel-bin/softnic" };
-	char dir[PATH_MAX], so[PATH_MAX + 32];
-	const char *src = getenv("RUNFILES_DIR");
+	char dir[PATH_MAX];
 
 	if (getenv("SOFTNIC_BENCH_REEXEC"))
 		return;
-	{
-		/* first the softnic built with us: bazel-bin/bench -> bazel-bin/softnic
-		 * (the bazel-bin link in the current directory may be another build) */
-		ssize_t n = readlink("/proc/self/exe", dir, sizeof(dir) - 32);
-
-		if (n > 0) {
-			dir[n] = 0;
-			strcat(strrchr(dir, '/'), "/../softnic");
-			snprintf(so, sizeof(so), "%s/libibverbs.so.1", dir);
-			if (!access(so, R_OK))
-				goto found;
-		}
-	}
-	if (src) {
-		snprintf(dir, sizeof(dir), "%s/rbtrace/softnic", src);
-		snprintf(so, sizeof(so), "%s/libibverbs.so.1", dir);
-		if (!access(so, R_OK))
-			goto found;
-	}
-	for (size_t i = 0; i < sizeof(cands) / sizeof(cands[0]); i++) {
-		if (!realpath(cands[i], dir))
-			continue;
-		snprintf(so, sizeof(so), "%s/libibverbs.so.1", dir);
-		if (!access(so, R_OK))
-			goto found;
-	}
-	DIE("softnic's libibverbs.so.1 not found (build //softnic first)");
-found:
-	setenv("LD_LIBRARY_PATH", dir, 1);
-	setenv("SOFTNIC_BENCH_REEXEC", "1", 1);
-	execv("/proc/self/exe", argv);
-	DIE("execv: %s", strerror(errno));
+	if (bench_softnic_dir("libibverbs.so.1", dir, sizeof(dir)))
+		DIE("softnic's libibverbs.so.1 not found (build //softnic first)");
+	bench_reexec(argv, dir, "SOFTNIC_BENCH_REEXEC");
 }
 
 int main(int argc, char **argv)

@@ -40,7 +40,8 @@ struct rbt_config {
 };
 extern struct rbt_config rbt_cfg;
 
-/* shim_flight.c: the flight recorder and rotation (docs/recording.md). */
+/* The flight recorder and rotation (shim_flight.c; settings read by shim_env.c,
+ * docs/recording.md). */
 struct rbt_flight_cfg {
 	uint64_t flight_bytes; /* RBTRACE_FLIGHT, 0 = off */
 	unsigned before_ms;    /* window before a trigger, 0 = the whole ring */
@@ -73,6 +74,26 @@ static inline uint64_t rbt_now(void)
 {
 	return __rdtsc();
 }
+
+/* A slow-path wrapper's real call (the statement after depth): t0 and t1 read
+ * around it with depth raised (rbt_tls_inside, or the CM wrappers' nesting
+ * depth), the errno it left in rerrno. */
+#define RBT_TIMED(depth, ...)    \
+	uint64_t t0 = rbt_now(); \
+	(depth)++;               \
+	__VA_ARGS__;             \
+	(depth)--;               \
+	int rerrno = errno;      \
+	uint64_t t1 = rbt_now();
+
+/* The head of a call's record: exit time, what the call returned, its errno (0
+ * when it succeeded). */
+#define RBT_EV_HEAD(e, exit, r, error) \
+	((e)->ts_exit = (exit), (e)->ret = (r), (e)->err = (error))
+
+/* e->f = a->f: given a list macro LIST(X) of fields, LIST(RBT_COPY_FIELD) copies
+ * them from the attributes a into the record e (the names are the same). */
+#define RBT_COPY_FIELD(f) e->f = a->f;
 
 /* A post's or poll's exit time: none in light mode (the trace's ts_exit is then
  * absent, and readers take the entry time for it). */
@@ -358,17 +379,22 @@ void rbt_wake_writer(void);
 struct ibv_cq *rbt_dp_create_ts_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 				   struct ibv_comp_channel *channel, int comp_vector);
 
-/* ---- resource records shared by both wrapper files (shim_verbs.c) ------------- */
+/* ---- resource records shared by both wrapper files (shim_verbs_rec.c) --------- */
 void rbt_rec_cq_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ctx,
 		       struct ibv_cq *cq, uint32_t cqe_asked, struct ibv_comp_channel *ch,
 		       uint32_t vec, int ex, uint64_t wc_flags, uint32_t flags,
 		       int ts_source);
 void rbt_rec_qp_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ctx,
 		       struct ibv_qp *qp, const struct ibv_qp_init_attr_ex *a, int ex);
-/* QPs alive (shim_verbs.c): each one's final state at exit(); forgotten in a
+/* QPs alive (shim_verbs_rec.c): each one's final state at exit(); forgotten in a
  * forked child. */
 void rbt_final_states_at_exit(void);
 void rbt_live_qps_forget(void);
+void rbt_live_add(struct ibv_qp *qp);
+/* Takes qp out of the table (1 if it was there), first recording its final
+ * state when final_state is set; the QPs of a closed ctx all go. */
+int rbt_live_take(struct ibv_qp *qp, int final_state);
+void rbt_live_del_ctx(struct ibv_context *ctx);
 void rbt_rec_srq_create(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
 			struct ibv_srq *srq, const struct ibv_srq_init_attr_ex *a);
 void rbt_rec_port_attr(struct ibv_context *ctx, uint8_t port,

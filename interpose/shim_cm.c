@@ -14,8 +14,9 @@
  *
  * The recorder never links librdmacm: the next definitions are found with
  * dlvsym(RTLD_NEXT) on first use, so a program that never loads librdmacm never
- * reaches this file. Shape of every wrapper as in shim_verbs.c: time, real call,
- * time, record, return what the real call returned with errno as it left it.
+ * reaches this file. Shape of every wrapper as in shim_verbs.c, written once
+ * (CM_WRAP, CM_WRAP_VOID): time, real call, time, record, return what the real
+ * call returned with errno as it left it.
  * Nothing here may fail the program; no locks, no allocation.
  */
 #define _GNU_SOURCE
@@ -39,22 +40,9 @@ static RBT_TLS unsigned rbt_cm_depth;
 	__typeof__(&name) real = rbt_next_##name(); \
 	unsigned nested = rbt_cm_depth;
 
-/* The real call with the depth raised; t0/t1 around it, errno in rerrno. */
-#define CM_CALL(lhs, expr)       \
-	uint64_t t0 = rbt_now(); \
-	rbt_cm_depth++;          \
-	lhs = expr;              \
-	rbt_cm_depth--;          \
-	int rerrno = errno;      \
-	uint64_t t1 = rbt_now();
-
-#define CM_VCALL(expr)           \
-	uint64_t t0 = rbt_now(); \
-	rbt_cm_depth++;          \
-	expr;                    \
-	rbt_cm_depth--;          \
-	int rerrno = errno;      \
-	uint64_t t1 = rbt_now();
+/* The real call with the depth raised (RBT_TIMED). */
+#define CM_CALL(lhs, expr) RBT_TIMED(rbt_cm_depth, lhs = expr)
+#define CM_VCALL(expr)	   RBT_TIMED(rbt_cm_depth, expr)
 
 /* No librdmacm behind us (cannot happen for a program linked to it; a dlsym'd
  * call with the library unloaded): fail as a missing function would. */
@@ -112,23 +100,35 @@ static struct rbt_ev_cm_call *cm_begin(struct cm_rec *r, enum rbt_cm_fn fn, uint
 	return e;
 }
 
+/* The connection parameters (a call's or an event's: the same field names). */
+#define CM_CONN_FIELDS(e, p)                                           \
+	do {                                                           \
+		(e)->responder_resources = (p)->responder_resources;   \
+		(e)->initiator_depth = (p)->initiator_depth;           \
+		(e)->flow_control = (p)->flow_control;                 \
+		(e)->retry_count = (p)->retry_count;                   \
+		(e)->rnr_retry_count = (p)->rnr_retry_count;           \
+		(e)->srq = (p)->srq;                                   \
+		(e)->conn_qp_num = (p)->qp_num;                        \
+		CM_PDATA(e, (p)->private_data, (p)->private_data_len); \
+	} while (0)
+
+/* Private data: its length, and its bytes when payloads are captured. */
+#define CM_PDATA(e, pdata, plen)                            \
+	do {                                                \
+		(e)->private_data_len = (plen);             \
+		if (rbt_cfg.payload && (pdata) && (plen)) { \
+			(e)->private_data.data = (pdata);   \
+			(e)->private_data.len = (plen);     \
+		}                                           \
+	} while (0)
+
 static void cm_conn(struct rbt_ev_cm_call *e, const struct rdma_conn_param *p)
 {
 	if (!p)
 		return;
 	e->conn_given = 1;
-	e->responder_resources = p->responder_resources;
-	e->initiator_depth = p->initiator_depth;
-	e->flow_control = p->flow_control;
-	e->retry_count = p->retry_count;
-	e->rnr_retry_count = p->rnr_retry_count;
-	e->srq = p->srq;
-	e->conn_qp_num = p->qp_num;
-	e->private_data_len = p->private_data_len;
-	if (rbt_cfg.payload && p->private_data && p->private_data_len) {
-		e->private_data.data = p->private_data;
-		e->private_data.len = p->private_data_len;
-	}
+	CM_CONN_FIELDS(e, p);
 }
 
 static void cm_qp(struct rbt_ev_cm_call *e, const struct rdma_cm_id *id)
@@ -188,6 +188,67 @@ static int cm_is_ud(const struct rdma_cm_event *ev)
 	return ev->id && (ev->id->ps == RDMA_PS_UDP || ev->id->ps == RDMA_PS_IPOIB);
 }
 
+/* ---- the wrappers' common shape ------------------------------------------------
+ * CM_WRAP(name, fn, id, params, args) defines the exported wrapper in the common
+ * shape: resolve, fail as a missing function without librdmacm, forward untraced
+ * when not recording, time the real call with the depth raised, begin the call
+ * record (fn, the id it names: id, an expression of the arguments and ret), let
+ * cm_fill_<name> add what is particular, emit, snapshot the id it returned (if
+ * any) as of fn, and return what the real call returned with its errno. The
+ * macro ends with the head of cm_fill_<name>: its body follows the macro. */
+#define CM_ARGS(...) __VA_ARGS__
+#define CM_FILL_HEAD(name, params)                                                    \
+	static const struct rdma_cm_id *cm_fill_##name(                               \
+		struct cm_rec *r, struct rbt_ev_cm_call *e, int ret, unsigned nested, \
+		CM_ARGS params)
+#define CM_WRAP(name, fn, id, params, args)                                \
+	CM_FILL_HEAD(name, params);                                        \
+	RBT_EXPORT int name params                                         \
+	{                                                                  \
+		CM_RESOLVE(name);                                          \
+		CM_MISSING(-1);                                            \
+		if (!rbt_recording())                                      \
+			return real args;                                  \
+		CM_CALL(int ret, real args);                               \
+		struct cm_rec r;                                           \
+		struct rbt_ev_cm_call *e =                                 \
+			cm_begin(&r, fn, t0, t1, ret, rerrno, nested, id); \
+		const struct rdma_cm_id *snap =                            \
+			cm_fill_##name(&r, e, ret, nested, CM_ARGS args);  \
+		rbt_emit(&r.ev);                                           \
+		if (snap)                                                  \
+			cm_id_snap(snap, fn);                              \
+		errno = rerrno;                                            \
+		return ret;                                                \
+	}                                                                  \
+	CM_FILL_HEAD(name, params)
+
+/* The id a successful call made (create_id, create_ep, get_request). */
+#define CM_NEW_ID(pid) (!ret && (pid) ? *(pid) : NULL)
+
+/* The ones that return nothing take one argument: CM_WRAP_VOID(name, fn, type,
+ * arg, id, before) records the same way, with before (an expression of arg) read
+ * ahead of the real call and handed to cm_fill_<name> as pre. */
+#define CM_WRAP_VOID(name, fn, type, arg, id, before)                                  \
+	static void cm_fill_##name(struct rbt_ev_cm_call *e, uintptr_t pre, type arg); \
+	RBT_EXPORT void name(type arg)                                                 \
+	{                                                                              \
+		CM_RESOLVE(name);                                                      \
+		if (!real)                                                             \
+			return;                                                        \
+		if (!rbt_recording()) {                                                \
+			real(arg);                                                     \
+			return;                                                        \
+		}                                                                      \
+		uintptr_t pre = (before);                                              \
+		CM_VCALL(real(arg));                                                   \
+		struct cm_rec r;                                                       \
+		cm_fill_##name(cm_begin(&r, fn, t0, t1, 0, 0, nested, id), pre, arg);  \
+		rbt_emit(&r.ev);                                                       \
+		errno = rerrno;                                                        \
+	}                                                                              \
+	static void cm_fill_##name(struct rbt_ev_cm_call *e, uintptr_t pre, type arg)
+
 /* ---- channels ----------------------------------------------------------------- */
 RBT_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 {
@@ -206,87 +267,47 @@ RBT_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 	return ch;
 }
 
-RBT_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
+CM_WRAP_VOID(rdma_destroy_event_channel, RBT_CM_DESTROY_EVENT_CHANNEL,
+	     struct rdma_event_channel *, channel, NULL, 0)
 {
-	CM_RESOLVE(rdma_destroy_event_channel);
-	if (!real)
-		return;
-	if (!rbt_recording()) {
-		real(channel);
-		return;
-	}
-	CM_VCALL(real(channel));
-	struct cm_rec r;
-	struct rbt_ev_cm_call *e =
-		cm_begin(&r, RBT_CM_DESTROY_EVENT_CHANNEL, t0, t1, 0, 0, nested, NULL);
 	e->channel = (uintptr_t)channel;
-	rbt_emit(&r.ev);
-	errno = rerrno;
 }
 
 /* ---- ids ------------------------------------------------------------------------ */
-RBT_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id,
-			      void *context, enum rdma_port_space ps)
+CM_WRAP(rdma_create_id, RBT_CM_CREATE_ID, CM_NEW_ID(id),
+	(struct rdma_event_channel * channel, struct rdma_cm_id **id, void *context,
+	 enum rdma_port_space ps),
+	(channel, id, context, ps))
 {
-	CM_RESOLVE(rdma_create_id);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(channel, id, context, ps);
-	CM_CALL(int ret, real(channel, id, context, ps));
-	struct cm_rec r;
-	struct rdma_cm_id *nid = !ret && id ? *id : NULL;
-	struct rbt_ev_cm_call *e =
-		cm_begin(&r, RBT_CM_CREATE_ID, t0, t1, ret, rerrno, nested, nid);
+	struct rdma_cm_id *nid = CM_NEW_ID(id);
+
 	e->channel = (uintptr_t)(nid ? nid->channel : channel);
 	e->arg = ps;
 	e->arg2 = nid ? nid->qp_type : 0;
-	rbt_emit(&r.ev);
-	errno = rerrno;
-	return ret;
+	return NULL;
 }
 
-RBT_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res,
-			      struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init_attr)
+CM_WRAP(rdma_create_ep, RBT_CM_CREATE_EP, CM_NEW_ID(id),
+	(struct rdma_cm_id * *id, struct rdma_addrinfo *res, struct ibv_pd *pd,
+	 struct ibv_qp_init_attr *qp_init_attr),
+	(id, res, pd, qp_init_attr))
 {
-	CM_RESOLVE(rdma_create_ep);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id, res, pd, qp_init_attr);
-	CM_CALL(int ret, real(id, res, pd, qp_init_attr));
-	struct cm_rec r;
-	struct rdma_cm_id *nid = !ret && id ? *id : NULL;
-	struct rbt_ev_cm_call *e =
-		cm_begin(&r, RBT_CM_CREATE_EP, t0, t1, ret, rerrno, nested, nid);
+	struct rdma_cm_id *nid = CM_NEW_ID(id);
+
 	if (res) {
-		cm_addr_text(res->ai_src_addr, r.src, sizeof(r.src));
-		cm_addr_text(res->ai_dst_addr, r.dst, sizeof(r.dst));
+		cm_addr_text(res->ai_src_addr, r->src, sizeof(r->src));
+		cm_addr_text(res->ai_dst_addr, r->dst, sizeof(r->dst));
 		e->arg = (uint64_t)res->ai_port_space;
 		e->arg2 = (uint64_t)res->ai_qp_type;
 	}
 	if (nid)
 		e->channel = (uintptr_t)nid->channel;
 	cm_qp(e, nid);
-	rbt_emit(&r.ev);
-	if (nid)
-		cm_id_snap(nid, RBT_CM_CREATE_EP);
-	errno = rerrno;
-	return ret;
+	return nid;
 }
 
-RBT_EXPORT void rdma_destroy_ep(struct rdma_cm_id *id)
+CM_WRAP_VOID(rdma_destroy_ep, RBT_CM_DESTROY_EP, struct rdma_cm_id *, id, id, 0)
 {
-	CM_RESOLVE(rdma_destroy_ep);
-	if (!real)
-		return;
-	if (!rbt_recording()) {
-		real(id);
-		return;
-	}
-	CM_VCALL(real(id));
-	struct cm_rec r;
-	cm_begin(&r, RBT_CM_DESTROY_EP, t0, t1, 0, 0, nested, id);
-	rbt_emit(&r.ev);
-	errno = rerrno;
 }
 
 RBT_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
@@ -308,369 +329,179 @@ RBT_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	return ret;
 }
 
-RBT_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
+CM_WRAP(rdma_migrate_id, RBT_CM_MIGRATE_ID, id,
+	(struct rdma_cm_id * id, struct rdma_event_channel *channel), (id, channel))
 {
-	CM_RESOLVE(rdma_migrate_id);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id, channel);
-	CM_CALL(int ret, real(id, channel));
-	struct cm_rec r;
-	struct rbt_ev_cm_call *e =
-		cm_begin(&r, RBT_CM_MIGRATE_ID, t0, t1, ret, rerrno, nested, id);
 	e->channel = (uintptr_t)(!ret && id ? id->channel : channel);
-	rbt_emit(&r.ev);
-	errno = rerrno;
-	return ret;
+	return NULL;
 }
 
-RBT_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname,
-			       void *optval, size_t optlen)
+CM_WRAP(rdma_set_option, RBT_CM_SET_OPTION, id,
+	(struct rdma_cm_id * id, int level, int optname, void *optval, size_t optlen),
+	(id, level, optname, optval, optlen))
 {
-	CM_RESOLVE(rdma_set_option);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id, level, optname, optval, optlen);
-	CM_CALL(int ret, real(id, level, optname, optval, optlen));
-	struct cm_rec r;
-	struct rbt_ev_cm_call *e =
-		cm_begin(&r, RBT_CM_SET_OPTION, t0, t1, ret, rerrno, nested, id);
 	e->arg = (uint64_t)(unsigned)optname;
 	e->arg2 = (uint64_t)(unsigned)level;
-	rbt_emit(&r.ev);
-	errno = rerrno;
-	return ret;
+	return NULL;
 }
 
 /* ---- addresses and routes -------------------------------------------------------- */
-RBT_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
+CM_WRAP(rdma_bind_addr, RBT_CM_BIND_ADDR, id,
+	(struct rdma_cm_id * id, struct sockaddr *addr), (id, addr))
 {
-	CM_RESOLVE(rdma_bind_addr);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id, addr);
-	CM_CALL(int ret, real(id, addr));
-	struct cm_rec r;
-	cm_begin(&r, RBT_CM_BIND_ADDR, t0, t1, ret, rerrno, nested, id);
-	cm_addr_text(addr, r.src, sizeof(r.src));
-	rbt_emit(&r.ev);
-	if (!ret)
-		cm_id_snap(id, RBT_CM_BIND_ADDR);
-	errno = rerrno;
-	return ret;
+	cm_addr_text(addr, r->src, sizeof(r->src));
+	return !ret ? id : NULL;
 }
 
-RBT_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
-				 struct sockaddr *dst_addr, int timeout_ms)
+CM_WRAP(rdma_resolve_addr, RBT_CM_RESOLVE_ADDR, id,
+	(struct rdma_cm_id * id, struct sockaddr *src_addr, struct sockaddr *dst_addr,
+	 int timeout_ms),
+	(id, src_addr, dst_addr, timeout_ms))
 {
-	CM_RESOLVE(rdma_resolve_addr);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id, src_addr, dst_addr, timeout_ms);
-	CM_CALL(int ret, real(id, src_addr, dst_addr, timeout_ms));
-	struct cm_rec r;
-	struct rbt_ev_cm_call *e =
-		cm_begin(&r, RBT_CM_RESOLVE_ADDR, t0, t1, ret, rerrno, nested, id);
-	cm_addr_text(src_addr, r.src, sizeof(r.src));
-	cm_addr_text(dst_addr, r.dst, sizeof(r.dst));
+	cm_addr_text(src_addr, r->src, sizeof(r->src));
+	cm_addr_text(dst_addr, r->dst, sizeof(r->dst));
 	e->arg = (uint64_t)(unsigned)timeout_ms;
-	rbt_emit(&r.ev);
-	errno = rerrno;
-	return ret;
+	return NULL;
 }
 
-RBT_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
+CM_WRAP(rdma_resolve_route, RBT_CM_RESOLVE_ROUTE, id,
+	(struct rdma_cm_id * id, int timeout_ms), (id, timeout_ms))
 {
-	CM_RESOLVE(rdma_resolve_route);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id, timeout_ms);
-	CM_CALL(int ret, real(id, timeout_ms));
-	struct cm_rec r;
-	struct rbt_ev_cm_call *e =
-		cm_begin(&r, RBT_CM_RESOLVE_ROUTE, t0, t1, ret, rerrno, nested, id);
 	e->arg = (uint64_t)(unsigned)timeout_ms;
-	rbt_emit(&r.ev);
-	errno = rerrno;
-	return ret;
+	return NULL;
 }
 
 /* ---- QPs ------------------------------------------------------------------------- */
-RBT_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd,
-			      struct ibv_qp_init_attr *qp_init_attr)
+/* Made for the program (not inside another CM call): the id is snapshot. */
+CM_WRAP(rdma_create_qp, RBT_CM_CREATE_QP, id,
+	(struct rdma_cm_id * id, struct ibv_pd *pd,
+	 struct ibv_qp_init_attr *qp_init_attr),
+	(id, pd, qp_init_attr))
 {
-	CM_RESOLVE(rdma_create_qp);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id, pd, qp_init_attr);
-	CM_CALL(int ret, real(id, pd, qp_init_attr));
-	struct cm_rec r;
-	struct rbt_ev_cm_call *e =
-		cm_begin(&r, RBT_CM_CREATE_QP, t0, t1, ret, rerrno, nested, id);
 	e->arg = qp_init_attr ? qp_init_attr->qp_type : 0;
 	cm_qp(e, id);
-	rbt_emit(&r.ev);
-	if (!ret && !nested)
-		cm_id_snap(id, RBT_CM_CREATE_QP);
-	errno = rerrno;
-	return ret;
+	return !ret && !nested ? id : NULL;
 }
 
-RBT_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
+CM_WRAP(rdma_create_qp_ex, RBT_CM_CREATE_QP_EX, id,
+	(struct rdma_cm_id * id, struct ibv_qp_init_attr_ex *attr), (id, attr))
 {
-	CM_RESOLVE(rdma_create_qp_ex);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id, attr);
-	CM_CALL(int ret, real(id, attr));
-	struct cm_rec r;
-	struct rbt_ev_cm_call *e =
-		cm_begin(&r, RBT_CM_CREATE_QP_EX, t0, t1, ret, rerrno, nested, id);
 	e->arg = attr ? attr->qp_type : 0;
 	cm_qp(e, id);
-	rbt_emit(&r.ev);
-	if (!ret && !nested)
-		cm_id_snap(id, RBT_CM_CREATE_QP_EX);
-	errno = rerrno;
-	return ret;
+	return !ret && !nested ? id : NULL;
 }
 
-RBT_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
+/* the QP's handle is read before it is destroyed */
+CM_WRAP_VOID(rdma_destroy_qp, RBT_CM_DESTROY_QP, struct rdma_cm_id *, id, id,
+	     (uintptr_t)(id ? id->qp : NULL))
 {
-	CM_RESOLVE(rdma_destroy_qp);
-	if (!real)
-		return;
-	if (!rbt_recording()) {
-		real(id);
-		return;
-	}
-	struct cm_rec r;
-	struct ibv_qp *qp = id ? id->qp : NULL;
-	CM_VCALL(real(id));
-	struct rbt_ev_cm_call *e =
-		cm_begin(&r, RBT_CM_DESTROY_QP, t0, t1, 0, 0, nested, id);
-	e->qp = (uintptr_t)qp;
-	rbt_emit(&r.ev);
-	errno = rerrno;
+	e->qp = pre;
 }
 
-RBT_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr,
-				 int *qp_attr_mask)
+CM_WRAP(rdma_init_qp_attr, RBT_CM_INIT_QP_ATTR, id,
+	(struct rdma_cm_id * id, struct ibv_qp_attr *qp_attr, int *qp_attr_mask),
+	(id, qp_attr, qp_attr_mask))
 {
-	CM_RESOLVE(rdma_init_qp_attr);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id, qp_attr, qp_attr_mask);
-	CM_CALL(int ret, real(id, qp_attr, qp_attr_mask));
-	struct cm_rec r;
-	struct rbt_ev_cm_call *e =
-		cm_begin(&r, RBT_CM_INIT_QP_ATTR, t0, t1, ret, rerrno, nested, id);
 	if (!ret && qp_attr && qp_attr_mask) {
 		e->arg = (uint64_t)(unsigned)*qp_attr_mask;
 		e->arg2 = qp_attr->qp_state;
 	}
 	cm_qp(e, id);
-	rbt_emit(&r.ev);
-	errno = rerrno;
-	return ret;
+	return NULL;
 }
 
 /* ---- connections ----------------------------------------------------------------- */
-RBT_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
+/* connect, accept: the parameters, the id and its QP (connect: where to) */
+CM_WRAP(rdma_accept, RBT_CM_ACCEPT, id,
+	(struct rdma_cm_id * id, struct rdma_conn_param *conn_param), (id, conn_param))
 {
-	CM_RESOLVE(rdma_connect);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id, conn_param);
-	CM_CALL(int ret, real(id, conn_param));
-	struct cm_rec r;
-	struct rbt_ev_cm_call *e =
-		cm_begin(&r, RBT_CM_CONNECT, t0, t1, ret, rerrno, nested, id);
 	cm_conn(e, conn_param);
 	cm_qp(e, id);
+	return NULL;
+}
+
+CM_WRAP(rdma_connect, RBT_CM_CONNECT, id,
+	(struct rdma_cm_id * id, struct rdma_conn_param *conn_param), (id, conn_param))
+{
+	cm_fill_rdma_accept(r, e, ret, nested, id, conn_param);
 	if (id)
-		cm_addr_text(&id->route.addr.dst_addr, r.dst, sizeof(r.dst));
-	rbt_emit(&r.ev);
-	errno = rerrno;
-	return ret;
+		cm_addr_text(&id->route.addr.dst_addr, r->dst, sizeof(r->dst));
+	return NULL;
 }
 
-RBT_EXPORT int rdma_establish(struct rdma_cm_id *id)
+/* establish, disconnect: the id and its QP */
+CM_WRAP(rdma_establish, RBT_CM_ESTABLISH, id, (struct rdma_cm_id * id), (id))
 {
-	CM_RESOLVE(rdma_establish);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id);
-	CM_CALL(int ret, real(id));
-	struct cm_rec r;
-	struct rbt_ev_cm_call *e =
-		cm_begin(&r, RBT_CM_ESTABLISH, t0, t1, ret, rerrno, nested, id);
 	cm_qp(e, id);
-	rbt_emit(&r.ev);
-	errno = rerrno;
-	return ret;
+	return NULL;
 }
 
-RBT_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
+CM_WRAP(rdma_listen, RBT_CM_LISTEN, id, (struct rdma_cm_id * id, int backlog),
+	(id, backlog))
 {
-	CM_RESOLVE(rdma_listen);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id, backlog);
-	CM_CALL(int ret, real(id, backlog));
-	struct cm_rec r;
-	struct rbt_ev_cm_call *e =
-		cm_begin(&r, RBT_CM_LISTEN, t0, t1, ret, rerrno, nested, id);
 	e->arg = (uint64_t)(unsigned)backlog;
 	if (id)
-		cm_addr_text(&id->route.addr.src_addr, r.src, sizeof(r.src));
-	rbt_emit(&r.ev);
-	if (!ret)
-		cm_id_snap(id, RBT_CM_LISTEN);
-	errno = rerrno;
-	return ret;
+		cm_addr_text(&id->route.addr.src_addr, r->src, sizeof(r->src));
+	return !ret ? id : NULL;
 }
 
-RBT_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
+CM_WRAP(rdma_get_request, RBT_CM_GET_REQUEST, CM_NEW_ID(id),
+	(struct rdma_cm_id * listen, struct rdma_cm_id **id), (listen, id))
 {
-	CM_RESOLVE(rdma_get_request);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(listen, id);
-	CM_CALL(int ret, real(listen, id));
-	struct cm_rec r;
-	struct rdma_cm_id *nid = !ret && id ? *id : NULL;
-	struct rbt_ev_cm_call *e =
-		cm_begin(&r, RBT_CM_GET_REQUEST, t0, t1, ret, rerrno, nested, nid);
+	struct rdma_cm_id *nid = CM_NEW_ID(id);
+
 	e->listen_id = (uintptr_t)listen;
 	cm_qp(e, nid);
-	rbt_emit(&r.ev);
-	if (nid)
-		cm_id_snap(nid, RBT_CM_GET_REQUEST);
-	errno = rerrno;
-	return ret;
+	return nid;
 }
 
-RBT_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
+/* rdma_reject_ece is recorded as a reject (the ECE values are not in the trace) */
+CM_WRAP(rdma_reject, RBT_CM_REJECT, id,
+	(struct rdma_cm_id * id, const void *private_data, uint8_t private_data_len),
+	(id, private_data, private_data_len))
 {
-	CM_RESOLVE(rdma_accept);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id, conn_param);
-	CM_CALL(int ret, real(id, conn_param));
-	struct cm_rec r;
-	struct rbt_ev_cm_call *e =
-		cm_begin(&r, RBT_CM_ACCEPT, t0, t1, ret, rerrno, nested, id);
-	cm_conn(e, conn_param);
-	cm_qp(e, id);
-	rbt_emit(&r.ev);
-	errno = rerrno;
-	return ret;
+	CM_PDATA(e, private_data, private_data_len);
+	return NULL;
 }
 
-static int cm_reject(enum rbt_cm_fn fn, __typeof__(&rdma_reject) real, unsigned nested,
-		     struct rdma_cm_id *id, const void *pdata, uint8_t len)
+CM_WRAP(rdma_reject_ece, RBT_CM_REJECT, id,
+	(struct rdma_cm_id * id, const void *private_data, uint8_t private_data_len),
+	(id, private_data, private_data_len))
 {
-	CM_CALL(int ret, real(id, pdata, len));
-	struct cm_rec r;
-	struct rbt_ev_cm_call *e = cm_begin(&r, fn, t0, t1, ret, rerrno, nested, id);
-	e->private_data_len = len;
-	if (rbt_cfg.payload && pdata && len) {
-		e->private_data.data = pdata;
-		e->private_data.len = len;
-	}
-	rbt_emit(&r.ev);
-	errno = rerrno;
-	return ret;
+	return cm_fill_rdma_reject(r, e, ret, nested, id, private_data, private_data_len);
 }
 
-RBT_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *private_data,
-			   uint8_t private_data_len)
+CM_WRAP(rdma_disconnect, RBT_CM_DISCONNECT, id, (struct rdma_cm_id * id), (id))
 {
-	CM_RESOLVE(rdma_reject);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id, private_data, private_data_len);
-	return cm_reject(RBT_CM_REJECT, real, nested, id, private_data, private_data_len);
-}
-
-RBT_EXPORT int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data,
-			       uint8_t private_data_len)
-{
-	CM_RESOLVE(rdma_reject_ece);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id, private_data, private_data_len);
-	return cm_reject(RBT_CM_REJECT, real, nested, id, private_data, private_data_len);
-}
-
-RBT_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
-{
-	CM_RESOLVE(rdma_disconnect);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id);
-	CM_CALL(int ret, real(id));
-	struct cm_rec r;
-	struct rbt_ev_cm_call *e =
-		cm_begin(&r, RBT_CM_DISCONNECT, t0, t1, ret, rerrno, nested, id);
-	cm_qp(e, id);
-	rbt_emit(&r.ev);
-	errno = rerrno;
-	return ret;
+	return cm_fill_rdma_establish(r, e, ret, nested, id);
 }
 
 /* ---- multicast ------------------------------------------------------------------- */
-RBT_EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr,
-				   void *context)
+CM_WRAP(rdma_join_multicast, RBT_CM_JOIN_MULTICAST, id,
+	(struct rdma_cm_id * id, struct sockaddr *addr, void *context),
+	(id, addr, context))
 {
-	CM_RESOLVE(rdma_join_multicast);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id, addr, context);
-	CM_CALL(int ret, real(id, addr, context));
-	struct cm_rec r;
-	cm_begin(&r, RBT_CM_JOIN_MULTICAST, t0, t1, ret, rerrno, nested, id);
-	cm_addr_text(addr, r.dst, sizeof(r.dst));
-	rbt_emit(&r.ev);
-	errno = rerrno;
-	return ret;
+	cm_addr_text(addr, r->dst, sizeof(r->dst));
+	return NULL;
 }
 
-RBT_EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id,
-				      struct rdma_cm_join_mc_attr_ex *attr, void *context)
+CM_WRAP(rdma_join_multicast_ex, RBT_CM_JOIN_MULTICAST, id,
+	(struct rdma_cm_id * id, struct rdma_cm_join_mc_attr_ex *attr, void *context),
+	(id, attr, context))
 {
-	CM_RESOLVE(rdma_join_multicast_ex);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id, attr, context);
-	CM_CALL(int ret, real(id, attr, context));
-	struct cm_rec r;
-	struct rbt_ev_cm_call *e =
-		cm_begin(&r, RBT_CM_JOIN_MULTICAST, t0, t1, ret, rerrno, nested, id);
 	if (attr) {
-		cm_addr_text(attr->addr, r.dst, sizeof(r.dst));
+		cm_addr_text(attr->addr, r->dst, sizeof(r->dst));
 		e->arg = attr->join_flags;
 		e->arg2 = 1; /* the _ex form */
 	}
-	rbt_emit(&r.ev);
-	errno = rerrno;
-	return ret;
+	return NULL;
 }
 
-RBT_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
+CM_WRAP(rdma_leave_multicast, RBT_CM_LEAVE_MULTICAST, id,
+	(struct rdma_cm_id * id, struct sockaddr *addr), (id, addr))
 {
-	CM_RESOLVE(rdma_leave_multicast);
-	CM_MISSING(-1);
-	if (!rbt_recording())
-		return real(id, addr);
-	CM_CALL(int ret, real(id, addr));
-	struct cm_rec r;
-	cm_begin(&r, RBT_CM_LEAVE_MULTICAST, t0, t1, ret, rerrno, nested, id);
-	cm_addr_text(addr, r.dst, sizeof(r.dst));
-	rbt_emit(&r.ev);
-	errno = rerrno;
-	return ret;
+	cm_addr_text(addr, r->dst, sizeof(r->dst));
+	return NULL;
 }
 
 /* ---- events ---------------------------------------------------------------------- */
@@ -708,26 +539,10 @@ RBT_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel,
 				e->ud_dgid.data = c->param.ud.ah_attr.grh.dgid.raw;
 				e->ud_dgid.len = 16;
 			}
-			e->private_data_len = c->param.ud.private_data_len;
-			if (rbt_cfg.payload && c->param.ud.private_data &&
-			    c->param.ud.private_data_len) {
-				e->private_data.data = c->param.ud.private_data;
-				e->private_data.len = c->param.ud.private_data_len;
-			}
+			CM_PDATA(e, c->param.ud.private_data,
+				 c->param.ud.private_data_len);
 		} else {
-			const struct rdma_conn_param *p = &c->param.conn;
-			e->responder_resources = p->responder_resources;
-			e->initiator_depth = p->initiator_depth;
-			e->flow_control = p->flow_control;
-			e->retry_count = p->retry_count;
-			e->rnr_retry_count = p->rnr_retry_count;
-			e->srq = p->srq;
-			e->conn_qp_num = p->qp_num;
-			e->private_data_len = p->private_data_len;
-			if (rbt_cfg.payload && p->private_data && p->private_data_len) {
-				e->private_data.data = p->private_data;
-				e->private_data.len = p->private_data_len;
-			}
+			CM_CONN_FIELDS(e, &c->param.conn);
 		}
 	}
 	rbt_emit(&ev);

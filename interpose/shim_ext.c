@@ -16,24 +16,32 @@
 #include "interpose/shim.h"
 #include "interpose/shim_dp.h"
 
+/* The context's op (a provider without it fails as ibv would: a NULL object with
+ * errno EOPNOTSUPP, or EOPNOTSUPP returned), forwarded untraced when the recorder
+ * is not recording. */
+#define RBT_EXT_FORWARD(obj_ctx, op, args, ...)        \
+	struct rbt_ctx_ent *c = rbt_ctx_find(obj_ctx); \
+	if (!c || !c->op) {                            \
+		__VA_ARGS__;                           \
+	}                                              \
+	if (!rbt_recording())                          \
+		return c->op args;
+#define RBT_EXT_ENTER_PTR(obj_ctx, op, args) \
+	RBT_EXT_FORWARD(obj_ctx, op, args, errno = EOPNOTSUPP; return NULL)
+#define RBT_EXT_ENTER_INT(obj_ctx, op, args) \
+	RBT_EXT_FORWARD(obj_ctx, op, args, return EOPNOTSUPP)
+/* The provider's call, timed, with the tracer flag raised (RBT_TIMED); err is
+ * its errno when the object p it made is NULL. */
+#define RBT_EXT_CALL(type, p, expr)               \
+	RBT_TIMED(rbt_tls_inside, type p = expr); \
+	int err = p ? 0 : rerrno;
+
 /* ---- extended verbs through verbs_context ---------------------------------------- */
 struct ibv_cq_ex *rbt_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *a)
 {
-	struct rbt_ctx_ent *c = rbt_ctx_find(ctx);
-
-	if (!c || !c->create_cq_ex) {
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return c->create_cq_ex(ctx, a);
+	RBT_EXT_ENTER_PTR(ctx, create_cq_ex, (ctx, a));
 	uint32_t cqe = a->cqe;
-	uint64_t t0 = rbt_now();
-	rbt_tls_inside++;
-	struct ibv_cq_ex *cq = c->create_cq_ex(ctx, a);
-	rbt_tls_inside--;
-	int err = cq ? 0 : errno;
-	uint64_t t1 = rbt_now();
+	RBT_EXT_CALL(struct ibv_cq_ex *, cq, c->create_cq_ex(ctx, a));
 	int ts_src = (a->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) ? 1 : 0;
 	rbt_rec_cq_create(t0, t1, err, ctx, cq ? ibv_cq_ex_to_cq(cq) : NULL, cqe,
 			  a->channel, a->comp_vector, 1, a->wc_flags,
@@ -43,110 +51,66 @@ struct ibv_cq_ex *rbt_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_a
 		rbt_wrap_cqx(cq, a->wc_flags, 0);
 	if (cq && ts_src)
 		rbt_dp_nic_cq_created(ctx);
-	errno = err ? err : errno;
+	errno = rerrno;
 	return cq;
 }
 
 struct ibv_qp *rbt_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a)
 {
-	struct rbt_ctx_ent *c = rbt_ctx_find(ctx);
-
-	if (!c || !c->create_qp_ex) {
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return c->create_qp_ex(ctx, a);
+	RBT_EXT_ENTER_PTR(ctx, create_qp_ex, (ctx, a));
 	struct ibv_qp_init_attr_ex asked = *a;
-	uint64_t t0 = rbt_now();
-	rbt_tls_inside++;
-	struct ibv_qp *qp = c->create_qp_ex(ctx, a);
-	rbt_tls_inside--;
-	int err = qp ? 0 : errno;
-	uint64_t t1 = rbt_now();
+	RBT_EXT_CALL(struct ibv_qp *, qp, c->create_qp_ex(ctx, a));
 	/* Caps as granted (written back into *a), the rest as asked. */
 	asked.cap = a->cap;
 	rbt_rec_qp_create(t0, t1, err, ctx, qp, &asked, 1);
 	if (qp && (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
 		rbt_dp_wrap_qpx(qp);
-	errno = err ? err : errno;
+	errno = rerrno;
 	return qp;
 }
 
 struct ibv_srq *rbt_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *a)
 {
-	struct rbt_ctx_ent *c = rbt_ctx_find(ctx);
-
-	if (!c || !c->create_srq_ex) {
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return c->create_srq_ex(ctx, a);
-	uint64_t t0 = rbt_now();
-	rbt_tls_inside++;
-	struct ibv_srq *srq = c->create_srq_ex(ctx, a);
-	rbt_tls_inside--;
-	int err = srq ? 0 : errno;
-	uint64_t t1 = rbt_now();
+	RBT_EXT_ENTER_PTR(ctx, create_srq_ex, (ctx, a));
+	RBT_EXT_CALL(struct ibv_srq *, srq, c->create_srq_ex(ctx, a));
 	rbt_rec_srq_create(t0, t1, err,
 			   (a->comp_mask & IBV_SRQ_INIT_ATTR_PD) ? a->pd : NULL, srq, a);
-	errno = err ? err : errno;
+	errno = rerrno;
 	return srq;
 }
 
 struct ibv_xrcd *rbt_open_xrcd(struct ibv_context *ctx, struct ibv_xrcd_init_attr *a)
 {
-	struct rbt_ctx_ent *c = rbt_ctx_find(ctx);
-
-	if (!c || !c->open_xrcd) {
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return c->open_xrcd(ctx, a);
-	uint64_t t0 = rbt_now();
-	rbt_tls_inside++;
-	struct ibv_xrcd *x = c->open_xrcd(ctx, a);
-	rbt_tls_inside--;
-	int err = x ? 0 : errno;
+	RBT_EXT_ENTER_PTR(ctx, open_xrcd, (ctx, a));
+	RBT_EXT_CALL(struct ibv_xrcd *, x, c->open_xrcd(ctx, a));
 	struct rbt_event ev = { .type = RBT_EV_XRCD_OPEN, .ts = t0 };
-	ev.u.xrcd_open.ts_exit = rbt_now();
-	ev.u.xrcd_open.ret = x ? 0 : -err;
-	ev.u.xrcd_open.err = err;
-	ev.u.xrcd_open.ctx = (uintptr_t)ctx;
-	ev.u.xrcd_open.xrcd = (uintptr_t)x;
-	ev.u.xrcd_open.fd =
-		(a->comp_mask & IBV_XRCD_INIT_ATTR_FD) ? (uint64_t)a->fd : ~0ull;
-	ev.u.xrcd_open.oflags =
-		(a->comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS) ? a->oflags : 0;
+	struct rbt_ev_xrcd_open *e = &ev.u.xrcd_open;
+	RBT_EV_HEAD(e, t1, x ? 0 : -err, err);
+	e->ctx = (uintptr_t)ctx;
+	e->xrcd = (uintptr_t)x;
+	e->fd = (a->comp_mask & IBV_XRCD_INIT_ATTR_FD) ? (uint64_t)a->fd : ~0ull;
+	e->oflags = (a->comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS) ? a->oflags : 0;
 	rbt_emit(&ev);
 	rbt_emit_stack(RBT_EV_XRCD_OPEN);
-	errno = err ? err : errno;
+	errno = rerrno;
 	return x;
 }
 
 /* A context op that releases an object: the same record as the exported
  * release verbs (entry and exit time, return code, errno, the handle). */
-#define RBT_CTX_RELEASE(fn, obj_t, op, EV, lname, field)          \
-	int fn(obj_t *o)                                          \
-	{                                                         \
-		struct rbt_ctx_ent *c = rbt_ctx_find(o->context); \
-		if (!c || !c->op)                                 \
-			return EOPNOTSUPP;                        \
-		if (!rbt_recording())                             \
-			return c->op(o);                          \
-		uint64_t t0 = rbt_now();                          \
-		int ret = c->op(o);                               \
-		int err = ret ? errno : 0;                        \
-		struct rbt_event ev = { .type = EV, .ts = t0 };   \
-		ev.u.lname.ts_exit = rbt_now();                   \
-		ev.u.lname.ret = ret;                             \
-		ev.u.lname.err = err;                             \
-		ev.u.lname.field = (uintptr_t)o;                  \
-		rbt_emit(&ev);                                    \
-		errno = err ? err : errno;                        \
-		return ret;                                       \
+#define RBT_CTX_RELEASE(fn, obj_t, op, EV, lname, field)        \
+	int fn(obj_t *o)                                        \
+	{                                                       \
+		RBT_EXT_ENTER_INT(o->context, op, (o));         \
+		uint64_t t0 = rbt_now();                        \
+		int ret = c->op(o);                             \
+		int err = ret ? errno : 0;                      \
+		struct rbt_event ev = { .type = EV, .ts = t0 }; \
+		RBT_EV_HEAD(&ev.u.lname, rbt_now(), ret, err);  \
+		ev.u.lname.field = (uintptr_t)o;                \
+		rbt_emit(&ev);                                  \
+		errno = err ? err : errno;                      \
+		return ret;                                     \
 	}
 RBT_CTX_RELEASE(rbt_close_xrcd, struct ibv_xrcd, close_xrcd, RBT_EV_XRCD_CLOSE,
 		xrcd_close, xrcd)
@@ -155,37 +119,24 @@ int rbt_query_device_ex(struct ibv_context *ctx,
 			const struct ibv_query_device_ex_input *in,
 			struct ibv_device_attr_ex *attr, size_t sz)
 {
-	struct rbt_ctx_ent *c = rbt_ctx_find(ctx);
-
-	if (!c || !c->query_device_ex)
-		return EOPNOTSUPP;
-	if (!rbt_recording())
-		return c->query_device_ex(ctx, in, attr, sz);
+	RBT_EXT_ENTER_INT(ctx, query_device_ex, (ctx, in, attr, sz));
 	rbt_tls_inside++;
 	int ret = c->query_device_ex(ctx, in, attr, sz);
 	rbt_tls_inside--;
 	int saved = errno;
+	/* the clock fields when the caller's struct reaches them */
+	int clock = sz >= offsetof(struct ibv_device_attr_ex, hca_core_clock) + 8;
 	if (!ret)
-		rbt_rec_device_attr(
-			ctx, &attr->orig_attr,
-			sz >= offsetof(struct ibv_device_attr_ex, hca_core_clock) + 8
-				? attr->completion_timestamp_mask
-				: 0,
-			sz >= offsetof(struct ibv_device_attr_ex, hca_core_clock) + 8
-				? attr->hca_core_clock
-				: 0);
+		rbt_rec_device_attr(ctx, &attr->orig_attr,
+				    clock ? attr->completion_timestamp_mask : 0,
+				    clock ? attr->hca_core_clock : 0);
 	errno = saved;
 	return ret;
 }
 
 int rbt_query_rt_values(struct ibv_context *ctx, struct ibv_values_ex *v)
 {
-	struct rbt_ctx_ent *c = rbt_ctx_find(ctx);
-
-	if (!c || !c->query_rt_values)
-		return EOPNOTSUPP;
-	if (!rbt_recording())
-		return c->query_rt_values(ctx, v);
+	RBT_EXT_ENTER_INT(ctx, query_rt_values, (ctx, v));
 	uint64_t t0 = rbt_now();
 	int ret = c->query_rt_values(ctx, v);
 	uint64_t t1 = rbt_now();
@@ -207,12 +158,7 @@ int rbt_query_rt_values(struct ibv_context *ctx, struct ibv_values_ex *v)
 int rbt_query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *a,
 		      size_t len)
 {
-	struct rbt_ctx_ent *c = rbt_ctx_find(ctx);
-
-	if (!c || !c->query_port)
-		return EOPNOTSUPP;
-	if (!rbt_recording())
-		return c->query_port(ctx, port, a, len);
+	RBT_EXT_ENTER_INT(ctx, query_port, (ctx, port, a, len));
 	rbt_tls_inside++;
 	int ret = c->query_port(ctx, port, a, len);
 	rbt_tls_inside--;
@@ -226,25 +172,17 @@ int rbt_query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_att
 /* ---- memory windows (inline verbs through ctx->ops) ------------------------------ */
 struct ibv_mw *rbt_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 {
-	struct rbt_ctx_ent *c = rbt_ctx_find(pd->context);
-
-	if (!c || !c->alloc_mw) {
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return c->alloc_mw(pd, type);
+	RBT_EXT_ENTER_PTR(pd->context, alloc_mw, (pd, type));
 	uint64_t t0 = rbt_now();
 	struct ibv_mw *mw = c->alloc_mw(pd, type);
 	int err = mw ? 0 : errno;
 	struct rbt_event ev = { .type = RBT_EV_MW_ALLOC, .ts = t0 };
-	ev.u.mw_alloc.ts_exit = rbt_now();
-	ev.u.mw_alloc.ret = mw ? 0 : -err;
-	ev.u.mw_alloc.err = err;
-	ev.u.mw_alloc.pd = (uintptr_t)pd;
-	ev.u.mw_alloc.mw = (uintptr_t)mw;
-	ev.u.mw_alloc.mw_type = type;
-	ev.u.mw_alloc.rkey = mw ? mw->rkey : 0;
+	struct rbt_ev_mw_alloc *e = &ev.u.mw_alloc;
+	RBT_EV_HEAD(e, rbt_now(), mw ? 0 : -err, err);
+	e->pd = (uintptr_t)pd;
+	e->mw = (uintptr_t)mw;
+	e->mw_type = type;
+	e->rkey = mw ? mw->rkey : 0;
 	rbt_emit(&ev);
 	rbt_emit_stack(RBT_EV_MW_ALLOC);
 	errno = err ? err : errno;

@@ -14,6 +14,8 @@
  * Rotation: when the file reaches RBTRACE_ROTATE's size or age it is ended
  * ("rotated") and the next file of the series begins with the carried events.
  *
+ * Their settings (RBTRACE_FLIGHT*, RBTRACE_ROTATE) are read by shim_env.c.
+ *
  * Runs only on the writer thread (with rbt_writer_lock held), except the
  * SIGUSR2 handler, which only sets a flag and writes the wake pipe. It must never
  * touch the application's data path.
@@ -36,125 +38,6 @@
 #include "interpose/shim.h"
 
 #include "interpose/shim_rec.h"
-
-struct rbt_flight_cfg rbt_fcfg;
-
-/* ---- settings ------------------------------------------------------------------ */
-/* "64M", "512K", "1G", "1048576": bytes; 0 when it does not parse. */
-static uint64_t rbt_parse_size(const char *s)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return 0;
-	uint64_t mul = 1;
-	switch (*end) {
-	case 'k':
-	case 'K':
-		mul = 1 << 10, end++;
-		break;
-	case 'M':
-		mul = 1 << 20, end++;
-		break;
-	case 'g':
-	case 'G':
-		mul = 1 << 30, end++;
-		break;
-	}
-	if (*end == 'B' || (*end == 'i' && end[1] == 'B' && (end += 1)))
-		end++;
-	if (*end)
-		return 0;
-	return v * mul;
-}
-
-/* "500ms", "10s", "5min", "2h": ms; 0 when it is not a duration. */
-static uint64_t rbt_parse_ms(const char *s)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return 0;
-	if (!strcmp(end, "ms"))
-		return v;
-	if (!strcmp(end, "s"))
-		return v * 1000;
-	if (!strcmp(end, "m") || !strcmp(end, "min"))
-		return v * 60000;
-	if (!strcmp(end, "h"))
-		return v * 3600000;
-	return 0;
-}
-
-static unsigned long rbt_fenv(const char *name, unsigned long dflt, unsigned long hi)
-{
-	const char *s = getenv(name);
-	char *end;
-	if (!s || !*s)
-		return dflt;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-	if (errno || *end || v > hi) {
-		rbt_warn("ignoring %s=%s (expected 0..%lu)", name, s, hi);
-		return dflt;
-	}
-	return v;
-}
-
-void rbt_flight_config(void)
-{
-	const char *s = getenv(RBT_ENV_FLIGHT);
-	memset(&rbt_fcfg, 0, sizeof(rbt_fcfg));
-	if (s && *s && strcmp(s, "0")) {
-		rbt_fcfg.flight_bytes = rbt_parse_size(s);
-		if (rbt_fcfg.flight_bytes < (1 << 20) ||
-		    rbt_fcfg.flight_bytes > (64ull << 30)) {
-			rbt_warn("ignoring %s=%s (expected a size from 1M to 64G)",
-				 RBT_ENV_FLIGHT, s);
-			rbt_fcfg.flight_bytes = 0;
-		}
-	}
-	rbt_fcfg.before_ms = rbt_fenv(RBT_ENV_FLIGHT_BEFORE_MS, 0, 86400000);
-	rbt_fcfg.after_ms = rbt_fenv(RBT_ENV_FLIGHT_AFTER_MS, 100, 600000);
-	rbt_fcfg.gap_ms = rbt_fenv(RBT_ENV_FLIGHT_GAP_MS, 1000, 86400000);
-	rbt_fcfg.max_snaps = rbt_fenv(RBT_ENV_FLIGHT_MAX, 32, 100000);
-	rbt_fcfg.stall_ms = rbt_fenv(RBT_ENV_FLIGHT_STALL_MS, 1000, 86400000);
-	rbt_fcfg.slow_post_us = rbt_fenv(RBT_ENV_FLIGHT_SLOW_POST_US, 0, 100000000);
-	rbt_fcfg.slow_poll_us = rbt_fenv(RBT_ENV_FLIGHT_SLOW_POLL_US, 0, 100000000);
-	if (rbt_cfg.light && rbt_fcfg.flight_bytes &&
-	    (rbt_fcfg.slow_post_us || rbt_fcfg.slow_poll_us))
-		rbt_warn("%s/%s: no effect in light mode (%s=1: calls have no exit time)",
-			 RBT_ENV_FLIGHT_SLOW_POST_US, RBT_ENV_FLIGHT_SLOW_POLL_US,
-			 RBT_ENV_LIGHT);
-	s = getenv(RBT_ENV_ROTATE);
-	if (s && *s && strcmp(s, "0")) {
-		uint64_t ms = rbt_parse_ms(s);
-		if (ms)
-			rbt_fcfg.rotate_ms = ms;
-		else
-			rbt_fcfg.rotate_bytes = rbt_parse_size(s);
-		if (!ms && rbt_fcfg.rotate_bytes < (64 << 10)) {
-			rbt_warn("ignoring %s=%s (expected a size of 64K or more, or a "
-				 "duration such as 10s or 5min)",
-				 RBT_ENV_ROTATE, s);
-			rbt_fcfg.rotate_bytes = 0;
-		}
-	}
-	if (rbt_fcfg.flight_bytes && (rbt_fcfg.rotate_bytes || rbt_fcfg.rotate_ms)) {
-		rbt_warn("%s and %s do not go together: flight recorder only",
-			 RBT_ENV_FLIGHT, RBT_ENV_ROTATE);
-		rbt_fcfg.rotate_bytes = rbt_fcfg.rotate_ms = 0;
-	}
-}
-
-int rbt_flight_mode(void)
-{
-	return rbt_fcfg.flight_bytes			     ? 1
-	       : rbt_fcfg.rotate_bytes || rbt_fcfg.rotate_ms ? 2
-							     : 0;
-}
 
 /* ---- stored chunks ----------------------------------------------------------------- */
 struct rbt_fchunk {
@@ -198,6 +81,21 @@ static int rbt_fvec_push(struct rbt_fvec *q, const struct rbt_fchunk *c)
 	return 0;
 }
 
+/* Pushes c with a copy of chunk's len bytes as its buffer. */
+static int rbt_fvec_push_copy(struct rbt_fvec *q, struct rbt_fchunk *c, const void *chunk,
+			      size_t len)
+{
+	c->buf = malloc(len);
+	if (!c->buf)
+		return -ENOMEM;
+	memcpy(c->buf, chunk, len);
+	if (rbt_fvec_push(q, c)) {
+		free(c->buf);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 static void rbt_fvec_pop(struct rbt_fvec *q)
 {
 	struct rbt_fchunk *c = rbt_fvec_at(q, 0);
@@ -230,14 +128,8 @@ static int rbt_ring_sink(void *arg, const void *chunk, size_t len, uint64_t firs
 				.seq = rbt_main_seq++ };
 	c.reach = rbt_cur_reach;
 	rbt_cur_reach = UINT64_MAX;
-	c.buf = malloc(len);
-	if (!c.buf)
+	if (rbt_fvec_push_copy(&rbt_ring_q, &c, chunk, len))
 		return -ENOMEM;
-	memcpy(c.buf, chunk, len);
-	if (rbt_fvec_push(&rbt_ring_q, &c)) {
-		free(c.buf);
-		return -ENOMEM;
-	}
 	while (rbt_ring_q.n > 1 && rbt_ring_q.bytes > rbt_fcfg.flight_bytes) {
 		rbt_fvec_pop(&rbt_ring_q);
 		rbt_ring_dropped++;
@@ -254,15 +146,7 @@ static int rbt_carry_sink(void *arg, const void *chunk, size_t len, uint64_t fir
 	};
 	c.handle = rbt_cur_handle;
 	c.destroys = rbt_cur_destroys;
-	c.buf = malloc(len);
-	if (!c.buf)
-		return -ENOMEM;
-	memcpy(c.buf, chunk, len);
-	if (rbt_fvec_push(&rbt_carry_q, &c)) {
-		free(c.buf);
-		return -ENOMEM;
-	}
-	return 0;
+	return rbt_fvec_push_copy(&rbt_carry_q, &c, chunk, len);
 }
 
 /* Marks in drop[] the carried events of resources destroyed before seq: the

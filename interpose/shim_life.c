@@ -501,42 +501,22 @@ static void rbt_after_exec(void)
 	errno = saved;
 }
 
-RBT_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
-{
-	int (*real)(const char *, char *const[], char *const[]) = rbt_next_execve();
+/* The exec family: the trace is finished before the image is replaced (when
+ * the exec fails, the program goes on untraced: rbt_after_exec). */
+#define RBT_EXEC_WRAPPER(name, params, args)                \
+	RBT_EXPORT int name params                          \
+	{                                                   \
+		__typeof__(&name) real = rbt_next_##name(); \
+                                                            \
+		rbt_before_exec();                          \
+		int ret = real args;                        \
+		rbt_after_exec();                           \
+		return ret;                                 \
+	}
 
-	rbt_before_exec();
-	int ret = real(path, argv, envp);
-	rbt_after_exec();
-	return ret;
-}
-
-RBT_EXPORT int execv(const char *path, char *const argv[])
-{
-	int (*real)(const char *, char *const[]) = rbt_next_execv();
-
-	rbt_before_exec();
-	int ret = real(path, argv);
-	rbt_after_exec();
-	return ret;
-}
-
-RBT_EXPORT int execvp(const char *file, char *const argv[])
-{
-	int (*real)(const char *, char *const[]) = rbt_next_execvp();
-
-	rbt_before_exec();
-	int ret = real(file, argv);
-	rbt_after_exec();
-	return ret;
-}
-
-RBT_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
-{
-	int (*real)(const char *, char *const[], char *const[]) = rbt_next_execvpe();
-
-	rbt_before_exec();
-	int ret = real(file, argv, envp);
-	rbt_after_exec();
-	return ret;
-}
+RBT_EXEC_WRAPPER(execve, (const char *path, char *const argv[], char *const envp[]),
+		 (path, argv, envp))
+RBT_EXEC_WRAPPER(execv, (const char *path, char *const argv[]), (path, argv))
+RBT_EXEC_WRAPPER(execvp, (const char *file, char *const argv[]), (file, argv))
+RBT_EXEC_WRAPPER(execvpe, (const char *file, char *const argv[], char *const envp[]),
+		 (file, argv, envp))

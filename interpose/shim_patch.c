@@ -143,6 +143,27 @@ static void rbt_probe_device(struct rbt_ctx_ent *c)
 	rbt_tls_inside--;
 }
 
+/* The ops a context's wrappers take the place of: (op, wrapper), in ctx->ops and
+ * in the verbs_context (there only where the provider's struct reaches the op). */
+#define RBT_PATCHED_OPS(X)                  \
+	X(post_send, rbt_post_send)         \
+	X(post_recv, rbt_post_recv)         \
+	X(post_srq_recv, rbt_post_srq_recv) \
+	X(poll_cq, rbt_poll_cq)             \
+	X(req_notify_cq, rbt_req_notify_cq) \
+	X(alloc_mw, rbt_alloc_mw)           \
+	X(dealloc_mw, rbt_dealloc_mw)       \
+	X(bind_mw, rbt_bind_mw)
+#define RBT_PATCHED_VOPS(X)                     \
+	X(query_port, rbt_query_port_ex)        \
+	X(create_cq_ex, rbt_create_cq_ex)       \
+	X(create_qp_ex, rbt_create_qp_ex)       \
+	X(create_srq_ex, rbt_create_srq_ex)     \
+	X(open_xrcd, rbt_open_xrcd)             \
+	X(close_xrcd, rbt_close_xrcd)           \
+	X(query_device_ex, rbt_query_device_ex) \
+	X(query_rt_values, rbt_query_rt_values)
+
 void rbt_dp_patch_context(struct ibv_context *ctx)
 {
 	struct rbt_ctx_ent *c = NULL;
@@ -185,24 +206,12 @@ void rbt_dp_patch_context(struct ibv_context *ctx)
 			"not traced");
 	}
 	fresh.vctx = v;
-	fresh.post_send = ctx->ops.post_send;
-	fresh.post_recv = ctx->ops.post_recv;
-	fresh.post_srq_recv = ctx->ops.post_srq_recv;
-	fresh.poll_cq = ctx->ops.poll_cq;
-	fresh.req_notify_cq = ctx->ops.req_notify_cq;
-	fresh.alloc_mw = ctx->ops.alloc_mw;
-	fresh.dealloc_mw = ctx->ops.dealloc_mw;
-	fresh.bind_mw = ctx->ops.bind_mw;
+	/* the originals */
+#define RBT_TAKE_OP(f, w) fresh.f = ctx->ops.f;
+#define RBT_TAKE_V(f, w)  fresh.f = RBT_VHAS(v, f) ? v->f : NULL;
+	RBT_PATCHED_OPS(RBT_TAKE_OP)
 	if (v) {
-#define RBT_TAKE(f) fresh.f = RBT_VHAS(v, f) ? v->f : NULL;
-		RBT_TAKE(query_port)
-		RBT_TAKE(create_cq_ex)
-		RBT_TAKE(create_qp_ex)
-		RBT_TAKE(create_srq_ex)
-		RBT_TAKE(open_xrcd)
-		RBT_TAKE(close_xrcd)
-		RBT_TAKE(query_device_ex)
-		RBT_TAKE(query_rt_values)
+		RBT_PATCHED_VOPS(RBT_TAKE_V)
 	}
 	pthread_mutex_lock(&rbt_sample_lock); /* the writer may be sampling others */
 	*c = fresh;
@@ -211,34 +220,16 @@ void rbt_dp_patch_context(struct ibv_context *ctx)
 		atomic_store_explicit(&rbt_nctx, n + 1, memory_order_release);
 	/* Publish the originals before any wrapper can run. */
 	atomic_thread_fence(memory_order_seq_cst);
-	if (fresh.post_send)
-		ctx->ops.post_send = rbt_post_send;
-	if (fresh.post_recv)
-		ctx->ops.post_recv = rbt_post_recv;
-	if (fresh.post_srq_recv)
-		ctx->ops.post_srq_recv = rbt_post_srq_recv;
-	if (fresh.poll_cq)
-		ctx->ops.poll_cq = rbt_poll_cq;
-	if (fresh.req_notify_cq)
-		ctx->ops.req_notify_cq = rbt_req_notify_cq;
-	if (fresh.alloc_mw)
-		ctx->ops.alloc_mw = rbt_alloc_mw;
-	if (fresh.dealloc_mw)
-		ctx->ops.dealloc_mw = rbt_dealloc_mw;
-	if (fresh.bind_mw)
-		ctx->ops.bind_mw = rbt_bind_mw;
-	if (v) {
-#define RBT_PATCH(f, w) \
-	if (fresh.f)    \
+	/* the wrappers in their place (where the provider has the op) */
+#define RBT_PATCH_OP(f, w) \
+	if (fresh.f)       \
+		ctx->ops.f = w;
+#define RBT_PATCH_V(f, w) \
+	if (fresh.f)      \
 		v->f = w;
-		RBT_PATCH(query_port, rbt_query_port_ex)
-		RBT_PATCH(create_cq_ex, rbt_create_cq_ex)
-		RBT_PATCH(create_qp_ex, rbt_create_qp_ex)
-		RBT_PATCH(create_srq_ex, rbt_create_srq_ex)
-		RBT_PATCH(open_xrcd, rbt_open_xrcd)
-		RBT_PATCH(close_xrcd, rbt_close_xrcd)
-		RBT_PATCH(query_device_ex, rbt_query_device_ex)
-		RBT_PATCH(query_rt_values, rbt_query_rt_values)
+	RBT_PATCHED_OPS(RBT_PATCH_OP)
+	if (v) {
+		RBT_PATCHED_VOPS(RBT_PATCH_V)
 	}
 	pthread_mutex_unlock(&rbt_ctx_lock);
 	if (!v) {

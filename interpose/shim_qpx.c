@@ -112,6 +112,13 @@ static inline int rbt_qpx_ext(const struct rbt_qpx_swr *w)
 	return (w->compare_add | w->swap | w->ah | w->remote_qpn | w->remote_qkey) != 0;
 }
 
+/* A WR's fields the ring record keeps under their own names. */
+/* clang-format off */
+#define RBT_QPX_RAW_FIELDS(X) \
+	X(wr_id) X(remote_addr) X(rkey) X(imm) X(send_flags) X(payload_len)
+/* clang-format on */
+#define RBT_QPX_TO_RAW(f) h->f = w->f;
+
 static void rbt_qpx_emit(struct rbt_qpx_ent *e, int ret, uint64_t t1)
 {
 	struct rbt_ring *r = rbt_ring_get();
@@ -143,12 +150,7 @@ static void rbt_qpx_emit(struct rbt_qpx_ent *e, int ret, uint64_t t1)
 		for (uint32_t i = 0; i < e->n; i++) {
 			const struct rbt_qpx_swr *w = &e->wrs[i].w;
 			struct rbt_raw_swr *h = (void *)o;
-			h->wr_id = w->wr_id;
-			h->remote_addr = w->remote_addr;
-			h->rkey = w->rkey;
-			h->imm = w->imm;
-			h->send_flags = w->send_flags;
-			h->payload_len = w->payload_len;
+			RBT_QPX_RAW_FIELDS(RBT_QPX_TO_RAW)
 			h->opcode = (uint8_t)w->opcode;
 			h->ext = (uint8_t)rbt_qpx_ext(w);
 			h->nsge = (uint16_t)w->nsge;
@@ -215,14 +217,42 @@ static inline void rbt_qpx_add_sge(struct rbt_qpx_wr *c, uint64_t addr, uint32_t
 	if (RBT_UNLIKELY(!e))                    \
 		return;
 
+/* A new WR of op that names remote memory (rkey, ra); NULL as rbt_qpx_new. */
+static inline struct rbt_qpx_swr *rbt_qpx_new_remote(struct rbt_qpx_ent *e,
+						     struct ibv_qp_ex *q, uint32_t op,
+						     uint32_t rkey, uint64_t ra)
+{
+	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, op);
+
+	if (w) {
+		w->rkey = rkey;
+		w->remote_addr = ra;
+	}
+	return w;
+}
+
+/* w (when there is one) with its immediate, or invalidated rkey, in imm. */
+static inline struct rbt_qpx_swr *rbt_qpx_set_imm(struct rbt_qpx_swr *w, uint32_t imm)
+{
+	if (w)
+		w->imm = imm;
+	return w;
+}
+
+/* A new WR of op with imm (rbt_qpx_set_imm). */
+static inline struct rbt_qpx_swr *
+rbt_qpx_new_imm(struct rbt_qpx_ent *e, struct ibv_qp_ex *q, uint32_t op, uint32_t imm)
+{
+	return rbt_qpx_set_imm(rbt_qpx_new(e, q, op), imm);
+}
+
 static void rbt_wr_atomic_cmp_swp(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra,
 				  uint64_t cmp, uint64_t swap)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_ATOMIC_CMP_AND_SWP);
+	struct rbt_qpx_swr *w =
+		rbt_qpx_new_remote(e, q, IBV_WR_ATOMIC_CMP_AND_SWP, rkey, ra);
 	if (w) {
-		w->rkey = rkey;
-		w->remote_addr = ra;
 		w->compare_add = cmp;
 		w->swap = swap;
 	}
@@ -233,12 +263,10 @@ static void rbt_wr_atomic_fetch_add(struct ibv_qp_ex *q, uint32_t rkey, uint64_t
 				    uint64_t add)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_ATOMIC_FETCH_AND_ADD);
-	if (w) {
-		w->rkey = rkey;
-		w->remote_addr = ra;
+	struct rbt_qpx_swr *w =
+		rbt_qpx_new_remote(e, q, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, ra);
+	if (w)
 		w->compare_add = add;
-	}
 	e->wr_atomic_fetch_add(q, rkey, ra, add);
 }
 
@@ -262,31 +290,21 @@ static void rbt_wr_bind_mw(struct ibv_qp_ex *q, struct ibv_mw *mw, uint32_t rkey
 static void rbt_wr_local_inv(struct ibv_qp_ex *q, uint32_t rkey)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_LOCAL_INV);
-	if (w)
-		w->imm = rkey;
+	rbt_qpx_new_imm(e, q, IBV_WR_LOCAL_INV, rkey);
 	e->wr_local_inv(q, rkey);
 }
 
 static void rbt_wr_rdma_read(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_RDMA_READ);
-	if (w) {
-		w->rkey = rkey;
-		w->remote_addr = ra;
-	}
+	rbt_qpx_new_remote(e, q, IBV_WR_RDMA_READ, rkey, ra);
 	e->wr_rdma_read(q, rkey, ra);
 }
 
 static void rbt_wr_rdma_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_RDMA_WRITE);
-	if (w) {
-		w->rkey = rkey;
-		w->remote_addr = ra;
-	}
+	rbt_qpx_new_remote(e, q, IBV_WR_RDMA_WRITE, rkey, ra);
 	e->wr_rdma_write(q, rkey, ra);
 }
 
@@ -294,12 +312,8 @@ static void rbt_wr_rdma_write_imm(struct ibv_qp_ex *q, uint32_t rkey, uint64_t r
 				  __be32 imm)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_RDMA_WRITE_WITH_IMM);
-	if (w) {
-		w->rkey = rkey;
-		w->remote_addr = ra;
-		w->imm = be32toh(imm);
-	}
+	rbt_qpx_set_imm(rbt_qpx_new_remote(e, q, IBV_WR_RDMA_WRITE_WITH_IMM, rkey, ra),
+			be32toh(imm));
 	e->wr_rdma_write_imm(q, rkey, ra, imm);
 }
 
@@ -313,18 +327,14 @@ static void rbt_wr_send(struct ibv_qp_ex *q)
 static void rbt_wr_send_imm(struct ibv_qp_ex *q, __be32 imm)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_SEND_WITH_IMM);
-	if (w)
-		w->imm = be32toh(imm);
+	rbt_qpx_new_imm(e, q, IBV_WR_SEND_WITH_IMM, be32toh(imm));
 	e->wr_send_imm(q, imm);
 }
 
 static void rbt_wr_send_inv(struct ibv_qp_ex *q, uint32_t rkey)
 {
 	RBT_QPX_ENT(q);
-	struct rbt_qpx_swr *w = rbt_qpx_new(e, q, IBV_WR_SEND_WITH_INV);
-	if (w)
-		w->imm = rkey;
+	rbt_qpx_new_imm(e, q, IBV_WR_SEND_WITH_INV, rkey);
 	e->wr_send_inv(q, rkey);
 }
 

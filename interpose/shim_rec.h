@@ -86,6 +86,7 @@ void rbt_deliver_signal(int sig);
 void rbt_manifest_add(const char *path);
 
 /* ---- shim_flight.c: flight recorder and rotation (writer thread) ------------------ */
+/* Their settings (shim_env.c): rbt_fcfg from the environment. */
 void rbt_flight_config(void);
 int rbt_flight_mode(void); /* 0 off, 1 flight, 2 rotation */
 struct rbt_writer *rbt_flight_open(const struct rbt_header *hdr, int fd, int *err);

@@ -6,10 +6,11 @@
  * call returned with errno as it left it. Calls made while this thread is already
  * inside the tracer (or inside a wrapped verb, e.g. a provider calling an
  * exported verb) are forwarded untraced. Nothing here may fail the program.
+ * The records the extended verbs share (CQ, QP, SRQ creates, attributes) and the
+ * table of QPs alive are in shim_verbs_rec.c.
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,172 +20,70 @@
 /* The next definition of a listed function (rbt_verbs.h), resolved once. */
 #define RBT_RESOLVE(name) __typeof__(&name) real = rbt_next_##name()
 
-/* Calls the real function with the tracer flag set; t0/t1 around it and the
- * errno it left in rerrno. */
-#define RBT_CALL(lhs, expr)      \
-	uint64_t t0 = rbt_now(); \
-	rbt_tls_inside++;        \
-	lhs = expr;              \
-	rbt_tls_inside--;        \
-	int rerrno = errno;      \
-	uint64_t t1 = rbt_now();
+/* Calls the real function with the tracer flag set (RBT_TIMED). */
+#define RBT_CALL(lhs, expr) RBT_TIMED(rbt_tls_inside, lhs = expr)
+
+/* Resolves name; without a next definition fails as the missing function would
+ * (NULL with errno ENOSYS, or fail returned); forwards the call untraced when
+ * the recorder is not recording. */
+#define RBT_ENTER_PTR(name, args) \
+	RBT_RESOLVE(name);        \
+	if (!real) {              \
+		errno = ENOSYS;   \
+		return NULL;      \
+	}                         \
+	if (!rbt_recording()) {   \
+		return real args; \
+	}
+#define RBT_ENTER_INT(name, fail, args) \
+	RBT_RESOLVE(name);              \
+	if (!real)                      \
+		return fail;            \
+	if (!rbt_recording()) {         \
+		return real args;       \
+	}
 
 #define RBT_PERR(p) ((p) ? 0 : rerrno)
 #define RBT_IERR(r) ((r) ? rerrno : 0)
 
-static void rbt_live_add(struct ibv_qp *qp); /* QPs alive: below */
-
-/* ---- record helpers shared with the data-path files ------------------------------ */
-void rbt_rec_cq_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ctx,
-		       struct ibv_cq *cq, uint32_t cqe_asked, struct ibv_comp_channel *ch,
-		       uint32_t vec, int ex, uint64_t wc_flags, uint32_t flags,
-		       int ts_source)
-{
-	struct rbt_event ev = { .type = RBT_EV_CQ_CREATE, .ts = t0 };
-	struct rbt_ev_cq_create *e = &ev.u.cq_create;
-
-	e->ts_exit = t1;
-	e->ret = cq ? 0 : -err;
-	e->err = err;
-	e->ctx = (uintptr_t)ctx;
-	e->cq = (uintptr_t)cq;
-	e->cqe_asked = cqe_asked;
-	e->cqe = cq ? (uint64_t)cq->cqe : 0;
-	e->channel = (uintptr_t)ch;
-	e->comp_vector = vec;
-	e->ex = ex;
-	e->wc_flags = wc_flags;
-	e->flags = flags;
-	e->ts_source = ts_source;
-	rbt_emit(&ev);
-	rbt_emit_stack(RBT_EV_CQ_CREATE);
-}
-
-void rbt_rec_qp_create(uint64_t t0, uint64_t t1, int err, struct ibv_context *ctx,
-		       struct ibv_qp *qp, const struct ibv_qp_init_attr_ex *a, int ex)
-{
-	struct rbt_event ev = { .type = RBT_EV_QP_CREATE, .ts = t0 };
-	struct rbt_ev_qp_create *e = &ev.u.qp_create;
-
-	e->ts_exit = t1;
-	e->ret = qp ? 0 : -err;
-	e->err = err;
-	e->ctx = (uintptr_t)ctx;
-	e->pd = (uintptr_t)((a->comp_mask & IBV_QP_INIT_ATTR_PD) || !ex ? a->pd : NULL);
-	e->qp = (uintptr_t)qp;
-	e->qp_num = qp ? qp->qp_num : 0;
-	e->qp_type = a->qp_type;
-	e->send_cq = (uintptr_t)a->send_cq;
-	e->recv_cq = (uintptr_t)a->recv_cq;
-	e->srq = (uintptr_t)a->srq;
-	e->xrcd = (uintptr_t)((a->comp_mask & IBV_QP_INIT_ATTR_XRCD) ? a->xrcd : NULL);
-	e->max_send_wr = a->cap.max_send_wr;
-	e->max_recv_wr = a->cap.max_recv_wr;
-	e->max_send_sge = a->cap.max_send_sge;
-	e->max_recv_sge = a->cap.max_recv_sge;
-	e->max_inline_data = a->cap.max_inline_data;
-	e->sq_sig_all = a->sq_sig_all;
-	e->ex = ex;
-	e->create_flags =
-		(a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) ? a->create_flags : 0;
-	e->send_ops_flags =
-		(a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? a->send_ops_flags : 0;
-	rbt_emit(&ev);
-	rbt_emit_stack(RBT_EV_QP_CREATE);
-	if (qp)
-		rbt_live_add(qp);
-}
-
-void rbt_rec_srq_create(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
-			struct ibv_srq *srq, const struct ibv_srq_init_attr_ex *a)
-{
-	struct rbt_event ev = { .type = RBT_EV_SRQ_CREATE, .ts = t0 };
-	struct rbt_ev_srq_create *e = &ev.u.srq_create;
-
-	e->ts_exit = t1;
-	e->ret = srq ? 0 : -err;
-	e->err = err;
-	e->pd = (uintptr_t)pd;
-	e->srq = (uintptr_t)srq;
-	e->max_wr = a->attr.max_wr;
-	e->max_sge = a->attr.max_sge;
-	e->srq_limit = a->attr.srq_limit;
-	e->srq_type =
-		(a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? a->srq_type : IBV_SRQT_BASIC;
-	e->xrcd = (uintptr_t)((a->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) ? a->xrcd : NULL);
-	e->cq = (uintptr_t)((a->comp_mask & IBV_SRQ_INIT_ATTR_CQ) ? a->cq : NULL);
-	if (srq && e->srq_type == IBV_SRQT_XRC &&
-	    srq->context->abi_compat == __VERBS_ABI_IS_EXTENDED) {
-		uint32_t n = 0;
-		struct verbs_context *v = verbs_get_ctx(srq->context);
-		if (v->sz >= sizeof(struct verbs_context) -
-				     offsetof(struct verbs_context, get_srq_num) &&
-		    v->get_srq_num && !v->get_srq_num(srq, &n))
-			e->srqn = n;
-	}
-	rbt_emit(&ev);
-	rbt_emit_stack(RBT_EV_SRQ_CREATE);
-}
-
-void rbt_rec_port_attr(struct ibv_context *ctx, uint8_t port,
-		       const struct ibv_port_attr *a)
-{
-	struct rbt_event ev = { .type = RBT_EV_PORT_ATTR, .ts = rbt_now() };
-	struct rbt_ev_port_attr *e = &ev.u.port_attr;
-	__typeof__(&ibv_query_gid) qgid = rbt_next_ibv_query_gid();
-	union ibv_gid gid;
-
-	e->ctx = (uintptr_t)ctx;
-	e->port = port;
-	e->state = a->state;
-	e->max_mtu = a->max_mtu;
-	e->active_mtu = a->active_mtu;
-	e->lid = a->lid;
-	e->sm_lid = a->sm_lid;
-	e->link_layer = a->link_layer;
-	e->gid_tbl_len = a->gid_tbl_len;
-	e->active_speed = a->active_speed;
-	e->active_width = a->active_width;
-	rbt_tls_inside++;
-	if (qgid && a->gid_tbl_len > 0 && !qgid(ctx, port, 0, &gid)) {
-		e->gid0.data = gid.raw;
-		e->gid0.len = sizeof(gid.raw);
-	}
-	rbt_tls_inside--;
-	rbt_emit(&ev);
-}
-
-void rbt_rec_device_attr(struct ibv_context *ctx, const struct ibv_device_attr *a,
-			 uint64_t ts_mask, uint64_t core_clock)
-{
-	struct rbt_event ev = { .type = RBT_EV_DEVICE_ATTR, .ts = rbt_now() };
-	struct rbt_ev_device_attr *e = &ev.u.device_attr;
-	char fw[sizeof(a->fw_ver) + 1];
-
-	memcpy(fw, a->fw_ver, sizeof(a->fw_ver));
-	fw[sizeof(a->fw_ver)] = 0;
-	e->ctx = (uintptr_t)ctx;
-	e->fw_ver = fw;
-	e->vendor_id = a->vendor_id;
-	e->vendor_part_id = a->vendor_part_id;
-	e->max_mr_size = a->max_mr_size;
-	e->max_qp = a->max_qp;
-	e->max_qp_wr = a->max_qp_wr;
-	e->max_sge = a->max_sge;
-	e->max_cq = a->max_cq;
-	e->max_cqe = a->max_cqe;
-	e->max_mr = a->max_mr;
-	e->max_pd = a->max_pd;
-	e->max_qp_rd_atom = a->max_qp_rd_atom;
-	e->max_qp_init_rd_atom = a->max_qp_init_rd_atom;
-	e->max_srq = a->max_srq;
-	e->max_srq_wr = a->max_srq_wr;
-	e->atomic_cap = a->atomic_cap;
-	e->phys_port_cnt = a->phys_port_cnt;
-	e->completion_timestamp_mask = ts_mask;
-	e->hca_core_clock = core_clock;
-	rbt_emit(&ev);
-}
+/* ---- the wrappers' common shape ---------------------------------------------------
+ * RBT_WRAP_PTR(ret_t, name, params, args, EV, lname, stack) and RBT_WRAP_INT(name,
+ * fail, params, args, EV, lname, stack) define an exported wrapper in the common
+ * shape: the entry (RBT_ENTER_*), the timed real call, the record's head, what
+ * rbt_fill_<name>(ev, e, ret, params) adds, the record emitted (with a stack when
+ * stack is set), and what the real call returned with its errno. Each macro ends
+ * with the head of rbt_fill_<name>: its body follows the macro. (RBT_WRAP_REST,
+ * the part they share, closes the wrapper's body.) */
+#define RBT_ARGS(...) __VA_ARGS__
+#define RBT_FILL_HEAD(ret_t, name, lname, params)                                   \
+	static void rbt_fill_##name(struct rbt_event *ev, struct rbt_ev_##lname *e, \
+				    ret_t ret, RBT_ARGS params)
+#define RBT_WRAP_REST(ret_t, name, params, args, EV, lname, stack, r, err) \
+	RBT_CALL(ret_t ret, real args);                                    \
+	struct rbt_event ev = { .type = RBT_EV_##EV, .ts = t0 };           \
+	RBT_EV_HEAD(&ev.u.lname, t1, r, err);                              \
+	rbt_fill_##name(&ev, &ev.u.lname, ret, RBT_ARGS args);             \
+	rbt_emit(&ev);                                                     \
+	if (stack)                                                         \
+		rbt_emit_stack(RBT_EV_##EV);                               \
+	errno = rerrno;                                                    \
+	return ret;                                                        \
+	}                                                                  \
+	RBT_FILL_HEAD(ret_t, name, lname, params)
+#define RBT_WRAP_PTR(ret_t, name, params, args, EV, lname, stack)          \
+	RBT_FILL_HEAD(ret_t, name, lname, params);                         \
+	RBT_EXPORT ret_t name params                                       \
+	{                                                                  \
+		RBT_ENTER_PTR(name, args);                                 \
+		RBT_WRAP_REST(ret_t, name, params, args, EV, lname, stack, \
+			      ret ? 0 : -rerrno, RBT_PERR(ret))
+#define RBT_WRAP_INT(name, fail, params, args, EV, lname, stack)              \
+	RBT_FILL_HEAD(int, name, lname, params);                              \
+	RBT_EXPORT int name params                                            \
+	{                                                                     \
+		RBT_ENTER_INT(name, fail, args);                              \
+		RBT_WRAP_REST(int, name, params, args, EV, lname, stack, ret, \
+			      RBT_IERR(ret))
 
 /* ---- one-handle releases ----------------------------------------------------------- */
 /* The verbs that release one object and return 0 or an errno all record the same
@@ -215,9 +114,7 @@ void rbt_rec_device_attr(struct ibv_context *ctx, const struct ibv_device_attr *
 		}                                                        \
 		RBT_CALL(int ret, real(obj));                            \
 		struct rbt_event ev = { .type = RBT_EV_##EV, .ts = t0 }; \
-		ev.u.lname.ts_exit = t1;                                 \
-		ev.u.lname.ret = ret;                                    \
-		ev.u.lname.err = RBT_IERR(ret);                          \
+		RBT_EV_HEAD(&ev.u.lname, t1, ret, RBT_IERR(ret));        \
 		ev.u.lname.field = (uintptr_t)obj;                       \
 		rbt_emit(&ev);                                           \
 		if ((forget) && !ret)                                    \
@@ -228,95 +125,14 @@ void rbt_rec_device_attr(struct ibv_context *ctx, const struct ibv_device_attr *
 
 RBT_RELEASE_VERBS(RBT_RELEASE_WRAPPER)
 
-/* ---- QPs alive, and each one's final state ------------------------------------------
- * The state a QP ended in is what the device says, not what the program last asked
- * for (a responder goes to ERR on a remote access error by itself): the recorder
- * queries it on the way out, right before ibv_destroy_qp, and at exit() for every
- * QP still alive. Never on a post or a poll. The table is touched only by creates,
- * destroys, closes and exit, under its lock. */
-#define RBT_LIVE_QPS 16384
-static struct {
-	struct ibv_qp *qp;
-	struct ibv_context *ctx;
-} rbt_live[RBT_LIVE_QPS];
-static int rbt_nlive;
-static pthread_mutex_t rbt_live_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* A QP the trace created (beyond RBT_LIVE_QPS alive: only its destroy is seen). */
-static void rbt_live_add(struct ibv_qp *qp)
+/* ---- QP destroy: out of the table of QPs alive (shim_verbs_rec.c) first ------------ */
+/* After the real destroy: forgotten, or (it failed) alive again. */
+static void rbt_qp_destroyed(struct ibv_qp *qp, int ret, int had)
 {
-	pthread_mutex_lock(&rbt_live_lock);
-	if (rbt_nlive < RBT_LIVE_QPS) {
-		rbt_live[rbt_nlive].qp = qp;
-		rbt_live[rbt_nlive].ctx = qp->context;
-		rbt_nlive++;
-	}
-	pthread_mutex_unlock(&rbt_live_lock);
-}
-
-/* Under rbt_live_lock: drops qp (or every QP of ctx); 1 if it was there. */
-static int rbt_live_del_locked(struct ibv_qp *qp, struct ibv_context *ctx)
-{
-	int found = 0;
-
-	for (int i = rbt_nlive - 1; i >= 0; i--)
-		if (qp ? rbt_live[i].qp == qp : rbt_live[i].ctx == ctx) {
-			rbt_live[i] = rbt_live[--rbt_nlive];
-			found = 1;
-		}
-	return found;
-}
-
-static void rbt_live_del(struct ibv_qp *qp, struct ibv_context *ctx)
-{
-	pthread_mutex_lock(&rbt_live_lock);
-	rbt_live_del_locked(qp, ctx);
-	pthread_mutex_unlock(&rbt_live_lock);
-}
-
-/* The child writes its own trace, which does not hold the parent's QPs. */
-void rbt_live_qps_forget(void)
-{
-	pthread_mutex_init(&rbt_live_lock, NULL);
-	rbt_nlive = 0;
-}
-
-/* Queries qp's state (untraced: the tracer's own call) and records it. */
-static void rbt_rec_final_state(struct ibv_qp *qp, int why)
-{
-	__typeof__(&ibv_query_qp) query = rbt_next_ibv_query_qp();
-	struct rbt_event ev = { .type = RBT_EV_QP_FINAL_STATE };
-	struct ibv_qp_attr a;
-	struct ibv_qp_init_attr ia;
-	int saved = errno, ret;
-
-	memset(&a, 0, sizeof(a));
-	ev.ts = rbt_now();
-	rbt_tls_inside++;
-	ret = query ? query(qp, &a, IBV_QP_STATE, &ia) : ENOSYS;
-	rbt_tls_inside--;
-	ev.u.qp_final_state.ts_exit = rbt_now();
-	ev.u.qp_final_state.ret = ret;
-	ev.u.qp_final_state.qp = (uintptr_t)qp;
-	ev.u.qp_final_state.qp_num = qp->qp_num;
-	ev.u.qp_final_state.qp_state = ret ? 0 : (uint64_t)a.qp_state;
-	ev.u.qp_final_state.why = (uint64_t)why;
-	rbt_emit(&ev);
-	errno = saved;
-}
-
-/* exit(): every QP still alive, before the trace is finished. Under the lock:
- * another thread's ibv_destroy_qp takes its QP out of the table (under it)
- * before destroying it, so no QP queried here is being destroyed. */
-void rbt_final_states_at_exit(void)
-{
-	/* recording, and not finishing (never park in exit()) */
-	if (atomic_load(&rbt_state) != 1 || rbt_tls_inside)
-		return;
-	pthread_mutex_lock(&rbt_live_lock);
-	for (int i = 0; i < rbt_nlive; i++)
-		rbt_rec_final_state(rbt_live[i].qp, 1);
-	pthread_mutex_unlock(&rbt_live_lock);
+	if (!ret)
+		rbt_dp_forget_obj(qp);
+	else if (had)
+		rbt_live_add(qp); /* still alive */
 }
 
 RBT_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
@@ -325,40 +141,21 @@ RBT_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 	if (!real)
 		return ENOSYS;
 	if (!rbt_recording()) {
-		int had = 0, ret;
+		int had = rbt_live_take(qp, 0);
+		int ret = real(qp);
 
-		if (qp) {
-			pthread_mutex_lock(&rbt_live_lock);
-			had = rbt_live_del_locked(qp, NULL);
-			pthread_mutex_unlock(&rbt_live_lock);
-		}
-		ret = real(qp);
-		if (!ret)
-			rbt_dp_forget_obj(qp);
-		else if (had)
-			rbt_live_add(qp);
+		rbt_qp_destroyed(qp, ret, had);
 		return ret;
 	}
 	/* out of the table first (exit's queries never meet a QP being
 	 * destroyed), its state taken on the way */
-	int had = 0;
-	if (qp) {
-		pthread_mutex_lock(&rbt_live_lock);
-		had = rbt_live_del_locked(qp, NULL);
-		rbt_rec_final_state(qp, 0);
-		pthread_mutex_unlock(&rbt_live_lock);
-	}
+	int had = rbt_live_take(qp, 1);
 	RBT_CALL(int ret, real(qp));
 	struct rbt_event ev = { .type = RBT_EV_QP_DESTROY, .ts = t0 };
-	ev.u.qp_destroy.ts_exit = t1;
-	ev.u.qp_destroy.ret = ret;
-	ev.u.qp_destroy.err = RBT_IERR(ret);
+	RBT_EV_HEAD(&ev.u.qp_destroy, t1, ret, RBT_IERR(ret));
 	ev.u.qp_destroy.qp = (uintptr_t)qp;
 	rbt_emit(&ev);
-	if (!ret)
-		rbt_dp_forget_obj(qp);
-	else if (had)
-		rbt_live_add(qp); /* still alive */
+	rbt_qp_destroyed(qp, ret, had);
 	errno = rerrno;
 	return ret;
 }
@@ -366,13 +163,7 @@ RBT_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 /* ---- devices ----------------------------------------------------------------------- */
 RBT_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 {
-	RBT_RESOLVE(ibv_get_device_list);
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(num);
+	RBT_ENTER_PTR(ibv_get_device_list, (num));
 	int n = 0;
 	RBT_CALL(struct ibv_device * *list, real(&n));
 	if (num)
@@ -383,9 +174,7 @@ RBT_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 	for (int i = 0; list && i < n && k < sizeof(names) - 80; i++)
 		k += snprintf(names + k, sizeof(names) - k, "%s%s", i ? "," : "",
 			      list[i]->name);
-	ev.u.device_list.ts_exit = t1;
-	ev.u.device_list.ret = list ? n : -rerrno;
-	ev.u.device_list.err = RBT_PERR(list);
+	RBT_EV_HEAD(&ev.u.device_list, t1, list ? n : -rerrno, RBT_PERR(list));
 	ev.u.device_list.names = names;
 	rbt_emit(&ev);
 	errno = rerrno;
@@ -394,20 +183,12 @@ RBT_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 
 RBT_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
 {
-	RBT_RESOLVE(ibv_open_device);
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(dev);
+	RBT_ENTER_PTR(ibv_open_device, (dev));
 	RBT_CALL(struct ibv_context * ctx, real(dev));
 	struct rbt_event ev = { .type = RBT_EV_DEVICE_OPEN, .ts = t0 };
 	struct rbt_ev_device_open *e = &ev.u.device_open;
 	__typeof__(&ibv_get_device_guid) guid = rbt_next_ibv_get_device_guid();
-	e->ts_exit = t1;
-	e->ret = ctx ? 0 : -rerrno;
-	e->err = RBT_PERR(ctx);
+	RBT_EV_HEAD(e, t1, ctx ? 0 : -rerrno, RBT_PERR(ctx));
 	e->ctx = (uintptr_t)ctx;
 	e->name = dev ? dev->name : "";
 	if (dev && guid) {
@@ -451,14 +232,12 @@ RBT_EXPORT int ibv_close_device(struct ibv_context *ctx)
 	RBT_CALL(int ret, real(ctx));
 	rbt_dp_close_end(ctx, ret);
 	struct rbt_event ev = { .type = RBT_EV_DEVICE_CLOSE, .ts = t0 };
-	ev.u.device_close.ts_exit = t1;
-	ev.u.device_close.ret = ret;
-	ev.u.device_close.err = RBT_IERR(ret);
+	RBT_EV_HEAD(&ev.u.device_close, t1, ret, RBT_IERR(ret));
 	ev.u.device_close.ctx = (uintptr_t)ctx;
 	rbt_emit(&ev);
 	if (!ret) {
 		rbt_dp_forget_context(ctx);
-		rbt_live_del(NULL, ctx); /* its QPs are gone with it */
+		rbt_live_del_ctx(ctx); /* its QPs are gone with it */
 	}
 	errno = rerrno;
 	return ret;
@@ -466,11 +245,7 @@ RBT_EXPORT int ibv_close_device(struct ibv_context *ctx)
 
 RBT_EXPORT int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
 {
-	RBT_RESOLVE(ibv_query_device);
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(ctx, attr);
+	RBT_ENTER_INT(ibv_query_device, ENOSYS, (ctx, attr));
 	RBT_CALL(int ret, real(ctx, attr));
 	(void)t0;
 	(void)t1;
@@ -483,11 +258,7 @@ RBT_EXPORT int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr 
 RBT_EXPORT int ibv_query_port(struct ibv_context *ctx, uint8_t port,
 			      struct _compat_ibv_port_attr *attr)
 {
-	RBT_RESOLVE(ibv_query_port);
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(ctx, port, attr);
+	RBT_ENTER_INT(ibv_query_port, ENOSYS, (ctx, port, attr));
 	RBT_CALL(int ret, real(ctx, port, attr));
 	(void)t0;
 	(void)t1;
@@ -503,26 +274,11 @@ RBT_EXPORT int ibv_query_port(struct ibv_context *ctx, uint8_t port,
 }
 
 /* ---- PD, MR ------------------------------------------------------------------------- */
-RBT_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
+RBT_WRAP_PTR(struct ibv_pd *, ibv_alloc_pd, (struct ibv_context * ctx), (ctx), PD_ALLOC,
+	     pd_alloc, 1)
 {
-	RBT_RESOLVE(ibv_alloc_pd);
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(ctx);
-	RBT_CALL(struct ibv_pd * pd, real(ctx));
-	struct rbt_event ev = { .type = RBT_EV_PD_ALLOC, .ts = t0 };
-	ev.u.pd_alloc.ts_exit = t1;
-	ev.u.pd_alloc.ret = pd ? 0 : -rerrno;
-	ev.u.pd_alloc.err = RBT_PERR(pd);
-	ev.u.pd_alloc.ctx = (uintptr_t)ctx;
-	ev.u.pd_alloc.pd = (uintptr_t)pd;
-	rbt_emit(&ev);
-	rbt_emit_stack(RBT_EV_PD_ALLOC);
-	errno = rerrno;
-	return pd;
+	e->ctx = (uintptr_t)ctx;
+	e->pd = (uintptr_t)ret;
 }
 
 static void rbt_rec_mr(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
@@ -532,9 +288,7 @@ static void rbt_rec_mr(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
 	struct rbt_event ev = { .type = RBT_EV_MR_REG, .ts = t0 };
 	struct rbt_ev_mr_reg *e = &ev.u.mr_reg;
 
-	e->ts_exit = t1;
-	e->ret = mr ? 0 : -err;
-	e->err = err;
+	RBT_EV_HEAD(e, t1, mr ? 0 : -err, err);
 	e->pd = (uintptr_t)pd;
 	e->mr = (uintptr_t)mr;
 	e->addr = (uintptr_t)addr;
@@ -567,17 +321,10 @@ static void rbt_rec_mr(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
 	   int access),                                                            \
 	  (pd, offset, len, iova, fd, access), (NULL, len, iova, access, 3, fd, offset))
 
-#define RBT_ARGS(...) __VA_ARGS__
 #define RBT_REG_MR_WRAPPER(name, params, args, rec)                     \
 	RBT_EXPORT struct ibv_mr *name params                           \
 	{                                                               \
-		RBT_RESOLVE(name);                                      \
-		if (!real) {                                            \
-			errno = ENOSYS;                                 \
-			return NULL;                                    \
-		}                                                       \
-		if (!rbt_recording())                                   \
-			return real args;                               \
+		RBT_ENTER_PTR(name, args);                              \
 		RBT_CALL(struct ibv_mr *mr, real args);                 \
 		rbt_rec_mr(t0, t1, RBT_PERR(mr), pd, mr, RBT_ARGS rec); \
 		errno = rerrno;                                         \
@@ -586,20 +333,11 @@ static void rbt_rec_mr(uint64_t t0, uint64_t t1, int err, struct ibv_pd *pd,
 
 RBT_REG_MR_VERBS(RBT_REG_MR_WRAPPER)
 
-RBT_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
-			    size_t len, int access)
+RBT_WRAP_INT(ibv_rereg_mr, ENOSYS,
+	     (struct ibv_mr * mr, int flags, struct ibv_pd *pd, void *addr, size_t len,
+	      int access),
+	     (mr, flags, pd, addr, len, access), MR_REREG, mr_rereg, 1)
 {
-	RBT_RESOLVE(ibv_rereg_mr);
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(mr, flags, pd, addr, len, access);
-	RBT_CALL(int ret, real(mr, flags, pd, addr, len, access));
-	struct rbt_event ev = { .type = RBT_EV_MR_REREG, .ts = t0 };
-	struct rbt_ev_mr_rereg *e = &ev.u.mr_rereg;
-	e->ts_exit = t1;
-	e->ret = ret;
-	e->err = RBT_IERR(ret);
 	e->mr = (uintptr_t)mr;
 	e->flags = flags;
 	e->pd = (uintptr_t)pd;
@@ -608,47 +346,22 @@ RBT_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, voi
 	e->access = access;
 	e->lkey = mr ? mr->lkey : 0;
 	e->rkey = mr ? mr->rkey : 0;
-	rbt_emit(&ev);
-	rbt_emit_stack(RBT_EV_MR_REREG);
-	errno = rerrno;
-	return ret;
 }
 
 /* ---- completion channels and CQs ------------------------------------------------------ */
-RBT_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
+RBT_WRAP_PTR(struct ibv_comp_channel *, ibv_create_comp_channel,
+	     (struct ibv_context * ctx), (ctx), CHANNEL_CREATE, channel_create, 1)
 {
-	RBT_RESOLVE(ibv_create_comp_channel);
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(ctx);
-	RBT_CALL(struct ibv_comp_channel * ch, real(ctx));
-	struct rbt_event ev = { .type = RBT_EV_CHANNEL_CREATE, .ts = t0 };
-	ev.u.channel_create.ts_exit = t1;
-	ev.u.channel_create.ret = ch ? 0 : -rerrno;
-	ev.u.channel_create.err = RBT_PERR(ch);
-	ev.u.channel_create.ctx = (uintptr_t)ctx;
-	ev.u.channel_create.channel = (uintptr_t)ch;
-	ev.u.channel_create.fd = ch ? ch->fd : 0;
-	rbt_emit(&ev);
-	rbt_emit_stack(RBT_EV_CHANNEL_CREATE);
-	errno = rerrno;
-	return ch;
+	e->ctx = (uintptr_t)ctx;
+	e->channel = (uintptr_t)ret;
+	e->fd = ret ? ret->fd : 0;
 }
 
 RBT_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe,
 					void *cq_context,
 					struct ibv_comp_channel *channel, int comp_vector)
 {
-	RBT_RESOLVE(ibv_create_cq);
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(ctx, cqe, cq_context, channel, comp_vector);
+	RBT_ENTER_PTR(ibv_create_cq, (ctx, cqe, cq_context, channel, comp_vector));
 	struct ibv_cq *cq = NULL;
 	int ts_source = 0;
 	uint64_t t0 = rbt_now();
@@ -681,43 +394,19 @@ RBT_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe,
 	return cq;
 }
 
-RBT_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+RBT_WRAP_INT(ibv_resize_cq, ENOSYS, (struct ibv_cq * cq, int cqe), (cq, cqe), CQ_RESIZE,
+	     cq_resize, 0)
 {
-	RBT_RESOLVE(ibv_resize_cq);
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(cq, cqe);
-	RBT_CALL(int ret, real(cq, cqe));
-	struct rbt_event ev = { .type = RBT_EV_CQ_RESIZE, .ts = t0 };
-	ev.u.cq_resize.ts_exit = t1;
-	ev.u.cq_resize.ret = ret;
-	ev.u.cq_resize.err = RBT_IERR(ret);
-	ev.u.cq_resize.cq = (uintptr_t)cq;
-	ev.u.cq_resize.cqe = ret ? (uint64_t)cqe : (uint64_t)cq->cqe;
-	rbt_emit(&ev);
-	errno = rerrno;
-	return ret;
+	e->cq = (uintptr_t)cq;
+	e->cqe = ret ? (uint64_t)cqe : (uint64_t)cq->cqe;
 }
 
-RBT_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq,
-				void **cq_context)
+RBT_WRAP_INT(ibv_get_cq_event, -1,
+	     (struct ibv_comp_channel * ch, struct ibv_cq **cq, void **cq_context),
+	     (ch, cq, cq_context), GET_CQ_EVENT, get_cq_event, 0)
 {
-	RBT_RESOLVE(ibv_get_cq_event);
-	if (!real)
-		return -1;
-	if (!rbt_recording())
-		return real(ch, cq, cq_context);
-	RBT_CALL(int ret, real(ch, cq, cq_context));
-	struct rbt_event ev = { .type = RBT_EV_GET_CQ_EVENT, .ts = t0 };
-	ev.u.get_cq_event.ts_exit = t1;
-	ev.u.get_cq_event.ret = ret;
-	ev.u.get_cq_event.err = RBT_IERR(ret);
-	ev.u.get_cq_event.channel = (uintptr_t)ch;
-	ev.u.get_cq_event.cq = ret == 0 && cq ? (uintptr_t)*cq : 0;
-	rbt_emit(&ev);
-	errno = rerrno;
-	return ret;
+	e->channel = (uintptr_t)ch;
+	e->cq = ret == 0 && cq ? (uintptr_t)*cq : 0;
 }
 
 RBT_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
@@ -744,13 +433,7 @@ RBT_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 RBT_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd,
 					  struct ibv_srq_init_attr *attr)
 {
-	RBT_RESOLVE(ibv_create_srq);
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(pd, attr);
+	RBT_ENTER_PTR(ibv_create_srq, (pd, attr));
 	RBT_CALL(struct ibv_srq * srq, real(pd, attr));
 	struct ibv_srq_init_attr_ex a = { 0 };
 	a.attr = attr->attr;
@@ -761,37 +444,20 @@ RBT_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd,
 	return srq;
 }
 
-RBT_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
+RBT_WRAP_INT(ibv_modify_srq, ENOSYS,
+	     (struct ibv_srq * srq, struct ibv_srq_attr *attr, int mask),
+	     (srq, attr, mask), SRQ_MODIFY, srq_modify, 0)
 {
-	RBT_RESOLVE(ibv_modify_srq);
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(srq, attr, mask);
-	RBT_CALL(int ret, real(srq, attr, mask));
-	struct rbt_event ev = { .type = RBT_EV_SRQ_MODIFY, .ts = t0 };
-	ev.u.srq_modify.ts_exit = t1;
-	ev.u.srq_modify.ret = ret;
-	ev.u.srq_modify.err = RBT_IERR(ret);
-	ev.u.srq_modify.srq = (uintptr_t)srq;
-	ev.u.srq_modify.attr_mask = mask;
-	ev.u.srq_modify.max_wr = attr->max_wr;
-	ev.u.srq_modify.srq_limit = attr->srq_limit;
-	rbt_emit(&ev);
-	errno = rerrno;
-	return ret;
+	e->srq = (uintptr_t)srq;
+	e->attr_mask = mask;
+	e->max_wr = attr->max_wr;
+	e->srq_limit = attr->srq_limit;
 }
 
 /* ---- QP ------------------------------------------------------------------------------------ */
 RBT_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	RBT_RESOLVE(ibv_create_qp);
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(pd, attr);
+	RBT_ENTER_PTR(ibv_create_qp, (pd, attr));
 	RBT_CALL(struct ibv_qp * qp, real(pd, attr));
 	struct ibv_qp_init_attr_ex a = { 0 };
 	a.send_cq = attr->send_cq;
@@ -843,39 +509,26 @@ static void rbt_fill_ah(struct rbt_event *ev, const struct ibv_ah_attr *a, int m
 	}
 }
 
+/* The fields of struct ibv_qp_attr a modify's record keeps under their names. */
+/* clang-format off */
+#define RBT_QP_ATTR_FIELDS(X) \
+	X(qp_state) X(cur_qp_state) X(path_mtu) X(qkey) X(rq_psn) X(sq_psn) \
+	X(dest_qp_num) X(qp_access_flags) X(pkey_index) X(port_num) \
+	X(max_rd_atomic) X(max_dest_rd_atomic) X(min_rnr_timer) X(timeout) \
+	X(retry_cnt) X(rnr_retry) X(sq_draining) X(rate_limit)
+/* clang-format on */
+
 RBT_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 {
-	RBT_RESOLVE(ibv_modify_qp);
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(qp, attr, mask);
+	RBT_ENTER_INT(ibv_modify_qp, ENOSYS, (qp, attr, mask));
 	RBT_CALL(int ret, real(qp, attr, mask));
 	struct rbt_event ev = { .type = RBT_EV_QP_MODIFY, .ts = t0 };
 	struct rbt_ev_qp_modify *e = &ev.u.qp_modify;
-	e->ts_exit = t1;
-	e->ret = ret;
-	e->err = RBT_IERR(ret);
+	RBT_EV_HEAD(e, t1, ret, RBT_IERR(ret));
 	e->qp = (uintptr_t)qp;
 	e->attr_mask = mask;
-	e->qp_state = attr->qp_state;
-	e->cur_qp_state = attr->cur_qp_state;
-	e->path_mtu = attr->path_mtu;
-	e->qkey = attr->qkey;
-	e->rq_psn = attr->rq_psn;
-	e->sq_psn = attr->sq_psn;
-	e->dest_qp_num = attr->dest_qp_num;
-	e->qp_access_flags = attr->qp_access_flags;
-	e->pkey_index = attr->pkey_index;
-	e->port_num = attr->port_num;
-	e->max_rd_atomic = attr->max_rd_atomic;
-	e->max_dest_rd_atomic = attr->max_dest_rd_atomic;
-	e->min_rnr_timer = attr->min_rnr_timer;
-	e->timeout = attr->timeout;
-	e->retry_cnt = attr->retry_cnt;
-	e->rnr_retry = attr->rnr_retry;
-	e->sq_draining = attr->sq_draining;
-	e->rate_limit = attr->rate_limit;
+	const struct ibv_qp_attr *a = attr;
+	RBT_QP_ATTR_FIELDS(RBT_COPY_FIELD)
 	if (mask & IBV_QP_AV)
 		rbt_fill_ah(&ev, &attr->ah_attr, 1);
 	rbt_emit(&ev);
@@ -886,131 +539,98 @@ RBT_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int ma
 	return ret;
 }
 
-RBT_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
-			    struct ibv_qp_init_attr *init)
+RBT_WRAP_INT(ibv_query_qp, ENOSYS,
+	     (struct ibv_qp * qp, struct ibv_qp_attr *attr, int mask,
+	      struct ibv_qp_init_attr *init),
+	     (qp, attr, mask, init), QP_QUERY, qp_query, 0)
 {
-	RBT_RESOLVE(ibv_query_qp);
-	if (!real)
-		return ENOSYS;
-	if (!rbt_recording())
-		return real(qp, attr, mask, init);
-	RBT_CALL(int ret, real(qp, attr, mask, init));
-	struct rbt_event ev = { .type = RBT_EV_QP_QUERY, .ts = t0 };
-	ev.u.qp_query.ts_exit = t1;
-	ev.u.qp_query.ret = ret;
-	ev.u.qp_query.err = RBT_IERR(ret);
-	ev.u.qp_query.qp = (uintptr_t)qp;
-	ev.u.qp_query.attr_mask = mask;
+	e->qp = (uintptr_t)qp;
+	e->attr_mask = mask;
 	if (!ret) {
-		ev.u.qp_query.qp_state = attr->qp_state;
-		ev.u.qp_query.max_inline_data = attr->cap.max_inline_data;
-		ev.u.qp_query.dest_qp_num = attr->dest_qp_num;
-		ev.u.qp_query.path_mtu = attr->path_mtu;
+		e->qp_state = attr->qp_state;
+		e->max_inline_data = attr->cap.max_inline_data;
+		e->dest_qp_num = attr->dest_qp_num;
+		e->path_mtu = attr->path_mtu;
 	}
-	rbt_emit(&ev);
-	errno = rerrno;
-	return ret;
 }
 
 /* ---- AH ------------------------------------------------------------------------------------ */
-RBT_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+RBT_WRAP_PTR(struct ibv_ah *, ibv_create_ah,
+	     (struct ibv_pd * pd, struct ibv_ah_attr *attr), (pd, attr), AH_CREATE,
+	     ah_create, 1)
 {
-	RBT_RESOLVE(ibv_create_ah);
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(pd, attr);
-	RBT_CALL(struct ibv_ah * ah, real(pd, attr));
-	struct rbt_event ev = { .type = RBT_EV_AH_CREATE, .ts = t0 };
-	ev.u.ah_create.ts_exit = t1;
-	ev.u.ah_create.ret = ah ? 0 : -rerrno;
-	ev.u.ah_create.err = RBT_PERR(ah);
-	ev.u.ah_create.pd = (uintptr_t)pd;
-	ev.u.ah_create.ah = (uintptr_t)ah;
-	rbt_fill_ah(&ev, attr, 0);
-	rbt_emit(&ev);
-	rbt_emit_stack(RBT_EV_AH_CREATE);
-	errno = rerrno;
-	return ah;
+	e->pd = (uintptr_t)pd;
+	e->ah = (uintptr_t)ret;
+	rbt_fill_ah(ev, attr, 0);
 }
 
-RBT_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc,
-						struct ibv_grh *grh, uint8_t port)
+/* The attributes the library derived from the completion, derived again the same
+ * (side-effect free) way. */
+RBT_WRAP_PTR(struct ibv_ah *, ibv_create_ah_from_wc,
+	     (struct ibv_pd * pd, struct ibv_wc *wc, struct ibv_grh *grh, uint8_t port),
+	     (pd, wc, grh, port), AH_CREATE, ah_create, 1)
 {
-	RBT_RESOLVE(ibv_create_ah_from_wc);
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	if (!rbt_recording())
-		return real(pd, wc, grh, port);
-	RBT_CALL(struct ibv_ah * ah, real(pd, wc, grh, port));
-	struct rbt_event ev = { .type = RBT_EV_AH_CREATE, .ts = t0 };
-	ev.u.ah_create.ts_exit = t1;
-	ev.u.ah_create.ret = ah ? 0 : -rerrno;
-	ev.u.ah_create.err = RBT_PERR(ah);
-	ev.u.ah_create.pd = (uintptr_t)pd;
-	ev.u.ah_create.ah = (uintptr_t)ah;
-	/* The attributes the library derived from the completion, derived again
-	 * the same (side-effect free) way. */
 	__typeof__(&ibv_init_ah_from_wc) init = rbt_next_ibv_init_ah_from_wc();
 	struct ibv_ah_attr attr;
+
+	e->pd = (uintptr_t)pd;
+	e->ah = (uintptr_t)ret;
 	memset(&attr, 0, sizeof(attr));
 	rbt_tls_inside++;
-	if (ah && init && !init(pd->context, port, wc, grh, &attr))
-		rbt_fill_ah(&ev, &attr, 0);
+	if (ret && init && !init(pd->context, port, wc, grh, &attr))
+		rbt_fill_ah(ev, &attr, 0);
 	rbt_tls_inside--;
-	rbt_emit(&ev);
-	rbt_emit_stack(RBT_EV_AH_CREATE);
-	errno = rerrno;
-	return ah;
 }
 
 /* ---- async events ----------------------------------------------------------------------- */
+/* What each async event names: its CQ, QP, SRQ or port (0: nothing). */
+enum { RBT_AE_CQ = 1, RBT_AE_QP, RBT_AE_SRQ, RBT_AE_PORT };
+static const uint8_t rbt_async_of[] = {
+	[IBV_EVENT_CQ_ERR] = RBT_AE_CQ,
+	[IBV_EVENT_QP_FATAL] = RBT_AE_QP,
+	[IBV_EVENT_QP_REQ_ERR] = RBT_AE_QP,
+	[IBV_EVENT_QP_ACCESS_ERR] = RBT_AE_QP,
+	[IBV_EVENT_COMM_EST] = RBT_AE_QP,
+	[IBV_EVENT_SQ_DRAINED] = RBT_AE_QP,
+	[IBV_EVENT_PATH_MIG] = RBT_AE_QP,
+	[IBV_EVENT_PATH_MIG_ERR] = RBT_AE_QP,
+	[IBV_EVENT_QP_LAST_WQE_REACHED] = RBT_AE_QP,
+	[IBV_EVENT_SRQ_ERR] = RBT_AE_SRQ,
+	[IBV_EVENT_SRQ_LIMIT_REACHED] = RBT_AE_SRQ,
+	[IBV_EVENT_PORT_ACTIVE] = RBT_AE_PORT,
+	[IBV_EVENT_PORT_ERR] = RBT_AE_PORT,
+	[IBV_EVENT_LID_CHANGE] = RBT_AE_PORT,
+	[IBV_EVENT_PKEY_CHANGE] = RBT_AE_PORT,
+	[IBV_EVENT_SM_CHANGE] = RBT_AE_PORT,
+	[IBV_EVENT_CLIENT_REREGISTER] = RBT_AE_PORT,
+	[IBV_EVENT_GID_CHANGE] = RBT_AE_PORT,
+};
+
 RBT_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)
 {
-	RBT_RESOLVE(ibv_get_async_event);
-	if (!real)
-		return -1;
-	if (!rbt_recording())
-		return real(ctx, event);
+	RBT_ENTER_INT(ibv_get_async_event, -1, (ctx, event));
 	RBT_CALL(int ret, real(ctx, event));
 	struct rbt_event ev = { .type = RBT_EV_ASYNC_EVENT, .ts = t0 };
 	ev.u.async_event.ts_exit = t1;
 	ev.u.async_event.ret = ret;
 	ev.u.async_event.ctx = (uintptr_t)ctx;
 	if (!ret) {
-		ev.u.async_event.event_type = event->event_type;
-		switch (event->event_type) {
-		case IBV_EVENT_CQ_ERR:
-			ev.u.async_event.element = (uintptr_t)event->element.cq;
+		__typeof__(&event->element) el = &event->element;
+		unsigned t = event->event_type;
+
+		ev.u.async_event.event_type = t;
+		switch (t < sizeof(rbt_async_of) ? rbt_async_of[t] : 0) {
+		case RBT_AE_CQ:
+			ev.u.async_event.element = (uintptr_t)el->cq;
 			break;
-		case IBV_EVENT_QP_FATAL:
-		case IBV_EVENT_QP_REQ_ERR:
-		case IBV_EVENT_QP_ACCESS_ERR:
-		case IBV_EVENT_COMM_EST:
-		case IBV_EVENT_SQ_DRAINED:
-		case IBV_EVENT_PATH_MIG:
-		case IBV_EVENT_PATH_MIG_ERR:
-		case IBV_EVENT_QP_LAST_WQE_REACHED:
-			ev.u.async_event.element = (uintptr_t)event->element.qp;
+		case RBT_AE_QP:
+			ev.u.async_event.element = (uintptr_t)el->qp;
 			break;
-		case IBV_EVENT_SRQ_ERR:
-		case IBV_EVENT_SRQ_LIMIT_REACHED:
-			ev.u.async_event.element = (uintptr_t)event->element.srq;
+		case RBT_AE_SRQ:
+			ev.u.async_event.element = (uintptr_t)el->srq;
 			break;
-		case IBV_EVENT_PORT_ACTIVE:
-		case IBV_EVENT_PORT_ERR:
-		case IBV_EVENT_LID_CHANGE:
-		case IBV_EVENT_PKEY_CHANGE:
-		case IBV_EVENT_SM_CHANGE:
-		case IBV_EVENT_CLIENT_REREGISTER:
-		case IBV_EVENT_GID_CHANGE:
-			ev.u.async_event.port = event->element.port_num;
-			break;
-		default:
+		case RBT_AE_PORT:
+			ev.u.async_event.port = el->port_num;
 			break;
 		}
 	}
