@@ -138,6 +138,19 @@ struct Result {
 	rbt_header hdr = {};
 };
 
+// Every event r has left, as JSON; the last rbt_reader_next's return in *rc.
+std::vector<std::string> rest_of(rbt_reader *r, int *rc = nullptr)
+{
+	std::vector<std::string> v;
+	const rbt_event *ev;
+	int ret;
+	while ((ret = rbt_reader_next(r, &ev)) > 0)
+		v.push_back(json(rbt_reader_header(r), ev));
+	if (rc)
+		*rc = ret;
+	return v;
+}
+
 Result read_with(const uint8_t *p, size_t n, unsigned threads)
 {
 	Result res;
@@ -147,10 +160,8 @@ Result read_with(const uint8_t *p, size_t n, unsigned threads)
 	res.open_err = rbt_reader_open_mem_opts(p, n, &o, &r);
 	if (res.open_err)
 		return res;
-	const rbt_event *ev;
 	int rc;
-	while ((rc = rbt_reader_next(r, &ev)) > 0)
-		res.events.push_back(json(rbt_reader_header(r), ev));
+	res.events = rest_of(r, &rc);
 	EXPECT_EQ(0, rc);
 	res.st = *rbt_reader_stats(r);
 	res.error = rbt_reader_error(r);
@@ -364,10 +375,7 @@ TEST(FormatDamage, FileReaderSkipsLongGarbage)
 	ASSERT_FALSE(path.empty());
 	rbt_reader *r;
 	ASSERT_EQ(0, rbt_reader_open(path.c_str(), &r));
-	std::vector<std::string> got;
-	const rbt_event *ev;
-	while (rbt_reader_next(r, &ev) > 0)
-		got.push_back(json(rbt_reader_header(r), ev));
+	std::vector<std::string> got = rest_of(r);
 	EXPECT_EQ(expected(t, t.bytes.size(), -1), got);
 	EXPECT_EQ(200000u, rbt_reader_stats(r)->bad_bytes);
 	EXPECT_EQ(t.chunk_off[3], rbt_reader_stats(r)->first_damage_offset);
@@ -408,10 +416,7 @@ TEST(FormatDamage, FileReaderWindowsMatchTheMemoryReader)
 	Result mem = read_all(b.data(), b.size());
 	rbt_reader *r;
 	ASSERT_EQ(0, rbt_reader_open(path.c_str(), &r));
-	std::vector<std::string> got;
-	const rbt_event *ev;
-	while (rbt_reader_next(r, &ev) > 0)
-		got.push_back(json(rbt_reader_header(r), ev));
+	std::vector<std::string> got = rest_of(r);
 	const struct rbt_reader_stats *st = rbt_reader_stats(r);
 	EXPECT_EQ(mem.events, got);
 	EXPECT_EQ(mem.st.chunks, st->chunks);
