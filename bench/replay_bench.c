@@ -11,10 +11,17 @@
  *    speed, replayed with --timing=asap: post rate of the replay against the
  *    recorded program's (the same trace's span); then recorded every 50 us and
  *    replayed with --timing=recorded: lateness per recorded thread.
+ * 4. Memory: the replayer's peak resident memory (VmHWM, from wait4) replaying
+ *    synthetic SEND streams (tests/replay_synth --scenario stream, two traces)
+ *    with --timing=asap: from memory (RBTRACE_REPLAY_WINDOW=0) at a small size,
+ *    and streamed at 1 M and 10 M posts (--posts N,N,... for others, e.g.
+ *    100000000: the traces take ~200 MB of disk and the replay minutes).
  * Prints numbers, never pass/fail. Needs, built in the same bazel-bin:
  * //cli:rbtrace, //softnic:libibverbs.so.1, //interpose:librbtrace.so and
- * //tests:replay_pacer, //tests:replay_threads (data dependencies of this target).
+ * //tests:replay_pacer, //tests:replay_threads, //tests:replay_synth (data
+ * dependencies of this target).
  *   bazel build -c opt //bench:replay_bench && bazel-bin/bench/replay_bench
+ *   bazel-bin/bench/replay_bench --memory-only --posts 1000000,100000000
  */
 #define _GNU_SOURCE
 #include <libgen.h>
@@ -22,6 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char bin[PATH_MAX], env[3 * PATH_MAX];
@@ -57,14 +67,115 @@ static double json_num(const char *s, const char *obj, const char *key)
 	return p ? strtod(p + strlen(k), NULL) : -1;
 }
 
-int main(void)
+/* Runs cmd (with the softnic environment) as a child of ours; its output in
+ * out, its peak resident memory (KB) and wall time (s). */
+static int run_rss(const char *cmd, char *out, size_t n, long *kb, double *secs)
+{
+	char full[8 * PATH_MAX];
+	struct timespec a, b;
+	struct rusage ru;
+	int fd[2], st = 0;
+	size_t got = 0;
+	ssize_t r;
+	pid_t pid;
+
+	snprintf(full, sizeof(full), "exec env %s %s 2>&1", env, cmd);
+	if (pipe(fd))
+		return -1;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	pid = fork();
+	if (pid == 0) {
+		dup2(fd[1], 1);
+		close(fd[0]);
+		execl("/bin/sh", "sh", "-c", full, (char *)NULL);
+		_exit(127);
+	}
+	close(fd[1]);
+	while (pid > 0 && got + 1 < n && (r = read(fd[0], out + got, n - 1 - got)) > 0)
+		got += (size_t)r;
+	out[got] = 0;
+	close(fd[0]);
+	if (pid < 0 || wait4(pid, &st, 0, &ru) < 0)
+		return -1;
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	*kb = ru.ru_maxrss;
+	*secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* 4: peak RSS of the replay of a synthetic SEND stream of `posts` posts. */
+static void memory_row(const char *fab, long long posts, int from_memory)
+{
+	static char out[1 << 16];
+	char cmd[4 * PATH_MAX];
+	double secs = 0;
+	long kb = 0;
+
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s/mem && mkdir -p %s/mem && %s/tests/replay_synth %s/mem "
+		 "--scenario stream --iters %lld --interval-us 1",
+		 fab, fab, bin, fab, posts / 2);
+	if (system(cmd)) {
+		printf("  %11lld posts: writing the traces failed\n", posts);
+		return;
+	}
+	snprintf(cmd, sizeof(cmd),
+		 "RBTRACE_REPLAY_WINDOW=%s %s/cli/rbtrace replay --json --timing=asap "
+		 "%s/mem/a.rbt %s/mem/b.rbt",
+		 from_memory ? "0" : "16384", bin, fab, fab);
+	if (run_rss(cmd, out, sizeof(out), &kb, &secs) != 0 ||
+	    json_num(out, "\"completions\"", "matched") < 0) {
+		printf("  %11lld posts: replay failed: %.300s\n", posts, out);
+		return;
+	}
+	printf("  %11lld posts  %-8s  peak RSS %8.1f MB  %7.0f B/post  %.0f of %.0f "
+	       "completions matched  %.1f s\n",
+	       posts, from_memory ? "memory" : "streamed", kb / 1024.0,
+	       kb * 1024.0 / (double)posts, json_num(out, "\"completions\"", "matched"),
+	       json_num(out, "\"completions\"", "expected"), secs);
+	fflush(stdout);
+}
+
+static void memory_section(const char *fab, const char *list, long long in_memory)
+{
+	printf("replay_bench: peak resident memory of the replayer (VmHWM), two traces "
+	       "of a SEND stream (tests/replay_synth), --timing=asap\n");
+	memory_row(fab, in_memory, 1);
+	for (const char *p = list; p && *p;) {
+		char *end;
+		long long n = strtoll(p, &end, 10);
+
+		if (end == p)
+			break;
+		memory_row(fab, n, 0);
+		p = *end == ',' ? end + 1 : end;
+	}
+}
+
+int main(int argc, char **argv)
 {
 	char self[PATH_MAX], fab[] = "/tmp/replay-bench-XXXXXX", cmd[4 * PATH_MAX], *o;
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	double orig_rate, plain_rate, wall, posts, best_replay;
 	int best_trace = 0;
 	const int iters = 100000;
+	const char *posts_list = "1000000,10000000";
+	long long in_memory = 200000;
+	int memory_only = 0;
 
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--memory-only")) {
+			memory_only = 1;
+		} else if (!strcmp(argv[i], "--posts") && i + 1 < argc) {
+			posts_list = argv[++i];
+		} else if (!strcmp(argv[i], "--in-memory-posts") && i + 1 < argc) {
+			in_memory = atoll(argv[++i]);
+		} else {
+			fprintf(stderr, "usage: replay_bench [--memory-only] [--posts "
+					"N,N,...] [--in-memory-posts N]\n");
+			return 2;
+		}
+	}
 	if (n <= 0 || !mkdtemp(fab)) {
 		fprintf(stderr, "replay_bench: setup failed\n");
 		return 1;
@@ -73,6 +184,8 @@ int main(void)
 	snprintf(bin, sizeof(bin), "%s/..", dirname(self));
 	snprintf(env, sizeof(env), "SOFTNIC_FABRIC=%s LD_LIBRARY_PATH=%s/softnic", fab,
 		 bin);
+	if (memory_only)
+		goto memory;
 
 	/* 1. message rate: original (untraced, then traced) vs replay --timing=asap.
 	 * The machine is shared: each is run 3 times, interleaved, best kept. */
@@ -200,6 +313,8 @@ int main(void)
 		       json_num(t, "\"lateness_ns\"", "p99") / 1e3,
 		       json_num(t, "\"lateness_ns\"", "max") / 1e3,
 		       json_num(t, "\"lateness_ns\"", "count"));
+memory:
+	memory_section(fab, posts_list, in_memory);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", fab);
 	if (system(cmd))
 		return 0;

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "replay/replay_int.h"
@@ -109,8 +110,31 @@ static void rp_mr_lifetimes(struct rp_job *j, struct rp_side *s)
 	}
 }
 
-/* Page-aligned memory of each recorded MR's size (all of it before the run),
- * registered with its recorded access now or by its step (rp_mr_lifetimes). */
+/* Page-aligned memory of each recorded MR's size, registered with its recorded
+ * access now or by its step (rp_mr_lifetimes). Up to RP_MR_FILLED bytes it is
+ * filled with a recognisable pattern; a larger MR is anonymous memory mapped
+ * without reserve, resident only where the replay (or the device) touches it. */
+#define RP_MR_FILLED (1u << 20)
+
+static uint8_t *rp_mr_memory(struct rp_mr *m, size_t len, uint64_t seed)
+{
+	size_t round = (len + 4095) & ~4095ul;
+	void *p = NULL;
+
+	if (len > RP_MR_FILLED) {
+		p = mmap(NULL, round, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (p == MAP_FAILED)
+			return NULL;
+		m->map_len = round;
+		return p;
+	}
+	if (posix_memalign(&p, 4096, round))
+		return NULL;
+	rp_pattern(p, len, seed);
+	return p;
+}
+
 static int rp_build_mrs(struct rp_job *j, struct rp_side *s)
 {
 	rp_mr_lifetimes(j, s);
@@ -123,9 +147,8 @@ static int rp_build_mrs(struct rp_job *j, struct rp_side *s)
 		if (!m->npd) {
 			return rp_fail(j, -EINVAL, "%s: MR on an unknown PD", s->path);
 		}
-		if (posix_memalign((void **)&m->buf, 4096, (len + 4095) & ~4095ul))
+		if (!(m->buf = rp_mr_memory(m, len, (uint64_t)i)))
 			return -ENOMEM;
-		rp_pattern(m->buf, len, (uint64_t)i);
 		if (m->dynamic)
 			continue;
 		m->mr = ibv_reg_mr(m->npd, m->buf, len, acc);
@@ -309,9 +332,10 @@ static void rp_qp_lifetimes(struct rp_job *j, struct rp_side *s)
 	}
 }
 
-int rp_qp_create_now(struct rp_side *s, struct rp_qp *q)
+/* The recorded QP's creation attributes on the replay's CQs and SRQ. */
+static struct ibv_qp_init_attr rp_qp_attr(const struct rp_side *s, const struct rp_qp *q)
 {
-	struct ibv_qp_init_attr a = {
+	return (struct ibv_qp_init_attr){
 		.send_cq = q->scq ? s->cq[q->scq - 1].cq : NULL,
 		.recv_cq = q->rcq ? s->cq[q->rcq - 1].cq : NULL,
 		.srq = q->srqi ? s->srq[q->srqi - 1].srq : NULL,
@@ -323,6 +347,11 @@ int rp_qp_create_now(struct rp_side *s, struct rp_qp *q)
 		.qp_type = (enum ibv_qp_type)q->rec.qp_type,
 		.sq_sig_all = (int)q->rec.sq_sig_all,
 	};
+}
+
+int rp_qp_create_now(struct rp_side *s, struct rp_qp *q)
+{
+	struct ibv_qp_init_attr a = rp_qp_attr(s, q);
 	struct ibv_pd *pd = rp_pd_by_h(s, q->rec.pd);
 
 	q->qp = pd ? ibv_create_qp(pd, &a) : NULL;
@@ -337,22 +366,8 @@ static int rp_build_qps(struct rp_job *j, struct rp_side *s)
 	rp_qp_lifetimes(j, s);
 	for (int i = 0; i < s->nqp; i++) {
 		struct rp_qp *q = &s->qp[i];
-		struct rp_cq *scq = (q->scq ? &s->cq[q->scq - 1] : NULL);
-		struct rp_cq *rcq = (q->rcq ? &s->cq[q->rcq - 1] : NULL);
-		struct rp_srq *srq = q->srqi ? &s->srq[q->srqi - 1] : NULL;
 		struct ibv_pd *pd = rp_pd_by_h(s, q->rec.pd);
-		struct ibv_qp_init_attr a = {
-			.send_cq = scq ? scq->cq : NULL,
-			.recv_cq = rcq ? rcq->cq : NULL,
-			.srq = srq ? srq->srq : NULL,
-			.cap = { .max_send_wr = (uint32_t)q->rec.max_send_wr,
-				 .max_recv_wr = (uint32_t)q->rec.max_recv_wr,
-				 .max_send_sge = (uint32_t)q->rec.max_send_sge,
-				 .max_recv_sge = (uint32_t)q->rec.max_recv_sge,
-				 .max_inline_data = (uint32_t)q->rec.max_inline_data },
-			.qp_type = (enum ibv_qp_type)q->rec.qp_type,
-			.sq_sig_all = (int)q->rec.sq_sig_all,
-		};
+		struct ibv_qp_init_attr a = rp_qp_attr(s, q);
 
 		/* an XRC_SEND has only a send queue, an XRC_RECV no queue at all */
 		if (q->rec.qp_type == IBV_QPT_XRC_RECV
@@ -454,8 +469,12 @@ void rp_teardown_side(struct rp_side *s)
 			ibv_destroy_comp_channel(s->ch[i]);
 	RP_DESTROY_ALL(s->mr, s->nmr, mr, ibv_dereg_mr);
 	for (int i = 0; i < s->nmr; i++) {
-		free(s->mr[i].buf);
+		if (s->mr[i].map_len)
+			munmap(s->mr[i].buf, s->mr[i].map_len);
+		else
+			free(s->mr[i].buf);
 		s->mr[i].buf = NULL;
+		s->mr[i].map_len = 0;
 	}
 	for (int i = 0; i < s->npd; i++)
 		if (s->pd && s->pd[i])

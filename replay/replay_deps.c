@@ -495,14 +495,14 @@ uint64_t rp_deps_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, i
 					fprintf(j->log,
 						"%s: step %d: waited for tag %016llx, "
 						"found %016llx\n",
-						L->s->path, i,
+						L->s->path, rp_step_no(L->s, i),
 						(unsigned long long)st->dx->deps[d].tag,
 						(unsigned long long)v);
 				}
 				rp_diverge(j,
 					   "%s: step %d: a peer's RDMA WRITE it waited "
 					   "for did not land (waited %llu ms)",
-					   L->s->path, i,
+					   L->s->path, rp_step_no(L->s, i),
 					   (unsigned long long)(lim_ns / 1000000ull));
 				goto next;
 			}

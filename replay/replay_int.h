@@ -24,7 +24,8 @@
 struct rp_mr {
 	uint64_t h, pd;
 	uint64_t addr, iova, length, access, lkey, rkey;
-	uint8_t *buf; /* replayed memory (length bytes, page aligned) */
+	uint8_t *buf;	/* replayed memory (length bytes, page aligned) */
+	size_t map_len; /* a large MR's: mapped (munmap), else malloc'd */
 	struct ibv_mr *mr;
 	struct ibv_pd *npd;
 	int dead; /* deregistered by now (while loading) */
@@ -181,6 +182,15 @@ struct rp_qp {
 	uint32_t err_peer_ok;
 	uint32_t live_send_ok;
 	uint8_t count_live;
+	/* the recorded successful sends (counted even when a streamed load
+	 * keeps no list: the ERR waits use it) */
+	uint32_t rec_send_ok;
+	uint64_t rec_count[2]; /* every recorded completion, kept or not */
+	/* a streamed replay (replay_stream.c) matches each window's completions
+	 * and drops them: how many went (the next one's number), how many of
+	 * those matched, how many mismatches were listed */
+	uint64_t wc_base[2], wc_matched[2];
+	uint32_t wc_shown[2];
 };
 
 /* A peer's WRITE that a post waits for: the last 8 bytes of where it lands in
@@ -351,6 +361,9 @@ struct rp_side {
 	/* arena for copied arrays */
 	void **allocs;
 	size_t nallocs, capallocs;
+	/* streamed (replay_stream.c): the window's reader and what the run of
+	 * the windows so far added up; NULL: the whole timeline is in step[] */
+	struct rp_stream *sm;
 };
 
 /* ---- the directory: the numbers each side published after setup -------------- */
@@ -443,6 +456,9 @@ struct rp_job {
 	 * one file per recorded host, PREFIX.<host hash>, shared by every side of
 	 * the job (both replayer processes: the listener names it) */
 	char xrcd_prefix[200];
+	/* streaming: steps a window holds (0: never stream), and whether this
+	 * job is streamed (rp_stream_decide) */
+	int window, stream;
 };
 
 /* Room for one more element of a growable array: doubles cap (zeroing the
@@ -481,6 +497,13 @@ struct rp_loading {
 	 * was read: MR events from now on are steps (before it they fall in the
 	 * prefix and are done before the run) */
 	int started;
+	/* streaming (replay_stream.c). Loading: past the window (over), steps
+	 * and recorded completions are counted, not kept. again: the window's
+	 * second reading of the trace: resources are only tied to the model
+	 * (the k-th create to the k-th entry), steps from the start on kept */
+	int over, again;
+	int again_npd, again_nmr, again_nch, again_ncq, again_nxrcd, again_nsrq,
+		again_nqp, again_nah, again_nmw;
 };
 
 /* The phases, in the order replay_job.c runs them. Each returns 0 or a negative
@@ -529,6 +552,79 @@ int rp_res_idx(const struct rbt_model_res *r);
 int rp_wc_is_recv(const struct rp_qp *q, uint32_t status, uint32_t opcode,
 		  uint64_t wr_id);
 
+/* replay_stream.c: a timeline of any length, window by window */
+#define RP_STREAM_WINDOW 16384 /* steps of all sides a window holds */
+#define RP_STREAM_MARK	 4096  /* one step time kept per this many steps */
+#define RP_STREAM_SAMPLE 65536 /* lateness samples a side keeps */
+struct rp_stream {
+	/* loading: why the side cannot be streamed (NULL: it can), the steps
+	 * past the first window, the time of every RP_STREAM_MARK-th step */
+	const char *why_not;
+	uint64_t nstep_all;
+	uint64_t *mark;
+	size_t nmark, capmark;
+	uint64_t last_work_ns, first_life_ns;
+	uint32_t stream, nstreams;
+	int have_stream;
+	/* the second reading (replay_load.c) */
+	struct rp_loading *ld;
+	struct rbt_reader *r;
+	struct rbt_model *model;
+	const struct rbt_model_trace *mtrace;
+	void *ro; /* the time-order window (struct rp_reorder) */
+	int eof;
+	size_t mark_next; /* planning: the next mark not yet in a window */
+	/* the run so far: steps before this window, and its lane's carry */
+	uint64_t base, ran, windows, max_window, stop_at_all;
+	int timeouts, cut;
+	size_t arena_mark;
+	uint64_t wasted_ns;
+	/* timing of the posts, as replay_report.c's tally keeps it for one
+	 * window: counts, spans and a uniform sample (every post has the same
+	 * chance to be in it) of the lateness, with the exact maximum */
+	uint64_t posts, timed, first, last, rfirst, rlast, late_max, own_max;
+	uint64_t *late, *own;
+	size_t nsample;
+	uint64_t rng;
+	/* after the run: the side's one lane, for the report */
+	struct rp_lane total;
+};
+/* Loading (pass 1): whether the job may stream at all, the window's step cap. */
+int rp_stream_wanted(const struct rp_job *j);
+void rp_stream_note(struct rp_loading *ld, const struct rbt_event *ev, uint64_t rec_ns);
+/* After every side loaded: 1 when the job is streamed (sides trimmed to
+ * their prefix), 0 when it replays from memory (sides must be reloaded
+ * whole when any went over: *reload), or a negative errno. */
+int rp_stream_decide(struct rp_job *j, int *reload);
+/* The run of a streamed job, in place of the one of every lane. */
+void rp_stream_run(struct rp_job *j);
+void rp_stream_free(struct rp_side *s);
+/* A step's number in the whole timeline (a streamed window's index + its base). */
+static inline int rp_step_no(const struct rp_side *s, int i)
+{
+	return s->sm ? (int)s->sm->base + i : i;
+}
+/* For the report: a side's steps and where it stopped, over every window. */
+uint64_t rp_steps_of(const struct rp_side *s);
+uint64_t rp_stop_of(const struct rp_side *s);
+uint64_t rp_timed_of(const struct rp_side *s);
+/* replay_load.c: the second reading, up to recorded time lim_ns (abs ns);
+ * 1 when the trace has more, 0 at its end, or a negative errno. */
+int rp_again_open(struct rp_job *j, struct rp_side *s);
+int rp_again_load(struct rp_job *j, struct rp_side *s, uint64_t lim_ns);
+void rp_again_close(struct rp_side *s);
+/* replay_timeline.c, replay_join.c: the window's steps in order and wired */
+void rp_timeline_window(struct rp_side *s);
+void rp_join_window(struct rp_side *s);
+/* replay_job.c: every lane of every side, each on a thread of its own */
+void rp_run_lanes(struct rp_job *j);
+/* replay_run.c, replay_report.c: what a window leaves behind */
+void rp_collect_completions(struct rp_job *j, struct rp_side *s);
+void rp_match_trim(struct rp_job *j, struct rp_side *s);
+void rp_report_window(struct rp_job *j, struct rp_side *s);
+/* replay_translate.c: the steps only (the pairing is done once) */
+int rp_prepare_steps(struct rp_job *j, struct rp_side *s);
+
 /* replay_check.c: refusals */
 int rp_check_pairs(struct rp_job *j);
 int rp_check_side(struct rp_job *j, struct rp_side *s);
@@ -549,10 +645,18 @@ int rp_prepare_side(struct rp_job *j, struct rp_side *s);
  * side is prepared): rp_step.ud_dest/ud_need, rp_qp.recv_ts. */
 int rp_ud_order_setup(struct rp_job *j);
 
-/* replay_run.c: running a timeline */
+/* replay_clock.c, replay_run.c, replay_finish.c: the clock, running a
+ * timeline, and after it */
 void rp_clock_init(void);
 uint64_t rp_now_ns(void);
 void rp_go_realtime(struct rp_job *j, int on);
+/* A lane's stop (signal, --max-time), the bound of a wait, a wait's waste. */
+int rp_must_stop(struct rp_job *j, struct rp_lane *s);
+uint64_t rp_wait_limit(struct rp_job *j, struct rp_lane *s, uint64_t normal_ns);
+void rp_wasted(struct rp_job *j, struct rp_lane *s, uint64_t t_start);
+/* Sleeps (spins the last stretch) until deadline; 1 when the lane must stop. */
+int rp_wait_until(struct rp_job *j, struct rp_lane *s, uint64_t deadline);
+struct rp_qp *rp_qp_by_new_qpn(struct rp_side *s, uint32_t qpn);
 void rp_run_lane(struct rp_job *j, struct rp_lane *L);
 void rp_err_waits(struct rp_job *j, struct rp_side *s);
 /* The lanes of a side (replay_timeline.c, after the prefix is known). */
@@ -580,6 +684,10 @@ void rp_deps_totals(const struct rp_side *s, uint64_t *inferred, uint64_t *in_fl
 void rp_diverge(struct rp_job *j, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum);
+const char *rp_state_name(uint32_t s);
+const char *rp_final_src_text(const struct rp_qp *q);
+/* replay_match.c: completions matched (adds divergences) */
+void rp_report_match(struct rp_job *j, struct rbt_replay_summary *sum);
 /* One line "rbtrace replay: <fmt>" on j->log; returns err (a negative errno). */
 int rp_fail(struct rp_job *j, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -54,6 +54,11 @@ static struct rp_job *rp_job_new(const struct rbt_replay_opts *o, int ntraces)
 		j->peer_fd[k] = -1;
 	j->nside = ntraces;
 	j->poll_timeout_ms = o->poll_timeout_ms > 0 ? o->poll_timeout_ms : 5000;
+	/* RBTRACE_REPLAY_WINDOW: steps per window of a streamed replay (0: never
+	 * stream) */
+	j->window = getenv("RBTRACE_REPLAY_WINDOW")
+			    ? atoi(getenv("RBTRACE_REPLAY_WINDOW"))
+			    : RP_STREAM_WINDOW;
 	pthread_mutex_init(&j->rep.lock, NULL);
 	snprintf(j->xrcd_prefix, sizeof(j->xrcd_prefix), "%s/rbtrace-xrcd-%d-%llx",
 		 tmp && *tmp ? tmp : "/tmp", (int)getpid(),
@@ -86,8 +91,22 @@ static int rp_job_load(struct rp_job *j, const char *const *traces)
 {
 	int rc = 0;
 
+	int reload = 0;
+
 	for (int i = 0; i < j->nside && !rc; i++) {
 		j->side[i].idx = i;
+		rc = rp_side_load(j, &j->side[i], traces[i]);
+	}
+	if (!rc)
+		rc = rp_stream_decide(j, &reload);
+	if (rc < 0)
+		return rc;
+	rc = 0;
+	/* too long for one window but not streamable: whole, from memory */
+	for (int i = 0; reload && i < j->nside && !rc; i++) {
+		rp_side_free(&j->side[i]);
+		j->side[i].idx = i;
+		j->window = 0;
 		rc = rp_side_load(j, &j->side[i], traces[i]);
 	}
 	if (rc)
@@ -97,7 +116,7 @@ static int rp_job_load(struct rp_job *j, const char *const *traces)
 	for (int i = 0; i < j->nside; i++) {
 		if (strcmp(j->side[i].host, j->side[0].host))
 			j->same_clock = 0;
-		if (j->side[i].nstep && j->side[i].rec_epoch_ns < j->rec_epoch)
+		if (rp_steps_of(&j->side[i]) && j->side[i].rec_epoch_ns < j->rec_epoch)
 			j->rec_epoch = j->side[i].rec_epoch_ns;
 	}
 	return 0;
@@ -165,7 +184,7 @@ static int rp_job_setup(struct rp_job *j)
  * there is one in all, or when a thread cannot be had: such a lane runs after
  * the others, which then wait for its order only up to the poll timeout), all
  * from the agreed start; then each side's completions, and those it owes. */
-static void rp_job_run_sides(struct rp_job *j)
+void rp_run_lanes(struct rp_job *j)
 {
 	struct rp_thread_arg *args;
 	int n = 0, k = 0;
@@ -201,6 +220,15 @@ static void rp_job_run_sides(struct rp_job *j)
 		}
 	free(args);
 	free(own);
+}
+
+static void rp_job_run_sides(struct rp_job *j)
+{
+	if (j->stream) {
+		rp_stream_run(j);
+		return;
+	}
+	rp_run_lanes(j);
 	for (int i = 0; i < j->nside; i++) {
 		rp_lanes_done(&j->side[i]);
 		rp_side_finish(j, &j->side[i]);
@@ -237,12 +265,12 @@ static int rp_job_run(struct rp_job *j)
 		struct rp_side *s = &j->side[i];
 
 		if (s->stop_why == RBT_REPLAY_STOP_DIVERGED)
-			rp_diverge(
-				j,
-				"%s: stopped before step %d of %d: after a divergence, "
-				"its waits found nothing for %d ms in all",
-				s->path, s->stop_at, s->nstep,
-				RBT_REPLAY_DIVERGED_WAIT_MS);
+			rp_diverge(j,
+				   "%s: stopped before step %llu of %llu: after a "
+				   "divergence, its waits found nothing for %d ms in all",
+				   s->path, (unsigned long long)rp_stop_of(s),
+				   (unsigned long long)rp_steps_of(s),
+				   RBT_REPLAY_DIVERGED_WAIT_MS);
 	}
 	/* Let the peer finish before anyone destroys a QP it still talks to. */
 	if (j->net_fd >= 0)

@@ -105,10 +105,12 @@ static struct rp_qp *rp_xqp_get(struct rp_side *s, int cq, uint32_t qpn)
 static void rp_join_posted(void *arg, struct rbt_model_res *q, struct rbt_model_wr *w,
 			   const struct rbt_send_wr *sw)
 {
-	struct rp_side *s = ((struct rp_loading *)arg)->s;
+	struct rp_loading *ld = arg;
+	struct rp_side *s = ld->s;
 	int i = rp_res_idx(q);
 
-	if (!i)
+	/* a streamed load keeps the ids of its first window's posts only */
+	if (!i || ld->over || ld->again)
 		return;
 	if (q->kind == RBT_MODEL_QP) {
 		struct rp_qp *qp = &s->qp[i - 1];
@@ -182,7 +184,12 @@ static void rp_join_push(struct rp_loading *ld, struct rbt_model_qp *mq, int cq,
 		.with_imm = (uint8_t)(w && (w->wc_flags & IBV_WC_WITH_IMM)),
 		.src_qp = w ? (uint32_t)w->src_qp : 0,
 	};
-	rp_wclist_push(&q->rec_wc[c->recv ? 1 : 0], &r);
+	if (!ld->again) {
+		q->rec_send_ok += !c->recv && r.status == IBV_WC_SUCCESS;
+		q->rec_count[c->recv ? 1 : 0]++;
+	}
+	if (!ld->over)
+		rp_wclist_push(&q->rec_wc[c->recv ? 1 : 0], &r);
 }
 
 static void rp_join_completion(void *arg, struct rbt_model_qp *qp,
@@ -255,6 +262,12 @@ static void rp_join_qp_end(struct rp_qp *q)
 	q->rec_rq_psn = (uint32_t)mq->rq_psn;
 	q->rec_path_mtu = (uint32_t)mq->path_mtu;
 	q->rec_max_rd_atomic = (uint32_t)mq->max_rd_atomic;
+}
+
+void rp_join_window(struct rp_side *s)
+{
+	for (int i = 0; i < s->nqp; i++)
+		rp_join_sort(&s->qp[i]);
 }
 
 void rp_join_finish(struct rp_side *s)

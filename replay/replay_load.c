@@ -33,19 +33,21 @@ static struct rbt_model_res *rp_tie(struct rp_loading *ld, enum rbt_model_kind k
  * p of handle field hf, tied to the model's object of kind k: NULL when the
  * create failed in the recording (it made nothing) or, with ld->err set, when
  * memory ran out. */
-#define RP_NEW(ld, arr, n, cap, k, p, hf)                         \
-	({                                                        \
-		struct rp_side *s_ = (ld)->s;                     \
-		__typeof__(s_->arr) e_ = NULL;                    \
-		if ((p)->hf && !(p)->err && (p)->ret >= 0) {      \
-			if (RP_GROW(s_->arr, s_->n, (ld)->cap)) { \
-				e_ = &s_->arr[s_->n++];           \
-				rp_tie(ld, k, (p)->hf, s_->n);    \
-			} else {                                  \
-				(ld)->err = -ENOMEM;              \
-			}                                         \
-		}                                                 \
-		e_;                                               \
+#define RP_NEW(ld, arr, n, cap, k, p, hf)                                  \
+	({                                                                 \
+		struct rp_side *s_ = (ld)->s;                              \
+		__typeof__(s_->arr) e_ = NULL;                             \
+		if ((p)->hf && !(p)->err && (p)->ret >= 0) {               \
+			if ((ld)->again) {                                 \
+				rp_tie(ld, k, (p)->hf, ++(ld)->again_##n); \
+			} else if (RP_GROW(s_->arr, s_->n, (ld)->cap)) {   \
+				e_ = &s_->arr[s_->n++];                    \
+				rp_tie(ld, k, (p)->hf, s_->n);             \
+			} else {                                           \
+				(ld)->err = -ENOMEM;                       \
+			}                                                  \
+		}                                                          \
+		e_;                                                        \
 	})
 
 static int rp_load_device_open(struct rp_loading *ld, const struct rbt_event *ev)
@@ -125,7 +127,7 @@ static int rp_load_mr_rereg(struct rp_loading *ld, const struct rbt_event *ev)
 {
 	const struct rbt_ev_mr_rereg *p = &ev->u.mr_rereg;
 	struct rp_side *s = ld->s;
-	int i = p->ret ? 0 : rp_mr_latest(s, rp_mr_index(s, p->mr));
+	int i = p->ret || ld->again ? 0 : rp_mr_latest(s, rp_mr_index(s, p->mr));
 	int n = s->nstep, rc;
 	struct rp_mr *m, *o;
 	uint64_t now = rp_abs_ns(s, ev->ts);
@@ -240,7 +242,7 @@ static int rp_load_qp(struct rp_loading *ld, const struct rbt_event *ev)
 
 static int rp_load_qp_destroy(struct rp_loading *ld, const struct rbt_event *ev)
 {
-	if (!ld->started || ev->u.qp_destroy.ret != 0)
+	if (!ld->started || ld->again || ev->u.qp_destroy.ret != 0)
 		return 0;
 	return rp_timeline_add(ld, ev);
 }
@@ -264,8 +266,9 @@ static int rp_load_ah(struct rp_loading *ld, const struct rbt_event *ev)
 static int rp_load_mr_dereg(struct rp_loading *ld, const struct rbt_event *ev)
 {
 	struct rp_side *s = ld->s;
-	int i = ev->u.mr_dereg.ret ? 0
-				   : rp_mr_latest(s, rp_mr_index(s, ev->u.mr_dereg.mr));
+	int i = ev->u.mr_dereg.ret || ld->again
+			? 0
+			: rp_mr_latest(s, rp_mr_index(s, ev->u.mr_dereg.mr));
 	int n = s->nstep, rc;
 
 	if (!i)
@@ -424,6 +427,8 @@ static int rp_load_event(struct rp_loading *ld, const struct rbt_event *ev)
 		return -ENOMEM;
 	if (ev->type > RBT_EV_MAX_ID || !rp_loaders[ev->type])
 		return 0;
+	if (ld->again && (ev->type == RBT_EV_CM_CALL || ev->type == RBT_EV_CM_EVENT))
+		return 0; /* counted by the first reading */
 	return rp_loaders[ev->type](ld, ev);
 }
 
@@ -449,6 +454,9 @@ static int rp_load_model(struct rp_loading *ld, const struct rbt_header *hdr)
  * stream never backwards, file order between equal times): an event leaves it
  * once the file has reached RP_REORDER_S seconds past it. */
 #define RP_REORDER_S 2
+/* and at most this many events: a trace's memory is not the rate times that
+ * time (a chunk holds far fewer events; 4 M events a second would hold 8 M) */
+#define RP_REORDER_MAX (1u << 17)
 
 struct rp_held {
 	uint64_t key, seq;
@@ -490,15 +498,8 @@ static int rp_reorder_push(struct rp_reorder *o, const struct rbt_event *ev)
 	}
 	if (x.key > o->newest)
 		o->newest = x.key;
-	if (o->n == o->cap) {
-		size_t cap = o->cap ? 2 * o->cap : 1024;
-		struct rp_held *h = realloc(o->h, cap * sizeof(*h));
-
-		if (!h)
-			return -ENOMEM;
-		o->h = h;
-		o->cap = cap;
-	}
+	if (!RP_GROW(o->h, o->n, o->cap))
+		return -ENOMEM;
 	if (!(x.ev = rbt_model_event_copy(ev)))
 		return -ENOMEM;
 	for (i = o->n++; i && rp_held_less(&x, &o->h[(i - 1) / 2]); i = (i - 1) / 2)
@@ -514,7 +515,8 @@ static struct rbt_event *rp_reorder_pop(struct rp_reorder *o, int all)
 	struct rp_held last;
 	size_t i = 0;
 
-	if (!o->n || (!all && o->h[0].key + o->window > o->newest))
+	if (!o->n ||
+	    (!all && o->n <= RP_REORDER_MAX && o->h[0].key + o->window > o->newest))
 		return NULL;
 	ev = o->h[0].ev;
 	last = o->h[--o->n];
@@ -582,6 +584,8 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 	/* The model keeps &ld as its callbacks' argument: after loading it is
 	 * only asked (lookups), never fed, so no callback runs again. */
 	rc = rp_load_model(&ld, rbt_reader_header(r));
+	if (!rc && rp_stream_wanted(j) && !(s->sm = calloc(1, sizeof(*s->sm))))
+		rc = -ENOMEM;
 	ro.window = (s->hdr.clock_hz ? s->hdr.clock_hz : 1000000000ull) * RP_REORDER_S;
 	while (rc == 0 && (rc = rbt_reader_next(r, &ev)) == 1) {
 		rc = rp_reorder_push(&ro, ev);
@@ -590,6 +594,8 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 	}
 	if (rc == 0)
 		rc = rp_reorder_feed(&ld, &ro, 1);
+	if (s->sm)
+		s->sm->nstreams = (uint32_t)ro.nstreams;
 	rp_reorder_free(&ro);
 	/* rc: 0 at the end, the reader's error, or -ENOMEM */
 	if (rc != -ENOMEM && (rbt_model_finish(s->model) < 0 || ld.err))
@@ -607,4 +613,121 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 	if (rp_lanes_build(s) < 0)
 		return rp_fail(j, -ENOMEM, "%s: out of memory while loading", path);
 	return 0;
+}
+
+/* ---- a streamed side's second reading (replay_stream.c) ------------------------
+ * A reader, a model and a time-order window of their own, from the trace's first
+ * event: resources are tied to the first reading's entries (the k-th create to
+ * the k-th), steps from the start on become the window's, recorded completions
+ * go onto the QPs' lists. The side's model is the second reading's while it
+ * reads (lookups by handle then mean what they meant at that point). */
+int rp_again_open(struct rp_job *j, struct rp_side *s)
+{
+	struct rp_stream *sm = s->sm;
+	struct rp_loading *ld = calloc(1, sizeof(*ld));
+	struct rp_reorder *ro = calloc(1, sizeof(*ro));
+	struct rbt_model *keep = s->model;
+	const struct rbt_model_trace *keep_t = s->mtrace;
+	int rc;
+
+	sm->ld = ld;
+	sm->ro = ro;
+	if (!ld || !ro)
+		return rp_fail(j, -ENOMEM, "%s: out of memory while streaming", s->path);
+	*ld = (struct rp_loading){ .j = j, .s = s, .again = 1 };
+	rc = rbt_reader_open(s->path, &sm->r);
+	if (rc < 0)
+		return rp_fail(j, rc, "%s: cannot open trace again: %s", s->path,
+			       rbt_strerror(rc));
+	rc = rp_load_model(ld, rbt_reader_header(sm->r));
+	sm->model = s->model;
+	sm->mtrace = s->mtrace;
+	s->model = keep;
+	s->mtrace = keep_t;
+	if (rc)
+		return rp_fail(j, rc, "%s: out of memory while streaming", s->path);
+	/* one thread's events are in time order in the file already */
+	ro->window = sm->nstreams > 1
+			     ? (s->hdr.clock_hz ? s->hdr.clock_hz : 1000000000ull) *
+				       RP_REORDER_S
+			     : 0;
+	return 0;
+}
+
+/* Feeds what may leave the window and lies before lim (abs ns). */
+static int rp_again_feed(struct rp_side *s, int all, uint64_t lim)
+{
+	struct rp_reorder *o = s->sm->ro;
+	struct rbt_event *ev;
+	int rc = 0;
+
+	while (o->n && rp_abs_ns(s, o->h[0].key) < lim && (ev = rp_reorder_pop(o, all))) {
+		if (!rc)
+			rc = rp_load_event(s->sm->ld, ev);
+		free(ev);
+	}
+	return rc;
+}
+
+static int rp_again_pump(struct rp_side *s, uint64_t lim)
+{
+	struct rp_stream *sm = s->sm;
+	struct rp_reorder *o = sm->ro;
+	const struct rbt_event *ev;
+	int rc;
+
+	for (;;) {
+		if ((rc = rp_again_feed(s, sm->eof, lim)) < 0)
+			return rc;
+		if (o->n && rp_abs_ns(s, o->h[0].key) >= lim)
+			return 1;
+		if (sm->eof)
+			return o->n ? 1 : 0;
+		rc = rbt_reader_next(sm->r, &ev);
+		if (rc == 1)
+			rc = rp_reorder_push(o, ev);
+		else
+			sm->eof = 1; /* the first reading judged its damage */
+		if (rc < 0 && !sm->eof)
+			return rc;
+	}
+}
+
+int rp_again_load(struct rp_job *j, struct rp_side *s, uint64_t lim_ns)
+{
+	struct rp_stream *sm = s->sm;
+	struct rbt_model *keep = s->model;
+	const struct rbt_model_trace *keep_t = s->mtrace;
+	int rc;
+
+	s->model = sm->model;
+	s->mtrace = sm->mtrace;
+	rc = rp_again_pump(s, lim_ns);
+	if (rc == 0 && rbt_model_finish(s->model) < 0)
+		rc = -ENOMEM;
+	if (rc >= 0 && sm->ld->err)
+		rc = sm->ld->err;
+	s->model = keep;
+	s->mtrace = keep_t;
+	if (rc < 0)
+		return rp_fail(j, rc, "%s: out of memory while streaming", s->path);
+	return rc;
+}
+
+void rp_again_close(struct rp_side *s)
+{
+	struct rp_stream *sm = s->sm;
+
+	if (sm->ro) {
+		rp_reorder_free(sm->ro);
+		free(sm->ro);
+	}
+	if (sm->r)
+		rbt_reader_close(sm->r);
+	rbt_model_destroy(sm->model);
+	free(sm->ld);
+	sm->ro = NULL;
+	sm->r = NULL;
+	sm->model = NULL;
+	sm->ld = NULL;
 }

@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -314,58 +315,67 @@ static int rp_entry_peer(int side)
 	return side < RP_MAX_SIDES ? -1 : side / RP_MAX_SIDES - 1;
 }
 
+/* Entry i of the directory's part kind (Q: QPs, M: MRs, S: XRC SRQs, W: the
+ * WRITEs the peers' posts may wait for, replay_deps.c) as a line of text in
+ * buf; returns the side it came from, or INT_MIN past the part's end. */
+static int rp_dir_line(const struct rp_job *j, char kind, int i, char *buf, size_t n)
+{
+	char gid[40];
+
+	if (kind == 'Q' && i < j->dir.nqp) {
+		const struct rp_dir_qp *q = &j->dir.qps[i];
+
+		rp_hex(gid, q->gid);
+		snprintf(buf, n, "Q %d %u %u %u %u %u %u %s\n", q->side, q->rec_qpn,
+			 q->rec_dest, q->new_qpn, q->type, q->lid, q->rec_lid, gid);
+		return q->side;
+	}
+	if (kind == 'M' && i < j->dir.nmr) {
+		const struct rp_dir_mr *m = &j->dir.mrs[i];
+
+		snprintf(buf, n, "M %d %llu %llu %llu %u %u\n", m->side,
+			 (unsigned long long)m->rec_addr, (unsigned long long)m->len,
+			 (unsigned long long)m->new_addr, m->rec_rkey, m->new_rkey);
+		return m->side;
+	}
+	if (kind == 'S' && i < j->dir.nsrq) {
+		const struct rp_dir_srq *r = &j->dir.srqs[i];
+
+		snprintf(buf, n, "S %d %u %u\n", r->side, r->rec_srqn, r->new_srqn);
+		return r->side;
+	}
+	if (kind == 'W' && i < j->writes.n) {
+		const struct rp_write *w = &j->writes.v[i];
+
+		snprintf(buf, n, "W %d %s %u %u %u %u %u %llu %llu %llu %llu\n", w->side,
+			 w->host >= 0 ? j->hosts[w->host] : "-", w->clk, w->rec_dest,
+			 w->rkey, w->key, w->ord, (unsigned long long)w->raddr,
+			 (unsigned long long)w->len, (unsigned long long)w->t_post,
+			 (unsigned long long)w->t_done);
+		return w->side;
+	}
+	return INT_MIN;
+}
+
 /* Our directory, and (the listener) every other peer's, to fd; not what came
  * from peer skip. */
 static int rp_send_dir(struct rp_job *j, int fd, int skip)
 {
-	char gid[40];
 	int relay = j->o->listen != NULL;
+	char line[512];
 
-	for (int i = 0; i < j->dir.nqp; i++) {
-		const struct rp_dir_qp *q = &j->dir.qps[i];
-		int pk = rp_entry_peer(q->side);
+	for (const char *kind = "QMSW"; *kind; kind++)
+		for (int i = 0;; i++) {
+			int side = rp_dir_line(j, *kind, i, line, sizeof(line));
+			int pk = side == INT_MIN ? -1 : rp_entry_peer(side);
 
-		if (pk >= 0 && (!relay || pk == skip))
-			continue;
-		rp_hex(gid, q->gid);
-		if (rp_sendf(fd, "Q %d %u %u %u %u %u %u %s\n", q->side, q->rec_qpn,
-			     q->rec_dest, q->new_qpn, q->type, q->lid, q->rec_lid, gid))
-			return -EPIPE;
-	}
-	for (int i = 0; i < j->dir.nmr; i++) {
-		const struct rp_dir_mr *m = &j->dir.mrs[i];
-		int pk = rp_entry_peer(m->side);
-
-		if (pk >= 0 && (!relay || pk == skip))
-			continue;
-		if (rp_sendf(fd, "M %d %llu %llu %llu %u %u\n", m->side,
-			     (unsigned long long)m->rec_addr, (unsigned long long)m->len,
-			     (unsigned long long)m->new_addr, m->rec_rkey, m->new_rkey))
-			return -EPIPE;
-	}
-	for (int i = 0; i < j->dir.nsrq; i++) {
-		const struct rp_dir_srq *r = &j->dir.srqs[i];
-		int pk = rp_entry_peer(r->side);
-
-		if (pk >= 0 && (!relay || pk == skip))
-			continue;
-		if (rp_sendf(fd, "S %d %u %u\n", r->side, r->rec_srqn, r->new_srqn))
-			return -EPIPE;
-	}
-	/* the WRITEs: the peers' posts may wait for them to land (replay_deps.c) */
-	for (int i = 0; i < j->writes.n; i++) {
-		const struct rp_write *w = &j->writes.v[i];
-		int pk = rp_entry_peer(w->side);
-
-		if (pk >= 0 && (!relay || pk == skip))
-			continue;
-		if (rp_sendf(fd, "W %d %s %u %u %u %u %u %llu %llu %llu %llu\n", w->side,
-			     w->host >= 0 ? j->hosts[w->host] : "-", w->clk, w->rec_dest,
-			     w->rkey, w->key, w->ord, (unsigned long long)w->raddr,
-			     (unsigned long long)w->len, (unsigned long long)w->t_post,
-			     (unsigned long long)w->t_done))
-			return -EPIPE;
-	}
+			if (side == INT_MIN)
+				break;
+			if (pk >= 0 && (!relay || pk == skip))
+				continue;
+			if (rp_sendf(fd, "%s", line))
+				return -EPIPE;
+		}
 	return rp_sendf(fd, "E\n");
 }
 

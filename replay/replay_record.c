@@ -35,9 +35,13 @@ static void rr_discard(const char *path)
 		unlink(path);
 }
 
-/* The replayed scatter list of a WR as the trace's; returns n. */
-static int rr_sges(struct rbt_sge *sg, const struct ibv_sge *in, int n)
+/* The replayed scatter list of a WR as the trace's, at sg, named by the WR's
+ * sges and n_sges; returns n. */
+static int rr_sges(struct rbt_sge *sg, const struct ibv_sge *in, int n,
+		   const struct rbt_sge **sges, uint32_t *n_sges)
 {
+	*sges = sg;
+	*n_sges = (uint32_t)n;
 	for (int x = 0; x < n; x++) {
 		sg[x].addr = in[x].addr;
 		sg[x].length = in[x].length;
@@ -45,6 +49,14 @@ static int rr_sges(struct rbt_sge *sg, const struct ibv_sge *in, int n)
 	}
 	return n;
 }
+
+/* A fresh event of call type T (field f of the union) that returned at t. */
+#define RR_BEGIN(ev, T, f, t)                   \
+	do {                                    \
+		memset((ev), 0, sizeof(*(ev))); \
+		(ev)->type = RBT_EV_##T;        \
+		(ev)->u.f.ts_exit = (t);        \
+	} while (0)
 
 /* The device, port, PDs, MRs, channels, CQs and XRC domains the replay built. */
 static int rr_resources(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
@@ -70,11 +82,9 @@ static int rr_resources(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 	ev.u.port_attr.gid0.len = 16;
 	rc = rc ?: rr_put(w, &ev, t0);
 	for (int i = 0; i < s->npd && !rc; i++) {
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_PD_ALLOC;
+		RR_BEGIN(&ev, PD_ALLOC, pd_alloc, t0);
 		ev.u.pd_alloc.ctx = H(s->ctx);
 		ev.u.pd_alloc.pd = H(s->pd[i]);
-		ev.u.pd_alloc.ts_exit = t0;
 		rc = rr_put(w, &ev, t0);
 	}
 	/* MRs registered before the run (the others by their steps) */
@@ -83,9 +93,7 @@ static int rr_resources(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 
 		if (m->dynamic)
 			continue;
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_MR_REG;
-		ev.u.mr_reg.ts_exit = t0;
+		RR_BEGIN(&ev, MR_REG, mr_reg, t0);
 		ev.u.mr_reg.pd = H(m->npd);
 		ev.u.mr_reg.mr = H(m);
 		ev.u.mr_reg.addr = H(m->buf);
@@ -97,9 +105,7 @@ static int rr_resources(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 		rc = rr_put(w, &ev, t0);
 	}
 	for (int i = 0; i < s->nmw && !rc; i++) {
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_MW_ALLOC;
-		ev.u.mw_alloc.ts_exit = t0;
+		RR_BEGIN(&ev, MW_ALLOC, mw_alloc, t0);
 		ev.u.mw_alloc.pd = H(s->mw[i].mw->pd);
 		ev.u.mw_alloc.mw = H(s->mw[i].mw);
 		ev.u.mw_alloc.mw_type = s->mw[i].type;
@@ -107,17 +113,14 @@ static int rr_resources(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 		rc = rr_put(w, &ev, t0);
 	}
 	for (int i = 0; i < s->nch && !rc; i++) {
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_CHANNEL_CREATE;
-		ev.u.channel_create.ts_exit = t0;
+		RR_BEGIN(&ev, CHANNEL_CREATE, channel_create, t0);
 		ev.u.channel_create.ctx = H(s->ctx);
 		ev.u.channel_create.channel = H(s->ch[i]);
 		ev.u.channel_create.fd = (uint64_t)s->ch[i]->fd;
 		rc = rr_put(w, &ev, t0);
 	}
 	for (int i = 0; i < s->ncq && !rc; i++) {
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_CQ_CREATE;
+		RR_BEGIN(&ev, CQ_CREATE, cq_create, t0);
 		ev.u.cq_create = s->cq[i].rec;
 		ev.u.cq_create.ts_exit = t0;
 		ev.u.cq_create.ctx = H(s->ctx);
@@ -128,9 +131,7 @@ static int rr_resources(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 		rc = rr_put(w, &ev, t0);
 	}
 	for (int i = 0; i < s->nxrcd && !rc; i++) {
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_XRCD_OPEN;
-		ev.u.xrcd_open.ts_exit = t0;
+		RR_BEGIN(&ev, XRCD_OPEN, xrcd_open, t0);
 		ev.u.xrcd_open.ctx = H(s->ctx);
 		ev.u.xrcd_open.xrcd = H(s->xrcd[i].xrcd);
 		/* through a file when shared, as the program did (see rp_xrcd) */
@@ -150,8 +151,7 @@ static int rr_queues(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 	for (int i = 0; i < s->nsrq && !rc; i++) {
 		const struct rp_srq *r = &s->srq[i];
 
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_SRQ_CREATE;
+		RR_BEGIN(&ev, SRQ_CREATE, srq_create, t0);
 		ev.u.srq_create = r->rec;
 		ev.u.srq_create.ts_exit = t0;
 		ev.u.srq_create.pd = H(rp_pd_by_h(s, r->pd));
@@ -167,8 +167,7 @@ static int rr_queues(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 			     *rcq = (q->rcq ? &s->cq[q->rcq - 1] : NULL);
 		struct rp_srq *srq = q->srqi ? &s->srq[q->srqi - 1] : NULL;
 
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_QP_CREATE;
+		RR_BEGIN(&ev, QP_CREATE, qp_create, t0);
 		ev.u.qp_create = q->rec;
 		ev.u.qp_create.ts_exit = t0;
 		ev.u.qp_create.ctx = H(s->ctx);
@@ -185,8 +184,7 @@ static int rr_queues(struct rbt_writer *w, struct rp_side *s, uint64_t t0)
 		rc = rr_put(w, &ev, t0);
 	}
 	for (int i = 0; i < s->nah && !rc; i++) {
-		memset(&ev, 0, sizeof(ev));
-		ev.type = RBT_EV_AH_CREATE;
+		RR_BEGIN(&ev, AH_CREATE, ah_create, t0);
 		ev.u.ah_create = s->ah[i].rec;
 		ev.u.ah_create.ts_exit = t0;
 		ev.u.ah_create.pd = H(rp_pd_by_h(s, s->ah[i].pd));
@@ -214,12 +212,21 @@ static void *rr_lists(const struct rp_step *st, size_t wr_size, struct rbt_sge *
 	return p;
 }
 
+/* The step's event written at its issue time, then its WR block freed. */
+static int rr_put_free(struct rbt_writer *w, struct rbt_event *ev,
+		       const struct rp_step *st, void *wrs)
+{
+	int rc = rr_put(w, ev, st->t_issue);
+
+	free(wrs);
+	return rc;
+}
+
 /* A post as replayed: the replayed buffers, keys and remote addresses. */
 static int rr_send(struct rbt_writer *w, const struct rp_step *st, struct rbt_event ev)
 {
 	struct rbt_sge *sg;
 	struct rbt_send_wr *wr = rr_lists(st, sizeof(*wr), &sg);
-	int rc;
 
 	if (!wr)
 		return -ENOMEM;
@@ -229,9 +236,7 @@ static int rr_send(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 		wr[k] = ev.u.post_send.wrs[k];
 		wr[k].payload.len = 0;
 		wr[k].payload.data = NULL;
-		wr[k].sges = &sg[g];
-		wr[k].n_sges = (uint32_t)o->num_sge;
-		g += rr_sges(&sg[g], o->sg_list, o->num_sge);
+		g += rr_sges(&sg[g], o->sg_list, o->num_sge, &wr[k].sges, &wr[k].n_sges);
 		if (o->opcode == IBV_WR_RDMA_WRITE ||
 		    o->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
 		    o->opcode == IBV_WR_RDMA_READ) {
@@ -267,26 +272,21 @@ static int rr_send(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 	ev.u.post_send.qp = H(st->qp);
 	ev.u.post_send.qp_num = st->qp->new_qpn;
 	ev.u.post_send.api = 0;
-	rc = rr_put(w, &ev, st->t_issue);
-	free(wr);
-	return rc;
+	return rr_put_free(w, &ev, st, wr);
 }
 
 static int rr_recv(struct rbt_writer *w, const struct rp_step *st, struct rbt_event ev)
 {
+	struct rbt_recv_wr *wr;
 	struct rbt_sge *sg;
-	struct rbt_recv_wr *wr = rr_lists(st, sizeof(*wr), &sg);
-	int rc;
+	uint32_t g = 0;
 
-	if (!wr)
+	if (!(wr = rr_lists(st, sizeof(*wr), &sg)))
 		return -ENOMEM;
-	for (uint32_t k = 0, g = 0; k < st->nwr; k++) {
-		const struct ibv_recv_wr *o = &st->rwr[k];
-
-		wr[k].wr_id = o->wr_id;
-		wr[k].sges = &sg[g];
-		wr[k].n_sges = (uint32_t)o->num_sge;
-		g += rr_sges(&sg[g], o->sg_list, o->num_sge);
+	for (uint32_t k = 0; k < st->nwr; k++) {
+		wr[k].wr_id = st->rwr[k].wr_id;
+		g += rr_sges(&sg[g], st->rwr[k].sg_list, st->rwr[k].num_sge, &wr[k].sges,
+			     &wr[k].n_sges);
 	}
 	if (ev.type == RBT_EV_POST_RECV) {
 		ev.u.post_recv.wrs = wr;
@@ -300,9 +300,7 @@ static int rr_recv(struct rbt_writer *w, const struct rp_step *st, struct rbt_ev
 		ev.u.post_srq_recv.ret = st->ret;
 		ev.u.post_srq_recv.srq = H(st->srq->srq);
 	}
-	rc = rr_put(w, &ev, st->t_issue);
-	free(wr);
-	return rc;
+	return rr_put_free(w, &ev, st, wr);
 }
 
 /* A poll with the completions the replay got. */

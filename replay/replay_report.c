@@ -1,6 +1,8 @@
 /* replay_report.c - the fidelity report of a replay: how late each post was issued
- * against its schedule, whether completions came back as recorded (per QP and
- * queue: count, opcode, status, byte_len), final QP states, and every divergence.
+ * against its schedule (a streamed side's from the sample its windows kept),
+ * whether completions came back as recorded (matched by replay_match.c: per QP
+ * and queue, count, opcode, status, byte_len), final QP states, and every
+ * divergence (repeats counted, not listed).
  *
  * Runs after the replay: it may allocate and print, never issue a verb.
  */
@@ -119,7 +121,7 @@ int rp_fail(struct rp_job *j, int err, const char *fmt, ...)
 	return err;
 }
 
-static const char *rp_state_name(uint32_t s)
+const char *rp_state_name(uint32_t s)
 {
 	const char *n = s < 7 ? rbt_verbs_name(RBT_NAMES_QP_STATE, s) : NULL;
 
@@ -129,7 +131,7 @@ static const char *rp_state_name(uint32_t s)
 /* Where a recorded final state came from (struct rp_qp.rec_final_src). */
 static const char *const rp_final_src_name[] = { "modifies", "destroy", "exit" };
 
-static const char *rp_final_src_text(const struct rp_qp *q)
+const char *rp_final_src_text(const struct rp_qp *q)
 {
 	return q->rec_final_src == 1   ? ", the device's at its destroy"
 	       : q->rec_final_src == 2 ? ", the device's at exit"
@@ -143,21 +145,6 @@ static const char *rp_qp_type_name(uint64_t t)
 	return n ? n : "?";
 }
 
-static int rp_wc_equal(const struct rp_wcrec *a, const struct rp_wcrec *b)
-{
-	if (a->status != b->status)
-		return 0;
-	if (a->status != IBV_WC_SUCCESS)
-		return 1; /* opcode and length are undefined in error completions */
-	if (a->opcode != b->opcode)
-		return 0;
-	/* byte_len is defined for receives, reads and atomics only (IB spec) */
-	if ((a->opcode & IBV_WC_RECV) || a->opcode == IBV_WC_RDMA_READ ||
-	    a->opcode == IBV_WC_COMP_SWAP || a->opcode == IBV_WC_FETCH_ADD)
-		return a->no_len || b->no_len || a->byte_len == b->byte_len;
-	return 1;
-}
-
 static double rp_pct(const uint64_t *v, size_t n, double p)
 {
 	size_t i;
@@ -168,123 +155,12 @@ static double rp_pct(const uint64_t *v, size_t n, double p)
 	return (double)v[i < n ? i : n - 1];
 }
 
-static int rp_cmp_sender(const void *a, const void *b)
-{
-	const struct rp_wcrec *x = a, *y = b;
-
-	if (x->src_qp != y->src_qp)
-		return x->src_qp < y->src_qp ? -1 : 1;
-	return x->order < y->order ? -1 : x->order > y->order;
-}
-
-/* A UD QP receives from many senders: the order between two senders'
- * messages is the fabric's timing (HERD's workers answering one client),
- * only each sender's own order is the program's. Both lists are put in
- * sender order (the recorded number of the sender; the replay's translated
- * through the directory), each sender's messages in the order they came. */
-static void rp_by_sender(struct rp_job *j, struct rp_wclist *r, struct rp_wclist *p)
-{
-	for (uint32_t k = 0; k < p->n; k++) {
-		struct rp_wcrec *w = &p->v[k];
-
-		for (int i = 0; i < j->dir.nqp; i++)
-			if (j->dir.qps[i].new_qpn == w->src_qp) {
-				w->src_qp = j->dir.qps[i].rec_qpn;
-				break;
-			}
-		w->order = k;
-	}
-	for (uint32_t k = 0; k < r->n; k++)
-		r->v[k].order = k;
-	qsort(r->v, r->n, sizeof(*r->v), rp_cmp_sender);
-	qsort(p->v, p->n, sizeof(*p->v), rp_cmp_sender);
-}
-
-/* ---- completions: the replay's against the recording, per QP and queue ---- */
-static void rp_report_match_queue(struct rp_job *j, struct rp_side *s, struct rp_qp *q,
-				  int d, struct rbt_replay_summary *sum)
-{
-	struct rp_wclist *r = &q->rec_wc[d], *p = &q->rep_wc[d];
-	uint32_t n = r->n < p->n ? r->n : p->n, shown = 0;
-
-	if (d == 1 && q->rec.qp_type == IBV_QPT_UD && r->n == p->n && r->n)
-		rp_by_sender(j, r, p);
-
-	sum->completions_expected += r->n;
-	sum->completions_recorded += q->rec_all[d] > r->n ? q->rec_all[d] : r->n;
-	for (uint32_t k = 0; k < n; k++) {
-		if (rp_wc_equal(&r->v[k], &p->v[k])) {
-			sum->completions_matched++;
-			continue;
-		}
-		if (shown++ < 5)
-			rp_diverge(j,
-				   "%s: QP %llu %s completion #%u: recorded status %s "
-				   "opcode %u len %u, replay status %s opcode %u len %u",
-				   s->path, (unsigned long long)q->rec.qp_num,
-				   d ? "recv" : "send", k,
-				   ibv_wc_status_str(r->v[k].status), r->v[k].opcode,
-				   r->v[k].byte_len, ibv_wc_status_str(p->v[k].status),
-				   p->v[k].opcode, p->v[k].byte_len);
-	}
-	if (shown > 5)
-		rp_diverge(j, "%s: QP %llu %s: %u more mismatching completions", s->path,
-			   (unsigned long long)q->rec.qp_num, d ? "recv" : "send",
-			   shown - 5);
-	if (r->n > p->n)
-		rp_diverge(j, "%s: QP %llu %s: recorded %u completions, replay %u",
-			   s->path, (unsigned long long)q->rec.qp_num,
-			   d ? "recv" : "send", r->n, p->n);
-	/* Beyond the recorded count: completions of WRs the
-	 * replay posted as recorded that the program never
-	 * polled (it stopped polling, or its polls of a shared
-	 * CQ took another QP's). Fine if they succeeded; an
-	 * error the program never saw is still a divergence. */
-	for (uint32_t k = r->n; k < p->n; k++) {
-		if (p->v[k].status == IBV_WC_SUCCESS) {
-			sum->completions_unpolled++;
-			continue;
-		}
-		rp_diverge(j,
-			   "%s: QP %llu %s completion #%u, which the program never "
-			   "polled: replay status %s",
-			   s->path, (unsigned long long)q->rec.qp_num,
-			   d ? "recv" : "send", k, ibv_wc_status_str(p->v[k].status));
-	}
-}
-
-/* Completion matching adds divergences: it runs before anything is printed. */
-static void rp_report_match(struct rp_job *j, struct rbt_replay_summary *sum)
-{
-	for (int si = 0; si < j->nside; si++) {
-		struct rp_side *s = &j->side[si];
-
-		/* our QPs, then other processes' TGT QPs our XRC SRQs received
-		 * through (no state of ours to compare) */
-		for (int qi = 0; qi < s->nqp + s->nxqp; qi++) {
-			struct rp_qp *q = qi < s->nqp ? &s->qp[qi] : &s->xqp[qi - s->nqp];
-
-			for (int d = 0; d < 2; d++)
-				rp_report_match_queue(j, s, q, d, sum);
-			/* a side stopped early (signal, --max-time, divergence)
-			 * did not get to the recorded end state */
-			if (qi < s->nqp && !s->stop_why &&
-			    q->replay_state != q->rec_final_state)
-				rp_diverge(j,
-					   "%s: QP %llu ends in state %s, recorded %s%s",
-					   s->path, (unsigned long long)q->rec.qp_num,
-					   rp_state_name(q->replay_state),
-					   rp_state_name(q->rec_final_state),
-					   rp_final_src_text(q));
-		}
-	}
-}
-
 /* ---- timing: how late each post was against its schedule ------------------- */
 struct rp_tally {
 	uint64_t *late, *own; /* per timed post: lateness, the replayer's own part */
 	size_t n, cap;
 	uint64_t first, last, rfirst, rlast; /* replayed and recorded span */
+	uint64_t ntimed; /* timed posts (streamed sides: more than their sample) */
 };
 
 static int rp_tally_room(struct rp_tally *t)
@@ -315,7 +191,7 @@ static void rp_report_debug_late(struct rp_job *j, struct rp_side *s, int i)
 		fprintf(j->log,
 			"late: %s step %d %s by %.2f us (step before: %s, took %.2f us, "
 			"recorded %.2f us)\n",
-			s->path, i, rbt_event_name(t),
+			s->path, rp_step_no(s, i), rbt_event_name(t),
 			(double)(st->t_issue - st->deadline) / 1e3,
 			i ? rbt_event_name(s->step[i - 1].ev->type) : "-",
 			i ? (double)(s->step[i - 1].t_exit - s->step[i - 1].t_issue) / 1e3
@@ -325,12 +201,51 @@ static void rp_report_debug_late(struct rp_job *j, struct rp_side *s, int i)
 			  : 0);
 }
 
-static void rp_report_late_side(struct rp_job *j, struct rp_side *s, struct rp_tally *t,
-				struct rbt_replay_summary *sum)
+/* Where one timed post goes: a tally's arrays, or a streamed side's sample. */
+typedef void (*rp_late_fn)(void *to, uint64_t late, uint64_t own);
+
+static void rp_late_tally(void *to, uint64_t late, uint64_t own)
+{
+	struct rp_tally *t = to;
+
+	if (!rp_tally_room(t))
+		return;
+	t->own[t->n] = own;
+	t->late[t->n++] = late;
+}
+
+/* Reservoir sampling: each of the side's timed posts has the same chance to be
+ * among the RP_STREAM_SAMPLE kept; the maxima are exact. */
+static void rp_late_sample(void *to, uint64_t late, uint64_t own)
+{
+	struct rp_stream *sm = to;
+	uint64_t k;
+
+	sm->timed++;
+	if (late > sm->late_max)
+		sm->late_max = late;
+	if (own > sm->own_max)
+		sm->own_max = own;
+	if (sm->nsample < RP_STREAM_SAMPLE) {
+		k = sm->nsample++;
+	} else {
+		sm->rng ^= sm->rng << 13;
+		sm->rng ^= sm->rng >> 7;
+		sm->rng ^= sm->rng << 17;
+		k = sm->rng % sm->timed;
+		if (k >= sm->nsample)
+			return;
+	}
+	sm->late[k] = late;
+	sm->own[k] = own;
+}
+
+/* The side's steps (those in memory) onto spans, counts and fn. */
+static void rp_late_steps(struct rp_job *j, struct rp_side *s, uint64_t *span,
+			  uint64_t *posts, rp_late_fn fn, void *to)
 {
 	int timed = j->o->timing != RBT_REPLAY_ASAP;
 
-	s->late_from = t->n;
 	for (int i = s->prefix; i < s->nstep; i++) {
 		struct rp_step *st = &s->step[i];
 		uint32_t ty = st->ev->type;
@@ -338,27 +253,64 @@ static void rp_report_late_side(struct rp_job *j, struct rp_side *s, struct rp_t
 
 		if (st->skipped || !st->t_issue)
 			continue;
-		if (st->t_issue < t->first)
-			t->first = st->t_issue;
-		if (st->t_issue > t->last)
-			t->last = st->t_issue;
-		if (st->rec_ns < t->rfirst)
-			t->rfirst = st->rec_ns;
-		if (st->rec_ns > t->rlast)
-			t->rlast = st->rec_ns;
+		if (st->t_issue < span[0])
+			span[0] = st->t_issue;
+		if (st->t_issue > span[1])
+			span[1] = st->t_issue;
+		if (st->rec_ns < span[2])
+			span[2] = st->rec_ns;
+		if (st->rec_ns > span[3])
+			span[3] = st->rec_ns;
 		if (ty != RBT_EV_POST_SEND && ty != RBT_EV_POST_RECV &&
 		    ty != RBT_EV_POST_SRQ_RECV)
 			continue;
-		sum->posts++;
-		if (!timed || !st->deadline || !rp_tally_room(t))
+		(*posts)++;
+		if (!timed || !st->deadline)
 			continue;
 		rp_report_debug_late(j, s, i);
 		from = st->ready > st->deadline ? st->ready : st->deadline;
-		t->own[t->n] = st->t_issue > from ? st->t_issue - from : 0;
-		t->late[t->n++] =
-			st->t_issue > st->deadline ? st->t_issue - st->deadline : 0;
+		fn(to, st->t_issue > st->deadline ? st->t_issue - st->deadline : 0,
+		   st->t_issue > from ? st->t_issue - from : 0);
 	}
+}
+
+void rp_report_window(struct rp_job *j, struct rp_side *s)
+{
+	struct rp_stream *sm = s->sm;
+	uint64_t span[4] = { sm->first, sm->last, sm->rfirst, sm->rlast };
+
+	rp_late_steps(j, s, span, &sm->posts, rp_late_sample, sm);
+	sm->first = span[0];
+	sm->last = span[1];
+	sm->rfirst = span[2];
+	sm->rlast = span[3];
+}
+
+static void rp_report_late_side(struct rp_job *j, struct rp_side *s, struct rp_tally *t,
+				struct rbt_replay_summary *sum)
+{
+	uint64_t span[4] = { t->first, t->last, t->rfirst, t->rlast };
+	struct rp_stream *sm = s->sm;
+
+	s->late_from = t->n;
+	rp_late_steps(j, s, span, &sum->posts, rp_late_tally, t);
+	if (sm) {
+		sum->posts += sm->posts;
+		if (sm->posts) {
+			span[0] = sm->first < span[0] ? sm->first : span[0];
+			span[1] = sm->last > span[1] ? sm->last : span[1];
+			span[2] = sm->rfirst < span[2] ? sm->rfirst : span[2];
+			span[3] = sm->rlast > span[3] ? sm->rlast : span[3];
+		}
+		for (size_t k = 0; k < sm->nsample; k++)
+			rp_late_tally(t, sm->late[k], sm->own[k]);
+	}
+	t->first = span[0];
+	t->last = span[1];
+	t->rfirst = span[2];
+	t->rlast = span[3];
 	s->late_to = t->n;
+	t->ntimed += sm ? sm->timed : s->late_to - s->late_from;
 }
 
 /* Sorts v[0..n) and gives its median, 99th percentile and maximum. */
@@ -385,12 +337,24 @@ static void rp_report_timing(struct rp_job *j, struct rp_tally *t,
 		rp_pcts(t->late + s->late_from, n, &s->late_p50, &s->late_p99,
 			&s->late_max);
 		rp_pcts(t->own + s->late_from, n, &s->own_p50, &s->own_p99, &s->own_max);
+		if (s->sm) { /* a sample: its maxima are the exact ones */
+			s->late_max = (double)s->sm->late_max;
+			s->own_max = (double)s->sm->own_max;
+		}
 	}
 	if (t->n) {
 		rp_pcts(t->late, t->n, &sum->late_p50_ns, &sum->late_p99_ns,
 			&sum->late_max_ns);
 		rp_pcts(t->own, t->n, &sum->own_p50_ns, &sum->own_p99_ns,
 			&sum->own_max_ns);
+		for (int si = 0; si < j->nside; si++) {
+			const struct rp_side *s = &j->side[si];
+
+			if (s->late_max > sum->late_max_ns)
+				sum->late_max_ns = s->late_max;
+			if (s->own_max > sum->own_max_ns)
+				sum->own_max_ns = s->own_max;
+		}
 	}
 	sum->wall_ns = t->last > t->first ? (double)(t->last - t->first) : 0;
 	sum->rec_wall_ns = t->rlast > t->rfirst ? (double)(t->rlast - t->rfirst) : 0;
@@ -497,12 +461,12 @@ static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
 
 		rbt_json_obj(w);
 		rbt_json_kstr(w, "trace", s->path);
-		rbt_json_ku64(w, "posts_timed", s->late_to - s->late_from);
+		rbt_json_ku64(w, "posts_timed", rp_timed_of(s));
 		rp_json_pcts(w, "lateness_ns", -1, s->late_p50, s->late_p99, s->late_max);
 		rp_json_pcts(w, "own_lateness_ns", -1, s->own_p50, s->own_p99,
 			     s->own_max);
 		rbt_json_ku64(w, "cq_events_missed", s->cq_events_missed);
-		rbt_json_ku64(w, "steps", (uint64_t)s->nstep);
+		rbt_json_ku64(w, "steps", rp_steps_of(s));
 		rbt_json_ku64(w, "steps_run", (uint64_t)s->nran);
 		rbt_json_ku64(w, "threads", (uint64_t)s->nlane);
 		rbt_json_ku64(w, "cross_thread_waits", s->xwaits);
@@ -530,6 +494,16 @@ static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
 	rbt_json_arr_end(w);
 }
 
+/* A QP's object opened: its trace, recorded and replayed numbers. */
+static void rp_json_qp(struct rbt_json *w, const struct rp_side *s, const struct rp_qp *q,
+		       uint32_t replay_qpn)
+{
+	rbt_json_obj(w);
+	rbt_json_kstr(w, "trace", s->path);
+	rbt_json_ku64(w, "qp_num", q->rec.qp_num);
+	rbt_json_ku64(w, "replay_qp_num", replay_qpn);
+}
+
 /* Every QP; then each other process's TGT QP our XRC SRQs received through. */
 static void rp_json_qps(struct rp_job *j, struct rbt_json *w)
 {
@@ -539,12 +513,11 @@ static void rp_json_qps(struct rp_job *j, struct rbt_json *w)
 		for (int qi = 0; qi < j->side[si].nqp; qi++) {
 			const struct rp_qp *q = &j->side[si].qp[qi];
 
-			rbt_json_obj(w);
-			rbt_json_kstr(w, "trace", j->side[si].path);
-			rbt_json_ku64(w, "qp_num", q->rec.qp_num);
-			rbt_json_ku64(w, "replay_qp_num", q->new_qpn);
-			rp_json_pair(w, "send", q->rec_wc[0].n, q->rep_wc[0].n);
-			rp_json_pair(w, "recv", q->rec_wc[1].n, q->rep_wc[1].n);
+			rp_json_qp(w, &j->side[si], q, q->new_qpn);
+			rp_json_pair(w, "send", q->wc_base[0] + q->rec_wc[0].n,
+				     q->wc_base[0] + q->rep_wc[0].n);
+			rp_json_pair(w, "recv", q->wc_base[1] + q->rec_wc[1].n,
+				     q->wc_base[1] + q->rep_wc[1].n);
 			rbt_json_key(w, "state");
 			rbt_json_obj(w);
 			rbt_json_kstr(w, "recorded", rp_state_name(q->rec_final_state));
@@ -559,10 +532,7 @@ static void rp_json_qps(struct rp_job *j, struct rbt_json *w)
 		for (int qi = 0; qi < j->side[si].nxqp; qi++) {
 			const struct rp_qp *q = &j->side[si].xqp[qi];
 
-			rbt_json_obj(w);
-			rbt_json_kstr(w, "trace", j->side[si].path);
-			rbt_json_ku64(w, "qp_num", q->rec.qp_num);
-			rbt_json_ku64(w, "replay_qp_num", q->foreign_new_qpn);
+			rp_json_qp(w, &j->side[si], q, q->foreign_new_qpn);
 			rbt_json_kbool(w, "other_process", true);
 			rbt_json_kstr(w, "type", "XRC_RECV");
 			rp_json_pair(w, "send", 0, 0);
@@ -785,8 +755,9 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 		const struct rp_side *s = &j->side[si];
 
 		if (s->stop_why)
-			fprintf(f, "stopped: %s ran %d of %d steps (%s)\n", s->path,
-				s->nran, s->nstep, rp_stop_text(j, s->stop_why, sum));
+			fprintf(f, "stopped: %s ran %d of %llu steps (%s)\n", s->path,
+				s->nran, (unsigned long long)rp_steps_of(s),
+				rp_stop_text(j, s->stop_why, sum));
 		rp_text_deps(j, s, f);
 		if (s->nlane > 1)
 			fprintf(f,
@@ -817,11 +788,15 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 			struct rp_qp *q = &j->side[si].qp[qi];
 
 			fprintf(f,
-				"  %s QP %llu -> %u: send %u/%u, recv %u/%u completions "
+				"  %s QP %llu -> %u: send %llu/%llu, recv %llu/%llu "
+				"completions "
 				"(replayed/recorded), state %s (recorded %s)%s\n",
 				j->side[si].path, (unsigned long long)q->rec.qp_num,
-				q->new_qpn, q->rep_wc[0].n, q->rec_wc[0].n,
-				q->rep_wc[1].n, q->rec_wc[1].n,
+				q->new_qpn,
+				(unsigned long long)(q->wc_base[0] + q->rep_wc[0].n),
+				(unsigned long long)(q->wc_base[0] + q->rec_wc[0].n),
+				(unsigned long long)(q->wc_base[1] + q->rep_wc[1].n),
+				(unsigned long long)(q->wc_base[1] + q->rec_wc[1].n),
 				rp_state_name(q->replay_state),
 				rp_state_name(q->rec_final_state), rp_final_src_text(q));
 		}
@@ -886,9 +861,9 @@ void rp_report_print(struct rp_job *j, struct rbt_replay_summary *sum)
 	sum->divergences = j->rep.total;
 	sum->divergences_distinct = (uint64_t)j->rep.ndiv;
 	if (j->o->json)
-		rp_report_json(j, f, t.n, sum);
+		rp_report_json(j, f, (size_t)t.ntimed, sum);
 	else
-		rp_report_text(j, f, t.n, sum);
+		rp_report_text(j, f, (size_t)t.ntimed, sum);
 	fflush(f);
 	free(t.late);
 	free(t.own);

@@ -1,8 +1,8 @@
 /* replay_run.c - runs a side's timeline: each step (modify, post, poll, notify,
  * completion-event wait) at its deadline for the chosen timing, on the
- * replayer's own clock (the TSC, calibrated against CLOCK_MONOTONIC so that
- * same-host traces line up); after the last step, the completions the replay
- * saw onto their QPs' lists, and those still owed drained off shared CQs.
+ * replayer's own clock (replay_clock.c), with the waits between lanes, for
+ * peers' WRITEs and UD receives. What comes after the last step is
+ * replay_finish.c's.
  *
  * The post path does no allocation and no syscall: everything was prepared by
  * replay_translate.c before the start barrier. Must never block without a
@@ -26,149 +26,8 @@
 
 #include "replay/replay_int.h"
 
-/* ---- clock: TSC when it is there, calibrated against CLOCK_MONOTONIC ---------- */
-static double rp_ns_per_tick;
-static uint64_t rp_tsc0, rp_mono0;
-
-static uint64_t rp_mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-void rp_clock_init(void)
-{
-#if defined(__x86_64__)
-	uint64_t m0, m1, t0, t1;
-
-	if (rp_ns_per_tick > 0)
-		return;
-	m0 = rp_mono_ns();
-	t0 = __rdtsc();
-	do {
-		m1 = rp_mono_ns();
-	} while (m1 - m0 < 20000000ull);
-	t1 = __rdtsc();
-	rp_tsc0 = t0;
-	rp_mono0 = m0;
-	rp_ns_per_tick = t1 > t0 ? (double)(m1 - m0) / (double)(t1 - t0) : 0;
-#endif
-}
-
-/* Monotonic ns, on the CLOCK_MONOTONIC scale (so same-host traces line up). */
-uint64_t rp_now_ns(void)
-{
-#if defined(__x86_64__)
-	if (rp_ns_per_tick > 0)
-		return rp_mono0 +
-		       (uint64_t)((double)(__rdtsc() - rp_tsc0) * rp_ns_per_tick);
-#endif
-	return rp_mono_ns();
-}
-
-/* ---- stopping: signals, --max-time, the wait budget after a divergence ---- */
-static volatile sig_atomic_t rp_sig;
-static struct sigaction rp_old_int, rp_old_term;
-static int rp_caught_int, rp_caught_term;
-
-static void rp_on_signal(int sig)
-{
-	rp_sig = sig;
-}
-
-/* A signal the caller ignores stays ignored (nohup, a shell's background job).
- * SA_RESETHAND: a second Ctrl-C ends the process at once. */
-void rp_signals_catch(int on)
-{
-	struct sigaction sa;
-
-	if (!on) {
-		if (rp_caught_int)
-			sigaction(SIGINT, &rp_old_int, NULL);
-		if (rp_caught_term)
-			sigaction(SIGTERM, &rp_old_term, NULL);
-		rp_caught_int = rp_caught_term = 0;
-		return;
-	}
-	rp_sig = 0;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = rp_on_signal;
-	sa.sa_flags = SA_RESETHAND;
-	sigemptyset(&sa.sa_mask);
-	if (!sigaction(SIGINT, NULL, &rp_old_int) && rp_old_int.sa_handler != SIG_IGN)
-		rp_caught_int = !sigaction(SIGINT, &sa, NULL);
-	if (!sigaction(SIGTERM, NULL, &rp_old_term) && rp_old_term.sa_handler != SIG_IGN)
-		rp_caught_term = !sigaction(SIGTERM, &sa, NULL);
-}
-
-int rp_signal_caught(void)
-{
-	return rp_sig;
-}
-
-/* Whether the lane must stop now (a signal, --max-time); says why in it. */
-static int rp_must_stop(struct rp_job *j, struct rp_lane *s)
-{
-	if (rp_sig)
-		s->stop_why = RBT_REPLAY_STOP_SIGNAL;
-	else if (j->end_ns && rp_now_ns() >= j->end_ns)
-		s->stop_why = RBT_REPLAY_STOP_MAX_TIME;
-	return s->stop_why != 0;
-}
-
-/* How long a wait may take: normal_ns until something in this process has
- * diverged; after that at most what is left of the side's budget for waits
- * that find nothing. 0: the budget is spent, the side stops. */
-static uint64_t rp_wait_limit(struct rp_job *j, struct rp_lane *s, uint64_t normal_ns)
-{
-	uint64_t budget = (uint64_t)RBT_REPLAY_DIVERGED_WAIT_MS * 1000000ull;
-
-	if (!j->diverged)
-		return normal_ns;
-	if (s->wasted_ns >= budget) {
-		s->stop_why = RBT_REPLAY_STOP_DIVERGED;
-		return 0;
-	}
-	return budget - s->wasted_ns < normal_ns ? budget - s->wasted_ns : normal_ns;
-}
-
-/* A wait from t_start that ended without what it waited for. */
-static void rp_wasted(struct rp_job *j, struct rp_lane *s, uint64_t t_start)
-{
-	if (j->diverged)
-		s->wasted_ns += rp_now_ns() - t_start;
-}
-
-/* 1 when the side must stop instead. Sleeps at most 10 ms at a time. */
-static int rp_wait_until(struct rp_job *j, struct rp_lane *s, uint64_t deadline)
-{
-	for (unsigned spins = 0;; spins++) {
-		uint64_t now = rp_now_ns();
-
-		if (now >= deadline)
-			return 0;
-		/* Sleep when far, spin the last stretch: a sleep wakes up late. */
-		if (deadline - now > 300000) {
-			uint64_t d = deadline - now - 200000;
-			struct timespec ts = { 0, (long)(d < 10000000 ? d : 10000000) };
-
-			if (rp_must_stop(j, s))
-				return 1;
-			nanosleep(&ts, NULL);
-		} else {
-			if ((spins & 255) == 0 && rp_must_stop(j, s))
-				return 1;
-#if defined(__x86_64__)
-			_mm_pause();
-#endif
-		}
-	}
-}
-
 /* ---- running a timeline ----------------------------------------------------------- */
-static struct rp_qp *rp_qp_by_new_qpn(struct rp_side *s, uint32_t qpn)
+struct rp_qp *rp_qp_by_new_qpn(struct rp_side *s, uint32_t qpn)
 {
 	/* the latest QP with that number (a destroyed one's can be reused) */
 	for (int i = s->nqp - 1; i >= 0; i--)
@@ -212,6 +71,42 @@ static void rp_apply_fixes(const struct rp_step *st)
 			  : f->remote ? f->m->mr->rkey
 				      : f->m->mr->lkey;
 	}
+}
+
+/* The WRs of a chain before bad (all when bad is NULL). */
+static uint32_t rp_wrs_before(const struct ibv_recv_wr *w, const struct ibv_recv_wr *bad)
+{
+	uint32_t n = 0;
+
+	for (; w && w != bad; w = w->next)
+		n++;
+	return n;
+}
+
+/* A verb that failed where the recording's succeeded, or the other way round. */
+static void rp_check_ret(struct rp_job *j, struct rp_side *s, const struct rp_step *st,
+			 int i, int64_t rec)
+{
+	if ((st->ret == 0) != (rec == 0))
+		rp_diverge(j, "%s: step %d: %s returned %lld, recorded %lld", s->path,
+			   rp_step_no(s, i), rbt_event_name(st->ev->type),
+			   (long long)st->ret, (long long)rec);
+}
+
+/* A receive post, to the QP or its SRQ; a UD QP's senders wait for it. */
+static void rp_step_recv(struct rp_step *st, int srq)
+{
+	struct ibv_recv_wr *br = NULL;
+
+	rp_apply_fixes(st);
+	st->t_issue = rp_now_ns();
+	st->ret = srq ? ibv_post_srq_recv(st->srq->srq, st->rwr, &br)
+		      : ibv_post_recv(st->qp->qp, st->rwr, &br);
+	st->t_exit = rp_now_ns();
+	if (!srq && st->qp->recv_ts)
+		__atomic_add_fetch(&st->qp->recv_posted,
+				   rp_wrs_before(st->rwr, st->ret ? br : NULL),
+				   __ATOMIC_RELEASE);
 }
 
 /* An MR registered, deregistered or moved (ibv_rereg_mr: the predecessor's
@@ -261,9 +156,7 @@ static void rp_step_mr(struct rp_job *j, struct rp_side *s, struct rp_step *st, 
 		m->new_lkey = m->mr->lkey;
 		m->new_rkey = m->mr->rkey;
 	}
-	if ((st->ret == 0) != (rec == 0))
-		rp_diverge(j, "%s: step %d: %s returned %lld, recorded %lld", s->path, i,
-			   rbt_event_name(e->type), (long long)st->ret, (long long)rec);
+	rp_check_ret(j, s, st, i, rec);
 }
 
 /* A QP created or destroyed at its recorded time. A destroy first takes the
@@ -297,7 +190,7 @@ static void rp_step_qp_life(struct rp_job *j, struct rp_side *s, struct rp_step 
 	st->t_exit = rp_now_ns();
 	if (st->ret)
 		rp_diverge(j, "%s: step %d: %s of QP %llu failed in the replay: %s",
-			   s->path, i, rbt_event_name(st->ev->type),
+			   s->path, rp_step_no(s, i), rbt_event_name(st->ev->type),
 			   (unsigned long long)q->rec.qp_num,
 			   strerror((int)(st->ret < 0 ? -st->ret : st->ret)));
 }
@@ -331,14 +224,14 @@ static void rp_step_modify(struct rp_job *j, struct rp_side *s, struct rp_step *
 				 lim = (uint64_t)j->poll_timeout_ms * 1000000ull;
 
 			while (!__atomic_load_n(&d->new_qpn, __ATOMIC_ACQUIRE) &&
-			       rp_now_ns() - t0 < lim && !rp_sig)
+			       rp_now_ns() - t0 < lim && !rp_signal_caught())
 				sched_yield();
 			if (!__atomic_load_n(&d->new_qpn, __ATOMIC_ACQUIRE))
 				rp_diverge(j,
 					   "%s: step %d: QP %llu's peer QP %u was never "
 					   "created in the replay",
-					   s->path, i, (unsigned long long)q->rec.qp_num,
-					   d->rec_qpn);
+					   s->path, rp_step_no(s, i),
+					   (unsigned long long)q->rec.qp_num, d->rec_qpn);
 		}
 		dest = d->new_qpn;
 		dlid = d->lid;
@@ -351,7 +244,7 @@ static void rp_step_modify(struct rp_job *j, struct rp_side *s, struct rp_step *
 		rp_diverge(j,
 			   "%s: step %d: modify QP %llu to state %llu: recorded %s, "
 			   "replay %s",
-			   s->path, i, (unsigned long long)q->rec.qp_num,
+			   s->path, rp_step_no(s, i), (unsigned long long)q->rec.qp_num,
 			   (unsigned long long)m->qp_state,
 			   m->ret ? "failed" : "succeeded",
 			   st->ret ? strerror((int)st->ret) : "succeeded");
@@ -440,7 +333,7 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 			n = rp_poll_fitting(s, st, p);
 			if (n < 0) {
 				rp_diverge(j, "%s: step %d: ibv_poll_cq failed (%d)",
-					   s->path, i, n);
+					   s->path, rp_step_no(s, i), n);
 				break;
 			}
 			if (n > 0)
@@ -456,8 +349,8 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 					  st->wcs + st->got);
 
 		if (n < 0) {
-			rp_diverge(j, "%s: step %d: ibv_poll_cq failed (%d)", s->path, i,
-				   n);
+			rp_diverge(j, "%s: step %d: ibv_poll_cq failed (%d)", s->path,
+				   rp_step_no(s, i), n);
 			break;
 		}
 		if (n > 0) {
@@ -483,7 +376,7 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 				rp_diverge(j,
 					   "%s: step %d: expected %u completions, got %u "
 					   "(waited %llu ms)",
-					   s->path, i, want, st->got,
+					   s->path, rp_step_no(s, i), want, st->got,
 					   (unsigned long long)(tmo / 1000000ull));
 				break;
 			}
@@ -582,7 +475,7 @@ static int rp_step_cq_event(struct rp_job *j, struct rp_lane *L, struct rp_step 
 		if (getenv("RBTRACE_REPLAY_DEBUG"))
 			fprintf(j->log,
 				"%s: step %d: no completion event on channel fd %d\n",
-				s->path, (int)(st - s->step), ch->fd);
+				s->path, rp_step_no(s, (int)(st - s->step)), ch->fd);
 	}
 	st->t_exit = rp_now_ns();
 	return stop;
@@ -593,15 +486,6 @@ static int rp_step_cq_event(struct rp_job *j, struct rp_lane *L, struct rp_step 
  * waits and modifies that had returned before t in the recording (each lane
  * publishes the earliest return among those it has not done). Bounded by the
  * poll timeout like any wait; 1 when the lane must stop. */
-/* The WRs of a chain before bad (all when bad is NULL). */
-static uint32_t rp_wrs_before(const struct ibv_recv_wr *w, const struct ibv_recv_wr *bad)
-{
-	uint32_t n = 0;
-
-	for (; w && w != bad; w = w->next)
-		n++;
-	return n;
-}
 
 /* A lane's bounded wait for other threads' progress. The budget (what
  * rp_wait_limit leaves of the poll timeout) starts with the first wait made
@@ -658,8 +542,9 @@ static int rp_ud_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, i
 		rp_diverge(j,
 			   "%s: step %d: UD send to QP %llu: its receive #%u did not "
 			   "come (waited %llu ms); sent anyway",
-			   L->s->path, i, (unsigned long long)st->ud_dest->rec.qp_num,
-			   st->ud_need, (unsigned long long)(w.lim / 1000000ull));
+			   L->s->path, rp_step_no(L->s, i),
+			   (unsigned long long)st->ud_dest->rec.qp_num, st->ud_need,
+			   (unsigned long long)(w.lim / 1000000ull));
 	return r == 1;
 }
 
@@ -678,7 +563,7 @@ static int rp_gate_wait(struct rp_job *j, struct rp_lane *L, uint64_t t, int i)
 			rp_diverge(j,
 				   "%s: step %d: thread %u's step before it (thread %u) "
 				   "did not come (waited %llu ms)",
-				   s->path, i, L->stream, A->stream,
+				   s->path, rp_step_no(s, i), L->stream, A->stream,
 				   (unsigned long long)(w.lim / 1000000ull));
 	}
 	return 0;
@@ -741,8 +626,7 @@ void rp_err_waits(struct rp_job *j, struct rp_side *s)
 		p = rp_qp_by_rec_qpn(ps, d->rec_qpn);
 		if (!p || p == q || !p->qp || !p->scq)
 			continue;
-		for (uint32_t k = 0; k < p->rec_wc[0].n; k++)
-			ok += p->rec_wc[0].v[k].status == IBV_WC_SUCCESS;
+		ok = p->rec_send_ok;
 		if (!ok)
 			continue;
 		q->err_peer = p;
@@ -780,7 +664,8 @@ static int rp_err_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, 
 					"that succeeded in the recording did not all "
 					"come "
 					"(%u of %u, waited %llu ms)",
-					L->s->path, i, (unsigned long long)q->rec.qp_num,
+					L->s->path, rp_step_no(L->s, i),
+					(unsigned long long)q->rec.qp_num,
 					__atomic_load_n(&p->live_send_ok,
 							__ATOMIC_ACQUIRE),
 					q->err_peer_ok,
@@ -802,16 +687,54 @@ static void rp_lane_publish(struct rp_lane *L, int k)
 				 __ATOMIC_RELEASE);
 }
 
+/* A step's deadline for the timing, and the waits before it: the schedule, a
+ * peer's WRITE it depends on. anchor: the last wait's replayed and recorded
+ * times (--timing=deps). 1 when the lane must stop instead. */
+static int rp_lane_pace(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i,
+			uint64_t *anchor)
+{
+	const struct rbt_replay_opts *o = j->o;
+	const struct rp_side *s = L->s;
+	uint64_t rec_epoch = j->same_clock ? j->rec_epoch : s->rec_epoch_ns;
+	double scale = o->timing == RBT_REPLAY_SCALE ? o->scale : 1.0;
+	int deps = st->dx && st->dx->ndeps && !j->deps_off;
+
+	st->deadline = 0;
+	if (i < s->prefix || !rp_timed_step(st->ev->type))
+		return 0;
+	if (o->timing == RBT_REPLAY_DEPS && deps &&
+	    rp_run_deps(j, L, st, i, &anchor[0], &anchor[1]))
+		return 1;
+	if (o->timing == RBT_REPLAY_RECORDED || o->timing == RBT_REPLAY_SCALE) {
+		int64_t off = (int64_t)(st->rec_ns - rec_epoch);
+
+		st->deadline = j->t0 + (uint64_t)(off > 0 ? (double)off * scale : 0);
+	} else if (o->timing == RBT_REPLAY_DEPS) {
+		int64_t off = (int64_t)(st->rec_ns - anchor[1]);
+
+		st->deadline = anchor[0] + (uint64_t)(off > 0 ? off : 0);
+	}
+	st->ready = rp_now_ns();
+	if (st->deadline && rp_wait_until(j, L, st->deadline))
+		return 1;
+	if (o->timing != RBT_REPLAY_DEPS && deps) {
+		uint64_t before = rp_now_ns();
+
+		if (rp_run_deps(j, L, st, i, &anchor[0], &anchor[1]))
+			return 1;
+		/* waiting for a WRITE is waiting, like a poll */
+		if (rp_now_ns() - before > 1000)
+			st->ready = rp_now_ns();
+	}
+	return 0;
+}
+
 /* Runs a lane's steps (lane pre: the range from..to, on one thread). */
 void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 {
 	struct rp_side *s = L->s;
-	const struct rbt_replay_opts *o = j->o;
-	double scale = o->timing == RBT_REPLAY_SCALE ? o->scale : 1.0;
-	uint64_t anchor_rep = j->t0,
-		 anchor_rec = j->same_clock ? j->rec_epoch : s->rec_epoch_ns;
-	uint64_t rec_epoch = anchor_rec;
-
+	/* --timing=deps: the replayed and recorded times of the last wait */
+	uint64_t anchor[2] = { j->t0, j->same_clock ? j->rec_epoch : s->rec_epoch_ns };
 	int n = L->idx ? L->n : L->to - L->from, cur = -1;
 
 	L->stop_at = -1;
@@ -824,44 +747,13 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 		struct rp_step *st = &s->step[i];
 		const struct rbt_event *e = st->ev;
 		struct ibv_send_wr *bs;
-		struct ibv_recv_wr *br;
 
 		cur = i;
 		rp_lane_publish(L, k);
 		if (st->skipped)
 			continue;
-		st->deadline = 0;
-		if (i >= s->prefix && rp_timed_step(e->type)) {
-			if (o->timing == RBT_REPLAY_DEPS && st->dx && st->dx->ndeps &&
-			    !j->deps_off &&
-			    rp_run_deps(j, L, st, i, &anchor_rep, &anchor_rec))
-				goto stop;
-			if (o->timing == RBT_REPLAY_RECORDED ||
-			    o->timing == RBT_REPLAY_SCALE) {
-				int64_t off = (int64_t)(st->rec_ns - rec_epoch);
-
-				st->deadline =
-					j->t0 +
-					(uint64_t)(off > 0 ? (double)off * scale : 0);
-			} else if (o->timing == RBT_REPLAY_DEPS) {
-				int64_t off = (int64_t)(st->rec_ns - anchor_rec);
-
-				st->deadline = anchor_rep + (uint64_t)(off > 0 ? off : 0);
-			}
-			st->ready = rp_now_ns();
-			if (st->deadline && rp_wait_until(j, L, st->deadline))
-				goto stop;
-			if (o->timing != RBT_REPLAY_DEPS && st->dx && st->dx->ndeps &&
-			    !j->deps_off) {
-				uint64_t before = rp_now_ns();
-
-				if (rp_run_deps(j, L, st, i, &anchor_rep, &anchor_rec))
-					goto stop;
-				/* waiting for a WRITE is waiting, like a poll */
-				if (rp_now_ns() - before > 1000)
-					st->ready = rp_now_ns();
-			}
-		}
+		if (rp_lane_pace(j, L, st, i, anchor))
+			goto stop;
 		if (rp_must_stop(j, L))
 			goto stop;
 		if (s->nlane > 1 && L->idx &&
@@ -877,7 +769,7 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			rp_diverge(j,
 				   "%s: step %d: %s on QP %llu, which the replay does "
 				   "not have (now)",
-				   s->path, i, rbt_event_name(e->type),
+				   s->path, rp_step_no(s, i), rbt_event_name(e->type),
 				   (unsigned long long)st->qp->rec.qp_num);
 			continue;
 		}
@@ -914,27 +806,14 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			st->t_exit = rp_now_ns();
 			break;
 		case RBT_EV_POST_RECV:
-			rp_apply_fixes(st);
-			st->t_issue = rp_now_ns();
-			st->ret = ibv_post_recv(st->qp->qp, st->rwr, &br);
-			st->t_exit = rp_now_ns();
-			if (st->qp->recv_ts) /* a UD QP's senders wait for these */
-				__atomic_add_fetch(
-					&st->qp->recv_posted,
-					rp_wrs_before(st->rwr, st->ret ? br : NULL),
-					__ATOMIC_RELEASE);
-			break;
 		case RBT_EV_POST_SRQ_RECV:
-			rp_apply_fixes(st);
-			st->t_issue = rp_now_ns();
-			st->ret = ibv_post_srq_recv(st->srq->srq, st->rwr, &br);
-			st->t_exit = rp_now_ns();
+			rp_step_recv(st, e->type == RBT_EV_POST_SRQ_RECV);
 			break;
 		case RBT_EV_POLL_CQ:
 			if (rp_step_poll(j, L, st, i))
 				goto stop;
-			anchor_rep = st->t_exit;
-			anchor_rec = st->rec_exit_ns;
+			anchor[0] = st->t_exit;
+			anchor[1] = st->rec_exit_ns;
 			break;
 		case RBT_EV_REQ_NOTIFY:
 			st->t_issue = rp_now_ns();
@@ -944,30 +823,24 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 				rp_diverge(j,
 					   "%s: step %d: ibv_req_notify_cq returned "
 					   "%lld, recorded %lld",
-					   s->path, i, (long long)st->ret,
+					   s->path, rp_step_no(s, i), (long long)st->ret,
 					   (long long)e->u.req_notify.ret);
 			st->t_exit = st->t_issue;
 			break;
 		case RBT_EV_GET_CQ_EVENT:
 			if (rp_step_cq_event(j, L, st))
 				goto stop;
-			anchor_rep = st->t_exit;
-			anchor_rec = st->rec_exit_ns;
+			anchor[0] = st->t_exit;
+			anchor[1] = st->rec_exit_ns;
 			break;
 		}
 		if (e->type == RBT_EV_POST_SEND || e->type == RBT_EV_POST_RECV ||
-		    e->type == RBT_EV_POST_SRQ_RECV) {
-			int64_t rec = e->type == RBT_EV_POST_SEND ? e->u.post_send.ret
-				      : e->type == RBT_EV_POST_RECV
-					      ? e->u.post_recv.ret
-					      : e->u.post_srq_recv.ret;
-
-			if ((rec == 0) != (st->ret == 0))
-				rp_diverge(j,
-					   "%s: step %d: %s returned %lld, recorded %lld",
-					   s->path, i, rbt_event_name(e->type),
-					   (long long)st->ret, (long long)rec);
-		}
+		    e->type == RBT_EV_POST_SRQ_RECV)
+			rp_check_ret(j, s, st, i,
+				     e->type == RBT_EV_POST_SEND ? e->u.post_send.ret
+				     : e->type == RBT_EV_POST_RECV
+					     ? e->u.post_recv.ret
+					     : e->u.post_srq_recv.ret);
 		L->ran++;
 	}
 	rp_lane_publish(L, n);
@@ -991,214 +864,4 @@ void rp_go_realtime(struct rp_job *j, int on)
 			"rbtrace replay: --realtime: cannot use SCHED_FIFO (%s); running "
 			"with normal priority\n",
 			strerror(errno ? errno : EPERM));
-}
-
-/* A completion of the replay onto its QP's list, from the queue the QP's posts
- * say (unpolled: taken off the CQ after the last poll step); step is the poll
- * step's index, -1 for none. */
-static void rp_push_replayed(struct rp_job *j, struct rp_side *s, const struct ibv_wc *w,
-			     int unpolled, int step)
-{
-	struct rp_qp *q = rp_qp_by_new_qpn(s, w->qp_num);
-	struct rp_wcrec r = {
-		.wr_id = w->wr_id,
-		.status = w->status,
-		.opcode = w->opcode,
-		.byte_len = w->byte_len,
-		.unpolled = (uint8_t)unpolled,
-		.src_qp = w->src_qp,
-	};
-
-	if (!q) {
-		if (step >= 0)
-			rp_diverge(j, "%s: step %d: completion for an unknown QP %u",
-				   s->path, step, w->qp_num);
-		else
-			rp_diverge(j, "%s: completion for an unknown QP %u", s->path,
-				   w->qp_num);
-		return;
-	}
-	rp_wclist_push(&q->rep_wc[rp_wc_is_recv(q, r.status, r.opcode, r.wr_id)], &r);
-}
-
-/* After the run, off the hot path: each side's completions, in the order its
- * polls returned them, onto the lists of their QPs and queues. */
-static void rp_collect_completions(struct rp_job *j, struct rp_side *s)
-{
-	for (int i = 0; i < s->nstep; i++) {
-		struct rp_step *st = &s->step[i];
-
-		if (st->ev->type != RBT_EV_POLL_CQ || st->skipped)
-			continue;
-		for (uint32_t k = 0; k < st->got; k++)
-			rp_push_replayed(j, s, &st->wcs[k], 0, i);
-	}
-}
-
-/* Completions still owed on a CQ: per QP and queue served by CQ ci, what the
- * recording saw minus what the replay has so far. */
-static uint32_t rp_cq_owed(const struct rp_side *s, int ci)
-{
-	uint32_t owed = 0;
-
-	for (int i = 0; i < s->nqp; i++) {
-		const struct rp_qp *q = &s->qp[i];
-
-		for (int d = 0; d < 2; d++)
-			if ((d ? rp_qp_recv_on_cq(s, q, ci + 1) : q->scq == ci + 1) &&
-			    q->rep_wc[d].n < q->rec_wc[d].n)
-				owed += q->rec_wc[d].n - q->rep_wc[d].n;
-	}
-	for (int i = 0; i < s->nxqp; i++) {
-		const struct rp_qp *q = &s->xqp[i];
-
-		if (q->rcq == ci + 1 && q->rep_wc[1].n < q->rec_wc[1].n)
-			owed += q->rec_wc[1].n - q->rep_wc[1].n;
-	}
-	return owed;
-}
-
-/* After a side's last step, before the DONE barrier (the peer may still be
- * sending): a CQ shared by several QPs (or by a QP's two queues) gives each poll
- * whichever completion the device queued first, so when the program stopped
- * polling with completions left on the CQ, the replay's polls - the same number
- * of completions - can have taken another QP's. The replay then owes some QPs
- * completions the recording saw: keep polling that CQ until none is owed or the
- * poll timeout. What this takes off the CQ (and what an event wait stashed and no
- * poll step took) joins its QP's list as a completion the program never polled;
- * the report accepts those beyond the recorded count only as successes. */
-static void rp_drain_owed(struct rp_job *j, struct rp_side *s)
-{
-	struct rp_lane *L = &s->pre; /* its timeouts and budget: all lanes' */
-
-	for (int ci = 0; ci < s->ncq; ci++) {
-		struct rp_cq *c = &s->cq[ci];
-		uint64_t tmo = (uint64_t)(L->timeouts == 0  ? j->poll_timeout_ms
-					  : L->timeouts < 3 ? 200
-							    : 10) *
-			       1000000ull;
-		uint64_t give_up, t_start;
-		unsigned spins = 0;
-
-		if (!c->cq || !rp_cq_owed(s, ci))
-			continue;
-		if (tmo > (uint64_t)j->poll_timeout_ms * 1000000ull)
-			tmo = (uint64_t)j->poll_timeout_ms * 1000000ull;
-		t_start = rp_now_ns();
-		tmo = rp_wait_limit(j, L, tmo);
-		if (!tmo) {
-			L->stop_why = 0; /* every step ran: only the drain ends */
-			return;
-		}
-		give_up = t_start + tmo;
-		while (rp_cq_owed(s, ci)) {
-			struct ibv_wc wc[16];
-			int n = 0;
-
-			if (c->stash && c->stash_head < c->stash_n) {
-				wc[0] = c->stash[c->stash_head++];
-				n = 1;
-			} else {
-				n = ibv_poll_cq(c->cq, 16, wc);
-			}
-			if (n < 0) {
-				rp_diverge(j, "%s: ibv_poll_cq failed (%d)", s->path, n);
-				break;
-			}
-			for (int k = 0; k < n; k++)
-				rp_push_replayed(j, s, &wc[k], 1, -1);
-			if (n)
-				continue;
-			if ((++spins & 255) == 0) {
-				/* the report names what is still missing */
-				uint64_t now = rp_now_ns();
-
-				if (now > give_up || rp_sig) {
-					L->timeouts++;
-					rp_wasted(j, L, t_start);
-					break;
-				}
-				if ((spins & 1023) == 0)
-					sched_yield();
-			}
-		}
-	}
-}
-
-/* A side that stopped early is compared up to where it stopped: the recorded
- * completions of the poll steps it never reached are set aside (rec_all keeps
- * how many there were). */
-void rp_side_cut(struct rp_side *s)
-{
-	uint64_t cut = s->stop_at < s->nstep ? s->step[s->stop_at].rec_ns : UINT64_MAX;
-
-	for (int i = 0; i < s->nqp + s->nxqp; i++) {
-		struct rp_qp *q = i < s->nqp ? &s->qp[i] : &s->xqp[i - s->nqp];
-
-		for (int d = 0; d < 2; d++) {
-			struct rp_wclist *l = &q->rec_wc[d];
-			uint32_t n = 0;
-
-			q->rec_all[d] = l->n;
-			while (cut != UINT64_MAX && n < l->n &&
-			       rp_abs_ns(s, l->v[n].ts) < cut)
-				n++;
-			if (cut != UINT64_MAX)
-				l->n = n;
-		}
-	}
-}
-
-/* Every lane's thread has ended: the side stopped where its earliest lane
- * stopped (for the cut), for the first reason; the drain after it gets all
- * lanes' timeouts and the most any lane spent of its budget. */
-void rp_lanes_done(struct rp_side *s)
-{
-	struct rp_lane *P = &s->pre;
-
-	s->stop_why = P->stop_why;
-	s->stop_at = P->stop_why ? P->stop_at : s->nstep;
-	s->nran = P->ran;
-	for (int l = 0; l < s->nlane; l++) {
-		struct rp_lane *L = &s->lane[l];
-
-		s->nran += L->ran;
-		s->xwaits += L->xwaits;
-		P->timeouts += L->timeouts;
-		if (L->wasted_ns > P->wasted_ns)
-			P->wasted_ns = L->wasted_ns;
-		if (!L->stop_why)
-			continue;
-		if (!s->stop_why || L->stop_why < s->stop_why)
-			s->stop_why = L->stop_why;
-		if (L->stop_at >= 0 && L->stop_at < s->stop_at)
-			s->stop_at = L->stop_at;
-	}
-}
-
-void rp_side_finish(struct rp_job *j, struct rp_side *s)
-{
-	rp_collect_completions(j, s);
-	rp_side_cut(s);
-	/* a side that stopped owes nothing more: its report is what it ran */
-	if (!s->stop_why)
-		rp_drain_owed(j, s);
-}
-
-/* ---- after the run: each QP's end state, for the report ------------------------ */
-void rp_final_states(struct rp_side *s)
-{
-	for (int i = 0; i < s->nqp; i++) {
-		struct ibv_qp_attr a;
-		struct ibv_qp_init_attr ia;
-
-		if (!s->qp[i].qp)
-			continue; /* never created, or destroyed by its step (its
-				   * state was taken then) */
-		memset(&a, 0, sizeof(a));
-		if (ibv_query_qp(s->qp[i].qp, &a, IBV_QP_STATE, &ia) == 0)
-			s->qp[i].replay_state = a.qp_state;
-		else
-			s->qp[i].replay_state = 99;
-	}
 }

@@ -185,6 +185,7 @@ void rp_pattern(uint8_t *p, size_t n, uint64_t seed)
 
 void rp_side_free(struct rp_side *s)
 {
+	rp_stream_free(s);
 	rbt_model_destroy(s->model);
 	for (size_t i = 0; i < s->nallocs; i++)
 		free(s->allocs[i]);

@@ -96,9 +96,21 @@ int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev)
 	if (ev->type == RBT_EV_POST_SEND || ev->type == RBT_EV_POLL_CQ ||
 	    ev->type == RBT_EV_GET_CQ_EVENT)
 		ld->started = 1;
+	/* a window's reading: the prefix ran from the first */
+	if (ld->again && !ld->started)
+		return 0;
+	if (s->sm && !ld->again) {
+		rp_stream_note(ld, ev, rp_abs_ns(s, ev->ts));
+		/* the prefix is kept whole: it runs before the windows */
+		if (s->nstep >= ld->j->window && ld->started)
+			ld->over = 1;
+		if (ld->over)
+			return 0;
+	}
 	if (!RP_GROW(s->step, s->nstep, ld->capstep))
 		return -ENOMEM;
 	st = &s->step[s->nstep++];
+	memset(st, 0, sizeof(*st)); /* a streamed window reuses the array */
 	if (!(st->ev = rp_copy_event(s, ev)))
 		return -ENOMEM;
 	st->rec_ns = rp_abs_ns(s, ev->ts);
@@ -283,6 +295,20 @@ static int rp_is_mr_step(uint32_t t)
 	       t == RBT_EV_QP_CREATE || t == RBT_EV_QP_DESTROY;
 }
 
+/* The steps in recorded time order (file order between equal times), wired. */
+static void rp_timeline_order(struct rp_side *s)
+{
+	if (s->nstep)
+		qsort(s->step, (size_t)s->nstep, sizeof(*s->step), rp_step_cmp);
+	for (int i = 0; i < s->nstep; i++) {
+		struct rp_step *st = &s->step[i];
+
+		st->t_issue = 0;
+		if (st->ev->type <= RBT_EV_MAX_ID && rp_wire[st->ev->type])
+			rp_wire[st->ev->type](s, st);
+	}
+}
+
 /* A registration or deregistration after the side's last post or poll is
  * its teardown (or an MR never used): done before or after the run as
  * before, not a step (a peer replayer, or the peer's side, may not be done
@@ -314,15 +340,7 @@ static void rp_mr_tail(struct rp_side *s)
  * barrier. */
 void rp_timeline_finish(struct rp_side *s)
 {
-	if (s->nstep)
-		qsort(s->step, (size_t)s->nstep, sizeof(*s->step), rp_step_cmp);
-	for (int i = 0; i < s->nstep; i++) {
-		struct rp_step *st = &s->step[i];
-
-		st->t_issue = 0;
-		if (st->ev->type <= RBT_EV_MAX_ID && rp_wire[st->ev->type])
-			rp_wire[st->ev->type](s, st);
-	}
+	rp_timeline_order(s);
 	rp_join_finish(s);
 	rp_mr_tail(s);
 	for (s->prefix = 0; s->prefix < s->nstep; s->prefix++) {
@@ -335,6 +353,16 @@ void rp_timeline_finish(struct rp_side *s)
 	if (s->nstep)
 		s->rec_epoch_ns =
 			s->step[s->prefix < s->nstep ? s->prefix : s->nstep - 1].rec_ns;
+}
+
+/* A window's steps (replay_stream.c), read in time order already: ordered by
+ * time as the whole timeline is, wired, their recorded completions sorted; no
+ * prefix (the first reading's ran before the start). */
+void rp_timeline_window(struct rp_side *s)
+{
+	rp_timeline_order(s);
+	rp_join_window(s);
+	s->prefix = 0;
 }
 
 /* Gating steps: what another thread's later post may have relied on. */

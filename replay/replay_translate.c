@@ -51,7 +51,7 @@ static uint32_t rp_map_srqn(struct rp_job *j, struct rp_side *s, const struct rp
 	fprintf(j->log,
 		"rbtrace replay: %s: step %d: XRC send to SRQ %u, which is in no trace: "
 		"replayed to SRQ %u, which does not exist either\n",
-		s->path, post_idx, rec_srqn, n);
+		s->path, rp_step_no(s, post_idx), rec_srqn, n);
 	return n;
 }
 
@@ -222,7 +222,7 @@ static int rp_map_sge(struct rp_job *j, struct rp_side *s, const struct rbt_sge 
 	rp_diverge(j,
 		   "%s: step %d: local buffer 0x%llx+%llu (lkey 0x%llx) lies in no "
 		   "recorded MR: posted with an invalid lkey into scratch memory",
-		   s->path, post_idx, (unsigned long long)in->addr,
+		   s->path, rp_step_no(s, post_idx), (unsigned long long)in->addr,
 		   (unsigned long long)in->length, (unsigned long long)in->lkey);
 	return 0;
 }
@@ -274,8 +274,8 @@ static int rp_map_remote(struct rp_job *j, struct rp_side *s, struct rp_qp *q,
 	fprintf(j->log,
 		"rbtrace replay: %s: step %d: remote 0x%llx+%llu rkey 0x%x %s: replayed "
 		"with an invalid rkey (the recorded access would fail too)\n",
-		s->path, post_idx, (unsigned long long)raddr, (unsigned long long)len,
-		rkey,
+		s->path, rp_step_no(s, post_idx), (unsigned long long)raddr,
+		(unsigned long long)len, rkey,
 		key_known ? "lies outside the peer's MR" : "names no MR of the peer");
 	return 0;
 }
@@ -398,7 +398,7 @@ static int rp_translate_bind(struct rp_job *j, struct rp_side *s, struct rp_step
 		rp_diverge(j,
 			   "%s: step %d: BIND_MW names a memory window the trace "
 			   "never allocated: skipped",
-			   s->path, i);
+			   s->path, rp_step_no(s, i));
 		return 1;
 	}
 	if (m && m->mr) {
@@ -467,7 +467,7 @@ static int rp_translate_dest(struct rp_job *j, struct rp_side *s, struct rp_step
 			rp_diverge(j,
 				   "%s: step %d: UD send names an unknown address "
 				   "handle: skipped",
-				   s->path, i);
+				   s->path, rp_step_no(s, i));
 		}
 	}
 	return 0;
@@ -611,6 +611,13 @@ int rp_prepare_side(struct rp_job *j, struct rp_side *s)
 	if ((rc = rp_pair_qps(j, s)) || (rc = rp_pair_xqps(j, s)) ||
 	    (rc = rp_build_ahs(j, s)))
 		return rc;
+	return rp_prepare_steps(j, s);
+}
+
+int rp_prepare_steps(struct rp_job *j, struct rp_side *s)
+{
+	int rc;
+
 	for (int i = 0; i < s->nstep; i++)
 		if ((rc = rp_translate_step(j, s, &s->step[i], i)))
 			return rc;

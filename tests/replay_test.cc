@@ -21,6 +21,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -31,6 +32,7 @@ namespace
 
 using rbt_test::sanitizer_first;
 using rbt_test::sh;
+using rbt_test::slurp;
 using rbt_test::softnic_env;
 using rbt_test::test_tmp;
 
@@ -88,10 +90,7 @@ void TwoProcesses(const std::string &env, const std::string &srv_args,
 		     out_cli);
 	int st = pclose(bg);
 	*rc_srv = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-	std::ifstream f(log);
-	std::stringstream ss;
-	ss << f.rdbuf();
-	*out_srv = ss.str();
+	*out_srv = slurp(log);
 }
 
 TEST(ReplayRefuse, UnpairedQpIsRefusedBeforeAnyVerb)
@@ -360,14 +359,6 @@ double SecondsSince(std::chrono::steady_clock::time_point t)
 		.count();
 }
 
-std::string Slurp(const std::string &path)
-{
-	std::ifstream f(path);
-	std::stringstream ss;
-	ss << f.rdbuf();
-	return ss.str();
-}
-
 // The client polls 20000 times for answers the server never sends. The first
 // poll waits --poll-timeout (5 s by default) and diverges; before, every later
 // one still waited 10 ms (over 200 s in all). Now the side's fruitless waits
@@ -394,10 +385,8 @@ TEST_F(ReplaySoftnic, ADivergenceAtTheFirstPollEndsWithinSecondsWithAReport)
 	EXPECT_LT(std::count(out.begin(), out.end(), '\n'), 40) << out;
 }
 
-// Starts `rbtrace replay ARGS` (stdout and stderr to *log), sends it sig after
-// after_s seconds; returns its exit code and how long it ran after the signal.
-int ReplayAndSignal(const std::string &env, const std::string &args, int sig,
-		    double after_s, const std::string &log, double *after_sig)
+// Starts `rbtrace replay ARGS` as our child (stdout and stderr to log).
+pid_t StartReplay(const std::string &env, const std::string &args, const std::string &log)
 {
 	std::string cmd =
 		"exec env " + env + kRbtrace + " replay " + args + " >" + log + " 2>&1";
@@ -406,15 +395,78 @@ int ReplayAndSignal(const std::string &env, const std::string &args, int sig,
 		execl("/bin/sh", "sh", "-c", cmd.c_str(), (char *)NULL);
 		_exit(127);
 	}
+	return pid;
+}
+
+// Waits for it: its exit code (200 + the signal that killed it) and its usage.
+int Reap(pid_t pid, struct rusage *ru)
+{
+	int st = 0;
+	if (pid < 0 || wait4(pid, &st, 0, ru) < 0)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 200 + WTERMSIG(st);
+}
+
+// Starts `rbtrace replay ARGS` (stdout and stderr to *log), sends it sig after
+// after_s seconds; returns its exit code and how long it ran after the signal.
+int ReplayAndSignal(const std::string &env, const std::string &args, int sig,
+		    double after_s, const std::string &log, double *after_sig)
+{
+	struct rusage ru;
+	pid_t pid = StartReplay(env, args, log);
+
 	if (pid < 0)
 		return -1;
 	usleep((useconds_t)(after_s * 1e6));
 	kill(pid, sig);
 	auto t = std::chrono::steady_clock::now();
-	int st = 0;
-	waitpid(pid, &st, 0);
+	int rc = Reap(pid, &ru);
 	*after_sig = SecondsSince(t);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 200 + WTERMSIG(st);
+	return rc;
+}
+
+// ---- any length: a streamed replay's memory does not grow with the trace ----
+
+// The replayer's peak resident memory (KB) replaying both ends of a SEND stream
+// of `posts` posts with --timing=asap; window: RBTRACE_REPLAY_WINDOW (0: from
+// memory, as before streaming). *out: its report.
+long ReplayPeakKb(const std::string &env, const std::string &name, long posts,
+		  const char *window, std::string *out)
+{
+	std::string d = Synth(name, "--scenario stream --interval-us 1 --iters " +
+					    std::to_string(posts / 2));
+	std::string log = test_tmp() + "/" + name + ".out";
+	struct rusage ru = {};
+	int rc = Reap(StartReplay(env + " RBTRACE_REPLAY_WINDOW=" + window + " ",
+				  "--timing=asap " + d + "/a.rbt " + d + "/b.rbt", log),
+		      &ru);
+	*out = slurp(log);
+	EXPECT_EQ(0, rc) << *out;
+	return ru.ru_maxrss;
+}
+
+// 1 M posts streamed (windows of 16384 steps) against 100 k from memory, which
+// held about 1.8 kB per post: the streamed replay of ten times the posts stays
+// under the in-memory one, under 160 MB, and matches every completion.
+TEST_F(ReplaySoftnic, AMillionPostsReplayStreamedInBoundedMemory)
+{
+	std::string out_mem, out_str;
+	long mem = ReplayPeakKb(env_, "inmem", 100000, "0", &out_mem);
+	long str = ReplayPeakKb(env_, "streamed", 1000000, "16384", &out_str);
+
+	EXPECT_NE(std::string::npos,
+		  out_str.find("completions matched: 1000000 of 1000000\n"))
+		<< out_str;
+	EXPECT_NE(std::string::npos, out_str.find("no divergence")) << out_str;
+	EXPECT_NE(std::string::npos,
+		  out_mem.find("completions matched: 100000 of 100000\n"))
+		<< out_mem;
+	if (!sanitizer_first("cli/rbtrace").empty())
+		GTEST_SKIP() << "sanitized: memory is the sanitizer's (streamed " << str
+			     << " KB, in memory " << mem << " KB)";
+	EXPECT_LT(str, mem) << "streamed 1 M posts: " << str
+			    << " KB, in memory 100 k posts: " << mem << " KB";
+	EXPECT_LT(str, 160 * 1024) << out_str;
 }
 
 // A 10 s stream (recorded timing) interrupted after 2 s: the report of what ran,
@@ -433,7 +485,7 @@ TEST_F(ReplaySoftnic, SigintAndSigtermPrintTheReportOfWhatRan)
 		double when = sanitizer_first("cli/rbtrace").empty() ? 2.0 : 5.0;
 		int rc = ReplayAndSignal(env_, d + "/a.rbt " + d + "/b.rbt", sg.sig, when,
 					 log, &after);
-		std::string out = Slurp(log);
+		std::string out = slurp(log);
 		EXPECT_EQ(128 + sg.sig, rc) << out;
 		EXPECT_LT(after, 3.0) << out;
 		EXPECT_NE(std::string::npos,

@@ -1,0 +1,401 @@
+/* replay_stream.c - a timeline of any length: the replay of a trace whose steps
+ * do not all fit in memory, window by window. The first reading (replay_load.c)
+ * keeps the resources, their lifetimes, the QP pairing, the prefix and the
+ * first window's steps; past that it counts steps and keeps one step time in
+ * RP_STREAM_MARK (the plan of the windows). If every side can be streamed, the
+ * run reads each trace again (a reader and a model of its own) one window at a
+ * time: the steps of every side up to one recorded time, at most about
+ * RP_STREAM_WINDOW in all, prepared, run by each side's lane, then retired -
+ * their completions matched against the recording's and dropped, their timing
+ * added to counts and a sample - before the next window is read. Windows end at
+ * one recorded time on every side, so what a step waits for (a peer's send
+ * before its poll) is in its window or an earlier one.
+ *
+ * What it cannot stream it leaves to the in-memory path (rp_stream_decide says
+ * why on the log): recording the replay (-o), peer replayers, --timing=deps and
+ * memory dependencies (RDMA WRITEs and atomics), several threads per trace, UD
+ * and XRC QPs, memory windows, and resources made or destroyed mid-run.
+ *
+ * Must never change what an in-memory replay does: it only runs when
+ * rp_stream_decide chose it.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "replay/replay_int.h"
+
+int rp_stream_wanted(const struct rp_job *j)
+{
+	const struct rbt_replay_opts *o = j->o;
+
+	return j->window > 0 && !o->out && !o->listen && !o->connect &&
+	       o->timing != RBT_REPLAY_DEPS;
+}
+
+static int rp_is_life(uint32_t t)
+{
+	return t == RBT_EV_MR_REG || t == RBT_EV_MR_DEREG || t == RBT_EV_MR_REREG ||
+	       t == RBT_EV_QP_CREATE || t == RBT_EV_QP_DESTROY;
+}
+
+static int rp_is_work(uint32_t t)
+{
+	return t == RBT_EV_POST_SEND || t == RBT_EV_POST_RECV ||
+	       t == RBT_EV_POST_SRQ_RECV || t == RBT_EV_POLL_CQ;
+}
+
+/* A post whose WRs another side may wait for through memory, or that binds. */
+static int rp_is_mem_post(const struct rbt_event *ev)
+{
+	for (uint32_t k = 0; k < ev->u.post_send.n_wrs; k++)
+		switch (ev->u.post_send.wrs[k].opcode) {
+		case IBV_WR_RDMA_WRITE:
+		case IBV_WR_RDMA_WRITE_WITH_IMM:
+		case IBV_WR_ATOMIC_CMP_AND_SWP:
+		case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		case IBV_WR_BIND_MW:
+		case IBV_WR_LOCAL_INV:
+		case IBV_WR_SEND_WITH_INV:
+			return 1;
+		default:
+			break;
+		}
+	return 0;
+}
+
+/* Every step of the first reading, kept or not. */
+void rp_stream_note(struct rp_loading *ld, const struct rbt_event *ev, uint64_t rec_ns)
+{
+	struct rp_stream *sm = ld->s->sm;
+	uint32_t t = ev->type;
+
+	if (sm->nstep_all % RP_STREAM_MARK == 0 &&
+	    RP_GROW(sm->mark, sm->nmark, sm->capmark))
+		sm->mark[sm->nmark++] = rec_ns;
+	sm->nstep_all++;
+	/* an extended poll session of several completions is two steps */
+	if (t == RBT_EV_POLL_CQ && ev->u.poll_cq.api == 1 && ev->u.poll_cq.n_wcs > 1)
+		sm->nstep_all++;
+	if (!sm->first_life_ns)
+		sm->first_life_ns = UINT64_MAX;
+	if (ld->started && rp_is_life(t) && rec_ns < sm->first_life_ns)
+		sm->first_life_ns = rec_ns;
+	if (rp_is_work(t) && rec_ns > sm->last_work_ns)
+		sm->last_work_ns = rec_ns;
+	if (sm->why_not)
+		return;
+	if (t == RBT_EV_POST_SEND && rp_is_mem_post(ev))
+		sm->why_not = "RDMA WRITEs, atomics or memory windows";
+	else if (ld->started && sm->have_stream && ev->stream != sm->stream)
+		sm->why_not = "several threads";
+	if (ld->started && !sm->have_stream) {
+		sm->stream = ev->stream;
+		sm->have_stream = 1;
+	}
+}
+
+static const char *rp_side_why_not(const struct rp_side *s)
+{
+	const struct rp_stream *sm = s->sm;
+
+	if (sm->why_not)
+		return sm->why_not;
+	if (sm->first_life_ns && sm->first_life_ns < sm->last_work_ns)
+		return "MRs or QPs made or destroyed mid-run";
+	if (s->nmw || s->nxrcd || s->nxqp)
+		return "memory windows or XRC";
+	for (int i = 0; i < s->nqp; i++)
+		if (s->qp[i].rec.qp_type == IBV_QPT_UD)
+			return "UD QPs";
+	return NULL;
+}
+
+void rp_stream_free(struct rp_side *s)
+{
+	if (!s->sm)
+		return;
+	rp_again_close(s);
+	free(s->sm->mark);
+	free(s->sm->late);
+	free(s->sm->own);
+	free(s->sm);
+	s->sm = NULL;
+}
+
+/* The side from the first reading down to its prefix and resources: its
+ * recorded completions come again with the windows. */
+static void rp_stream_trim(struct rp_side *s)
+{
+	for (int i = s->prefix; i < s->nstep; i++)
+		free(s->step[i].wcs);
+	s->nstep = s->prefix;
+	s->lane = NULL; /* in the arena */
+	s->nlane = 0;
+	s->wc_seq = 0;
+	for (int i = 0; i < s->nqp; i++)
+		for (int d = 0; d < 2; d++)
+			s->qp[i].rec_wc[d].n = 0;
+}
+
+int rp_stream_decide(struct rp_job *j, int *reload)
+{
+	const char *why = NULL;
+	int over = 0;
+
+	*reload = 0;
+	for (int i = 0; i < j->nside; i++) {
+		struct rp_side *s = &j->side[i];
+
+		if (!s->sm)
+			return 0;
+		if (s->sm->nstep_all > (uint64_t)s->nstep)
+			over = 1;
+		if (!why)
+			why = rp_side_why_not(s);
+	}
+	if (over && why) {
+		fprintf(j->log,
+			"rbtrace replay: a trace is longer than a window of %d steps but "
+			"cannot be streamed (%s): replaying it from memory\n",
+			j->window, why);
+		*reload = 1;
+	}
+	if (!over || why) {
+		for (int i = 0; i < j->nside; i++)
+			rp_stream_free(&j->side[i]);
+		return 0;
+	}
+	for (int i = 0; i < j->nside; i++) {
+		struct rp_stream *sm = j->side[i].sm;
+
+		sm->late = malloc(RP_STREAM_SAMPLE * sizeof(*sm->late));
+		sm->own = malloc(RP_STREAM_SAMPLE * sizeof(*sm->own));
+		if (!sm->late || !sm->own)
+			return rp_fail(j, -ENOMEM, "out of memory while streaming");
+		sm->first = sm->rfirst = UINT64_MAX;
+		sm->rng = 0x9e3779b97f4a7c15ull + (uint64_t)i;
+		rp_stream_trim(&j->side[i]);
+	}
+	j->stream = 1;
+	return 1;
+}
+
+/* The end of the next window in recorded time (abs ns of the job's clock):
+ * where the marks of all sides, in time order, reach the window's size. */
+static uint64_t rp_stream_plan(struct rp_job *j)
+{
+	uint64_t n = 0;
+
+	for (;;) {
+		struct rp_side *best = NULL;
+		uint64_t t = UINT64_MAX;
+
+		for (int i = 0; i < j->nside; i++) {
+			struct rp_side *s = &j->side[i];
+			struct rp_stream *sm = s->sm;
+			uint64_t m;
+
+			if (sm->mark_next >= sm->nmark)
+				continue;
+			m = sm->mark[sm->mark_next] -
+			    (j->same_clock ? 0 : s->rec_epoch_ns);
+			if (m < t) {
+				t = m;
+				best = s;
+			}
+		}
+		if (!best)
+			return UINT64_MAX;
+		best->sm->mark_next++;
+		n += RP_STREAM_MARK;
+		if (n > (uint64_t)j->window)
+			return t;
+	}
+}
+
+/* One window of every side read, prepared and given its lane. rc of the
+ * readings: 1 when some side has more. */
+static int rp_stream_fill(struct rp_job *j, uint64_t lim, int *more)
+{
+	int rc;
+
+	*more = 0;
+	for (int i = 0; i < j->nside; i++) {
+		struct rp_side *s = &j->side[i];
+		struct rp_stream *sm = s->sm;
+		uint64_t l = lim;
+
+		if (lim != UINT64_MAX && !j->same_clock)
+			l = lim + s->rec_epoch_ns;
+		sm->arena_mark = s->nallocs;
+		s->nstep = 0;
+		rc = rp_again_load(j, s, l);
+		if (rc < 0)
+			return rc;
+		*more |= rc;
+		rp_timeline_window(s);
+		if ((rc = rp_prepare_steps(j, s)) || rp_lanes_build(s) < 0)
+			return rc ? rc
+				  : rp_fail(j, -ENOMEM, "out of memory while streaming");
+		for (int l2 = 0; l2 < s->nlane; l2++) {
+			s->lane[l2].timeouts = sm->timeouts;
+			s->lane[l2].wasted_ns = sm->wasted_ns;
+		}
+		if ((uint64_t)s->nstep > sm->max_window)
+			sm->max_window = (uint64_t)s->nstep;
+	}
+	return 0;
+}
+
+/* What the window's lanes did, onto the side; 1 when it stopped. */
+static int rp_stream_lanes(struct rp_side *s)
+{
+	struct rp_stream *sm = s->sm;
+	int stopped = 0;
+
+	for (int l = 0; l < s->nlane; l++) {
+		struct rp_lane *L = &s->lane[l];
+
+		s->nran += L->ran;
+		sm->ran += (uint64_t)L->ran;
+		s->xwaits += L->xwaits;
+		sm->timeouts = L->timeouts;
+		if (L->wasted_ns > sm->wasted_ns)
+			sm->wasted_ns = L->wasted_ns;
+		if (!L->stop_why)
+			continue;
+		stopped = 1;
+		if (!s->stop_why || L->stop_why < s->stop_why)
+			s->stop_why = L->stop_why;
+		if (L->stop_at >= 0 && L->stop_at < s->stop_at)
+			s->stop_at = L->stop_at;
+	}
+	return stopped;
+}
+
+/* The window done: its completions matched and dropped, its timing added,
+ * its memory given back. */
+static void rp_stream_retire(struct rp_job *j, struct rp_side *s)
+{
+	struct rp_stream *sm = s->sm;
+
+	rp_report_window(j, s);
+	rp_collect_completions(j, s);
+	if (s->stop_why && !sm->cut) {
+		sm->stop_at_all = sm->base + (uint64_t)s->stop_at;
+		rp_side_cut(s);
+		sm->cut = 1;
+	}
+	rp_match_trim(j, s);
+	for (int i = 0; i < s->nstep; i++)
+		free(s->step[i].wcs);
+	for (size_t k = sm->arena_mark; k < s->nallocs; k++)
+		free(s->allocs[k]);
+	s->nallocs = sm->arena_mark;
+	s->lane = NULL;
+	s->nlane = 0;
+	s->inline_pool = NULL;
+	s->inline_used = s->inline_cap = 0;
+	sm->base += (uint64_t)s->nstep;
+	s->nstep = 0;
+	sm->windows++;
+}
+
+void rp_stream_run(struct rp_job *j)
+{
+	int more = 1, stopped = 0, why = 0;
+
+	for (int i = 0; i < j->nside; i++) {
+		struct rp_side *s = &j->side[i];
+
+		s->sm->base = (uint64_t)s->prefix;
+		s->nran = s->pre.ran;
+		s->stop_why = s->pre.stop_why;
+		if (s->stop_why)
+			stopped = 1;
+		if (rp_again_open(j, s) < 0) {
+			rp_diverge(j, "%s: streaming: the trace could not be read again",
+				   s->path);
+			why = RBT_REPLAY_STOP_DIVERGED;
+			stopped = 1;
+		}
+		s->nstep = 0;
+	}
+	while (more && !stopped) {
+		uint64_t lim = rp_stream_plan(j);
+
+		if (rp_stream_fill(j, lim, &more) < 0) {
+			why = RBT_REPLAY_STOP_DIVERGED;
+			rp_diverge(j, "streaming: a window could not be read: stopped");
+			stopped = 1;
+		} else {
+			for (int i = 0; i < j->nside; i++) {
+				j->side[i].stop_at = j->side[i].nstep;
+				for (int l = 0; l < j->side[i].nlane; l++)
+					j->side[i].lane[l].stop_why = 0;
+			}
+			rp_run_lanes(j);
+		}
+		for (int i = 0; i < j->nside; i++) {
+			struct rp_side *s = &j->side[i];
+
+			if (rp_stream_lanes(s)) {
+				stopped = 1;
+				if (!why || s->stop_why < why)
+					why = s->stop_why;
+			}
+			if (rp_signal_caught() && !s->stop_why)
+				stopped = 1;
+		}
+		/* the sides that did not stop end where their window did */
+		for (int i = 0; stopped && i < j->nside; i++) {
+			struct rp_side *s = &j->side[i];
+
+			if (!s->stop_why) {
+				s->stop_why = why ? why : RBT_REPLAY_STOP_SIGNAL;
+				s->stop_at = s->nstep;
+			}
+		}
+		for (int i = 0; i < j->nside; i++)
+			rp_stream_retire(j, &j->side[i]);
+	}
+	for (int i = 0; stopped && i < j->nside; i++)
+		if (!j->side[i].stop_why)
+			j->side[i].stop_why = why ? why : RBT_REPLAY_STOP_SIGNAL;
+	for (int i = 0; i < j->nside; i++) {
+		struct rp_side *s = &j->side[i];
+
+		if (!s->sm->cut)
+			s->sm->stop_at_all = s->sm->base;
+		/* the report's one lane: the recorded thread, what it ran */
+		s->sm->total = (struct rp_lane){ .s = s,
+						 .stream = s->sm->stream,
+						 .ran = (int)s->sm->ran,
+						 .xwaits = s->xwaits };
+		s->lane = &s->sm->total;
+		s->nlane = 1;
+		s->stop_at = 0;
+		s->pre.timeouts += s->sm->timeouts;
+		if (s->sm->wasted_ns > s->pre.wasted_ns)
+			s->pre.wasted_ns = s->sm->wasted_ns;
+		rp_again_close(s);
+		rp_side_finish(j, s);
+	}
+}
+
+uint64_t rp_steps_of(const struct rp_side *s)
+{
+	return s->sm ? s->sm->nstep_all : (uint64_t)s->nstep;
+}
+
+uint64_t rp_stop_of(const struct rp_side *s)
+{
+	return s->sm ? s->sm->stop_at_all : (uint64_t)s->stop_at;
+}
+
+uint64_t rp_timed_of(const struct rp_side *s)
+{
+	return s->sm ? s->sm->timed : s->late_to - s->late_from;
+}
