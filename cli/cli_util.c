@@ -309,6 +309,45 @@ bad:
 	return -1;
 }
 
+int rbt_cli_parse_traces(const char *cmd, int argc, char **argv,
+			 const struct rbt_cli_opt *opts, const char *usage, char **pos,
+			 int max, const char *const *jobs, unsigned *threads, int *n)
+{
+	*n = rbt_cli_parse(cmd, argc, argv, opts, 0, pos, max);
+	int done = rbt_cli_parse_done(*n, usage);
+	if (done >= 0)
+		return done;
+	if (max == 1 && *n != 1)
+		return rbt_cli_usage(cmd, "expects one trace file");
+	if (*n == 0)
+		return rbt_cli_usage(cmd, "no trace given");
+	if (jobs && rbt_cli_jobs(cmd, *jobs, threads))
+		return RBT_EXIT_USAGE;
+	return -1;
+}
+
+int rbt_cli_choice(const char *cmd, const char *opt, const char *s,
+		   const char *const *names)
+{
+	char list[256] = "";
+	int n = 0;
+	for (int i = 0; names[i]; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	while (names[n])
+		n++;
+	for (int i = 0; i < n; i++) {
+		size_t l = strlen(list);
+		snprintf(list + l, sizeof(list) - l, "%s%s",
+			 i == 0	      ? ""
+			 : i == n - 1 ? " or "
+				      : ", ",
+			 names[i]);
+	}
+	rbt_cli_usage(cmd, "--%s: '%s' is not %s", opt, s, list);
+	return -1;
+}
+
 int rbt_cli_check_traces(const char *cmd, char *const *paths, int n, int distinct)
 {
 	struct rbt_header *hdr = calloc((size_t)n + 1, sizeof(*hdr));
@@ -634,8 +673,20 @@ int rbt_cli_softnic_apply(const struct rbt_softnic_setup *s)
 {
 	char cm[sizeof(s->dir) + 32];
 
-	if (s->mode == RBT_SOFTNIC_DROPIN)
-		return softnic_setenv_list("LD_LIBRARY_PATH", s->dir, 0);
+	if (s->mode == RBT_SOFTNIC_DROPIN) {
+		if (softnic_setenv_list("LD_LIBRARY_PATH", s->dir, 0))
+			return -1;
+		/* the preload's fake sysfs alone, also at the real
+		 * /sys/class/infiniband/softnic0 (pyverbs' tests look for the
+		 * device's network interface there); appended, like the
+		 * provider's, when it was built beside the drop-in */
+		snprintf(cm, sizeof(cm), "%s/libsoftnic-sysfs.so", s->dir);
+		if (access(cm, R_OK))
+			return 0;
+		if (softnic_sanitizer_first())
+			return -1;
+		return softnic_setenv_list("LD_PRELOAD", cm, 1);
+	}
 	if (softnic_drop_dir(s->dir) || softnic_sanitizer_first() ||
 	    softnic_setenv_list("LD_PRELOAD", s->preload, 1) ||
 	    setenv("RDMAV_DRIVERS", s->provider, 1))

@@ -261,6 +261,7 @@ static int rp_stream_lanes(struct rp_side *s)
 		s->nran += L->ran;
 		sm->ran += (uint64_t)L->ran;
 		s->xwaits += L->xwaits;
+		s->sq_waits += L->sq_waits;
 		sm->timeouts = L->timeouts;
 		if (L->wasted_ns > sm->wasted_ns)
 			sm->wasted_ns = L->wasted_ns;

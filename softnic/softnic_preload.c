@@ -17,6 +17,9 @@
  *    to the fake one.
  * It must never change a call that is not about softnic, link libibverbs,
  * or allocate in the wrappers of stat and open.
+ * Built a second time with SN_PRELOAD_SYSFS_ONLY as libsoftnic-sysfs.so,
+ * which `rbtrace softnic` preloads in drop-in mode: the fake sysfs and the
+ * wrappers of stat and open only (no verbs of its own, no RDMAV_DRIVERS).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -37,6 +40,7 @@
 
 #define SN_EXPORT __attribute__((visibility("default")))
 
+#ifndef SN_PRELOAD_SYSFS_ONLY
 static struct sn_preload_hooks sn_hooks;
 
 SN_EXPORT void softnic_preload_attach(const struct sn_preload_hooks *h)
@@ -44,6 +48,7 @@ SN_EXPORT void softnic_preload_attach(const struct sn_preload_hooks *h)
 	if (h && h->magic == SN_PRELOAD_MAGIC)
 		sn_hooks = *h;
 }
+#endif
 
 static bool sn_is_cdev(const char *path)
 {
@@ -189,6 +194,7 @@ static mode_t sn_open_mode(int flags, va_list ap)
 SN_OPEN(open)
 SN_OPEN(open64)
 
+#ifndef SN_PRELOAD_SYSFS_ONLY
 /* ---------------- completion channels ---------------- */
 
 static bool sn_ours(struct ibv_context *c)
@@ -242,6 +248,7 @@ SN_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
 		return ENOSYS;
 	return real(ch);
 }
+#endif
 
 /* ---------------- set-up, before main ---------------- */
 
@@ -284,6 +291,7 @@ static void sn_preload_sysfs(void)
 		sn_say(root, -ret);
 }
 
+#ifndef SN_PRELOAD_SYSFS_ONLY
 /* RDMAV_DRIVERS: the provider beside this library (libsoftnic-rdmav34.so
  * is named without its suffix), unless the user named providers. */
 static void sn_preload_driver(void)
@@ -304,12 +312,15 @@ static void sn_preload_driver(void)
 	snprintf(v, sizeof(v), "%s/libsoftnic", dir);
 	setenv("RDMAV_DRIVERS", v, 1);
 }
+#endif
 
 __attribute__((constructor)) static void sn_preload_init(void)
 {
 	int e = errno;
 
 	sn_preload_sysfs();
+#ifndef SN_PRELOAD_SYSFS_ONLY
 	sn_preload_driver();
+#endif
 	errno = e;
 }

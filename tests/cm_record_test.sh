@@ -17,53 +17,25 @@
 # Then tests/cm_failures provokes each CM failure under the recorder and the
 # report must name it (the finding's code).
 set -u
-root=$PWD
-R=$root/cli/rbtrace
+. "$(dirname "$0")/lib.sh"
+R=$RBTRACE
 F=$root/tests/cm_failures
-export RBTRACE_SOFTNIC_DIR=$root/softnic RBTRACE_LIB=$root/interpose/librbtrace.so
-for f in "$R" "$F" "$RBTRACE_SOFTNIC_DIR/librdmacm.so.1" "$RBTRACE_LIB"; do
-	[ -e "$f" ] || { echo "missing $f"; exit 2; }
-done
-for p in rping ucmatose udaddy mckey cmtime rdma_server rdma_client rdma_xserver rdma_xclient \
-	ib_send_lat ib_write_lat ib_read_lat ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw; do
-	command -v $p >/dev/null || { echo "$p missing: install rdmacm-utils and perftest (./dev setup)"; exit 2; }
-done
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/cm_record.XXXXXX")
-export SOFTNIC_FABRIC=$(mktemp -d /dev/shm/softnic-cmrec-XXXXXX)
+need_files "$R" "$F" "$RBTRACE_SOFTNIC_DIR/librdmacm.so.1" "$RBTRACE_LIB"
+need_progs rping ucmatose udaddy mckey cmtime rdma_server rdma_client rdma_xserver rdma_xclient \
+	ib_send_lat ib_write_lat ib_read_lat ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw
 # CM_RECORD_KEEP=1: the traces and outputs are kept (the directory is printed)
-if [ "${CM_RECORD_KEEP:-}" ]; then
-	echo "keeping $tmp"
-	trap 'rm -rf "$SOFTNIC_FABRIC"' EXIT
-else
-	trap 'rm -rf "$tmp" "$SOFTNIC_FABRIC"' EXIT
-fi
+KEEP=${CM_RECORD_KEEP:-}
+test_tmp cm_record shm
 port=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000))
 fails=0
-# CM_RECORD_ONLY=REGEX: only the programs whose names match (no failure cases)
+# CM_RECORD_ONLY=REGEX: only the programs whose names match (no failure cases);
+# CM_RECORD_REPLAYS=N: each recording replayed N times (see check_pair)
 only=${CM_RECORD_ONLY:-}
 fail() {
 	echo "FAIL $*"
 	fails=$((fails + 1))
 }
-
-# softnic's CM listens on an abstract socket softnic-cm/<fabric>/<space>/<port>,
-# <fabric> the FNV-1a hash of "ino:<dev>:<inode>" of the fabric directory
-printf -v key 'ino:%x:%x' $(stat -c '%d %i' "$SOFTNIC_FABRIC")
-fnv=1469598103934665603
-for ((i = 0; i < ${#key}; i++)); do
-	printf -v ch '%d' "'${key:i:1}"
-	fnv=$(((fnv ^ ch) * 1099511628211))
-done
-printf -v fabric '%016x' $fnv
-wait_listen() {
-	local i
-	for i in $(seq 1 200); do
-		awk -v p="^@softnic-cm/$fabric/[0-9a-f]+/$1\$" '$4 == "00010000" && $NF ~ p {f = 1}
-			END {exit !f}' /proc/net/unix && return 0
-		sleep 0.05
-	done
-	return 1
-}
+wait_listen() { cm_wait_listen "$1" 200; }
 
 # "N TYPE" lines, sorted: the CM events rdma_get_cm_event returned in a trace
 # (those librdmacm took inside its own calls too: they were delivered)
@@ -145,30 +117,21 @@ bad = [f["code"] for f in d["findings"] if f["code"] in ("post_not_rts", "qp_err
 assert not bad, "false QP findings: %s" % bad
 assert d["counts"]["unmatched_completions"] == 0, d["counts"]
 PY
-	if [ "${noreplay:-}" ]; then
-		echo "ok   $name: $(grep -c '^  trace' "$tmp/$name.txt") ids (replay not checked: $noreplay)"
-		return
-	fi
-	# asap replays of some programs fall short now and then on a loaded
-	# machine (ib_write_lat a few completions short): open, docs/replay.md
-	# "Known limits". A failed replay gets a second one, said in the log.
-	local rrc=0
-	timeout 120 "$R" replay --softnic --timing=asap "$tmp/$name.cli.rbt" "$tmp/$name.srv.rbt" \
-		>"$tmp/$name.replay" 2>&1 || rrc=$?
-	if [ $rrc != 0 ]; then
-		echo "note $name: first replay: $(grep '^completions matched:' "$tmp/$name.replay"); replayed again"
+	# every replay must match, the first time (no retry); CM_RECORD_REPLAYS=N
+	# replays each recording N times, every one checked
+	local rrc m k
+	for ((k = 1; k <= ${CM_RECORD_REPLAYS:-1}; k++)); do
 		rrc=0
 		timeout 120 "$R" replay --softnic --timing=asap "$tmp/$name.cli.rbt" "$tmp/$name.srv.rbt" \
 			>"$tmp/$name.replay" 2>&1 || rrc=$?
-	fi
-	[ $rrc = 0 ] || fail "$name: replay failed ($(tail -1 "$tmp/$name.replay"))"
-	local m
-	m=$(grep '^completions matched:' "$tmp/$name.replay")
-	[[ $m =~ ^completions\ matched:\ ([0-9]+)\ of\ ([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] &&
-		{ [ "${BASH_REMATCH[2]}" -gt 0 ] || [ "${ncomp:-}" = 0 ]; } || fail "$name: replay: ${m:-no match line}"
-	[ "$(grep -c 'connected by rdma_cm' "$tmp/$name.replay")" = 2 ] ||
-		fail "$name: the replay does not say both ends were connected by the CM"
-	echo "ok   $name: $(grep -c '^  trace' "$tmp/$name.txt") ids, $m"
+		[ $rrc = 0 ] || fail "$name: replay $k failed ($(grep -m3 -e '^completions matched:' -e 'step [0-9]*:' "$tmp/$name.replay" | paste -sd';'))"
+		m=$(grep '^completions matched:' "$tmp/$name.replay")
+		[[ $m =~ ^completions\ matched:\ ([0-9]+)\ of\ ([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] &&
+			{ [ "${BASH_REMATCH[2]}" -gt 0 ] || [ "${ncomp:-}" = 0 ]; } || fail "$name: replay $k: ${m:-no match line}"
+		[ "$(grep -c 'connected by rdma_cm' "$tmp/$name.replay")" = 2 ] ||
+			fail "$name: the replay does not say both ends were connected by the CM"
+	done
+	echo "ok   $name: $(grep -c '^  trace' "$tmp/$name.txt") ids, $m${CM_RECORD_REPLAYS:+ (x $CM_RECORD_REPLAYS replays)}"
 }
 
 # rec NAME "SERVER" "CLIENT" SRV_EVENTS CLI_EVENTS (see check_side); killsrv=1:
@@ -203,7 +166,7 @@ rec() {
 	fi
 	if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
 		fail "$name: client rc=$crc server rc=$src"
-		tail -5 "$tmp/$name.cli.out" "$tmp/$name.srv.out"
+		tail -n 5 "$tmp/$name.cli.out" "$tmp/$name.srv.out"
 		return
 	fi
 	[ -z "${cexpect:-}" ] || grep -Eq -- "$cexpect" "$tmp/$name.cli.out" ||
@@ -233,7 +196,7 @@ rec_mckey() {
 	rrc=$?
 	if [ $src -ne 0 ] || [ $rrc -ne 0 ] || ! grep -q "^data transfers complete" "$tmp/$name.srv.out"; then
 		fail "$name: sender rc=$src receiver rc=$rrc"
-		tail -5 "$tmp/$name.cli.out" "$tmp/$name.srv.out"
+		tail -n 5 "$tmp/$name.cli.out" "$tmp/$name.srv.out"
 		return
 	fi
 	check_side "$name" srv ADDR_RESOLVED=1,MULTICAST_JOIN=1
@@ -295,9 +258,9 @@ rec ib_write_bw "ib_write_bw -n 1000 -R -p @P" "ib_write_bw -n 1000 -R -p @P 127
 perf ib_send_lat_ud "$lat" ib_send_lat -c UD -n 1000
 perf ib_write_lat "$lat" ib_write_lat -n 1000
 perf ib_read_lat "$lat" ib_read_lat -n 1000
-# its asap replay falls short on some recordings (a full send queue): open,
-# docs/replay.md "Known limits"; recorded, counted and reported all the same
-noreplay="some recordings replay short (known limit)" perf ib_send_bw_q4 "$bw" ib_send_bw -n 1000 -q 4
+# four RC QPs on one CQ, each kept as full as its send queue allows: the
+# replay's posts wait for the completions that freed their slots
+perf ib_send_bw_q4 "$bw" ib_send_bw -n 1000 -q 4
 perf ib_send_bw_ud_q4 "$bw" ib_send_bw -c UD -n 1000 -q 4
 perf ib_write_bw_q4 "$bw" ib_write_bw -n 1000 -q 4
 perf ib_read_bw_q4 "$bw" ib_read_bw -n 1000 -q 4
