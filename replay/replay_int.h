@@ -174,6 +174,7 @@ struct rp_qp {
 	 * this process waits for those the recording had posted before it */
 	uint64_t *recv_ts;
 	uint32_t nrecv_ts;
+	uint32_t recv_base; /* streamed: the receives of the windows before */
 	uint64_t recv_posted;
 	/* ERR waits (replay_run.c): this QP's peer in this process and how many
 	 * of the peer's sends succeeded in the recording (each was taken by this
@@ -564,8 +565,7 @@ struct rp_stream {
 	uint64_t *mark;
 	size_t nmark, capmark;
 	uint64_t last_work_ns, first_life_ns;
-	uint32_t stream, nstreams;
-	int have_stream;
+	uint32_t nstreams;
 	/* the second reading (replay_load.c) */
 	struct rp_loading *ld;
 	struct rbt_reader *r;
@@ -573,12 +573,17 @@ struct rp_stream {
 	const struct rbt_model_trace *mtrace;
 	void *ro; /* the time-order window (struct rp_reorder) */
 	int eof;
+	/* the end of the window read last, and the events read after it that
+	 * lay before it (replayed in the next window) */
+	uint64_t lim_read, late;
 	size_t mark_next; /* planning: the next mark not yet in a window */
-	/* the run so far: steps before this window, and its lane's carry */
-	uint64_t base, ran, windows, max_window, stop_at_all;
-	int timeouts, cut;
+	/* the run so far: steps before this window; each recorded thread's
+	 * steps, runs and budget over the windows (the report's lanes after) */
+	uint64_t base, windows, max_window, stop_at_all;
+	int cut;
 	size_t arena_mark;
-	uint64_t wasted_ns;
+	struct rp_lane *thr;
+	int nthr, capthr;
 	/* timing of the posts, as replay_report.c's tally keeps it for one
 	 * window: counts, spans and a uniform sample (every post has the same
 	 * chance to be in it) of the lateness, with the exact maximum */
@@ -586,8 +591,6 @@ struct rp_stream {
 	uint64_t *late, *own;
 	size_t nsample;
 	uint64_t rng;
-	/* after the run: the side's one lane, for the report */
-	struct rp_lane total;
 };
 /* Loading (pass 1): whether the job may stream at all, the window's step cap. */
 int rp_stream_wanted(const struct rp_job *j);
@@ -642,7 +645,8 @@ int rp_modify_to(struct ibv_qp *qp, const struct rbt_ev_qp_modify *m, uint32_t d
 /* replay_translate.c: recorded work onto the replayed resources */
 int rp_prepare_side(struct rp_job *j, struct rp_side *s);
 /* The receive-queue order of UD sends between sides of this process (after every
- * side is prepared): rp_step.ud_dest/ud_need, rp_qp.recv_ts. */
+ * side is prepared; streamed, after each window is): rp_step.ud_dest/ud_need,
+ * rp_qp.recv_ts. */
 int rp_ud_order_setup(struct rp_job *j);
 
 /* replay_clock.c, replay_run.c, replay_finish.c: the clock, running a

@@ -684,6 +684,8 @@ static int rp_again_pump(struct rp_side *s, uint64_t lim)
 		if (sm->eof)
 			return o->n ? 1 : 0;
 		rc = rbt_reader_next(sm->r, &ev);
+		if (rc == 1 && rp_abs_ns(s, ev->ts) < sm->lim_read)
+			sm->late++;
 		if (rc == 1)
 			rc = rp_reorder_push(o, ev);
 		else
@@ -703,6 +705,7 @@ int rp_again_load(struct rp_job *j, struct rp_side *s, uint64_t lim_ns)
 	s->model = sm->model;
 	s->mtrace = sm->mtrace;
 	rc = rp_again_pump(s, lim_ns);
+	sm->lim_read = lim_ns;
 	if (rc == 0 && rbt_model_finish(s->model) < 0)
 		rc = -ENOMEM;
 	if (rc >= 0 && sm->ld->err)
