@@ -515,6 +515,12 @@ int rp_keep(struct rp_side *s, void *p);
 void *rp_alloc(struct rp_side *s, size_t n);
 void rp_side_free(struct rp_side *s);
 uint64_t rp_abs_ns(const struct rp_side *s, uint64_t ticks);
+/* The host's clock, on which events of traces of one host are compared: the
+ * raw TSC when the trace has one (every process of a host reads the same
+ * counter; each trace's conversion to CLOCK_MONOTONIC has its own calibration,
+ * and two of them differ by microseconds - enough to put a send on the wrong
+ * side of the poll that got it), else CLOCK_MONOTONIC (ns). */
+uint64_t rp_host_clock(const struct rp_side *s, uint64_t ticks);
 int rp_qp_index(const struct rp_side *s, uint64_t h);
 int rp_cq_index(const struct rp_side *s, uint64_t h);
 int rp_srq_index(const struct rp_side *s, uint64_t h);
@@ -562,7 +568,9 @@ struct rp_stream {
 	 * past the first window, the time of every RP_STREAM_MARK-th step */
 	const char *why_not;
 	uint64_t nstep_all;
-	uint64_t *mark;
+	struct rp_mark {
+		uint64_t ns, host; /* abs ns; the host's clock (rp_host_clock) */
+	} * mark;
 	size_t nmark, capmark;
 	uint64_t last_work_ns, first_life_ns;
 	uint32_t nstreams;
@@ -575,7 +583,8 @@ struct rp_stream {
 	int eof;
 	/* the end of the window read last, and the events read after it that
 	 * lay before it (replayed in the next window) */
-	uint64_t lim_read, late;
+	uint64_t lim_read, late_events;
+	int host_cut;	  /* windows end on the host's clock, not in ns */
 	size_t mark_next; /* planning: the next mark not yet in a window */
 	/* the run so far: steps before this window; each recorded thread's
 	 * steps, runs and budget over the windows (the report's lanes after) */
@@ -611,7 +620,8 @@ static inline int rp_step_no(const struct rp_side *s, int i)
 uint64_t rp_steps_of(const struct rp_side *s);
 uint64_t rp_stop_of(const struct rp_side *s);
 uint64_t rp_timed_of(const struct rp_side *s);
-/* replay_load.c: the second reading, up to recorded time lim_ns (abs ns);
+/* replay_load.c: the second reading, up to recorded time lim_ns (abs ns, or
+ * the host's clock: rp_stream.host_cut);
  * 1 when the trace has more, 0 at its end, or a negative errno. */
 int rp_again_open(struct rp_job *j, struct rp_side *s);
 int rp_again_load(struct rp_job *j, struct rp_side *s, uint64_t lim_ns);

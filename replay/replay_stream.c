@@ -39,8 +39,9 @@ int rp_stream_wanted(const struct rp_job *j)
 	       o->timing != RBT_REPLAY_DEPS;
 }
 
-/* QPs made or destroyed mid-run are not streamed; MRs are (their steps are
- * read again with their window, their replayed MR is the side's). */
+/* QPs made or destroyed mid-run are not streamed; MRs registered and
+ * deregistered are (their steps are read again with their window, their
+ * replayed MR is the first reading's entry; rereg is not). */
 static int rp_is_life(uint32_t t)
 {
 	return t == RBT_EV_QP_CREATE || t == RBT_EV_QP_DESTROY;
@@ -79,7 +80,8 @@ void rp_stream_note(struct rp_loading *ld, const struct rbt_event *ev, uint64_t 
 
 	if (sm->nstep_all % RP_STREAM_MARK == 0 &&
 	    RP_GROW(sm->mark, sm->nmark, sm->capmark))
-		sm->mark[sm->nmark++] = rec_ns;
+		sm->mark[sm->nmark++] =
+			(struct rp_mark){ rec_ns, rp_host_clock(ld->s, ev->ts) };
 	sm->nstep_all++;
 	/* an extended poll session of several completions is two steps */
 	if (t == RBT_EV_POLL_CQ && ev->u.poll_cq.api == 1 && ev->u.poll_cq.n_wcs > 1)
@@ -94,6 +96,8 @@ void rp_stream_note(struct rp_loading *ld, const struct rbt_event *ev, uint64_t 
 		return;
 	if (t == RBT_EV_POST_SEND && rp_is_mem_post(ev))
 		sm->why_not = "RDMA WRITEs, atomics or memory windows";
+	else if (t == RBT_EV_MR_REREG && ld->started)
+		sm->why_not = "ibv_rereg_mr mid-run";
 }
 
 /* What a recorded thread (stream) ran over the windows so far: its lane in
@@ -196,8 +200,9 @@ int rp_stream_decide(struct rp_job *j, int *reload)
 	return 1;
 }
 
-/* The end of the next window in recorded time (abs ns of the job's clock):
- * where the marks of all sides, in time order, reach the window's size. */
+/* The end of the next window in recorded time (the host's clock when every
+ * side has the same, else abs ns of the job's clock): where the marks of all
+ * sides, in time order, reach the window's size. */
 static uint64_t rp_stream_plan(struct rp_job *j)
 {
 	uint64_t n = 0;
@@ -213,8 +218,9 @@ static uint64_t rp_stream_plan(struct rp_job *j)
 
 			if (sm->mark_next >= sm->nmark)
 				continue;
-			m = sm->mark[sm->mark_next] -
-			    (j->same_clock ? 0 : s->rec_epoch_ns);
+			m = sm->host_cut ? sm->mark[sm->mark_next].host
+					 : sm->mark[sm->mark_next].ns -
+						   (j->same_clock ? 0 : s->rec_epoch_ns);
 			if (m < t) {
 				t = m;
 				best = s;
@@ -241,7 +247,7 @@ static int rp_stream_fill(struct rp_job *j, uint64_t lim, int *more)
 		struct rp_stream *sm = s->sm;
 		uint64_t l = lim;
 
-		if (lim != UINT64_MAX && !j->same_clock)
+		if (lim != UINT64_MAX && !j->same_clock && !sm->host_cut)
 			l = lim + s->rec_epoch_ns;
 		sm->arena_mark = s->nallocs;
 		s->nstep = 0;
@@ -328,10 +334,26 @@ static void rp_stream_retire(struct rp_job *j, struct rp_side *s)
 	sm->windows++;
 }
 
+/* Traces of one host with one kind of clock: their windows end at one
+ * reading of the host's clock (each trace's conversion to ns differs by
+ * microseconds, enough to put a send in the window after the poll that got
+ * it). */
+static void rp_stream_cut(struct rp_job *j)
+{
+	int host = j->same_clock;
+
+	for (int i = 1; i < j->nside; i++)
+		if (j->side[i].hdr.clock_source != j->side[0].hdr.clock_source)
+			host = 0;
+	for (int i = 0; i < j->nside; i++)
+		j->side[i].sm->host_cut = host;
+}
+
 void rp_stream_run(struct rp_job *j)
 {
 	int more = 1, stopped = 0, why = 0;
 
+	rp_stream_cut(j);
 	for (int i = 0; i < j->nside; i++) {
 		struct rp_side *s = &j->side[i];
 
@@ -404,12 +426,12 @@ void rp_stream_run(struct rp_job *j)
 			if (s->lane[l].wasted_ns > s->pre.wasted_ns)
 				s->pre.wasted_ns = s->lane[l].wasted_ns;
 		}
-		if (s->sm->late)
+		if (s->sm->late_events)
 			fprintf(j->log,
 				"rbtrace replay: %s: %llu events came in the file after "
 				"the window of their time was read (beyond the loader's "
 				"time-order window): replayed in the next window\n",
-				s->path, (unsigned long long)s->sm->late);
+				s->path, (unsigned long long)s->sm->late_events);
 		rp_again_close(s);
 		rp_side_finish(j, s);
 	}
