@@ -1,6 +1,9 @@
 /* interpose_bench.c - what librbtrace.so adds to a post and a poll, in ns per call,
- * against the same loop untraced in the same process and beside the floor (one
- * TSC read and one 64-byte store); the recorder's writer thread's CPU per event
+ * against the same loop untraced in the same process and beside floors (one or
+ * two TSC reads and a 64-byte store; two TSC reads and the bytes of a chain of
+ * 8's or of 16 completions' record written into a ring that another thread
+ * reads between bursts, as the writer thread reads the recorder's: what those
+ * bytes cost by themselves); the recorder's writer thread's CPU per event
  * under 2 M back-to-back posts; then, over softnic, ib_write_bw's message rate
  * and ib_send_lat's typical latency, traced vs untraced.
  *
@@ -25,6 +28,8 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,12 +131,28 @@ static void make_side(struct side *s, struct ibv_context *ctx)
 	}
 }
 
-enum op { OP_POST1, OP_POST8, OP_POLL0, OP_POLL1, OP_POLL16, OP_FLOOR, OP_FLOOR2, OP_N };
+enum op {
+	OP_POST1,
+	OP_POST8,
+	OP_POLL0,
+	OP_POLL1,
+	OP_POLL16,
+	OP_FLOOR,
+	OP_FLOOR2,
+	OP_FLOOR_REC8,
+	OP_FLOOR_REC16,
+	OP_N
+};
 static const char *op_name[OP_N] = {
 	"post_send, 1 WR",	 "post_send, chain of 8",   "poll_cq, empty",
 	"poll_cq, 1 completion", "poll_cq, 16 completions", "floor: rdtsc + 64 B store",
-	"2 rdtsc + 64 B store"
+	"2 rdtsc + 64 B store",	 "2 rdtsc + 496 B, read",   "2 rdtsc + 824 B, read"
 };
+
+/* The bytes the recorder writes into its ring for a chain of 8 one-sge WRs (a
+ * 48-byte head, 8 x (40 + 16)) and for a poll of 16 completions (56 + 16 x 48). */
+#define REC_CHAIN8 496
+#define REC_POLL16 824
 
 static uint8_t floor_ring[1 << 20] __attribute__((aligned(64)));
 
@@ -192,12 +213,54 @@ static double run_op(struct side *s, enum op op, long iters)
 			__asm__ volatile("" ::: "memory");
 		}
 		break;
+	case OP_FLOOR_REC8:
+	case OP_FLOOR_REC16: {
+		/* Two TSC reads and a record of the recorder's size written at the
+		 * head of a ring that another thread reads between bursts, as the
+		 * writer thread reads the recorder's: what those bytes cost alone. */
+		size_t len = op == OP_FLOOR_REC8 ? REC_CHAIN8 : REC_POLL16;
+		static uint64_t src[REC_POLL16 / 8];
+		size_t pos = 0;
+		for (long i = 0; i < iters; i++) {
+			uint64_t t0 = __rdtsc();
+			__asm__ volatile("" ::: "memory");
+			src[0] = t0;
+			src[1] = __rdtsc();
+			if (pos + len > sizeof(floor_ring))
+				pos = 0;
+			memcpy(floor_ring + pos, src, len);
+			pos += (len + 7) & ~(size_t)7;
+			__asm__ volatile("" ::: "memory");
+		}
+		break;
+	}
 	default:
 		break;
 	}
 	double t1 = now_ns();
 	(void)sink;
 	return (t1 - t0) / iters;
+}
+
+/* The floor ring's reader (the writer thread's stand-in): reads every line of
+ * it each time it is asked. */
+static atomic_int floor_read;
+
+static void *floor_reader(void *arg)
+{
+	volatile uint64_t sum = 0;
+
+	(void)arg;
+	for (;;) {
+		while (!atomic_load(&floor_read)) {
+			struct timespec d = { 0, 1000000 };
+			nanosleep(&d, NULL);
+		}
+		for (size_t i = 0; i < sizeof(floor_ring); i += 64)
+			sum += floor_ring[i];
+		atomic_store(&floor_read, 0);
+	}
+	return NULL;
 }
 
 /* Median over reps of bursts short enough to fit the recorder's ring, with a
@@ -207,11 +270,13 @@ static double burst(struct side *s, enum op op)
 {
 	enum { REPS = 31 };
 	double v[REPS];
-	long iters = op == OP_POST8 || op == OP_POLL16 ? 1000 : 5000;
+	long iters =
+		op == OP_POST8 || op == OP_POLL16 || op >= OP_FLOOR_REC8 ? 1000 : 5000;
 
 	run_op(s, op, iters); /* warm */
 	for (int r = 0; r < REPS; r++) {
 		struct timespec d = { 0, 12 * 1000000 };
+		atomic_store(&floor_read, 1);
 		nanosleep(&d, NULL);
 		v[r] = run_op(s, op, iters);
 	}
@@ -243,6 +308,9 @@ static void micro(void)
 	}
 	make_side(&traced, c1);
 	make_side(&plain, c2);
+	pthread_t rd;
+	if (pthread_create(&rd, NULL, floor_reader, NULL) == 0)
+		pthread_detach(rd);
 	int shim = c1->ops.post_send != c2->ops.post_send;
 
 	printf("interpose_bench: ns per call on the fake device (median of 31 bursts;\n"
@@ -258,8 +326,12 @@ static void micro(void)
 		       (t - u) / fl);
 	}
 	printf("%-26s %10.1f\n", op_name[OP_FLOOR], fl);
-	printf("%-26s %10.1f   (a call's entry and exit times alone)\n\n",
+	printf("%-26s %10.1f   (a call's entry and exit times alone)\n",
 	       op_name[OP_FLOOR2], burst(&plain, OP_FLOOR2));
+	printf("%-26s %10.1f   (and a chain of 8's record, another thread reading)\n",
+	       op_name[OP_FLOOR_REC8], burst(&plain, OP_FLOOR_REC8));
+	printf("%-26s %10.1f   (and 16 completions' record, the same)\n\n",
+	       op_name[OP_FLOOR_REC16], burst(&plain, OP_FLOOR_REC16));
 
 	/* Sustained: 2 M back-to-back posts; the ring fills and the application
 	 * waits for the background thread (the recorder's blocking policy). */
@@ -336,6 +408,29 @@ static double perftest_run(const char *args, const char *col, int traced, int po
 	return v;
 }
 
+enum { PT_RUNS = 5 };
+
+/* PT_RUNS rounds of one perftest command, each round running it once per mode
+ * (0 untraced, 1 traced, 2 traced with the writers pinned) in turn, so that the
+ * machine's load drifts over all modes alike; v[mode] sorted on return. */
+static void perftest_series(const char *args, const char *col, int nmodes,
+			    double v[][PT_RUNS], int *port, const char *tmp)
+{
+	static const char *label[] = { "untraced:", "traced:  ",
+				       "traced, writers pinned:" };
+
+	for (int i = 0; i < PT_RUNS; i++)
+		for (int m = 0; m < nmodes; m++)
+			v[m][i] = perftest_run(args, col, m, (*port)++, tmp);
+	for (int m = 0; m < nmodes; m++) {
+		printf("  %s", label[m]);
+		for (int i = 0; i < PT_RUNS; i++)
+			printf(" %.3f", v[m][i]);
+		printf("\n");
+		qsort(v[m], PT_RUNS, sizeof(double), cmp_d);
+	}
+}
+
 static void perftest(void)
 {
 	char so[PATH_MAX + 64], tmp[] = "/tmp/rbtrace-bench-XXXXXX";
@@ -349,66 +444,36 @@ static void perftest(void)
 	if (!mkdtemp(tmp))
 		return;
 	int port = 40000 + getpid() % 10000;
-	enum { N = 5 };
-	double u[N], t[N];
+	double v[3][PT_RUNS];
+	const int mid = PT_RUNS / 2;
 	printf("ib_write_bw -s 64 -n 2000000 over softnic, message rate in Mpps "
-	       "(alternating runs):\n  untraced:");
-	for (int i = 0; i < N; i++) {
-		u[i] = perftest_run("ib_write_bw -s 64 -n 2000000", "MsgRate", 0, port++,
-				    tmp);
-		t[i] = perftest_run("ib_write_bw -s 64 -n 2000000", "MsgRate", 1, port++,
-				    tmp);
-		printf(" %.2f", u[i]);
-	}
-	printf("\n  traced:  ");
-	for (int i = 0; i < N; i++)
-		printf(" %.2f", t[i]);
-	qsort(u, N, sizeof(double), cmp_d);
-	qsort(t, N, sizeof(double), cmp_d);
+	       "(alternating runs):\n");
+	perftest_series("ib_write_bw -s 64 -n 2000000", "MsgRate", 2, v, &port, tmp);
+	double u = v[0][mid], t = v[1][mid];
 	double load[1] = { 0 };
 	getloadavg(load, 1);
-	printf("\n  median untraced %.3f, traced %.3f, traced/untraced %.3f "
+	printf("  median untraced %.3f, traced %.3f, traced/untraced %.3f "
 	       "(load average %.1f on %ld CPUs)\n",
-	       u[N / 2], t[N / 2], u[N / 2] > 0 ? t[N / 2] / u[N / 2] : 0, load[0],
-	       sysconf(_SC_NPROCESSORS_ONLN));
+	       u, t, u > 0 ? t / u : 0, load[0], sysconf(_SC_NPROCESSORS_ONLN));
 	/* The same in time per message, to set beside the per-call costs above:
 	 * each message is one post_send of one WR (plus a poll every 100). */
-	if (u[N / 2] > 0 && t[N / 2] > 0)
+	if (u > 0 && t > 0)
 		printf("  per message: untraced %.1f ns, traced %.1f ns, added %.1f ns\n",
-		       1e3 / u[N / 2], 1e3 / t[N / 2], 1e3 / t[N / 2] - 1e3 / u[N / 2]);
+		       1e3 / u, 1e3 / t, 1e3 / t - 1e3 / u);
 
 	/* A latency-bound program: each iteration is a post and a poll on each
 	 * side. What tracing adds to its typical half round trip. */
-	double pin[N];
 	long last = sysconf(_SC_NPROCESSORS_ONLN) - 1;
 	printf("ib_send_lat -s 8 -n 100000 over softnic, typical latency in us "
-	       "(alternating runs):\n  untraced:");
-	for (int i = 0; i < N; i++) {
-		u[i] = perftest_run("ib_send_lat -s 8 -n 100000", "t_typical", 0, port++,
-				    tmp);
-		t[i] = perftest_run("ib_send_lat -s 8 -n 100000", "t_typical", 1, port++,
-				    tmp);
-		pin[i] = perftest_run("ib_send_lat -s 8 -n 100000", "t_typical", 2,
-				      port++, tmp);
-		printf(" %.3f", u[i]);
-	}
-	printf("\n  traced:  ");
-	for (int i = 0; i < N; i++)
-		printf(" %.3f", t[i]);
-	printf("\n  traced, RBTRACE_WRITER_CPU=%ld:", last);
-	for (int i = 0; i < N; i++)
-		printf(" %.3f", pin[i]);
-	qsort(u, N, sizeof(double), cmp_d);
-	qsort(t, N, sizeof(double), cmp_d);
-	qsort(pin, N, sizeof(double), cmp_d);
-	printf("\n  median untraced %.3f us, traced %.3f us, added %.0f ns "
-	       "(traced/untraced %.3f)\n",
-	       u[N / 2], t[N / 2], (t[N / 2] - u[N / 2]) * 1e3,
-	       u[N / 2] > 0 ? t[N / 2] / u[N / 2] : 0);
-	printf("  writer pinned to CPU %ld: traced %.3f us, added %.0f ns "
-	       "(traced/untraced %.3f)\n",
-	       last, pin[N / 2], (pin[N / 2] - u[N / 2]) * 1e3,
-	       u[N / 2] > 0 ? pin[N / 2] / u[N / 2] : 0);
+	       "(alternating runs; pinned: RBTRACE_WRITER_CPU=%ld):\n",
+	       last);
+	perftest_series("ib_send_lat -s 8 -n 100000", "t_typical", 3, v, &port, tmp);
+	u = v[0][mid];
+	printf("  median untraced %.3f us\n", u);
+	for (int m = 1; m < 3; m++)
+		printf("  median %s %.3f us, added %.0f ns (traced/untraced %.3f)\n",
+		       m == 1 ? "traced" : "traced, writers pinned:", v[m][mid],
+		       (v[m][mid] - u) * 1e3, u > 0 ? v[m][mid] / u : 0);
 	char rm[PATH_MAX + 16];
 	snprintf(rm, sizeof(rm), "rm -rf %s", tmp);
 	if (system(rm))
@@ -451,7 +516,7 @@ int main(int argc, char **argv)
 	snprintf(cmd, sizeof(cmd),
 		 "env -u RBT_BENCH_CHILD RBTRACE_LIGHT=1 "
 		 "RBTRACE_OUTPUT=/tmp/rbtrace-interpose-bench-light.rbt "
-		 "%s/interpose_bench --micro-only | sed -n '4,9p;13,14p'",
+		 "%s/interpose_bench --micro-only | sed -n '4,9p;15,16p'",
 		 self_dir);
 	if (system(cmd))
 		printf("  light mode run failed\n");

@@ -634,8 +634,20 @@ int rbt_cli_softnic_apply(const struct rbt_softnic_setup *s)
 {
 	char cm[sizeof(s->dir) + 32];
 
-	if (s->mode == RBT_SOFTNIC_DROPIN)
-		return softnic_setenv_list("LD_LIBRARY_PATH", s->dir, 0);
+	if (s->mode == RBT_SOFTNIC_DROPIN) {
+		if (softnic_setenv_list("LD_LIBRARY_PATH", s->dir, 0))
+			return -1;
+		/* the preload's fake sysfs alone, also at the real
+		 * /sys/class/infiniband/softnic0 (pyverbs' tests look for the
+		 * device's network interface there); appended, like the
+		 * provider's, when it was built beside the drop-in */
+		snprintf(cm, sizeof(cm), "%s/libsoftnic-sysfs.so", s->dir);
+		if (access(cm, R_OK))
+			return 0;
+		if (softnic_sanitizer_first())
+			return -1;
+		return softnic_setenv_list("LD_PRELOAD", cm, 1);
+	}
 	if (softnic_drop_dir(s->dir) || softnic_sanitizer_first() ||
 	    softnic_setenv_list("LD_PRELOAD", s->preload, 1) ||
 	    setenv("RDMAV_DRIVERS", s->provider, 1))

@@ -219,7 +219,8 @@ void rbt_cli_softnic_say(const struct rbt_softnic_setup *s);
 void rbt_cli_softnic_said(void);
 
 /* Sets this process's environment so that what it execs runs on softnic:
- * LD_LIBRARY_PATH for the drop-in; for the provider LD_PRELOAD (appended:
+ * LD_LIBRARY_PATH for the drop-in, and LD_PRELOAD for its fake sysfs
+ * (libsoftnic-sysfs.so, appended, when present); for the provider LD_PRELOAD (appended:
  * a recorder preloaded before it sees the channel calls first),
  * RDMAV_DRIVERS, the drop-in's directory off LD_LIBRARY_PATH and softnic's
  * librdmacm (cm/) on it. Returns 0 or -1 with errno. */

@@ -117,6 +117,67 @@ static inline int rbt_wr_has_payload(enum ibv_wr_opcode op)
 	       op == IBV_WR_SEND_WITH_INV;
 }
 
+/* ---- ring records of the data path ------------------------------------------------ */
+/* Room for a record of at least min bytes where the ring's head stands, its length
+ * not known yet: *room is how far it may grow (to the ring's end, or to the
+ * writer's tail as last seen). NULL: take rbt_ring_reserve with the exact length
+ * (it pads at the ring's end, refreshes the tail, waits, writes a pending LOSS or
+ * flushes folded polls first). Finish with rbt_ring_commit_len. */
+static inline void *rbt_ring_open(struct rbt_ring *r, uint32_t min, uint32_t *room)
+{
+	uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+	uint64_t pos = head & r->mask;
+	uint64_t free = r->size - (head - r->cached_tail);
+	uint64_t n = free < r->size - pos ? free : r->size - pos;
+
+	if (RBT_UNLIKELY(r->nfold || r->lost_events || n < min))
+		return NULL;
+	*room = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+	return r->buf + pos;
+}
+
+/* Publishes the len bytes at the head (after rbt_ring_open or rbt_ring_reserve). */
+static inline void rbt_ring_commit_len(struct rbt_ring *r, uint32_t len)
+{
+	r->reserved = atomic_load_explicit(&r->head, memory_order_relaxed) + len;
+	rbt_ring_commit(r);
+}
+
+/* A POLL record: the head as given (but its length and kind) and nwc elements of
+ * esize bytes (ibv_wc or rbt_raw_wcx) copied from wc as they are. */
+static inline void rbt_poll_put(struct rbt_ring *r, const struct rbt_raw_poll *head,
+				const void *wc, size_t esize)
+{
+	uint32_t len = (uint32_t)(sizeof(*head) + head->nwc * esize);
+	struct rbt_raw_poll *p = rbt_ring_reserve(r, len);
+
+	if (!p)
+		return;
+	*p = *head;
+	p->h.len = len;
+	p->h.kind = RBT_RAW_POLL;
+	if (head->nwc)
+		memcpy(p + 1, wc, head->nwc * esize);
+	rbt_ring_commit(r);
+}
+
+/* The shape of a data-path wrapper, after it found the provider's op: untraced
+ * (not recording, nested, sealed) the call goes straight through; traced it is
+ * timed (t0 at entry, t1 = EXIT after it: rbt_now_exit() for posts and polls,
+ * none in light mode), REC records it from t0, t1 and ret outside any lock, and
+ * the wrapper returns exactly what the provider returned. */
+#define RBT_DP_CALL(CALL, EXIT, REC)         \
+	do {                                 \
+		if (!rbt_dp_recording())     \
+			return CALL;         \
+		uint64_t t0 = rbt_now();     \
+		__typeof__(CALL) ret = CALL; \
+		uint64_t t1 = EXIT;          \
+		REC;                         \
+		rbt_dp_done();               \
+		return ret;                  \
+	} while (0)
+
 /* ---- the wrappers shim_patch.c installs ------------------------------------------ */
 /* shim_post.c */
 int rbt_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *b);

@@ -171,38 +171,34 @@ static void rbt_decode_post(const struct rbt_raw_hdr *h, uint32_t stream)
 			sges[k].lkey = rs[j].lkey;
 		}
 	}
+	/* The fields the three post events share, by their names in each. */
+#define RBT_POST_EV(e, obj_field)         \
+	do {                              \
+		(e).ts_exit = p->ts_exit; \
+		(e).ret = p->ret;         \
+		(e).obj_field = p->obj;   \
+		(e).bad_wr = p->bad_wr;   \
+		(e).n_wrs = p->nwr;       \
+		(e).wrs = wrs;            \
+	} while (0)
 	switch (h->kind) {
 	case RBT_RAW_POST_SEND:
 		ev.type = RBT_EV_POST_SEND;
-		ev.u.post_send.ts_exit = p->ts_exit;
-		ev.u.post_send.ret = p->ret;
-		ev.u.post_send.qp = p->obj;
+		RBT_POST_EV(ev.u.post_send, qp);
 		ev.u.post_send.qp_num = p->qp_num;
-		ev.u.post_send.bad_wr = p->bad_wr;
 		ev.u.post_send.api = p->api;
-		ev.u.post_send.n_wrs = p->nwr;
-		ev.u.post_send.wrs = wrs;
 		break;
 	case RBT_RAW_POST_RECV:
 		ev.type = RBT_EV_POST_RECV;
-		ev.u.post_recv.ts_exit = p->ts_exit;
-		ev.u.post_recv.ret = p->ret;
-		ev.u.post_recv.qp = p->obj;
+		RBT_POST_EV(ev.u.post_recv, qp);
 		ev.u.post_recv.qp_num = p->qp_num;
-		ev.u.post_recv.bad_wr = p->bad_wr;
-		ev.u.post_recv.n_wrs = p->nwr;
-		ev.u.post_recv.wrs = wrs;
 		break;
 	default:
 		ev.type = RBT_EV_POST_SRQ_RECV;
-		ev.u.post_srq_recv.ts_exit = p->ts_exit;
-		ev.u.post_srq_recv.ret = p->ret;
-		ev.u.post_srq_recv.srq = p->obj;
-		ev.u.post_srq_recv.bad_wr = p->bad_wr;
-		ev.u.post_srq_recv.n_wrs = p->nwr;
-		ev.u.post_srq_recv.wrs = wrs;
+		RBT_POST_EV(ev.u.post_srq_recv, srq);
 		break;
 	}
+#undef RBT_POST_EV
 	rbt_append(&ev, stream);
 }
 

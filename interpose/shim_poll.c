@@ -53,32 +53,21 @@ static void rbt_rec_poll(struct ibv_cq *cq, int asked, int ret, const struct ibv
 			 uint64_t t0, uint64_t t1)
 {
 	struct rbt_ring *r = rbt_ring_get();
-	uint32_t n = ret > 0 ? (uint32_t)ret : 0;
-	uint32_t len = sizeof(struct rbt_raw_poll) + n * sizeof(struct ibv_wc);
-	struct rbt_raw_poll *p;
 
 	if (ret == 0) {
 		/* light mode: the run ends at the last poll's entry */
 		rbt_rec_empty_poll(r, cq, asked, 0, t0, t1 ? t1 : t0);
 		return;
 	}
-	p = rbt_ring_reserve(r, len);
-	if (!p)
-		return;
-	p->h.len = len;
-	p->h.kind = RBT_RAW_POLL;
-	p->h.flags = 0;
-	p->ts = t0;
-	p->ts_exit = t1;
-	p->cq = (uintptr_t)cq;
-	p->ret = ret;
-	p->asked = asked;
-	p->api = 0;
-	p->count = 1;
-	p->nwc = n;
-	p->pad = 0;
-	memcpy(p + 1, wc, n * sizeof(struct ibv_wc));
-	rbt_ring_commit(r);
+	rbt_poll_put(r,
+		     &(struct rbt_raw_poll){ .ts = t0,
+					     .ts_exit = t1,
+					     .cq = (uintptr_t)cq,
+					     .ret = ret,
+					     .asked = asked,
+					     .count = 1,
+					     .nwc = ret > 0 ? (uint32_t)ret : 0 },
+		     wc, sizeof(*wc));
 }
 
 struct rbt_cqx_ent;
@@ -97,14 +86,27 @@ int rbt_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		if (e)
 			return rbt_poll_emulated(e, cq, n, wc);
 	}
-	if (!rbt_dp_recording())
-		return c->poll_cq(cq, n, wc);
-	uint64_t t0 = rbt_now();
-	int ret = c->poll_cq(cq, n, wc);
-	uint64_t t1 = rbt_now_exit();
-	rbt_rec_poll(cq, n, ret, wc, t0, t1);
-	rbt_dp_done();
-	return ret;
+	RBT_DP_CALL(c->poll_cq(cq, n, wc), rbt_now_exit(),
+		    rbt_rec_poll(cq, n, ret, wc, t0, t1));
+}
+
+static void rbt_rec_notify(struct ibv_cq *cq, int solicited_only, int ret, uint64_t t0,
+			   uint64_t t1)
+{
+	struct rbt_ring *r = rbt_ring_get();
+	struct rbt_raw_notify *p = rbt_ring_reserve(r, sizeof(*p));
+
+	if (!p)
+		return;
+	p->h.len = sizeof(*p);
+	p->h.kind = RBT_RAW_NOTIFY;
+	p->h.flags = 0;
+	p->ts = t0;
+	p->ts_exit = t1;
+	p->cq = (uintptr_t)cq;
+	p->ret = ret;
+	p->solicited = solicited_only;
+	rbt_ring_commit(r);
 }
 
 int rbt_req_notify_cq(struct ibv_cq *cq, int solicited_only)
@@ -113,26 +115,8 @@ int rbt_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 
 	if (RBT_UNLIKELY(!c))
 		return ENOSYS;
-	if (!rbt_dp_recording())
-		return c->req_notify_cq(cq, solicited_only);
-	uint64_t t0 = rbt_now();
-	int ret = c->req_notify_cq(cq, solicited_only);
-	uint64_t t1 = rbt_now();
-	struct rbt_ring *r = rbt_ring_get();
-	struct rbt_raw_notify *p = rbt_ring_reserve(r, sizeof(*p));
-	if (p) {
-		p->h.len = sizeof(*p);
-		p->h.kind = RBT_RAW_NOTIFY;
-		p->h.flags = 0;
-		p->ts = t0;
-		p->ts_exit = t1;
-		p->cq = (uintptr_t)cq;
-		p->ret = ret;
-		p->solicited = solicited_only;
-		rbt_ring_commit(r);
-	}
-	rbt_dp_done();
-	return ret;
+	RBT_DP_CALL(c->req_notify_cq(cq, solicited_only), rbt_now(),
+		    rbt_rec_notify(cq, solicited_only, ret, t0, t1));
 }
 
 /* ---- ibv_cq_ex ------------------------------------------------------------------------ */
@@ -190,28 +174,22 @@ static void rbt_cqx_capture(struct rbt_cqx_ent *e, struct ibv_cq_ex *cq,
 		x->hw_ts = cq->read_completion_ts(cq);
 }
 
-static void rbt_cqx_emit(struct rbt_cqx_ent *e, int ret, uint64_t t0, uint64_t t1)
+/* The completions of a session so far, as one POLL record of cq (the program's
+ * ibv_cq for an emulated plain poll, which is api 0). */
+static void rbt_cqx_emit(struct rbt_cqx_ent *e, const void *cq, int ret, uint32_t asked,
+			 uint32_t api, uint64_t t0, uint64_t t1)
 {
-	struct rbt_ring *r = rbt_ring_get();
-	uint32_t len = sizeof(struct rbt_raw_poll) + e->n * sizeof(struct rbt_raw_wcx);
-	struct rbt_raw_poll *p = rbt_ring_reserve(r, len);
-
-	if (p) {
-		p->h.len = len;
-		p->h.kind = RBT_RAW_POLL;
-		p->h.flags = RBT_POLL_WCX;
-		p->ts = t0;
-		p->ts_exit = t1;
-		p->cq = (uintptr_t)e->cqx;
-		p->ret = ret;
-		p->asked = 0;
-		p->api = 1;
-		p->count = 1;
-		p->nwc = e->n;
-		p->pad = 0;
-		memcpy(p + 1, e->wcs, e->n * sizeof(struct rbt_raw_wcx));
-		rbt_ring_commit(r);
-	}
+	rbt_poll_put(rbt_ring_get(),
+		     &(struct rbt_raw_poll){ .h.flags = RBT_POLL_WCX,
+					     .ts = t0,
+					     .ts_exit = t1,
+					     .cq = (uintptr_t)cq,
+					     .ret = ret,
+					     .asked = asked,
+					     .api = api,
+					     .count = 1,
+					     .nwc = e->n },
+		     e->wcs, sizeof(e->wcs[0]));
 	e->n = 0;
 }
 
@@ -220,7 +198,7 @@ static inline void rbt_cqx_take(struct rbt_cqx_ent *e, struct ibv_cq_ex *cq)
 	if (e->n == RBT_CQX_WCS) {
 		/* A long session is written in pieces (each a poll_cq event). */
 		uint64_t t = rbt_now();
-		rbt_cqx_emit(e, RBT_CQX_WCS, e->ts, t);
+		rbt_cqx_emit(e, e->cqx, RBT_CQX_WCS, 0, 1, e->ts, t);
 		e->ts = t;
 	}
 	rbt_cqx_capture(e, cq, &e->wcs[e->n++]);
@@ -241,7 +219,7 @@ static int rbt_cqx_start_poll(struct ibv_cq_ex *cq, struct ibv_poll_cq_attr *att
 		rbt_rec_empty_poll(rbt_ring_get(), cq, 0, 1, t0, t1);
 	} else if (ret) {
 		e->n = 0;
-		rbt_cqx_emit(e, -ret, t0, t1);
+		rbt_cqx_emit(e, cq, -ret, 0, 1, t0, t1);
 	} else {
 		/* A session: the thread stays busy until end_poll. */
 		e->ts = t0;
@@ -275,7 +253,7 @@ static void rbt_cqx_end_poll(struct ibv_cq_ex *cq)
 	e->end_poll(cq);
 	if (e->rec) {
 		if (e->n)
-			rbt_cqx_emit(e, e->n, e->ts, rbt_now());
+			rbt_cqx_emit(e, cq, e->n, 0, 1, e->ts, rbt_now());
 		e->rec = 0;
 		rbt_dp_done();
 	}
@@ -342,44 +320,21 @@ static int rbt_poll_emulated(struct rbt_cqx_ent *e, struct ibv_cq *cq, int n,
 		e->n = 0;
 	}
 	for (;;) {
-		rbt_cqx_capture(e, cqx, &x);
-		wc[got] = x.wc;
-		got++;
 		if (rec) {
-			if (e->n == RBT_CQX_WCS) {
-				uint64_t t = rbt_now();
-				rbt_cqx_emit(e, RBT_CQX_WCS, e->ts, t);
-				e->ts = t;
-			}
-			e->wcs[e->n++] = x;
+			rbt_cqx_take(e, cqx);
+			wc[got] = e->wcs[e->n - 1].wc;
+		} else {
+			rbt_cqx_capture(e, cqx, &x);
+			wc[got] = x.wc;
 		}
+		got++;
 		if (got == n || e->next_poll(cqx))
 			break;
 	}
 	e->end_poll(cqx);
 	if (rec) {
 		/* api 0: to the program this was an ordinary ibv_poll_cq. */
-		struct rbt_ring *r = rbt_ring_get();
-		uint32_t len =
-			sizeof(struct rbt_raw_poll) + e->n * sizeof(struct rbt_raw_wcx);
-		struct rbt_raw_poll *p = rbt_ring_reserve(r, len);
-		if (p) {
-			p->h.len = len;
-			p->h.kind = RBT_RAW_POLL;
-			p->h.flags = RBT_POLL_WCX;
-			p->ts = e->ts;
-			p->ts_exit = rbt_now();
-			p->cq = (uintptr_t)cq;
-			p->ret = got;
-			p->asked = n;
-			p->api = 0;
-			p->count = 1;
-			p->nwc = e->n;
-			p->pad = 0;
-			memcpy(p + 1, e->wcs, e->n * sizeof(struct rbt_raw_wcx));
-			rbt_ring_commit(r);
-		}
-		e->n = 0;
+		rbt_cqx_emit(e, cq, got, (uint32_t)n, 0, e->ts, rbt_now());
 		rbt_dp_done();
 	}
 	return got;

@@ -83,173 +83,237 @@ static inline uint32_t rbt_swr_imm(const struct ibv_send_wr *w)
 }
 
 /* WRs after *bad_wr were never posted and may be half-built: they are not read. */
+
+#define RBT_INLINE static inline __attribute__((always_inline))
+
+/* Bytes one send WR takes in a record (after the rbt_raw_post). */
+RBT_INLINE uint32_t rbt_swr_len(const struct ibv_send_wr *w, int qp_ext, uint32_t pay)
+{
+	uint32_t ns = rbt_nsge(w->num_sge);
+	uint32_t len = sizeof(struct rbt_raw_swr) + ns * sizeof(struct rbt_raw_sge);
+
+	if (RBT_UNLIKELY(rbt_swr_ext(qp_ext, w->opcode)))
+		len += sizeof(struct rbt_raw_swr_ext);
+	if (RBT_UNLIKELY(pay))
+		len += RBT_ALIGN8(rbt_payload_len(w, ns));
+	return len;
+}
+
+/* The 32 bytes of rbt_raw_swr_ext: atomics, binds, TSO, UD and XRC WRs. */
+static __attribute__((noinline)) void rbt_swr_put_ext(struct rbt_raw_swr *h,
+						      struct rbt_raw_swr_ext *x,
+						      const struct ibv_send_wr *w,
+						      enum ibv_qp_type qpt)
+{
+	memset(x, 0, sizeof(*x));
+	h->ext = 1;
+	if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+	    w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		h->remote_addr = w->wr.atomic.remote_addr;
+		h->rkey = w->wr.atomic.rkey;
+		x->compare_add = w->wr.atomic.compare_add;
+		x->swap = w->wr.atomic.swap;
+	} else if (w->opcode == IBV_WR_BIND_MW) {
+		const struct ibv_mw_bind_info *bi = &w->bind_mw.bind_info;
+		h->remote_addr = bi->addr;
+		h->rkey = w->bind_mw.rkey;
+		x->compare_add = bi->length;
+		x->swap = bi->mw_access_flags;
+		x->ah = (uintptr_t)w->bind_mw.mw;
+	} else if (w->opcode == IBV_WR_TSO) {
+		x->compare_add = w->tso.hdr_sz;
+		x->swap = w->tso.mss;
+	}
+	if (qpt == IBV_QPT_UD) {
+		x->ah = (uintptr_t)w->wr.ud.ah;
+		x->remote_qpn = w->wr.ud.remote_qpn;
+		x->remote_qkey = w->wr.ud.remote_qkey;
+		h->remote_addr = 0;
+		h->rkey = 0;
+	} else if (qpt == IBV_QPT_XRC_SEND) {
+		x->remote_qpn = w->qp_type.xrc.remote_srqn;
+	}
+}
+
+/* Writes one send WR at o; returns the bytes written (rbt_swr_len's). */
+RBT_INLINE uint32_t rbt_swr_put(uint8_t *o, const struct ibv_send_wr *w,
+				enum ibv_qp_type qpt, int qp_ext, uint32_t pay)
+{
+	struct rbt_raw_swr *h = (void *)o;
+	uint32_t ns = rbt_nsge(w->num_sge);
+	uint8_t *s = o + sizeof(*h);
+
+	h->wr_id = w->wr_id;
+	h->remote_addr = w->wr.rdma.remote_addr;
+	h->rkey = w->wr.rdma.rkey;
+	h->imm = rbt_swr_imm(w);
+	h->send_flags = w->send_flags;
+	h->payload_len = 0;
+	h->opcode = (uint8_t)w->opcode;
+	h->ext = 0;
+	h->nsge = (uint16_t)ns;
+	h->pad = 0;
+	if (RBT_UNLIKELY(rbt_swr_ext(qp_ext, w->opcode))) {
+		rbt_swr_put_ext(h, (void *)s, w, qpt);
+		s += sizeof(struct rbt_raw_swr_ext);
+	}
+	/* ibv_sge and the raw sge are the same 16 bytes */
+	if (RBT_LIKELY(ns == 1))
+		memcpy(s, w->sg_list, sizeof(struct rbt_raw_sge));
+	else if (ns) /* a bind has no sg_list at all */
+		memcpy(s, w->sg_list, ns * sizeof(struct rbt_raw_sge));
+	s += ns * sizeof(struct rbt_raw_sge);
+	if (RBT_UNLIKELY(pay)) {
+		uint32_t pl = rbt_payload_len(w, ns);
+		h->payload_len = pl;
+		if (pl)
+			rbt_copy_payload(s, w, ns, pl);
+		s += RBT_ALIGN8(pl);
+	}
+	return (uint32_t)(s - o);
+}
+
+/* Bytes one receive WR takes in a record (after the rbt_raw_post). */
+static inline uint32_t rbt_rwr_len(const struct ibv_recv_wr *w)
+{
+	return sizeof(struct rbt_raw_rwr) +
+	       rbt_nsge(w->num_sge) * sizeof(struct rbt_raw_sge);
+}
+
+static inline uint32_t rbt_rwr_put(uint8_t *o, const struct ibv_recv_wr *w)
+{
+	struct rbt_raw_rwr *h = (void *)o;
+	uint32_t ns = rbt_nsge(w->num_sge);
+
+	h->wr_id = w->wr_id;
+	h->nsge = ns;
+	h->pad = 0;
+	if (RBT_LIKELY(ns == 1))
+		memcpy(h + 1, w->sg_list, sizeof(struct rbt_raw_sge));
+	else
+		memcpy(h + 1, w->sg_list, ns * sizeof(struct rbt_raw_sge));
+	return sizeof(*h) + ns * sizeof(struct rbt_raw_sge);
+}
+
+/* ---- a chain into records ------------------------------------------------------------
+ * One record per RBT_SEG_WRS WRs, written in one pass over the chain: the record
+ * is begun where the ring's head stands and each WR is written while it fits
+ * (rbt_ring_open). Only near the ring's end, when it is full or has a loss to
+ * report first, is the chain walked once more to count its exact length for
+ * rbt_ring_reserve (which pads, waits or drops). send is 1 for ibv_send_wr
+ * chains, 0 for ibv_recv_wr ones: a constant wherever this is inlined. */
+struct rbt_chain {
+	struct rbt_raw_post head; /* every field but h.len and nwr */
+	enum ibv_qp_type qpt;
+	int qp_ext;
+	uint32_t pay;
+};
+
+RBT_INLINE const void *rbt_wr_next(const void *w, int send)
+{
+	return send ? (const void *)((const struct ibv_send_wr *)w)->next
+		    : (const void *)((const struct ibv_recv_wr *)w)->next;
+}
+
+RBT_INLINE uint32_t rbt_wr_len(const void *w, const struct rbt_chain *c, int send)
+{
+	return send ? rbt_swr_len(w, c->qp_ext, c->pay) : rbt_rwr_len(w);
+}
+
+/* Writes the WRs from wr on (at most RBT_SEG_WRS, up to stop) while they fit in
+ * room bytes from p, and the record's head; returns the first WR not written. */
+RBT_INLINE const void *rbt_chain_fill(struct rbt_raw_post *p, uint32_t room,
+				      const void *wr, const void *stop,
+				      const struct rbt_chain *c, int send)
+{
+	uint8_t *o = (uint8_t *)(p + 1), *end = (uint8_t *)p + room;
+	uint32_t n = 0;
+
+	for (; wr && wr != stop && n < RBT_SEG_WRS; wr = rbt_wr_next(wr, send), n++) {
+		if (rbt_wr_len(wr, c, send) > (size_t)(end - o))
+			break;
+		o += send ? rbt_swr_put(o, wr, c->qpt, c->qp_ext, c->pay)
+			  : rbt_rwr_put(o, wr);
+	}
+	*p = c->head;
+	p->h.len = (uint32_t)(o - (uint8_t *)p);
+	p->nwr = (uint16_t)n;
+	return wr;
+}
+
+RBT_INLINE void rbt_rec_chain(const struct rbt_chain *c, const void *wr, const void *stop,
+			      int send)
+{
+	struct rbt_ring *r = rbt_ring_get();
+
+	while (wr && wr != stop) {
+		uint32_t room, need = sizeof(struct rbt_raw_post), n = 0;
+		struct rbt_raw_post *p;
+		const void *w;
+
+		p = rbt_ring_open(r, need + rbt_wr_len(wr, c, send), &room);
+		if (RBT_LIKELY(p)) {
+			w = rbt_chain_fill(p, room, wr, stop, c, send);
+			if (!w || w == stop || p->nwr == RBT_SEG_WRS) {
+				rbt_ring_commit_len(r, p->h.len);
+				wr = w;
+				continue;
+			}
+		}
+		for (w = wr; w && w != stop && n < RBT_SEG_WRS;
+		     w = rbt_wr_next(w, send), n++)
+			need += rbt_wr_len(w, c, send);
+		p = rbt_ring_reserve(r, need);
+		if (p) {
+			rbt_chain_fill(p, need, wr, stop, c, send);
+			rbt_ring_commit_len(r, need);
+		}
+		wr = w;
+	}
+}
+
+/* The record's head and, for a failed post, where the chain stops being read:
+ * WRs after *bad_wr were never posted and may be half-built. */
+static const void *rbt_chain_begin(struct rbt_chain *c, uint16_t kind, const void *obj,
+				   uint32_t qpn, const void *wr, int ret, const void *bad,
+				   int send, uint64_t t0, uint64_t t1)
+{
+	const void *stop = NULL;
+	uint32_t bad_idx = 0;
+
+	if (ret && bad) {
+		for (const void *w = wr; w && w != bad; w = rbt_wr_next(w, send))
+			bad_idx++;
+		stop = rbt_wr_next(bad, send);
+	}
+	c->head = (struct rbt_raw_post){ .h.kind = kind,
+					 .ts = t0,
+					 .ts_exit = t1,
+					 .obj = (uintptr_t)obj,
+					 .ret = ret,
+					 .qp_num = qpn,
+					 .bad_wr = ret ? bad_idx : 0 };
+	return stop;
+}
+
 static void rbt_rec_send(struct ibv_qp *qp, struct ibv_send_wr *wr, int ret,
 			 struct ibv_send_wr *bad, uint64_t t0, uint64_t t1)
 {
-	struct rbt_ring *r = rbt_ring_get();
-	enum ibv_qp_type qpt = qp->qp_type;
-	int qp_ext = qpt == IBV_QPT_UD || qpt == IBV_QPT_XRC_SEND;
-	uint32_t pay = rbt_cfg.payload;
-	uint32_t bad_idx = 0;
-	struct ibv_send_wr *stop = NULL;
+	struct rbt_chain c = { .qpt = qp->qp_type, .pay = rbt_cfg.payload };
+	const void *stop = rbt_chain_begin(&c, RBT_RAW_POST_SEND, qp, qp->qp_num, wr, ret,
+					   bad, 1, t0, t1);
 
-	if (ret && bad) {
-		for (struct ibv_send_wr *w = wr; w && w != bad; w = w->next)
-			bad_idx++;
-		stop = bad->next;
-	}
-	while (wr && wr != stop) {
-		size_t len = sizeof(struct rbt_raw_post);
-		uint32_t n = 0;
-		struct ibv_send_wr *w;
-
-		for (w = wr; w && w != stop && n < RBT_SEG_WRS; w = w->next, n++) {
-			uint32_t ns = rbt_nsge(w->num_sge);
-			len += sizeof(struct rbt_raw_swr) +
-			       ns * sizeof(struct rbt_raw_sge);
-			if (RBT_UNLIKELY(rbt_swr_ext(qp_ext, w->opcode)))
-				len += sizeof(struct rbt_raw_swr_ext);
-			if (RBT_UNLIKELY(pay))
-				len += RBT_ALIGN8(rbt_payload_len(w, ns));
-		}
-		struct rbt_raw_post *p = rbt_ring_reserve(r, (uint32_t)len);
-		if (p) {
-			p->h.len = (uint32_t)len;
-			p->h.kind = RBT_RAW_POST_SEND;
-			p->h.flags = 0;
-			p->ts = t0;
-			p->ts_exit = t1;
-			p->obj = (uintptr_t)qp;
-			p->ret = ret;
-			p->qp_num = qp->qp_num;
-			p->bad_wr = ret ? bad_idx : 0;
-			p->api = 0;
-			p->nwr = (uint16_t)n;
-			uint8_t *o = (uint8_t *)(p + 1);
-			uint32_t k = n;
-			for (w = wr; k--; w = w->next) {
-				struct rbt_raw_swr *h = (void *)o;
-				uint32_t ns = rbt_nsge(w->num_sge);
-				h->wr_id = w->wr_id;
-				h->remote_addr = w->wr.rdma.remote_addr;
-				h->rkey = w->wr.rdma.rkey;
-				h->imm = rbt_swr_imm(w);
-				h->send_flags = w->send_flags;
-				h->payload_len = 0;
-				h->opcode = (uint8_t)w->opcode;
-				h->ext = 0;
-				h->nsge = (uint16_t)ns;
-				h->pad = 0;
-				o += sizeof(*h);
-				if (RBT_UNLIKELY(rbt_swr_ext(qp_ext, w->opcode))) {
-					struct rbt_raw_swr_ext *x = (void *)o;
-					memset(x, 0, sizeof(*x));
-					h->ext = 1;
-					if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-					    w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-						h->remote_addr = w->wr.atomic.remote_addr;
-						h->rkey = w->wr.atomic.rkey;
-						x->compare_add = w->wr.atomic.compare_add;
-						x->swap = w->wr.atomic.swap;
-					} else if (w->opcode == IBV_WR_BIND_MW) {
-						const struct ibv_mw_bind_info *bi =
-							&w->bind_mw.bind_info;
-						h->remote_addr = bi->addr;
-						h->rkey = w->bind_mw.rkey;
-						x->compare_add = bi->length;
-						x->swap = bi->mw_access_flags;
-						x->ah = (uintptr_t)w->bind_mw.mw;
-					} else if (w->opcode == IBV_WR_TSO) {
-						x->compare_add = w->tso.hdr_sz;
-						x->swap = w->tso.mss;
-					}
-					if (qpt == IBV_QPT_UD) {
-						x->ah = (uintptr_t)w->wr.ud.ah;
-						x->remote_qpn = w->wr.ud.remote_qpn;
-						x->remote_qkey = w->wr.ud.remote_qkey;
-						h->remote_addr = 0;
-						h->rkey = 0;
-					} else if (qpt == IBV_QPT_XRC_SEND) {
-						x->remote_qpn =
-							w->qp_type.xrc.remote_srqn;
-					}
-					o += sizeof(*x);
-				}
-				struct rbt_raw_sge *sg = (void *)o;
-				/* ibv_sge and the raw sge are the same 16 bytes */
-				if (RBT_LIKELY(ns == 1))
-					memcpy(sg, w->sg_list, sizeof(*sg));
-				else if (ns) /* a bind has no sg_list at all */
-					memcpy(sg, w->sg_list, ns * sizeof(*sg));
-				o += ns * sizeof(*sg);
-				if (RBT_UNLIKELY(pay)) {
-					uint32_t pl = rbt_payload_len(w, ns);
-					h->payload_len = pl;
-					if (pl)
-						rbt_copy_payload(o, w, ns, pl);
-					o += RBT_ALIGN8(pl);
-				}
-			}
-			rbt_ring_commit(r);
-		}
-		for (uint32_t k = 0; k < n; k++)
-			wr = wr->next;
-	}
+	c.qp_ext = c.qpt == IBV_QPT_UD || c.qpt == IBV_QPT_XRC_SEND;
+	rbt_rec_chain(&c, wr, stop, 1);
 }
 
 static void rbt_rec_recv(uint16_t kind, void *obj, uint32_t qpn, struct ibv_recv_wr *wr,
 			 int ret, struct ibv_recv_wr *bad, uint64_t t0, uint64_t t1)
 {
-	struct rbt_ring *r = rbt_ring_get();
-	uint32_t bad_idx = 0;
-	struct ibv_recv_wr *stop = NULL;
+	struct rbt_chain c = { .pay = 0 };
+	const void *stop = rbt_chain_begin(&c, kind, obj, qpn, wr, ret, bad, 0, t0, t1);
 
-	if (ret && bad) {
-		for (struct ibv_recv_wr *w = wr; w && w != bad; w = w->next)
-			bad_idx++;
-		stop = bad->next;
-	}
-	while (wr && wr != stop) {
-		size_t len = sizeof(struct rbt_raw_post);
-		uint32_t n = 0;
-		struct ibv_recv_wr *w;
-
-		for (w = wr; w && w != stop && n < RBT_SEG_WRS; w = w->next, n++)
-			len += sizeof(struct rbt_raw_rwr) +
-			       rbt_nsge(w->num_sge) * sizeof(struct rbt_raw_sge);
-		struct rbt_raw_post *p = rbt_ring_reserve(r, (uint32_t)len);
-		if (p) {
-			p->h.len = (uint32_t)len;
-			p->h.kind = kind;
-			p->h.flags = 0;
-			p->ts = t0;
-			p->ts_exit = t1;
-			p->obj = (uintptr_t)obj;
-			p->ret = ret;
-			p->qp_num = qpn;
-			p->bad_wr = ret ? bad_idx : 0;
-			p->api = 0;
-			p->nwr = (uint16_t)n;
-			struct rbt_raw_rwr *o = (void *)(p + 1);
-			uint32_t k = n;
-			for (w = wr; k--; w = w->next) {
-				uint32_t ns = rbt_nsge(w->num_sge);
-				o->wr_id = w->wr_id;
-				o->nsge = ns;
-				o->pad = 0;
-				struct rbt_raw_sge *s = (void *)(o + 1);
-				if (RBT_LIKELY(ns == 1))
-					memcpy(s, w->sg_list, sizeof(*s));
-				else
-					memcpy(s, w->sg_list, ns * sizeof(*s));
-				o = (void *)(s + ns);
-			}
-			rbt_ring_commit(r);
-		}
-		/* advance past this segment */
-		for (uint32_t k = 0; k < n; k++)
-			wr = wr->next;
-	}
+	rbt_rec_chain(&c, wr, stop, 0);
 }
 
 int rbt_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
@@ -258,14 +322,8 @@ int rbt_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 
 	if (RBT_UNLIKELY(!c))
 		return ENOSYS;
-	if (!rbt_dp_recording())
-		return c->post_send(qp, wr, bad_wr);
-	uint64_t t0 = rbt_now();
-	int ret = c->post_send(qp, wr, bad_wr);
-	uint64_t t1 = rbt_now_exit();
-	rbt_rec_send(qp, wr, ret, ret && bad_wr ? *bad_wr : NULL, t0, t1);
-	rbt_dp_done();
-	return ret;
+	RBT_DP_CALL(c->post_send(qp, wr, bad_wr), rbt_now_exit(),
+		    rbt_rec_send(qp, wr, ret, ret && bad_wr ? *bad_wr : NULL, t0, t1));
 }
 
 int rbt_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
@@ -274,15 +332,9 @@ int rbt_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 
 	if (RBT_UNLIKELY(!c))
 		return ENOSYS;
-	if (!rbt_dp_recording())
-		return c->post_recv(qp, wr, bad_wr);
-	uint64_t t0 = rbt_now();
-	int ret = c->post_recv(qp, wr, bad_wr);
-	uint64_t t1 = rbt_now_exit();
-	rbt_rec_recv(RBT_RAW_POST_RECV, qp, qp->qp_num, wr, ret,
-		     ret && bad_wr ? *bad_wr : NULL, t0, t1);
-	rbt_dp_done();
-	return ret;
+	RBT_DP_CALL(c->post_recv(qp, wr, bad_wr), rbt_now_exit(),
+		    rbt_rec_recv(RBT_RAW_POST_RECV, qp, qp->qp_num, wr, ret,
+				 ret && bad_wr ? *bad_wr : NULL, t0, t1));
 }
 
 int rbt_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
@@ -292,36 +344,31 @@ int rbt_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 
 	if (RBT_UNLIKELY(!c))
 		return ENOSYS;
-	if (!rbt_dp_recording())
-		return c->post_srq_recv(srq, wr, bad_wr);
-	uint64_t t0 = rbt_now();
-	int ret = c->post_srq_recv(srq, wr, bad_wr);
-	uint64_t t1 = rbt_now_exit();
-	rbt_rec_recv(RBT_RAW_POST_SRQ, srq, 0, wr, ret, ret && bad_wr ? *bad_wr : NULL,
-		     t0, t1);
-	rbt_dp_done();
-	return ret;
+	RBT_DP_CALL(c->post_srq_recv(srq, wr, bad_wr), rbt_now_exit(),
+		    rbt_rec_recv(RBT_RAW_POST_SRQ, srq, 0, wr, ret,
+				 ret && bad_wr ? *bad_wr : NULL, t0, t1));
 }
 
 /* ibv_bind_mw posts a BIND_MW WR: recorded as a one-WR post_send. */
+static void rbt_rec_bind(struct ibv_qp *qp, struct ibv_mw *mw,
+			 const struct ibv_mw_bind *b, int ret, uint64_t t0, uint64_t t1)
+{
+	struct ibv_send_wr wr = { .wr_id = b->wr_id,
+				  .opcode = IBV_WR_BIND_MW,
+				  .send_flags = b->send_flags };
+
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = mw->rkey; /* the new key: the provider updated it */
+	wr.bind_mw.bind_info = b->bind_info;
+	rbt_rec_send(qp, &wr, ret, ret ? &wr : NULL, t0, t1);
+}
+
 int rbt_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *b)
 {
 	struct rbt_ctx_ent *c = rbt_ctx_find(qp->context);
 
 	if (!c || !c->bind_mw)
 		return EOPNOTSUPP;
-	if (!rbt_dp_recording())
-		return c->bind_mw(qp, mw, b);
-	uint64_t t0 = rbt_now();
-	int ret = c->bind_mw(qp, mw, b);
-	uint64_t t1 = rbt_now_exit();
-	struct ibv_send_wr wr = { .wr_id = b->wr_id,
-				  .opcode = IBV_WR_BIND_MW,
-				  .send_flags = b->send_flags };
-	wr.bind_mw.mw = mw;
-	wr.bind_mw.rkey = mw->rkey; /* the new key: the provider updated it */
-	wr.bind_mw.bind_info = b->bind_info;
-	rbt_rec_send(qp, &wr, ret, ret ? &wr : NULL, t0, t1);
-	rbt_dp_done();
-	return ret;
+	RBT_DP_CALL(c->bind_mw(qp, mw, b), rbt_now_exit(),
+		    rbt_rec_bind(qp, mw, b, ret, t0, t1));
 }

@@ -32,6 +32,7 @@
 
 #include "interpose/rbt_interpose.h"
 #include "interpose/shim.h"
+#include "interpose/shim_dp.h"
 
 #include "interpose/shim_rec.h"
 
@@ -268,22 +269,16 @@ void rbt_fold_flush(struct rbt_ring *r)
 	r->nfold = 0; /* first: reserve below re-enters through here otherwise */
 	for (uint32_t i = 0; i < nf; i++) {
 		const struct rbt_fold *f = &r->folds[i];
-		struct rbt_raw_poll *p = rbt_ring_reserve(r, sizeof(*p));
-		if (!p)
-			continue;
-		p->h.len = sizeof(*p);
-		p->h.kind = RBT_RAW_POLL;
-		p->h.flags = 0;
-		p->ts = f->ts;
-		p->ts_exit = f->exit;
-		p->cq = (uintptr_t)f->cq;
-		p->ret = 0;
-		p->asked = f->asked;
-		p->api = f->api;
-		p->count = f->n > UINT32_MAX ? UINT32_MAX : (uint32_t)f->n;
-		p->nwc = 0;
-		p->pad = 0;
-		rbt_ring_commit(r);
+		rbt_poll_put(r,
+			     &(struct rbt_raw_poll){ .ts = f->ts,
+						     .ts_exit = f->exit,
+						     .cq = (uintptr_t)f->cq,
+						     .asked = f->asked,
+						     .api = f->api,
+						     .count = f->n > UINT32_MAX
+								      ? UINT32_MAX
+								      : (uint32_t)f->n },
+			     NULL, 0);
 	}
 }
 
@@ -291,115 +286,84 @@ void rbt_fold_flush(struct rbt_ring *r)
 /* A slow-path event travels as a copy of struct rbt_event followed by the bytes
  * of its strings, blobs and arrays; pointers hold offsets from the record start
  * until the background thread turns them back into pointers. */
-#define RBT_SZ_U(x)
-#define RBT_SZ_I(x)
-#define RBT_SZ_T(x)
-#define RBT_SZ_H(x)
-#define RBT_SZ_D(x)
-#define RBT_SZ_S(x)	     sz += RBT_ALIGN8((x) ? strlen(x) + 1 : 0);
-#define RBT_SZ_B(x)	     sz += RBT_ALIGN8((x).len);
-#define RBT_SZ_F(kind, name) RBT_SZ_##kind(e->name)
-#define RBT_SZ_A(rec, name) \
-	sz += RBT_ALIGN8((size_t)e->n_##name * sizeof(struct rbt_##rec));
-
-#define RBT_CP_U(x)
-#define RBT_CP_I(x)
-#define RBT_CP_T(x)
-#define RBT_CP_H(x)
-#define RBT_CP_D(x)
-#define RBT_CP_S(x)                                 \
-	if (x) {                                    \
-		size_t l_ = strlen(x) + 1;          \
-		memcpy(base + off, (x), l_);        \
-		(x) = (const char *)(uintptr_t)off; \
-		off += RBT_ALIGN8(l_);              \
+enum { RBT_WALK_SIZE, RBT_WALK_PACK, RBT_WALK_UNPACK };
+#define RBT_W_U(x)
+#define RBT_W_I(x)
+#define RBT_W_T(x)
+#define RBT_W_H(x)
+#define RBT_W_D(x)
+#define RBT_W_S(x)                                                      \
+	if (op == RBT_WALK_UNPACK) {                                    \
+		(x) = (x) ? (const char *)(base + (uintptr_t)(x)) : ""; \
+	} else if (x) {                                                 \
+		size_t l_ = strlen(x) + 1;                              \
+		if (op == RBT_WALK_PACK) {                              \
+			memcpy(base + off, (x), l_);                    \
+			(x) = (const char *)(uintptr_t)off;             \
+		}                                                       \
+		off += RBT_ALIGN8(l_);                                  \
 	}
-#define RBT_CP_B(x)                                         \
-	if ((x).len) {                                      \
-		memcpy(base + off, (x).data, (x).len);      \
-		(x).data = (const uint8_t *)(uintptr_t)off; \
-		off += RBT_ALIGN8((x).len);                 \
-	} else {                                            \
-		(x).data = NULL;                            \
+#define RBT_W_B(x)                                             \
+	if (op == RBT_WALK_UNPACK) {                           \
+		if ((x).len)                                   \
+			(x).data = base + (uintptr_t)(x).data; \
+	} else if (op == RBT_WALK_SIZE) {                      \
+		off += RBT_ALIGN8((x).len);                    \
+	} else if ((x).len) {                                  \
+		memcpy(base + off, (x).data, (x).len);         \
+		(x).data = (const uint8_t *)(uintptr_t)off;    \
+		off += RBT_ALIGN8((x).len);                    \
+	} else {                                               \
+		(x).data = NULL;                               \
 	}
-#define RBT_CP_F(kind, name) RBT_CP_##kind(e->name)
-#define RBT_CP_A(rec, name)                                                 \
-	if (e->n_##name) {                                                  \
-		size_t l_ = (size_t)e->n_##name * sizeof(struct rbt_##rec); \
-		memcpy(base + off, e->name, l_);                            \
-		e->name = (const struct rbt_##rec *)(uintptr_t)off;         \
-		off += RBT_ALIGN8(l_);                                      \
-	} else {                                                            \
-		e->name = NULL;                                             \
+#define RBT_W_F(kind, name) RBT_W_##kind(e->name)
+#define RBT_W_A(rec, name)                                                               \
+	if (op == RBT_WALK_UNPACK) {                                                     \
+		if (e->n_##name)                                                         \
+			e->name = (const struct rbt_##rec *)(base + (uintptr_t)e->name); \
+	} else if (e->n_##name) {                                                        \
+		size_t l_ = (size_t)e->n_##name * sizeof(struct rbt_##rec);              \
+		if (op == RBT_WALK_PACK) {                                               \
+			memcpy(base + off, e->name, l_);                                 \
+			e->name = (const struct rbt_##rec *)(uintptr_t)off;              \
+		}                                                                        \
+		off += RBT_ALIGN8(l_);                                                   \
+	} else if (op == RBT_WALK_PACK) {                                                \
+		e->name = NULL;                                                          \
 	}
 
-#define RBT_FX_U(x)
-#define RBT_FX_I(x)
-#define RBT_FX_T(x)
-#define RBT_FX_H(x)
-#define RBT_FX_D(x)
-#define RBT_FX_S(x) (x) = (x) ? (const char *)(base + (uintptr_t)(x)) : "";
-#define RBT_FX_B(x)  \
-	if ((x).len) \
-		(x).data = base + (uintptr_t)(x).data;
-#define RBT_FX_F(kind, name) RBT_FX_##kind(e->name)
-#define RBT_FX_A(rec, name) \
-	if (e->n_##name)    \
-		e->name = (const struct rbt_##rec *)(base + (uintptr_t)e->name);
-
-static size_t rbt_event_extra(const struct rbt_event *ev)
+/* One walk over ev's strings, blobs and arrays: SIZE adds up the bytes they
+ * take after the record's head (ev is only read), PACK copies them from off on
+ * and turns the pointers into offsets, UNPACK turns offsets back into
+ * pointers. Returns off after them. */
+static size_t rbt_event_walk(struct rbt_event *ev, int op, uint8_t *base, size_t off)
 {
-	size_t sz = 0;
-
 	switch (ev->type) {
-#define RBT__SZ_CASE(NAME, id, lname)                          \
-	case RBT_EV_##NAME: {                                  \
-		const struct rbt_ev_##lname *e = &ev->u.lname; \
-		(void)e;                                       \
-		RBT_EV_##lname(RBT_SZ_F, RBT_SZ_A) break;      \
+#define RBT__W_CASE(NAME, id, lname)                     \
+	case RBT_EV_##NAME: {                            \
+		struct rbt_ev_##lname *e = &ev->u.lname; \
+		(void)e;                                 \
+		RBT_EV_##lname(RBT_W_F, RBT_W_A) break;  \
 	}
-		RBT_EVENT_LIST(RBT__SZ_CASE)
+		RBT_EVENT_LIST(RBT__W_CASE)
 	default:
 		break;
 	}
-	return sz;
-}
-
-static void rbt_event_pack(struct rbt_event *copy, uint8_t *base, size_t off)
-{
-	switch (copy->type) {
-#define RBT__CP_CASE(NAME, id, lname)                      \
-	case RBT_EV_##NAME: {                              \
-		struct rbt_ev_##lname *e = &copy->u.lname; \
-		(void)e;                                   \
-		RBT_EV_##lname(RBT_CP_F, RBT_CP_A) break;  \
-	}
-		RBT_EVENT_LIST(RBT__CP_CASE)
-	default:
-		break;
-	}
+	return off;
 }
 
 void rbt_event_unpack(struct rbt_event *ev, const uint8_t *base)
 {
-	switch (ev->type) {
-#define RBT__FX_CASE(NAME, id, lname)                     \
-	case RBT_EV_##NAME: {                             \
-		struct rbt_ev_##lname *e = &ev->u.lname;  \
-		(void)e;                                  \
-		RBT_EV_##lname(RBT_FX_F, RBT_FX_A) break; \
-	}
-		RBT_EVENT_LIST(RBT__FX_CASE)
-	default:
-		break;
-	}
+	/* UNPACK writes only ev, never base */
+	rbt_event_walk(ev, RBT_WALK_UNPACK, (uint8_t *)base, 0);
 }
 
 void rbt_emit(const struct rbt_event *ev)
 {
 	struct rbt_ring *r = rbt_ring_get();
 	size_t head = RBT_ALIGN8(sizeof(struct rbt_raw_hdr) + sizeof(struct rbt_event));
-	size_t len = head + rbt_event_extra(ev);
+	size_t len =
+		head + rbt_event_walk((struct rbt_event *)ev, RBT_WALK_SIZE, NULL, 0);
 	struct rbt_raw_hdr *h;
 	struct rbt_event *copy;
 	/* Busy while writing, like a data-path call (which may be emitting). */
@@ -423,7 +387,7 @@ void rbt_emit(const struct rbt_event *ev)
 		h->flags = 0;
 		copy = (void *)(h + 1);
 		memcpy(copy, ev, sizeof(*ev));
-		rbt_event_pack(copy, (uint8_t *)h, head);
+		rbt_event_walk(copy, RBT_WALK_PACK, (uint8_t *)h, head);
 		rbt_ring_commit(r);
 	}
 	atomic_store_explicit(&r->busy, was_busy, memory_order_release);

@@ -21,6 +21,8 @@ RBT_ARTIFACTS = [
     # ../lib/rbtrace); the only part that links libibverbs
     ("//replay:librbtrace-replay.so", "lib/rbtrace/librbtrace-replay.so", "0644"),
     ("//softnic:libibverbs.so.1", "lib/rbtrace/softnic/libibverbs.so.1", "0644"),
+    # the fake sysfs that `rbtrace softnic` preloads beside the drop-in
+    ("//softnic:libsoftnic-sysfs.so", "lib/rbtrace/softnic/libsoftnic-sysfs.so", "0644"),
     # softnic's connection manager: found beside its libibverbs.so.1 by programs
     # that `rbtrace softnic` / `record --softnic` run (LD_LIBRARY_PATH)
     ("//softnic:librdmacm.so.1", "lib/rbtrace/softnic/librdmacm.so.1", "0644"),

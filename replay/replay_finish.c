@@ -186,6 +186,7 @@ void rp_lanes_done(struct rp_side *s)
 
 		s->nran += L->ran;
 		s->xwaits += L->xwaits;
+		s->sq_waits += L->sq_waits;
 		P->timeouts += L->timeouts;
 		if (L->wasted_ns > P->wasted_ns)
 			P->wasted_ns = L->wasted_ns;

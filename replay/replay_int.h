@@ -78,6 +78,9 @@ struct rp_cq {
 	struct ibv_wc *stash;
 	uint32_t stash_head, stash_n, stash_cap;
 	uint8_t count_live; /* a QP on it counts its replayed sends (ERR waits) */
+	/* a QP whose send completions it delivers counts them as they come off
+	 * the CQ (posts wait for them: rp_sq_waits) */
+	uint8_t sq_track;
 };
 
 /* An XRC domain. One the program opened through a file may have been shared
@@ -183,6 +186,9 @@ struct rp_qp {
 	uint32_t err_peer_ok;
 	uint32_t live_send_ok;
 	uint8_t count_live;
+	/* send completions of this QP the replay has taken off its CQ so far
+	 * (their WRs' slots freed); counted when the CQ has sq_track */
+	uint32_t sq_polled;
 	/* the recorded successful sends (counted even when a streamed load
 	 * keeps no list: the ERR waits use it) */
 	uint32_t rec_send_ok;
@@ -247,6 +253,9 @@ struct rp_step {
 	 * had posted when the recorded send began (NULL: no such wait) */
 	struct rp_qp *ud_dest;
 	uint32_t ud_need;
+	/* a post: how many of its QP's send completions the recording had polled
+	 * before it began (0: no such wait; rp_sq_waits) */
+	uint32_t sq_need;
 };
 
 /* A recorded thread of a side (its stream): replayed by a thread of its own,
@@ -263,6 +272,7 @@ struct rp_lane {
 	uint64_t gate;	   /* published as it goes (atomic) */
 	int timeouts, stop_why, stop_at, ran;
 	uint64_t wasted_ns, xwaits;
+	uint64_t sq_waits; /* posts that waited for their QP's send completions */
 	/* memory dependencies of its posts: inferred, waited and satisfied,
 	 * timed out (replay_deps.c) */
 	uint64_t deps_inferred, deps_in_flight, deps_kept, deps_timed_out;
@@ -352,7 +362,8 @@ struct rp_side {
 	 * prefix and the drain at the end run as lane pre */
 	struct rp_lane *lane, pre;
 	int nlane;
-	uint64_t xwaits; /* posts and modifies that waited for another lane */
+	uint64_t xwaits;   /* posts and modifies that waited for another lane */
+	uint64_t sq_waits; /* posts that waited for their QP's send completions */
 	/* WRITEs into its MRs from a trace of another host: not inferred */
 	uint64_t deps_ambiguous;
 	uint64_t cq_events_missed;
@@ -673,6 +684,9 @@ int rp_wait_until(struct rp_job *j, struct rp_lane *s, uint64_t deadline);
 struct rp_qp *rp_qp_by_new_qpn(struct rp_side *s, uint32_t qpn);
 void rp_run_lane(struct rp_job *j, struct rp_lane *L);
 void rp_err_waits(struct rp_job *j, struct rp_side *s);
+/* Posts that wait for the send completions that freed their slots in the
+ * recording (QPs on a CQ shared with other queues): rp_step.sq_need. */
+int rp_sq_waits(struct rp_side *s);
 /* The lanes of a side (replay_timeline.c, after the prefix is known). */
 int rp_lanes_build(struct rp_side *s);
 /* The lanes' outcome into the side (after every lane's thread ended). */

@@ -171,8 +171,10 @@ static int rp_job_setup(struct rp_job *j)
 		rc = rp_net_exchange(j);
 	for (int i = 0; i < j->nside && !rc; i++)
 		rc = rp_prepare_side(j, &j->side[i]);
-	for (int i = 0; i < j->nside && !rc; i++)
+	for (int i = 0; i < j->nside && !rc; i++) {
 		rp_err_waits(j, &j->side[i]);
+		rc = rp_sq_waits(&j->side[i]);
+	}
 	if (!rc)
 		rc = rp_deps_setup(j);
 	if (!rc)

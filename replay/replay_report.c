@@ -471,6 +471,7 @@ static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
 		rbt_json_ku64(w, "steps_run", (uint64_t)s->nran);
 		rbt_json_ku64(w, "threads", (uint64_t)s->nlane);
 		rbt_json_ku64(w, "cross_thread_waits", s->xwaits);
+		rbt_json_ku64(w, "send_queue_waits", s->sq_waits);
 		rp_json_deps(j, s, w);
 		rbt_json_key(w, "per_thread");
 		rbt_json_arr(w);
@@ -760,6 +761,12 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 				s->nran, (unsigned long long)rp_steps_of(s),
 				rp_stop_text(j, s->stop_why, sum));
 		rp_text_deps(j, s, f);
+		if (s->sq_waits)
+			fprintf(f,
+				"send queues: %s: %llu posts waited for completions of "
+				"their QP that the recording had polled before them (a "
+				"CQ shared with other queues)\n",
+				s->path, (unsigned long long)s->sq_waits);
 		if (s->nlane > 1)
 			fprintf(f,
 				"threads: %s: %d recorded threads, each replayed by its "

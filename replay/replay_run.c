@@ -39,6 +39,46 @@ struct rp_qp *rp_qp_by_new_qpn(struct rp_side *s, uint32_t qpn)
 	return NULL;
 }
 
+/* ibv_poll_cq, counting the send completions of each QP as they come off a
+ * CQ whose QPs' posts wait for them (sq_track): the device frees a send
+ * slot when its completion is polled. */
+static int rp_cq_poll(struct rp_side *s, struct rp_cq *c, int n, struct ibv_wc *wc)
+{
+	int got = ibv_poll_cq(c->cq, n, wc);
+
+	if (c->sq_track)
+		for (int k = 0; k < got; k++) {
+			struct rp_qp *q = rp_qp_by_new_qpn(s, wc[k].qp_num);
+
+			if (q &&
+			    !rp_wc_is_recv(q, wc[k].status, wc[k].opcode, wc[k].wr_id))
+				q->sq_polled++;
+		}
+	return got;
+}
+
+/* More completions off c into its stash, after those it holds (for the poll
+ * steps that follow): how many came, 0 when none or no room, < 0 an error. */
+static int rp_stash_more(struct rp_side *s, struct rp_cq *c)
+{
+	int n;
+
+	if (c->stash_head == c->stash_n) {
+		c->stash_head = c->stash_n = 0;
+	} else if (c->stash_n == c->stash_cap && c->stash_head) {
+		memmove(c->stash, c->stash + c->stash_head,
+			(c->stash_n - c->stash_head) * sizeof(*c->stash));
+		c->stash_n -= c->stash_head;
+		c->stash_head = 0;
+	}
+	if (c->stash_n == c->stash_cap)
+		return 0;
+	n = rp_cq_poll(s, c, (int)(c->stash_cap - c->stash_n), c->stash + c->stash_n);
+	if (n > 0)
+		c->stash_n += (uint32_t)n;
+	return n;
+}
+
 static void rp_copy_payloads(struct rp_step *st)
 {
 	const struct rbt_ev_post_send *p = &st->ev->u.post_send;
@@ -294,11 +334,9 @@ static int rp_poll_fitting(struct rp_side *s, struct rp_step *st,
 			st->wcs[st->got++] = c->stash[c->stash_head++];
 			return 1;
 		}
-		n = ibv_poll_cq(c->cq, (int)(c->stash_cap - c->stash_n),
-				c->stash + c->stash_n);
+		n = rp_stash_more(s, c);
 		if (n <= 0)
-			return n < 0 ? n : 0;
-		c->stash_n += (uint32_t)n;
+			return n;
 	}
 }
 
@@ -317,7 +355,7 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 		       1000000ull;
 	uint64_t give_up;
 	unsigned spins = 0;
-	int stop = 0, fitting = s->nlane > 1 && st->cq->stash;
+	int stop = 0, fitting = s->nlane > 1 && st->cq->nch;
 
 	if (tmo > (uint64_t)j->poll_timeout_ms * 1000000ull)
 		tmo = (uint64_t)j->poll_timeout_ms * 1000000ull;
@@ -345,8 +383,8 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 			continue;
 		}
 		n = fitting ? 0
-			    : ibv_poll_cq(st->cq->cq, (int)(want - st->got),
-					  st->wcs + st->got);
+			    : rp_cq_poll(s, st->cq, (int)(want - st->got),
+					 st->wcs + st->got);
 
 		if (n < 0) {
 			rp_diverge(j, "%s: step %d: ibv_poll_cq failed (%d)", s->path,
@@ -452,10 +490,8 @@ static int rp_step_cq_event(struct rp_job *j, struct rp_lane *L, struct rp_step 
 			}
 			break;
 		}
-		n = ibv_poll_cq(c->cq, (int)(c->stash_cap - c->stash_n),
-				c->stash + c->stash_n);
+		n = rp_stash_more(s, c);
 		if (n > 0) {
-			c->stash_n += (uint32_t)n;
 			st->ret = 0;
 			break;
 		}
@@ -495,38 +531,82 @@ struct rp_spin {
 	unsigned spins;
 };
 
-/* Until *v reaches want. 0: reached; 1: the lane must stop; 2: timed out (the
- * time out counted; the caller says what did not come). */
+/* One turn of a wait that found nothing yet. 0: go on; 1: the lane must
+ * stop; 2: timed out (the time out counted; the caller says what did not
+ * come). */
+static int rp_spin_once(struct rp_job *j, struct rp_lane *L, struct rp_spin *w)
+{
+	if (!w->t0) {
+		w->t0 = rp_now_ns();
+		w->lim = rp_wait_limit(j, L, (uint64_t)j->poll_timeout_ms * 1000000ull);
+		if (!w->lim)
+			return 1;
+	}
+	/* the thread waited for may need this CPU (more recorded threads than
+	 * CPUs): give it way often */
+	if ((++w->spins & 15) == 0)
+		sched_yield();
+	if ((w->spins & 255) == 0) {
+		if (rp_must_stop(j, L))
+			return 1;
+		if (rp_now_ns() - w->t0 > w->lim) {
+			L->timeouts++;
+			rp_wasted(j, L, w->t0);
+			return 2;
+		}
+	}
+#if defined(__x86_64__)
+	_mm_pause();
+#endif
+	return 0;
+}
+
+/* Until *v reaches want: rp_spin_once's answers, 0 when reached. */
 static int rp_spin_until(struct rp_job *j, struct rp_lane *L, struct rp_spin *w,
 			 const uint64_t *v, uint64_t want)
 {
-	while (__atomic_load_n(v, __ATOMIC_ACQUIRE) < want) {
-		if (!w->t0) {
-			w->t0 = rp_now_ns();
-			w->lim = rp_wait_limit(j, L,
-					       (uint64_t)j->poll_timeout_ms * 1000000ull);
+	int r = 0;
+
+	while (!r && __atomic_load_n(v, __ATOMIC_ACQUIRE) < want) {
+		if (!w->t0)
 			L->xwaits++;
-			if (!w->lim)
-				return 1;
-		}
-		/* the thread waited for may need this CPU (more recorded
-		 * threads than CPUs): give it way often */
-		if ((++w->spins & 15) == 0)
-			sched_yield();
-		if ((w->spins & 255) == 0) {
-			if (rp_must_stop(j, L))
-				return 1;
-			if (rp_now_ns() - w->t0 > w->lim) {
-				L->timeouts++;
-				rp_wasted(j, L, w->t0);
-				return 2;
-			}
-		}
-#if defined(__x86_64__)
-		_mm_pause();
-#endif
+		r = rp_spin_once(j, L, w);
 	}
-	return 0;
+	return r;
+}
+
+/* A post on a QP whose send CQ other queues share waits until the replay has
+ * taken off that CQ as many of the QP's send completions as the recording
+ * had polled before the post (rp_sq_waits): what it takes of other queues
+ * waits in the CQ's stash for the poll steps after. On time out it is posted
+ * anyway. 1 when the lane must stop. */
+static int rp_sq_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i)
+{
+	struct rp_qp *q = st->qp;
+	struct rp_cq *c = &L->s->cq[q->scq - 1];
+	struct rp_spin w = { 0 };
+	int r = 0;
+
+	L->sq_waits++;
+	while (!r && q->sq_polled < st->sq_need) {
+		int n = rp_stash_more(L->s, c);
+
+		if (n < 0) {
+			rp_diverge(j, "%s: step %d: ibv_poll_cq failed (%d)", L->s->path,
+				   i, n);
+			return 0;
+		}
+		if (!n)
+			r = rp_spin_once(j, L, &w);
+	}
+	if (r == 2)
+		rp_diverge(j,
+			   "%s: step %d: post on QP %llu: %u of the %u send completions "
+			   "the recording had polled before it came (waited %llu ms); "
+			   "posted anyway",
+			   L->s->path, i, (unsigned long long)q->rec.qp_num, q->sq_polled,
+			   st->sq_need, (unsigned long long)(w.lim / 1000000ull));
+	return r == 1;
 }
 
 /* A UD send to a QP of this process waits until that QP has had the receives
@@ -617,14 +697,15 @@ void rp_err_waits(struct rp_job *j, struct rp_side *s)
 		struct rp_side *ps;
 		uint32_t ok = 0;
 
-		if (!q->qp || q->rec.qp_type != IBV_QPT_RC || q->peer_dir < 0)
+		if ((!q->qp && !q->dynamic) || q->rec.qp_type != IBV_QPT_RC ||
+		    q->peer_dir < 0)
 			continue;
 		d = &j->dir.qps[q->peer_dir];
 		if (d->side < 0 || d->side >= j->nside)
 			continue;
 		ps = &j->side[d->side];
 		p = rp_qp_by_rec_qpn(ps, d->rec_qpn);
-		if (!p || p == q || !p->qp || !p->scq)
+		if (!p || p == q || (!p->qp && !p->dynamic) || !p->scq)
 			continue;
 		ok = p->rec_send_ok;
 		if (!ok)
@@ -634,6 +715,97 @@ void rp_err_waits(struct rp_job *j, struct rp_side *s)
 		p->count_live = 1;
 		ps->cq[p->scq - 1].count_live = 1;
 	}
+}
+
+/* Whether queues other than QP q's send queue deliver to its send CQ:
+ * another QP's send queue, or any receive queue (its own too). */
+static int rp_scq_shared(const struct rp_side *s, const struct rp_qp *q)
+{
+	for (int k = 0; k < s->nqp; k++)
+		if ((&s->qp[k] != q && s->qp[k].scq == q->scq) ||
+		    rp_qp_recv_on_cq(s, &s->qp[k], q->scq))
+			return 1;
+	for (int k = 0; k < s->nxqp; k++)
+		if (s->xqp[k].rcq == q->scq)
+			return 1;
+	return 0;
+}
+
+/* Whether one recorded thread made all of q's posts and all the polls (and
+ * completion-event waits) of its send CQ c after the prefix: the CQ's stash
+ * is then that thread's alone. */
+static int rp_sq_one_thread(const struct rp_side *s, const struct rp_qp *q,
+			    const struct rp_cq *c)
+{
+	int seen = 0;
+	uint32_t stream = 0;
+
+	for (int k = s->prefix; k < s->nstep; k++) {
+		const struct rp_step *st = &s->step[k];
+		uint32_t t = st->ev->type;
+
+		if (st->skipped ||
+		    !((t == RBT_EV_POST_SEND && st->qp == q) ||
+		      ((t == RBT_EV_POLL_CQ || t == RBT_EV_GET_CQ_EVENT) && st->cq == c)))
+			continue;
+		if (seen && st->ev->stream != stream)
+			return 0;
+		seen = 1;
+		stream = st->ev->stream;
+	}
+	return 1;
+}
+
+/* The device frees a QP's send slot when its completion is polled (a
+ * signaled WR's frees it and the unsignaled ones before it). A poll step takes
+ * the recorded number of completions off its CQ, whichever queue's the device
+ * queued first: on a CQ other queues share, the replay's polls can have taken
+ * other QPs' completions where the recording's took this QP's, and its next
+ * post then finds the send queue full (ENOMEM) where the recording's did not
+ * (perftest's ib_send_bw -q 4: four QPs on one CQ, each kept as full as its
+ * queue allows). So each post on such a QP waits until the replay has taken
+ * off the CQ as many of the QP's send completions as the recording had polled
+ * before the post began (rp_sq_wait). Only where one recorded thread makes
+ * the QP's posts and the CQ's polls. */
+int rp_sq_waits(struct rp_side *s)
+{
+	for (int i = 0; i < s->nqp; i++) {
+		struct rp_qp *q = &s->qp[i];
+		const struct rp_wclist *l = &q->rec_wc[0];
+		struct rp_cq *c;
+
+		if (!q->scq || !l->n || !rp_scq_shared(s, q))
+			continue;
+		c = &s->cq[q->scq - 1];
+		if (!c->cq || !rp_sq_one_thread(s, q, c))
+			continue;
+		for (int k = s->prefix; k < s->nstep; k++) {
+			struct rp_step *st = &s->step[k];
+			uint32_t lo = 0, hi = l->n;
+
+			if (st->skipped || st->ev->type != RBT_EV_POST_SEND ||
+			    st->qp != q)
+				continue;
+			/* the list is in poll order: those polled before it */
+			while (lo < hi) {
+				uint32_t mid = lo + (hi - lo) / 2;
+
+				if (l->v[mid].ts < st->ev->ts)
+					lo = mid + 1;
+				else
+					hi = mid;
+			}
+			st->sq_need = lo;
+			c->sq_track |= lo > 0;
+		}
+		if (c->sq_track && !c->stash) {
+			c->stash_cap = (uint32_t)c->cq->cqe + 1;
+			c->stash = calloc(c->stash_cap, sizeof(*c->stash));
+			if (!c->stash)
+				return -ENOMEM;
+		}
+	}
+	return 0;
 }
 
 static int rp_err_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i)
@@ -791,6 +963,9 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			rp_step_mr(j, s, st, i);
 			break;
 		case RBT_EV_POST_SEND:
+			if (st->sq_need && st->qp->sq_polled < st->sq_need &&
+			    !j->deps_off && rp_sq_wait(j, L, st, i))
+				goto stop;
 			if (st->ud_dest && !j->deps_off && rp_ud_wait(j, L, st, i))
 				goto stop;
 			rp_copy_payloads(st);

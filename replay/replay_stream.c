@@ -288,10 +288,12 @@ static int rp_stream_lanes(struct rp_side *s)
 
 		s->nran += L->ran;
 		s->xwaits += L->xwaits;
+		s->sq_waits += L->sq_waits;
 		if (T) { /* found: every window lane got its thread at fill */
 			T->n += L->n;
 			T->ran += L->ran;
 			T->xwaits += L->xwaits;
+			T->sq_waits += L->sq_waits;
 			T->timeouts = L->timeouts;
 			T->wasted_ns = L->wasted_ns;
 		}

@@ -496,46 +496,29 @@ static void sn_end_poll(struct ibv_cq_ex *cx)
 }
 
 #define SN_CUR(cx) (((struct sn_cq *)(cx))->cur)
-static enum ibv_wc_opcode sn_read_opcode(struct ibv_cq_ex *cx)
-{
-	return SN_CUR(cx).opcode;
-}
-static uint32_t sn_read_vendor_err(struct ibv_cq_ex *cx)
-{
-	return SN_CUR(cx).vendor_err;
-}
-static uint32_t sn_read_byte_len(struct ibv_cq_ex *cx)
-{
-	return SN_CUR(cx).byte_len;
-}
-static __be32 sn_read_imm(struct ibv_cq_ex *cx)
-{
-	return SN_CUR(cx).imm;
-}
-static uint32_t sn_read_qp_num(struct ibv_cq_ex *cx)
-{
-	return SN_CUR(cx).qp_num;
-}
-static uint32_t sn_read_src_qp(struct ibv_cq_ex *cx)
-{
-	return SN_CUR(cx).src_qp;
-}
-static unsigned int sn_read_wc_flags(struct ibv_cq_ex *cx)
-{
-	return SN_CUR(cx).wc_flags;
-}
-static uint32_t sn_read_slid(struct ibv_cq_ex *cx)
-{
-	return SN_CUR(cx).slid;
-}
-static uint8_t sn_read_sl(struct ibv_cq_ex *cx)
-{
-	return SN_CUR(cx).sl;
-}
-static uint8_t sn_read_dlid_path_bits(struct ibv_cq_ex *cx)
-{
-	return SN_CUR(cx).dlid_path_bits;
-}
+
+/* the extended CQ's readers that return a field of the current completion:
+ * X(ibv_cq_ex's read_ member, type, field of struct sn_cqe) */
+#define SN_CQ_FIELD_READERS(X)                \
+	X(opcode, enum ibv_wc_opcode, opcode) \
+	X(vendor_err, uint32_t, vendor_err)   \
+	X(byte_len, uint32_t, byte_len)       \
+	X(imm_data, __be32, imm)              \
+	X(qp_num, uint32_t, qp_num)           \
+	X(src_qp, uint32_t, src_qp)           \
+	X(wc_flags, unsigned int, wc_flags)   \
+	X(slid, uint32_t, slid)               \
+	X(sl, uint8_t, sl)                    \
+	X(dlid_path_bits, uint8_t, dlid_path_bits)
+
+#define SN_CQ_READER(member, type, field)                  \
+	static type sn_read_##member(struct ibv_cq_ex *cx) \
+	{                                                  \
+		return (type)SN_CUR(cx).field;             \
+	}
+SN_CQ_FIELD_READERS(SN_CQ_READER)
+#undef SN_CQ_READER
+
 static uint64_t sn_read_ts(struct ibv_cq_ex *cx)
 {
 	return sn_nic_ticks(SN_CUR(cx).ts);
@@ -569,16 +552,9 @@ void sn_cq_ex_init(struct sn_cq *cq)
 	x->start_poll = sn_start_poll;
 	x->next_poll = sn_next_poll;
 	x->end_poll = sn_end_poll;
-	x->read_opcode = sn_read_opcode;
-	x->read_vendor_err = sn_read_vendor_err;
-	x->read_byte_len = sn_read_byte_len;
-	x->read_imm_data = sn_read_imm;
-	x->read_qp_num = sn_read_qp_num;
-	x->read_src_qp = sn_read_src_qp;
-	x->read_wc_flags = sn_read_wc_flags;
-	x->read_slid = sn_read_slid;
-	x->read_sl = sn_read_sl;
-	x->read_dlid_path_bits = sn_read_dlid_path_bits;
+#define SN_CQ_SET_READER(member, type, field) x->read_##member = sn_read_##member;
+	SN_CQ_FIELD_READERS(SN_CQ_SET_READER)
+#undef SN_CQ_SET_READER
 	x->read_completion_ts = sn_read_ts;
 	x->read_cvlan = sn_read_cvlan;
 	x->read_flow_tag = sn_read_flow_tag;

@@ -81,11 +81,9 @@ SN_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		errno = ENODEV;
 		return NULL;
 	}
-	ctx = calloc(1, sizeof(*ctx));
-	if (!ctx) {
-		errno = ENOMEM;
+	ctx = sn_zalloc(sizeof(*ctx));
+	if (!ctx)
 		return NULL;
-	}
 	v = &ctx->vctx;
 	ctx->async_rfd = sn_mkfifo(ctx->async_path, sizeof(ctx->async_path), "as");
 	if (ctx->async_rfd < 0) {
@@ -329,105 +327,107 @@ SN_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc 
 
 /* ---------------- async events ---------------- */
 
+/* what an async event's element names, by its type */
+enum sn_ev_elem { SN_EV_PORT, SN_EV_CQ, SN_EV_QP, SN_EV_SRQ };
+
+/* the types whose element is a CQ, a QP or an SRQ; the others name a port */
+static const uint8_t sn_ev_elems[] = {
+	[IBV_EVENT_CQ_ERR] = SN_EV_CQ,
+	[IBV_EVENT_QP_FATAL] = SN_EV_QP,
+	[IBV_EVENT_QP_REQ_ERR] = SN_EV_QP,
+	[IBV_EVENT_QP_ACCESS_ERR] = SN_EV_QP,
+	[IBV_EVENT_COMM_EST] = SN_EV_QP,
+	[IBV_EVENT_SQ_DRAINED] = SN_EV_QP,
+	[IBV_EVENT_PATH_MIG] = SN_EV_QP,
+	[IBV_EVENT_PATH_MIG_ERR] = SN_EV_QP,
+	[IBV_EVENT_QP_LAST_WQE_REACHED] = SN_EV_QP,
+	[IBV_EVENT_SRQ_ERR] = SN_EV_SRQ,
+	[IBV_EVENT_SRQ_LIMIT_REACHED] = SN_EV_SRQ,
+};
+
+static enum sn_ev_elem sn_ev_elem_of(enum ibv_event_type type)
+{
+	if ((unsigned)type < sizeof(sn_ev_elems))
+		return (enum sn_ev_elem)sn_ev_elems[type];
+	return SN_EV_PORT;
+}
+
+/* the element of a queued event, if it still exists (sn_g.lock held) */
+static bool sn_ev_element(struct ibv_async_event *event, uint64_t handle)
+{
+	struct sn_cq *cq;
+	struct sn_qp *qp;
+	struct sn_srq *s;
+
+	switch (sn_ev_elem_of(event->event_type)) {
+	case SN_EV_CQ:
+		cq = sn_cq_live(handle);
+		if (cq)
+			event->element.cq = ibv_cq_ex_to_cq(&cq->cq);
+		return cq;
+	case SN_EV_QP:
+		for (qp = sn_g.qps; qp; qp = qp->next_live)
+			if ((uint64_t)(uintptr_t)qp == handle) {
+				event->element.qp = &qp->qpx.qp_base;
+				return true;
+			}
+		return false;
+	case SN_EV_SRQ:
+		for (s = sn_g.srqs; s; s = s->next_live)
+			if ((uint64_t)(uintptr_t)s == handle) {
+				event->element.srq = &s->srq;
+				return true;
+			}
+		return false;
+	default:
+		event->element.port_num = (int)handle;
+		return true;
+	}
+}
+
 SN_EXPORT int ibv_get_async_event(struct ibv_context *context,
 				  struct ibv_async_event *event)
 {
 	for (;;) {
 		struct sn_async_rec r;
 		ssize_t n = read(context->async_fd, &r, sizeof(r));
-		uint64_t rec[2] = { r.type, r.element };
-		bool found = false;
+		bool found;
 
-		if (n != sizeof(rec))
+		if (n != sizeof(r))
 			return -1;
-		event->event_type = (enum ibv_event_type)rec[0];
+		event->event_type = (enum ibv_event_type)r.type;
 		pthread_mutex_lock(&sn_g.lock);
-		switch (event->event_type) {
-		case IBV_EVENT_CQ_ERR: {
-			struct sn_cq *cq = sn_cq_live(rec[1]);
-
-			if (cq) {
-				event->element.cq = ibv_cq_ex_to_cq(&cq->cq);
-				found = true;
-			}
-			break;
-		}
-		case IBV_EVENT_QP_FATAL:
-		case IBV_EVENT_QP_REQ_ERR:
-		case IBV_EVENT_QP_ACCESS_ERR:
-		case IBV_EVENT_COMM_EST:
-		case IBV_EVENT_SQ_DRAINED:
-		case IBV_EVENT_PATH_MIG:
-		case IBV_EVENT_PATH_MIG_ERR:
-		case IBV_EVENT_QP_LAST_WQE_REACHED: {
-			struct sn_qp *qp;
-
-			for (qp = sn_g.qps; qp; qp = qp->next_live)
-				if ((uint64_t)(uintptr_t)qp == rec[1]) {
-					event->element.qp = &qp->qpx.qp_base;
-					found = true;
-				}
-			break;
-		}
-		case IBV_EVENT_SRQ_ERR:
-		case IBV_EVENT_SRQ_LIMIT_REACHED: {
-			struct sn_srq *s;
-
-			for (s = sn_g.srqs; s; s = s->next_live)
-				if ((uint64_t)(uintptr_t)s == rec[1]) {
-					event->element.srq = &s->srq;
-					found = true;
-				}
-			break;
-		}
-		default:
-			event->element.port_num = (int)rec[1];
-			found = true;
-		}
+		found = sn_ev_element(event, r.element);
 		pthread_mutex_unlock(&sn_g.lock);
 		if (found)
 			return 0;
 	}
 }
 
+static void sn_ev_ack(pthread_mutex_t *mutex, pthread_cond_t *cond, uint32_t *completed)
+{
+	pthread_mutex_lock(mutex);
+	(*completed)++;
+	pthread_cond_signal(cond);
+	pthread_mutex_unlock(mutex);
+}
+
 SN_EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
 {
-	switch (event->event_type) {
-	case IBV_EVENT_CQ_ERR: {
-		struct ibv_cq *cq = event->element.cq;
+	struct ibv_cq *cq = event->element.cq;
+	struct ibv_qp *qp = event->element.qp;
+	struct ibv_srq *srq = event->element.srq;
 
-		pthread_mutex_lock(&cq->mutex);
-		cq->async_events_completed++;
-		pthread_cond_signal(&cq->cond);
-		pthread_mutex_unlock(&cq->mutex);
+	switch (sn_ev_elem_of(event->event_type)) {
+	case SN_EV_CQ:
+		sn_ev_ack(&cq->mutex, &cq->cond, &cq->async_events_completed);
 		break;
-	}
-	case IBV_EVENT_QP_FATAL:
-	case IBV_EVENT_QP_REQ_ERR:
-	case IBV_EVENT_QP_ACCESS_ERR:
-	case IBV_EVENT_COMM_EST:
-	case IBV_EVENT_SQ_DRAINED:
-	case IBV_EVENT_PATH_MIG:
-	case IBV_EVENT_PATH_MIG_ERR:
-	case IBV_EVENT_QP_LAST_WQE_REACHED: {
-		struct ibv_qp *qp = event->element.qp;
-
-		pthread_mutex_lock(&qp->mutex);
-		qp->events_completed++;
-		pthread_cond_signal(&qp->cond);
-		pthread_mutex_unlock(&qp->mutex);
+	case SN_EV_QP:
+		sn_ev_ack(&qp->mutex, &qp->cond, &qp->events_completed);
 		break;
-	}
-	case IBV_EVENT_SRQ_ERR:
-	case IBV_EVENT_SRQ_LIMIT_REACHED: {
-		struct ibv_srq *srq = event->element.srq;
-
-		pthread_mutex_lock(&srq->mutex);
-		srq->events_completed++;
-		pthread_cond_signal(&srq->cond);
-		pthread_mutex_unlock(&srq->mutex);
+	case SN_EV_SRQ:
+		sn_ev_ack(&srq->mutex, &srq->cond, &srq->events_completed);
 		break;
-	}
 	default:
 		break;
 	}

@@ -59,6 +59,29 @@ void sn_path(char *buf, size_t n, const char *name)
 	snprintf(buf, n, "%s/%s", sn_g.dir, name);
 }
 
+void *sn_zalloc(size_t size)
+{
+	void *p = calloc(1, size);
+
+	if (!p)
+		errno = ENOMEM;
+	return p;
+}
+
+int sn_shm_publish(char *name)
+{
+	char from[512], to[512];
+
+	sn_path(from, sizeof(from), name);
+	memmove(name, name + 1, strlen(name)); /* its NUL too */
+	sn_path(to, sizeof(to), name);
+	if (rename(from, to) < 0) {
+		unlink(from);
+		return -EIO;
+	}
+	return 0;
+}
+
 void sn_unlink(const char *name)
 {
 	char p[512];
@@ -274,6 +297,25 @@ static bool sn_fabric_renew(const char *path, uint64_t want)
 	return ok;
 }
 
+/* The owner's procid from the header of a QP's or XRC SRQ's shared file
+ * (the 32 bytes at `at`; empty if the file is shorter); -1 if the
+ * file cannot be opened. */
+static int sn_shm_owner(const char *name, size_t at, char procid[32])
+{
+	char p[512];
+	int fd;
+
+	sn_path(p, sizeof(p), name);
+	fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	if (pread(fd, procid, 32, (off_t)at) != 32)
+		procid[0] = 0;
+	procid[31] = 0;
+	close(fd);
+	return 0;
+}
+
 /* Remove files left by softnic processes that no longer exist. */
 static void sn_cleanup_dead(void)
 {
@@ -288,37 +330,18 @@ static void sn_cleanup_dead(void)
 		const char *n = de->d_name;
 		char procid[32] = "", p[512];
 		bool is_dead = false;
+		size_t at;
 
 		if (n[0] == '.')
 			continue;
 		if (!strncmp(n, "qp-", 3)) {
-			struct sn_qp_shm h;
-			int fd;
-
-			sn_path(p, sizeof(p), n);
-			fd = open(p, O_RDONLY | O_CLOEXEC);
-			if (fd < 0)
+			at = offsetof(struct sn_qp_shm, procid);
+			if (sn_shm_owner(n, at, procid) < 0)
 				continue;
-			if (pread(fd, &h, offsetof(struct sn_qp_shm, qp_type), 0) ==
-			    (ssize_t)offsetof(struct sn_qp_shm, qp_type)) {
-				memcpy(procid, h.procid, sizeof(procid));
-				procid[sizeof(procid) - 1] = 0;
-			}
-			close(fd);
 		} else if (!strncmp(n, "xsrq-", 5)) {
-			struct sn_srq_shm h;
-			int fd;
-
-			sn_path(p, sizeof(p), n);
-			fd = open(p, O_RDONLY | O_CLOEXEC);
-			if (fd < 0)
+			at = offsetof(struct sn_srq_shm, procid);
+			if (sn_shm_owner(n, at, procid) < 0)
 				continue;
-			if (pread(fd, &h, offsetof(struct sn_srq_shm, async_path), 0) ==
-			    (ssize_t)offsetof(struct sn_srq_shm, async_path)) {
-				memcpy(procid, h.procid, sizeof(procid));
-				procid[sizeof(procid) - 1] = 0;
-			}
-			close(fd);
 		} else if (!sn_name_procid(n, procid, sizeof(procid))) {
 			continue;
 		}

@@ -419,6 +419,11 @@ int sn_shm_grow(const char *name, size_t len);
 #define SN_CQ_GATE (1ull << 63)
 void sn_path(char *buf, size_t n, const char *name);
 void sn_unlink(const char *name);
+/* a fabric file built under a hidden name (".qp-7") published under the
+ * name without its dot, which name becomes; on failure it is removed */
+int sn_shm_publish(char *name);
+/* a zeroed object; NULL with errno ENOMEM (softnic_fabric.c) */
+void *sn_zalloc(size_t size);
 
 /* MR registry */
 int sn_mr_register(struct sn_mr *mr, void *addr, size_t len, uint64_t iova,

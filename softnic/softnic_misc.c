@@ -105,10 +105,9 @@ SN_EXPORT const char *ibv_event_type_str(enum ibv_event_type e)
 	return "unknown";
 }
 
-static const struct {
-	enum ibv_rate r;
-	int mult, mbps;
-} sn_rates[] = {
+/* the IB rates: enum ibv_rate, multiple of 2.5 Gb/s, Mb/s */
+enum { SN_RATE, SN_MULT, SN_MBPS };
+static const int sn_rates[][3] = {
 	{ IBV_RATE_2_5_GBPS, 1, 2500 },	    { IBV_RATE_5_GBPS, 2, 5000 },
 	{ IBV_RATE_10_GBPS, 4, 10000 },	    { IBV_RATE_20_GBPS, 8, 20000 },
 	{ IBV_RATE_30_GBPS, 12, 30000 },    { IBV_RATE_40_GBPS, 16, 40000 },
@@ -121,38 +120,34 @@ static const struct {
 	{ IBV_RATE_50_GBPS, 20, 53125 },    { IBV_RATE_400_GBPS, 160, 425000 },
 	{ IBV_RATE_600_GBPS, 240, 637500 },
 };
-#define SN_NRATES (sizeof(sn_rates) / sizeof(sn_rates[0]))
+
+/* column `to` of the row whose column `from` is v, else `none` */
+static int sn_rate_map(int from, int v, int to, int none)
+{
+	for (size_t i = 0; i < sizeof(sn_rates) / sizeof(sn_rates[0]); i++)
+		if (sn_rates[i][from] == v)
+			return sn_rates[i][to];
+	return none;
+}
 
 SN_EXPORT int ibv_rate_to_mult(enum ibv_rate rate)
 {
-	for (size_t i = 0; i < SN_NRATES; i++)
-		if (sn_rates[i].r == rate)
-			return sn_rates[i].mult;
-	return -1;
+	return sn_rate_map(SN_RATE, rate, SN_MULT, -1);
 }
 
 SN_EXPORT enum ibv_rate mult_to_ibv_rate(int mult)
 {
-	for (size_t i = 0; i < SN_NRATES; i++)
-		if (sn_rates[i].mult == mult)
-			return sn_rates[i].r;
-	return IBV_RATE_MAX;
+	return (enum ibv_rate)sn_rate_map(SN_MULT, mult, SN_RATE, IBV_RATE_MAX);
 }
 
 SN_EXPORT int ibv_rate_to_mbps(enum ibv_rate rate)
 {
-	for (size_t i = 0; i < SN_NRATES; i++)
-		if (sn_rates[i].r == rate)
-			return sn_rates[i].mbps;
-	return -1;
+	return sn_rate_map(SN_RATE, rate, SN_MBPS, -1);
 }
 
 SN_EXPORT enum ibv_rate mbps_to_ibv_rate(int mbps)
 {
-	for (size_t i = 0; i < SN_NRATES; i++)
-		if (sn_rates[i].mbps == mbps)
-			return sn_rates[i].r;
-	return IBV_RATE_MAX;
+	return (enum ibv_rate)sn_rate_map(SN_MBPS, mbps, SN_RATE, IBV_RATE_MAX);
 }
 
 SN_EXPORT const char *ibv_get_sysfs_path(void)

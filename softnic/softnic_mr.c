@@ -38,6 +38,24 @@ struct sn_run {
 static struct sn_run **sn_runs;
 static int sn_nruns, sn_runs_cap;
 
+static void sn_copy_pages(void *dst, const void *src, size_t len);
+
+/* A fabric run's pages back to private memory with the same bytes (copy,
+ * then mremap over them): what the process's memory was before it was
+ * registered. */
+static void sn_run_privatize(const struct sn_run *r)
+{
+	void *tmp = mmap(NULL, r->len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (tmp == MAP_FAILED)
+		return;
+	sn_copy_pages(tmp, (const void *)r->va, r->len);
+	if (mremap(tmp, r->len, r->len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)r->va) ==
+	    MAP_FAILED)
+		munmap(tmp, r->len);
+}
+
 /* Runs in the child of fork() (from the atfork handler, with the
  * global lock held across the fork). */
 void sn_fabric_atfork_child(void)
@@ -53,13 +71,7 @@ void sn_fabric_atfork_child(void)
 			sn_mem_release(&r->src); /* shared pages stay shared */
 			continue;
 		}
-		void *tmp = mmap(NULL, r->len, PROT_READ | PROT_WRITE,
-				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-		if (tmp == MAP_FAILED)
-			continue;
-		memcpy(tmp, (void *)r->va, r->len);
-		mremap(tmp, r->len, r->len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)r->va);
+		sn_run_privatize(r);
 	}
 	sn_nruns = 0;
 	if (sn_g.alive_fd > 0)
@@ -189,11 +201,17 @@ static void sn_run_put(struct sn_run *r)
 
 	if (--r->refs > 0)
 		return;
-	/* The pages stay backed by the (now unlinked) file: the process keeps
-	 * seeing its own data; peers that mapped it keep a stale view only. */
+	/* The pages go back to private memory with the process's data (peers
+	 * that mapped the file keep a stale view only): left MAP_SHARED, a
+	 * later fork() would share them - heap pages around a freed buffer -
+	 * with the child, no longer a run for the atfork handler to copy
+	 * (pyverbs' test_mr, then test_rdmacm's forked children: a corrupted
+	 * heap in both). */
 	snprintf(name, sizeof(name), "m-%s-%u", sn_g.procid, r->file_id);
-	if (r->src.kind == SN_MEM_FABRIC)
+	if (r->src.kind == SN_MEM_FABRIC) {
+		sn_run_privatize(r);
 		sn_unlink(name);
+	}
 	sn_mem_release(&r->src);
 	for (i = 0; i < sn_nruns; i++)
 		if (sn_runs[i] == r) {

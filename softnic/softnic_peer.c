@@ -15,6 +15,7 @@
 #include <netpacket/packet.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,12 +45,26 @@ struct sn_rproc {
 	struct sn_rproc *next;
 };
 
+/* map the fabric file of the name made from fmt; NULL if it cannot be */
+static void *sn_shm_mapf(size_t *len, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void *sn_shm_mapf(size_t *len, const char *fmt, ...)
+{
+	char name[128];
+	va_list ap;
+	void *m;
+
+	va_start(ap, fmt);
+	vsnprintf(name, sizeof(name), fmt, ap);
+	va_end(ap);
+	return sn_shm_map(name, &m, len) ? NULL : m;
+}
+
 static struct sn_rproc *sn_procs;
 
 struct sn_rproc *sn_rproc_get(const char *procid)
 {
 	struct sn_rproc *p;
-	char name[64];
 	void *m;
 	size_t len;
 
@@ -65,8 +80,8 @@ struct sn_rproc *sn_rproc_get(const char *procid)
 	if (p->self) {
 		p->mrt = sn_g.mrt;
 	} else {
-		snprintf(name, sizeof(name), "mrt-%s", procid);
-		if (sn_shm_map(name, &m, &len) || len < sizeof(struct sn_mrt_shm)) {
+		m = sn_shm_mapf(&len, "mrt-%s", procid);
+		if (!m || len < sizeof(struct sn_mrt_shm)) {
 			free(p);
 			p = NULL;
 			goto out;
@@ -90,7 +105,6 @@ static void *sn_rproc_map(struct sn_rproc *p, const struct sn_mr_run *r)
 	uint32_t file_id = r->file_id;
 	struct sn_maptab *t = atomic_load_explicit(&p->maps, memory_order_acquire);
 	void *m = NULL;
-	char name[96];
 	size_t len;
 
 	if (t && file_id < t->n) {
@@ -123,11 +137,10 @@ static void *sn_rproc_map(struct sn_rproc *p, const struct sn_mr_run *r)
 	}
 	m = atomic_load_explicit(&t->slot[file_id], memory_order_relaxed);
 	if (!m) {
-		snprintf(name, sizeof(name), "m-%s-%u", p->procid, file_id);
 		if (r->src.kind != SN_MEM_FABRIC) /* shared: softnic_mem.c */
 			m = sn_mem_peer_map(&r->src, r->len);
-		else if (sn_shm_map(name, &m, &len))
-			m = NULL;
+		else
+			m = sn_shm_mapf(&len, "m-%s-%u", p->procid, file_id);
 		if (m)
 			atomic_store_explicit(&t->slot[file_id], m, memory_order_release);
 	}
@@ -160,10 +173,28 @@ void *sn_remote_ptr(struct sn_rproc *p, const struct sn_mrt_ent *e, uint64_t va,
 #define SN_RQP_HASH 256
 static struct sn_rqp *sn_rqps[SN_RQP_HASH];
 
+/* a remote receive queue's CQ (a ring that may grow) */
+static int sn_rqp_cq(struct sn_rqp *r, const char *cq_name)
+{
+	void *m;
+	size_t len;
+
+	if (sn_shm_map_reserve(cq_name, SN_CQ_RESERVE, &m, &len))
+		return -1;
+	r->rcq = m;
+	return 0;
+}
+
+/* the process that owns a remote receive queue (its MRs) */
+static int sn_rqp_owner(struct sn_rqp *r, const char *procid)
+{
+	r->proc = sn_rproc_get(procid);
+	return r->proc ? 0 : -1;
+}
+
 static struct sn_rqp *sn_rqp_open(uint32_t qpn)
 {
 	struct sn_rqp *r = calloc(1, sizeof(*r));
-	char name[64];
 	void *m;
 	size_t len;
 
@@ -171,11 +202,9 @@ static struct sn_rqp *sn_rqp_open(uint32_t qpn)
 		return NULL;
 	r->chan_fd = r->async_fd = -1;
 	r->qpn = qpn;
-	snprintf(name, sizeof(name), "qp-%u", qpn);
-	if (sn_shm_map(name, &m, &len))
+	r->shm = sn_shm_mapf(&r->shm_len, "qp-%u", qpn);
+	if (!r->shm)
 		goto fail;
-	r->shm = m;
-	r->shm_len = len;
 	if (atomic_load(&r->shm->destroyed))
 		goto fail;
 	r->rq = &r->shm->rq;
@@ -185,13 +214,9 @@ static struct sn_rqp *sn_rqp_open(uint32_t qpn)
 		r->srq = m;
 		r->rq = &r->srq->rq;
 	}
-	if (r->shm->rcq_name[0]) {
-		if (sn_shm_map_reserve(r->shm->rcq_name, SN_CQ_RESERVE, &m, &len))
-			goto fail;
-		r->rcq = m;
-	}
-	r->proc = sn_rproc_get(r->shm->procid);
-	if (!r->proc)
+	if (r->shm->rcq_name[0] && sn_rqp_cq(r, r->shm->rcq_name))
+		goto fail;
+	if (sn_rqp_owner(r, r->shm->procid))
 		goto fail;
 	r->pd_id = r->srq ? r->srq->pd_id : r->shm->pd_id;
 	return r;
@@ -241,8 +266,6 @@ struct sn_rqp *sn_rqp_xrc(struct sn_rqp *tgt, uint32_t srqn)
 {
 	static struct sn_rqp *views;
 	struct sn_rqp *v;
-	char name[64];
-	void *m;
 	size_t len;
 
 	pthread_mutex_lock(&sn_g.lock);
@@ -258,18 +281,13 @@ struct sn_rqp *sn_rqp_xrc(struct sn_rqp *tgt, uint32_t srqn)
 	*v = *tgt;
 	v->chan_fd = v->async_fd = -1;
 	v->xsrqn = srqn;
-	snprintf(name, sizeof(name), "xsrq-%u", srqn);
-	if (sn_shm_map(name, &m, &len))
+	v->srq = sn_shm_mapf(&len, "xsrq-%u", srqn);
+	if (!v->srq)
 		goto fail;
-	v->srq = m;
 	if (!v->srq->xrcd_id || v->srq->xrcd_id != tgt->shm->xrcd_id)
 		goto fail; /* not an XRC SRQ of the TGT's domain */
 	v->rq = &v->srq->rq;
-	if (sn_shm_map_reserve(v->srq->cq_name, SN_CQ_RESERVE, &m, &len))
-		goto fail;
-	v->rcq = m;
-	v->proc = sn_rproc_get(v->srq->procid);
-	if (!v->proc)
+	if (sn_rqp_cq(v, v->srq->cq_name) || sn_rqp_owner(v, v->srq->procid))
 		goto fail;
 	v->pd_id = v->srq->pd_id;
 	pthread_mutex_lock(&sn_g.lock);

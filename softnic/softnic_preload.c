@@ -17,6 +17,9 @@
  *    to the fake one.
  * It must never change a call that is not about softnic, link libibverbs,
  * or allocate in the wrappers of stat and open.
+ * Built a second time with SN_PRELOAD_SYSFS_ONLY as libsoftnic-sysfs.so,
+ * which `rbtrace softnic` preloads in drop-in mode: the fake sysfs and the
+ * wrappers of stat and open only (no verbs of its own, no RDMAV_DRIVERS).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -37,6 +40,7 @@
 
 #define SN_EXPORT __attribute__((visibility("default")))
 
+#ifndef SN_PRELOAD_SYSFS_ONLY
 static struct sn_preload_hooks sn_hooks;
 
 SN_EXPORT void softnic_preload_attach(const struct sn_preload_hooks *h)
@@ -44,6 +48,7 @@ SN_EXPORT void softnic_preload_attach(const struct sn_preload_hooks *h)
 	if (h && h->magic == SN_PRELOAD_MAGIC)
 		sn_hooks = *h;
 }
+#endif
 
 static bool sn_is_cdev(const char *path)
 {
@@ -73,116 +78,85 @@ static const char *sn_sys(const char *path, char *buf, size_t n)
 	char sn_sysbuf[PATH_MAX]; \
 	p = sn_sys(p, sn_sysbuf, sizeof(sn_sysbuf))
 
+/* for stat: the device node is /dev/null's (a real character device), and
+ * softnic0's sysfs is ours */
+#define SN_STAT_PATH(p)           \
+	char sn_sysbuf[PATH_MAX]; \
+	p = sn_is_cdev(p) ? "/dev/null" : sn_sys(p, sn_sysbuf, sizeof(sn_sysbuf))
+
+/* the next definition of a libc function, looked up once; NULL with errno
+ * ENOSYS when there is none */
+static void *sn_next(void **slot, const char *name)
+{
+	if (!*slot)
+		*slot = dlsym(RTLD_NEXT, name);
+	if (!*slot)
+		errno = ENOSYS;
+	return *slot;
+}
+
+/* real: the definition of fn after ours, of our own type */
+#define SN_NEXT(fn)                \
+	static void *sn_next_slot; \
+	__typeof__(&fn) real = (__typeof__(&fn))sn_next(&sn_next_slot, #fn)
+
 SN_EXPORT int lstat(const char *restrict path, struct stat *restrict st)
 {
-	static int (*real)(const char *restrict, struct stat *restrict);
+	SN_NEXT(lstat);
 
 	SN_SYS(path);
-	if (!real)
-		real = (int (*)(const char *restrict, struct stat *restrict))dlsym(
-			RTLD_NEXT, "lstat");
-	if (!real) {
-		errno = ENOSYS;
-		return -1;
-	}
-	return real(path, st);
+	return real ? real(path, st) : -1;
 }
 
 SN_EXPORT int statx(int dirfd, const char *restrict path, int flags, unsigned int mask,
 		    struct statx *restrict st)
 {
-	static int (*real)(int, const char *restrict, int, unsigned int,
-			   struct statx *restrict);
+	SN_NEXT(statx);
 
 	SN_SYS(path);
-	if (!real)
-		real = (int (*)(int, const char *restrict, int, unsigned int,
-				struct statx *restrict))dlsym(RTLD_NEXT, "statx");
-	if (!real) {
-		errno = ENOSYS;
-		return -1;
-	}
-	return real(dirfd, path, flags, mask, st);
+	return real ? real(dirfd, path, flags, mask, st) : -1;
 }
 
 /* Python and others built for large files call the *64 names */
 SN_EXPORT int stat64(const char *restrict path, struct stat64 *restrict st)
 {
-	static int (*real)(const char *restrict, struct stat64 *restrict);
+	SN_NEXT(stat64);
 
-	if (sn_is_cdev(path))
-		path = "/dev/null";
-	SN_SYS(path);
-	if (!real)
-		real = (int (*)(const char *restrict, struct stat64 *restrict))dlsym(
-			RTLD_NEXT, "stat64");
-	if (!real) {
-		errno = ENOSYS;
-		return -1;
-	}
-	return real(path, st);
+	SN_STAT_PATH(path);
+	return real ? real(path, st) : -1;
 }
 
 SN_EXPORT int lstat64(const char *restrict path, struct stat64 *restrict st)
 {
-	static int (*real)(const char *restrict, struct stat64 *restrict);
+	SN_NEXT(lstat64);
 
 	SN_SYS(path);
-	if (!real)
-		real = (int (*)(const char *restrict, struct stat64 *restrict))dlsym(
-			RTLD_NEXT, "lstat64");
-	if (!real) {
-		errno = ENOSYS;
-		return -1;
-	}
-	return real(path, st);
+	return real ? real(path, st) : -1;
 }
 
 SN_EXPORT int fstatat64(int dirfd, const char *restrict path, struct stat64 *restrict st,
 			int flags)
 {
-	static int (*real)(int, const char *restrict, struct stat64 *restrict, int);
+	SN_NEXT(fstatat64);
 
 	SN_SYS(path); /* only an absolute path can name /sys */
-	if (!real)
-		real = (int (*)(int, const char *restrict, struct stat64 *restrict,
-				int))dlsym(RTLD_NEXT, "fstatat64");
-	if (!real) {
-		errno = ENOSYS;
-		return -1;
-	}
-	return real(dirfd, path, st, flags);
+	return real ? real(dirfd, path, st, flags) : -1;
 }
 
 SN_EXPORT DIR *opendir(const char *path)
 {
-	static DIR *(*real)(const char *);
+	SN_NEXT(opendir);
 
 	SN_SYS(path);
-	if (!real)
-		real = (DIR * (*)(const char *)) dlsym(RTLD_NEXT, "opendir");
-	if (!real) {
-		errno = ENOSYS;
-		return NULL;
-	}
-	return real(path);
+	return real ? real(path) : NULL;
 }
 
 SN_EXPORT int stat(const char *restrict path, struct stat *restrict st)
 {
-	static int (*real)(const char *restrict, struct stat *restrict);
+	SN_NEXT(stat);
 
-	if (sn_is_cdev(path))
-		path = "/dev/null";
-	SN_SYS(path);
-	if (!real)
-		real = (int (*)(const char *restrict, struct stat *restrict))dlsym(
-			RTLD_NEXT, "stat");
-	if (!real) {
-		errno = ENOSYS;
-		return -1;
-	}
-	return real(path, st);
+	SN_STAT_PATH(path);
+	return real ? real(path, st) : -1;
 }
 
 static int sn_open_real(const char *path, int flags, mode_t mode, const char *name)
@@ -205,28 +179,22 @@ static mode_t sn_open_mode(int flags, va_list ap)
 	return (flags & (O_CREAT | __O_TMPFILE)) ? (mode_t)va_arg(ap, int) : 0;
 }
 
-SN_EXPORT int open(const char *path, int flags, ...)
-{
-	va_list ap;
-	mode_t mode;
+/* open and open64 alike (the mode is there only with O_CREAT or O_TMPFILE) */
+#define SN_OPEN(fn)                                          \
+	SN_EXPORT int fn(const char *path, int flags, ...)   \
+	{                                                    \
+		va_list ap;                                  \
+		mode_t mode;                                 \
+                                                             \
+		va_start(ap, flags);                         \
+		mode = sn_open_mode(flags, ap);              \
+		va_end(ap);                                  \
+		return sn_open_real(path, flags, mode, #fn); \
+	}
+SN_OPEN(open)
+SN_OPEN(open64)
 
-	va_start(ap, flags);
-	mode = sn_open_mode(flags, ap);
-	va_end(ap);
-	return sn_open_real(path, flags, mode, "open");
-}
-
-SN_EXPORT int open64(const char *path, int flags, ...)
-{
-	va_list ap;
-	mode_t mode;
-
-	va_start(ap, flags);
-	mode = sn_open_mode(flags, ap);
-	va_end(ap);
-	return sn_open_real(path, flags, mode, "open64");
-}
-
+#ifndef SN_PRELOAD_SYSFS_ONLY
 /* ---------------- completion channels ---------------- */
 
 static bool sn_ours(struct ibv_context *c)
@@ -280,6 +248,7 @@ SN_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
 		return ENOSYS;
 	return real(ch);
 }
+#endif
 
 /* ---------------- set-up, before main ---------------- */
 
@@ -322,6 +291,7 @@ static void sn_preload_sysfs(void)
 		sn_say(root, -ret);
 }
 
+#ifndef SN_PRELOAD_SYSFS_ONLY
 /* RDMAV_DRIVERS: the provider beside this library (libsoftnic-rdmav34.so
  * is named without its suffix), unless the user named providers. */
 static void sn_preload_driver(void)
@@ -342,12 +312,15 @@ static void sn_preload_driver(void)
 	snprintf(v, sizeof(v), "%s/libsoftnic", dir);
 	setenv("RDMAV_DRIVERS", v, 1);
 }
+#endif
 
 __attribute__((constructor)) static void sn_preload_init(void)
 {
 	int e = errno;
 
 	sn_preload_sysfs();
+#ifndef SN_PRELOAD_SYSFS_ONLY
 	sn_preload_driver();
+#endif
 	errno = e;
 }

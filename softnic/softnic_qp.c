@@ -71,11 +71,9 @@ static struct ibv_qp *sn_qp_create(struct ibv_context *c, struct ibv_qp_init_att
 		errno = ret;
 		return NULL;
 	}
-	qp = calloc(1, sizeof(*qp));
-	if (!qp) {
-		errno = ENOMEM;
+	qp = sn_zalloc(sizeof(*qp));
+	if (!qp)
 		return NULL;
-	}
 	if (xtgt) {
 		cap->max_send_wr = 0;
 		cap->max_send_sge = 0;
@@ -140,19 +138,11 @@ static struct ibv_qp *sn_qp_create(struct ibv_context *c, struct ibv_qp_init_att
 			 qp->srq->name);
 	}
 	atomic_store(&qp->shm->state, IBV_QPS_RESET);
-	{
-		char from[512], to[512];
-
-		sn_path(from, sizeof(from), qp->name);
-		snprintf(qp->name, sizeof(qp->name), "qp-%u", qpn);
-		sn_path(to, sizeof(to), qp->name);
-		if (rename(from, to) < 0) {
-			unlink(from);
-			munmap(m, qp->shm_len);
-			free(qp);
-			errno = EIO;
-			return NULL;
-		}
+	if (sn_shm_publish(qp->name)) {
+		munmap(m, qp->shm_len);
+		free(qp);
+		errno = EIO;
+		return NULL;
 	}
 	qp->ctx = sn_ctx_of(c);
 	qp->scq = a->send_cq ? sn_cq_of(a->send_cq) : NULL;
@@ -168,22 +158,20 @@ static struct ibv_qp *sn_qp_create(struct ibv_context *c, struct ibv_qp_init_att
 	qp->attr.port_num = 1;
 	qp->attr.path_mtu = IBV_MTU_4096;
 	qp->attr.qp_access_flags = 0;
-	{
-		struct ibv_qp *q = &qp->qpx.qp_base;
-
-		q->context = c;
-		q->qp_context = a->qp_context;
-		q->pd = a->pd;
-		q->send_cq = a->send_cq;
-		q->recv_cq = a->recv_cq;
-		q->srq = a->srq;
-		q->handle = qpn;
-		q->qp_num = qpn;
-		q->state = IBV_QPS_RESET;
-		q->qp_type = a->qp_type;
-		pthread_mutex_init(&q->mutex, NULL);
-		pthread_cond_init(&q->cond, NULL);
-	}
+	qp->qpx.qp_base = (struct ibv_qp){
+		.context = c,
+		.qp_context = a->qp_context,
+		.pd = a->pd,
+		.send_cq = a->send_cq,
+		.recv_cq = a->recv_cq,
+		.srq = a->srq,
+		.handle = qpn,
+		.qp_num = qpn,
+		.state = IBV_QPS_RESET,
+		.qp_type = a->qp_type,
+	};
+	pthread_mutex_init(&qp->qpx.qp_base.mutex, NULL);
+	pthread_cond_init(&qp->qpx.qp_base.cond, NULL);
 	if (qp->has_ex) {
 		qp->qpx.comp_mask = 0;
 		qp->vqp_comp_mask = 2; /* rdma-core's VERBS_QP_EX */
@@ -357,28 +345,30 @@ int sn_check_av(const struct ibv_ah_attr *ah)
 	return 0;
 }
 
+/* the column of sn_qp_table a QP type reads */
+static unsigned sn_trans_of(enum ibv_qp_type type)
+{
+	switch (type) {
+	case IBV_QPT_UD:
+		return SN_T_UD;
+	case IBV_QPT_UC:
+		return SN_T_UC;
+	case IBV_QPT_XRC_SEND:
+		return SN_T_XI;
+	case IBV_QPT_XRC_RECV:
+		return SN_T_XT;
+	default:
+		return SN_T_RC;
+	}
+}
+
 int sn_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 {
 	struct sn_qp *qp = sn_qp_of(ibqp);
-	uint32_t cur = atomic_load(&qp->shm->state), next, t, m = (uint32_t)mask;
+	uint32_t cur = atomic_load(&qp->shm->state), next, m = (uint32_t)mask;
+	unsigned t = sn_trans_of(ibqp->qp_type);
 	const struct sn_trans *tr;
 
-	switch (ibqp->qp_type) {
-	case IBV_QPT_UD:
-		t = SN_T_UD;
-		break;
-	case IBV_QPT_UC:
-		t = SN_T_UC;
-		break;
-	case IBV_QPT_XRC_SEND:
-		t = SN_T_XI;
-		break;
-	case IBV_QPT_XRC_RECV:
-		t = SN_T_XT;
-		break;
-	default:
-		t = SN_T_RC;
-	}
 	if (m & IBV_QP_CUR_STATE) {
 		if (attr->cur_qp_state > IBV_QPS_ERR)
 			return EINVAL;
@@ -518,16 +508,16 @@ int sn_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask,
 	attr->cap.max_recv_sge = qp->max_recv_sge;
 	attr->cap.max_inline_data = qp->max_inline;
 	attr->sq_draining = 0;
-	if (init) {
-		memset(init, 0, sizeof(*init));
-		init->qp_context = ibqp->qp_context;
-		init->send_cq = ibqp->send_cq;
-		init->recv_cq = ibqp->recv_cq;
-		init->srq = ibqp->srq;
-		init->cap = attr->cap;
-		init->qp_type = ibqp->qp_type;
-		init->sq_sig_all = qp->sig_all;
-	}
+	if (init)
+		*init = (struct ibv_qp_init_attr){
+			.qp_context = ibqp->qp_context,
+			.send_cq = ibqp->send_cq,
+			.recv_cq = ibqp->recv_cq,
+			.srq = ibqp->srq,
+			.cap = attr->cap,
+			.qp_type = ibqp->qp_type,
+			.sq_sig_all = qp->sig_all,
+		};
 	return 0;
 }
 

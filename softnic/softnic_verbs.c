@@ -176,12 +176,10 @@ int sn_query_rt_values(struct ibv_context *c, struct ibv_values_ex *v)
 
 struct ibv_pd *sn_alloc_pd(struct ibv_context *context)
 {
-	struct sn_pd *pd = calloc(1, sizeof(*pd));
+	struct sn_pd *pd = sn_zalloc(sizeof(*pd));
 
-	if (!pd) {
-		errno = ENOMEM;
+	if (!pd)
 		return NULL;
-	}
 	pd->pd.context = context;
 	pd->id = sn_next_id();
 	pd->pd.handle = pd->id;
@@ -209,11 +207,9 @@ struct ibv_pd *sn_alloc_parent_domain(struct ibv_context *c,
 		errno = EINVAL; /* a parent of a parent */
 		return NULL;
 	}
-	pd = calloc(1, sizeof(*pd));
-	if (!pd) {
-		errno = ENOMEM;
+	pd = sn_zalloc(sizeof(*pd));
+	if (!pd)
 		return NULL;
-	}
 	pd->pd.context = c;
 	pd->pd.handle = prot->pd.handle;
 	pd->id = prot->id;
@@ -252,11 +248,9 @@ struct ibv_mr *sn_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length,
 		errno = EINVAL;
 		return NULL;
 	}
-	mr = calloc(1, sizeof(*mr));
-	if (!mr) {
-		errno = ENOMEM;
+	mr = sn_zalloc(sizeof(*mr));
+	if (!mr)
 		return NULL;
-	}
 	ret = sn_mr_register(mr, addr, length, iova, access, ((struct sn_pd *)pd)->id);
 	if (ret) {
 		free(mr);
@@ -312,11 +306,9 @@ struct ibv_mw *sn_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 		errno = EINVAL;
 		return NULL;
 	}
-	mw = calloc(1, sizeof(*mw));
-	if (!mw) {
-		errno = ENOMEM;
+	mw = sn_zalloc(sizeof(*mw));
+	if (!mw)
 		return NULL;
-	}
 	ret = sn_mw_alloc(mw, (uint32_t)type, ((struct sn_pd *)pd)->id);
 	if (ret) {
 		free(mw);
@@ -383,12 +375,10 @@ int sn_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr,
 
 struct ibv_comp_channel *sn_create_comp_channel(struct ibv_context *context)
 {
-	struct sn_chan *ch = calloc(1, sizeof(*ch));
+	struct sn_chan *ch = sn_zalloc(sizeof(*ch));
 
-	if (!ch) {
-		errno = ENOMEM;
+	if (!ch)
 		return NULL;
-	}
 	ch->ch.context = context;
 	ch->ch.fd = sn_mkfifo(ch->path, sizeof(ch->path), "ch");
 	if (ch->ch.fd < 0) {
@@ -429,11 +419,9 @@ static struct sn_cq *sn_cq_create(struct ibv_context *context, int cqe, void *cq
 		errno = EINVAL;
 		return NULL;
 	}
-	cq = calloc(1, sizeof(*cq));
-	if (!cq) {
-		errno = ENOMEM;
+	cq = sn_zalloc(sizeof(*cq));
+	if (!cq)
 		return NULL;
-	}
 	ring = sn_pow2((uint32_t)cqe + 1);
 	snprintf(cq->name, sizeof(cq->name), "cq-%s-%u", sn_g.procid, sn_next_id());
 	cq->shm_len = SN_CQ_RESERVE; /* the ring may grow (sn_cq_resize) */
@@ -610,11 +598,9 @@ static struct ibv_srq *sn_srq_create(struct ibv_pd *pd, struct ibv_srq_attr *att
 		errno = EINVAL;
 		return NULL;
 	}
-	srq = calloc(1, sizeof(*srq));
-	if (!srq) {
-		errno = ENOMEM;
+	srq = sn_zalloc(sizeof(*srq));
+	if (!srq)
 		return NULL;
-	}
 	sge = attr->max_sge ? attr->max_sge : 1;
 	ring = sn_pow2(attr->max_wr);
 	stride = (uint32_t)(sizeof(struct sn_rwqe) + sge * sizeof(struct ibv_sge));
@@ -638,30 +624,6 @@ static struct ibv_srq *sn_srq_create(struct ibv_pd *pd, struct ibv_srq_attr *att
 		srq->shm = m;
 		srq->shm->srqn = srqn;
 	}
-	if (xrcd) {
-		char from[512], to[512];
-
-		srq->shm->xrcd_id = xrcd->id;
-		snprintf(srq->shm->cq_name, sizeof(srq->shm->cq_name), "%s", xcq->name);
-		sn_path(from, sizeof(from), srq->name);
-		snprintf(srq->name, sizeof(srq->name), "xsrq-%u", srq->shm->srqn);
-		sn_path(to, sizeof(to), srq->name);
-		/* fill the rest first: rename happens after the header is done */
-		srq->shm->pd_id = ((struct sn_pd *)pd)->id;
-		srq->shm->pid = getpid();
-		snprintf(srq->shm->procid, sizeof(srq->shm->procid), "%s", sn_g.procid);
-		srq->shm->rq.ring = ring;
-		srq->shm->rq.max_wr = attr->max_wr;
-		srq->shm->rq.max_sge = sge;
-		srq->shm->rq.stride = stride;
-		if (rename(from, to) < 0) {
-			unlink(from);
-			munmap(m, srq->shm_len);
-			free(srq);
-			errno = EIO;
-			return NULL;
-		}
-	}
 	srq->shm->pd_id = ((struct sn_pd *)pd)->id;
 	srq->shm->pid = getpid();
 	snprintf(srq->shm->procid, sizeof(srq->shm->procid), "%s", sn_g.procid);
@@ -673,6 +635,17 @@ static struct ibv_srq *sn_srq_create(struct ibv_pd *pd, struct ibv_srq_attr *att
 	srq->shm->rq.max_sge = sge;
 	srq->shm->rq.stride = stride;
 	atomic_store(&srq->shm->rq.limit, attr->srq_limit);
+	if (xrcd) {
+		/* the header is whole before the rename makes it findable */
+		srq->shm->xrcd_id = xrcd->id;
+		snprintf(srq->shm->cq_name, sizeof(srq->shm->cq_name), "%s", xcq->name);
+		if (sn_shm_publish(srq->name)) {
+			munmap(m, srq->shm_len);
+			free(srq);
+			errno = EIO;
+			return NULL;
+		}
+	}
 	srq->pd_id = ((struct sn_pd *)pd)->id;
 	srq->srq.context = pd->context;
 	srq->srq.srq_context = srq_context;
@@ -732,11 +705,9 @@ struct ibv_xrcd *sn_open_xrcd(struct ibv_context *c, struct ibv_xrcd_init_attr *
 		errno = EINVAL;
 		return NULL;
 	}
-	x = calloc(1, sizeof(*x));
-	if (!x) {
-		errno = ENOMEM;
+	x = sn_zalloc(sizeof(*x));
+	if (!x)
 		return NULL;
-	}
 	if (a->fd >= 0) {
 		if (fstat(a->fd, &st) < 0) {
 			free(x);
@@ -815,11 +786,9 @@ struct ibv_ah *sn_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 		errno = EINVAL;
 		return NULL;
 	}
-	ah = calloc(1, sizeof(*ah));
-	if (!ah) {
-		errno = ENOMEM;
+	ah = sn_zalloc(sizeof(*ah));
+	if (!ah)
 		return NULL;
-	}
 	ah->ah.context = pd->context;
 	ah->ah.pd = pd;
 	ah->ah.handle = sn_next_id();

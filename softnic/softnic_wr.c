@@ -115,16 +115,26 @@ static void sn_wr_send_imm(struct ibv_qp_ex *qx, __be32 imm)
 		w->imm = imm;
 }
 
-static void sn_wr_rdma(struct ibv_qp_ex *qx, uint32_t op, uint32_t rkey, uint64_t raddr,
-		       __be32 imm)
+/* a WR naming remote memory: RDMA and atomics */
+static struct sn_swr *sn_wr_remote(struct ibv_qp_ex *qx, uint32_t op, uint32_t rkey,
+				   uint64_t raddr)
 {
 	struct sn_swr *w = sn_wr_new(qx, op);
 
 	if (w) {
 		w->rkey = rkey;
 		w->raddr = raddr;
-		w->imm = imm;
 	}
+	return w;
+}
+
+static void sn_wr_rdma(struct ibv_qp_ex *qx, uint32_t op, uint32_t rkey, uint64_t raddr,
+		       __be32 imm)
+{
+	struct sn_swr *w = sn_wr_remote(qx, op, rkey, raddr);
+
+	if (w)
+		w->imm = imm;
 }
 
 static void sn_wr_rdma_write(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t raddr)
@@ -146,11 +156,9 @@ static void sn_wr_rdma_read(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t raddr)
 static void sn_wr_cmp_swp(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t raddr,
 			  uint64_t cmp, uint64_t swap)
 {
-	struct sn_swr *w = sn_wr_new(qx, IBV_WR_ATOMIC_CMP_AND_SWP);
+	struct sn_swr *w = sn_wr_remote(qx, IBV_WR_ATOMIC_CMP_AND_SWP, rkey, raddr);
 
 	if (w) {
-		w->rkey = rkey;
-		w->raddr = raddr;
 		w->cmp_add = cmp;
 		w->swap = swap;
 	}
@@ -159,13 +167,10 @@ static void sn_wr_cmp_swp(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t raddr,
 static void sn_wr_fetch_add(struct ibv_qp_ex *qx, uint32_t rkey, uint64_t raddr,
 			    uint64_t add)
 {
-	struct sn_swr *w = sn_wr_new(qx, IBV_WR_ATOMIC_FETCH_AND_ADD);
+	struct sn_swr *w = sn_wr_remote(qx, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, raddr);
 
-	if (w) {
-		w->rkey = rkey;
-		w->raddr = raddr;
+	if (w)
 		w->cmp_add = add;
-	}
 }
 
 static void sn_wr_unsupported(struct ibv_qp_ex *qx)

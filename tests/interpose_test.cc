@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <algorithm>
 #include <set>
+#include <errno.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -149,6 +150,53 @@ TEST(Interpose, DroppedRecordsAreCountedExactly)
 	EXPECT_LE(s.send_wrs, 400000u);
 	EXPECT_LE(s.wc_ok, 400000u);
 	(void)polls;
+}
+
+// Chains of 1 to 700 WRs (longer than one record's 256) with 0 to 3 sges each, in
+// a 64 KiB ring that wraps hundreds of times: every WR is in the trace once, in
+// order, with its sges; a refused chain keeps the WRs up to the bad one.
+TEST(Interpose, ChainsKeepEveryWrInOrderAcrossTheRingsEnd)
+{
+	std::string d = tmpdir("chains");
+	const long n = 300, len = 701;
+	run_result r = run("RBTRACE_BUFFER_KB=64 RBTRACE_BLOCK_MS=5000 " +
+				   env_prefix(d + "/c.rbt") + prog() + " chains 300 701",
+			   300);
+	ASSERT_EQ(r.status, 0) << r.err;
+	ASSERT_EQ(field(r.out, "posted"), n * len);
+	ASSERT_EQ(field(r.out, "refused"), EINVAL);
+	ASSERT_EQ(field(r.out, "bad"), 5);
+	struct rbt_reader *rd = nullptr;
+	ASSERT_EQ(rbt_reader_open((d + "/c.rbt").c_str(), &rd), 0);
+	const struct rbt_event *ev;
+	uint64_t next_id = 0, posts = 0, bad_sges = 0, lost = 0;
+	int err;
+	while ((err = rbt_reader_next(rd, &ev)) > 0) {
+		if (ev->type == RBT_EV_LOSS)
+			lost += ev->u.loss.events;
+		if (ev->type != RBT_EV_POST_SEND)
+			continue;
+		const struct rbt_ev_post_send *p = &ev->u.post_send;
+		posts++;
+		for (uint32_t i = 0; i < p->n_wrs; i++, next_id++) {
+			ASSERT_EQ(p->wrs[i].wr_id, next_id);
+			uint64_t want = next_id < (uint64_t)(n * len) ? next_id % len % 4
+					: next_id - n * len == 5      ? 17
+								      : 1;
+			bad_sges += p->wrs[i].n_sges != want;
+		}
+		if (next_id > (uint64_t)(n * len)) {
+			EXPECT_EQ(p->ret, EINVAL);
+			EXPECT_EQ(p->bad_wr, 5u);
+		}
+	}
+	rbt_reader_close(rd);
+	EXPECT_EQ(err, 0);
+	EXPECT_EQ(lost, 0u);
+	EXPECT_EQ(bad_sges, 0u);
+	// 701 WRs: records of 256, 256 and 189; the refused chain: its first 6 WRs.
+	EXPECT_EQ(next_id, (uint64_t)(n * len + 6));
+	EXPECT_EQ(posts, (uint64_t)(n * 3 + 1));
 }
 
 TEST(Interpose, ForkGivesOneCompleteTracePerProcess)

@@ -77,6 +77,16 @@ check stale_renewed 0 "softnic0" env SOFTNIC_FABRIC="$stale" "$rbtrace" softnic 
 # missing parents are created
 check nested_fabric 0 "softnic0" \
 	env SOFTNIC_FABRIC="$SOFTNIC_FABRIC/a/b" "$rbtrace" softnic -- ibv_devices
+# the device's network interface at the real /sys/class/infiniband/softnic0,
+# in both modes (rdma-core's pyverbs CM tests look there, with stat and ls):
+# the loopback one; in drop-in mode only the sysfs part of the preload runs
+check sysfs_net_ls 0 "^lo\$" "$rbtrace" softnic -- ls /sys/class/infiniband/softnic0/device/net/
+check sysfs_net_python 0 "^True 1\$" "$rbtrace" softnic -- python3 -c \
+	'import os; p = "/sys/class/infiniband/softnic0/device/net/lo/ifindex"; print(os.path.exists(p), open(p).read().strip())'
+if [ "$mode" = dropin ]; then
+	check sysfs_dropin_part 0 "^sysfs-only\$" "$rbtrace" softnic -- sh -c \
+		'grep -q "/libsoftnic-sysfs.so\$" /proc/self/maps && ! grep -q libsoftnic-preload /proc/self/maps && [ -z "${RDMAV_DRIVERS:-}" ] && echo sysfs-only'
+fi
 # a real exchange, then its counters
 # a port nobody listens on now, the kernel's choice (pids repeat across sandboxes)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

@@ -1400,6 +1400,36 @@ TEST(SoftnicMR, ForkChildGetsPrivateCopies)
 		[](int) {}));
 }
 
+/* Deregistering gives the pages back to private memory: a fork() after it
+ * leaves parent and child each its own copy, as for memory never registered
+ * (left shared, heap pages around a freed buffer were written by both). */
+TEST(SoftnicMR, ForkAfterDeregSharesNothing)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int) {
+			SnNode n;
+			n.make(IBV_QPT_RC, 8192);
+			char *b = static_cast<char *>(aligned_alloc(4096, 8192));
+			SN_CHECK(b);
+			strcpy(b, "before");
+			ibv_mr *mr =
+				ibv_reg_mr(n.pd, b + 100, 1000, IBV_ACCESS_LOCAL_WRITE);
+			SN_CHECK(mr);
+			strcpy(b, "parent");
+			SN_CHECK_EQ(ibv_dereg_mr(mr), 0);
+			SN_CHECK(!strcmp(b, "parent")); /* the process's bytes kept */
+			pid_t c = fork();
+			if (c == 0) {
+				strcpy(b, "child!");
+				_exit(0);
+			}
+			SN_CHECK_EQ(sn_wait_child(c), 0);
+			SN_CHECK(!strcmp(b, "parent"));
+			free(b);
+		},
+		[](int) {}));
+}
+
 } // namespace
 
 SN_TEST_MAIN()

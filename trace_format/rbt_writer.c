@@ -346,8 +346,9 @@ static uint8_t *enc_blob(struct rbt_writer *w, uint8_t *p, struct rbt_blob b,
 	return p + b.len;
 }
 
-/* The body of one list's encoder: s points at its struct, sl at its slots. */
-#define GEN_BODY(LIST)                      \
+/* The body of one list's encoder: s points at its struct, sl at its slots; GA
+ * encodes its A fields (GE_A over record structs, GE_FA over flat views). */
+#define GEN_BODY(LIST, GA)                  \
 	enum { NF = 0 LIST(ONE_F, ONE_A) }; \
 	uint64_t m = 0;                     \
 	unsigned i = 0, h = 0;              \
@@ -360,8 +361,22 @@ static uint8_t *enc_blob(struct rbt_writer *w, uint8_t *p, struct rbt_blob b,
 	ENSURE(SCALARS(NF));                \
 	p = put_v(p, m);                    \
 	i = 0;                              \
-	LIST(GE_F, GE_A)                    \
+	LIST(GE_F, GA)                      \
 	return p;
+
+/* The length byte before a record, patched after it. */
+#define FREC(call)                                 \
+	do {                                       \
+		ENSURE(SCALARS(NF) + 1);           \
+		*p++ = 0;                          \
+		size_t rs_ = (size_t)(p - w->raw); \
+		p = (call);                        \
+		if (!p)                            \
+			return NULL;               \
+		p = patch_len(w, rs_, p);          \
+		if (!p)                            \
+			return NULL;               \
+	} while (0)
 
 /* A record list: its field-set encoder, then the A-field encoder for arrays of
  * it (count, then each record behind a length byte patched afterwards). */
@@ -371,24 +386,15 @@ static uint8_t *enc_blob(struct rbt_writer *w, uint8_t *p, struct rbt_blob b,
 				 uint8_t *p, uint64_t ts)                             \
 	{                                                                             \
 		uint64_t *sl = w->slots + rbt__rec[RBT_RECID_##lname].slot0;          \
-		GEN_BODY(RBT_REC_##lname)                                             \
+		GEN_BODY(RBT_REC_##lname, GE_A)                                       \
 	}                                                                             \
 	static uint8_t *enc_arr_##lname(struct rbt_writer *w, uint8_t *p, uint32_t n, \
 					const struct rbt_##lname *e, uint64_t ts)     \
 	{                                                                             \
 		enum { NF = 0 RBT_REC_##lname(ONE_F, ONE_A) };                        \
 		p = put_v(p, n);                                                      \
-		for (uint32_t k = 0; k < n; k++) {                                    \
-			ENSURE(SCALARS(NF) + 1);                                      \
-			*p++ = 0; /* length, patched below */                         \
-			size_t rs = (size_t)(p - w->raw);                             \
-			p = enc_rec_##lname(w, e + k, p, ts);                         \
-			if (!p)                                                       \
-				return NULL;                                          \
-			p = patch_len(w, rs, p);                                      \
-			if (!p)                                                       \
-				return NULL;                                          \
-		}                                                                     \
+		for (uint32_t k = 0; k < n; k++)                                      \
+			FREC(enc_rec_##lname(w, e + k, p, ts));                       \
 		return p;                                                             \
 	}
 /* In dependency order: send_wr and recv_wr hold sges. */
@@ -404,7 +410,7 @@ GEN_REC(recv_wr)
 					      uint8_t *p, uint64_t ts)        \
 	{                                                                     \
 		uint64_t *sl = w->slots + rbt__ev[id].slot0;                  \
-		GEN_BODY(RBT_EV_##lname)                                      \
+		GEN_BODY(RBT_EV_##lname, GE_A)                                \
 	}
 RBT_EVENT_LIST(GEN_EV)
 
@@ -716,35 +722,6 @@ struct fv_poll_cq {
 		ENSURE(SCALARS(NF - i));                    \
 	}                                                   \
 	i++;
-#define GEN_FBODY(LIST)                     \
-	enum { NF = 0 LIST(ONE_F, ONE_A) }; \
-	uint64_t m = 0;                     \
-	unsigned i = 0, h = 0;              \
-	(void)h;                            \
-	(void)sl;                           \
-	(void)ts;                           \
-	LIST(GP_F, GP_A)                    \
-	if (!m)                             \
-		return p;                   \
-	ENSURE(SCALARS(NF));                \
-	p = put_v(p, m);                    \
-	i = 0;                              \
-	LIST(GE_F, GE_FA)                   \
-	return p;
-
-/* The length byte before a record, patched after it. */
-#define FREC(call)                                 \
-	do {                                       \
-		ENSURE(SCALARS(NF) + 1);           \
-		*p++ = 0;                          \
-		size_t rs_ = (size_t)(p - w->raw); \
-		p = (call);                        \
-		if (!p)                            \
-			return NULL;               \
-		p = patch_len(w, rs_, p);          \
-		if (!p)                            \
-			return NULL;               \
-	} while (0)
 
 static inline __attribute__((always_inline)) uint8_t *
 enc_farr_sge(struct rbt_writer *w, uint8_t *p, uint32_t n, const void *e, uint64_t ts)
@@ -766,7 +743,7 @@ enc_frec_send_wr(struct rbt_writer *w, const struct fv_send_wr *s, uint8_t *p,
 		 uint64_t ts)
 {
 	uint64_t *sl = w->slots + rbt__rec[RBT_RECID_send_wr].slot0;
-	GEN_FBODY(RBT_REC_send_wr)
+	GEN_BODY(RBT_REC_send_wr, GE_FA)
 }
 
 static inline __attribute__((always_inline)) uint8_t *
@@ -774,7 +751,7 @@ enc_frec_recv_wr(struct rbt_writer *w, const struct fv_recv_wr *s, uint8_t *p,
 		 uint64_t ts)
 {
 	uint64_t *sl = w->slots + rbt__rec[RBT_RECID_recv_wr].slot0;
-	GEN_FBODY(RBT_REC_recv_wr)
+	GEN_BODY(RBT_REC_recv_wr, GE_FA)
 }
 
 /* e: the WRs as rbt_writer_append_flat() checked them. */
@@ -888,7 +865,7 @@ static uint8_t *enc_farr_wc(struct rbt_writer *w, uint8_t *p, uint32_t n, const 
 					uint64_t ts)                            \
 	{                                                                       \
 		uint64_t *sl = w->slots + rbt__ev[ID].slot0;                    \
-		GEN_FBODY(RBT_EV_##lname)                                       \
+		GEN_BODY(RBT_EV_##lname, GE_FA)                                 \
 	}
 GEN_FEV(post_send, RBT_EV_POST_SEND)
 GEN_FEV(post_recv, RBT_EV_POST_RECV)

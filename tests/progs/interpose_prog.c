@@ -18,6 +18,9 @@
  *                                 data list, an RDMA read (no payload) and a
  *                                 compare-and-swap (its operands)
  *   interpose_prog crash N        basic N, then dies of SIGSEGV
+ *   interpose_prog chains N LEN   N chains of LEN unsignaled sends (WR i has i % 4
+ *                                 sges, wr_ids count up from 0), then one chain
+ *                                 of 10 whose 6th WR the device refuses (17 sges)
  *   interpose_prog none           never calls a verb
  *   interpose_prog tsclose N      N times: open the device, create a CQ with
  *                                 completion timestamps, wait 25 ms (the
@@ -370,6 +373,46 @@ static void *thread_main(void *p)
 	return NULL;
 }
 
+/* Chains of all lengths of WR, long ones split into several records: the
+ * recorder must keep every WR, in order, across its ring's end. */
+static void chains(long n, long len)
+{
+	struct res r;
+	struct ibv_sge sge[17];
+	struct ibv_send_wr *wr = calloc(len > 10 ? len : 10, sizeof(*wr)), *bad;
+	long id = 0, posted = 0;
+
+	setup(&r, open_ctx(), 1024);
+	for (int i = 0; i < 17; i++)
+		sge[i] = (struct ibv_sge){ (uintptr_t)r.buf + i, 1, r.mr->lkey };
+	for (long c = 0; c < n; c++) {
+		for (long i = 0; i < len; i++) {
+			wr[i] = (struct ibv_send_wr){ .wr_id = id++,
+						      .sg_list = sge,
+						      .num_sge = (int)(i % 4),
+						      .opcode = IBV_WR_RDMA_WRITE,
+						      .next = i + 1 < len ? &wr[i + 1]
+									  : NULL };
+		}
+		if (ibv_post_send(r.qp, wr, &bad)) {
+			fprintf(stderr, "chain failed\n");
+			exit(3);
+		}
+		posted += len;
+	}
+	for (long i = 0; i < 10; i++)
+		wr[i] = (struct ibv_send_wr){ .wr_id = id++,
+					      .sg_list = sge,
+					      .num_sge = i == 5 ? 17 : 1,
+					      .opcode = IBV_WR_SEND,
+					      .next = i < 9 ? &wr[i + 1] : NULL };
+	int ret = ibv_post_send(r.qp, wr, &bad);
+	teardown(&r);
+	printf("chains posted=%ld refused=%d bad=%ld\n", posted, ret,
+	       ret ? (long)(bad - wr) : -1L);
+	free(wr);
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "basic";
@@ -408,6 +451,10 @@ int main(int argc, char **argv)
 			empty += ibv_poll_cq(b, 4, wc) == 0;
 		}
 		printf("twocq empty=%ld\n", empty);
+		return 0;
+	}
+	if (!strcmp(mode, "chains")) {
+		chains(argc > 2 ? atol(argv[2]) : 100, argc > 3 ? atol(argv[3]) : 8);
 		return 0;
 	}
 	if (!strcmp(mode, "payload")) {
