@@ -153,12 +153,18 @@ static void an_diff_text_phases(FILE *f, const struct an_diff_ph *s, bool recv)
 	fprintf(f, " e2e p50 %.0f p99 %.0f", p[RBT_PHASE_E2E].p50, p[RBT_PHASE_E2E].p99);
 }
 
+/* Opens a JSON row of QP #i: {"qp": i, "kind": kind, ... */
+static struct rbt_json *an_diff_row(struct an_diff *d, int i, const char *kind)
+{
+	rbt_json_obj(&d->j);
+	rbt_json_ki64(&d->j, "qp", i);
+	rbt_json_kstr(&d->j, "kind", kind);
+	return &d->j;
+}
+
 static void an_diff_posts(struct an_diff *d, int i, const struct an_qp *a,
 			  const struct an_qp *b)
 {
-	static const struct an_qp none;
-	a = a ? a : &none;
-	b = b ? b : &none;
 	for (int k = 0; k < 14; k++) {
 		if (!a->op_posts[k] && !b->op_posts[k])
 			continue;
@@ -181,10 +187,7 @@ static void an_diff_posts(struct an_diff *d, int i, const struct an_qp *a,
 				(unsigned long long)b->op_max[k]);
 			continue;
 		}
-		struct rbt_json *j = &d->j;
-		rbt_json_obj(j);
-		rbt_json_ki64(j, "qp", i);
-		rbt_json_kstr(j, "kind", "post");
+		struct rbt_json *j = an_diff_row(d, i, "post");
 		rbt_json_kstr(j, "op", op);
 		for (int s = 0; s < 2; s++) {
 			const struct an_qp *q = s ? b : a;
@@ -216,9 +219,7 @@ static void an_diff_done(struct an_diff *d, int i, const struct an_qp *a,
 		int opc = an_slot_opcode(k);
 		const char *op = an_wr_opcode_name(opc);
 		if (d->json) {
-			rbt_json_obj(&d->j);
-			rbt_json_ki64(&d->j, "qp", i);
-			rbt_json_kstr(&d->j, "kind", "completion");
+			an_diff_row(d, i, "completion");
 			rbt_json_kstr(&d->j, "op", op);
 			an_diff_json_side(&d->j, "a", &pa);
 			an_diff_json_side(&d->j, "b", &pb);
@@ -244,9 +245,6 @@ static void an_diff_done(struct an_diff *d, int i, const struct an_qp *a,
 static void an_diff_statuses(struct an_diff *d, int i, const struct an_qp *a,
 			     const struct an_qp *b)
 {
-	static const struct an_qp none;
-	a = a ? a : &none;
-	b = b ? b : &none;
 	for (int k = 0; k < 32; k++) {
 		if (!a->wc_status[k] && !b->wc_status[k])
 			continue;
@@ -259,9 +257,7 @@ static void an_diff_statuses(struct an_diff *d, int i, const struct an_qp *a,
 				(unsigned long long)b->wc_status[k]);
 			continue;
 		}
-		rbt_json_obj(&d->j);
-		rbt_json_ki64(&d->j, "qp", i);
-		rbt_json_kstr(&d->j, "kind", "status");
+		an_diff_row(d, i, "status");
 		rbt_json_kstr(&d->j, "status", st);
 		rbt_json_ku64(&d->j, "a", a->wc_status[k]);
 		rbt_json_ku64(&d->j, "b", b->wc_status[k]);
@@ -289,15 +285,17 @@ static void an_diff_write(struct an_diff *d, const char *a, const char *b,
 		if (!d->json)
 			fprintf(d->f, "! QP count: A %d, B %d\n", s[0].n, s[1].n);
 	}
+	static const struct an_qp none;
 	for (int i = 0; i < nq; i++) {
 		const struct an_qp *qa = i < s[0].n ? s[0].qps[i] : NULL;
 		const struct an_qp *qb = i < s[1].n ? s[1].qps[i] : NULL;
 		if (!d->json)
 			fprintf(d->f, "QP #%d (A qpn %u, B qpn %u)\n", i,
 				qa ? qa->m->qpn : 0, qb ? qb->m->qpn : 0);
-		an_diff_posts(d, i, qa, qb);
+		/* posts and statuses count a missing QP as one with none */
+		an_diff_posts(d, i, qa ? qa : &none, qb ? qb : &none);
 		an_diff_done(d, i, qa, qb);
-		an_diff_statuses(d, i, qa, qb);
+		an_diff_statuses(d, i, qa ? qa : &none, qb ? qb : &none);
 	}
 	if (d->json) {
 		rbt_json_arr_end(&d->j);

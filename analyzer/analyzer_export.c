@@ -82,6 +82,9 @@ static void ex_row(struct rbt_analyzer *an, FILE *f, const struct ex_col *c, int
 #define S(n, v) ((struct ex_col){ n, EX_STR, 0, (v) })
 #define OPT(n, have, v) \
 	((struct ex_col){ n, (have) ? EX_U64 : EX_NONE, (uint64_t)(v), NULL })
+/* the columns every row starts with: which trace */
+#define EX_TRACE_COLS(t) \
+	U("trace", (t)->idx), S("trace_name", (t)->mt->name), U("pid", (t)->mt->hdr.pid)
 
 static void ex_wr(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
 		  const struct rbt_model_wr *w, const struct rbt_model_comp *c)
@@ -92,9 +95,7 @@ static void ex_wr(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
 	char wrid[24];
 	snprintf(wrid, sizeof(wrid), "0x%" PRIx64, w->wr_id);
 	struct ex_col col[] = {
-		U("trace", t->idx),
-		S("trace_name", t->mt->name),
-		U("pid", t->mt->hdr.pid),
+		EX_TRACE_COLS(t),
 		U("tid", w->tid),
 		U("qp_num", qp->m->qpn),
 		S("qp_type", an_qp_type_name(qp->m->type)),
@@ -133,9 +134,7 @@ static void ex_res(struct rbt_analyzer *an, FILE *f, const struct an_trace *t,
 	char h[24];
 	snprintf(h, sizeof(h), "0x%" PRIx64, r->handle);
 	struct ex_col col[] = {
-		U("trace", t->idx),
-		S("trace_name", t->mt->name),
-		U("pid", t->mt->hdr.pid),
+		EX_TRACE_COLS(t),
 		S("kind", rbt_model_kind_name(r->kind)),
 		U("id", r->id),
 		S("handle", h),

@@ -22,22 +22,15 @@
 static void an_html_esc(FILE *f, const char *s)
 {
 	for (; s && *s; s++) {
-		switch (*s) {
-		case '<':
-			fputs("&lt;", f);
-			break;
-		case '>':
-			fputs("&gt;", f);
-			break;
-		case '&':
-			fputs("&amp;", f);
-			break;
-		case '"':
-			fputs("&quot;", f);
-			break;
-		default:
+		const char *e = *s == '<'   ? "&lt;"
+				: *s == '>' ? "&gt;"
+				: *s == '&' ? "&amp;"
+				: *s == '"' ? "&quot;"
+					    : NULL;
+		if (e)
+			fputs(e, f);
+		else
 			fputc(*s, f);
-		}
 	}
 }
 
@@ -194,15 +187,7 @@ static void an_html_qp_json(struct rbt_json *j, const struct rbt_analyzer *an,
 	rbt_json_ku64(j, "max_send_wr", qp->m->max_send_wr);
 	rbt_json_ku64(j, "recvs_n", qp->recv_wrs);
 	rbt_json_ku64(j, "sends_n", qp->post_wrs);
-	rbt_json_key(j, "peer");
-	if (qp->peer) {
-		rbt_json_obj(j);
-		rbt_json_ki64(j, "trace", qp->peer->t->idx);
-		rbt_json_ku64(j, "qpn", qp->peer->m->qpn);
-		rbt_json_obj_end(j);
-	} else {
-		rbt_json_null(j);
-	}
+	an_json_peer(j, qp, "qpn");
 	an_html_series(j, "posted", an, &s->posted, n);
 	an_html_series(j, "done", an, &s->done, n);
 	an_html_series(j, "recvs", an, &s->recvs, n);

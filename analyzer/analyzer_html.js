@@ -278,6 +278,14 @@
 		g.textAlign = 'left';
 		return g;
 	}
+	/* a plot's canvas, appended to el */
+	function canvas(el) {
+		var c = document.createElement('canvas');
+		c.width = 560;
+		c.height = 240;
+		el.appendChild(c);
+		return c;
+	}
 	function xpos(c, v, x0, x1) {
 		return 50 + (c.width - 70) * (Math.log(v) - Math.log(x0)) / (Math.log(x1) - Math.log(x0));
 	}
@@ -294,10 +302,7 @@
 			});
 		});
 		if (x1 <= x0) x1 = x0 * 10;
-		var c = document.createElement('canvas');
-		c.width = 560;
-		c.height = 240;
-		el.appendChild(c);
+		var c = canvas(el);
 		var g = axes(c, x0, x1, true, 'latency histogram per phase (count, log time)');
 		names.forEach(function (k, ki) {
 			g.fillStyle = COL[k] || '#000';
@@ -311,10 +316,7 @@
 			g.fillText(k, c.width - 110, 30 + 14 * ki);
 		});
 		drawn++;
-		var d = document.createElement('canvas');
-		d.width = 560;
-		d.height = 240;
-		el.appendChild(d);
+		var d = canvas(el);
 		var h = axes(d, x0, x1, true, 'CDF per phase');
 		names.forEach(function (k, ki) {
 			var tot = 0, cum = 0;

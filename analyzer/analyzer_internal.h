@@ -396,6 +396,10 @@ struct an_sink_ops {
 extern const struct an_sink_ops an_sink_text, an_sink_json, an_sink_html,
 	an_sink_perfetto, an_sink_perfetto_json, an_sink_export;
 
+/* analyzer_json.c: "peer": {"trace", qpn_key: the peer QP's number} or null (the
+ * report's JSON and the HTML page's data name the number differently) */
+void an_json_peer(struct rbt_json *j, const struct an_qp *qp, const char *qpn_key);
+
 /* analyzer_perfetto.c: WRs posted in the files (a plain read), for the size rule */
 int an_pf_count_wrs(const char *const *paths, int n, uint64_t *out);
 int an_pf_status(const struct rbt_analyzer *an); /* 0, or the stream's -errno */

@@ -153,6 +153,19 @@ static void an_json_qp_roundtrips(struct rbt_json *j, const struct an_qp *qp)
 			      (qp->peer->min_in_ns - qp->min_in_ns) / 2);
 }
 
+void an_json_peer(struct rbt_json *j, const struct an_qp *qp, const char *qpn_key)
+{
+	rbt_json_key(j, "peer");
+	if (!qp->peer) {
+		rbt_json_null(j);
+		return;
+	}
+	rbt_json_obj(j);
+	rbt_json_ki64(j, "trace", qp->peer->t->idx);
+	rbt_json_ku64(j, qpn_key, qp->peer->m->qpn);
+	rbt_json_obj_end(j);
+}
+
 static void an_json_qp(struct rbt_json *j, const struct an_trace *t,
 		       const struct an_qp *qp)
 {
@@ -161,15 +174,7 @@ static void an_json_qp(struct rbt_json *j, const struct an_trace *t,
 	an_json_hex(j, "handle", qp->m->res.handle);
 	rbt_json_kstr(j, "type", an_qp_type_name(qp->m->type));
 	rbt_json_kstr(j, "state", an_qp_state_name(qp->m->state));
-	rbt_json_key(j, "peer");
-	if (qp->peer) {
-		rbt_json_obj(j);
-		rbt_json_ki64(j, "trace", qp->peer->t->idx);
-		rbt_json_ku64(j, "qp_num", qp->peer->m->qpn);
-		rbt_json_obj_end(j);
-	} else {
-		rbt_json_null(j);
-	}
+	an_json_peer(j, qp, "qp_num");
 	an_json_qp_setup(j, qp);
 	rbt_json_ku64(j, "posts", qp->posts);
 	rbt_json_ku64(j, "wrs", qp->post_wrs);

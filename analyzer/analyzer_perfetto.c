@@ -24,6 +24,10 @@
  *   and time bin into one slice (count, bytes, p50/p99 end to end), with the counters
  *   sampled per bin.
  *
+ * This file is the sink (tracks, lanes, the detail rule, aggregation);
+ * analyzer_perfetto_enc.c is the encoding it writes through (strings, interned
+ * names, packets, events, track descriptors).
+ *
  * Never trusts a time: a damaged trace's times are clamped, and slices on one track
  * never overlap (a verbs call starting inside the previous one is cut).
  */
@@ -31,471 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analyzer/analyzer_internal.h"
-
-/* ---- field numbers (Perfetto's .proto files) ---- */
-enum {
-	F_TRACE_PACKET = 1,
-	/* TracePacket */
-	F_TP_TIMESTAMP = 8,
-	F_TP_CLOCK_ID = 58,
-	F_TP_SEQ_ID = 10,
-	F_TP_SEQ_FLAGS = 13,
-	F_TP_INTERNED = 12,
-	F_TP_DEFAULTS = 59,
-	F_TP_TRACK_EVENT = 11,
-	F_TP_TRACK_DESC = 60,
-	F_TP_CLOCK_SNAPSHOT = 6,
-	/* TracePacketDefaults */
-	F_TPD_CLOCK_ID = 58,
-	F_TPD_TRACK_EVENT = 11,
-	/* TrackEventDefaults / TrackEvent */
-	F_TE_TYPE = 9,
-	F_TE_TRACK = 11,
-	F_TE_NAME_IID = 10,
-	F_TE_NAME = 23,
-	F_TE_CATEGORY_IID = 3,
-	F_TE_COUNTER = 30,
-	F_TE_DCOUNTER = 44,
-	F_TE_EXTRA_UUIDS = 31,
-	F_TE_EXTRA_VALUES = 12,
-	F_TE_ANNOTATION = 4,
-	/* DebugAnnotation */
-	F_DA_NAME_IID = 1,
-	F_DA_NAME = 10,
-	F_DA_UINT = 3,
-	F_DA_STRING = 6,
-	/* InternedData */
-	F_ID_CATEGORIES = 1,
-	F_ID_EVENT_NAMES = 2,
-	F_ID_ANNOTATION_NAMES = 3,
-	F_IID = 1,
-	F_IID_NAME = 2,
-	/* TrackDescriptor */
-	F_TD_UUID = 1,
-	F_TD_PARENT = 5,
-	F_TD_NAME = 2,
-	F_TD_PROCESS = 3,
-	F_TD_THREAD = 4,
-	F_TD_COUNTER = 8,
-	F_PD_PID = 1,
-	F_PD_NAME = 6,
-	F_THD_PID = 1,
-	F_THD_TID = 2,
-	F_THD_NAME = 5,
-	F_CD_UNIT = 3,
-	F_CD_UNIT_NAME = 6,
-	/* ClockSnapshot */
-	F_CS_CLOCK = 1,
-	F_CS_PRIMARY = 2,
-	F_CK_ID = 1,
-	F_CK_TS = 2,
-	F_CK_INCREMENTAL = 3,
-};
-enum { T_BEGIN = 1, T_END = 2, T_INSTANT = 3, T_COUNTER = 4 };
-enum { CLOCK_BOOTTIME = 6, CLOCK_SEQ = 64, SEQ_CLEARED = 1 };
-enum { UNIT_COUNT = 2 };
-
-#define PF_MAX_LANES	   4096u  /* per QP and kind; beyond, WRs are aggregated */
-#define PF_MAX_NAMES	   65536u /* interned names; beyond, WR names lose their size */
-#define PF_DEFAULT_MAX_WRS 1000000u
-
-/* A packet sequence: its id, incremental clock and what it has interned. */
-struct an_pf_seq {
-	uint32_t id;
-	bool started, incremental;
-	uint64_t last_ns;  /* the incremental clock */
-	uint64_t track;	   /* default track (a thread's: its thread track) */
-	uint64_t call_end; /* thread sequences: end of the last call slice */
-	uint8_t *defined;  /* bit per name id: interned on this sequence */
-	uint32_t n_defined;
-	struct an_pf_seq *next_alloc;
-};
-
-/* A counter track: its value now and the last one written (sent). */
-struct an_pf_ctr {
-	uint64_t uuid;
-	int64_t cur, sent;
-	bool described, any_sent;
-};
-
-struct an_pf_lane {
-	uint64_t uuid, end_ns;
-	bool open, used;
-};
-
-struct an_pf_qp {
-	struct an_qp *qp;
-	uint64_t uuid;		 /* the QP's track: its aggregated slices */
-	struct an_pf_ctr out[2]; /* sends outstanding, receives posted */
-	struct an_pf_lane *lanes[2];
-	uint32_t n_lanes[2];
-	struct an_pf_seq seq; /* its WR events */
-	/* the sequence's default counter tracks: [sends, send CQ, (receive CQ,)
-	 * receives]; vsc NULL: its place holds the sends again */
-	struct an_pf_ctr *vsc, *vrc;
-	/* the aggregated bin being filled */
-	bool agg_any;
-	uint64_t agg_bin, agg_wrs, agg_bytes, agg_errors;
-	struct an_hist agg_e2e;
-	struct an_pf_qp *next;
-};
-
-struct an_pf_proc {
-	uint64_t uuid;
-	uint32_t pid;
-	struct an_pf_ctr rate; /* WRs completed per second, per bin */
-	bool rate_any;
-	uint64_t rate_bin, rate_wrs;
-};
-
-struct an_pf {
-	struct an_pb pb;
-	FILE *f;
-	int err;
-	uint64_t next_uuid;
-	uint32_t next_seq;
-	struct an_pf_seq global;
-	/* interned names: id = index + 1, shared by event and annotation names */
-	char **names;
-	uint32_t n_names, cap_names;
-	uint32_t *hash; /* open addressing, ids; 0 = empty */
-	uint32_t hash_cap;
-	uint32_t id_post, id_poll, id_wcs, id_nic, id_nic_min, id_poll_ns, id_status,
-		id_bytes, id_args, id_verbs, id_wr;
-	/* the detail rule */
-	bool all_detail, window;
-	uint64_t win_from, win_to, max_wrs, detailed, bin_ns;
-	struct an_pf_proc *procs;
-	int n_procs;
-	struct an_pf_qp *qps;
-	struct an_pf_seq *seqs; /* thread sequences, to free */
-	struct an_pf_ctr **cq_ctrs;
-	uint32_t n_cq_ctrs, cap_cq_ctrs;
-};
-
-/* ---- strings ---- */
-
-/* Length of the valid UTF-8 sequence at p (1-4), 0 when invalid. */
-static size_t pf_utf8_len(const unsigned char *p)
-{
-	unsigned c = p[0];
-	size_t n = c < 0x80		   ? 1
-		   : c >= 0xc2 && c < 0xe0 ? 2
-		   : c >= 0xe0 && c < 0xf0 ? 3
-		   : c >= 0xf0 && c < 0xf5 ? 4
-					   : 0;
-	for (size_t i = 1; i < n; i++)
-		if ((p[i] & 0xc0) != 0x80)
-			return 0;
-	if (n == 3 && ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0)))
-		return 0; /* overlong, or a surrogate */
-	if (n == 4 && ((c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] >= 0x90)))
-		return 0;
-	return n;
-}
-
-/* A string of a trace (names, command lines) as valid UTF-8 without control
- * characters: each invalid byte or control character becomes '?'. */
-static void pf_str(struct an_pb *pb, uint32_t field, const char *s)
-{
-	const unsigned char *u = (const unsigned char *)s;
-	size_t len = strlen(s), i = 0;
-	while (i < len) {
-		size_t k = u[i] >= 0x20 && u[i] != 0x7f ? pf_utf8_len(u + i) : 0;
-		if (!k)
-			break;
-		i += k;
-	}
-	if (i == len) {
-		an_pb_bytes(pb, field, s, len);
-		return;
-	}
-	char *c = malloc(len + 1);
-	if (!c) {
-		pb->oom = true;
-		return;
-	}
-	for (i = 0; i < len;) {
-		size_t k = u[i] >= 0x20 && u[i] != 0x7f ? pf_utf8_len(u + i) : 0;
-		if (!k) {
-			c[i++] = '?';
-			continue;
-		}
-		memcpy(c + i, s + i, k);
-		i += k;
-	}
-	an_pb_bytes(pb, field, c, len);
-	free(c);
-}
-
-/* ---- names ---- */
-
-static uint32_t pf_hash(const char *s)
-{
-	uint32_t h = 2166136261u;
-	while (*s)
-		h = (h ^ (uint8_t)*s++) * 16777619u;
-	return h;
-}
-
-/* The id of name s (interned once for the whole output), 0 when full. */
-static uint32_t pf_name(struct an_pf *pf, const char *s)
-{
-	uint32_t k = 0;
-	if (pf->hash_cap) {
-		k = pf_hash(s) & (pf->hash_cap - 1);
-		while (pf->hash[k]) {
-			if (!strcmp(pf->names[pf->hash[k] - 1], s))
-				return pf->hash[k];
-			k = (k + 1) & (pf->hash_cap - 1);
-		}
-	}
-	if (pf->n_names >= PF_MAX_NAMES)
-		return 0;
-	if ((pf->n_names + 1) * 2 > pf->hash_cap) {
-		uint32_t cap = pf->hash_cap ? pf->hash_cap * 2 : 256;
-		uint32_t *h = calloc(cap, sizeof(*h));
-		if (!h)
-			return 0;
-		for (uint32_t i = 0; i < pf->n_names; i++) {
-			uint32_t j = pf_hash(pf->names[i]) & (cap - 1);
-			while (h[j])
-				j = (j + 1) & (cap - 1);
-			h[j] = i + 1;
-		}
-		free(pf->hash);
-		pf->hash = h;
-		pf->hash_cap = cap;
-		k = pf_hash(s) & (cap - 1);
-		while (h[k])
-			k = (k + 1) & (cap - 1);
-	}
-	if (rbt_grow(&pf->names, &pf->cap_names, pf->n_names + 1, sizeof(*pf->names), 64,
-		     0))
-		return 0;
-	char *c = an_strdup(s);
-	if (!c)
-		return 0;
-	pf->names[pf->n_names++] = c;
-	pf->hash[k] = pf->n_names;
-	return pf->n_names;
-}
-
-static bool pf_defined(struct an_pf_seq *s, uint32_t id)
-{
-	return id / 8 < s->n_defined && (s->defined[id / 8] >> (id % 8) & 1);
-}
-
-static void pf_define(struct an_pf_seq *s, uint32_t id)
-{
-	if (id / 8 >= s->n_defined) {
-		uint32_t n = s->n_defined ? s->n_defined : 16;
-		while (n <= id / 8)
-			n *= 2;
-		uint8_t *d = realloc(s->defined, n);
-		if (!d)
-			return;
-		memset(d + s->n_defined, 0, n - s->n_defined);
-		s->defined = d;
-		s->n_defined = n;
-	}
-	s->defined[id / 8] |= (uint8_t)(1u << (id % 8));
-}
-
-/* ---- packets ---- */
-
-static void pf_flush(struct an_pf *pf)
-{
-	if (pf->pb.n < (1u << 16) && !pf->pb.oom)
-		return;
-	int e = an_pb_flush(&pf->pb, pf->f);
-	if (e && !pf->err)
-		pf->err = e;
-}
-
-/* Opens a packet of sequence s at ns (no timestamp when ns is UINT64_MAX). */
-static void pf_packet(struct an_pf *pf, struct an_pf_seq *s, uint64_t ns)
-{
-	struct an_pb *pb = &pf->pb;
-	an_pb_begin(pb, F_TRACE_PACKET);
-	if (ns != UINT64_MAX) {
-		if (s->incremental && ns >= s->last_ns) {
-			an_pb_varint(pb, F_TP_TIMESTAMP, ns - s->last_ns);
-			s->last_ns = ns;
-		} else {
-			an_pb_varint(pb, F_TP_TIMESTAMP, ns);
-			an_pb_varint(pb, F_TP_CLOCK_ID, CLOCK_BOOTTIME);
-		}
-	}
-	an_pb_varint(pb, F_TP_SEQ_ID, s->id);
-}
-
-static void pf_packet_end(struct an_pf *pf)
-{
-	an_pb_end(&pf->pb);
-	pf_flush(pf);
-}
-
-/* The first packet of an incremental sequence: its state cleared, its defaults
- * (clock, track, counter tracks) and the clock's origin. */
-static void pf_seq_start(struct an_pf *pf, struct an_pf_seq *s, uint64_t ns,
-			 uint64_t track, const uint64_t *ctrs, int n_ctrs)
-{
-	struct an_pb *pb = &pf->pb;
-	s->id = pf->next_seq++;
-	s->started = s->incremental = true;
-	s->track = track;
-	s->last_ns = ns;
-	an_pb_begin(pb, F_TRACE_PACKET);
-	an_pb_varint(pb, F_TP_SEQ_ID, s->id);
-	an_pb_varint(pb, F_TP_SEQ_FLAGS, SEQ_CLEARED);
-	an_pb_begin(pb, F_TP_DEFAULTS);
-	an_pb_varint(pb, F_TPD_CLOCK_ID, CLOCK_SEQ);
-	an_pb_begin(pb, F_TPD_TRACK_EVENT);
-	an_pb_varint(pb, F_TE_TRACK, track);
-	for (int i = 0; i < n_ctrs; i++)
-		an_pb_varint(pb, F_TE_EXTRA_UUIDS, ctrs[i]);
-	an_pb_end(pb);
-	an_pb_end(pb);
-	an_pb_begin(pb, F_TP_CLOCK_SNAPSHOT);
-	an_pb_begin(pb, F_CS_CLOCK);
-	an_pb_varint(pb, F_CK_ID, CLOCK_BOOTTIME);
-	an_pb_varint(pb, F_CK_TS, ns);
-	an_pb_end(pb);
-	an_pb_begin(pb, F_CS_CLOCK);
-	an_pb_varint(pb, F_CK_ID, CLOCK_SEQ);
-	an_pb_varint(pb, F_CK_TS, ns);
-	an_pb_varint(pb, F_CK_INCREMENTAL, 1);
-	an_pb_end(pb);
-	an_pb_varint(pb, F_CS_PRIMARY, CLOCK_BOOTTIME);
-	an_pb_end(pb);
-	pf_packet_end(pf);
-}
-
-/* One event's content, written by pf_event(). Names: an interned id (sequences
- * other than the global one) or a string. */
-struct pf_arg {
-	uint32_t name;
-	const char *name_s;
-	const char *s; /* a string value, else u */
-	uint64_t u;
-};
-struct pf_ev {
-	int type;
-	uint64_t track; /* 0: the sequence's default */
-	uint32_t name, cat;
-	const char *name_s;
-	bool counter, dbl;
-	int64_t cv;
-	double dv;
-	int n_vals;
-	int64_t vals[4];
-	int n_args;
-	struct pf_arg args[6];
-};
-
-static void pf_intern(struct an_pf *pf, struct an_pf_seq *s, const struct pf_ev *e)
-{
-	struct an_pb *pb = &pf->pb;
-	uint32_t need[6];
-	int field[6], n = 0;
-	if (e->name && !pf_defined(s, e->name))
-		need[n] = e->name, field[n++] = F_ID_EVENT_NAMES;
-	if (e->cat && !pf_defined(s, e->cat))
-		need[n] = e->cat, field[n++] = F_ID_CATEGORIES;
-	for (int i = 0; i < e->n_args; i++)
-		if (e->args[i].name && !pf_defined(s, e->args[i].name))
-			need[n] = e->args[i].name, field[n++] = F_ID_ANNOTATION_NAMES;
-	if (!n)
-		return;
-	an_pb_begin(pb, F_TP_INTERNED);
-	for (int i = 0; i < n; i++) {
-		an_pb_begin(pb, (uint32_t)field[i]);
-		an_pb_varint(pb, F_IID, need[i]);
-		pf_str(pb, F_IID_NAME, pf->names[need[i] - 1]);
-		an_pb_end(pb);
-		pf_define(s, need[i]);
-	}
-	an_pb_end(pb);
-}
-
-static void pf_event(struct an_pf *pf, struct an_pf_seq *s, uint64_t ns,
-		     const struct pf_ev *e)
-{
-	struct an_pb *pb = &pf->pb;
-	pf_packet(pf, s, ns);
-	pf_intern(pf, s, e);
-	an_pb_begin(pb, F_TP_TRACK_EVENT);
-	an_pb_varint(pb, F_TE_TYPE, (uint64_t)e->type);
-	if (e->track && e->track != s->track)
-		an_pb_varint(pb, F_TE_TRACK, e->track);
-	if (e->cat)
-		an_pb_varint(pb, F_TE_CATEGORY_IID, e->cat);
-	if (e->name)
-		an_pb_varint(pb, F_TE_NAME_IID, e->name);
-	else if (e->name_s)
-		pf_str(pb, F_TE_NAME, e->name_s);
-	if (e->counter) {
-		if (e->dbl)
-			an_pb_double(pb, F_TE_DCOUNTER, e->dv);
-		else
-			an_pb_int(pb, F_TE_COUNTER, e->cv);
-	}
-	for (int i = 0; i < e->n_vals; i++)
-		an_pb_int(pb, F_TE_EXTRA_VALUES, e->vals[i]);
-	for (int i = 0; i < e->n_args; i++) {
-		const struct pf_arg *a = &e->args[i];
-		an_pb_begin(pb, F_TE_ANNOTATION);
-		if (a->name)
-			an_pb_varint(pb, F_DA_NAME_IID, a->name);
-		else
-			pf_str(pb, F_DA_NAME, a->name_s);
-		if (a->s)
-			pf_str(pb, F_DA_STRING, a->s);
-		else
-			an_pb_varint(pb, F_DA_UINT, a->u);
-		an_pb_end(pb);
-	}
-	an_pb_end(pb);
-	pf_packet_end(pf);
-}
-
-/* A track (on the global sequence, before its first event). */
-static uint64_t pf_track(struct an_pf *pf, uint64_t parent, const char *name,
-			 int counter /* 0: slices, 1: a count, 2: a rate */)
-{
-	struct an_pb *pb = &pf->pb;
-	uint64_t uuid = pf->next_uuid++;
-	pf_packet(pf, &pf->global, UINT64_MAX);
-	an_pb_begin(pb, F_TP_TRACK_DESC);
-	an_pb_varint(pb, F_TD_UUID, uuid);
-	if (parent)
-		an_pb_varint(pb, F_TD_PARENT, parent);
-	pf_str(pb, F_TD_NAME, name);
-	if (counter) {
-		an_pb_begin(pb, F_TD_COUNTER);
-		if (counter == 1)
-			an_pb_varint(pb, F_CD_UNIT, UNIT_COUNT);
-		else
-			an_pb_str(pb, F_CD_UNIT_NAME, "WR/s");
-		an_pb_end(pb);
-	}
-	an_pb_end(pb);
-	pf_packet_end(pf);
-	return uuid;
-}
-
-/* A counter sample on the global sequence (absolute time). */
-static void pf_counter(struct an_pf *pf, struct an_pf_ctr *c, uint64_t ns)
-{
-	struct pf_ev e = {
-		.type = T_COUNTER, .track = c->uuid, .counter = true, .cv = c->cur
-	};
-	pf_event(pf, &pf->global, ns, &e);
-	c->sent = c->cur;
-	c->any_sent = true;
-}
+#include "analyzer/analyzer_perfetto_int.h"
 
 /* ---- the state of traces, threads, QPs, CQs ---- */
 
@@ -525,7 +65,7 @@ static struct an_pf_ctr *pf_cq_ctr(struct an_pf *pf, struct an_trace *t, struct 
 		snprintf(name, sizeof(name), "CQ 0x%llx CQEs expected",
 			 (unsigned long long)cq->m->res.handle);
 		struct an_pf_proc *p = pf_proc(pf, t);
-		c->uuid = pf_track(pf, p ? p->uuid : 0, name, 1);
+		c->uuid = an_pf_track(pf, p ? p->uuid : 0, name, 1);
 		c->described = true;
 		cq->pf = c;
 	}
@@ -545,7 +85,7 @@ static struct an_pf_qp *pf_qp(struct an_pf *pf, struct an_trace *t, struct an_qp
 	const char *type = an_qp_type_name(qp->m->type);
 	snprintf(name, sizeof(name), "QP 0x%x %s", qp->m->qpn, type);
 	struct an_pf_proc *p = pf_proc(pf, t);
-	q->uuid = pf_track(pf, p ? p->uuid : 0, name, 0);
+	q->uuid = an_pf_track(pf, p ? p->uuid : 0, name, 0);
 	q->out[0].uuid = pf->next_uuid++; /* described when first used */
 	q->out[1].uuid = pf->next_uuid++;
 	q->next = pf->qps;
@@ -564,16 +104,16 @@ static void pf_ctr_describe(struct an_pf *pf, struct an_pf_qp *q, int kind)
 	snprintf(name, sizeof(name), "QP 0x%x %s", q->qp->m->qpn,
 		 kind ? "receives posted" : "sends outstanding");
 	struct an_pb *pb = &pf->pb;
-	pf_packet(pf, &pf->global, UINT64_MAX);
+	an_pf_packet(pf, &pf->global, UINT64_MAX);
 	an_pb_begin(pb, F_TP_TRACK_DESC);
 	an_pb_varint(pb, F_TD_UUID, c->uuid);
 	an_pb_varint(pb, F_TD_PARENT, q->uuid);
-	pf_str(pb, F_TD_NAME, name);
+	an_pf_str(pb, F_TD_NAME, name);
 	an_pb_begin(pb, F_TD_COUNTER);
 	an_pb_varint(pb, F_CD_UNIT, UNIT_COUNT);
 	an_pb_end(pb);
 	an_pb_end(pb);
-	pf_packet_end(pf);
+	an_pf_packet_end(pf);
 }
 
 /* A lane of kind (0 sends, 1 receives) free for a slice from s_ns on: one whose
@@ -591,7 +131,7 @@ static int pf_lane(struct an_pf *pf, struct an_pf_qp *q, int kind, uint64_t s_ns
 	if (!l)
 		return -1;
 	q->lanes[kind] = l;
-	l[n].uuid = pf_track(pf, q->uuid, kind ? "receives" : "sends", 0);
+	l[n].uuid = an_pf_track(pf, q->uuid, kind ? "receives" : "sends", 0);
 	l[n].end_ns = 0;
 	l[n].open = l[n].used = false;
 	q->n_lanes[kind] = n + 1;
@@ -616,8 +156,8 @@ static struct an_pf_seq *pf_qp_seq(struct an_pf *pf, struct an_pf_qp *q, int kin
 		if (q->vrc)
 			ctrs[n++] = q->vrc->uuid;
 		ctrs[n++] = q->out[1].uuid;
-		pf_seq_start(pf, &q->seq, ns,
-			     lane >= 0 ? q->lanes[kind][lane].uuid : q->uuid, ctrs, n);
+		an_pf_seq_start(pf, &q->seq, ns,
+				lane >= 0 ? q->lanes[kind][lane].uuid : q->uuid, ctrs, n);
 	}
 	return &q->seq;
 }
@@ -679,7 +219,7 @@ static void pf_agg_flush(struct an_pf *pf, struct an_pf_qp *q)
 	char name[64];
 	snprintf(name, sizeof(name), "%llu WRs", (unsigned long long)q->agg_wrs);
 	struct pf_ev b = { .type = T_BEGIN, .track = q->uuid, .name_s = name };
-	pf_event(pf, &pf->global, s, &b);
+	an_pf_event(pf, &pf->global, s, &b);
 	struct pf_ev e = {
 		.type = T_END,
 		.track = q->uuid,
@@ -692,7 +232,7 @@ static void pf_agg_flush(struct an_pf *pf, struct an_pf_qp *q)
 			    .u = (uint64_t)an_hist_quantile(&q->agg_e2e, 0.99) },
 			  { .name_s = "errors", .u = q->agg_errors } },
 	};
-	pf_event(pf, &pf->global, s + pf->bin_ns, &e);
+	an_pf_event(pf, &pf->global, s + pf->bin_ns, &e);
 	an_hist_free(&q->agg_e2e);
 	memset(&q->agg_e2e, 0, sizeof(q->agg_e2e));
 	/* the counters, sampled once per bin while aggregated */
@@ -700,13 +240,13 @@ static void pf_agg_flush(struct an_pf *pf, struct an_pf_qp *q)
 		if (k == 0 || q->out[1].cur)
 			pf_ctr_describe(pf, q, k);
 		if (q->out[k].described && pf_dirty(&q->out[k]))
-			pf_counter(pf, &q->out[k], s + pf->bin_ns);
+			an_pf_counter(pf, &q->out[k], s + pf->bin_ns);
 	}
 	struct an_cq *cqs[2] = { q->qp->scq, q->qp->rcq };
 	for (int k = 0; k < 2; k++) {
 		struct an_pf_ctr *c = cqs[k] ? cqs[k]->pf : NULL;
 		if (pf_dirty(c))
-			pf_counter(pf, c, s + pf->bin_ns);
+			an_pf_counter(pf, c, s + pf->bin_ns);
 	}
 }
 
@@ -736,7 +276,7 @@ static void pf_rate_flush(struct an_pf *pf, struct an_pf_proc *p)
 			   .counter = true,
 			   .dbl = true,
 			   .dv = (double)p->rate_wrs * 1e9 / (double)pf->bin_ns };
-	pf_event(pf, &pf->global, p->rate_bin * pf->bin_ns, &e);
+	an_pf_event(pf, &pf->global, p->rate_bin * pf->bin_ns, &e);
 	p->rate_any = false;
 }
 
@@ -751,7 +291,7 @@ static void pf_rate_add(struct an_pf *pf, struct an_pf_proc *p, uint64_t ns)
 					   .track = p->rate.uuid,
 					   .counter = true,
 					   .dbl = true };
-			pf_event(pf, &pf->global, (last + 1) * pf->bin_ns, &z);
+			an_pf_event(pf, &pf->global, (last + 1) * pf->bin_ns, &z);
 		}
 	}
 	if (!p->rate_any) {
@@ -786,17 +326,17 @@ static void pf_begin(struct rbt_analyzer *an)
 		pf->win_to = b > 0 ? (b < 9e18 ? (uint64_t)b : UINT64_MAX) : 0;
 	}
 	/* the names of every WR's events first: ids below 128 are one byte */
-	pf->id_post = pf_name(pf, "ibv_post_send");
-	pf->id_verbs = pf_name(pf, "verbs");
-	pf->id_wr = pf_name(pf, "wr");
-	pf->id_poll = pf_name(pf, "ibv_poll_cq");
-	pf->id_wcs = pf_name(pf, "wcs");
-	pf->id_nic = pf_name(pf, "nic_ns");
-	pf->id_nic_min = pf_name(pf, "nic_min_ns");
-	pf->id_poll_ns = pf_name(pf, "poll_ns");
-	pf->id_status = pf_name(pf, "status");
-	pf->id_bytes = pf_name(pf, "bytes");
-	pf->id_args = pf_name(pf, "args");
+	pf->id_post = an_pf_name(pf, "ibv_post_send");
+	pf->id_verbs = an_pf_name(pf, "verbs");
+	pf->id_wr = an_pf_name(pf, "wr");
+	pf->id_poll = an_pf_name(pf, "ibv_poll_cq");
+	pf->id_wcs = an_pf_name(pf, "wcs");
+	pf->id_nic = an_pf_name(pf, "nic_ns");
+	pf->id_nic_min = an_pf_name(pf, "nic_min_ns");
+	pf->id_poll_ns = an_pf_name(pf, "poll_ns");
+	pf->id_status = an_pf_name(pf, "status");
+	pf->id_bytes = an_pf_name(pf, "bytes");
+	pf->id_args = an_pf_name(pf, "args");
 	pf->procs = calloc(an->n_traces ? an->n_traces : 1, sizeof(*pf->procs));
 	if (!pf->procs) {
 		pf->err = -ENOMEM;
@@ -812,16 +352,16 @@ static void pf_begin(struct rbt_analyzer *an)
 		snprintf(name, sizeof(name), "%s (pid %u) %s", t->mt->name,
 			 t->mt->hdr.pid, t->mt->hdr.cmdline);
 		struct an_pb *pb = &pf->pb;
-		pf_packet(pf, &pf->global, UINT64_MAX);
+		an_pf_packet(pf, &pf->global, UINT64_MAX);
 		an_pb_begin(pb, F_TP_TRACK_DESC);
 		an_pb_varint(pb, F_TD_UUID, p->uuid);
 		an_pb_begin(pb, F_TD_PROCESS);
 		an_pb_varint(pb, F_PD_PID, p->pid);
-		pf_str(pb, F_PD_NAME, name);
+		an_pf_str(pb, F_PD_NAME, name);
 		an_pb_end(pb);
 		an_pb_end(pb);
-		pf_packet_end(pf);
-		p->rate.uuid = pf_track(pf, p->uuid, "WRs completed per second", 2);
+		an_pf_packet_end(pf);
+		p->rate.uuid = an_pf_track(pf, p->uuid, "WRs completed per second", 2);
 	}
 }
 
@@ -843,17 +383,17 @@ static void pf_thread(struct rbt_analyzer *an, struct an_trace *t, struct an_thr
 	snprintf(name, sizeof(name), "thread %u%s%s", th->m->tid, th->m->name ? " " : "",
 		 th->m->name ? th->m->name : "");
 	struct an_pb *pb = &pf->pb;
-	pf_packet(pf, &pf->global, UINT64_MAX);
+	an_pf_packet(pf, &pf->global, UINT64_MAX);
 	an_pb_begin(pb, F_TP_TRACK_DESC);
 	an_pb_varint(pb, F_TD_UUID, th->pf->track);
 	an_pb_varint(pb, F_TD_PARENT, p->uuid);
 	an_pb_begin(pb, F_TD_THREAD);
 	an_pb_varint(pb, F_THD_PID, p->pid);
 	an_pb_varint(pb, F_THD_TID, th->m->tid);
-	pf_str(pb, F_THD_NAME, name);
+	an_pf_str(pb, F_THD_NAME, name);
 	an_pb_end(pb);
 	an_pb_end(pb);
-	pf_packet_end(pf);
+	an_pf_packet_end(pf);
 }
 
 static void pf_call(struct rbt_analyzer *an, struct an_trace *t, uint32_t tid,
@@ -868,7 +408,7 @@ static void pf_call(struct rbt_analyzer *an, struct an_trace *t, uint32_t tid,
 		return;
 	struct an_pf_seq *q = th->pf;
 	if (!q->started)
-		pf_seq_start(pf, q, s, q->track, NULL, 0);
+		an_pf_seq_start(pf, q, s, q->track, NULL, 0);
 	if (s < q->call_end) { /* a damaged trace: calls of a thread never overlap */
 		if (e <= q->call_end)
 			return;
@@ -877,7 +417,7 @@ static void pf_call(struct rbt_analyzer *an, struct an_trace *t, uint32_t tid,
 	if (e < s)
 		e = s;
 	struct pf_ev b = { .type = T_BEGIN,
-			   .name = pf_name(pf, name),
+			   .name = an_pf_name(pf, name),
 			   .cat = pf->id_verbs };
 	if (!b.name)
 		b.name_s = name;
@@ -889,9 +429,9 @@ static void pf_call(struct rbt_analyzer *an, struct an_trace *t, uint32_t tid,
 			b.args[0] = (struct pf_arg){ .name = pf->id_args, .s = args };
 		b.n_args = 1;
 	}
-	pf_event(pf, q, s, &b);
+	an_pf_event(pf, q, s, &b);
 	struct pf_ev en = { .type = T_END };
-	pf_event(pf, q, e, &en);
+	an_pf_event(pf, q, e, &en);
 	q->call_end = e;
 }
 
@@ -918,15 +458,15 @@ static uint64_t pf_wr_begin(struct an_pf *pf, struct an_pf_qp *q,
 	const char *name = pf_wr_name(buf, sizeof(buf), w);
 	struct pf_ev b = { .type = T_BEGIN,
 			   .track = q->lanes[kind][lane].uuid,
-			   .name = pf_name(pf, name),
+			   .name = an_pf_name(pf, name),
 			   .cat = pf->id_wr };
 	if (!b.name) {
-		b.name = pf_name(pf, an_wr_opcode_name(w->opcode));
+		b.name = an_pf_name(pf, an_wr_opcode_name(w->opcode));
 		if (!b.name)
 			b.name_s = name;
 	}
 	pf_wr_vals(pf, q, kind, &b);
-	pf_event(pf, seq, s, &b);
+	an_pf_event(pf, seq, s, &b);
 	return (uint64_t)lane + 1;
 }
 
@@ -1009,7 +549,7 @@ static void pf_wr(struct rbt_analyzer *an, struct an_trace *t, struct an_qp *qp,
 			(struct pf_arg){ .name = pf->id_status,
 					 .s = an_wc_status_name(c->status) };
 	pf_wr_vals(pf, q, kind, &en);
-	pf_event(pf, pf_qp_seq(pf, q, kind, e), e, &en);
+	an_pf_event(pf, pf_qp_seq(pf, q, kind, e), e, &en);
 }
 
 static void pf_end(struct rbt_analyzer *an)
@@ -1038,11 +578,11 @@ static void pf_end(struct rbt_analyzer *an)
 				  { .name_s = "title", .s = fd->title } },
 		};
 		/* a damaged trace's clock can put it past any time: saturated */
-		pf_event(pf, &pf->global,
-			 !(ns > 0)	? 0
-			 : ns >= 1.8e19 ? UINT64_MAX
-					: (uint64_t)ns,
-			 &e);
+		an_pf_event(pf, &pf->global,
+			    !(ns > 0)	   ? 0
+			    : ns >= 1.8e19 ? UINT64_MAX
+					   : (uint64_t)ns,
+			    &e);
 	}
 	int err = an_pb_flush(&pf->pb, pf->f);
 	if (err && !pf->err)

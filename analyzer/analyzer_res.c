@@ -117,6 +117,23 @@ void an_send_wr_checks(struct rbt_analyzer *an, struct an_trace *t, struct an_qp
 	qp->inlined += inl;
 }
 
+/* What a post_send or post_recv call is, whatever it posted: a failure counted, a
+ * post in a state that refuses it, the call on the timeline. Returns the WRs
+ * posted. */
+static uint32_t an_post_call(struct rbt_analyzer *an, struct an_trace *t,
+			     const struct rbt_event *ev, struct an_qp *qp, bool recv,
+			     bool bad_state, int64_t ret, uint64_t ts_exit)
+{
+	if (ret != 0)
+		t->post_fail++;
+	if (bad_state)
+		an_bad_state(qp, ev->ts, recv, ret);
+	uint64_t exit = ts_exit >= ev->ts ? ts_exit : ev->ts;
+	an_sinks_call(an, t, ev->stream, recv ? "ibv_post_recv" : "ibv_post_send", ev->ts,
+		      exit, NULL);
+	return rbt_model_posted(ev);
+}
+
 static void an_post_send(struct rbt_analyzer *an, struct an_trace *t,
 			 const struct rbt_event *ev, struct an_qp *qp)
 {
@@ -132,13 +149,8 @@ static void an_post_send(struct rbt_analyzer *an, struct an_trace *t,
 		t->mr_regs_traffic = t->mr_reg_cand_total;
 		t->mr_deregs_traffic = t->mr_dereg_cand_total;
 	}
-	uint32_t posted = rbt_model_posted(ev);
-	if (p->ret != 0)
-		t->post_fail++;
-	if (qp->m->state != IBV_QPS_RTS && qp->m->state != RBT_MODEL_STATE_UNKNOWN)
-		an_bad_state(qp, ev->ts, false, p->ret);
-	uint64_t exit = p->ts_exit >= ev->ts ? p->ts_exit : ev->ts;
-	an_sinks_call(an, t, ev->stream, "ibv_post_send", ev->ts, exit, NULL);
+	bool bad = qp->m->state != IBV_QPS_RTS && qp->m->state != RBT_MODEL_STATE_UNKNOWN;
+	uint32_t posted = an_post_call(an, t, ev, qp, false, bad, p->ret, p->ts_exit);
 	if (!posted)
 		return;
 	qp->posts++;
@@ -154,13 +166,8 @@ static void an_post_recv(struct rbt_analyzer *an, struct an_trace *t,
 			 const struct rbt_event *ev, struct an_qp *qp)
 {
 	const struct rbt_ev_post_recv *p = &ev->u.post_recv;
-	uint32_t posted = rbt_model_posted(ev);
-	if (p->ret != 0)
-		t->post_fail++;
-	if (qp->m->state == IBV_QPS_RESET)
-		an_bad_state(qp, ev->ts, true, p->ret);
-	uint64_t exit = p->ts_exit >= ev->ts ? p->ts_exit : ev->ts;
-	an_sinks_call(an, t, ev->stream, "ibv_post_recv", ev->ts, exit, NULL);
+	uint32_t posted = an_post_call(an, t, ev, qp, true, qp->m->state == IBV_QPS_RESET,
+				       p->ret, p->ts_exit);
 	if (!posted)
 		return;
 	qp->recv_posts++;

@@ -191,15 +191,26 @@ static inline int an_ser_bin(struct rbt_analyzer *an, struct an_trace *t, uint64
 	return bin;
 }
 
+/* qp's series and the bin of ticks (start as an_tb_bin takes it); NULL
+ * when no series are kept. */
+static struct an_qp_series *ser_at(struct rbt_analyzer *an, struct an_qp *qp,
+				   uint64_t ticks, bool start, int *bin)
+{
+	if (!an->opts.series)
+		return NULL;
+	struct an_qp_series *s = an_qp_series_get(an, qp);
+	if (s)
+		*bin = an_ser_bin(an, qp->t, ticks, start);
+	return s;
+}
+
 /* A send WR entered its QP's queue (the model has queued it). */
 void an_ser_posted(struct rbt_analyzer *an, struct an_qp *qp, uint64_t ticks)
 {
-	if (!an->opts.series)
-		return;
-	struct an_qp_series *s = an_qp_series_get(an, qp);
+	int bin;
+	struct an_qp_series *s = ser_at(an, qp, ticks, true, &bin);
 	if (!s)
 		return;
-	int bin = an_ser_bin(an, qp->t, ticks, true);
 	an_series_add(&an->tb, &s->posted, bin, 1);
 	an_gauge_set(&an->tb, &s->outstanding, bin, qp->m->sq.n);
 	if (qp->scq)
@@ -210,12 +221,10 @@ void an_ser_posted(struct rbt_analyzer *an, struct an_qp *qp, uint64_t ticks)
 void an_ser_done(struct rbt_analyzer *an, struct an_qp *qp, uint64_t ticks, bool recv,
 		 uint64_t e2e_ns, uint32_t n)
 {
-	if (!an->opts.series)
-		return;
-	struct an_qp_series *s = an_qp_series_get(an, qp);
+	int bin;
+	struct an_qp_series *s = ser_at(an, qp, ticks, true, &bin);
 	if (!s)
 		return;
-	int bin = an_ser_bin(an, qp->t, ticks, true);
 	if (recv) {
 		an_series_add(&an->tb, &s->recvs, bin, n);
 		return;
@@ -286,12 +295,10 @@ void an_ser_poll(struct rbt_analyzer *an, struct an_trace *t, struct an_cq *cq,
 void an_ser_roundtrip(struct rbt_analyzer *an, struct an_qp *qp, uint64_t ticks,
 		      double post_ns, double wire_ns, double app_ns)
 {
-	if (!an->opts.series)
-		return;
-	struct an_qp_series *s = an_qp_series_get(an, qp);
+	int bin;
+	struct an_qp_series *s = ser_at(an, qp, ticks, false, &bin);
 	if (!s)
 		return;
-	int bin = an_ser_bin(an, qp->t, ticks, false);
 	an_series_add(&an->tb, &s->rt_n, bin, 1);
 	an_series_add(&an->tb, &s->rt_post, bin, post_ns > 0 ? (uint64_t)post_ns : 0);
 	an_series_add(&an->tb, &s->rt_wire, bin, wire_ns > 0 ? (uint64_t)wire_ns : 0);

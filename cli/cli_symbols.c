@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli/cli_symbols.h"
+#include "util/rbt_grow.h"
 
 struct fsym {
 	uint64_t addr, size;
@@ -30,7 +31,7 @@ struct module {
 
 struct rbt_symbolizer {
 	struct module *m;
-	size_t n, cap;
+	uint32_t n, cap;
 };
 
 struct rbt_symbolizer *rbt_sym_new(void)
@@ -56,14 +57,8 @@ void rbt_sym_add_module(struct rbt_symbolizer *s, uint64_t base, uint64_t size,
 {
 	if (!s || !size)
 		return;
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 16;
-		struct module *m = realloc(s->m, cap * sizeof(*m));
-		if (!m)
-			return;
-		s->m = m;
-		s->cap = cap;
-	}
+	if (rbt_grow(&s->m, &s->cap, s->n + 1, sizeof(*s->m), 16, 0))
+		return;
 	struct module *m = &s->m[s->n];
 	memset(m, 0, sizeof(*m));
 	m->base = base;

@@ -309,6 +309,45 @@ bad:
 	return -1;
 }
 
+int rbt_cli_parse_traces(const char *cmd, int argc, char **argv,
+			 const struct rbt_cli_opt *opts, const char *usage, char **pos,
+			 int max, const char *const *jobs, unsigned *threads, int *n)
+{
+	*n = rbt_cli_parse(cmd, argc, argv, opts, 0, pos, max);
+	int done = rbt_cli_parse_done(*n, usage);
+	if (done >= 0)
+		return done;
+	if (max == 1 && *n != 1)
+		return rbt_cli_usage(cmd, "expects one trace file");
+	if (*n == 0)
+		return rbt_cli_usage(cmd, "no trace given");
+	if (jobs && rbt_cli_jobs(cmd, *jobs, threads))
+		return RBT_EXIT_USAGE;
+	return -1;
+}
+
+int rbt_cli_choice(const char *cmd, const char *opt, const char *s,
+		   const char *const *names)
+{
+	char list[256] = "";
+	int n = 0;
+	for (int i = 0; names[i]; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	while (names[n])
+		n++;
+	for (int i = 0; i < n; i++) {
+		size_t l = strlen(list);
+		snprintf(list + l, sizeof(list) - l, "%s%s",
+			 i == 0	      ? ""
+			 : i == n - 1 ? " or "
+				      : ", ",
+			 names[i]);
+	}
+	rbt_cli_usage(cmd, "--%s: '%s' is not %s", opt, s, list);
+	return -1;
+}
+
 int rbt_cli_check_traces(const char *cmd, char *const *paths, int n, int distinct)
 {
 	struct rbt_header *hdr = calloc((size_t)n + 1, sizeof(*hdr));

@@ -227,12 +227,11 @@ int rbt_cmd_dump(int argc, char **argv)
 		{ "jobs", 'j', &jobs, NULL },	{ 0 },
 	};
 	char *pos[1];
-	int n = rbt_cli_parse("dump", argc, argv, opts, 0, pos, 1);
-	int rc = rbt_cli_parse_done(n, usage);
+	int n;
+	int rc = rbt_cli_parse_traces("dump", argc, argv, opts, usage, pos, 1, NULL, NULL,
+				      &n);
 	if (rc >= 0)
 		return rc;
-	if (n != 1)
-		return rbt_cli_usage("dump", "expects one trace file");
 
 	uint64_t want_types = 0, qpn = 0, tid = 0;
 	if (types) {

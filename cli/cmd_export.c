@@ -62,58 +62,28 @@ int rbt_cmd_export(int argc, char **argv)
 		RBT_CLI_FILTER_OPTS(fa),
 		{ 0 },
 	};
-	int n = rbt_cli_parse(cmd, argc, argv, opts, 0, pos, 256);
-	int done = rbt_cli_parse_done(n, usage);
+	int n;
+	int done = rbt_cli_parse_traces(cmd, argc, argv, opts, usage, pos, 256, &jobs,
+					&threads, &n);
 	if (done >= 0)
 		return done;
-	if (n == 0)
-		return rbt_cli_usage(cmd, "no trace given");
-	if (rbt_cli_jobs(cmd, jobs, &threads))
+	static const char *const formats[] = { "csv", "ndjson", NULL };
+	int ndjson = rbt_cli_choice(cmd, "format", format, formats);
+	if (ndjson < 0)
 		return RBT_EXIT_USAGE;
-	int ndjson;
-	if (!strcmp(format, "csv"))
-		ndjson = 0;
-	else if (!strcmp(format, "ndjson"))
-		ndjson = 1;
-	else
-		return rbt_cli_usage(cmd, "--format: '%s' is not csv or ndjson", format);
-	if (out_path && !*out_path)
-		return rbt_cli_usage(cmd, "--output: empty path");
-	struct stat ost, in[256];
-	int out_exists = out_path && stat(out_path, &ost) == 0;
-	uint64_t total = 0;
-	for (int i = 0; i < n; i++) {
-		if (stat(pos[i], &in[i]) != 0) {
-			rbt_cli_error(cmd, "%s: %s", pos[i], strerror(errno));
-			return RBT_EXIT_FAIL;
-		}
-		total += (uint64_t)in[i].st_size;
-		for (int j = 0; j < i; j++)
-			if (in[j].st_dev == in[i].st_dev && in[j].st_ino == in[i].st_ino)
-				return rbt_cli_usage(cmd,
-						     "%s is given twice (also as %s)",
-						     pos[i], pos[j]);
-		if (out_exists && S_ISREG(in[i].st_mode) && in[i].st_dev == ost.st_dev &&
-		    in[i].st_ino == ost.st_ino)
-			return rbt_cli_usage(cmd,
-					     "--output %s is the trace %s: it would be "
-					     "overwritten",
-					     out_path, pos[i]);
-	}
+	uint64_t total;
+	int rc = rbt_cli_inputs(cmd, pos, n, out_path, &total);
+	if (rc != RBT_EXIT_OK)
+		return rc;
 	struct rbt_analyzer_filter filt;
-	int fret = rbt_cli_filter_build(cmd, &fa, pos, n, &filt);
-	if (fret != RBT_EXIT_OK)
-		return fret;
-	FILE *out = stdout;
+	rc = rbt_cli_filter_build(cmd, &fa, pos, n, &filt);
+	if (rc != RBT_EXIT_OK)
+		return rc;
+	FILE *out;
 	struct rbt_cli_out ro = { 0 };
-	if (out_path) {
-		int e = rbt_cli_out_open(out_path, &ro);
-		if (e) {
-			rbt_cli_error(cmd, "%s: %s", out_path, strerror(-e));
-			return RBT_EXIT_FAIL;
-		}
-		out = ro.f;
-	}
+	rc = rbt_cli_out_begin(cmd, out_path, &ro, &out);
+	if (rc != RBT_EXIT_OK)
+		return rc;
 	struct rbt_analyzer_opts ao = { .threads = threads };
 	ao.export_ndjson = ndjson;
 	ao.filter = &filt;
@@ -123,16 +93,9 @@ int rbt_cmd_export(int argc, char **argv)
 	ao.progress_delay_ms = rbt_cli_progress_delay_ms();
 	if (!resources)
 		ao.export_wrs = out;
-	struct rbt_analyzer *an = NULL;
-	int ret = rbt_analyzer_create(&ao, &an);
-	char err[512] = "";
-	if (ret == 0)
-		ret = rbt_analyzer_run_files(an, (const char *const *)pos, n, err,
-					     sizeof(err));
-	if (ret == 0)
-		ret = rbt_analyzer_finish(an);
-	if (ret == 0)
-		rbt_cli_filter_warn(cmd, an, &filt);
+	struct rbt_analyzer *an;
+	char err[512];
+	int ret = rbt_cli_analyze(cmd, &ao, pos, n, &an, err, sizeof(err));
 	if (ret == 0 && resources)
 		ret = rbt_analyzer_write_resources(an, out);
 	if (ret == 0 && err[0])

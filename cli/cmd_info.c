@@ -14,6 +14,7 @@
 
 #include "cli/rbt_cli.h"
 #include "trace_format/rbt_format.h"
+#include "util/rbt_grow.h"
 
 static const char usage[] =
 	"usage: rbtrace info [-j N] FILE\n"
@@ -62,7 +63,7 @@ struct stream {
 
 struct streams {
 	struct stream *v;
-	size_t n, cap;
+	uint32_t n, cap;
 };
 
 static struct stream *stream_get(struct streams *s, uint32_t id)
@@ -70,14 +71,8 @@ static struct stream *stream_get(struct streams *s, uint32_t id)
 	for (size_t i = s->n; i-- > 0;)
 		if (s->v[i].id == id)
 			return &s->v[i];
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 16;
-		struct stream *v = realloc(s->v, cap * sizeof(*v));
-		if (!v)
-			return NULL;
-		s->v = v;
-		s->cap = cap;
-	}
+	if (rbt_grow(&s->v, &s->cap, s->n + 1, sizeof(*s->v), 16, 0))
+		return NULL;
 	struct stream *t = &s->v[s->n++];
 	memset(t, 0, sizeof(*t));
 	t->id = id;
@@ -99,14 +94,11 @@ int rbt_cmd_info(int argc, char **argv)
 		{ "jobs", 'j', &jobs, NULL },
 		{ 0 },
 	};
-	int n = rbt_cli_parse("info", argc, argv, opts, 0, pos, 1);
-	int rc = rbt_cli_parse_done(n, usage);
+	int n;
+	int rc = rbt_cli_parse_traces("info", argc, argv, opts, usage, pos, 1, &jobs,
+				      &threads, &n);
 	if (rc >= 0)
 		return rc;
-	if (n != 1)
-		return rbt_cli_usage("info", "expects one trace file");
-	if (rbt_cli_jobs("info", jobs, &threads))
-		return RBT_EXIT_USAGE;
 	const char *path = pos[0];
 	struct rbt_reader *r = rbt_cli_open_trace_j("info", path, threads);
 	if (!r)
@@ -210,7 +202,7 @@ int rbt_cmd_info(int argc, char **argv)
 	}
 	if (streams.n) /* no events: v is NULL, which qsort must not get */
 		qsort(streams.v, streams.n, sizeof(*streams.v), cmp_stream);
-	printf("streams:   %zu", streams.n);
+	printf("streams:   %u", streams.n);
 	for (size_t i = 0; i < streams.n && i < 16; i++)
 		printf("%s%u", i ? " " : " (", streams.v[i].id);
 	printf("%s\n", streams.n > 16 ? " ...)" : streams.n ? ")" : "");

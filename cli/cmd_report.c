@@ -94,30 +94,17 @@ int rbt_cmd_report(int argc, char **argv)
 		RBT_CLI_FILTER_OPTS(fa),
 		{ 0 },
 	};
-	int n = rbt_cli_parse(cmd, argc, argv, opts, 0, pos, 256);
-	int done = rbt_cli_parse_done(n, usage);
+	int n;
+	int done = rbt_cli_parse_traces(cmd, argc, argv, opts, usage, pos, 256, &jobs,
+					&threads, &n);
 	if (done >= 0)
 		return done;
-	if (n == 0)
-		return rbt_cli_usage(cmd, "no trace given");
-	if (rbt_cli_jobs(cmd, jobs, &threads))
+	enum { F_TEXT, F_JSON, F_PERFETTO, F_PERFETTO_JSON, F_HTML };
+	static const char *const formats[] = { "text",		"json", "perfetto",
+					       "perfetto-json", "html", NULL };
+	int fmt = rbt_cli_choice(cmd, "format", format, formats);
+	if (fmt < 0)
 		return RBT_EXIT_USAGE;
-	int fmt;
-	if (!strcmp(format, "text"))
-		fmt = 0;
-	else if (!strcmp(format, "json"))
-		fmt = 1;
-	else if (!strcmp(format, "perfetto"))
-		fmt = 2;
-	else if (!strcmp(format, "html"))
-		fmt = 3;
-	else if (!strcmp(format, "perfetto-json"))
-		fmt = 4;
-	else
-		return rbt_cli_usage(cmd,
-				     "--format: '%s' is not text, json, perfetto, "
-				     "perfetto-json or html",
-				     format);
 	struct rbt_analyzer_opts ao = { 0 };
 	if (max_wrs &&
 	    rbt_cli_u64(cmd, "perfetto-max-wrs", max_wrs, &ao.perfetto_max_wrs))
@@ -143,79 +130,44 @@ int rbt_cmd_report(int argc, char **argv)
 		ao.perfetto_detail_from_ms = a;
 		ao.perfetto_detail_to_ms = b;
 	}
-	if ((max_wrs || detail || bin) && fmt != 2)
+	if ((max_wrs || detail || bin) && fmt != F_PERFETTO)
 		return rbt_cli_usage(cmd, "--perfetto-*: only with --format=perfetto");
-	if (out_path && !*out_path)
-		return rbt_cli_usage(cmd, "--output: empty path");
-	struct stat ost;
-	int out_exists = out_path && stat(out_path, &ost) == 0;
-	uint64_t total = 0;
-	struct stat in[256];
-	for (int i = 0; i < n; i++) {
-		struct stat st;
-		if (stat(pos[i], &st) != 0) {
-			rbt_cli_error(cmd, "%s: %s", pos[i], strerror(errno));
-			return RBT_EXIT_FAIL;
-		}
-		/* Read twice, every WR would count twice. */
-		for (int j = 0; j < i; j++)
-			if (in[j].st_dev == st.st_dev && in[j].st_ino == st.st_ino)
-				return rbt_cli_usage(cmd,
-						     "%s is given twice (also as %s)",
-						     pos[i], pos[j]);
-		in[i] = st;
-		if (out_exists && S_ISREG(st.st_mode) && st.st_dev == ost.st_dev &&
-		    st.st_ino == ost.st_ino)
-			return rbt_cli_usage(cmd,
-					     "--output %s is the trace %s: it would be "
-					     "overwritten",
-					     out_path, pos[i]);
-		total += (uint64_t)st.st_size;
-	}
-	if (fmt == 2 && !out_path && isatty(1))
+	uint64_t total;
+	int rc = rbt_cli_inputs(cmd, pos, n, out_path, &total);
+	if (rc != RBT_EXIT_OK)
+		return rc;
+	if (fmt == F_PERFETTO && !out_path && isatty(1))
 		return rbt_cli_usage(cmd, "--format=perfetto is binary: give -o FILE or "
 					  "redirect the output");
 	struct rbt_analyzer_filter filt;
-	int fret = rbt_cli_filter_build(cmd, &fa, pos, n, &filt);
-	if (fret != RBT_EXIT_OK)
-		return fret;
-	FILE *out = stdout;
+	rc = rbt_cli_filter_build(cmd, &fa, pos, n, &filt);
+	if (rc != RBT_EXIT_OK)
+		return rc;
+	FILE *out;
 	struct rbt_cli_out ro = { 0 };
-	if (out_path) {
-		int e = rbt_cli_out_open(out_path, &ro);
-		if (e) {
-			rbt_cli_error(cmd, "%s: %s", out_path, strerror(-e));
-			return RBT_EXIT_FAIL;
-		}
-		out = ro.f;
-	}
+	rc = rbt_cli_out_begin(cmd, out_path, &ro, &out);
+	if (rc != RBT_EXIT_OK)
+		return rc;
 	ao.threads = threads;
-	if (fmt == 2 || fmt == 4)
+	if (fmt == F_PERFETTO || fmt == F_PERFETTO_JSON)
 		ao.perfetto = out;
-	ao.perfetto_json = fmt == 4;
-	ao.series = fmt == 3; /* the HTML page's plots over time */
+	ao.perfetto_json = fmt == F_PERFETTO_JSON;
+	ao.series = fmt == F_HTML; /* the HTML page's plots over time */
 	ao.filter = &filt;
 	/* a progress line only for someone watching a long run */
 	ao.progress = isatty(2) && !quiet;
 	ao.progress_bytes = total;
 	ao.progress_name = "rbtrace report";
 	ao.progress_delay_ms = rbt_cli_progress_delay_ms();
-	struct rbt_analyzer *an = NULL;
-	int ret = rbt_analyzer_create(&ao, &an);
-	char err[512] = "";
-	if (ret == 0)
-		ret = rbt_analyzer_run_files(an, (const char *const *)pos, n, err,
-					     sizeof(err));
-	if (ret == 0)
-		ret = rbt_analyzer_finish(an);
-	if (ret == 0)
-		rbt_cli_filter_warn(cmd, an, &filt);
+	struct rbt_analyzer *an;
+	char err[512];
+	int ret = rbt_cli_analyze(cmd, &ao, pos, n, &an, err, sizeof(err));
 	if (ret == 0) {
-		if (fmt == 0)
+		if (fmt == F_TEXT)
 			ret = rbt_analyzer_write_text(an, out);
-		else if (fmt == 1)
+		else if (fmt == F_JSON)
 			ret = rbt_analyzer_write_json(an, out);
-		else if (fmt == 3)
+		else if (fmt == F_HTML)
 			ret = rbt_analyzer_write_html(an, out);
 	}
 	if (ret == 0 && err[0])

@@ -65,6 +65,27 @@ static const char usage[] =
 	"  sleep 1; rbtrace softnic --link eth -- ib_send_lat -x 0 localhost\n"
 	"  rbtrace softnic --counters\n";
 
+/* A number option put in the environment as given: -1 after one line when it is
+ * not a number or above max (too_big says why, with the value); 0 when absent. */
+__attribute__((format(printf, 5, 0))) static int
+sn_env_u64(const char *cmd, const char *opt, const char *val, uint64_t max,
+	   const char *too_big, const char *env)
+{
+	uint64_t v;
+	char why[128];
+	if (!val)
+		return 0;
+	if (rbt_cli_u64(cmd, opt, val, &v))
+		return -1;
+	if (v > max) {
+		snprintf(why, sizeof(why), too_big, val);
+		rbt_cli_usage(cmd, "--%s: %s", opt, why);
+		return -1;
+	}
+	setenv(env, val, 1);
+	return 0;
+}
+
 int rbt_cmd_softnic(int argc, char **argv)
 {
 	const char *fabric = NULL, *link = NULL, *lat = NULL, *kib = NULL, *jit = NULL;
@@ -84,7 +105,6 @@ int rbt_cmd_softnic(int argc, char **argv)
 	struct rbt_softnic_setup sn;
 	char *pos[1];
 	int mode;
-	uint64_t v;
 
 	/* our options end at "--" or at the first word that is not an option */
 	for (i = 1; i < argc; i++) {
@@ -107,43 +127,27 @@ int rbt_cmd_softnic(int argc, char **argv)
 		return rbt_cli_usage(cmd, "--fabric: empty path");
 	if (fabric)
 		setenv("SOFTNIC_FABRIC", fabric, 1);
+	static const char *const quirk_names[] = { "mlx5", "none", NULL };
+	static const char *const link_names[] = { "ib", "eth", NULL };
 	if (quirks) {
-		if (strcmp(quirks, "mlx5") && strcmp(quirks, "none"))
-			return rbt_cli_usage(cmd, "--quirks: '%s' is not mlx5 or none",
-					     quirks);
+		if (rbt_cli_choice(cmd, "quirks", quirks, quirk_names) < 0)
+			return RBT_EXIT_USAGE;
 		setenv("SOFTNIC_QUIRKS", quirks, 1);
 	}
 	if (link) {
-		if (strcmp(link, "ib") && strcmp(link, "eth"))
-			return rbt_cli_usage(cmd, "--link: '%s' is not ib or eth", link);
+		if (rbt_cli_choice(cmd, "link", link, link_names) < 0)
+			return RBT_EXIT_USAGE;
 		setenv("SOFTNIC_LINK", link, 1);
 	}
 	/* Beyond a minute a completion never comes in practice, and huge values
 	 * overflow the model's arithmetic. */
-	if (lat) {
-		if (rbt_cli_u64(cmd, "latency", lat, &v))
-			return RBT_EXIT_USAGE;
-		if (v > RBT_SN_MAX_NS)
-			return rbt_cli_usage(
-				cmd, "--latency: %s ns is more than a minute", lat);
-		setenv("SOFTNIC_LATENCY_NS", lat, 1);
-	}
-	if (kib) {
-		if (rbt_cli_u64(cmd, "ns-per-kib", kib, &v))
-			return RBT_EXIT_USAGE;
-		if (v > RBT_SN_MAX_NS_PER_KIB)
-			return rbt_cli_usage(
-				cmd, "--ns-per-kib: %s is more than a second", kib);
-		setenv("SOFTNIC_NS_PER_KIB", kib, 1);
-	}
-	if (jit) {
-		if (rbt_cli_u64(cmd, "jitter", jit, &v))
-			return RBT_EXIT_USAGE;
-		if (v > RBT_SN_MAX_NS)
-			return rbt_cli_usage(cmd, "--jitter: %s ns is more than a minute",
-					     jit);
-		setenv("SOFTNIC_JITTER_NS", jit, 1);
-	}
+	if (sn_env_u64(cmd, "latency", lat, RBT_SN_MAX_NS, "%s ns is more than a minute",
+		       "SOFTNIC_LATENCY_NS") ||
+	    sn_env_u64(cmd, "ns-per-kib", kib, RBT_SN_MAX_NS_PER_KIB,
+		       "%s is more than a second", "SOFTNIC_NS_PER_KIB") ||
+	    sn_env_u64(cmd, "jitter", jit, RBT_SN_MAX_NS, "%s ns is more than a minute",
+		       "SOFTNIC_JITTER_NS"))
+		return RBT_EXIT_USAGE;
 	if (counters) {
 		char fd[PATH_MAX];
 		int ret;

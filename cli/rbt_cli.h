@@ -80,9 +80,23 @@ int rbt_cli_parse(const char *cmd, int argc, char **argv, const struct rbt_cli_o
  * returns 0 for HELP; returns 2 for BAD; returns -1 (go on) otherwise. */
 int rbt_cli_parse_done(int parsed, const char *usage);
 
+/* The start of a command that reads traces: parses argv (opts, at most max
+ * traces into pos, their number into *n), answers --help and bad options, refuses
+ * no trace ("no trace given"; with max 1, not exactly one: "expects one trace
+ * file") and, when jobs is not NULL, a bad --jobs (*jobs into *threads). Returns
+ * -1 to go on, else the exit code. */
+int rbt_cli_parse_traces(const char *cmd, int argc, char **argv,
+			 const struct rbt_cli_opt *opts, const char *usage, char **pos,
+			 int max, const char *const *jobs, unsigned *threads, int *n);
+
 /* Numbers in decimal or 0x hex; print "rbtrace <cmd>: --<opt>: '<s>' is not a
  * number" and return -1 when s is not one. */
 int rbt_cli_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
+
+/* The index of s in names (NULL-terminated); else prints "rbtrace <cmd>:
+ * --<opt>: '<s>' is not A, B or C" (names in their order) and returns -1. */
+int rbt_cli_choice(const char *cmd, const char *opt, const char *s,
+		   const char *const *names);
 
 /* Prints s to stdout with control characters as \xNN: strings from a trace
  * (command lines, host and thread names, module paths) must not break a line
@@ -243,5 +257,23 @@ struct rbt_cli_out {
 };
 int rbt_cli_out_open(const char *path, struct rbt_cli_out *o);
 int rbt_cli_out_close(struct rbt_cli_out *o, const char *path, int ok);
+
+/* ---- one analysis (cli_analyze.c: report, export) ---- */
+/* Before any work: --output not empty, each trace there, none given twice, none
+ * the output; *total is their size in bytes. RBT_EXIT_OK or the exit code after
+ * one line on stderr. */
+int rbt_cli_inputs(const char *cmd, char *const *pos, int n, const char *out_path,
+		   uint64_t *total);
+/* *out: stdout, or the output file opened through ro. RBT_EXIT_OK or
+ * RBT_EXIT_FAIL after one line. */
+int rbt_cli_out_begin(const char *cmd, const char *out_path, struct rbt_cli_out *ro,
+		      FILE **out);
+/* Creates *an (the caller destroys it, also on error), reads the n traces, finishes
+ * and warns about ao->filter's --qp that no trace has. 0 or -errno; err (errlen
+ * bytes) names what could not be read, also when 0 is returned for a trace read in
+ * part. */
+struct rbt_analyzer_opts;
+int rbt_cli_analyze(const char *cmd, const struct rbt_analyzer_opts *ao, char *const *pos,
+		    int n, struct rbt_analyzer **an, char *err, size_t errlen);
 
 #endif

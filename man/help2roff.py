@@ -25,24 +25,14 @@ def run(rbtrace, *args):
     return p.stdout
 
 
+# roff's spelling of the characters it would otherwise take as its own.
+ROFF_ESC = {"\\": "\\e", "-": "\\-", "'": "\\(aq", "`": "\\(ga", "^": "\\(ha",
+            "~": "\\(ti"}
+
+
 def esc(line):
     """One line of text as roff that renders to exactly these characters."""
-    out = []
-    for ch in line:
-        if ch == "\\":
-            out.append("\\e")
-        elif ch == "-":
-            out.append("\\-")
-        elif ch == "'":
-            out.append("\\(aq")
-        elif ch == "`":
-            out.append("\\(ga")
-        elif ch == "^":
-            out.append("\\(ha")
-        elif ch == "~":
-            out.append("\\(ti")
-        else:
-            out.append(ch)
+    out = [ROFF_ESC.get(ch, ch) for ch in line]
     s = "".join(out)
     # A leading . or ' would be a request; \& is a zero-width guard.
     return "\\&" + s if s[:1] in (".", "'") else s

@@ -33,7 +33,7 @@ uint64_t rbt_model_mono_ns(const struct rbt_model_trace *t, uint64_t ticks)
 
 struct mt_clock *mt_clock_of(const struct mt_trace *t, uint64_t ctx)
 {
-	struct mt_clock *c = mt_map_get(&t->clocks, ctx);
+	struct mt_clock *c = rbt_map_get(&t->clocks, ctx);
 	return c ? c : t->first_clock;
 }
 
@@ -61,10 +61,10 @@ void mt_on_clock(struct rbt_model *m, struct mt_trace *t, const struct rbt_event
 	const struct rbt_ev_clock_sample *p = &ev->u.clock_sample;
 	if (!p->ctx || !p->nic_ts)
 		return;
-	struct mt_clock *c = mt_map_get(&t->clocks, p->ctx);
+	struct mt_clock *c = rbt_map_get(&t->clocks, p->ctx);
 	if (!c) {
 		c = calloc(1, sizeof(*c));
-		if (!c || mt_map_put(&t->clocks, p->ctx, c)) {
+		if (!c || rbt_map_put(&t->clocks, p->ctx, c)) {
 			free(c);
 			return;
 		}

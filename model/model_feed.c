@@ -129,7 +129,7 @@ static struct rbt_model_res *mt_data_res(struct rbt_model *m, struct mt_trace *t
 		return qp ? &qp->res : NULL;
 	}
 	case RBT_EV_POST_SRQ_RECV:
-		return mt_map_get(&t->tab[RBT_MODEL_SRQ], ev->u.post_srq_recv.srq);
+		return rbt_map_get(&t->tab[RBT_MODEL_SRQ], ev->u.post_srq_recv.srq);
 	case RBT_EV_POLL_CQ: {
 		uint64_t h = ev->u.poll_cq.cq;
 		struct rbt_model_cq *cq = t->c_cq && t->c_cq->res.handle == h

@@ -13,19 +13,7 @@
 #include <infiniband/verbs.h>
 
 #include "model/rbt_model.h"
-
-/* uint64 -> pointer map, open addressing with linear probing; iteration follows the
- * slots, so the order is stable for one sequence of puts. */
-struct mt_map {
-	uint64_t *keys;
-	void **vals;
-	uint32_t cap; /* power of two, 0 when empty */
-	uint32_t n;
-};
-void *mt_map_get(const struct mt_map *m, uint64_t key);
-int mt_map_put(struct mt_map *m, uint64_t key, void *val);
-void *mt_map_del(struct mt_map *m, uint64_t key);
-void mt_map_free(struct mt_map *m);
+#include "util/rbt_map.h"
 
 /* A least-squares model of host ticks (y) over NIC ticks (x), both relative to the
  * first sample of the device. */
@@ -54,8 +42,8 @@ struct mt_deferred {
 struct mt_trace {
 	struct rbt_model_trace pub;
 	char *name, *host, *cmdline, *tool;
-	struct mt_map tab[RBT_MODEL_KINDS]; /* by handle: the latest object */
-	struct mt_map qpns, lkeys, rkeys, clocks, threads;
+	struct rbt_map tab[RBT_MODEL_KINDS]; /* by handle: the latest object */
+	struct rbt_map qpns, lkeys, rkeys, clocks, threads;
 	struct rbt_model_res *lists[RBT_MODEL_KINDS];
 	/* the last lookups: the data path mostly repeats them */
 	struct rbt_model_qp *c_qp, *c_qpn;

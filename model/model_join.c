@@ -215,7 +215,7 @@ static int mt_ring_find(const struct rbt_model_ring *r, uint64_t wr_id)
  * SRQs, so the receive is the one of any SRQ of the trace posted with this wr_id. */
 static struct rbt_model_ring *mt_xrc_ring(struct mt_trace *t, uint64_t wr_id)
 {
-	const struct mt_map *tab = &t->tab[RBT_MODEL_SRQ];
+	const struct rbt_map *tab = &t->tab[RBT_MODEL_SRQ];
 	for (uint32_t k = 0; k < tab->cap; k++) {
 		struct rbt_model_srq *s = tab->vals[k];
 		if (s && mt_ring_find(&s->rq, wr_id) >= 0)
@@ -441,7 +441,7 @@ static struct rbt_model_qp *mt_wc_qp(struct rbt_model *m, struct mt_trace *t,
 {
 	struct rbt_model_qp *qp = t->c_qpn && t->c_qpn->qpn == wc->qp_num
 					  ? t->c_qpn
-					  : mt_map_get(&t->qpns, wc->qp_num + 1ULL);
+					  : rbt_map_get(&t->qpns, wc->qp_num + 1ULL);
 	t->c_qpn = qp;
 	if (!qp && !wc->qp_num)
 		qp = mt_cq_qp_for(cq, wc->wr_id);
@@ -547,7 +547,7 @@ void mt_join_finish(struct rbt_model *m, struct mt_trace *t)
 		mt_abandon(m, qp, &qp->sq);
 		mt_abandon(m, qp, &qp->rq);
 	}
-	const struct mt_map *tab = &t->tab[RBT_MODEL_SRQ];
+	const struct rbt_map *tab = &t->tab[RBT_MODEL_SRQ];
 	for (uint32_t k = 0; k < tab->cap; k++)
 		if (tab->vals[k])
 			mt_abandon(m, NULL, &((struct rbt_model_srq *)tab->vals[k])->rq);

@@ -63,7 +63,7 @@ static struct rbt_model_res *mt_res_new(struct rbt_model *m, struct mt_trace *t,
 		if (m->keep_events)
 			r->create = rbt_model_event_copy(create);
 	}
-	if ((handle || k != RBT_MODEL_QP) && mt_map_put(&t->tab[k], handle, r)) {
+	if ((handle || k != RBT_MODEL_QP) && rbt_map_put(&t->tab[k], handle, r)) {
 		free((void *)r->create);
 		free(r);
 		return NULL;
@@ -126,7 +126,7 @@ void mt_trace_free(struct mt_trace *t)
 			mt_res_free(r);
 			r = n;
 		}
-		mt_map_free(&t->tab[k]);
+		rbt_map_free(&t->tab[k]);
 	}
 	for (uint32_t i = 0; i < t->clocks.cap; i++)
 		free(t->clocks.vals[i]);
@@ -136,11 +136,11 @@ void mt_trace_free(struct mt_trace *t)
 			free((void *)th->name);
 		free(th);
 	}
-	mt_map_free(&t->qpns);
-	mt_map_free(&t->lkeys);
-	mt_map_free(&t->rkeys);
-	mt_map_free(&t->clocks);
-	mt_map_free(&t->threads);
+	rbt_map_free(&t->qpns);
+	rbt_map_free(&t->lkeys);
+	rbt_map_free(&t->rkeys);
+	rbt_map_free(&t->clocks);
+	rbt_map_free(&t->threads);
 	rbt_model_ring_free(&t->deferred);
 	free(t->name);
 	free(t->host);
@@ -175,7 +175,7 @@ struct rbt_model_thread *rbt_model_thread(struct rbt_model *m, int trace, uint32
 	if (trace < 0 || trace >= m->n_traces)
 		return NULL;
 	struct mt_trace *t = m->traces[trace];
-	struct rbt_model_thread *th = mt_map_get(&t->threads, tid + 1ULL);
+	struct rbt_model_thread *th = rbt_map_get(&t->threads, tid + 1ULL);
 	if (th)
 		return th;
 	th = calloc(1, sizeof(*th));
@@ -183,7 +183,7 @@ struct rbt_model_thread *rbt_model_thread(struct rbt_model *m, int trace, uint32
 		return NULL;
 	th->tid = tid;
 	th->idx = t->n_threads++;
-	if (mt_map_put(&t->threads, tid + 1ULL, th)) {
+	if (rbt_map_put(&t->threads, tid + 1ULL, th)) {
 		free(th);
 		return NULL;
 	}
@@ -196,7 +196,7 @@ struct rbt_model_thread *rbt_model_thread(struct rbt_model *m, int trace, uint32
 
 struct rbt_model_cq *mt_cq_get(struct rbt_model *m, struct mt_trace *t, uint64_t handle)
 {
-	struct rbt_model_cq *cq = mt_map_get(&t->tab[RBT_MODEL_CQ], handle);
+	struct rbt_model_cq *cq = rbt_map_get(&t->tab[RBT_MODEL_CQ], handle);
 	if (cq)
 		return cq;
 	return (struct rbt_model_cq *)mt_res_new(m, t, RBT_MODEL_CQ, handle, NULL);
@@ -215,7 +215,7 @@ static struct rbt_model_qp *mt_qp_alloc(struct rbt_model *m, struct mt_trace *t,
 	qp->sq.elem = sizeof(struct rbt_model_wr);
 	qp->rq.elem = sizeof(struct rbt_model_wr);
 	t->c_qp = t->c_qpn = NULL;
-	mt_map_put(&t->qpns, qpn + 1ULL, qp);
+	rbt_map_put(&t->qpns, qpn + 1ULL, qp);
 	return qp;
 }
 
@@ -227,7 +227,7 @@ struct rbt_model_qp *mt_qp_new(struct rbt_model *m, struct mt_trace *t, uint64_t
 
 static struct rbt_model_qp *mt_live_qp(const struct mt_trace *t, uint64_t handle)
 {
-	struct rbt_model_qp *qp = mt_map_get(&t->tab[RBT_MODEL_QP], handle);
+	struct rbt_model_qp *qp = rbt_map_get(&t->tab[RBT_MODEL_QP], handle);
 	return qp && !qp->res.destroyed ? qp : NULL;
 }
 
@@ -240,7 +240,7 @@ struct rbt_model_qp *mt_qp_find(struct rbt_model *m, struct mt_trace *t, uint64_
 		return t->c_qp;
 	struct rbt_model_qp *qp = handle ? mt_live_qp(t, handle) : NULL;
 	if (!qp)
-		qp = mt_map_get(&t->qpns, qpn + 1ULL);
+		qp = rbt_map_get(&t->qpns, qpn + 1ULL);
 	if (!qp)
 		qp = mt_qp_new(m, t, handle, qpn);
 	if (qp && handle && qp->res.handle == handle && !qp->res.destroyed)
@@ -270,7 +270,7 @@ static void mt_try_pair(struct rbt_model *m, struct rbt_model_qp *qp)
 		return;
 	for (int i = 0; i < m->n_traces; i++) {
 		struct rbt_model_qp *o =
-			mt_map_get(&m->traces[i]->qpns, qp->dest_qpn + 1ULL);
+			rbt_map_get(&m->traces[i]->qpns, qp->dest_qpn + 1ULL);
 		if (!o || o == qp || o->peer || !o->have_rtr || o->dest_qpn != qp->qpn)
 			continue;
 		qp->peer = o;
@@ -298,7 +298,7 @@ static struct rbt_model_res *mt_on_qp_create(struct rbt_model *m, struct mt_trac
 	qp->sq_sig_all = p->sq_sig_all;
 	qp->scq = p->send_cq ? mt_cq_get(m, t, p->send_cq) : NULL;
 	qp->rcq = p->recv_cq ? mt_cq_get(m, t, p->recv_cq) : NULL;
-	qp->srq = p->srq ? mt_map_get(&t->tab[RBT_MODEL_SRQ], p->srq) : NULL;
+	qp->srq = p->srq ? rbt_map_get(&t->tab[RBT_MODEL_SRQ], p->srq) : NULL;
 	for (int k = 0; k < 2; k++) {
 		struct rbt_model_cq *cq = k ? qp->rcq : qp->scq;
 		if (cq && (k == 0 || cq != qp->scq) && cq->n_qps < 4)
@@ -383,15 +383,15 @@ static struct rbt_model_res *mt_on_qp_modify(struct rbt_model *m, struct mt_trac
 
 static void mt_mr_unkey(struct mt_trace *t, struct rbt_model_mr *mr)
 {
-	if (mt_map_get(&t->lkeys, mr->lkey + 1ULL) == mr)
-		mt_map_del(&t->lkeys, mr->lkey + 1ULL);
-	if (mt_map_get(&t->rkeys, mr->rkey + 1ULL) == mr)
-		mt_map_del(&t->rkeys, mr->rkey + 1ULL);
+	if (rbt_map_get(&t->lkeys, mr->lkey + 1ULL) == mr)
+		rbt_map_del(&t->lkeys, mr->lkey + 1ULL);
+	if (rbt_map_get(&t->rkeys, mr->rkey + 1ULL) == mr)
+		rbt_map_del(&t->rkeys, mr->rkey + 1ULL);
 }
 
 static struct rbt_model_mr *mt_live_mr(const struct mt_trace *t, uint64_t handle)
 {
-	struct rbt_model_mr *mr = mt_map_get(&t->tab[RBT_MODEL_MR], handle);
+	struct rbt_model_mr *mr = rbt_map_get(&t->tab[RBT_MODEL_MR], handle);
 	return mr && !mr->res.destroyed ? mr : NULL;
 }
 
@@ -414,8 +414,8 @@ static struct rbt_model_res *mt_on_mr_reg(struct rbt_model *m, struct mt_trace *
 	mr->access = p->access;
 	mr->lkey = p->lkey;
 	mr->rkey = p->rkey;
-	mt_map_put(&t->lkeys, p->lkey + 1ULL, mr);
-	mt_map_put(&t->rkeys, p->rkey + 1ULL, mr);
+	rbt_map_put(&t->lkeys, p->lkey + 1ULL, mr);
+	rbt_map_put(&t->rkeys, p->rkey + 1ULL, mr);
 	return &mr->res;
 }
 
@@ -454,7 +454,7 @@ static struct rbt_model_res *mt_on_srq_create(struct rbt_model *m, struct mt_tra
 					      const struct rbt_event *ev)
 {
 	const struct rbt_ev_srq_create *p = &ev->u.srq_create;
-	struct rbt_model_res *old = mt_map_get(&t->tab[RBT_MODEL_SRQ], p->srq);
+	struct rbt_model_res *old = rbt_map_get(&t->tab[RBT_MODEL_SRQ], p->srq);
 	if (p->ret != 0 || !p->srq || (old && !old->destroyed))
 		return NULL;
 	struct rbt_model_srq *s =
@@ -473,7 +473,7 @@ static struct rbt_model_res *mt_on_modify(struct rbt_model *m, struct mt_trace *
 					  enum rbt_model_kind k, uint64_t h,
 					  const struct rbt_event *ev)
 {
-	struct rbt_model_res *r = mt_map_get(&t->tab[k], h);
+	struct rbt_model_res *r = rbt_map_get(&t->tab[k], h);
 	if (!r || r->destroyed)
 		return NULL;
 	mt_res_keep(m, r, ev);
@@ -555,7 +555,7 @@ static struct rbt_model_res *mt_on_generic(struct rbt_model *m, struct mt_trace 
 	struct mt_call call, *c = &call;
 	memcpy(&call, &ev->u, sizeof(call)); /* the common first fields */
 	uint64_t h = mt_life_handle(l, ev);
-	struct rbt_model_res *r = mt_map_get(&t->tab[l->kind], h);
+	struct rbt_model_res *r = rbt_map_get(&t->tab[l->kind], h);
 	if (l->what == MT_CREATE) /* a handle returned and no error */
 		return h && !c->err && c->ret >= 0 ? mt_res_new(m, t, l->kind, h, ev)
 						   : NULL;
@@ -629,7 +629,7 @@ struct rbt_model_res *mt_resource_of(struct mt_trace *t, const struct rbt_event 
 	const struct mt_life *l = mt_life_of(ev->type);
 	if (!l || l->what == MT_CREATE)
 		return NULL;
-	struct rbt_model_res *r = mt_map_get(&t->tab[l->kind], mt_life_handle(l, ev));
+	struct rbt_model_res *r = rbt_map_get(&t->tab[l->kind], mt_life_handle(l, ev));
 	return r && !r->destroyed ? r : NULL;
 }
 
@@ -643,7 +643,7 @@ static struct mt_trace *mt_trace_of(const struct rbt_model *m, int trace)
 static void *mt_lookup(const struct rbt_model *m, int trace, size_t map_off, uint64_t key)
 {
 	struct mt_trace *t = mt_trace_of(m, trace);
-	return t ? mt_map_get((const struct mt_map *)((const char *)t + map_off), key)
+	return t ? rbt_map_get((const struct rbt_map *)((const char *)t + map_off), key)
 		 : NULL;
 }
 
@@ -653,7 +653,7 @@ struct rbt_model_res *rbt_model_by_handle(const struct rbt_model *m, int trace,
 	if ((unsigned)kind >= RBT_MODEL_KINDS)
 		return NULL;
 	return mt_lookup(m, trace,
-			 offsetof(struct mt_trace, tab) + kind * sizeof(struct mt_map),
+			 offsetof(struct mt_trace, tab) + kind * sizeof(struct rbt_map),
 			 handle);
 }
 
@@ -688,7 +688,7 @@ struct rbt_model_res *rbt_model_table_next(const struct rbt_model *m, int trace,
 	struct mt_trace *t = mt_trace_of(m, trace);
 	if (!t || (unsigned)kind >= RBT_MODEL_KINDS)
 		return NULL;
-	const struct mt_map *tab = &t->tab[kind];
+	const struct rbt_map *tab = &t->tab[kind];
 	while (*pos < tab->cap) {
 		void *v = tab->vals[(*pos)++];
 		if (v)

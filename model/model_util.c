@@ -1,5 +1,5 @@
-/* model_util.c - the model's containers (the uint64 map behind every table, the
- * FIFO rings of outstanding WRs) and the deep copy of an event.
+/* model_util.c - the model's containers (the FIFO rings of outstanding WRs; the
+ * map behind every table is util/rbt_map) and the deep copy of an event.
  *
  * On the per-event path: no allocation except when a container grows. The copy is
  * generated from the field lists of rbt_format.h, so a field added there is copied
@@ -10,114 +10,6 @@
 #include <string.h>
 
 #include "model/model_int.h"
-
-/* ---- map ---- */
-
-static inline uint32_t mt_hash(uint64_t k)
-{
-	k ^= k >> 33;
-	k *= 0xff51afd7ed558ccdULL;
-	k ^= k >> 33;
-	return (uint32_t)k;
-}
-
-void *mt_map_get(const struct mt_map *m, uint64_t key)
-{
-	if (!m->cap)
-		return NULL;
-	uint32_t mask = m->cap - 1;
-	for (uint32_t i = mt_hash(key) & mask;; i = (i + 1) & mask) {
-		if (!m->vals[i])
-			return NULL;
-		if (m->keys[i] == key)
-			return m->vals[i];
-	}
-}
-
-static int mt_map_grow(struct mt_map *m)
-{
-	uint32_t ncap = m->cap ? m->cap * 2 : 16;
-	uint64_t *nk = calloc(ncap, sizeof(*nk));
-	void **nv = calloc(ncap, sizeof(*nv));
-	if (!nk || !nv) {
-		free(nk);
-		free(nv);
-		return -ENOMEM;
-	}
-	for (uint32_t i = 0; i < m->cap; i++) {
-		if (!m->vals[i])
-			continue;
-		uint32_t j = mt_hash(m->keys[i]) & (ncap - 1);
-		while (nv[j])
-			j = (j + 1) & (ncap - 1);
-		nk[j] = m->keys[i];
-		nv[j] = m->vals[i];
-	}
-	free(m->keys);
-	free(m->vals);
-	m->keys = nk;
-	m->vals = nv;
-	m->cap = ncap;
-	return 0;
-}
-
-/* Replaces the value of an existing key (a handle reused). */
-int mt_map_put(struct mt_map *m, uint64_t key, void *val)
-{
-	if ((m->n + 1) * 4 > m->cap * 3) {
-		int r = mt_map_grow(m);
-		if (r)
-			return r;
-	}
-	uint32_t mask = m->cap - 1;
-	uint32_t i = mt_hash(key) & mask;
-	while (m->vals[i] && m->keys[i] != key)
-		i = (i + 1) & mask;
-	if (!m->vals[i])
-		m->n++;
-	m->keys[i] = key;
-	m->vals[i] = val;
-	return 0;
-}
-
-/* Backward-shift deletion keeps probing chains intact without tombstones. */
-void *mt_map_del(struct mt_map *m, uint64_t key)
-{
-	if (!m->cap)
-		return NULL;
-	uint32_t mask = m->cap - 1;
-	uint32_t i = mt_hash(key) & mask;
-	while (m->vals[i] && m->keys[i] != key)
-		i = (i + 1) & mask;
-	if (!m->vals[i])
-		return NULL;
-	void *old = m->vals[i];
-	m->vals[i] = NULL;
-	m->n--;
-	uint32_t j = i;
-	for (;;) {
-		j = (j + 1) & mask;
-		if (!m->vals[j])
-			break;
-		uint32_t home = mt_hash(m->keys[j]) & mask;
-		/* move j back to i when its home is not in (i, j] cyclically */
-		bool move = (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
-		if (move) {
-			m->keys[i] = m->keys[j];
-			m->vals[i] = m->vals[j];
-			m->vals[j] = NULL;
-			i = j;
-		}
-	}
-	return old;
-}
-
-void mt_map_free(struct mt_map *m)
-{
-	free(m->keys);
-	free(m->vals);
-	memset(m, 0, sizeof(*m));
-}
 
 /* ---- rings ---- */
 

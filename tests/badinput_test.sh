@@ -6,20 +6,11 @@
 # program runs (it never runs untraced by mistake) or the replay starts. The
 # trace-file cases are in cli_test.cc.
 set -u
-if [ -n "${TEST_SRCDIR:-}" ]; then
-	root=$TEST_SRCDIR/${TEST_WORKSPACE:-rbtrace}
-else
-	root=$(dirname "$0")/../bazel-bin
-fi
-rbtrace=$root/cli/rbtrace
-export RBTRACE_LIB=$root/interpose/librbtrace.so
+. "$(dirname "$0")/lib.sh"
+rbtrace=$RBTRACE
 # Under --config=asan the recorder needs the ASan runtime first in the process.
-asan=$(ldd "$RBTRACE_LIB" 2>/dev/null | awk '/libasan\.so/ { print $3 }')
-if [ -n "$asan" ]; then
-	export LD_PRELOAD=$asan ASAN_OPTIONS=detect_leaks=0
-fi
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/badinput.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+asan_first "$RBTRACE_LIB"
+test_tmp badinput
 fails=0
 # check NAME WANT_EXIT REGEX CMD...: exit code WANT_EXIT, exactly one line on
 # stderr (NLINES=n: n lines) matching REGEX (stdout is the program's, not ours).
@@ -112,9 +103,6 @@ fi
 # replay with real traces over softnic: the two ends of an RC exchange
 # (tests/replay_synth), each case checked before any work (before: the whole
 # replay ran first, or the message named the wrong problem).
-export RBTRACE_SOFTNIC_DIR=$root/softnic
-export SOFTNIC_FABRIC=$(mktemp -d /dev/shm/softnic-badinput-XXXXXX)
-trap 'rm -rf "$tmp" "$SOFTNIC_FABRIC"' EXIT
 mkdir "$tmp/syn" && "$root/tests/replay_synth" "$tmp/syn" >/dev/null || {
 	echo "FAIL replay_synth"
 	exit 1

@@ -22,44 +22,16 @@ dir=$(cd "$dir" && pwd) || { echo "no softnic dir"; exit 2; }
 for f in libibverbs.so.1 librdmacm.so.1; do
 	[ -r "$dir/$f" ] || { echo "$dir/$f missing"; exit 2; }
 done
-for p in rping ucmatose udaddy mckey rdma_server rdma_client rdma_xserver rdma_xclient cmtime ib_send_lat; do
-	command -v $p >/dev/null || { echo "$p missing: install rdmacm-utils and perftest (./dev setup)"; exit 2; }
-done
+. "$(dirname "$0")/lib.sh"
+need_progs rping ucmatose udaddy mckey rdma_server rdma_client rdma_xserver rdma_xclient cmtime ib_send_lat
 export LD_LIBRARY_PATH=$dir
-asan=$(ldd "$dir/librdmacm.so.1" | awk '/libasan|libubsan/ {print $3}' | tr '\n' ' ')
-if [ -n "$asan" ]; then
-	export LD_PRELOAD="$asan" ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0
-fi
+asan_first "$dir/librdmacm.so.1"
 # the programs must get ours, not Debian's (which needs the kernel's rdma_cm)
 ldd "$(command -v rping)" | grep -q "$dir/librdmacm.so.1" ||
 	{ echo "rping does not load $dir/librdmacm.so.1"; exit 1; }
-export SOFTNIC_FABRIC=$(mktemp -d /dev/shm/softnic-cmtest-XXXXXX)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp" "$SOFTNIC_FABRIC"' EXIT
+test_tmp cm_programs shm
 port=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000))
 fails=0
-
-# the fabric's name in the CM's socket names: FNV-1a of "ino:<dev>:<inode>"
-# of the fabric directory, in hex
-printf -v key 'ino:%x:%x' $(stat -c '%d %i' "$SOFTNIC_FABRIC")
-fnv=1469598103934665603
-for ((i = 0; i < ${#key}; i++)); do
-	printf -v ch '%d' "'${key:i:1}"
-	fnv=$(((fnv ^ ch) * 1099511628211))
-done
-printf -v fabric '%016x' $fnv
-
-# wait until something listens on softnic's CM port $1 (a listening abstract
-# socket softnic-cm/<fabric>/<space>/<port> in /proc/net/unix)
-wait_listen() {
-	local i
-	for i in $(seq 1 100); do
-		awk -v p="^@softnic-cm/$fabric/[0-9a-f]+/$1\$" '$4 == "00010000" && $NF ~ p {f = 1}
-			END {exit !f}' /proc/net/unix && return 0
-		sleep 0.05
-	done
-	return 1
-}
 
 # pair NAME CLIENT_REGEX SERVER_REGEX "SERVER CMD" "CLIENT CMD": @P in the
 # commands is the port. SERVER_REGEX "-": the server runs until killed.
@@ -73,7 +45,7 @@ pair() {
 	ccmd=${ccmd//@P/$pp}
 	timeout 60 $scmd >"$s" 2>&1 &
 	spid=$!
-	if ! wait_listen $pp; then
+	if ! cm_wait_listen $pp; then
 		echo "FAIL ${mode:-}$name: the server never listened"; cat "$s"
 		kill $spid 2>/dev/null; wait $spid 2>/dev/null
 		fails=$((fails + 1))

@@ -17,26 +17,15 @@
 # Then tests/cm_failures provokes each CM failure under the recorder and the
 # report must name it (the finding's code).
 set -u
-root=$PWD
-R=$root/cli/rbtrace
+. "$(dirname "$0")/lib.sh"
+R=$RBTRACE
 F=$root/tests/cm_failures
-export RBTRACE_SOFTNIC_DIR=$root/softnic RBTRACE_LIB=$root/interpose/librbtrace.so
-for f in "$R" "$F" "$RBTRACE_SOFTNIC_DIR/librdmacm.so.1" "$RBTRACE_LIB"; do
-	[ -e "$f" ] || { echo "missing $f"; exit 2; }
-done
-for p in rping ucmatose udaddy mckey cmtime rdma_server rdma_client rdma_xserver rdma_xclient \
-	ib_send_lat ib_write_lat ib_read_lat ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw; do
-	command -v $p >/dev/null || { echo "$p missing: install rdmacm-utils and perftest (./dev setup)"; exit 2; }
-done
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/cm_record.XXXXXX")
-export SOFTNIC_FABRIC=$(mktemp -d /dev/shm/softnic-cmrec-XXXXXX)
+need_files "$R" "$F" "$RBTRACE_SOFTNIC_DIR/librdmacm.so.1" "$RBTRACE_LIB"
+need_progs rping ucmatose udaddy mckey cmtime rdma_server rdma_client rdma_xserver rdma_xclient \
+	ib_send_lat ib_write_lat ib_read_lat ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw
 # CM_RECORD_KEEP=1: the traces and outputs are kept (the directory is printed)
-if [ "${CM_RECORD_KEEP:-}" ]; then
-	echo "keeping $tmp"
-	trap 'rm -rf "$SOFTNIC_FABRIC"' EXIT
-else
-	trap 'rm -rf "$tmp" "$SOFTNIC_FABRIC"' EXIT
-fi
+KEEP=${CM_RECORD_KEEP:-}
+test_tmp cm_record shm
 port=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000))
 fails=0
 # CM_RECORD_ONLY=REGEX: only the programs whose names match (no failure cases);
@@ -46,25 +35,7 @@ fail() {
 	echo "FAIL $*"
 	fails=$((fails + 1))
 }
-
-# softnic's CM listens on an abstract socket softnic-cm/<fabric>/<space>/<port>,
-# <fabric> the FNV-1a hash of "ino:<dev>:<inode>" of the fabric directory
-printf -v key 'ino:%x:%x' $(stat -c '%d %i' "$SOFTNIC_FABRIC")
-fnv=1469598103934665603
-for ((i = 0; i < ${#key}; i++)); do
-	printf -v ch '%d' "'${key:i:1}"
-	fnv=$(((fnv ^ ch) * 1099511628211))
-done
-printf -v fabric '%016x' $fnv
-wait_listen() {
-	local i
-	for i in $(seq 1 200); do
-		awk -v p="^@softnic-cm/$fabric/[0-9a-f]+/$1\$" '$4 == "00010000" && $NF ~ p {f = 1}
-			END {exit !f}' /proc/net/unix && return 0
-		sleep 0.05
-	done
-	return 1
-}
+wait_listen() { cm_wait_listen "$1" 200; }
 
 # "N TYPE" lines, sorted: the CM events rdma_get_cm_event returned in a trace
 # (those librdmacm took inside its own calls too: they were delivered)
@@ -195,7 +166,7 @@ rec() {
 	fi
 	if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
 		fail "$name: client rc=$crc server rc=$src"
-		tail -5 "$tmp/$name.cli.out" "$tmp/$name.srv.out"
+		tail -n 5 "$tmp/$name.cli.out" "$tmp/$name.srv.out"
 		return
 	fi
 	[ -z "${cexpect:-}" ] || grep -Eq -- "$cexpect" "$tmp/$name.cli.out" ||
@@ -225,7 +196,7 @@ rec_mckey() {
 	rrc=$?
 	if [ $src -ne 0 ] || [ $rrc -ne 0 ] || ! grep -q "^data transfers complete" "$tmp/$name.srv.out"; then
 		fail "$name: sender rc=$src receiver rc=$rrc"
-		tail -5 "$tmp/$name.cli.out" "$tmp/$name.srv.out"
+		tail -n 5 "$tmp/$name.cli.out" "$tmp/$name.srv.out"
 		return
 	fi
 	check_side "$name" srv ADDR_RESOLVED=1,MULTICAST_JOIN=1

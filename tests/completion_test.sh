@@ -2,10 +2,8 @@
 # completion_test.sh - bash completion (packaging/rbtrace.bash): subcommands, each
 # subcommand's options as its --help lists them, option values, traces.
 set -euo pipefail
-root=$PWD
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/completion.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
+test_tmp completion
 mkdir -p "$tmp/bin" "$tmp/proj/sub"
 ln -s "$root/cli/rbtrace" "$tmp/bin/rbtrace"
 touch "$tmp/proj/a.rbt" "$tmp/proj/b.rbt" "$tmp/proj/notes.txt"

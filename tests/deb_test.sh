@@ -10,10 +10,8 @@
 # tests/deb_chroot_test.sh (./dev deb-test) installs it with apt into a bare
 # Debian 12 made by debootstrap.
 set -euo pipefail
-root=$PWD
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/deb.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
+test_tmp deb
 
 deb=$(TMPDIR=$tmp "$root/packaging/deb.sh" --manifest="$root/packaging/manifest.txt" \
 	--from="$root" --out="$tmp/out")

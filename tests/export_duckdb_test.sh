@@ -6,16 +6,9 @@
 # agrees with `rbtrace report`'s (within its histogram's bucket width, 1.6 %); the
 # NDJSON has the same rows; the resource rows name every QP of the report.
 set -euo pipefail
-root=$PWD
-RBTRACE=$root/cli/rbtrace
-SOFTNIC_DIR=$root/softnic
-SHIM=$root/interpose/librbtrace.so
-. "$root/tests/softnic_env.sh"
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/export_duckdb.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-export SOFTNIC_FABRIC=$tmp/fabric
-mkdir -p "$SOFTNIC_FABRIC"
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
+use_softnic
+test_tmp export_duckdb
 
 # DuckDB for node: where ./dev setup puts it (the same pinned version).
 npm_dir=${RBTRACE_NPM_DIR:-/var/tmp/rbtrace-npm}
@@ -27,24 +20,6 @@ if [ ! -d "$npm_dir/node_modules/@duckdb/node-api" ]; then
 fi
 export NODE_PATH=$npm_dir/node_modules
 
-run() {
-	local out=$1
-	shift
-	RBTRACE_OUTPUT=$out on_softnic --preload "$SHIM" timeout 60 "$@"
-}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-pair() { # NAME CMD...: server and client of CMD, both recorded
-	local name=$1
-	shift
-	local port
-	port=$(free_port)
-	run "$tmp/${name}_s.rbt" "$@" -p $port >"$tmp/${name}_s.log" 2>&1 &
-	local srv=$!
-	sleep 1
-	run "$tmp/${name}_c.rbt" "$@" -p $port localhost >"$tmp/${name}_c.log" 2>&1 ||
-		{ cat "$tmp/${name}_c.log"; fail "$name client"; }
-	wait $srv || { cat "$tmp/${name}_s.log"; fail "$name server"; }
-}
 pair bw ib_write_bw -n 3000
 pair pp ibv_rc_pingpong -n 500
 

@@ -13,23 +13,10 @@
 #   report read as one, with the same counts as an unrotated run of the same
 #   program; a missing part makes the series read as unfinished.
 set -euo pipefail
-root=$PWD
-RBTRACE=$root/cli/rbtrace
+. "$(dirname "$0")/lib.sh"
 PROG=$root/tests/flight_prog
-SHIM=$root/interpose/librbtrace.so
-SOFTNIC=$root/softnic
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/flight.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-export SOFTNIC_FABRIC=$tmp/fabric
-mkdir -p "$SOFTNIC_FABRIC"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-# run OUT.rbt CMD... : CMD over softnic, recorded into OUT.rbt
-run() {
-	local out=$1
-	shift
-	LD_LIBRARY_PATH=$SOFTNIC LD_PRELOAD=$SHIM RBTRACE_OUTPUT=$out timeout 60 "$@"
-}
+test_tmp flight
+use_softnic
 
 # trigger FILE NAME: the snapshot in FILE says it fired on NAME
 trigger() {
@@ -77,7 +64,10 @@ trigger "$tmp/err-snap1.rbt" error_completion
 grep -q "wr_id 999999 status LOC_PROT_ERR" "$tmp/info.txt" || fail "the trigger's WR not named"
 grep -q "older chunks not kept" "$tmp/info.txt" || fail "the window was not cut"
 grep -q "^ended:     snapshot" "$tmp/info.txt" || fail "the snapshot's trailer"
-grep -q "qp_create        4" "$tmp/info.txt" || fail "carried QPs missing"
+# the first pair is carried (created before the cut); the second pair is in the
+# window only when the program made it within the 10 ms after the trigger, which
+# a loaded machine does not promise: 2, 3 or 4 QPs
+grep -Eq "^ *qp_create +[234]$" "$tmp/info.txt" || fail "carried QPs missing"
 reported "$tmp/err-snap1.rbt"
 replayed "$tmp/err-snap1.rbt" badlkey
 # the trace file itself holds the last window (trigger "end")
@@ -136,7 +126,7 @@ RBTRACE_FLIGHT=8M run "$tmp/nospost.rbt" "$PROG" big 200 16 >/dev/null
 # waiter NAME: flight_prog wait in the background, its pid in $pid once ready
 waiter() {
 	rm -f "$tmp/stop"
-	LD_LIBRARY_PATH=$SOFTNIC LD_PRELOAD=$SHIM RBTRACE_OUTPUT=$tmp/$1.rbt RBTRACE_FLIGHT=8M \
+	LD_LIBRARY_PATH=$SOFTNIC_DIR LD_PRELOAD=$SHIM RBTRACE_OUTPUT=$tmp/$1.rbt RBTRACE_FLIGHT=8M \
 		"$PROG" wait 200 "$tmp/stop" >"$tmp/$1.out" &
 	pid=$!
 	for _ in $(seq 200); do

@@ -33,13 +33,29 @@ std::string json(const rbt_header *h, const rbt_event *ev)
 	return s;
 }
 
+// name in the test's scratch directory.
+std::string tmp_path(const char *name)
+{
+	const char *d = getenv("TEST_TMPDIR");
+	return std::string(d ? d : "/tmp") + "/" + name;
+}
+
+// b written whole to tmp_path(name); that path, or "" when it could not be.
+std::string write_tmp(const std::vector<uint8_t> &b, const char *name)
+{
+	std::string path = tmp_path(name);
+	FILE *f = fopen(path.c_str(), "wb");
+	bool ok = f && fwrite(b.data(), 1, b.size(), f) == b.size();
+	if (f && fclose(f))
+		ok = false;
+	return ok ? path : std::string();
+}
+
 // A ping-pong of posts and polls on two streams, chunk by chunk.
 Trace make_trace(int chunks, int per_chunk)
 {
 	Trace t;
-	std::string path =
-		std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
-		"/dmg.rbt";
+	std::string path = tmp_path("dmg.rbt");
 	rbt_header h = {};
 	h.pid = 77;
 	h.clock_source = RBT_CLOCK_MONO;
@@ -122,6 +138,19 @@ struct Result {
 	rbt_header hdr = {};
 };
 
+// Every event r has left, as JSON; the last rbt_reader_next's return in *rc.
+std::vector<std::string> rest_of(rbt_reader *r, int *rc = nullptr)
+{
+	std::vector<std::string> v;
+	const rbt_event *ev;
+	int ret;
+	while ((ret = rbt_reader_next(r, &ev)) > 0)
+		v.push_back(json(rbt_reader_header(r), ev));
+	if (rc)
+		*rc = ret;
+	return v;
+}
+
 Result read_with(const uint8_t *p, size_t n, unsigned threads)
 {
 	Result res;
@@ -131,10 +160,8 @@ Result read_with(const uint8_t *p, size_t n, unsigned threads)
 	res.open_err = rbt_reader_open_mem_opts(p, n, &o, &r);
 	if (res.open_err)
 		return res;
-	const rbt_event *ev;
 	int rc;
-	while ((rc = rbt_reader_next(r, &ev)) > 0)
-		res.events.push_back(json(rbt_reader_header(r), ev));
+	res.events = rest_of(r, &rc);
 	EXPECT_EQ(0, rc);
 	res.st = *rbt_reader_stats(r);
 	res.error = rbt_reader_error(r);
@@ -344,19 +371,11 @@ TEST(FormatDamage, FileReaderSkipsLongGarbage)
 	for (int i = 0; i < 200000; i++)
 		b.push_back(i % 1000 == 0 ? 'R' : (uint8_t)rng());
 	b.insert(b.end(), t.bytes.begin() + (long)t.chunk_off[3], t.bytes.end());
-	std::string path =
-		std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
-		"/long.rbt";
-	FILE *f = fopen(path.c_str(), "wb");
-	ASSERT_NE(nullptr, f);
-	ASSERT_EQ(b.size(), fwrite(b.data(), 1, b.size(), f));
-	fclose(f);
+	std::string path = write_tmp(b, "long.rbt");
+	ASSERT_FALSE(path.empty());
 	rbt_reader *r;
 	ASSERT_EQ(0, rbt_reader_open(path.c_str(), &r));
-	std::vector<std::string> got;
-	const rbt_event *ev;
-	while (rbt_reader_next(r, &ev) > 0)
-		got.push_back(json(rbt_reader_header(r), ev));
+	std::vector<std::string> got = rest_of(r);
 	EXPECT_EQ(expected(t, t.bytes.size(), -1), got);
 	EXPECT_EQ(200000u, rbt_reader_stats(r)->bad_bytes);
 	EXPECT_EQ(t.chunk_off[3], rbt_reader_stats(r)->first_damage_offset);
@@ -391,21 +410,13 @@ TEST(FormatDamage, FileReaderWindowsMatchTheMemoryReader)
 	b.insert(b.begin(), t.bytes.begin(), t.bytes.begin() + (long)t.chunk_off[0]);
 	b.insert(b.end(), t.bytes.begin() + (long)t.chunk_off.back(), t.bytes.end());
 	ASSERT_GT(b.size(), 3u * (256u << 10)); // several windows
-	std::string path =
-		std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
-		"/windows.rbt";
-	FILE *f = fopen(path.c_str(), "wb");
-	ASSERT_NE(nullptr, f);
-	ASSERT_EQ(b.size(), fwrite(b.data(), 1, b.size(), f));
-	fclose(f);
+	std::string path = write_tmp(b, "windows.rbt");
+	ASSERT_FALSE(path.empty());
 
 	Result mem = read_all(b.data(), b.size());
 	rbt_reader *r;
 	ASSERT_EQ(0, rbt_reader_open(path.c_str(), &r));
-	std::vector<std::string> got;
-	const rbt_event *ev;
-	while (rbt_reader_next(r, &ev) > 0)
-		got.push_back(json(rbt_reader_header(r), ev));
+	std::vector<std::string> got = rest_of(r);
 	const struct rbt_reader_stats *st = rbt_reader_stats(r);
 	EXPECT_EQ(mem.events, got);
 	EXPECT_EQ(mem.st.chunks, st->chunks);

@@ -16,29 +16,16 @@
 # Chromium is a package of ./dev setup; without it the test fails saying so.
 set -euo pipefail
 root=$PWD
-RBTRACE=$root/cli/rbtrace
 STALL=$root/tests/stall_prog
 CHECK=$root/tests/report_check.py
 HCHECK=$root/tests/html_check.py
-SHIM=$root/interpose/librbtrace.so
-SOFTNIC_DIR=$root/softnic
-. "$root/tests/softnic_env.sh"
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/html_chromium.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-export SOFTNIC_FABRIC=$tmp/fabric
-mkdir -p "$SOFTNIC_FABRIC"
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
+use_softnic
+test_tmp html_chromium
 
 CHROME=${CHROME:-$(command -v chromium || true)}
 [ -n "$CHROME" ] && [ -x "$CHROME" ] ||
 	fail "chromium not installed: ./dev setup installs it (apt-get install -y chromium)"
-
-run() {
-	local out=$1
-	shift
-	RBTRACE_OUTPUT=$out on_softnic --preload "$SHIM" timeout 60 "$@"
-}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 flags=(--headless --no-sandbox --disable-gpu --disable-background-networking
 	--disable-component-update --disable-sync --no-first-run --mute-audio
@@ -58,13 +45,7 @@ open_page() {
 }
 
 echo "== ibv_rc_pingpong, both ends"
-port=$(free_port)
-run "$tmp/pp_s.rbt" ibv_rc_pingpong -p $port -n 500 >"$tmp/pp_s.log" 2>&1 &
-srv=$!
-sleep 0.3
-run "$tmp/pp_c.rbt" ibv_rc_pingpong -p $port -n 500 localhost >"$tmp/pp_c.log" 2>&1 ||
-	{ cat "$tmp/pp_c.log"; fail "ibv_rc_pingpong client"; }
-wait $srv || fail "ibv_rc_pingpong server"
+PAIR_WAIT=0.3 pair pp ibv_rc_pingpong -n 500
 "$RBTRACE" report --format=html -o "$tmp/pp.html" "$tmp/pp_c.rbt" "$tmp/pp_s.rbt"
 "$RBTRACE" report --format=json -o "$tmp/pp.json" "$tmp/pp_c.rbt" "$tmp/pp_s.rbt"
 if grep -q "https\?://" "$tmp/pp.html"; then fail "the page refers to the network"; fi
@@ -72,15 +53,7 @@ open_page pp ""
 python3 "$HCHECK" dom "$tmp/pp.dom" "$tmp/pp.json" rt
 
 echo "== a stall: the server stops answering, both clients spin"
-port=$(free_port)
-run "$tmp/st_s.rbt" "$STALL" server $port 2 50 >"$tmp/st_s.log" 2>&1 &
-srv=$!
-run "$tmp/st_c1.rbt" "$STALL" client localhost $port 2 spin >"$tmp/st_c1.log" 2>&1 &
-c1=$!
-run "$tmp/st_c2.rbt" "$STALL" client localhost $port 2 spin >"$tmp/st_c2.log" 2>&1 ||
-	{ cat "$tmp/st_c2.log"; fail "stall_prog client 2"; }
-wait $c1 || { cat "$tmp/st_c1.log"; fail "stall_prog client 1"; }
-wait $srv || { cat "$tmp/st_s.log"; fail "stall_prog server"; }
+stalled st 2
 traces=("$tmp/st_c1.rbt" "$tmp/st_c2.rbt" "$tmp/st_s.rbt")
 "$RBTRACE" report --format=html -o "$tmp/st.html" "${traces[@]}"
 "$RBTRACE" report --format=json -o "$tmp/st.json" "${traces[@]}"

@@ -10,17 +10,12 @@
 # under way past the end (a stand-in device whose posts hang): the trailer counts
 # them as lost, and info and report call the trace incomplete.
 set -euo pipefail
-root=$PWD
+. "$(dirname "$0")/lib.sh"
 PROG=$root/tests/interpose_lossless
 CHECK=$root/tests/interpose_lossless_check
-RBTRACE=$root/cli/rbtrace
-SOFTNIC=$root/softnic
-SHIM=$root/interpose/librbtrace.so
+SOFTNIC=$SOFTNIC_DIR
 FAKE=$root/tests/progs/fakeverbs
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/lossless.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-export SOFTNIC_FABRIC=$tmp/fabric
-mkdir -p "$SOFTNIC_FABRIC"
+test_tmp lossless
 fails=0
 
 # ready FILE: the program's "ready" word (every worker did 2000 posts) is set.

@@ -5,22 +5,10 @@
 # dump, report and replay read it, and the report counts the same WRs and
 # completions as a normal recording of the same program.
 set -euo pipefail
-root=$PWD
-RBTRACE=$root/cli/rbtrace
+. "$(dirname "$0")/lib.sh"
 PROG=$root/tests/flight_prog
-SHIM=$root/interpose/librbtrace.so
-SOFTNIC=$root/softnic
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/light.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-export SOFTNIC_FABRIC=$tmp/fabric
-mkdir -p "$SOFTNIC_FABRIC"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-run() {
-	local out=$1
-	shift
-	LD_LIBRARY_PATH=$SOFTNIC LD_PRELOAD=$SHIM RBTRACE_OUTPUT=$out timeout 60 "$@"
-}
+test_tmp light
+use_softnic
 
 echo "== RBTRACE_LIGHT=1 beside a normal recording"
 RBTRACE_LIGHT=1 run "$tmp/light.rbt" "$PROG" run 3000 >/dev/null

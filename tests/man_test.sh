@@ -6,11 +6,8 @@
 #   equal the help text line by line (usage line, spacing, every option);
 # - there is one page per subcommand that `rbtrace --help` lists, and no other.
 set -euo pipefail
-root=$PWD
-RBTRACE=$root/cli/rbtrace
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/man.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
+test_tmp man
 command -v man >/dev/null || fail "man is not installed (man-db; ./dev setup)"
 
 cmds=$("$RBTRACE" --help | sed -n '/^commands:/,/^$/s/^  \([a-z][a-z-]*\) .*/\1/p')

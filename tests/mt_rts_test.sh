@@ -8,16 +8,11 @@
 # - the report has no post_not_rts or qp_error and no unmatched completion;
 # - the replay matches every completion.
 set -u
-root=$PWD
-R=$root/cli/rbtrace
+. "$(dirname "$0")/lib.sh"
+R=$RBTRACE
 P=$root/tests/mt_rts
-export RBTRACE_SOFTNIC_DIR=$root/softnic RBTRACE_LIB=$root/interpose/librbtrace.so
-for f in "$R" "$P" "$RBTRACE_LIB"; do
-	[ -e "$f" ] || { echo "missing $f"; exit 2; }
-done
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/mt_rts.XXXXXX")
-export SOFTNIC_FABRIC=$(mktemp -d /dev/shm/softnic-mtrts-XXXXXX)
-trap 'rm -rf "$tmp" "$SOFTNIC_FABRIC"' EXIT
+need_files "$R" "$P" "$RBTRACE_LIB"
+test_tmp mt_rts shm
 fails=0
 fail() {
 	echo "FAIL $*"

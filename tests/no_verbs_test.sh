@@ -8,17 +8,10 @@
 # Hiding needs root and unshare(CLONE_NEWNS); without them that part is skipped
 # with a line saying so (the NEEDED checks still run).
 set -euo pipefail
-if [ -n "${TEST_SRCDIR:-}" ]; then
-	root=$TEST_SRCDIR/${TEST_WORKSPACE:-rbtrace}
-else
-	root=$(dirname "$0")/../bazel-bin
-fi
-RBTRACE=$root/cli/rbtrace
+. "$(dirname "$0")/lib.sh"
 SYNTH=$root/tests/replay_synth
 MODULE=$root/replay/librbtrace-replay.so
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/no_verbs.XXXXXX")
-trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+test_tmp no_verbs
 
 needed() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
 

@@ -6,13 +6,10 @@
 # outside the detail window (or after the first N) are aggregated into per-QP bins
 # that still account for every WR; bad --perfetto-* values fail in one line.
 set -euo pipefail
-root=$PWD
-RBTRACE=$root/cli/rbtrace
+. "$(dirname "$0")/lib.sh"
 SYNTH=$root/tests/perfetto_synth
 DECODE=$root/tests/perfetto_decode.py
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/perfetto_size.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+test_tmp perfetto_size
 field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 
 "$SYNTH" "$tmp/bw.rbt"

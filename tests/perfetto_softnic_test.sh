@@ -7,21 +7,13 @@
 # the JSON form (--format=perfetto-json) of ucmatose, whose last sends are never
 # polled, has a flow arrow only where both its ends exist (report_check.py).
 set -euo pipefail
-root=$PWD
-RBTRACE=$root/cli/rbtrace
+. "$(dirname "$0")/lib.sh"
 DECODE=$root/tests/perfetto_decode.py
 CHECK=$root/tests/report_check.py
-export RBTRACE_SOFTNIC_DIR=$root/softnic RBTRACE_LIB=$root/interpose/librbtrace.so
-mode=${RBTRACE_SOFTNIC_MODE:-dropin}
-echo "softnic mode: $mode"
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/perfetto_softnic.XXXXXX")
-export SOFTNIC_FABRIC=$(mktemp -d /dev/shm/softnic-pf-XXXXXX)
-trap 'rm -rf "$tmp" "$SOFTNIC_FABRIC"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-for p in ib_write_bw ibv_rc_pingpong ucmatose; do
-	command -v $p >/dev/null || { echo "$p missing: ./dev setup installs it"; exit 2; }
-done
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+use_softnic
+mode=$softnic_mode
+test_tmp perfetto_softnic shm
+need_progs ib_write_bw ibv_rc_pingpong ucmatose
 rec() { # OUT CMD...
 	local out=$1
 	shift

@@ -14,26 +14,11 @@
 # HERD with a master process whose memory worker processes poll, in one
 # replayer.
 set -euo pipefail
-if [ -n "${TEST_SRCDIR:-}" ]; then
-	root=$TEST_SRCDIR/${TEST_WORKSPACE:-rbtrace}
-else
-	root=$(dirname "$0")/../bazel-bin
-fi
-RBTRACE=$root/cli/rbtrace
+. "$(dirname "$0")/lib.sh"
 HERD=$root/tests/replay_herd
 SHM=$root/tests/shm_prog
 NREQ=200
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/replay_deps.XXXXXX")
-export SOFTNIC_FABRIC=$tmp/fabric
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+test_tmp replay_deps
 
 echo "== record the HERD pattern: a server and two client processes"
 mkdir -p "$tmp/meet"
@@ -93,7 +78,7 @@ done
 
 for timing in recorded asap deps; do
 	echo "== three replayer processes, --timing=$timing"
-	p=$(port)
+	p=$(free_port)
 	timeout 120 "$RBTRACE" replay --softnic --json --timing=$timing --listen "$p" --peers 2 \
 		"$tmp/srv.rbt" >"$tmp/three-$timing-s.json" 2>"$tmp/three-$timing-s.err" &
 	bg=$!

@@ -12,6 +12,8 @@
 //   recorded and replayed with every completion matched.
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,47 +27,11 @@
 namespace
 {
 
-std::string Tmp()
-{
-	const char *t = getenv("TEST_TMPDIR");
-	return t ? t : "/tmp";
-}
-
-// Runs a shell command; returns its exit code, its stdout+stderr in *out.
-int Sh(const std::string &cmd, std::string *out)
-{
-	std::string full = cmd + " 2>&1";
-	FILE *p = popen(full.c_str(), "r");
-	if (!p)
-		return -1;
-	char buf[4096];
-	size_t n;
-	out->clear();
-	while ((n = fread(buf, 1, sizeof(buf), p)) > 0)
-		out->append(buf, n);
-	int st = pclose(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
+using rbt_test::sh;
+using rbt_test::softnic_env;
+using rbt_test::test_tmp;
 
 const std::string kRbtrace = "cli/rbtrace";
-
-// The environment that runs a command on softnic in the mode
-// RBTRACE_SOFTNIC_MODE names (drop-in, or provider under the system's
-// libibverbs); pre: a library preloaded first (the recorder).
-std::string SoftnicEnv(const std::string &pre = "")
-{
-	char cwd[4096];
-	if (!getcwd(cwd, sizeof(cwd)))
-		return "";
-	std::string dir = std::string(cwd) + "/softnic";
-	const char *mode = getenv("RBTRACE_SOFTNIC_MODE");
-	std::string fab = " SOFTNIC_FABRIC=" + Tmp() + "/fabric ";
-	if (mode && !strcmp(mode, "provider"))
-		return "LD_PRELOAD=" + (pre.empty() ? "" : pre + ":") + dir +
-		       "/provider/libsoftnic-preload.so RDMAV_DRIVERS=" + dir +
-		       "/provider/libsoftnic" + fab;
-	return "LD_LIBRARY_PATH=" + dir + (pre.empty() ? "" : " LD_PRELOAD=" + pre) + fab;
-}
 
 // The lines of text that contain every one of the words.
 int CountLines(const std::string &text, std::initializer_list<const char *> words)
@@ -99,10 +65,10 @@ class ReplayLife : public ::testing::Test
 	{
 		char cwd[4096];
 		ASSERT_NE(nullptr, getcwd(cwd, sizeof(cwd)));
-		std::string fab = Tmp() + "/fabric";
+		std::string fab = test_tmp() + "/fabric";
 		mkdir(fab.c_str(), 0700);
-		env_ = SoftnicEnv();
-		rec_ = SoftnicEnv(std::string(cwd) + "/interpose/librbtrace.so") +
+		env_ = softnic_env();
+		rec_ = softnic_env(std::string(cwd) + "/interpose/librbtrace.so") +
 		       "RBTRACE_OUTPUT=";
 	}
 	std::string env_, rec_;
@@ -112,10 +78,10 @@ class ReplayLife : public ::testing::Test
 // its peer: RTS) and at exit for the pair still alive (why=1).
 TEST_F(ReplayLife, FinalStateIsRecordedAtDestroyAndAtExit)
 {
-	std::string t = Tmp() + "/churn-final.rbt", out;
-	ASSERT_EQ(0, Sh(rec_ + t + " tests/churn_prog --iters 2 --gap-us 500", &out))
+	std::string t = test_tmp() + "/churn-final.rbt", out;
+	ASSERT_EQ(0, sh(rec_ + t + " tests/churn_prog --iters 2 --gap-us 500", &out))
 		<< out;
-	ASSERT_EQ(0, Sh(kRbtrace + " dump " + t, &out)) << out;
+	ASSERT_EQ(0, sh(kRbtrace + " dump " + t, &out)) << out;
 	EXPECT_EQ(1, CountLines(out, { "qp_final_state", "qp_state=ERR" })) << out;
 	EXPECT_EQ(1, CountLines(out, { "qp_final_state", "qp_state=RTS" }) -
 			     CountLines(out, { "qp_final_state", "why=1" }))
@@ -141,11 +107,11 @@ TEST_F(ReplayLife, FinalStateIsRecordedAtDestroyAndAtExit)
 // the QP destroyed in ERR is compared with the device's recorded ERR.
 TEST_F(ReplayLife, ChurnReplaysAtRecordedTimesWithEveryCompletion)
 {
-	std::string t = Tmp() + "/churn.rbt", out;
-	ASSERT_EQ(0, Sh(rec_ + t + " tests/churn_prog --iters 4", &out)) << out;
+	std::string t = test_tmp() + "/churn.rbt", out;
+	ASSERT_EQ(0, sh(rec_ + t + " tests/churn_prog --iters 4", &out)) << out;
 	for (const char *m : { "recorded", "asap" }) {
 		EXPECT_EQ(0,
-			  Sh(env_ + kRbtrace + " replay --json --timing=" + m + " " + t,
+			  sh(env_ + kRbtrace + " replay --json --timing=" + m + " " + t,
 			     &out))
 			<< m << ": " << out;
 		EXPECT_NE(std::string::npos,
@@ -175,7 +141,7 @@ TEST_F(ReplayLife, ChurnReplaysAtRecordedTimesWithEveryCompletion)
 				   "\"recorded_from\":\"destroy\""))
 			<< m << ": " << out;
 	}
-	EXPECT_EQ(0, Sh(env_ + kRbtrace + " replay " + t, &out)) << out;
+	EXPECT_EQ(0, sh(env_ + kRbtrace + " replay " + t, &out)) << out;
 	EXPECT_NE(std::string::npos, out.find("resource steps: 19 during the run"))
 		<< out;
 	EXPECT_NE(std::string::npos, out.find("lateness of resource steps vs schedule"))
@@ -193,12 +159,12 @@ TEST_F(ReplayLife, ChurnReplaysAtRecordedTimesWithEveryCompletion)
 // ERR at exit; nothing in it moves the QP there): reported, and the run fails.
 TEST_F(ReplayLife, AFinalStateThatDiffersIsReported)
 {
-	std::string d = Tmp() + "/final-differs", out;
+	std::string d = test_tmp() + "/final-differs", out;
 	mkdir(d.c_str(), 0700);
-	ASSERT_EQ(0, Sh("tests/replay_synth " + d + " --iters 5 --final-state 6", &out))
+	ASSERT_EQ(0, sh("tests/replay_synth " + d + " --iters 5 --final-state 6", &out))
 		<< out;
 	EXPECT_EQ(1,
-		  Sh(env_ + kRbtrace + " replay " + d + "/a.rbt " + d + "/b.rbt", &out))
+		  sh(env_ + kRbtrace + " replay " + d + "/a.rbt " + d + "/b.rbt", &out))
 		<< out;
 	EXPECT_NE(std::string::npos, out.find("completions matched: 22 of 22")) << out;
 	EXPECT_NE(
@@ -206,9 +172,9 @@ TEST_F(ReplayLife, AFinalStateThatDiffersIsReported)
 		out.find("QP 200 ends in state RTS, recorded ERR, the device's at exit"))
 		<< out;
 	// without the recorder's query the same trace replays clean
-	ASSERT_EQ(0, Sh("tests/replay_synth " + d + " --iters 5", &out)) << out;
+	ASSERT_EQ(0, sh("tests/replay_synth " + d + " --iters 5", &out)) << out;
 	EXPECT_EQ(0,
-		  Sh(env_ + kRbtrace + " replay " + d + "/a.rbt " + d + "/b.rbt", &out))
+		  sh(env_ + kRbtrace + " replay " + d + "/a.rbt " + d + "/b.rbt", &out))
 		<< out;
 }
 
@@ -217,11 +183,11 @@ TEST_F(ReplayLife, AFinalStateThatDiffersIsReported)
 // completion matched in recorded and asap timing.
 TEST_F(ReplayLife, MemoryWindowProgramReplays)
 {
-	std::string t = Tmp() + "/mw.rbt", out;
-	ASSERT_EQ(0, Sh(rec_ + t + " tests/mw_prog", &out)) << out;
+	std::string t = test_tmp() + "/mw.rbt", out;
+	ASSERT_EQ(0, sh(rec_ + t + " tests/mw_prog", &out)) << out;
 	for (const char *m : { "recorded", "asap" }) {
 		EXPECT_EQ(0,
-			  Sh(env_ + kRbtrace + " replay --timing=" + m + " " + t, &out))
+			  sh(env_ + kRbtrace + " replay --timing=" + m + " " + t, &out))
 			<< m << ": " << out;
 		EXPECT_NE(std::string::npos, out.find("completions matched: 9 of 9"))
 			<< m << ": " << out;
@@ -229,9 +195,9 @@ TEST_F(ReplayLife, MemoryWindowProgramReplays)
 			<< m << ": " << out;
 	}
 	// the replay, recorded: the windows were allocated and bound again
-	std::string o = Tmp() + "/mw-replay.rbt";
-	ASSERT_EQ(0, Sh(env_ + kRbtrace + " replay -o " + o + " " + t, &out)) << out;
-	ASSERT_EQ(0, Sh(kRbtrace + " dump " + o, &out)) << out;
+	std::string o = test_tmp() + "/mw-replay.rbt";
+	ASSERT_EQ(0, sh(env_ + kRbtrace + " replay -o " + o + " " + t, &out)) << out;
+	ASSERT_EQ(0, sh(kRbtrace + " dump " + o, &out)) << out;
 	EXPECT_EQ(2, CountLines(out, { "] mw_alloc" })) << out;
 	EXPECT_EQ(4, CountLines(out, { "opcode=BIND_MW" }) -
 			     CountLines(out, { "] poll_cq", "opcode=BIND_MW" }))
@@ -243,11 +209,11 @@ TEST_F(ReplayLife, MemoryWindowProgramReplays)
 // RDMA access through a window and invalidation goes through the translation.
 TEST_F(ReplayLife, MemoryWindowKeysAreTranslated)
 {
-	std::string a = Tmp() + "/mw-a.rbt", b = Tmp() + "/mw-b.rbt", out;
-	ASSERT_EQ(0, Sh(rec_ + a + " tests/mw_prog", &out)) << out;
-	ASSERT_EQ(0, Sh(rec_ + b + " tests/mw_prog", &out)) << out;
-	std::string o = Tmp() + "/mw-ab";
-	EXPECT_EQ(0, Sh(env_ + kRbtrace + " replay --timing=asap -o " + o + ".rbt " + a +
+	std::string a = test_tmp() + "/mw-a.rbt", b = test_tmp() + "/mw-b.rbt", out;
+	ASSERT_EQ(0, sh(rec_ + a + " tests/mw_prog", &out)) << out;
+	ASSERT_EQ(0, sh(rec_ + b + " tests/mw_prog", &out)) << out;
+	std::string o = test_tmp() + "/mw-ab";
+	EXPECT_EQ(0, sh(env_ + kRbtrace + " replay --timing=asap -o " + o + ".rbt " + a +
 				" " + b,
 			&out))
 		<< out;
@@ -256,7 +222,7 @@ TEST_F(ReplayLife, MemoryWindowKeysAreTranslated)
 	// the windows' keys at alloc: recorded vs replayed, for the second side
 	auto keys = [&](const std::string &t) {
 		std::string d, k;
-		Sh(kRbtrace + " dump " + t, &d);
+		sh(kRbtrace + " dump " + t, &d);
 		std::istringstream in(d);
 		std::string line;
 		while (std::getline(in, line))

@@ -7,6 +7,8 @@
 // QP, damaged trace, missing device) made before any verb is issued.
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
+
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -28,11 +30,11 @@
 namespace
 {
 
-std::string Tmp()
-{
-	const char *t = getenv("TEST_TMPDIR");
-	return t ? t : "/tmp";
-}
+using rbt_test::sanitizer_first;
+using rbt_test::sh;
+using rbt_test::slurp;
+using rbt_test::softnic_env;
+using rbt_test::test_tmp;
 
 bool Exists(const std::string &p)
 {
@@ -40,80 +42,15 @@ bool Exists(const std::string &p)
 	return stat(p.c_str(), &st) == 0;
 }
 
-// Runs a shell command; returns its exit code, its stdout+stderr in *out.
-int Sh(const std::string &cmd, std::string *out)
-{
-	std::string full = cmd + " 2>&1";
-	FILE *p = popen(full.c_str(), "r");
-	if (!p)
-		return -1;
-	char buf[4096];
-	size_t n;
-	out->clear();
-	while ((n = fread(buf, 1, sizeof(buf), p)) > 0)
-		out->append(buf, n);
-	int st = pclose(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 const std::string kRbtrace = "cli/rbtrace";
 const std::string kSynth = "tests/replay_synth";
 
-// Built with --config=asan: the sanitizer runtimes lib links, each followed by
-// ':', for the front of LD_PRELOAD in uninstrumented programs ("" otherwise).
-std::string SanitizerFirst(const std::string &lib)
-{
-	std::string out;
-	FILE *p = popen(("ldd " + lib + " 2>/dev/null").c_str(), "r");
-	char line[1024];
-
-	while (p && fgets(line, sizeof(line), p)) {
-		std::string l = line;
-		size_t arrow = l.find("=> ");
-		if (arrow == std::string::npos ||
-		    (l.find("libasan.so") == std::string::npos &&
-		     l.find("libubsan.so") == std::string::npos))
-			continue;
-		size_t e = l.find(' ', arrow + 3);
-		out += l.substr(arrow + 3, e - arrow - 3) + ":";
-	}
-	if (p)
-		pclose(p);
-	return out;
-}
-
-// The environment that runs a command on softnic (a data dependency of this
-// test) in the mode RBTRACE_SOFTNIC_MODE names: the drop-in libibverbs.so.1,
-// or provider (the system's libibverbs with softnic's preload). pre: a
-// library preloaded first (the recorder).
-std::string SoftnicEnv(const std::string &pre = "")
-{
-	char cwd[4096];
-	if (!getcwd(cwd, sizeof(cwd)))
-		return "";
-	std::string dir = std::string(cwd) + "/softnic";
-	const char *mode = getenv("RBTRACE_SOFTNIC_MODE");
-	std::string fab = " SOFTNIC_FABRIC=" + Tmp() + "/fabric ";
-	if (mode && !strcmp(mode, "provider")) {
-		std::string san = SanitizerFirst(dir + "/provider/libsoftnic-preload.so");
-		const char *opts = getenv("ASAN_OPTIONS");
-		/* (the leaks of Debian's programs are theirs) */
-		if (!san.empty())
-			fab += "ASAN_OPTIONS=" + std::string(opts ? opts : "") +
-			       ":detect_leaks=0 ";
-		return "LD_PRELOAD=" + san + (pre.empty() ? "" : pre + ":") + dir +
-		       "/provider/libsoftnic-preload.so RDMAV_DRIVERS=" + dir +
-		       "/provider/libsoftnic" + fab;
-	}
-	return "LD_LIBRARY_PATH=" + dir + (pre.empty() ? "" : " LD_PRELOAD=" + pre) + fab;
-}
-
 std::string Synth(const std::string &name, const std::string &args)
 {
-	std::string dir = Tmp() + "/" + name;
+	std::string dir = test_tmp() + "/" + name;
 	mkdir(dir.c_str(), 0700);
 	std::string out;
-	EXPECT_EQ(0, Sh(kSynth + " " + dir + " " + args, &out)) << out;
+	EXPECT_EQ(0, sh(kSynth + " " + dir + " " + args, &out)) << out;
 	return dir;
 }
 
@@ -136,13 +73,33 @@ int Port()
 	return port ? port : 20000 + getpid() % 20000;
 }
 
+// Runs `rbtrace replay --listen` on srv in the background and `--connect` on cli;
+// returns both outputs and exit codes.
+void TwoProcesses(const std::string &env, const std::string &srv_args,
+		  const std::string &cli_args, const std::string &log, int *rc_srv,
+		  std::string *out_srv, int *rc_cli, std::string *out_cli)
+{
+	int port = Port();
+	FILE *bg = popen((env + kRbtrace + " replay --listen " + std::to_string(port) +
+			  " " + srv_args + " > " + log + " 2>&1")
+				 .c_str(),
+			 "r");
+	ASSERT_NE(nullptr, bg);
+	*rc_cli = sh(env + kRbtrace + " replay --connect 127.0.0.1:" +
+			     std::to_string(port) + " " + cli_args,
+		     out_cli);
+	int st = pclose(bg);
+	*rc_srv = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+	*out_srv = slurp(log);
+}
+
 TEST(ReplayRefuse, UnpairedQpIsRefusedBeforeAnyVerb)
 {
 	std::string d = Synth("unpaired", "");
 	std::string out;
 	// No softnic in the environment: a refusal must come before the device is
 	// even looked for.
-	EXPECT_EQ(1, Sh(kRbtrace + " replay " + d + "/a.rbt", &out));
+	EXPECT_EQ(1, sh(kRbtrace + " replay " + d + "/a.rbt", &out));
 	EXPECT_NE(std::string::npos, out.find("QP 100 was connected to QP 200")) << out;
 	EXPECT_EQ(std::string::npos, out.find("no RDMA device")) << out;
 }
@@ -155,11 +112,11 @@ TEST(ReplayRefuse, DamagedTraceIsRefusedUnlessAllowed)
 	ASSERT_EQ(0, stat(a.c_str(), &st));
 	ASSERT_EQ(0, truncate(a.c_str(), st.st_size - 40));
 	std::string out;
-	EXPECT_EQ(1, Sh(kRbtrace + " replay " + a + " " + d + "/b.rbt", &out));
+	EXPECT_EQ(1, sh(kRbtrace + " replay " + a + " " + d + "/b.rbt", &out));
 	EXPECT_NE(std::string::npos, out.find("damaged")) << out;
 	EXPECT_NE(std::string::npos, out.find("--allow-damaged")) << out;
 	// Allowed: it goes on past loading (and here stops at the missing device).
-	EXPECT_EQ(1, Sh("LD_LIBRARY_PATH=/nonexistent " + kRbtrace +
+	EXPECT_EQ(1, sh("LD_LIBRARY_PATH=/nonexistent " + kRbtrace +
 				" replay --allow-damaged " + a + " " + d + "/b.rbt",
 			&out));
 	EXPECT_NE(std::string::npos, out.find("intact part")) << out;
@@ -168,14 +125,14 @@ TEST(ReplayRefuse, DamagedTraceIsRefusedUnlessAllowed)
 TEST(ReplayRefuse, BadCommandLines)
 {
 	std::string out;
-	EXPECT_EQ(2, Sh(kRbtrace + " replay", &out));
-	EXPECT_EQ(2, Sh(kRbtrace + " replay --timing=fast x.rbt", &out));
+	EXPECT_EQ(2, sh(kRbtrace + " replay", &out));
+	EXPECT_EQ(2, sh(kRbtrace + " replay --timing=fast x.rbt", &out));
 	EXPECT_NE(std::string::npos, out.find("--timing=fast")) << out;
-	EXPECT_EQ(2, Sh(kRbtrace + " replay --timing=scale:-1 x.rbt", &out));
-	EXPECT_EQ(2, Sh(kRbtrace + " replay --responder x.rbt", &out));
-	EXPECT_EQ(1, Sh(kRbtrace + " replay " + Tmp() + "/missing.rbt", &out));
+	EXPECT_EQ(2, sh(kRbtrace + " replay --timing=scale:-1 x.rbt", &out));
+	EXPECT_EQ(2, sh(kRbtrace + " replay --responder x.rbt", &out));
+	EXPECT_EQ(1, sh(kRbtrace + " replay " + test_tmp() + "/missing.rbt", &out));
 	EXPECT_NE(std::string::npos, out.find("missing.rbt")) << out;
-	EXPECT_EQ(0, Sh(kRbtrace + " replay --help", &out));
+	EXPECT_EQ(0, sh(kRbtrace + " replay --help", &out));
 	EXPECT_NE(std::string::npos, out.find("--responder")) << out;
 }
 
@@ -186,7 +143,26 @@ class ReplaySoftnic : public ::testing::Test
 	{
 		ASSERT_TRUE(Exists("softnic/libibverbs.so.1"))
 			<< "softnic's libibverbs.so.1 is a data dependency of this test";
-		env_ = SoftnicEnv();
+		env_ = softnic_env();
+	}
+	// `rbtrace replay OPTS` of both ends of the replay_synth pair in d, on softnic.
+	int ReplayPair(const std::string &d, std::string *out,
+		       const std::string &opts = "")
+	{
+		return sh(env_ + kRbtrace + " replay " + opts + d + "/a.rbt " + d +
+				  "/b.rbt",
+			  out);
+	}
+	// The pair replay_synth writes with args replayed (OPTS): exit code want,
+	// every one of the texts in its output.
+	void ExpectReplay(const std::string &name, const std::string &args, int want,
+			  std::initializer_list<const char *> texts,
+			  const std::string &opts = "")
+	{
+		std::string out;
+		EXPECT_EQ(want, ReplayPair(Synth(name, args), &out, opts)) << out;
+		for (const char *t : texts)
+			EXPECT_NE(std::string::npos, out.find(t)) << t << "\n" << out;
 	}
 	std::string env_;
 };
@@ -195,8 +171,7 @@ TEST_F(ReplaySoftnic, DeviceLimitsAreRefusedBeforeTraffic)
 {
 	std::string d = Synth("limits", "--send-wr 1000000");
 	std::string out;
-	EXPECT_EQ(1,
-		  Sh(env_ + kRbtrace + " replay " + d + "/a.rbt " + d + "/b.rbt", &out));
+	EXPECT_EQ(1, ReplayPair(d, &out));
 	EXPECT_NE(std::string::npos, out.find("QP 100 needs 1000000 send")) << out;
 	EXPECT_NE(std::string::npos, out.find("the device allows")) << out;
 	EXPECT_EQ(std::string::npos, out.find("completions matched")) << out;
@@ -206,7 +181,7 @@ TEST_F(ReplaySoftnic, BothEndsInOneProcessMatchEveryCompletion)
 {
 	std::string d = Synth("pp1", "--iters 200");
 	std::string out;
-	int rc = Sh(env_ + kRbtrace + " replay --timing=asap -o " + d + "/r.rbt " + d +
+	int rc = sh(env_ + kRbtrace + " replay --timing=asap -o " + d + "/r.rbt " + d +
 			    "/a.rbt " + d + "/b.rbt",
 		    &out);
 	EXPECT_EQ(0, rc) << out;
@@ -214,9 +189,9 @@ TEST_F(ReplaySoftnic, BothEndsInOneProcessMatchEveryCompletion)
 	EXPECT_NE(std::string::npos, out.find("completions matched: 802 of 802")) << out;
 	EXPECT_NE(std::string::npos, out.find("no divergence")) << out;
 	// The replay recorded itself; each end compares equal to its original.
-	EXPECT_EQ(0, Sh(kRbtrace + " diff " + d + "/a.rbt " + d + "/r.0.rbt", &out))
+	EXPECT_EQ(0, sh(kRbtrace + " diff " + d + "/a.rbt " + d + "/r.0.rbt", &out))
 		<< out;
-	EXPECT_EQ(0, Sh(kRbtrace + " diff " + d + "/b.rbt " + d + "/r.1.rbt", &out))
+	EXPECT_EQ(0, sh(kRbtrace + " diff " + d + "/b.rbt " + d + "/r.1.rbt", &out))
 		<< out;
 }
 
@@ -225,14 +200,14 @@ TEST_F(ReplaySoftnic, RecordedTimingReportsLateness)
 	std::string d = Synth("stream", "--scenario stream --iters 400 --interval-us 50");
 	std::string out;
 	EXPECT_EQ(0,
-		  Sh(env_ + kRbtrace + " replay --json " + d + "/a.rbt " + d + "/b.rbt",
+		  sh(env_ + kRbtrace + " replay --json " + d + "/a.rbt " + d + "/b.rbt",
 		     &out))
 		<< out;
 	EXPECT_NE(std::string::npos, out.find("\"timing\":\"recorded\"")) << out;
 	EXPECT_NE(std::string::npos, out.find("\"lateness_ns\":{\"count\":")) << out;
 	EXPECT_NE(std::string::npos, out.find("\"divergences\":[]")) << out;
 	for (const char *t : { "deps", "scale:0.5" }) {
-		EXPECT_EQ(0, Sh(env_ + kRbtrace + " replay --timing=" + t + " " + d +
+		EXPECT_EQ(0, sh(env_ + kRbtrace + " replay --timing=" + t + " " + d +
 					"/a.rbt " + d + "/b.rbt",
 				&out))
 			<< t << ": " << out;
@@ -244,21 +219,11 @@ TEST_F(ReplaySoftnic, TwoProcessesOverTcp)
 {
 	std::string d = Synth("pp2", "--iters 100");
 	std::string out, out2;
-	int port = Port();
-	std::string srv = env_ + kRbtrace + " replay --listen " + std::to_string(port) +
-			  " " + d + "/b.rbt > " + d + "/srv.log 2>&1";
-	FILE *bg = popen(srv.c_str(), "r");
-	ASSERT_NE(nullptr, bg);
-	int rc = Sh(env_ + kRbtrace + " replay --connect 127.0.0.1:" +
-			    std::to_string(port) + " " + d + "/a.rbt",
-		    &out);
-	int st = pclose(bg);
-	std::ifstream f(d + "/srv.log");
-	std::stringstream ss;
-	ss << f.rdbuf();
-	out2 = ss.str();
+	int rc, rc2;
+	TwoProcesses(env_, d + "/b.rbt", d + "/a.rbt", d + "/srv.log", &rc2, &out2, &rc,
+		     &out);
 	EXPECT_EQ(0, rc) << out;
-	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out2;
+	EXPECT_EQ(0, rc2) << out2;
 	EXPECT_NE(std::string::npos, out.find("completions matched: 202 of 202")) << out;
 	EXPECT_NE(std::string::npos, out2.find("completions matched: 200 of 200"))
 		<< out2;
@@ -282,7 +247,7 @@ TEST_F(ReplaySoftnic, TwoProcessesFirstSendRightAfterTheBarrier)
 					 .c_str(),
 				 "r");
 		ASSERT_NE(nullptr, bg);
-		int rc = Sh(env_ + kRbtrace + " replay --connect 127.0.0.1:" +
+		int rc = sh(env_ + kRbtrace + " replay --connect 127.0.0.1:" +
 				    std::to_string(port) + " " + d + "/a.rbt",
 			    &out);
 		int st = pclose(bg);
@@ -306,7 +271,7 @@ TEST_F(ReplaySoftnic, OneEndAgainstResponder)
 			  std::to_string(port) + " > " + d + "/resp.log 2>&1";
 	FILE *bg = popen(srv.c_str(), "r");
 	ASSERT_NE(nullptr, bg);
-	int rc = Sh(env_ + kRbtrace + " replay --connect 127.0.0.1:" +
+	int rc = sh(env_ + kRbtrace + " replay --connect 127.0.0.1:" +
 			    std::to_string(port) + " " + d + "/a.rbt",
 		    &out);
 	int st = pclose(bg);
@@ -317,22 +282,15 @@ TEST_F(ReplaySoftnic, OneEndAgainstResponder)
 
 TEST_F(ReplaySoftnic, RnrRetryExceededReplaysToSameErrorAndState)
 {
-	std::string d = Synth("rnr", "--scenario rnr");
-	std::string out;
-	EXPECT_EQ(0,
-		  Sh(env_ + kRbtrace + " replay " + d + "/a.rbt " + d + "/b.rbt", &out))
-		<< out;
-	EXPECT_NE(std::string::npos, out.find("completions matched: 1 of 1")) << out;
-	EXPECT_NE(std::string::npos, out.find("state ERR (recorded ERR)")) << out;
+	ExpectReplay("rnr", "--scenario rnr", 0,
+		     { "completions matched: 1 of 1", "state ERR (recorded ERR)" });
 }
 
 TEST_F(ReplaySoftnic, RemoteAccessErrorReplaysToSameErrorAndState)
 {
 	std::string d = Synth("rkey", "--scenario rkey");
 	std::string out;
-	EXPECT_EQ(0,
-		  Sh(env_ + kRbtrace + " replay " + d + "/a.rbt " + d + "/b.rbt", &out))
-		<< out;
+	EXPECT_EQ(0, ReplayPair(d, &out)) << out;
 	EXPECT_NE(std::string::npos, out.find("completions matched: 2 of 2")) << out;
 	EXPECT_NE(std::string::npos, out.find("invalid rkey")) << out;
 	EXPECT_EQ(std::string::npos, out.find("divergences")) << out;
@@ -345,7 +303,7 @@ TEST_F(ReplaySoftnic, ADivergenceIsReportedAndFailsTheRun)
 	std::string rnr = Synth("div_rnr", "--scenario rnr");
 	std::string pp = Synth("div_pp", "--iters 1");
 	std::string out;
-	EXPECT_EQ(1, Sh(env_ + kRbtrace + " replay --poll-timeout 300 " + rnr +
+	EXPECT_EQ(1, sh(env_ + kRbtrace + " replay --poll-timeout 300 " + rnr +
 				"/a.rbt " + pp + "/b.rbt",
 			&out))
 		<< out;
@@ -365,30 +323,19 @@ TEST_F(ReplaySoftnic, ADivergenceIsReportedAndFailsTheRun)
 // reported as never polled by the program. (Per poll step this diverged.)
 TEST_F(ReplaySoftnic, CompletionTheProgramNeverPolledIsNotADivergence)
 {
-	std::string d = Synth("unpolled", "--scenario unpolled");
-	std::string out;
-	EXPECT_EQ(0, Sh(env_ + kRbtrace + " replay --poll-timeout 2000 " + d + "/a.rbt " +
-				d + "/b.rbt",
-			&out))
-		<< out;
-	EXPECT_NE(std::string::npos, out.find("completions matched: 3 of 3")) << out;
-	EXPECT_NE(std::string::npos, out.find("no divergence")) << out;
+	ExpectReplay("unpolled", "--scenario unpolled", 0,
+		     { "completions matched: 3 of 3", "no divergence" },
+		     "--poll-timeout 2000 ");
 }
 
 // The same, but the answer never comes: the recorded receive is missing, and
 // that stays a divergence after the replayer polled for it until the timeout.
 TEST_F(ReplaySoftnic, MissingCompletionOnASharedCqStillDiverges)
 {
-	std::string d = Synth("unpolled_lost", "--scenario unpolled-lost");
-	std::string out;
-	EXPECT_EQ(1, Sh(env_ + kRbtrace + " replay --poll-timeout 300 " + d + "/a.rbt " +
-				d + "/b.rbt",
-			&out))
-		<< out;
-	EXPECT_NE(std::string::npos,
-		  out.find("QP 100 recv: recorded 1 completions, replay 0"))
-		<< out;
-	EXPECT_NE(std::string::npos, out.find("completions matched: 1 of 2")) << out;
+	ExpectReplay("unpolled_lost", "--scenario unpolled-lost", 1,
+		     { "QP 100 recv: recorded 1 completions, replay 0",
+		       "completions matched: 1 of 2" },
+		     "--poll-timeout 300 ");
 }
 
 // ---- traces recorded by librbtrace from real verbs programs over softnic ----
@@ -412,14 +359,6 @@ double SecondsSince(std::chrono::steady_clock::time_point t)
 		.count();
 }
 
-std::string Slurp(const std::string &path)
-{
-	std::ifstream f(path);
-	std::stringstream ss;
-	ss << f.rdbuf();
-	return ss.str();
-}
-
 // The client polls 20000 times for answers the server never sends. The first
 // poll waits --poll-timeout (5 s by default) and diverges; before, every later
 // one still waited 10 ms (over 200 s in all). Now the side's fruitless waits
@@ -430,9 +369,7 @@ TEST_F(ReplaySoftnic, ADivergenceAtTheFirstPollEndsWithinSecondsWithAReport)
 	std::string d = Synth("deaf", "--scenario deaf --iters 20000 --interval-us 20");
 	std::string out;
 	auto t0 = std::chrono::steady_clock::now();
-	EXPECT_EQ(1,
-		  Sh(env_ + kRbtrace + " replay " + d + "/a.rbt " + d + "/b.rbt", &out))
-		<< out;
+	EXPECT_EQ(1, ReplayPair(d, &out)) << out;
 	double took = SecondsSince(t0);
 	EXPECT_LT(took, 15.0) << out;
 	EXPECT_NE(std::string::npos, out.find("step 4: expected 1 completions, got 0 "
@@ -498,12 +435,12 @@ long ReplayPeakKb(const std::string &env, const std::string &name, long posts,
 {
 	std::string d = Synth(name, "--scenario stream --interval-us 1 --iters " +
 					    std::to_string(posts / 2));
-	std::string log = Tmp() + "/" + name + ".out";
+	std::string log = test_tmp() + "/" + name + ".out";
 	struct rusage ru = {};
 	int rc = Reap(StartReplay(env + " RBTRACE_REPLAY_WINDOW=" + window + " ",
 				  "--timing=asap " + d + "/a.rbt " + d + "/b.rbt", log),
 		      &ru);
-	*out = Slurp(log);
+	*out = slurp(log);
 	EXPECT_EQ(0, rc) << *out;
 	return ru.ru_maxrss;
 }
@@ -524,7 +461,7 @@ TEST_F(ReplaySoftnic, AMillionPostsReplayStreamedInBoundedMemory)
 	EXPECT_NE(std::string::npos,
 		  out_mem.find("completions matched: 100000 of 100000\n"))
 		<< out_mem;
-	if (!SanitizerFirst("cli/rbtrace").empty())
+	if (!sanitizer_first("cli/rbtrace").empty())
 		GTEST_SKIP() << "sanitized: memory is the sanitizer's (streamed " << str
 			     << " KB, in memory " << mem << " KB)";
 	EXPECT_LT(str, mem) << "streamed 1 M posts: " << str
@@ -542,13 +479,13 @@ TEST_F(ReplaySoftnic, SigintAndSigtermPrintTheReportOfWhatRan)
 		const char *name;
 	} sigs[] = { { SIGINT, "SIGINT" }, { SIGTERM, "SIGTERM" } };
 	for (const auto &sg : sigs) {
-		std::string log = Tmp() + "/sig_" + sg.name + ".out";
+		std::string log = test_tmp() + "/sig_" + sg.name + ".out";
 		double after = 0;
 		/* past load and setup, even sanitized on a loaded machine */
-		double when = SanitizerFirst("cli/rbtrace").empty() ? 2.0 : 5.0;
+		double when = sanitizer_first("cli/rbtrace").empty() ? 2.0 : 5.0;
 		int rc = ReplayAndSignal(env_, d + "/a.rbt " + d + "/b.rbt", sg.sig, when,
 					 log, &after);
-		std::string out = Slurp(log);
+		std::string out = slurp(log);
 		EXPECT_EQ(128 + sg.sig, rc) << out;
 		EXPECT_LT(after, 3.0) << out;
 		EXPECT_NE(std::string::npos,
@@ -566,7 +503,7 @@ TEST_F(ReplaySoftnic, MaxTimeEndsTheRunWithWhatRanMatched)
 		Synth("maxt", "--scenario stream --iters 20000 --interval-us 500");
 	std::string out;
 	auto t0 = std::chrono::steady_clock::now();
-	EXPECT_EQ(0, Sh(env_ + kRbtrace + " replay --max-time 1 " + d + "/a.rbt " + d +
+	EXPECT_EQ(0, sh(env_ + kRbtrace + " replay --max-time 1 " + d + "/a.rbt " + d +
 				"/b.rbt",
 			&out))
 		<< out;
@@ -574,7 +511,7 @@ TEST_F(ReplaySoftnic, MaxTimeEndsTheRunWithWhatRanMatched)
 	EXPECT_NE(std::string::npos, out.find("steps (--max-time 1.000 s)")) << out;
 	EXPECT_TRUE(AllMatched(out)) << out;
 	EXPECT_NE(std::string::npos, out.find("40000 in all)")) << out;
-	EXPECT_EQ(2, Sh(kRbtrace + " replay --max-time -3 " + d + "/a.rbt", &out)) << out;
+	EXPECT_EQ(2, sh(kRbtrace + " replay --max-time -3 " + d + "/a.rbt", &out)) << out;
 	EXPECT_NE(std::string::npos, out.find("--max-time -3: expected seconds")) << out;
 }
 
@@ -587,8 +524,28 @@ class ReplayRecorded : public ReplaySoftnic
 		char cwd[4096];
 		ASSERT_NE(nullptr, getcwd(cwd, sizeof(cwd)));
 		ASSERT_TRUE(Exists("interpose/librbtrace.so"));
-		rec_ = SoftnicEnv(std::string(cwd) + "/interpose/librbtrace.so") +
+		rec_ = softnic_env(std::string(cwd) + "/interpose/librbtrace.so") +
 		       "RBTRACE_OUTPUT=";
+	}
+	// Both ends of cmd recorded: the server (d/srv.rbt, its output in
+	// d/srv.log) in the background, the client (cmd + " localhost", d/cli.rbt)
+	// retried every nap_us until the server listens; the client's exit code.
+	int RecordPair(const std::string &d, const std::string &cmd, std::string *out,
+		       useconds_t nap_us = 100000)
+	{
+		FILE *srv =
+			popen((rec_ + d + "/srv.rbt " + cmd + " > " + d + "/srv.log 2>&1")
+				      .c_str(),
+			      "r");
+		if (!srv)
+			return -1;
+		int rc = 1;
+		for (int i = 0; i < 50 && rc; i++) {
+			usleep(nap_us);
+			rc = sh(rec_ + d + "/cli.rbt " + cmd + " localhost", out);
+		}
+		pclose(srv);
+		return rc;
 	}
 	std::string rec_; // + trace path + " " + command
 };
@@ -597,47 +554,26 @@ TEST_F(ReplayRecorded, PingpongBothEndsInTwoProcessesAndDiff)
 {
 	if (!Exists("/usr/bin/ibv_rc_pingpong"))
 		GTEST_SKIP() << "ibverbs-utils is not installed";
-	std::string d = Tmp() + "/rec_pp";
+	std::string d = test_tmp() + "/rec_pp";
 	mkdir(d.c_str(), 0700);
 	std::string out, sout;
 	int port = Port();
 	std::string ps = " -p " + std::to_string(port) + " -n 200";
-	FILE *srv = popen(
-		(rec_ + d + "/srv.rbt ibv_rc_pingpong" + ps + " > " + d + "/srv.log 2>&1")
-			.c_str(),
-		"r");
-	ASSERT_NE(nullptr, srv);
-	int rc = 1;
-	for (int i = 0; i < 50 && rc; i++) {
-		usleep(100000);
-		rc = Sh(rec_ + d + "/cli.rbt ibv_rc_pingpong" + ps + " localhost", &out);
-	}
-	pclose(srv);
+	int rc = RecordPair(d, "ibv_rc_pingpong" + ps, &out);
 	ASSERT_EQ(0, rc) << out;
 
-	port = Port();
-	FILE *bg = popen((env_ + kRbtrace + " replay --listen " + std::to_string(port) +
-			  " -o " + d + "/srv.rep " + d + "/srv.rbt > " + d +
-			  "/rsrv.log 2>&1")
-				 .c_str(),
-			 "r");
-	ASSERT_NE(nullptr, bg);
-	rc = Sh(env_ + kRbtrace + " replay --connect 127.0.0.1:" + std::to_string(port) +
-			" -o " + d + "/cli.rep " + d + "/cli.rbt",
-		&out);
-	int st = pclose(bg);
-	std::ifstream f(d + "/rsrv.log");
-	std::stringstream ss;
-	ss << f.rdbuf();
-	sout = ss.str();
+	int rs;
+	TwoProcesses(env_, "-o " + d + "/srv.rep " + d + "/srv.rbt",
+		     "-o " + d + "/cli.rep " + d + "/cli.rbt", d + "/rsrv.log", &rs,
+		     &sout, &rc, &out);
 	EXPECT_EQ(0, rc) << out;
-	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << sout;
+	EXPECT_EQ(0, rs) << sout;
 	EXPECT_TRUE(AllMatched(out)) << out;
 	EXPECT_TRUE(AllMatched(sout)) << sout;
 	EXPECT_NE(std::string::npos, out.find("send 200/200, recv 200/200")) << out;
-	EXPECT_EQ(0, Sh(kRbtrace + " diff " + d + "/cli.rbt " + d + "/cli.rep", &out))
+	EXPECT_EQ(0, sh(kRbtrace + " diff " + d + "/cli.rbt " + d + "/cli.rep", &out))
 		<< out;
-	EXPECT_EQ(0, Sh(kRbtrace + " diff " + d + "/srv.rbt " + d + "/srv.rep", &out))
+	EXPECT_EQ(0, sh(kRbtrace + " diff " + d + "/srv.rbt " + d + "/srv.rep", &out))
 		<< out;
 }
 
@@ -652,7 +588,7 @@ int VsResponder(const std::string &env, const std::string &d, std::string *out)
 			 "r");
 	if (!bg)
 		return -1;
-	int rc = Sh(env + kRbtrace + " replay --connect 127.0.0.1:" +
+	int rc = sh(env + kRbtrace + " replay --connect 127.0.0.1:" +
 			    std::to_string(port) + " " + d + "/cli.rbt",
 		    out);
 	pclose(bg);
@@ -673,23 +609,13 @@ TEST_F(ReplayRecorded, PingpongVariantsInOneProcess)
 		std::string bin = std::string("/usr/bin/") + pr[0];
 		if (!Exists(bin))
 			continue;
-		std::string d = Tmp() + "/var_" + pr[0] + pr[1];
+		std::string d = test_tmp() + "/var_" + pr[0] + pr[1];
 		mkdir(d.c_str(), 0700);
 		std::string out, ps = std::string(" ") + pr[1] + " -p " +
 				      std::to_string(Port()) + " -n 100";
-		FILE *srv = popen(
-			(rec_ + d + "/srv.rbt " + bin + ps + " > " + d + "/srv.log 2>&1")
-				.c_str(),
-			"r");
-		ASSERT_NE(nullptr, srv);
-		int rc = 1;
-		for (int i = 0; i < 50 && rc; i++) {
-			usleep(100000);
-			rc = Sh(rec_ + d + "/cli.rbt " + bin + ps + " localhost", &out);
-		}
-		pclose(srv);
+		int rc = RecordPair(d, bin + ps, &out);
 		ASSERT_EQ(0, rc) << bin << pr[1] << ": " << out;
-		EXPECT_EQ(0, Sh(env_ + kRbtrace + " replay --poll-timeout 2000 " + d +
+		EXPECT_EQ(0, sh(env_ + kRbtrace + " replay --poll-timeout 2000 " + d +
 					"/cli.rbt " + d + "/srv.rbt",
 				&out))
 			<< bin << pr[1] << ": " << out;
@@ -702,29 +628,6 @@ TEST_F(ReplayRecorded, PingpongVariantsInOneProcess)
 	}
 }
 
-// Runs `rbtrace replay --listen` on srv in the background and `--connect` on cli;
-// returns both outputs and exit codes.
-void TwoProcesses(const std::string &env, const std::string &srv_args,
-		  const std::string &cli_args, const std::string &log, int *rc_srv,
-		  std::string *out_srv, int *rc_cli, std::string *out_cli)
-{
-	int port = Port();
-	FILE *bg = popen((env + kRbtrace + " replay --listen " + std::to_string(port) +
-			  " " + srv_args + " > " + log + " 2>&1")
-				 .c_str(),
-			 "r");
-	ASSERT_NE(nullptr, bg);
-	*rc_cli = Sh(env + kRbtrace + " replay --connect 127.0.0.1:" +
-			     std::to_string(port) + " " + cli_args,
-		     out_cli);
-	int st = pclose(bg);
-	*rc_srv = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-	std::ifstream f(log);
-	std::stringstream ss;
-	ss << f.rdbuf();
-	*out_srv = ss.str();
-}
-
 // perftest over softnic, recorded; replayed by two replayer processes (diff of
 // original and replay agree), and the client's end alone against a responder.
 TEST_F(ReplayRecorded, PerftestTwoProcessesDiffAndResponder)
@@ -733,20 +636,10 @@ TEST_F(ReplayRecorded, PerftestTwoProcessesDiffAndResponder)
 		std::string bin = std::string("/usr/bin/") + tool;
 		if (!Exists(bin))
 			continue;
-		std::string d = Tmp() + "/pt_" + tool;
+		std::string d = test_tmp() + "/pt_" + tool;
 		mkdir(d.c_str(), 0700);
 		std::string out, sout, ps = " -p " + std::to_string(Port()) + " -n 200";
-		FILE *srv = popen(
-			(rec_ + d + "/srv.rbt " + bin + ps + " > " + d + "/srv.log 2>&1")
-				.c_str(),
-			"r");
-		ASSERT_NE(nullptr, srv);
-		int rc = 1, rs = 1;
-		for (int i = 0; i < 50 && rc; i++) {
-			usleep(200000);
-			rc = Sh(rec_ + d + "/cli.rbt " + bin + ps + " localhost", &out);
-		}
-		pclose(srv);
+		int rs = 1, rc = RecordPair(d, bin + ps, &out, 200000);
 		ASSERT_EQ(0, rc) << tool << ": " << out;
 
 		TwoProcesses(env_, "-o " + d + "/srv.rep " + d + "/srv.rbt",
@@ -755,10 +648,10 @@ TEST_F(ReplayRecorded, PerftestTwoProcessesDiffAndResponder)
 		EXPECT_EQ(0, rc) << tool << ": " << out;
 		EXPECT_EQ(0, rs) << tool << ": " << sout;
 		EXPECT_TRUE(AllMatched(out)) << tool << ": " << out;
-		EXPECT_EQ(0, Sh(kRbtrace + " diff " + d + "/cli.rbt " + d + "/cli.rep",
+		EXPECT_EQ(0, sh(kRbtrace + " diff " + d + "/cli.rbt " + d + "/cli.rep",
 				&out))
 			<< tool << ": " << out;
-		EXPECT_EQ(0, Sh(kRbtrace + " diff " + d + "/srv.rbt " + d + "/srv.rep",
+		EXPECT_EQ(0, sh(kRbtrace + " diff " + d + "/srv.rbt " + d + "/srv.rep",
 				&out))
 			<< tool << ": " << out;
 
@@ -771,10 +664,10 @@ TEST_F(ReplayRecorded, PerftestTwoProcessesDiffAndResponder)
 TEST_F(ReplayRecorded, RecordedFailuresReplayToSameErrorAndState)
 {
 	for (const char *f : { "rnr", "rkey" }) {
-		std::string t = Tmp() + "/fail-" + f + ".rbt", out;
-		ASSERT_EQ(0, Sh(rec_ + t + " tests/replay_pacer --fail " + f, &out))
+		std::string t = test_tmp() + "/fail-" + f + ".rbt", out;
+		ASSERT_EQ(0, sh(rec_ + t + " tests/replay_pacer --fail " + f, &out))
 			<< out;
-		EXPECT_EQ(0, Sh(env_ + kRbtrace + " replay " + t, &out))
+		EXPECT_EQ(0, sh(env_ + kRbtrace + " replay " + t, &out))
 			<< f << ": " << out;
 		EXPECT_TRUE(AllMatched(out)) << out;
 		EXPECT_NE(std::string::npos,
@@ -788,13 +681,13 @@ TEST_F(ReplayRecorded, RecordedFailuresReplayToSameErrorAndState)
 
 TEST_F(ReplayRecorded, PacerInEveryTimingMode)
 {
-	std::string t = Tmp() + "/pacer.rbt", out;
+	std::string t = test_tmp() + "/pacer.rbt", out;
 	ASSERT_EQ(0,
-		  Sh(rec_ + t + " tests/replay_pacer --iters 500 --interval-us 50", &out))
+		  sh(rec_ + t + " tests/replay_pacer --iters 500 --interval-us 50", &out))
 		<< out;
 	for (const char *m : { "recorded", "asap", "deps", "scale:0.5" }) {
 		EXPECT_EQ(0,
-			  Sh(env_ + kRbtrace + " replay --json --timing=" + m + " " + t,
+			  sh(env_ + kRbtrace + " replay --json --timing=" + m + " " + t,
 			     &out))
 			<< m << ": " << out;
 		EXPECT_NE(std::string::npos,
@@ -812,12 +705,12 @@ TEST_F(ReplayRecorded, PacerInEveryTimingMode)
 // written after the workers' chunks: the loader orders events by time.)
 TEST_F(ReplayRecorded, EightThreadsOnEightQpsReplayPerThread)
 {
-	std::string t = Tmp() + "/threads.rbt", out;
-	ASSERT_EQ(0, Sh(rec_ + t + " tests/replay_threads --threads 8 --iters 200", &out))
+	std::string t = test_tmp() + "/threads.rbt", out;
+	ASSERT_EQ(0, sh(rec_ + t + " tests/replay_threads --threads 8 --iters 200", &out))
 		<< out;
 	for (const char *m : { "recorded", "asap", "deps" }) {
 		EXPECT_EQ(0,
-			  Sh(env_ + kRbtrace + " replay --json --timing=" + m + " " + t,
+			  sh(env_ + kRbtrace + " replay --json --timing=" + m + " " + t,
 			     &out))
 			<< m << ": " << out;
 		EXPECT_NE(
@@ -829,7 +722,7 @@ TEST_F(ReplayRecorded, EightThreadsOnEightQpsReplayPerThread)
 		EXPECT_NE(std::string::npos, out.find("\"divergences\":[]"))
 			<< m << ": " << out;
 	}
-	EXPECT_EQ(0, Sh(env_ + kRbtrace + " replay " + t, &out)) << out;
+	EXPECT_EQ(0, sh(env_ + kRbtrace + " replay " + t, &out)) << out;
 	EXPECT_NE(std::string::npos,
 		  out.find("8 recorded threads, each replayed by its own"))
 		<< out;

@@ -12,29 +12,13 @@
 # Also -e (completion channels on the XRC SRQ's CQ), and the one-line refusals
 # of what the replayer cannot rebuild (tests/replay_xrc_refuse.c).
 set -euo pipefail
-if [ -n "${TEST_SRCDIR:-}" ]; then
-	root=$TEST_SRCDIR/${TEST_WORKSPACE:-rbtrace}
-else
-	root=$(dirname "$0")/../bazel-bin
-fi
-RBTRACE=$root/cli/rbtrace
+. "$(dirname "$0")/lib.sh"
 REFUSE=$root/tests/replay_xrc_refuse
 command -v ibv_xsrq_pingpong >/dev/null || { echo "SKIP: ibverbs-utils is not installed"; exit 0; }
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/replay_xrc.XXXXXX")
-export SOFTNIC_FABRIC=$tmp/fabric
+test_tmp replay_xrc
 # where the replayer puts the files of shared XRC domains (checked at the end)
 export TMPDIR=$tmp/t
 mkdir -p "$TMPDIR"
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-# A TCP port nobody listens on now (the kernel's choice for port 0).
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # record NAME NCLIENTS ITERS [OPTION...]: the server and its clients, each end
 # traced
@@ -42,7 +26,7 @@ record() {
 	local name=$1 nc=$2 n=$3 p i
 	shift 3
 	local opts=("$@")
-	p=$(port)
+	p=$(free_port)
 	timeout 60 "$RBTRACE" record --softnic -o "$tmp/$name-srv.rbt" -- \
 		ibv_xsrq_pingpong "${opts[@]}" -p "$p" -c "$nc" -n "$n" >"$tmp/$name-srv.log" 2>&1 &
 	local srv=$!
@@ -125,7 +109,7 @@ replay2() {
 	while [ "$1" != -- ]; do lt+=("$1"); shift; done
 	shift
 	ct=("$@")
-	p=$(port)
+	p=$(free_port)
 	timeout 120 "$RBTRACE" replay --softnic --json --listen "$p" -o "$tmp/$name-l.rep.rbt" \
 		"${lt[@]}" >"$tmp/$name-l.json" 2>"$tmp/$name-l.err" &
 	local bg=$!
@@ -195,7 +179,7 @@ report c2cli2 "$tmp/c2-cli2.rbt"
 replay2 c2two "$tmp/c2-srv.rbt" "$tmp/c2-cli1.rbt" -- "$tmp/c2-cli2.rbt"
 
 echo "== one end against the responder: refused, naming the QP and its type"
-p=$(port)
+p=$(free_port)
 timeout 30 "$RBTRACE" replay --softnic --responder --listen "$p" >"$tmp/resp.log" 2>&1 &
 pids+=($!)
 if timeout 30 "$RBTRACE" replay --softnic --connect "127.0.0.1:$p" "$cli" >"$tmp/refuse.log" 2>&1; then

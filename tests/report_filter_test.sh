@@ -14,18 +14,12 @@
 # - the progress line: never when stderr is not a terminal; on a terminal (util-linux
 #   script, when installed) once the run is long enough, and not with --quiet.
 set -euo pipefail
-root=$PWD
-R=$root/cli/rbtrace
+. "$(dirname "$0")/lib.sh"
+R=$RBTRACE
 THREADS=$root/tests/replay_threads
 WAITER=$root/tests/report_waiter
-export RBTRACE_SOFTNIC_DIR=$root/softnic RBTRACE_LIB=$root/interpose/librbtrace.so
-for f in "$R" "$THREADS" "$WAITER" "$RBTRACE_LIB"; do
-	[ -e "$f" ] || { echo "missing $f"; exit 2; }
-done
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/report_filter.XXXXXX")
-export SOFTNIC_FABRIC=$(mktemp -d /dev/shm/softnic-filter-XXXXXX)
-trap 'rm -rf "$tmp" "$SOFTNIC_FABRIC"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+need_files "$R" "$THREADS" "$WAITER" "$RBTRACE_LIB"
+test_tmp report_filter shm
 
 rec() { # OUT CMD...: CMD recorded over softnic into OUT
 	local out=$1

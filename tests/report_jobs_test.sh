@@ -11,34 +11,10 @@
 # - damaged ones: wild bytes (badinput_traces), a flipped byte inside a chunk, a
 #   file cut inside a chunk, the fuzz corpus.
 set -euo pipefail
-root=$PWD
-RBTRACE=$root/cli/rbtrace
-SHIM=$root/interpose/librbtrace.so
-SOFTNIC_DIR=$root/softnic
-. "$root/tests/softnic_env.sh"
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/report_jobs.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-export SOFTNIC_FABRIC=$tmp/fabric
-mkdir -p "$SOFTNIC_FABRIC"
+. "$(dirname "$0")/lib.sh"
+use_softnic
+test_tmp report_jobs
 cd "$tmp"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-run() { # OUT.rbt CMD...: CMD over softnic, recorded
-	local out=$1
-	shift
-	RBTRACE_OUTPUT=$out on_softnic --preload "$SHIM" timeout 60 "$@"
-}
-pair() { # NAME CMD...: server and client of CMD, both recorded
-	local name=$1 port
-	shift
-	port=$(free_port)
-	run "${name}_s.rbt" "$@" -p "$port" >"${name}_s.log" 2>&1 &
-	local srv=$!
-	sleep 1
-	run "${name}_c.rbt" "$@" -p "$port" localhost >"${name}_c.log" 2>&1 ||
-		{ cat "${name}_c.log"; fail "$name client"; }
-	wait $srv || { cat "${name}_s.log"; fail "$name server"; }
-}
 
 cases=()
 add() { cases+=("$*"); }

@@ -15,27 +15,12 @@
 #   attributed from NIC timestamps through the recorded NIC clock samples, with the
 #   fit's residual stated.
 set -euo pipefail
-root=$PWD
-RBTRACE=$root/cli/rbtrace
+. "$(dirname "$0")/lib.sh"
 WAITER=$root/tests/report_waiter
 STALL=$root/tests/stall_prog
 CHECK=$root/tests/report_check.py
-SOFTNIC=$root/softnic
-SHIM=$root/interpose/librbtrace.so
-SOFTNIC_DIR=$SOFTNIC
-. "$root/tests/softnic_env.sh"
-tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/report_softnic.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-export SOFTNIC_FABRIC=$tmp/fabric
-mkdir -p "$SOFTNIC_FABRIC"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-# run OUT.rbt CMD... : CMD over softnic, recorded into OUT.rbt
-run() {
-	local out=$1
-	shift
-	RBTRACE_OUTPUT=$out on_softnic --preload "$SHIM" timeout 60 "$@"
-}
+use_softnic
+test_tmp report_softnic
 
 echo "== ground truth: NIC 20 us (latency model), poll 60 us after each post"
 SOFTNIC_LATENCY_NS=20000 RBTRACE_NIC_TS=1 run "$tmp/gt.rbt" "$WAITER" --iters 300 --mode wait --wait-us 60 >/dev/null
@@ -74,19 +59,8 @@ done
 "$RBTRACE" report "$tmp/notrts.rbt" | grep -q "in state INIT returned" || fail "notrts evidence"
 "$RBTRACE" report "$tmp/mtu.rbt" | grep -q "path_mtu=3.*path_mtu=5" || fail "mtu evidence"
 
-# a port nobody listens on now, the kernel's choice (shared network namespace)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
 echo "== a stall: the server stops answering after 50 requests, both clients spin"
-port=$(free_port)
-run "$tmp/st_s.rbt" "$STALL" server $port 2 50 >"$tmp/st_s.log" 2>&1 &
-srv=$!
-run "$tmp/st_c1.rbt" "$STALL" client localhost $port 3 spin >"$tmp/st_c1.log" 2>&1 &
-c1=$!
-run "$tmp/st_c2.rbt" "$STALL" client localhost $port 3 spin >"$tmp/st_c2.log" 2>&1 ||
-	{ cat "$tmp/st_c2.log"; fail "stall_prog client 2"; }
-wait $c1 || { cat "$tmp/st_c1.log"; fail "stall_prog client 1"; }
-wait $srv || { cat "$tmp/st_s.log"; fail "stall_prog server"; }
+stalled st 3
 "$RBTRACE" report --format=json -o "$tmp/st.json" "$tmp/st_c1.rbt" "$tmp/st_c2.rbt" "$tmp/st_s.rbt"
 python3 "$CHECK" json "$tmp/st.json" finding=wr_stalled
 python3 - "$tmp/st.json" <<'PY'
@@ -126,13 +100,7 @@ assert "polling_stopped" in codes and "wr_stalled" not in codes, codes
 PY
 
 echo "== healthy: ibv_rc_pingpong, both ends"
-port=$(free_port)
-run "$tmp/pp_s.rbt" ibv_rc_pingpong -p $port -n 500 >"$tmp/pp_s.log" 2>&1 &
-srv=$!
-sleep 0.5
-run "$tmp/pp_c.rbt" ibv_rc_pingpong -p $port -n 500 localhost >"$tmp/pp_c.log" 2>&1 ||
-	{ cat "$tmp/pp_c.log"; fail "ibv_rc_pingpong client"; }
-wait $srv || fail "ibv_rc_pingpong server"
+PAIR_WAIT=0.5 pair pp ibv_rc_pingpong -n 500
 "$RBTRACE" report --format=json -o "$tmp/pp.json" "$tmp/pp_c.rbt" "$tmp/pp_s.rbt"
 python3 "$CHECK" json "$tmp/pp.json" serious=0
 python3 - "$tmp/pp.json" <<'PY'
@@ -156,13 +124,7 @@ echo "== ibv_rc_pingpong -t (the program's own completion timestamps), both ends
 # The recorder samples the NIC clock of a context with a timestamped CQ (at the CQ's
 # creation, periodically, at close): the report maps every completion from its NIC
 # timestamp, states the fit's residual, and never falls back to bounds.
-port=$(free_port)
-run "$tmp/ppt_s.rbt" ibv_rc_pingpong -t -p $port -n 1000 >"$tmp/ppt_s.log" 2>&1 &
-srv=$!
-sleep 0.5
-run "$tmp/ppt_c.rbt" ibv_rc_pingpong -t -p $port -n 1000 localhost >"$tmp/ppt_c.log" 2>&1 ||
-	{ cat "$tmp/ppt_c.log"; fail "ibv_rc_pingpong -t client"; }
-wait $srv || fail "ibv_rc_pingpong -t server"
+PAIR_WAIT=0.5 pair ppt ibv_rc_pingpong -t -n 1000
 "$RBTRACE" report --format=json -o "$tmp/ppt.json" "$tmp/ppt_c.rbt" "$tmp/ppt_s.rbt"
 python3 "$CHECK" json "$tmp/ppt.json" serious=0
 python3 - "$tmp/ppt.json" <<'PY'
@@ -192,13 +154,7 @@ assert total >= 5, total
 PY
 
 echo "== healthy: ib_write_bw, both ends"
-port=$(free_port)
-run "$tmp/bw_s.rbt" ib_write_bw -p $port -n 2000 >"$tmp/bw_s.log" 2>&1 &
-srv=$!
-sleep 1
-run "$tmp/bw_c.rbt" ib_write_bw -p $port -n 2000 localhost >"$tmp/bw_c.log" 2>&1 ||
-	{ cat "$tmp/bw_c.log"; fail "ib_write_bw client"; }
-wait $srv || fail "ib_write_bw server"
+pair bw ib_write_bw -n 2000
 "$RBTRACE" report --format=json -o "$tmp/bw.json" "$tmp/bw_c.rbt" "$tmp/bw_s.rbt"
 python3 "$CHECK" json "$tmp/bw.json" serious=0
 echo "report_softnic_test: all good"

@@ -3,14 +3,9 @@
 # (finding ../softnic next to rbtrace), prints the fabric's counters, and
 # rejects bad arguments with one line and exit code 2.
 set -u
-if [ -n "${TEST_SRCDIR:-}" ]; then
-	root=$TEST_SRCDIR/${TEST_WORKSPACE:-rbtrace}
-else
-	root=$(dirname "$0")/../bazel-bin
-fi
-rbtrace=$root/cli/rbtrace
-export SOFTNIC_FABRIC=$(mktemp -d /dev/shm/softnic-clitest-XXXXXX)
-trap 'rm -rf "$SOFTNIC_FABRIC"' EXIT
+. "$(dirname "$0")/lib.sh"
+rbtrace=$RBTRACE
+test_tmp softnic_cli shm
 fails=0
 check() { # name, expected exit, regex, command...
 	local name=$1 want=$2 re=$3

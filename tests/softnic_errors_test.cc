@@ -158,12 +158,9 @@ TEST(SoftnicLoopback, OverrunLocalProtectionAndFlush)
 			n.post_recv(1, 0, 64);
 			n.post_recv(2, 64, 64);
 			/* a bad lkey: LOC_PROT_ERR, QP to ERR, receives flushed */
-			ibv_sge s = { (uint64_t)(uintptr_t)n.buf, 8, n.mr->lkey + 0x100 };
-			ibv_send_wr wr = {}, *bad;
-			wr.wr_id = 77;
-			wr.sg_list = &s;
-			wr.num_sge = 1;
-			wr.opcode = IBV_WR_SEND;
+			ibv_sge s;
+			ibv_send_wr wr = n.wr1(&s, IBV_WR_SEND, 77, 0, 8, 0), *bad;
+			s.lkey += 0x100;
 			SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad),
 				    0); /* unsignaled, still */
 			ibv_wc wc = n.wait1();
@@ -331,25 +328,12 @@ TEST(SoftnicUD, ReceiveBoundsAreTheBytesWritten)
 			memset(n.buf, 0xab, 200);
 			SnInfo r = n.exchange(fd);
 			n.connect(r);
-			ibv_ah_attr aa = {};
-			aa.dlid = r.lid;
-			aa.port_num = 1;
-			ibv_ah *ah = ibv_create_ah(n.pd, &aa);
-			SN_CHECK(ah);
+			ibv_ah *ah = n.ah_to(r.lid);
 			sn_sync(fd);
 			for (uint32_t len : { 64u, 200u }) {
-				ibv_sge s = { (uint64_t)(uintptr_t)n.buf, len,
-					      n.mr->lkey };
-				ibv_send_wr wr = {}, *bad;
-				wr.wr_id = len;
-				wr.sg_list = &s;
-				wr.num_sge = 1;
-				wr.opcode = IBV_WR_SEND;
-				wr.send_flags = IBV_SEND_SIGNALED;
-				wr.wr.ud.ah = ah;
-				wr.wr.ud.remote_qpn = r.qpn;
-				wr.wr.ud.remote_qkey = 0x11111111;
-				SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad), 0);
+				SN_CHECK_EQ(
+					n.post_ud(IBV_WR_SEND, len, 0, len, ah, r.qpn),
+					0);
 				/* unreliable: the sender never learns of the receiver's error */
 				SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
 			}
@@ -576,21 +560,8 @@ TEST(SoftnicEvents, CommEstablishedAndSqDrained)
 			SN_CHECK_EQ(ev.event_type, IBV_EVENT_COMM_EST);
 			SN_CHECK(ev.element.qp == n.qp);
 			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+			n.to_rts(nullptr, 7, 14, 7, 1);
 			ibv_qp_attr a = {};
-			a.qp_state = IBV_QPS_RTS;
-			a.timeout = 14;
-			a.retry_cnt = 7;
-			a.rnr_retry = 7;
-			a.sq_psn = 0x1234;
-			a.max_rd_atomic = 1;
-			SN_CHECK_EQ(ibv_modify_qp(n.qp, &a,
-						  IBV_QP_STATE | IBV_QP_TIMEOUT |
-							  IBV_QP_RETRY_CNT |
-							  IBV_QP_RNR_RETRY |
-							  IBV_QP_SQ_PSN |
-							  IBV_QP_MAX_QP_RD_ATOMIC),
-				    0);
-			a = {};
 			a.qp_state = IBV_QPS_SQD;
 			a.en_sqd_async_notify = 1;
 			SN_CHECK_EQ(
@@ -601,14 +572,7 @@ TEST(SoftnicEvents, CommEstablishedAndSqDrained)
 			SN_CHECK_EQ(ev.event_type, IBV_EVENT_SQ_DRAINED);
 			sn_sync(fd);
 		},
-		[](int fd) {
-			SnNode n;
-			n.pair(fd);
-			sn_sync(fd);
-			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
-			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
-			sn_sync(fd);
-		}));
+		sn_send_one));
 }
 
 TEST(SoftnicSRQ, LimitReachedEvent)

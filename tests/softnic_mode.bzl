@@ -3,7 +3,7 @@
 softnic_modes(sh_test, name = "x_test", ...) makes x_test (the drop-in
 libibverbs.so.1) and x_test_provider (softnic as a provider under the
 system's libibverbs, with its preload). Each gets RBTRACE_SOFTNIC_MODE,
-the one variable the test helpers (softnic_env.sh, softnic_mode.h) and
+the one variable the test helpers (tests/lib.sh, softnic_mode.h) and
 `rbtrace softnic|record|replay --softnic` read.
 """
 

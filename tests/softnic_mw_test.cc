@@ -76,26 +76,13 @@ int post_inv(SnNode &n, ibv_qp *q, ibv_wr_opcode op, uint32_t key, uint64_t id,
 	return ibv_post_send(q, &wr, &bad);
 }
 
-/* RDMA READ/WRITE or FETCH_ADD of len bytes at the node's buffer + loff. */
+/* RDMA READ/WRITE or FETCH_ADD (+5) of len bytes at the node's buffer + loff. */
 int post_remote(SnNode &n, ibv_qp *q, ibv_wr_opcode op, uint64_t id, size_t loff,
 		uint32_t len, uint32_t rkey, uint64_t raddr)
 {
-	ibv_sge s = { (uint64_t)(uintptr_t)(n.buf + loff), len, n.mr->lkey };
-	ibv_send_wr wr = {}, *bad;
-	wr.wr_id = id;
-	wr.sg_list = &s;
-	wr.num_sge = 1;
-	wr.opcode = op;
-	wr.send_flags = IBV_SEND_SIGNALED;
-	if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-		wr.wr.atomic.remote_addr = raddr;
-		wr.wr.atomic.rkey = rkey;
-		wr.wr.atomic.compare_add = 5;
-	} else {
-		wr.wr.rdma.remote_addr = raddr;
-		wr.wr.rdma.rkey = rkey;
-	}
-	return ibv_post_send(q, &wr, &bad);
+	if (op == IBV_WR_ATOMIC_FETCH_AND_ADD)
+		return n.post_atomic(op, id, loff, raddr, rkey, 5, 0, q);
+	return n.post_to(op, id, loff, len, raddr, rkey, IBV_SEND_SIGNALED, 0, q);
 }
 
 ibv_wc expect_wc(SnNode &n, uint64_t id, ibv_wc_status st, int opcode = -1)

@@ -17,15 +17,10 @@ fi
 dir=$(cd "$dir" && pwd) || { echo "no softnic dir"; exit 2; }
 [ -r "$dir/libibverbs.so.1" ] || { echo "$dir/libibverbs.so.1 missing"; exit 2; }
 SOFTNIC_DIR=$dir
-. "$(dirname "$0")/softnic_env.sh"
-# built with --config=asan: the runtime must come first in uninstrumented programs
-asan=$(ldd "$dir/libibverbs.so.1" | awk '/libasan|libubsan/ {print $3}' | tr '\n' ' ')
-if [ -n "$asan" ]; then
-	export LD_PRELOAD="$asan" ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0
-fi
-export SOFTNIC_FABRIC=$(mktemp -d /dev/shm/softnic-progtest-XXXXXX)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp" "$SOFTNIC_FABRIC"' EXIT
+. "$(dirname "$0")/lib.sh"
+use_softnic
+asan_first "$dir/libibverbs.so.1"
+test_tmp softnic_programs shm
 # random base: parallel runs in PID namespaces share the network namespace
 port=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000))
 fails=0

@@ -64,20 +64,7 @@ SnEnds FreshPair(uint64_t *first_send_ns_max)
 			n.to_rtr(peer);
 			char c = 'r';
 			sn_xwrite(fd, &c, 1);
-			ibv_qp_attr a = {};
-			a.qp_state = IBV_QPS_RTS;
-			a.sq_psn = 0x1234;
-			a.timeout = 14;
-			a.retry_cnt = 7;
-			a.rnr_retry = 7;
-			a.max_rd_atomic = 1;
-			SN_CHECK_EQ(ibv_modify_qp(n.qp, &a,
-						  IBV_QP_STATE | IBV_QP_SQ_PSN |
-							  IBV_QP_TIMEOUT |
-							  IBV_QP_RETRY_CNT |
-							  IBV_QP_RNR_RETRY |
-							  IBV_QP_MAX_QP_RD_ATOMIC),
-				    0);
+			n.to_rts(nullptr, 7, 14, 7, 1);
 			ibv_wc wc = n.wait1(3000);
 			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
 			SN_CHECK_EQ(wc.opcode, IBV_WC_RECV);

@@ -24,14 +24,10 @@ prog=$(abs "$1")
 rbtrace=$(abs "$2")
 mode=${RBTRACE_SOFTNIC_MODE:-dropin}
 [ -x "$prog" ] && [ -x "$rbtrace" ] || { echo "$prog or $rbtrace missing"; exit 2; }
-# built with --config=asan: the runtime must come first in uninstrumented programs
-asan=$(ldd "$prog" | awk '/libasan|libubsan/ {print $3}' | tr '\n' ' ')
-if [ -n "$asan" ]; then
-	export LD_PRELOAD="$asan" ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0
-fi
-fabric=$(mktemp -d /dev/shm/softnic-shmtest-XXXXXX)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp" "$fabric"' EXIT
+. "$(dirname "$0")/lib.sh"
+asan_first "$prog"
+test_tmp softnic_shm shm
+fabric=$SOFTNIC_FABRIC
 # run ARGS...: shm_prog on softnic in the chosen mode, bounded in time
 run() {
 	timeout 60 "$rbtrace" softnic --softnic="$mode" --fabric "$fabric" -- "$prog" "$@"

@@ -211,6 +211,19 @@ struct SnInfo {
 	union ibv_gid gid;
 };
 
+/* A connected-type QP (RC, XRC) to INIT on port 1 with the given remote access. */
+static inline void sn_to_init(ibv_qp *q, unsigned access)
+{
+	ibv_qp_attr a = {};
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = access;
+	SN_CHECK_EQ(ibv_modify_qp(q, &a,
+				  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					  IBV_QP_ACCESS_FLAGS),
+		    0);
+}
+
 struct SnNode {
 	ibv_context *ctx = nullptr;
 	ibv_pd *pd = nullptr;
@@ -286,14 +299,7 @@ struct SnNode {
 		SN_CHECK(q);
 		*qx = ibv_qp_to_qp_ex(q);
 		SN_CHECK(*qx);
-		ibv_qp_attr a = {};
-		a.qp_state = IBV_QPS_INIT;
-		a.port_num = 1;
-		a.qp_access_flags = access;
-		SN_CHECK_EQ(ibv_modify_qp(q, &a,
-					  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-						  IBV_QP_ACCESS_FLAGS),
-			    0);
+		sn_to_init(q, access);
 		return q;
 	}
 
@@ -378,8 +384,15 @@ struct SnNode {
 	void connect(const SnInfo &r, ibv_qp *q = nullptr, uint8_t rnr_retry = 7,
 		     uint8_t timeout = 14, uint8_t retry_cnt = 7, uint8_t min_rnr = 1)
 	{
-		q = q ? q : qp;
 		to_rtr(r, q, min_rnr);
+		to_rts(q, rnr_retry, timeout, retry_cnt);
+	}
+
+	/* RTR -> RTS, SQ PSN 0x1234 (an RC QP: its timers and retries). */
+	void to_rts(ibv_qp *q = nullptr, uint8_t rnr_retry = 7, uint8_t timeout = 14,
+		    uint8_t retry_cnt = 7, uint8_t rd_atomic = 16)
+	{
+		q = q ? q : qp;
 		ibv_qp_attr a = {};
 		a.qp_state = IBV_QPS_RTS;
 		a.sq_psn = 0x1234;
@@ -388,7 +401,7 @@ struct SnNode {
 			a.timeout = timeout;
 			a.retry_cnt = retry_cnt;
 			a.rnr_retry = rnr_retry;
-			a.max_rd_atomic = 16;
+			a.max_rd_atomic = rd_atomic;
 			mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
 				IBV_QP_MAX_QP_RD_ATOMIC;
 		}
@@ -437,23 +450,78 @@ struct SnNode {
 			SN_CHECK_EQ(ibv_post_recv(q ? q : qp, &wr, &bad), 0);
 	}
 
+	/* A send WR of one SGE, l bytes at buf + off (*s, which must outlive it),
+	 * with id, op, flags and imm; the rest zero for the caller to fill. */
+	ibv_send_wr wr1(ibv_sge *s, ibv_wr_opcode op, uint64_t id, size_t off, uint32_t l,
+			unsigned flags = IBV_SEND_SIGNALED, uint32_t imm = 0)
+	{
+		*s = { (uint64_t)(uintptr_t)(buf + off), l, mr->lkey };
+		ibv_send_wr wr = {};
+		wr.wr_id = id;
+		wr.sg_list = s;
+		wr.num_sge = 1;
+		wr.opcode = op;
+		wr.send_flags = flags;
+		wr.imm_data = htonl(imm);
+		return wr;
+	}
+
+	/* op (a SEND, or an RDMA op to (raddr, rkey)) on q (default: qp). */
+	int post_to(ibv_wr_opcode op, uint64_t id, size_t off, uint32_t l, uint64_t raddr,
+		    uint32_t rkey, unsigned flags = IBV_SEND_SIGNALED, uint32_t imm = 0,
+		    ibv_qp *q = nullptr)
+	{
+		ibv_sge s;
+		ibv_send_wr wr = wr1(&s, op, id, off, l, flags, imm), *bad;
+		wr.wr.rdma.remote_addr = raddr;
+		wr.wr.rdma.rkey = rkey;
+		return ibv_post_send(q ? q : qp, &wr, &bad);
+	}
+
+	/* post_to r's buffer + roff (none: a SEND). */
 	int post(ibv_wr_opcode op, uint64_t id, size_t off, uint32_t l,
 		 const SnInfo *r = nullptr, uint64_t roff = 0,
 		 unsigned flags = IBV_SEND_SIGNALED, uint32_t imm = 0,
 		 ibv_qp *q = nullptr)
 	{
-		ibv_sge s = { (uint64_t)(uintptr_t)(buf + off), l, mr->lkey };
-		ibv_send_wr wr = {}, *bad;
-		wr.wr_id = id;
-		wr.sg_list = &s;
-		wr.num_sge = 1;
-		wr.opcode = op;
-		wr.send_flags = flags;
-		wr.imm_data = htonl(imm);
-		if (r) {
-			wr.wr.rdma.remote_addr = r->addr + roff;
-			wr.wr.rdma.rkey = r->rkey;
-		}
+		return post_to(op, id, off, l, r ? r->addr + roff : 0, r ? r->rkey : 0,
+			       flags, imm, q);
+	}
+
+	/* An address handle to lid through port 1. */
+	ibv_ah *ah_to(uint16_t lid)
+	{
+		ibv_ah_attr aa = {};
+		aa.dlid = lid;
+		aa.port_num = 1;
+		ibv_ah *ah = ibv_create_ah(pd, &aa);
+		SN_CHECK(ah);
+		return ah;
+	}
+
+	/* A signaled op (SEND, SEND_WITH_IMM) on qp to a UD peer. */
+	int post_ud(ibv_wr_opcode op, uint64_t id, size_t off, uint32_t l, ibv_ah *ah,
+		    uint32_t qpn, uint32_t qkey = 0x11111111, uint32_t imm = 0)
+	{
+		ibv_sge s;
+		ibv_send_wr wr = wr1(&s, op, id, off, l, IBV_SEND_SIGNALED, imm), *bad;
+		wr.wr.ud.ah = ah;
+		wr.wr.ud.remote_qpn = qpn;
+		wr.wr.ud.remote_qkey = qkey;
+		return ibv_post_send(qp, &wr, &bad);
+	}
+
+	/* A signaled atomic op into 8 bytes at buf + off, on q (default: qp). */
+	int post_atomic(ibv_wr_opcode op, uint64_t id, size_t off, uint64_t raddr,
+			uint32_t rkey, uint64_t compare_add, uint64_t swap = 0,
+			ibv_qp *q = nullptr)
+	{
+		ibv_sge s;
+		ibv_send_wr wr = wr1(&s, op, id, off, 8), *bad;
+		wr.wr.atomic.remote_addr = raddr;
+		wr.wr.atomic.rkey = rkey;
+		wr.wr.atomic.compare_add = compare_add;
+		wr.wr.atomic.swap = swap;
 		return ibv_post_send(q ? q : qp, &wr, &bad);
 	}
 
@@ -516,6 +584,18 @@ struct SnNode {
 		return a.qp_state;
 	}
 };
+
+/* The plain other end of a test: an RC pair over fd, then one 8-byte SEND
+ * that must complete. */
+static inline void sn_send_one(int fd)
+{
+	SnNode n;
+	n.pair(fd);
+	sn_sync(fd);
+	SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
+	SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
+	sn_sync(fd);
+}
 
 #define SN_EXPECT_ENDS(r)           \
 	do {                        \

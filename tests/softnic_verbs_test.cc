@@ -238,43 +238,30 @@ TEST(SoftnicRC, WriteReadAndAtomicsActOnPeerMemory)
 			for (int i = 0; i < 512; i++)
 				SN_CHECK_EQ((unsigned char)n.buf[20000 + i], 0x77);
 			/* FETCH_ADD +5: returns 100 */
-			ibv_sge s = { (uint64_t)(uintptr_t)(n.buf + 30000), 8,
-				      n.mr->lkey };
-			ibv_send_wr wr = {}, *bad;
-			wr.wr_id = 4;
-			wr.sg_list = &s;
-			wr.num_sge = 1;
-			wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-			wr.send_flags = IBV_SEND_SIGNALED;
-			wr.wr.atomic.remote_addr = r.addr + 8192;
-			wr.wr.atomic.rkey = r.rkey;
-			wr.wr.atomic.compare_add = 5;
-			SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad), 0);
+			SN_CHECK_EQ(n.post_atomic(IBV_WR_ATOMIC_FETCH_AND_ADD, 4, 30000,
+						  r.addr + 8192, r.rkey, 5),
+				    0);
 			wc = n.wait1();
 			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
 			SN_CHECK_EQ(wc.opcode, IBV_WC_FETCH_ADD);
 			SN_CHECK_EQ(*(uint64_t *)(n.buf + 30000), 100);
 			/* CMP_SWP: 105 -> 1000 succeeds, returns 105 */
-			wr.wr_id = 5;
-			wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
-			wr.wr.atomic.compare_add = 105;
-			wr.wr.atomic.swap = 1000;
-			SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad), 0);
+			SN_CHECK_EQ(n.post_atomic(IBV_WR_ATOMIC_CMP_AND_SWP, 5, 30000,
+						  r.addr + 8192, r.rkey, 105, 1000),
+				    0);
 			wc = n.wait1();
 			SN_CHECK_EQ(wc.opcode, IBV_WC_COMP_SWAP);
 			SN_CHECK_EQ(*(uint64_t *)(n.buf + 30000), 105);
 			/* CMP_SWP with a wrong compare: no swap, returns 1000 */
-			wr.wr_id = 6;
-			wr.wr.atomic.compare_add = 1;
-			wr.wr.atomic.swap = 7;
-			SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad), 0);
+			SN_CHECK_EQ(n.post_atomic(IBV_WR_ATOMIC_CMP_AND_SWP, 6, 30000,
+						  r.addr + 8192, r.rkey, 1, 7),
+				    0);
 			wc = n.wait1();
 			SN_CHECK_EQ(*(uint64_t *)(n.buf + 30000), 1000);
 			/* and down by 105: the peer checks 895 */
-			wr.wr_id = 7;
-			wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-			wr.wr.atomic.compare_add = (uint64_t)-105;
-			SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad), 0);
+			SN_CHECK_EQ(n.post_atomic(IBV_WR_ATOMIC_FETCH_AND_ADD, 7, 30000,
+						  r.addr + 8192, r.rkey, (uint64_t)-105),
+				    0);
 			wc = n.wait1();
 			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
 			sn_sync(fd);
@@ -410,28 +397,16 @@ TEST(SoftnicUD, SendWithGrhSpaceAndAddressHandle)
 			memset(n.buf, 0xcd, 500);
 			SnInfo r = n.exchange(fd);
 			n.connect(r);
-			ibv_ah_attr aa = {};
-			aa.dlid = r.lid;
-			aa.port_num = 1;
-			ibv_ah *ah = ibv_create_ah(n.pd, &aa);
-			SN_CHECK(ah);
+			ibv_ah *ah = n.ah_to(r.lid);
 			sn_sync(fd);
-			ibv_sge s = { (uint64_t)(uintptr_t)n.buf, 500, n.mr->lkey };
-			ibv_send_wr wr = {}, *bad;
-			wr.wr_id = 1;
-			wr.sg_list = &s;
-			wr.num_sge = 1;
-			wr.opcode = IBV_WR_SEND_WITH_IMM;
-			wr.imm_data = htonl(7);
-			wr.send_flags = IBV_SEND_SIGNALED;
-			wr.wr.ud.ah = ah;
-			wr.wr.ud.remote_qpn = r.qpn;
-			wr.wr.ud.remote_qkey = 0x11111111;
-			SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad), 0);
+			SN_CHECK_EQ(n.post_ud(IBV_WR_SEND_WITH_IMM, 1, 0, 500, ah, r.qpn,
+					      0x11111111, 7),
+				    0);
 			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
 			/* a wrong qkey is dropped silently: still a good completion */
-			wr.wr.ud.remote_qkey = 0x1;
-			SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad), 0);
+			SN_CHECK_EQ(n.post_ud(IBV_WR_SEND_WITH_IMM, 1, 0, 500, ah, r.qpn,
+					      0x1, 7),
+				    0);
 			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
 			sn_sync(fd);
 			ibv_destroy_ah(ah);
@@ -510,18 +485,9 @@ TEST(SoftnicUD, MulticastReachesEveryAttachedQp)
 			memset(n.buf + 1024, 0x5c, 32);
 			for (int round = 0; round < 2; round++) {
 				sn_sync(fd);
-				ibv_sge sg = { (uint64_t)(uintptr_t)(n.buf + 1024), 32,
-					       n.mr->lkey };
-				ibv_send_wr wr = {}, *bad;
-				wr.wr_id = 5;
-				wr.sg_list = &sg;
-				wr.num_sge = 1;
-				wr.opcode = IBV_WR_SEND;
-				wr.send_flags = IBV_SEND_SIGNALED;
-				wr.wr.ud.ah = ah;
-				wr.wr.ud.remote_qpn = 0xffffff;
-				wr.wr.ud.remote_qkey = 0x11111111;
-				SN_CHECK_EQ(ibv_post_send(n.qp, &wr, &bad), 0);
+				SN_CHECK_EQ(
+					n.post_ud(IBV_WR_SEND, 5, 1024, 32, ah, 0xffffff),
+					0);
 				ibv_wc wc = n.wait1();
 				SN_CHECK_EQ(wc.wr_id,
 					    5); /* the send, not a receive of our own */
@@ -713,14 +679,7 @@ TEST(SoftnicChannel, DestroyedCqLeavesNoEvent)
 			sn_sync(fd);
 			n.close();
 		},
-		[](int fd) {
-			SnNode n;
-			n.pair(fd);
-			sn_sync(fd);
-			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
-			SN_CHECK_EQ(n.wait1().status, IBV_WC_SUCCESS);
-			sn_sync(fd);
-		}));
+		sn_send_one));
 }
 
 TEST(SoftnicQpEx, WrApiSendAndWrite)
@@ -846,15 +805,8 @@ TEST(SoftnicCqEx, CompletionTimestampsFromTheNicClock)
 
 static void xrc_modify(ibv_qp *q, bool tgt, uint32_t dest, uint16_t lid)
 {
+	sn_to_init(q, IBV_ACCESS_REMOTE_WRITE);
 	ibv_qp_attr a = {};
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-	SN_CHECK_EQ(ibv_modify_qp(q, &a,
-				  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-					  IBV_QP_ACCESS_FLAGS),
-		    0);
-	a = {};
 	a.qp_state = IBV_QPS_RTR;
 	a.dest_qp_num = dest;
 	a.path_mtu = IBV_MTU_1024;
@@ -951,13 +903,8 @@ TEST(SoftnicXRC, SendThroughTargetIntoNamedSrq)
 			sn_xwrite(fd, &ini->qp_num, sizeof(uint32_t));
 			xrc_modify(ini, false, theirs[0], 1);
 			sn_sync(fd);
-			ibv_sge s = { (uint64_t)(uintptr_t)n.buf, 100, n.mr->lkey };
-			ibv_send_wr wr = {}, *bad;
-			wr.wr_id = 7;
-			wr.sg_list = &s;
-			wr.num_sge = 1;
-			wr.opcode = IBV_WR_SEND;
-			wr.send_flags = IBV_SEND_SIGNALED;
+			ibv_sge s;
+			ibv_send_wr wr = n.wr1(&s, IBV_WR_SEND, 7, 0, 100), *bad;
 			wr.qp_type.xrc.remote_srqn = theirs[1];
 			SN_CHECK_EQ(ibv_post_send(ini, &wr, &bad), 0);
 			ibv_wc wc = n.wait1();

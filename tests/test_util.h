@@ -193,6 +193,75 @@ inline std::string asan_env()
 		       : std::string("ASAN_OPTIONS=detect_leaks=0:handle_segv=0 ");
 }
 
+// Runs a shell command line; its exit code (128 when it did not exit), its
+// stdout and stderr together in *out. No timeout: the command line bounds itself.
+inline int sh(const std::string &cmd, std::string *out)
+{
+	std::string full = cmd + " 2>&1";
+	FILE *p = popen(full.c_str(), "r");
+	if (!p)
+		return -1;
+	char buf[4096];
+	size_t n;
+	out->clear();
+	while ((n = fread(buf, 1, sizeof(buf), p)) > 0)
+		out->append(buf, n);
+	int st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+// Built with --config=asan: the sanitizer runtimes lib links (ASan, UBSan),
+// each followed by ':', for the front of LD_PRELOAD in uninstrumented programs
+// ("" otherwise).
+inline std::string sanitizer_first(const std::string &lib)
+{
+	std::string out;
+	FILE *p = popen(("ldd " + lib + " 2>/dev/null").c_str(), "r");
+	char line[1024];
+
+	while (p && fgets(line, sizeof(line), p)) {
+		std::string l = line;
+		size_t arrow = l.find("=> ");
+		if (arrow == std::string::npos ||
+		    (l.find("libasan.so") == std::string::npos &&
+		     l.find("libubsan.so") == std::string::npos))
+			continue;
+		size_t e = l.find(' ', arrow + 3);
+		out += l.substr(arrow + 3, e - arrow - 3) + ":";
+	}
+	if (p)
+		pclose(p);
+	return out;
+}
+
+// The environment (VAR=value words for a shell command line, ending in a space)
+// that runs a command on softnic (a data dependency of the test, under the
+// working directory) in the mode RBTRACE_SOFTNIC_MODE names: the drop-in
+// libibverbs.so.1, or provider (the system's libibverbs with softnic's preload),
+// on the fabric test_tmp()/fabric. pre: a library preloaded first (the recorder).
+inline std::string softnic_env(const std::string &pre = "")
+{
+	char cwd[4096];
+	if (!getcwd(cwd, sizeof(cwd)))
+		return "";
+	std::string dir = std::string(cwd) + "/softnic";
+	const char *mode = getenv("RBTRACE_SOFTNIC_MODE");
+	std::string fab = " SOFTNIC_FABRIC=" + test_tmp() + "/fabric ";
+	if (mode && std::string(mode) == "provider") {
+		std::string san =
+			sanitizer_first(dir + "/provider/libsoftnic-preload.so");
+		const char *opts = getenv("ASAN_OPTIONS");
+		/* (the leaks of Debian's programs are theirs) */
+		if (!san.empty())
+			fab += "ASAN_OPTIONS=" + std::string(opts ? opts : "") +
+			       ":detect_leaks=0 ";
+		return "LD_PRELOAD=" + san + (pre.empty() ? "" : pre + ":") + dir +
+		       "/provider/libsoftnic-preload.so RDMAV_DRIVERS=" + dir +
+		       "/provider/libsoftnic" + fab;
+	}
+	return "LD_LIBRARY_PATH=" + dir + (pre.empty() ? "" : " LD_PRELOAD=" + pre) + fab;
+}
+
 } // namespace rbt_test
 
 #endif

@@ -268,46 +268,81 @@ static double ticks_us(const struct rbt_header *h, int64_t d)
 }
 
 static void text_fields(struct out *o, const struct rbt_header *h,
+			const struct rbt_desc *d, const uint8_t *base, uint64_t ts);
+static void json_fields(struct out *o, const struct rbt_desc *d, const uint8_t *base);
+
+/* An array field: its elements' fields in braces, in brackets (text: separated by
+ * spaces; JSON: objects separated by commas). */
+static void put_array(struct out *o, const struct rbt_header *h,
+		      const struct rbt_fdesc *f, const uint8_t *base, uint64_t ts,
+		      int json)
+{
+	uint32_t n;
+	const uint8_t *elems;
+	memcpy(&n, base + f->off, sizeof(n));
+	memcpy(&elems, base + f->off2, sizeof(elems));
+	const struct rbt_desc *rd = &rbt__rec[f->rec];
+	putc_(o, '[');
+	for (uint32_t k = 0; k < n; k++) {
+		const uint8_t *e = elems + (size_t)k * rd->size;
+		put(o, "%s{", k ? (json ? "," : " ") : "");
+		if (json)
+			json_fields(o, rd, e);
+		else
+			text_fields(o, h, rd, e, ts);
+		putc_(o, '}');
+	}
+	putc_(o, ']');
+}
+
+/* A field's value, as its kind holds it. */
+struct fval {
+	uint64_t v;	   /* the scalars */
+	const char *s;	   /* RBT_K_S */
+	struct rbt_blob b; /* RBT_K_B */
+	uint32_t n;	   /* RBT_K_A: the number of elements */
+};
+
+static void field_load(const struct rbt_fdesc *f, const uint8_t *base, struct fval *x)
+{
+	const uint8_t *fp = base + f->off;
+	memset(x, 0, sizeof(*x));
+	if (f->kind <= RBT_K_SCALAR)
+		memcpy(&x->v, fp, 8);
+	else if (f->kind == RBT_K_S)
+		memcpy(&x->s, fp, sizeof(x->s));
+	else if (f->kind == RBT_K_B)
+		memcpy(&x->b, fp, sizeof(x->b));
+	else if (f->kind == RBT_K_A)
+		memcpy(&x->n, fp, sizeof(x->n));
+}
+
+/* The text form leaves out zeros (but the fields always shown), empty strings,
+ * blobs and arrays. */
+static int field_empty(const struct rbt_fdesc *f, const struct fval *x)
+{
+	switch (f->kind) {
+	case RBT_K_S:
+		return !x->s || !*x->s;
+	case RBT_K_B:
+		return !x->b.len;
+	case RBT_K_A:
+		return !x->n;
+	default:
+		return !x->v && !always_shown(f->name);
+	}
+}
+
+static void text_fields(struct out *o, const struct rbt_header *h,
 			const struct rbt_desc *d, const uint8_t *base, uint64_t ts)
 {
 	int first = 1;
 	for (uint32_t i = 0; i < d->nf; i++) {
 		const struct rbt_fdesc *f = &d->f[i];
-		const uint8_t *fp = base + f->off;
-		uint64_t v = 0;
-		if (f->kind <= RBT_K_SCALAR)
-			memcpy(&v, fp, 8);
-		switch (f->kind) {
-		case RBT_K_U:
-		case RBT_K_I:
-		case RBT_K_H:
-		case RBT_K_D:
-		case RBT_K_T:
-			if (!v && !always_shown(f->name))
-				continue;
-			break;
-		case RBT_K_S: {
-			const char *s;
-			memcpy(&s, fp, sizeof(s));
-			if (!s || !*s)
-				continue;
-			break;
-		}
-		case RBT_K_B: {
-			struct rbt_blob b;
-			memcpy(&b, fp, sizeof(b));
-			if (!b.len)
-				continue;
-			break;
-		}
-		case RBT_K_A: {
-			uint32_t n;
-			memcpy(&n, fp, sizeof(n));
-			if (!n)
-				continue;
-			break;
-		}
-		}
+		struct fval x;
+		field_load(f, base, &x);
+		if (field_empty(f, &x))
+			continue;
 		if (!first)
 			putc_(o, ' ');
 		first = 0;
@@ -315,52 +350,34 @@ static void text_fields(struct out *o, const struct rbt_header *h,
 		switch (f->kind) {
 		case RBT_K_U:
 		case RBT_K_D: /* stored as a delta, printed as the number it is */
-			if (put_sym(o, d->name, f->name, v))
+			if (put_sym(o, d->name, f->name, x.v))
 				break;
-			if (v > 0xffff &&
+			if (x.v > 0xffff &&
 			    (strstr(f->name, "addr") || strstr(f->name, "base")))
-				put(o, "0x%" PRIx64, v);
+				put(o, "0x%" PRIx64, x.v);
 			else
-				put(o, "%" PRIu64, v);
+				put(o, "%" PRIu64, x.v);
 			break;
 		case RBT_K_I:
-			put(o, "%" PRId64, (int64_t)v);
+			put(o, "%" PRId64, (int64_t)x.v);
 			break;
 		case RBT_K_H:
-			put(o, "0x%" PRIx64, v);
+			put(o, "0x%" PRIx64, x.v);
 			break;
 		case RBT_K_T:
-			put(o, "%+.3fus", ticks_us(h, (int64_t)(v - ts)));
+			put(o, "%+.3fus", ticks_us(h, (int64_t)(x.v - ts)));
 			break;
-		case RBT_K_S: {
-			const char *s;
-			memcpy(&s, fp, sizeof(s));
-			put_str(o, s);
+		case RBT_K_S:
+			put_str(o, x.s);
 			break;
-		}
-		case RBT_K_B: {
-			struct rbt_blob b;
-			memcpy(&b, fp, sizeof(b));
-			put(o, "<%u bytes:", b.len);
-			put_hex(o, &b, 16);
-			put(o, "%s>", b.len > 16 ? "..." : "");
+		case RBT_K_B:
+			put(o, "<%u bytes:", x.b.len);
+			put_hex(o, &x.b, 16);
+			put(o, "%s>", x.b.len > 16 ? "..." : "");
 			break;
-		}
-		case RBT_K_A: {
-			uint32_t n;
-			const uint8_t *elems;
-			memcpy(&n, fp, sizeof(n));
-			memcpy(&elems, base + f->off2, sizeof(elems));
-			const struct rbt_desc *rd = &rbt__rec[f->rec];
-			putc_(o, '[');
-			for (uint32_t k = 0; k < n; k++) {
-				put(o, "%s{", k ? " " : "");
-				text_fields(o, h, rd, elems + (size_t)k * rd->size, ts);
-				putc_(o, '}');
-			}
-			putc_(o, ']');
+		case RBT_K_A:
+			put_array(o, h, f, base, ts, 0);
 			break;
-		}
 		}
 	}
 }
@@ -369,52 +386,32 @@ static void json_fields(struct out *o, const struct rbt_desc *d, const uint8_t *
 {
 	for (uint32_t i = 0; i < d->nf; i++) {
 		const struct rbt_fdesc *f = &d->f[i];
-		const uint8_t *fp = base + f->off;
-		uint64_t v = 0;
-		if (f->kind <= RBT_K_SCALAR)
-			memcpy(&v, fp, 8);
+		struct fval x;
+		field_load(f, base, &x);
 		put(o, "%s\"%s\":", i ? "," : "", f->name);
 		switch (f->kind) {
 		case RBT_K_U:
 		case RBT_K_D:
 		case RBT_K_T:
-			put(o, "%" PRIu64, v);
+			put(o, "%" PRIu64, x.v);
 			break;
 		case RBT_K_I:
-			put(o, "%" PRId64, (int64_t)v);
+			put(o, "%" PRId64, (int64_t)x.v);
 			break;
 		case RBT_K_H:
-			put(o, "\"0x%" PRIx64 "\"", v);
+			put(o, "\"0x%" PRIx64 "\"", x.v);
 			break;
-		case RBT_K_S: {
-			const char *s;
-			memcpy(&s, fp, sizeof(s));
-			put_str(o, s);
+		case RBT_K_S:
+			put_str(o, x.s);
 			break;
-		}
-		case RBT_K_B: {
-			struct rbt_blob b;
-			memcpy(&b, fp, sizeof(b));
+		case RBT_K_B:
 			putc_(o, '"');
-			put_hex(o, &b, b.len);
+			put_hex(o, &x.b, x.b.len);
 			putc_(o, '"');
 			break;
-		}
-		case RBT_K_A: {
-			uint32_t n;
-			const uint8_t *elems;
-			memcpy(&n, fp, sizeof(n));
-			memcpy(&elems, base + f->off2, sizeof(elems));
-			const struct rbt_desc *rd = &rbt__rec[f->rec];
-			putc_(o, '[');
-			for (uint32_t k = 0; k < n; k++) {
-				put(o, "%s{", k ? "," : "");
-				json_fields(o, rd, elems + (size_t)k * rd->size);
-				putc_(o, '}');
-			}
-			putc_(o, ']');
+		case RBT_K_A:
+			put_array(o, NULL, f, base, 0, 1);
 			break;
-		}
 		}
 	}
 }
@@ -427,12 +424,18 @@ static const struct rbt_desc *desc_of(const struct rbt_event *ev)
 	return &rbt__ev[ev->type];
 }
 
+/* buf (len bytes) as an empty output: "" even when nothing more is put. */
+static struct out out_begin(char *buf, size_t len)
+{
+	if (len)
+		buf[0] = 0;
+	return (struct out){ buf, len, 0 };
+}
+
 size_t rbt_event_format_text(const struct rbt_header *h, const struct rbt_event *ev,
 			     char *buf, size_t len)
 {
-	struct out o = { buf, len, 0 };
-	if (len)
-		buf[0] = 0;
+	struct out o = out_begin(buf, len);
 	const struct rbt_desc *d = desc_of(ev);
 	put(&o, "%.9f [%u] ", rbt_ticks_to_ns(h, ev->ts) / 1e9, ev->stream);
 	if (!d) {
@@ -447,9 +450,7 @@ size_t rbt_event_format_text(const struct rbt_header *h, const struct rbt_event 
 size_t rbt_event_format_json(const struct rbt_header *h, const struct rbt_event *ev,
 			     char *buf, size_t len)
 {
-	struct out o = { buf, len, 0 };
-	if (len)
-		buf[0] = 0;
+	struct out o = out_begin(buf, len);
 	const struct rbt_desc *d = desc_of(ev);
 	if (!d) {
 		put(&o, "{\"type\":\"unknown\",\"id\":%u", ev->type);

@@ -639,8 +639,12 @@ static const uint8_t *rd_varint_slow(const uint8_t *p, const uint8_t *end, uint6
 	return rbt__get_varint(p, end, out);
 }
 
+/* The one- and two-byte LEB128 cases, inlined where a field is read (slow, a
+ * constant at every use, becomes a direct call); slow has the others and says
+ * what the end of the input means. */
 static inline __attribute__((always_inline)) const uint8_t *
-rd_varint(const uint8_t *p, const uint8_t *end, uint64_t *out)
+rd_leb(const uint8_t *p, const uint8_t *end, uint64_t *out,
+       const uint8_t *(*slow)(const uint8_t *, const uint8_t *, uint64_t *))
 {
 	if (__builtin_expect(p < end && *p < 0x80, 1)) {
 		*out = *p;
@@ -651,7 +655,13 @@ rd_varint(const uint8_t *p, const uint8_t *end, uint64_t *out)
 		*out = (uint64_t)(p[0] & 0x7f) | (uint64_t)p[1] << 7;
 		return p + 2;
 	}
-	return rd_varint_slow(p, end, out);
+	return slow(p, end, out);
+}
+
+static inline __attribute__((always_inline)) const uint8_t *
+rd_varint(const uint8_t *p, const uint8_t *end, uint64_t *out)
+{
+	return rd_leb(p, end, out, rd_varint_slow);
 }
 
 /* The presence bitmap: any number of LEB128 bytes; bits from the 64th on name
@@ -683,15 +693,7 @@ static const uint8_t *rd_mask_slow(const uint8_t *q, const uint8_t *end, uint64_
 static inline __attribute__((always_inline)) const uint8_t *
 rd_mask(const uint8_t *q, const uint8_t *end, uint64_t *mask)
 {
-	if (__builtin_expect(q < end && *q < 0x80, 1)) {
-		*mask = *q;
-		return q + 1;
-	}
-	if (__builtin_expect(end - q >= 2 && q[1] < 0x80, 1)) {
-		*mask = (uint64_t)(q[0] & 0x7f) | (uint64_t)q[1] << 7;
-		return q + 2;
-	}
-	return rd_mask_slow(q, end, mask);
+	return rd_leb(q, end, mask, rd_mask_slow);
 }
 
 #define RD_GET(v)                                   \

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -197,6 +198,14 @@ uint32_t rbt__crc32c(uint32_t crc, const void *buf, size_t len)
 	return ~crc;
 }
 
+/* A fixed block (chunk header, trailer): its magic first, the CRC32C of the bytes
+ * before it at crc_at. */
+static bool block_ok(const uint8_t *p, uint32_t magic, size_t crc_at)
+{
+	return rbt__get_le32(p) == magic &&
+	       rbt__get_le32(p + crc_at) == rbt__crc32c(0, p, crc_at);
+}
+
 void rbt__chunk_hdr_put(uint8_t *p, const struct rbt_chunk_hdr *h)
 {
 	rbt__put_le32(p, RBT_CHUNK_MAGIC);
@@ -213,9 +222,7 @@ void rbt__chunk_hdr_put(uint8_t *p, const struct rbt_chunk_hdr *h)
 
 int rbt__chunk_hdr_get(const uint8_t *p, struct rbt_chunk_hdr *h)
 {
-	if (rbt__get_le32(p) != RBT_CHUNK_MAGIC)
-		return -EBADMSG;
-	if (rbt__get_le32(p + 44) != rbt__crc32c(0, p, 44))
+	if (!block_ok(p, RBT_CHUNK_MAGIC, 44))
 		return -EBADMSG;
 	h->comp_len = rbt__get_le32(p + 4);
 	h->raw_len = rbt__get_le32(p + 8);
@@ -243,9 +250,7 @@ void rbt__trailer_put(uint8_t *p, const struct rbt_trailer *t)
 
 int rbt__trailer_get(const uint8_t *p, struct rbt_trailer *t)
 {
-	if (rbt__get_le32(p) != RBT_TRAILER_MAGIC)
-		return -EBADMSG;
-	if (rbt__get_le32(p + 52) != rbt__crc32c(0, p, 52))
+	if (!block_ok(p, RBT_TRAILER_MAGIC, 52))
 		return -EBADMSG;
 	t->end.ticks = rbt__get_le64(p + 8);
 	t->end.mono_ns = rbt__get_le64(p + 16);
@@ -258,17 +263,23 @@ int rbt__trailer_get(const uint8_t *p, struct rbt_trailer *t)
 	return 0;
 }
 
-const char *rbt_end_name(uint32_t how)
-{
-	switch (how) {
-#define RBT__END_NAME(NAME, id, text) \
-	case id:                      \
+/* The text of a (NAME, id, text) list's id, NULL for an id not in it: rbt_end_name
+ * (RBT_END_LIST) and rbt_trigger_name (RBT_TRIGGER_LIST). */
+#define RBT__CASE_TEXT(NAME, id, text) \
+	case id:                       \
 		return text;
-		RBT_END_LIST(RBT__END_NAME)
-#undef RBT__END_NAME
+#define RBT__TEXT_OF(fn, type, LIST)         \
+	const char *fn(type v)               \
+	{                                    \
+		switch (v) {                 \
+			LIST(RBT__CASE_TEXT) \
+		}                            \
+		return NULL;                 \
 	}
-	return NULL;
-}
+RBT__TEXT_OF(rbt_end_name, uint32_t, RBT_END_LIST)
+RBT__TEXT_OF(rbt_trigger_name, uint64_t, RBT_TRIGGER_LIST)
+#undef RBT__TEXT_OF
+#undef RBT__CASE_TEXT
 
 const char *rbt_event_name(uint32_t type)
 {
@@ -332,18 +343,6 @@ int rbt_header_same_recording(const struct rbt_header *a, const struct rbt_heade
 	return a->pid == b->pid && a->start.ticks == b->start.ticks &&
 	       a->start.real_ns == b->start.real_ns &&
 	       !strcmp(a->host ? a->host : "", b->host ? b->host : "");
-}
-
-const char *rbt_trigger_name(uint64_t trigger)
-{
-	switch (trigger) {
-#define RBT__TRIG_NAME(NAME, id, text) \
-	case id:                       \
-		return text;
-		RBT_TRIGGER_LIST(RBT__TRIG_NAME)
-#undef RBT__TRIG_NAME
-	}
-	return NULL;
 }
 
 size_t rbt_series_path(const char *first, uint32_t index, char *buf, size_t len)

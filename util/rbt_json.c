@@ -49,6 +49,10 @@ static void rbt_json_put(struct rbt_json_buf *o, const char *s, size_t n)
 size_t rbt_json_escape(char *buf, size_t len, const char *s)
 {
 	static const char hex[] = "0123456789abcdef";
+	/* the control characters JSON has a short form for */
+	static const char short_esc[0x20] = {
+		['\b'] = 'b', ['\t'] = 't', ['\n'] = 'n', ['\f'] = 'f', ['\r'] = 'r',
+	};
 	struct rbt_json_buf o = { buf, len, 0 };
 	const unsigned char *p = (const unsigned char *)(s ? s : "");
 	rbt_json_put(&o, "\"", 1);
@@ -62,23 +66,11 @@ size_t rbt_json_escape(char *buf, size_t len, const char *s)
 			esc[1] = (char)c;
 			rbt_json_put(&o, esc, 2);
 			break;
-		case '\n':
-			rbt_json_put(&o, "\\n", 2);
-			break;
-		case '\r':
-			rbt_json_put(&o, "\\r", 2);
-			break;
-		case '\t':
-			rbt_json_put(&o, "\\t", 2);
-			break;
-		case '\b':
-			rbt_json_put(&o, "\\b", 2);
-			break;
-		case '\f':
-			rbt_json_put(&o, "\\f", 2);
-			break;
 		default:
-			if (c >= 0x20 && c < 0x7f) {
+			if (c < 0x20 && short_esc[c]) {
+				esc[1] = short_esc[c];
+				rbt_json_put(&o, esc, 2);
+			} else if (c >= 0x20 && c < 0x7f) {
 				rbt_json_put(&o, (const char *)p, 1);
 			} else if (c >= 0x80 && (n = rbt_json_utf8_len(p)) > 0) {
 				rbt_json_put(&o, (const char *)p, (size_t)n);

@@ -23,13 +23,6 @@
 
 #include "tests/progs/prog_util.h"
 
-#define FAIL(...)                                            \
-	do {                                                 \
-		fprintf(stderr, "churn_prog: " __VA_ARGS__); \
-		fprintf(stderr, "\n");                       \
-		exit(1);                                     \
-	} while (0)
-
 static struct ibv_pd *pd;
 static struct ibv_cq *cq;
 static uint16_t lid;
@@ -48,11 +41,11 @@ static void expect(uint64_t id, enum ibv_wc_opcode op)
 
 	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0)
 		if (prog_now_ns() - t0 > 5000000000ull)
-			FAIL("no completion for wr_id %llu", (unsigned long long)id);
+			prog_fail("no completion for wr_id %llu", (unsigned long long)id);
 	if (n < 0 || wc.status != IBV_WC_SUCCESS || wc.wr_id != id || wc.opcode != op)
-		FAIL("wr_id %llu: got wr_id %llu status %s opcode %d",
-		     (unsigned long long)id, (unsigned long long)wc.wr_id,
-		     ibv_wc_status_str(wc.status), (int)wc.opcode);
+		prog_fail("wr_id %llu: got wr_id %llu status %s opcode %d",
+			  (unsigned long long)id, (unsigned long long)wc.wr_id,
+			  ibv_wc_status_str(wc.status), (int)wc.opcode);
 }
 
 /* A pair of RC QPs on the CQ, connected to each other. */
@@ -76,7 +69,7 @@ static void post_send(struct ibv_qp *qp, uint64_t id, enum ibv_wr_opcode op, voi
 		      uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey)
 {
 	if (prog_post_send(qp, id, op, IBV_SEND_SIGNALED, addr, len, lkey, raddr, rkey))
-		FAIL("ibv_post_send of wr_id %llu failed", (unsigned long long)id);
+		prog_fail("ibv_post_send of wr_id %llu failed", (unsigned long long)id);
 }
 
 /* A SEND from src (lkey) into dst's receive buffer (its lkey), both polled. */
@@ -84,7 +77,7 @@ static void exchange(struct ibv_qp *from, struct ibv_qp *to, uint64_t id, void *
 		     uint32_t slkey, void *dst, uint32_t dlkey)
 {
 	if (prog_post_recv(to, id + 1, dst, 256, dlkey))
-		FAIL("ibv_post_recv failed");
+		prog_fail("ibv_post_recv failed");
 	post_send(from, id, IBV_WR_SEND, src, 64, slkey, 0, 0);
 	expect(id + 1, IBV_WC_RECV);
 	expect(id, IBV_WC_SEND);
@@ -108,13 +101,13 @@ int main(int argc, char **argv)
 			gap_us = atoi(argv[i + 1]);
 	}
 	if (iters < 1 || iters > 8)
-		FAIL("--iters must be 1..8");
+		prog_fail("--iters must be 1..8");
 	ctx = prog_open_first(&lid);
 	pd = ibv_alloc_pd(ctx);
 	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	mr = pd ? ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE) : NULL;
 	if (!pd || !cq || !mr)
-		FAIL("set-up failed");
+		prog_fail("set-up failed");
 	make_pair(&qa, &qb);
 
 	/* 1. MRs registered, used and deregistered on the data path */
@@ -127,24 +120,24 @@ int main(int argc, char **argv)
 		md = ibv_reg_mr(pd, dst, 4096,
 				IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 		if (!ms || !md)
-			FAIL("ibv_reg_mr %d failed", i);
+			prog_fail("ibv_reg_mr %d failed", i);
 		snprintf(src, 64, "churn %d", i);
 		exchange(qa, qb, 100 + 10 * (uint64_t)i, src, ms->lkey, buf, mr->lkey);
 		post_send(qa, 105 + 10 * (uint64_t)i, IBV_WR_RDMA_WRITE, src, 32,
 			  ms->lkey, (uint64_t)(uintptr_t)dst + 64, md->rkey);
 		expect(105 + 10 * (uint64_t)i, IBV_WC_RDMA_WRITE);
 		if (strcmp(dst + 64, src))
-			FAIL("RDMA WRITE %d wrote the wrong bytes", i);
+			prog_fail("RDMA WRITE %d wrote the wrong bytes", i);
 		if (ibv_dereg_mr(ms) || ibv_dereg_mr(md))
-			FAIL("ibv_dereg_mr %d failed", i);
+			prog_fail("ibv_dereg_mr %d failed", i);
 	}
 
 	/* 2. tear down (the responder to ERR first) and reconnect */
 	gap();
 	if (ibv_modify_qp(qb, &err, IBV_QP_STATE))
-		FAIL("ERR failed");
+		prog_fail("ERR failed");
 	if (ibv_destroy_qp(qa) || ibv_destroy_qp(qb))
-		FAIL("ibv_destroy_qp failed");
+		prog_fail("ibv_destroy_qp failed");
 	gap();
 	make_pair(&qa, &qb);
 	gap();
@@ -155,11 +148,11 @@ int main(int argc, char **argv)
 	gap();
 	if (ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, buf2, sizeof(buf2),
 			 0))
-		FAIL("ibv_rereg_mr failed");
+		prog_fail("ibv_rereg_mr failed");
 	strcpy(buf2, "after the rereg");
 	exchange(qa, qb, 300, buf2, mr->lkey, buf2 + 4096, mr->lkey);
 	if (strcmp(buf2 + 4096, "after the rereg"))
-		FAIL("the SEND after the rereg delivered the wrong bytes");
+		prog_fail("the SEND after the rereg delivered the wrong bytes");
 
 	/* 4. exit with qa and qb alive */
 	printf("churn_prog: ok qps=%u,%u\n", qa->qp_num, qb->qp_num);

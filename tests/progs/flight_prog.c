@@ -190,19 +190,9 @@ int main(int argc, char **argv)
 		if (!mr)
 			prog_die("big MR");
 		memset(big, 1, len);
-		struct ibv_sge s = { .addr = (uintptr_t)big,
-				     .length = (uint32_t)len,
-				     .lkey = mr->lkey };
-		struct ibv_send_wr wr, *bad;
-		memset(&wr, 0, sizeof(wr));
-		wr.wr_id = 555555;
-		wr.sg_list = &s;
-		wr.num_sge = 1;
-		wr.opcode = IBV_WR_RDMA_WRITE;
-		wr.send_flags = IBV_SEND_SIGNALED;
-		wr.wr.rdma.remote_addr = (uintptr_t)big + len;
-		wr.wr.rdma.rkey = mr->rkey;
-		if (ibv_post_send(c.a, &wr, &bad))
+		if (prog_post_send(c.a, 555555, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, big,
+				   (uint32_t)len, mr->lkey, (uintptr_t)big + len,
+				   mr->rkey))
 			prog_die("ibv_post_send (big)");
 		c.sends++;
 		poll_n(&c, 1);
@@ -220,26 +210,12 @@ int main(int argc, char **argv)
 		if (!mr)
 			prog_die("big MR");
 		memset(big, 1, len);
-		struct ibv_sge s = { .addr = (uintptr_t)big,
-				     .length = (uint32_t)len,
-				     .lkey = mr->lkey };
-		struct ibv_send_wr wr, *bad;
-		memset(&wr, 0, sizeof(wr));
-		wr.wr_id = 666666;
-		wr.sg_list = &s;
-		wr.num_sge = 1;
-		wr.opcode = IBV_WR_SEND;
-		wr.send_flags = IBV_SEND_SIGNALED;
-		if (ibv_post_send(c.a, &wr, &bad))
+		if (prog_post_send(c.a, 666666, IBV_WR_SEND, IBV_SEND_SIGNALED, big,
+				   (uint32_t)len, mr->lkey, 0, 0))
 			prog_die("ibv_post_send (big)");
 		c.sends++;
 		usleep(20000);
-		struct ibv_sge rs = { .addr = (uintptr_t)big + len,
-				      .length = (uint32_t)len,
-				      .lkey = mr->lkey };
-		struct ibv_recv_wr rw = { .wr_id = 666666, .sg_list = &rs, .num_sge = 1 },
-				   *rbad;
-		if (ibv_post_recv(c.b, &rw, &rbad))
+		if (prog_post_recv(c.b, 666666, big + len, (uint32_t)len, mr->lkey))
 			prog_die("ibv_post_recv (big)");
 		poll_n(&c, 2);
 		iterate(&c, n);

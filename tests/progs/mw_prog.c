@@ -19,13 +19,6 @@
 #include <string.h>
 #include <time.h>
 
-#define FAIL(...)                                         \
-	do {                                              \
-		fprintf(stderr, "mw_prog: " __VA_ARGS__); \
-		fprintf(stderr, "\n");                    \
-		exit(1);                                  \
-	} while (0)
-
 static struct ibv_cq *cq;
 
 static void expect(uint64_t id, enum ibv_wc_opcode op, unsigned flags)
@@ -38,13 +31,13 @@ static void expect(uint64_t id, enum ibv_wc_opcode op, unsigned flags)
 	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0) {
 		clock_gettime(CLOCK_MONOTONIC, &t);
 		if (t.tv_sec - t0.tv_sec > 5)
-			FAIL("no completion for wr_id %llu", (unsigned long long)id);
+			prog_fail("no completion for wr_id %llu", (unsigned long long)id);
 	}
 	if (n < 0 || wc.status != IBV_WC_SUCCESS || wc.wr_id != id || wc.opcode != op ||
 	    (wc.wc_flags & flags) != flags)
-		FAIL("wr_id %llu: got wr_id %llu status %s opcode %d",
-		     (unsigned long long)id, (unsigned long long)wc.wr_id,
-		     ibv_wc_status_str(wc.status), (int)wc.opcode);
+		prog_fail("wr_id %llu: got wr_id %llu status %s opcode %d",
+			  (unsigned long long)id, (unsigned long long)wc.wr_id,
+			  ibv_wc_status_str(wc.status), (int)wc.opcode);
 }
 
 static void post(struct ibv_qp *qp, struct ibv_send_wr *wr)
@@ -52,7 +45,8 @@ static void post(struct ibv_qp *qp, struct ibv_send_wr *wr)
 	struct ibv_send_wr *bad;
 
 	if (ibv_post_send(qp, wr, &bad))
-		FAIL("ibv_post_send of wr_id %llu failed", (unsigned long long)wr->wr_id);
+		prog_fail("ibv_post_send of wr_id %llu failed",
+			  (unsigned long long)wr->wr_id);
 }
 
 static struct ibv_qp *make_qp(struct ibv_context *ctx, struct ibv_pd *pd)
@@ -72,10 +66,10 @@ static struct ibv_qp *make_qp(struct ibv_context *ctx, struct ibv_pd *pd)
 			    IBV_QP_EX_WITH_RDMA_READ;
 	qp = ibv_create_qp_ex(ctx, &ia);
 	if (!qp)
-		FAIL("ibv_create_qp_ex failed");
+		prog_fail("ibv_create_qp_ex failed");
 	rc.access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 	if (prog_rc_init(qp, &rc))
-		FAIL("INIT failed");
+		prog_fail("INIT failed");
 	return qp;
 }
 
@@ -87,9 +81,9 @@ static void connect_qp(struct ibv_qp *qp, uint32_t dest, uint16_t lid)
 	rc.rq_psn = rc.sq_psn = 7;
 	rc.min_rnr_timer = 1;
 	if (prog_rc_rtr(qp, &rc))
-		FAIL("RTR failed");
+		prog_fail("RTR failed");
 	if (prog_rc_rts(qp, &rc))
-		FAIL("RTS failed");
+		prog_fail("RTS failed");
 }
 
 int main(void)
@@ -112,27 +106,27 @@ int main(void)
 	uint32_t k1, k2, k3;
 
 	if (!l || !l[0] || !(ctx = ibv_open_device(l[0])))
-		FAIL("no RDMA device");
+		prog_fail("no RDMA device");
 	pd = ibv_alloc_pd(ctx);
 	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
 	wmr = ibv_reg_mr(pd, win, sizeof(win),
 			 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
 	if (!pd || !cq || !mr || !wmr)
-		FAIL("set-up failed");
+		prog_fail("set-up failed");
 
 	/* qa requests, qb (the windows' QP) responds; connected to each other */
 	qa = make_qp(ctx, pd);
 	qb = make_qp(ctx, pd);
 	if (!(qx = ibv_qp_to_qp_ex(qb)) || ibv_query_port(ctx, 1, &pa))
-		FAIL("QP set-up failed");
+		prog_fail("QP set-up failed");
 	connect_qp(qa, qb->qp_num, pa.lid);
 	connect_qp(qb, qa->qp_num, pa.lid);
 
 	mw1 = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
 	mw2 = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
 	if (!mw1 || !mw2)
-		FAIL("ibv_alloc_mw failed");
+		prog_fail("ibv_alloc_mw failed");
 
 	/* type 1 through the verb; the window grants what the MR does not */
 	mb.wr_id = 101;
@@ -142,7 +136,7 @@ int main(void)
 	mb.bind_info.length = 4096;
 	mb.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 	if (ibv_bind_mw(qb, mw1, &mb))
-		FAIL("ibv_bind_mw failed");
+		prog_fail("ibv_bind_mw failed");
 	expect(101, IBV_WC_BIND_MW, 0);
 	k1 = mw1->rkey;
 	strcpy(buf, "through a window");
@@ -165,7 +159,7 @@ int main(void)
 	post(qa, &wr);
 	expect(103, IBV_WC_RDMA_READ, 0);
 	if (strcmp(buf + 1024, "through a window"))
-		FAIL("RDMA READ through the window read the wrong bytes");
+		prog_fail("RDMA READ through the window read the wrong bytes");
 
 	/* type 2 by a BIND_MW WR, ended by a SEND_WITH_INV */
 	k2 = ibv_inc_rkey(mw2->rkey);
@@ -187,7 +181,7 @@ int main(void)
 	rwr.sg_list = &sge;
 	rwr.num_sge = 1;
 	if (ibv_post_recv(qb, &rwr, &rbad))
-		FAIL("ibv_post_recv failed");
+		prog_fail("ibv_post_recv failed");
 	sge.addr = (uint64_t)(uintptr_t)buf;
 	sge.length = 16;
 	memset(&wr, 0, sizeof(wr));
@@ -210,19 +204,19 @@ int main(void)
 			int n = ibv_poll_cq(cq, 2 - got, wc + got);
 
 			if (n < 0)
-				FAIL("ibv_poll_cq failed");
+				prog_fail("ibv_poll_cq failed");
 			got += n;
 			clock_gettime(CLOCK_MONOTONIC, &t);
 			if (got < 2 && t.tv_sec - t0.tv_sec > 5)
-				FAIL("SEND_WITH_INV did not complete");
+				prog_fail("SEND_WITH_INV did not complete");
 		}
 		for (int i = 0; i < 2; i++) {
 			if (wc[i].status != IBV_WC_SUCCESS)
-				FAIL("SEND_WITH_INV: %s",
-				     ibv_wc_status_str(wc[i].status));
+				prog_fail("SEND_WITH_INV: %s",
+					  ibv_wc_status_str(wc[i].status));
 			if (wc[i].wr_id == 201 && (!(wc[i].wc_flags & IBV_WC_WITH_INV) ||
 						   wc[i].invalidated_rkey != k2))
-				FAIL("the receive does not report the invalidation");
+				prog_fail("the receive does not report the invalidation");
 		}
 	}
 
@@ -239,7 +233,7 @@ int main(void)
 	qx->wr_id = 107;
 	ibv_wr_local_inv(qx, k3);
 	if (ibv_wr_complete(qx))
-		FAIL("ibv_wr_complete failed");
+		prog_fail("ibv_wr_complete failed");
 	expect(106, IBV_WC_BIND_MW, 0);
 	expect(107, IBV_WC_LOCAL_INV, 0);
 
@@ -248,14 +242,14 @@ int main(void)
 	mb.wr_id = 108;
 	mb.send_flags = IBV_SEND_SIGNALED;
 	if (ibv_bind_mw(qb, mw1, &mb))
-		FAIL("unbinding failed");
+		prog_fail("unbinding failed");
 	expect(108, IBV_WC_BIND_MW, 0);
 	if (ibv_dealloc_mw(mw1) || ibv_dealloc_mw(mw2))
-		FAIL("ibv_dealloc_mw failed");
+		prog_fail("ibv_dealloc_mw failed");
 	if (ibv_destroy_qp(qa) || ibv_destroy_qp(qb) || ibv_dereg_mr(wmr) ||
 	    ibv_dereg_mr(mr) || ibv_destroy_cq(cq) || ibv_dealloc_pd(pd) ||
 	    ibv_close_device(ctx))
-		FAIL("tear-down failed");
+		prog_fail("tear-down failed");
 	ibv_free_device_list(l);
 	printf("mw_prog: ok type1_key=%u type2_key=%u type2_key2=%u\n", k1, k2, k3);
 	return 0;

@@ -5,6 +5,7 @@
 #include "tests/progs/prog_util.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,20 @@ void prog_die(const char *what)
 {
 	fprintf(stderr, "%s: %s: %s\n", program_invocation_short_name, what,
 		strerror(errno));
+	exit(1);
+}
+
+const char *prog_role;
+
+void prog_fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fprintf(stderr, "%s: ", prog_role ? prog_role : program_invocation_short_name);
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
 	exit(1);
 }
 
@@ -156,6 +171,19 @@ int prog_rc_connect(struct ibv_qp *qp, const struct prog_rc *rc, const char **st
 	if (step)
 		*step = s;
 	return s ? -1 : 0;
+}
+
+int prog_rc_connect_patient(struct ibv_qp *qp, uint16_t dlid, uint32_t dest_qpn,
+			    unsigned access, uint32_t sq_psn, uint32_t rq_psn,
+			    uint8_t rnr_retry)
+{
+	struct prog_rc rc = prog_rc_patient(dlid, dest_qpn);
+
+	rc.access = access;
+	rc.sq_psn = sq_psn;
+	rc.rq_psn = rq_psn;
+	rc.rnr_retry = rnr_retry;
+	return prog_rc_connect(qp, &rc, NULL);
 }
 
 void prog_rc_connect_or_die(struct ibv_qp *qp, const struct prog_rc *rc)

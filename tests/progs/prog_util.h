@@ -36,6 +36,12 @@ struct prog_rc prog_rc_patient(uint16_t dlid, uint32_t dest_qpn);
 /* Prints "PROGRAM: what: strerror(errno)" on stderr and exits 1. */
 void prog_die(const char *what) __attribute__((noreturn));
 
+/* The name prog_fail puts first: the program's, until the program names its role. */
+extern const char *prog_role;
+
+/* Prints "ROLE: message" on stderr and exits 1. */
+void prog_fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t prog_now_ns(void);
 
@@ -55,6 +61,12 @@ int prog_rc_rts(struct ibv_qp *qp, const struct prog_rc *rc);
 
 /* INIT, RTR and RTS; 0, or -1 with errno and the failed step's name in *step. */
 int prog_rc_connect(struct ibv_qp *qp, const struct prog_rc *rc, const char **step);
+
+/* prog_rc_connect of prog_rc_patient(dlid, dest_qpn) with access, the PSNs and
+ * rnr_retry set. */
+int prog_rc_connect_patient(struct ibv_qp *qp, uint16_t dlid, uint32_t dest_qpn,
+			    unsigned access, uint32_t sq_psn, uint32_t rq_psn,
+			    uint8_t rnr_retry);
 
 /* prog_rc_connect, dying with "modify STEP" when a step fails. */
 void prog_rc_connect_or_die(struct ibv_qp *qp, const struct prog_rc *rc);

@@ -29,13 +29,8 @@ static int rnr_retry = 7;
 static int connect_qp(struct ibv_qp *qp, uint32_t dest, uint16_t lid, uint32_t psn_out,
 		      uint32_t psn_in)
 {
-	struct prog_rc rc = prog_rc_patient(lid, dest);
-
-	rc.access = IBV_ACCESS_REMOTE_WRITE;
-	rc.sq_psn = psn_out;
-	rc.rq_psn = psn_in;
-	rc.rnr_retry = (uint8_t)rnr_retry;
-	return prog_rc_connect(qp, &rc, NULL);
+	return prog_rc_connect_patient(qp, lid, dest, IBV_ACCESS_REMOTE_WRITE, psn_out,
+				       psn_in, (uint8_t)rnr_retry);
 }
 
 static int wait_one(struct ibv_cq *cq)

@@ -37,17 +37,6 @@ static int iters = 500, interval = 20, nthreads = 8, relay = 1;
 static struct lane lanes[MAX_THREADS];
 static int relay_done[MAX_THREADS]; /* atomic: thread i polled its last */
 
-static int connect_qp(struct ibv_qp *qp, uint32_t dest, uint16_t lid, uint32_t psn_out,
-		      uint32_t psn_in)
-{
-	struct prog_rc rc = prog_rc_patient(lid, dest);
-
-	rc.access = IBV_ACCESS_REMOTE_WRITE;
-	rc.sq_psn = psn_out;
-	rc.rq_psn = psn_in;
-	return prog_rc_connect(qp, &rc, NULL);
-}
-
 /* n successful completions off the lane's CQ. */
 static int wait_n(struct lane *l, int n)
 {
@@ -172,8 +161,9 @@ int main(int argc, char **argv)
 		}
 	}
 	for (int t = 0; t < nthreads; t++)
-		if (connect_qp(lanes[t].qp, lanes[t ^ 1].qp->qp_num, lid,
-			       100u + (uint32_t)t, 100u + (uint32_t)(t ^ 1)) ||
+		if (prog_rc_connect_patient(lanes[t].qp, lid, lanes[t ^ 1].qp->qp_num,
+					    IBV_ACCESS_REMOTE_WRITE, 100u + (uint32_t)t,
+					    100u + (uint32_t)(t ^ 1), 7) ||
 		    post_recv(&lanes[t], 0)) {
 			fprintf(stderr,
 				"replay_threads: connecting thread %d's QP failed\n", t);
