@@ -734,8 +734,8 @@ TEST_F(ReplayRecorded, EightThreadsOnEightQpsReplayPerThread)
 // completion matches, as from memory.
 TEST_F(ReplayRecorded, FourThreadsReplayStreamedPerThread)
 {
-	std::string t = Tmp() + "/threads_str.rbt", out;
-	ASSERT_EQ(0, Sh(rec_ + t + " tests/replay_threads --threads 4 --iters 3000 " +
+	std::string t = test_tmp() + "/threads_str.rbt", out;
+	ASSERT_EQ(0, sh(rec_ + t + " tests/replay_threads --threads 4 --iters 3000 " +
 				"--interval-us 2 --relay 0",
 			&out))
 		<< out;
@@ -743,7 +743,7 @@ TEST_F(ReplayRecorded, FourThreadsReplayStreamedPerThread)
 		unsigned long got = 0, all = 1;
 		const char *at;
 
-		EXPECT_EQ(0, Sh(env_ + " RBTRACE_REPLAY_WINDOW=2048 " + kRbtrace +
+		EXPECT_EQ(0, sh(env_ + " RBTRACE_REPLAY_WINDOW=2048 " + kRbtrace +
 					" replay --timing=" + m + " " + t,
 				&out))
 			<< m << ": " << out;
