@@ -64,7 +64,10 @@ trigger "$tmp/err-snap1.rbt" error_completion
 grep -q "wr_id 999999 status LOC_PROT_ERR" "$tmp/info.txt" || fail "the trigger's WR not named"
 grep -q "older chunks not kept" "$tmp/info.txt" || fail "the window was not cut"
 grep -q "^ended:     snapshot" "$tmp/info.txt" || fail "the snapshot's trailer"
-grep -q "qp_create        4" "$tmp/info.txt" || fail "carried QPs missing"
+# the first pair is carried (created before the cut); the second pair is in the
+# window only when the program made it within the 10 ms after the trigger, which
+# a loaded machine does not promise: 2, 3 or 4 QPs
+grep -Eq "^ *qp_create +[234]$" "$tmp/info.txt" || fail "carried QPs missing"
 reported "$tmp/err-snap1.rbt"
 replayed "$tmp/err-snap1.rbt" badlkey
 # the trace file itself holds the last window (trigger "end")
