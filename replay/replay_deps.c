@@ -45,14 +45,10 @@
 
 #include "replay/replay_int.h"
 
-/* The host's clock, on which WRITEs and posts of different traces are
- * compared: the raw TSC when the trace has one (every process of a host reads
- * the same counter; each trace's conversion to CLOCK_MONOTONIC has its own
- * calibration, and two of them drift apart by microseconds over a minute -
- * enough to put a WRITE on the wrong side of a post), else CLOCK_MONOTONIC. */
+/* WRITEs and posts of different traces are compared on the host's clock. */
 static uint64_t rp_deps_clock(const struct rp_side *s, uint64_t ticks)
 {
-	return s->hdr.clock_source == RBT_CLOCK_TSC ? ticks : rp_abs_ns(s, ticks);
+	return rp_host_clock(s, ticks);
 }
 
 /* A step's dependency state, made when it first needs one. */

@@ -177,6 +177,7 @@ struct rp_qp {
 	 * this process waits for those the recording had posted before it */
 	uint64_t *recv_ts;
 	uint32_t nrecv_ts;
+	uint32_t recv_base; /* streamed: the receives of the windows before */
 	uint64_t recv_posted;
 	/* ERR waits (replay_run.c): this QP's peer in this process and how many
 	 * of the peer's sends succeeded in the recording (each was taken by this
@@ -525,6 +526,12 @@ int rp_keep(struct rp_side *s, void *p);
 void *rp_alloc(struct rp_side *s, size_t n);
 void rp_side_free(struct rp_side *s);
 uint64_t rp_abs_ns(const struct rp_side *s, uint64_t ticks);
+/* The host's clock, on which events of traces of one host are compared: the
+ * raw TSC when the trace has one (every process of a host reads the same
+ * counter; each trace's conversion to CLOCK_MONOTONIC has its own calibration,
+ * and two of them differ by microseconds - enough to put a send on the wrong
+ * side of the poll that got it), else CLOCK_MONOTONIC (ns). */
+uint64_t rp_host_clock(const struct rp_side *s, uint64_t ticks);
 int rp_qp_index(const struct rp_side *s, uint64_t h);
 int rp_cq_index(const struct rp_side *s, uint64_t h);
 int rp_srq_index(const struct rp_side *s, uint64_t h);
@@ -572,11 +579,12 @@ struct rp_stream {
 	 * past the first window, the time of every RP_STREAM_MARK-th step */
 	const char *why_not;
 	uint64_t nstep_all;
-	uint64_t *mark;
+	struct rp_mark {
+		uint64_t ns, host; /* abs ns; the host's clock (rp_host_clock) */
+	} * mark;
 	size_t nmark, capmark;
 	uint64_t last_work_ns, first_life_ns;
-	uint32_t stream, nstreams;
-	int have_stream;
+	uint32_t nstreams;
 	/* the second reading (replay_load.c) */
 	struct rp_loading *ld;
 	struct rbt_reader *r;
@@ -584,12 +592,18 @@ struct rp_stream {
 	const struct rbt_model_trace *mtrace;
 	void *ro; /* the time-order window (struct rp_reorder) */
 	int eof;
+	/* the end of the window read last, and the events read after it that
+	 * lay before it (replayed in the next window) */
+	uint64_t lim_read, late_events;
+	int host_cut;	  /* windows end on the host's clock, not in ns */
 	size_t mark_next; /* planning: the next mark not yet in a window */
-	/* the run so far: steps before this window, and its lane's carry */
-	uint64_t base, ran, windows, max_window, stop_at_all;
-	int timeouts, cut;
+	/* the run so far: steps before this window; each recorded thread's
+	 * steps, runs and budget over the windows (the report's lanes after) */
+	uint64_t base, windows, max_window, stop_at_all;
+	int cut;
 	size_t arena_mark;
-	uint64_t wasted_ns;
+	struct rp_lane *thr;
+	int nthr, capthr;
 	/* timing of the posts, as replay_report.c's tally keeps it for one
 	 * window: counts, spans and a uniform sample (every post has the same
 	 * chance to be in it) of the lateness, with the exact maximum */
@@ -597,8 +611,6 @@ struct rp_stream {
 	uint64_t *late, *own;
 	size_t nsample;
 	uint64_t rng;
-	/* after the run: the side's one lane, for the report */
-	struct rp_lane total;
 };
 /* Loading (pass 1): whether the job may stream at all, the window's step cap. */
 int rp_stream_wanted(const struct rp_job *j);
@@ -619,7 +631,8 @@ static inline int rp_step_no(const struct rp_side *s, int i)
 uint64_t rp_steps_of(const struct rp_side *s);
 uint64_t rp_stop_of(const struct rp_side *s);
 uint64_t rp_timed_of(const struct rp_side *s);
-/* replay_load.c: the second reading, up to recorded time lim_ns (abs ns);
+/* replay_load.c: the second reading, up to recorded time lim_ns (abs ns, or
+ * the host's clock: rp_stream.host_cut);
  * 1 when the trace has more, 0 at its end, or a negative errno. */
 int rp_again_open(struct rp_job *j, struct rp_side *s);
 int rp_again_load(struct rp_job *j, struct rp_side *s, uint64_t lim_ns);
@@ -653,7 +666,8 @@ int rp_modify_to(struct ibv_qp *qp, const struct rbt_ev_qp_modify *m, uint32_t d
 /* replay_translate.c: recorded work onto the replayed resources */
 int rp_prepare_side(struct rp_job *j, struct rp_side *s);
 /* The receive-queue order of UD sends between sides of this process (after every
- * side is prepared): rp_step.ud_dest/ud_need, rp_qp.recv_ts. */
+ * side is prepared; streamed, after each window is): rp_step.ud_dest/ud_need,
+ * rp_qp.recv_ts. */
 int rp_ud_order_setup(struct rp_job *j);
 
 /* replay_clock.c, replay_run.c, replay_finish.c: the clock, running a

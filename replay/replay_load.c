@@ -88,6 +88,10 @@ static int rp_load_mr(struct rp_loading *ld, const struct rbt_event *ev)
 	const struct rbt_ev_mr_reg *p = &ev->u.mr_reg;
 	struct rp_mr *m = RP_NEW(ld, mr, nmr, capmr, RBT_MODEL_MR, p, mr);
 
+	/* a window's reading: the entry is the first reading's (tied), the
+	 * step is the window's */
+	if (!m && ld->again && ld->started && p->mr && !p->err && p->ret >= 0)
+		return rp_timeline_add(ld, ev);
 	if (!m)
 		return ld->err;
 	m->h = p->mr;
@@ -266,15 +270,16 @@ static int rp_load_ah(struct rp_loading *ld, const struct rbt_event *ev)
 static int rp_load_mr_dereg(struct rp_loading *ld, const struct rbt_event *ev)
 {
 	struct rp_side *s = ld->s;
-	int i = ev->u.mr_dereg.ret || ld->again
-			? 0
-			: rp_mr_latest(s, rp_mr_index(s, ev->u.mr_dereg.mr));
+	int i = ev->u.mr_dereg.ret ? 0
+				   : rp_mr_latest(s, rp_mr_index(s, ev->u.mr_dereg.mr));
 	int n = s->nstep, rc;
 
 	if (!i)
 		return 0;
-	s->mr[i - 1].dead = 1;
-	s->mr[i - 1].t_dead = rp_abs_ns(s, ev->ts);
+	if (!ld->again) { /* a window's reading: known from the first */
+		s->mr[i - 1].dead = 1;
+		s->mr[i - 1].t_dead = rp_abs_ns(s, ev->ts);
+	}
 	if (!ld->started)
 		return 0; /* before the start: it never mattered */
 	rc = rp_timeline_add(ld, ev);
@@ -654,14 +659,22 @@ int rp_again_open(struct rp_job *j, struct rp_side *s)
 	return 0;
 }
 
-/* Feeds what may leave the window and lies before lim (abs ns). */
+/* An event's time as windows are cut (replay_stream.c): the host's clock or
+ * abs ns. */
+static uint64_t rp_cut_clock(const struct rp_side *s, uint64_t ticks)
+{
+	return s->sm->host_cut ? rp_host_clock(s, ticks) : rp_abs_ns(s, ticks);
+}
+
+/* Feeds what may leave the window and lies before lim (rp_cut_clock). */
 static int rp_again_feed(struct rp_side *s, int all, uint64_t lim)
 {
 	struct rp_reorder *o = s->sm->ro;
 	struct rbt_event *ev;
 	int rc = 0;
 
-	while (o->n && rp_abs_ns(s, o->h[0].key) < lim && (ev = rp_reorder_pop(o, all))) {
+	while (o->n && rp_cut_clock(s, o->h[0].key) < lim &&
+	       (ev = rp_reorder_pop(o, all))) {
 		if (!rc)
 			rc = rp_load_event(s->sm->ld, ev);
 		free(ev);
@@ -679,11 +692,13 @@ static int rp_again_pump(struct rp_side *s, uint64_t lim)
 	for (;;) {
 		if ((rc = rp_again_feed(s, sm->eof, lim)) < 0)
 			return rc;
-		if (o->n && rp_abs_ns(s, o->h[0].key) >= lim)
+		if (o->n && rp_cut_clock(s, o->h[0].key) >= lim)
 			return 1;
 		if (sm->eof)
 			return o->n ? 1 : 0;
 		rc = rbt_reader_next(sm->r, &ev);
+		if (rc == 1 && rp_cut_clock(s, ev->ts) < sm->lim_read)
+			sm->late_events++;
 		if (rc == 1)
 			rc = rp_reorder_push(o, ev);
 		else
@@ -703,6 +718,7 @@ int rp_again_load(struct rp_job *j, struct rp_side *s, uint64_t lim_ns)
 	s->model = sm->model;
 	s->mtrace = sm->mtrace;
 	rc = rp_again_pump(s, lim_ns);
+	sm->lim_read = lim_ns;
 	if (rc == 0 && rbt_model_finish(s->model) < 0)
 		rc = -ENOMEM;
 	if (rc >= 0 && sm->ld->err)

@@ -365,11 +365,12 @@ static void rp_report_timing(struct rp_job *j, struct rp_tally *t,
 static size_t rp_lane_late(const struct rp_lane *L, double *p50, double *p99, double *max)
 {
 	const struct rp_side *s = L->s;
-	uint64_t *v = malloc(((size_t)L->n + 1) * sizeof(*v));
+	uint64_t *v;
 	size_t n = 0;
 
 	*p50 = *p99 = *max = 0;
-	if (!v)
+	/* a streamed side's thread: its steps went with their windows */
+	if (!L->idx || !(v = malloc(((size_t)L->n + 1) * sizeof(*v))))
 		return 0;
 	for (int k = 0; k < L->n; k++) {
 		const struct rp_step *st = &s->step[L->idx[k]];

@@ -59,6 +59,11 @@ uint64_t rp_abs_ns(const struct rp_side *s, uint64_t ticks)
 	return rbt_model_mono_ns(s->mtrace, ticks);
 }
 
+uint64_t rp_host_clock(const struct rp_side *s, uint64_t ticks)
+{
+	return s->hdr.clock_source == RBT_CLOCK_TSC ? ticks : rp_abs_ns(s, ticks);
+}
+
 /* The model's objects carry 1 + the index of their replay entry in user (0:
  * none, e.g. an object first seen in use, which the replayer cannot rebuild). */
 void *rp_res_user(int idx)

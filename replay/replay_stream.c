@@ -13,8 +13,13 @@
  *
  * What it cannot stream it leaves to the in-memory path (rp_stream_decide says
  * why on the log): recording the replay (-o), peer replayers, --timing=deps and
- * memory dependencies (RDMA WRITEs and atomics), several threads per trace, UD
- * and XRC QPs, memory windows, and resources made or destroyed mid-run.
+ * memory dependencies (RDMA WRITEs and atomics), XRC QPs, memory windows,
+ * and QPs made or destroyed mid-run. UD streams: the receive counts a
+ * UD send waits for are those of its window plus the windows before
+ * (rp_ud_order_setup again for each window). Several threads per trace
+ * stream: each window has a lane per thread that has steps in it (the gate
+ * between lanes needs no more, as a window ends on every lane at once), and
+ * what each thread ran adds up by its stream across windows.
  *
  * Must never change what an in-memory replay does: it only runs when
  * rp_stream_decide chose it.
@@ -34,10 +39,12 @@ int rp_stream_wanted(const struct rp_job *j)
 	       o->timing != RBT_REPLAY_DEPS;
 }
 
+/* QPs made or destroyed mid-run are not streamed; MRs registered and
+ * deregistered are (their steps are read again with their window, their
+ * replayed MR is the first reading's entry; rereg is not). */
 static int rp_is_life(uint32_t t)
 {
-	return t == RBT_EV_MR_REG || t == RBT_EV_MR_DEREG || t == RBT_EV_MR_REREG ||
-	       t == RBT_EV_QP_CREATE || t == RBT_EV_QP_DESTROY;
+	return t == RBT_EV_QP_CREATE || t == RBT_EV_QP_DESTROY;
 }
 
 static int rp_is_work(uint32_t t)
@@ -73,7 +80,8 @@ void rp_stream_note(struct rp_loading *ld, const struct rbt_event *ev, uint64_t 
 
 	if (sm->nstep_all % RP_STREAM_MARK == 0 &&
 	    RP_GROW(sm->mark, sm->nmark, sm->capmark))
-		sm->mark[sm->nmark++] = rec_ns;
+		sm->mark[sm->nmark++] =
+			(struct rp_mark){ rec_ns, rp_host_clock(ld->s, ev->ts) };
 	sm->nstep_all++;
 	/* an extended poll session of several completions is two steps */
 	if (t == RBT_EV_POLL_CQ && ev->u.poll_cq.api == 1 && ev->u.poll_cq.n_wcs > 1)
@@ -88,12 +96,24 @@ void rp_stream_note(struct rp_loading *ld, const struct rbt_event *ev, uint64_t 
 		return;
 	if (t == RBT_EV_POST_SEND && rp_is_mem_post(ev))
 		sm->why_not = "RDMA WRITEs, atomics or memory windows";
-	else if (ld->started && sm->have_stream && ev->stream != sm->stream)
-		sm->why_not = "several threads";
-	if (ld->started && !sm->have_stream) {
-		sm->stream = ev->stream;
-		sm->have_stream = 1;
-	}
+	else if (t == RBT_EV_MR_REREG && ld->started)
+		sm->why_not = "ibv_rereg_mr mid-run";
+}
+
+/* What a recorded thread (stream) ran over the windows so far: its lane in
+ * the report, and the carry of its budget into its next window's lane. NULL:
+ * out of memory. */
+static struct rp_lane *rp_stream_thread(struct rp_side *s, uint32_t stream)
+{
+	struct rp_stream *sm = s->sm;
+
+	for (int k = 0; k < sm->nthr; k++)
+		if (sm->thr[k].stream == stream)
+			return &sm->thr[k];
+	if (!RP_GROW(sm->thr, sm->nthr, sm->capthr))
+		return NULL;
+	sm->thr[sm->nthr] = (struct rp_lane){ .s = s, .stream = stream };
+	return &sm->thr[sm->nthr++];
 }
 
 static const char *rp_side_why_not(const struct rp_side *s)
@@ -103,12 +123,9 @@ static const char *rp_side_why_not(const struct rp_side *s)
 	if (sm->why_not)
 		return sm->why_not;
 	if (sm->first_life_ns && sm->first_life_ns < sm->last_work_ns)
-		return "MRs or QPs made or destroyed mid-run";
+		return "QPs made or destroyed mid-run";
 	if (s->nmw || s->nxrcd || s->nxqp)
 		return "memory windows or XRC";
-	for (int i = 0; i < s->nqp; i++)
-		if (s->qp[i].rec.qp_type == IBV_QPT_UD)
-			return "UD QPs";
 	return NULL;
 }
 
@@ -120,6 +137,7 @@ void rp_stream_free(struct rp_side *s)
 	free(s->sm->mark);
 	free(s->sm->late);
 	free(s->sm->own);
+	free(s->sm->thr);
 	free(s->sm);
 	s->sm = NULL;
 }
@@ -182,8 +200,9 @@ int rp_stream_decide(struct rp_job *j, int *reload)
 	return 1;
 }
 
-/* The end of the next window in recorded time (abs ns of the job's clock):
- * where the marks of all sides, in time order, reach the window's size. */
+/* The end of the next window in recorded time (the host's clock when every
+ * side has the same, else abs ns of the job's clock): where the marks of all
+ * sides, in time order, reach the window's size. */
 static uint64_t rp_stream_plan(struct rp_job *j)
 {
 	uint64_t n = 0;
@@ -199,8 +218,9 @@ static uint64_t rp_stream_plan(struct rp_job *j)
 
 			if (sm->mark_next >= sm->nmark)
 				continue;
-			m = sm->mark[sm->mark_next] -
-			    (j->same_clock ? 0 : s->rec_epoch_ns);
+			m = sm->host_cut ? sm->mark[sm->mark_next].host
+					 : sm->mark[sm->mark_next].ns -
+						   (j->same_clock ? 0 : s->rec_epoch_ns);
 			if (m < t) {
 				t = m;
 				best = s;
@@ -227,7 +247,7 @@ static int rp_stream_fill(struct rp_job *j, uint64_t lim, int *more)
 		struct rp_stream *sm = s->sm;
 		uint64_t l = lim;
 
-		if (lim != UINT64_MAX && !j->same_clock)
+		if (lim != UINT64_MAX && !j->same_clock && !sm->host_cut)
 			l = lim + s->rec_epoch_ns;
 		sm->arena_mark = s->nallocs;
 		s->nstep = 0;
@@ -240,31 +260,43 @@ static int rp_stream_fill(struct rp_job *j, uint64_t lim, int *more)
 			return rc ? rc
 				  : rp_fail(j, -ENOMEM, "out of memory while streaming");
 		for (int l2 = 0; l2 < s->nlane; l2++) {
-			s->lane[l2].timeouts = sm->timeouts;
-			s->lane[l2].wasted_ns = sm->wasted_ns;
+			struct rp_lane *T = rp_stream_thread(s, s->lane[l2].stream);
+
+			if (!T)
+				return rp_fail(j, -ENOMEM,
+					       "out of memory while streaming");
+			s->lane[l2].timeouts = T->timeouts;
+			s->lane[l2].wasted_ns = T->wasted_ns;
 		}
 		if ((uint64_t)s->nstep > sm->max_window)
 			sm->max_window = (uint64_t)s->nstep;
 	}
-	return 0;
+	/* UD sends: the receives they wait for, once every side's are read */
+	return rp_ud_order_setup(j) < 0
+		       ? rp_fail(j, -ENOMEM, "out of memory while streaming")
+		       : 0;
 }
 
 /* What the window's lanes did, onto the side; 1 when it stopped. */
 static int rp_stream_lanes(struct rp_side *s)
 {
-	struct rp_stream *sm = s->sm;
 	int stopped = 0;
 
 	for (int l = 0; l < s->nlane; l++) {
 		struct rp_lane *L = &s->lane[l];
+		struct rp_lane *T = rp_stream_thread(s, L->stream);
 
 		s->nran += L->ran;
-		sm->ran += (uint64_t)L->ran;
 		s->xwaits += L->xwaits;
 		s->sq_waits += L->sq_waits;
-		sm->timeouts = L->timeouts;
-		if (L->wasted_ns > sm->wasted_ns)
-			sm->wasted_ns = L->wasted_ns;
+		if (T) { /* found: every window lane got its thread at fill */
+			T->n += L->n;
+			T->ran += L->ran;
+			T->xwaits += L->xwaits;
+			T->sq_waits += L->sq_waits;
+			T->timeouts = L->timeouts;
+			T->wasted_ns = L->wasted_ns;
+		}
 		if (!L->stop_why)
 			continue;
 		stopped = 1;
@@ -304,10 +336,26 @@ static void rp_stream_retire(struct rp_job *j, struct rp_side *s)
 	sm->windows++;
 }
 
+/* Traces of one host with one kind of clock: their windows end at one
+ * reading of the host's clock (each trace's conversion to ns differs by
+ * microseconds, enough to put a send in the window after the poll that got
+ * it). */
+static void rp_stream_cut(struct rp_job *j)
+{
+	int host = j->same_clock;
+
+	for (int i = 1; i < j->nside; i++)
+		if (j->side[i].hdr.clock_source != j->side[0].hdr.clock_source)
+			host = 0;
+	for (int i = 0; i < j->nside; i++)
+		j->side[i].sm->host_cut = host;
+}
+
 void rp_stream_run(struct rp_job *j)
 {
 	int more = 1, stopped = 0, why = 0;
 
+	rp_stream_cut(j);
 	for (int i = 0; i < j->nside; i++) {
 		struct rp_side *s = &j->side[i];
 
@@ -370,17 +418,22 @@ void rp_stream_run(struct rp_job *j)
 
 		if (!s->sm->cut)
 			s->sm->stop_at_all = s->sm->base;
-		/* the report's one lane: the recorded thread, what it ran */
-		s->sm->total = (struct rp_lane){ .s = s,
-						 .stream = s->sm->stream,
-						 .ran = (int)s->sm->ran,
-						 .xwaits = s->xwaits };
-		s->lane = &s->sm->total;
-		s->nlane = 1;
+		/* the report's lanes: each recorded thread, what it ran in
+		 * all windows (no steps of its own left: idx NULL) */
+		s->lane = s->sm->thr;
+		s->nlane = s->sm->nthr;
 		s->stop_at = 0;
-		s->pre.timeouts += s->sm->timeouts;
-		if (s->sm->wasted_ns > s->pre.wasted_ns)
-			s->pre.wasted_ns = s->sm->wasted_ns;
+		for (int l = 0; l < s->nlane; l++) {
+			s->pre.timeouts += s->lane[l].timeouts;
+			if (s->lane[l].wasted_ns > s->pre.wasted_ns)
+				s->pre.wasted_ns = s->lane[l].wasted_ns;
+		}
+		if (s->sm->late_events)
+			fprintf(j->log,
+				"rbtrace replay: %s: %llu events came in the file after "
+				"the window of their time was read (beyond the loader's "
+				"time-order window): replayed in the next window\n",
+				s->path, (unsigned long long)s->sm->late_events);
 		rp_again_close(s);
 		rp_side_finish(j, s);
 	}

@@ -363,6 +363,11 @@ void rp_timeline_window(struct rp_side *s)
 	rp_timeline_order(s);
 	rp_join_window(s);
 	s->prefix = 0;
+	/* past the side's last post or poll: its teardown, as rp_mr_tail */
+	for (int i = 0; i < s->nstep; i++)
+		if (rp_is_mr_step(s->step[i].ev->type) &&
+		    s->step[i].rec_ns > s->sm->last_work_ns)
+			s->step[i].skipped = 1;
 }
 
 /* Gating steps: what another thread's later post may have relied on. */

@@ -643,12 +643,22 @@ static uint32_t rp_recv_posted(const struct rbt_ev_post_recv *p)
 /* UD drops a message that finds no receive posted. The recording delivered
  * it, so the receive was there: a replayed UD send to a QP of this process
  * (recorded on the same host, one TSC) waits until that QP has had as many
- * receives posted as it had when the recorded send began (rp_run.c). */
+ * receives posted as it had when the recorded send began (rp_run.c).
+ * Streamed, it is done again for each window's steps: the receives of the
+ * windows before count as posted before (recv_base), and a window ends at one
+ * recorded time on every side, so a send's receives are in its window or an
+ * earlier one. */
 int rp_ud_order_setup(struct rp_job *j)
 {
 	for (int si = 0; si < j->nside; si++) {
 		struct rp_side *s = &j->side[si];
 
+		/* streamed: the receives of the windows before this one */
+		for (int q = 0; q < s->nqp; q++) {
+			s->qp[q].recv_base += s->qp[q].nrecv_ts;
+			s->qp[q].nrecv_ts = 0;
+			s->qp[q].recv_ts = NULL;
+		}
 		for (int i = 0; i < s->nstep; i++) {
 			struct rp_step *st = &s->step[i];
 
@@ -715,6 +725,7 @@ int rp_ud_order_setup(struct rp_job *j)
 					else
 						hi = mid;
 				}
+				lo += q->recv_base;
 				if (lo > st->ud_need || !st->ud_dest) {
 					st->ud_dest = q;
 					st->ud_need = lo;

@@ -363,24 +363,39 @@ int sn_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	return got;
 }
 
-/* The latency model: the earliest time at which a completion already in the
- * ring becomes visible, 0 when none waits. Any entry counts, not only the
- * oldest: one that is visible (and not polled yet) may sit before it. */
-static uint64_t sn_cq_next_visible(struct sn_cq_shm *s)
+/* The event an arm owes for completions already in the ring, as hardware
+ * that compares the arm's consumer index raises one: the time it is due (at
+ * most now when one is visible, else the earliest time one becomes visible
+ * with the latency model), 0 when none is owed. Any entry counts, not only
+ * the oldest: one that is visible (and not polled yet) may sit behind one
+ * that is not. A solicited-only arm counts solicited and failed ones only;
+ * under moderation visible ones are left to the next completions. */
+static uint64_t sn_cq_owed(struct sn_cq_shm *s, uint32_t armed)
 {
 	uint64_t i, cons = atomic_load_explicit(&s->cons, memory_order_relaxed);
 	uint64_t prod =
 		atomic_load_explicit(&s->prod, memory_order_acquire) & ~SN_CQ_GATE;
-	uint64_t now = sn_now_ns(), best = 0;
+	bool moderated = atomic_load_explicit(&s->mod_count, memory_order_relaxed) > 1;
+	uint64_t now = 0, best = 0;
 
 	if (prod - cons > s->ring)
 		prod = cons + s->ring;
 	for (i = cons; i < prod; i++) {
 		struct sn_cqe *e = &s->e[i & (s->ring - 1)];
 
-		if (atomic_load_explicit(&e->seq, memory_order_acquire) != i + 1)
+		if (atomic_load_explicit(&e->seq, memory_order_seq_cst) != i + 1)
 			break;
-		if (e->visible_ns > now && (!best || e->visible_ns < best))
+		if (atomic_load_explicit(&e->dropped, memory_order_relaxed) ||
+		    (armed == 2 && !e->solicited && e->status == IBV_WC_SUCCESS))
+			continue;
+		if (e->visible_ns && !now)
+			now = sn_now_ns();
+		if (!e->visible_ns || e->visible_ns <= now) {
+			if (!moderated)
+				return now ? now : 1;
+			continue;
+		}
+		if (!best || e->visible_ns < best)
 			best = e->visible_ns;
 	}
 	return best;
@@ -390,18 +405,26 @@ int sn_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
 	struct sn_cq *cq = sn_cq_of(ibcq);
 	struct sn_cq_shm *s = cq->shm;
+	uint32_t armed = solicited_only ? 2 : 1;
 	uint64_t when;
 
 	if (!cq->cq.channel)
 		return EINVAL;
 	atomic_store(&s->mod_seen, 0);
-	atomic_store(&s->armed, solicited_only ? 2 : 1);
-	/* With the latency model a completion may already sit in the ring,
-	 * not yet visible: on hardware it would arrive after this arm, so it
-	 * must raise the event when it becomes visible. */
-	if (SN_UNLIKELY(sn_g.model) && (when = sn_cq_next_visible(s)) &&
-	    atomic_exchange(&s->armed, 0))
-		sn_delay_notify(s, when);
+	/* seq_cst store then loads of the ring: pairs with sn_cq_push (Dekker),
+	 * so a completion pushed now is seen here or sees the arm */
+	atomic_store(&s->armed, armed);
+	/* A completion already in the ring and not polled owes this arm its
+	 * event: at once when it is visible (else a program that arms after
+	 * its peer's completion landed waits forever), when it becomes visible
+	 * with the latency model (on hardware it would arrive after the arm). */
+	when = sn_cq_owed(s, armed);
+	if (when && atomic_exchange(&s->armed, 0)) {
+		if (when > sn_now_ns())
+			sn_delay_notify(s, when);
+		else
+			sn_notify_fd(&cq->chan_wfd, s->chan_path, s->cookie);
+	}
 	return 0;
 }
 

@@ -728,4 +728,38 @@ TEST_F(ReplayRecorded, EightThreadsOnEightQpsReplayPerThread)
 		<< out;
 }
 
+// Four threads on four QPs (SENDs only, 3000 ping-pongs a pair) replayed in
+// windows of 2048 steps: the trace streams (no "replaying it from memory"),
+// each recorded thread by a thread of its own in every window, and every
+// completion matches, as from memory.
+TEST_F(ReplayRecorded, FourThreadsReplayStreamedPerThread)
+{
+	std::string t = test_tmp() + "/threads_str.rbt", out;
+	ASSERT_EQ(0, sh(rec_ + t + " tests/replay_threads --threads 4 --iters 3000 " +
+				"--interval-us 2 --relay 0",
+			&out))
+		<< out;
+	for (const char *m : { "asap", "recorded" }) {
+		unsigned long got = 0, all = 1;
+		const char *at;
+
+		EXPECT_EQ(0, sh(env_ + " RBTRACE_REPLAY_WINDOW=2048 " + kRbtrace +
+					" replay --timing=" + m + " " + t,
+				&out))
+			<< m << ": " << out;
+		EXPECT_EQ(std::string::npos, out.find("replaying it from memory"))
+			<< m << ": " << out;
+		EXPECT_NE(std::string::npos,
+			  out.find("4 recorded threads, each replayed by its own"))
+			<< m << ": " << out;
+		at = strstr(out.c_str(), "completions matched: ");
+		ASSERT_NE(nullptr, at) << m << ": " << out;
+		ASSERT_EQ(2, sscanf(at, "completions matched: %lu of %lu", &got, &all));
+		EXPECT_EQ(all, got) << m << ": " << out;
+		EXPECT_GE(got, 24000ul) << m << ": " << out;
+		EXPECT_NE(std::string::npos, out.find("no divergence"))
+			<< m << ": " << out;
+	}
+}
+
 } // namespace

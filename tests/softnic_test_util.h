@@ -525,6 +525,19 @@ struct SnNode {
 		return ibv_post_send(q ? q : qp, &wr, &bad);
 	}
 
+	/* The channel's fd becomes readable within timeout_ms with an event
+	 * for our CQ; it is taken and acknowledged. */
+	void cq_event(int timeout_ms = 5000)
+	{
+		struct pollfd p = { ch->fd, POLLIN, 0 };
+		SN_CHECK_EQ(::poll(&p, 1, timeout_ms), 1);
+		ibv_cq *ecq;
+		void *ectx;
+		SN_CHECK_EQ(ibv_get_cq_event(ch, &ecq, &ectx), 0);
+		SN_CHECK(ecq == cq);
+		ibv_ack_cq_events(ecq, 1);
+	}
+
 	ibv_wc wait1(int timeout_ms = 5000)
 	{
 		ibv_wc wc;

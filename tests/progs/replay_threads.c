@@ -4,11 +4,11 @@
  * one SEND every U microseconds and polls its send completion and the answer,
  * the odd thread polls the message and answers it. Then a relay the recording
  * proves the order of: thread t (t > 0) waits until thread t-1 is done, then
- * RDMA-WRITEs into its peer's buffer and polls that. Recorded with librbtrace,
- * its trace tests that replay keeps each thread's order and timing on a
- * thread of its own.
+ * RDMA-WRITEs into its peer's buffer and polls that (--relay 0: no relay, SENDs
+ * only). Recorded with librbtrace, its trace tests that replay keeps each
+ * thread's order and timing on a thread of its own.
  *
- * usage: replay_threads [--threads T] [--iters N] [--interval-us U]
+ * usage: replay_threads [--threads T] [--iters N] [--interval-us U] [--relay 0|1]
  * Prints "threads: T x N sends in X us (R msg/s)". Exits 1 on any verbs failure.
  */
 #define _GNU_SOURCE
@@ -33,7 +33,7 @@ struct lane {
 	int failed;
 };
 
-static int iters = 500, interval = 20, nthreads = 8;
+static int iters = 500, interval = 20, nthreads = 8, relay = 1;
 static struct lane lanes[MAX_THREADS];
 static int relay_done[MAX_THREADS]; /* atomic: thread i polled its last */
 
@@ -99,6 +99,8 @@ static void *run(void *arg)
 		}
 	}
 	/* the relay: after the previous thread is done */
+	if (!relay)
+		return NULL;
 	if (l->id > 0)
 		while (!__atomic_load_n(&relay_done[l->id - 1], __ATOMIC_ACQUIRE))
 			;
@@ -125,6 +127,8 @@ int main(int argc, char **argv)
 			iters = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--interval-us"))
 			interval = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--relay"))
+			relay = atoi(argv[i + 1]);
 	}
 	if (nthreads < 2 || nthreads > MAX_THREADS || nthreads % 2 || iters < 0 ||
 	    interval < 0) {
