@@ -43,7 +43,14 @@ CM_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 		if (write(ch->evfd, &one, sizeof(one)) < 0)
 			(void)0;
 	} else {
-		cm_chan_free(ch);
+		/* Nobody waits in it yet, but a thread may be on its way back
+		 * in: an event thread that acked the last event while the main
+		 * thread, woken by that ack in rdma_destroy_id, tears down and
+		 * destroys the channel (rping). The struct stays, dead, so that
+		 * such a call parks until exit instead of reading freed memory
+		 * (librdmacm's EBADF there makes rping's event thread exit(-1)
+		 * while main exits 0). */
+		cm_chan_retire(ch);
 	}
 	pthread_mutex_unlock(&cm_mu);
 }

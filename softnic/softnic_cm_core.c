@@ -414,18 +414,29 @@ struct cm_chan *cm_chan_new(void)
 	return ch;
 }
 
-void cm_chan_free(struct cm_chan *ch)
+/* A channel the program destroyed: its events and fds go, the struct stays,
+ * dead (a late rdma_get_cm_event on it parks); a few dozen bytes per
+ * destroyed channel, never reused. */
+void cm_chan_retire(struct cm_chan *ch)
 {
 	struct cm_evt *e, *n;
 
-	if (!ch)
-		return;
 	for (e = ch->head; e; e = n) {
 		n = e->next;
 		free(e);
 	}
+	ch->head = ch->tail = NULL;
 	close(ch->ch.fd);
 	close(ch->evfd);
+	ch->ch.fd = ch->evfd = -1;
+	ch->dead = true;
+}
+
+void cm_chan_free(struct cm_chan *ch)
+{
+	if (!ch)
+		return;
+	cm_chan_retire(ch);
 	free(ch);
 }
 

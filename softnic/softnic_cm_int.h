@@ -161,7 +161,7 @@ struct cm_chan {
 	int evfd;
 	struct cm_evt *head, *tail;
 	int users; /* threads inside rdma_get_cm_event on it */
-	bool dead; /* destroyed while a thread waited in it */
+	bool dead; /* destroyed by the program: a call in it or late to it parks */
 };
 
 struct cm_id {
@@ -245,6 +245,7 @@ void cm_unwatch(struct cm_chan *ch, int fd);
 struct cm_chan *cm_chan_of(const struct cm_id *c);
 struct cm_chan *cm_chan_new(void);
 void cm_chan_free(struct cm_chan *ch);
+void cm_chan_retire(struct cm_chan *ch);
 void cm_chan_push(struct cm_chan *ch, struct cm_evt *e);
 struct cm_evt *cm_chan_pop(struct cm_chan *ch);
 struct cm_evt *cm_chan_take(struct cm_chan *ch, const struct cm_id *c);

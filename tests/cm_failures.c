@@ -10,6 +10,8 @@
  *   qperr    CONNECT_ERROR (the active QP cannot reach RTR), peer REJECTED
  *   unacked  rdma_destroy_id waits until the event it delivered is acked
  *   nonblock O_NONBLOCK on the channel fd gives EAGAIN, poll() wakes
+ *   late     rdma_get_cm_event on a channel already destroyed parks (rping's
+ *            event thread comes back in while main tears down and exits)
  *   sync     a NULL-channel id's rdma_connect fails with ECONNREFUSED
  *   attrs    what the two sides negotiate (the IB CM's swaps: responder
  *            resources for initiator depth, the REP's RNR retry count for the
@@ -32,6 +34,7 @@
 #include <ifaddrs.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <pthread.h>
 #include <rdma/rdma_cma.h>
@@ -530,6 +533,48 @@ static void case_nonblock(void)
 	rdma_destroy_event_channel(ch);
 }
 
+struct late {
+	struct rdma_event_channel *ch;
+	atomic_int returned;
+};
+
+static void *late_thread(void *arg)
+{
+	struct late *l = arg;
+	struct rdma_cm_event *ev;
+
+	rdma_get_cm_event(l->ch, &ev);
+	atomic_store(&l->returned, 1);
+	return NULL;
+}
+
+/* The thread's call comes after the destroy: it must neither return (an
+ * error there makes rping's event thread exit(-1) while main exits 0) nor
+ * touch freed memory. It stays parked until the process exits. */
+static void case_late(void)
+{
+	static struct late l;
+	struct rdma_cm_id *id = NULL;
+	pthread_t t;
+
+	l.ch = rdma_create_event_channel();
+	if (!l.ch || rdma_create_id(l.ch, &id, NULL, RDMA_PS_TCP)) {
+		say(false, "late", "setup failed");
+		return;
+	}
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(l.ch);
+	if (pthread_create(&t, NULL, late_thread, &l)) {
+		say(false, "late", "pthread_create failed");
+		return;
+	}
+	pthread_detach(t);
+	usleep(300 * 1000);
+	say(!atomic_load(&l.returned), "late",
+	    "rdma_get_cm_event after rdma_destroy_event_channel %s",
+	    atomic_load(&l.returned) ? "returned" : "parks");
+}
+
 static void case_sync(int port)
 {
 	struct rdma_cm_id *id = NULL;
@@ -710,7 +755,8 @@ int main(int argc, char **argv)
 {
 	static const char *const all[] = { "noone", "reject", "silent",	 "addr",
 					   "death", "qperr",  "unacked", "nonblock",
-					   "sync",  "attrs",  "enosys",	 "mcast" };
+					   "late",  "sync",   "attrs",	 "enosys",
+					   "mcast" };
 	int port = pick_port();
 
 	if (argc == 5 && !strcmp(argv[1], "serve"))
@@ -741,6 +787,8 @@ int main(int argc, char **argv)
 			case_unacked();
 		else if (!strcmp(n, "nonblock"))
 			case_nonblock();
+		else if (!strcmp(n, "late"))
+			case_late();
 		else if (!strcmp(n, "sync"))
 			case_sync(port);
 		else if (!strcmp(n, "attrs"))
