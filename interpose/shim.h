@@ -122,10 +122,10 @@ static inline int rbt_recording(void)
 enum rbt_raw_kind {
 	RBT_RAW_PAD = 1,   /* filler up to the ring's end */
 	RBT_RAW_EVENT,	   /* a struct rbt_event + its strings/blobs/arrays */
-	RBT_RAW_POST_SEND, /* rbt_raw_post + rbt_raw_swr[] */
+	RBT_RAW_POST_SEND, /* rbt_raw_post + rbt_raw_swr[], or dense WRs */
 	RBT_RAW_POST_RECV, /* rbt_raw_post + rbt_raw_rwr[] */
 	RBT_RAW_POST_SRQ,  /* rbt_raw_post + rbt_raw_rwr[] */
-	RBT_RAW_POLL,	   /* rbt_raw_poll + ibv_wc[] or rbt_raw_wcx[] */
+	RBT_RAW_POLL,	   /* rbt_raw_poll + ibv_wc[], rbt_raw_wcx[] or dense */
 	RBT_RAW_NOTIFY,	   /* rbt_raw_notify */
 };
 
@@ -178,6 +178,11 @@ struct rbt_raw_rwr {
 };
 
 #define RBT_POLL_WCX 1 /* h.flags: elements are rbt_raw_wcx */
+/* h.flags of a POST_SEND or POLL record: its WRs or completions are in the dense
+ * layouts of trace_format (rbt_flat_dswr, rbt_flat_dwc, rbt_format.h), which the
+ * post and poll wrappers write: fewer bytes for the application's thread to
+ * store and hand to the writer's core. */
+#define RBT_RAW_DENSE 2
 struct rbt_raw_poll {
 	struct rbt_raw_hdr h;
 	uint64_t ts, ts_exit, cq;

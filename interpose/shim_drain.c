@@ -121,7 +121,41 @@ static void rbt_decode_post(const struct rbt_raw_hdr *h, uint32_t stream)
 	for (uint32_t i = 0; i < p->nwr; i++) {
 		const struct rbt_raw_sge *rs;
 		uint32_t n;
-		if (h->kind == RBT_RAW_POST_SEND) {
+		if (h->kind == RBT_RAW_POST_SEND && (h->flags & RBT_RAW_DENSE)) {
+			const struct rbt_flat_dswr *w = (const void *)s;
+			struct rbt_send_wr *o = (struct rbt_send_wr *)wrs + i;
+			const uint8_t *t = (const uint8_t *)(w + 1);
+			uint32_t pl = 0;
+			*o = (struct rbt_send_wr){ .wr_id = w->wr_id,
+						   .opcode = w->opcode,
+						   .send_flags = w->send_flags,
+						   .imm_data = w->imm };
+			if (w->shape & RBT_DSWR_RDMA) {
+				const struct rbt_flat_dswr_rdma *rd = (const void *)t;
+				o->remote_addr = rd->remote_addr;
+				o->rkey = rd->rkey;
+				t += sizeof(*rd);
+			}
+			if (w->shape & RBT_DSWR_EXT) {
+				const struct rbt_raw_swr_ext *s = (const void *)t;
+				struct rbt_send_wr *d = o;
+				RBT_SWR_EXT_FIELDS(RBT_FIELD_CP)
+				t += sizeof(*s);
+			}
+			if (w->shape & RBT_DSWR_WIDE) {
+				const struct rbt_flat_dswr_wide *wd = (const void *)t;
+				o->send_flags = wd->send_flags;
+				pl = wd->payload_len;
+				t += sizeof(*wd);
+			}
+			rs = (const void *)t;
+			n = w->nsge;
+			o->n_sges = n;
+			o->sges = sges + k;
+			o->payload.len = pl;
+			o->payload.data = pl ? (const uint8_t *)(rs + n) : NULL;
+			s = (const uint8_t *)(rs + n) + RBT_ALIGN8(pl);
+		} else if (h->kind == RBT_RAW_POST_SEND) {
 			const struct rbt_raw_swr *w = (const void *)s;
 			struct rbt_send_wr *o = (struct rbt_send_wr *)wrs + i;
 			o->wr_id = w->wr_id;
@@ -131,13 +165,10 @@ static void rbt_decode_post(const struct rbt_raw_hdr *h, uint32_t stream)
 			o->remote_addr = w->remote_addr;
 			o->rkey = w->rkey;
 			if (w->ext) {
-				const struct rbt_raw_swr_ext *x = (const void *)(w + 1);
-				o->compare_add = x->compare_add;
-				o->swap = x->swap;
-				o->ah = x->ah;
-				o->remote_qpn = x->remote_qpn;
-				o->remote_qkey = x->remote_qkey;
-				rs = (const void *)(x + 1);
+				const struct rbt_raw_swr_ext *s = (const void *)(w + 1);
+				struct rbt_send_wr *d = o;
+				RBT_SWR_EXT_FIELDS(RBT_FIELD_CP)
+				rs = (const void *)(s + 1);
 			} else {
 				o->compare_add = 0;
 				o->swap = 0;
@@ -211,9 +242,14 @@ static void rbt_decode_poll(const struct rbt_raw_hdr *h, uint32_t stream)
 
 	if (!wcs)
 		return;
+	const uint8_t *dq = (const uint8_t *)(p + 1);
 	for (uint32_t i = 0; i < p->nwc; i++) {
 		const struct ibv_wc *w;
 		uint64_t hw = 0;
+		if (h->flags & RBT_RAW_DENSE) {
+			dq += rbt_flat_dwc_get(&wcs[i], dq);
+			continue;
+		}
 		if (h->flags & RBT_POLL_WCX) {
 			const struct rbt_raw_wcx *x =
 				(const struct rbt_raw_wcx *)(p + 1) + i;
@@ -320,7 +356,7 @@ _Static_assert(sizeof(struct ibv_wc) == sizeof(struct rbt_flat_wc) &&
 		       RBT_SAMEF(struct ibv_wc, struct rbt_flat_wc, dlid_path_bits) &&
 		       sizeof(struct rbt_raw_wcx) == sizeof(struct rbt_flat_wcx) &&
 		       RBT_FLAT_WC_WITH_INV == IBV_WC_WITH_INV &&
-		       RBT_FLAT_WCX == RBT_POLL_WCX,
+		       RBT_FLAT_WCX == RBT_POLL_WCX && RBT_FLAT_DENSE == RBT_RAW_DENSE,
 	       "ibv_wc is rbt_flat_wc");
 
 /* Posts and polls straight from the ring into the chunk; in flight mode (which

@@ -49,25 +49,78 @@ static inline void rbt_rec_empty_poll(struct rbt_ring *r, void *cq, uint32_t ask
 	f->api = api;
 }
 
+/* Completions are written dense (rbt_flat_dwc, rbt_format.h): 24 bytes with what
+ * every completion has, and the 32 of rbt_flat_dwc_ext after it only when one of
+ * the fields that are commonly zero is not (vendor_err, src_qp, pkey_index,
+ * slid, sl, dlid_path_bits) or status, opcode or wc_flags does not fit a byte.
+ * Returns the bytes written at o. */
+static inline __attribute__((always_inline)) uint32_t rbt_dwc_put(uint8_t *o,
+								  const struct ibv_wc *c)
+{
+	struct rbt_flat_dwc *d = (void *)o;
+	uint32_t hi = (c->status | c->opcode | c->wc_flags) & ~0xffu;
+	uint32_t rare = c->vendor_err | c->src_qp | hi | c->pkey_index | c->slid | c->sl |
+			c->dlid_path_bits;
+	uint64_t w1 = (uint64_t)c->byte_len | (uint64_t)c->qp_num << 32;
+	uint64_t w2 = (uint64_t)c->imm_data | (uint64_t)(c->status & 0xff) << 32 |
+		      (uint64_t)(c->opcode & 0xff) << 40 |
+		      (uint64_t)(c->wc_flags & 0xff) << 48 | (uint64_t)(rare != 0) << 56;
+
+	d->wr_id = c->wr_id;
+	memcpy(&d->byte_len, &w1, sizeof(w1));
+	memcpy(&d->imm, &w2, sizeof(w2));
+	if (RBT_LIKELY(!rare))
+		return sizeof(*d);
+	{
+		struct rbt_flat_dwc_ext *x = (void *)(d + 1), *d = x;
+		const struct ibv_wc *s = c;
+		memset(x->pad, 0, sizeof(x->pad));
+		RBT_DWC_EXT_FIELDS(RBT_FIELD_CP)
+	}
+	return sizeof(*d) + sizeof(struct rbt_flat_dwc_ext);
+}
+
 static void rbt_rec_poll(struct ibv_cq *cq, int asked, int ret, const struct ibv_wc *wc,
 			 uint64_t t0, uint64_t t1)
 {
 	struct rbt_ring *r = rbt_ring_get();
+	uint32_t nwc = ret > 0 ? (uint32_t)ret : 0, room, len;
+	struct rbt_raw_poll *p;
 
 	if (ret == 0) {
 		/* light mode: the run ends at the last poll's entry */
 		rbt_rec_empty_poll(r, cq, asked, 0, t0, t1 ? t1 : t0);
 		return;
 	}
-	rbt_poll_put(r,
-		     &(struct rbt_raw_poll){ .ts = t0,
-					     .ts_exit = t1,
-					     .cq = (uintptr_t)cq,
-					     .ret = ret,
-					     .asked = asked,
-					     .count = 1,
-					     .nwc = ret > 0 ? (uint32_t)ret : 0 },
-		     wc, sizeof(*wc));
+	/* Room for the longest it can be where the head stands; else the exact
+	 * length, counted first, through rbt_ring_reserve (pads, waits, drops). */
+	len = sizeof(*p) + nwc * (uint32_t)(sizeof(struct rbt_flat_dwc) +
+					    sizeof(struct rbt_flat_dwc_ext));
+	p = rbt_ring_open(r, len, &room);
+	if (RBT_UNLIKELY(!p)) {
+		uint8_t tmp[sizeof(struct rbt_flat_dwc) +
+			    sizeof(struct rbt_flat_dwc_ext)];
+		len = sizeof(*p);
+		for (uint32_t i = 0; i < nwc; i++)
+			len += rbt_dwc_put(tmp, &wc[i]);
+		p = rbt_ring_reserve(r, len);
+		if (!p)
+			return;
+	}
+	*p = (struct rbt_raw_poll){ .h.kind = RBT_RAW_POLL,
+				    .h.flags = RBT_RAW_DENSE,
+				    .ts = t0,
+				    .ts_exit = t1,
+				    .cq = (uintptr_t)cq,
+				    .ret = ret,
+				    .asked = asked,
+				    .count = 1,
+				    .nwc = nwc };
+	uint8_t *o = (uint8_t *)(p + 1);
+	for (uint32_t i = 0; i < nwc; i++)
+		o += rbt_dwc_put(o, &wc[i]);
+	p->h.len = (uint32_t)(o - (uint8_t *)p);
+	rbt_ring_commit_len(r, p->h.len);
 }
 
 struct rbt_cqx_ent;

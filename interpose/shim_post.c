@@ -1,6 +1,6 @@
 /* shim_post.c - the post wrappers (ctx->ops.post_send, post_recv, post_srq_recv):
- * two TSC readings around the provider's call and one fixed-layout record per
- * chain segment in the thread's ring.
+ * two TSC readings around the provider's call and one record per chain segment
+ * in the thread's ring (send WRs in the dense layout).
  *
  * The hot path: never a lock, an allocation or a system call; returns exactly
  * what the provider returned and leaves errno alone.
@@ -66,7 +66,7 @@ static inline uint32_t rbt_nsge(int n)
 #define RBT_IMM_OPS ((1u << IBV_WR_SEND_WITH_IMM) | (1u << IBV_WR_RDMA_WRITE_WITH_IMM))
 #define RBT_INV_OPS ((1u << IBV_WR_SEND_WITH_INV) | (1u << IBV_WR_LOCAL_INV))
 
-/* Whether a send WR needs rbt_raw_swr_ext: qp_ext, its QP is UD or XRC. */
+/* Whether a send WR needs the extension: qp_ext, its QP is UD or XRC. */
 static inline int rbt_swr_ext(int qp_ext, enum ibv_wr_opcode op)
 {
 	return qp_ext | !!(RBT_OPBIT(op) & RBT_EXT_OPS);
@@ -86,37 +86,64 @@ static inline uint32_t rbt_swr_imm(const struct ibv_send_wr *w)
 
 #define RBT_INLINE static inline __attribute__((always_inline))
 
-/* Bytes one send WR takes in a record (after the rbt_raw_post). */
-RBT_INLINE uint32_t rbt_swr_len(const struct ibv_send_wr *w, int qp_ext, uint32_t pay)
+/* A send WR is written dense (rbt_flat_dswr, rbt_format.h): a 16-byte head
+ * (wr_id, imm, opcode, the low byte of send_flags, shape, nsge) and its sges: 32
+ * bytes for a one-sge send. The parts its shape names follow the head only
+ * when needed: remote address and rkey when either is not zero (RDMA ops; a
+ * SEND whose wr.rdma the program left set keeps it, as the trace always had
+ * it), the extension for atomics, binds, TSO and UD/XRC QPs (with the remote
+ * part, zero or not), send_flags above 255 and payloads. */
+RBT_INLINE uint32_t rbt_dswr_shape(const struct ibv_send_wr *w, int qp_ext, uint32_t pay)
 {
-	uint32_t ns = rbt_nsge(w->num_sge);
-	uint32_t len = sizeof(struct rbt_raw_swr) + ns * sizeof(struct rbt_raw_sge);
+	uint32_t sh;
 
 	if (RBT_UNLIKELY(rbt_swr_ext(qp_ext, w->opcode)))
-		len += sizeof(struct rbt_raw_swr_ext);
-	if (RBT_UNLIKELY(pay))
-		len += RBT_ALIGN8(rbt_payload_len(w, ns));
+		sh = RBT_DSWR_RDMA | RBT_DSWR_EXT;
+	else
+		sh = (w->wr.rdma.remote_addr | w->wr.rdma.rkey) ? RBT_DSWR_RDMA : 0;
+	if (RBT_UNLIKELY(pay | (w->send_flags > 0xff)))
+		sh |= RBT_DSWR_WIDE;
+	return sh;
+}
+
+/* Bytes one send WR of shape sh takes in a record (after the rbt_raw_post). */
+RBT_INLINE uint32_t rbt_dswr_len(const struct ibv_send_wr *w, uint32_t sh)
+{
+	uint32_t ns = rbt_nsge(w->num_sge);
+	uint32_t len = sizeof(struct rbt_flat_dswr) + ns * sizeof(struct rbt_flat_sge);
+
+	if (sh & RBT_DSWR_RDMA)
+		len += sizeof(struct rbt_flat_dswr_rdma);
+	if (RBT_UNLIKELY(sh & ~RBT_DSWR_RDMA)) {
+		if (sh & RBT_DSWR_EXT)
+			len += sizeof(struct rbt_flat_swr_ext);
+		if (sh & RBT_DSWR_WIDE)
+			len += sizeof(struct rbt_flat_dswr_wide) +
+			       RBT_ALIGN8(rbt_payload_len(w, ns));
+	}
 	return len;
 }
 
-/* The 32 bytes of rbt_raw_swr_ext: atomics, binds, TSO, UD and XRC WRs. */
-static __attribute__((noinline)) void rbt_swr_put_ext(struct rbt_raw_swr *h,
-						      struct rbt_raw_swr_ext *x,
-						      const struct ibv_send_wr *w,
-						      enum ibv_qp_type qpt)
+/* The remote part and the extension (32 bytes): atomics, binds, TSO, UD, XRC. */
+static __attribute__((noinline)) void rbt_dswr_put_ext(struct rbt_flat_dswr_rdma *rd,
+						       struct rbt_flat_swr_ext *x,
+						       const struct ibv_send_wr *w,
+						       enum ibv_qp_type qpt)
 {
 	memset(x, 0, sizeof(*x));
-	h->ext = 1;
+	rd->remote_addr = w->wr.rdma.remote_addr;
+	rd->rkey = w->wr.rdma.rkey;
+	rd->pad = 0;
 	if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
 	    w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-		h->remote_addr = w->wr.atomic.remote_addr;
-		h->rkey = w->wr.atomic.rkey;
+		rd->remote_addr = w->wr.atomic.remote_addr;
+		rd->rkey = w->wr.atomic.rkey;
 		x->compare_add = w->wr.atomic.compare_add;
 		x->swap = w->wr.atomic.swap;
 	} else if (w->opcode == IBV_WR_BIND_MW) {
 		const struct ibv_mw_bind_info *bi = &w->bind_mw.bind_info;
-		h->remote_addr = bi->addr;
-		h->rkey = w->bind_mw.rkey;
+		rd->remote_addr = bi->addr;
+		rd->rkey = w->bind_mw.rkey;
 		x->compare_add = bi->length;
 		x->swap = bi->mw_access_flags;
 		x->ah = (uintptr_t)w->bind_mw.mw;
@@ -128,50 +155,115 @@ static __attribute__((noinline)) void rbt_swr_put_ext(struct rbt_raw_swr *h,
 		x->ah = (uintptr_t)w->wr.ud.ah;
 		x->remote_qpn = w->wr.ud.remote_qpn;
 		x->remote_qkey = w->wr.ud.remote_qkey;
-		h->remote_addr = 0;
-		h->rkey = 0;
+		rd->remote_addr = 0;
+		rd->rkey = 0;
 	} else if (qpt == IBV_QPT_XRC_SEND) {
 		x->remote_qpn = w->qp_type.xrc.remote_srqn;
 	}
 }
 
-/* Writes one send WR at o; returns the bytes written (rbt_swr_len's). */
-RBT_INLINE uint32_t rbt_swr_put(uint8_t *o, const struct ibv_send_wr *w,
-				enum ibv_qp_type qpt, int qp_ext, uint32_t pay)
+/* Writes one send WR of shape sh at o; returns the bytes written (rbt_dswr_len's). */
+RBT_INLINE uint32_t rbt_dswr_put(uint8_t *o, const struct ibv_send_wr *w,
+				 enum ibv_qp_type qpt, uint32_t sh)
 {
-	struct rbt_raw_swr *h = (void *)o;
+	struct rbt_flat_dswr *h = (void *)o;
 	uint32_t ns = rbt_nsge(w->num_sge);
 	uint8_t *s = o + sizeof(*h);
+	/* the head's second half in one store: imm, opcode, flags, shape, nsge */
+	uint64_t h2 = (uint64_t)rbt_swr_imm(w) | (uint64_t)(uint8_t)w->opcode << 32 |
+		      (uint64_t)(w->send_flags & 0xff) << 40 | (uint64_t)sh << 48 |
+		      (uint64_t)ns << 56;
+
+	uint32_t pl = 0;
 
 	h->wr_id = w->wr_id;
-	h->remote_addr = w->wr.rdma.remote_addr;
-	h->rkey = w->wr.rdma.rkey;
-	h->imm = rbt_swr_imm(w);
-	h->send_flags = w->send_flags;
-	h->payload_len = 0;
-	h->opcode = (uint8_t)w->opcode;
-	h->ext = 0;
-	h->nsge = (uint16_t)ns;
-	h->pad = 0;
-	if (RBT_UNLIKELY(rbt_swr_ext(qp_ext, w->opcode))) {
-		rbt_swr_put_ext(h, (void *)s, w, qpt);
-		s += sizeof(struct rbt_raw_swr_ext);
+	memcpy(&h->imm, &h2, sizeof(h2));
+	if (RBT_LIKELY(sh == 0 && ns == 1)) {
+		memcpy(s, w->sg_list, sizeof(struct rbt_flat_sge));
+		return sizeof(*h) + sizeof(struct rbt_flat_sge);
 	}
-	/* ibv_sge and the raw sge are the same 16 bytes */
+	if (RBT_LIKELY(sh == RBT_DSWR_RDMA)) {
+		struct rbt_flat_dswr_rdma *rd = (void *)s;
+		rd->remote_addr = w->wr.rdma.remote_addr;
+		rd->rkey = w->wr.rdma.rkey;
+		rd->pad = 0;
+		s += sizeof(*rd);
+	} else if (sh) {
+		struct rbt_flat_dswr_rdma *rd = (void *)s;
+		if (sh & RBT_DSWR_EXT) {
+			/* (shape has RBT_DSWR_RDMA too) */
+			s += sizeof(*rd);
+			rbt_dswr_put_ext(rd, (void *)s, w, qpt);
+			s += sizeof(struct rbt_flat_swr_ext);
+		} else if (sh & RBT_DSWR_RDMA) {
+			rd->remote_addr = w->wr.rdma.remote_addr;
+			rd->rkey = w->wr.rdma.rkey;
+			rd->pad = 0;
+			s += sizeof(*rd);
+		}
+		if (sh & RBT_DSWR_WIDE) {
+			struct rbt_flat_dswr_wide *wd = (void *)s;
+			pl = rbt_payload_len(w, ns);
+			wd->send_flags = w->send_flags;
+			wd->payload_len = pl;
+			s += sizeof(*wd);
+		}
+	}
+	/* ibv_sge and the flat sge are the same 16 bytes */
 	if (RBT_LIKELY(ns == 1))
-		memcpy(s, w->sg_list, sizeof(struct rbt_raw_sge));
+		memcpy(s, w->sg_list, sizeof(struct rbt_flat_sge));
 	else if (ns) /* a bind has no sg_list at all */
-		memcpy(s, w->sg_list, ns * sizeof(struct rbt_raw_sge));
-	s += ns * sizeof(struct rbt_raw_sge);
-	if (RBT_UNLIKELY(pay)) {
-		uint32_t pl = rbt_payload_len(w, ns);
-		h->payload_len = pl;
-		if (pl)
-			rbt_copy_payload(s, w, ns, pl);
+		memcpy(s, w->sg_list, ns * sizeof(struct rbt_flat_sge));
+	s += ns * sizeof(struct rbt_flat_sge);
+	if (RBT_UNLIKELY(pl)) {
+		rbt_copy_payload(s, w, ns, pl);
 		s += RBT_ALIGN8(pl);
 	}
 	return (uint32_t)(s - o);
 }
+
+/* The commonest WR in straight-line code: one sge, no extension, send_flags in a
+ * byte (slow: the QP or the recording needs more). Returns the bytes written,
+ * or 0 when it is not such a WR or does not fit before end (nothing written). */
+RBT_INLINE uint32_t rbt_dswr_put_simple(uint8_t *o, const uint8_t *end,
+					const struct ibv_send_wr *w, int slow)
+{
+	uint32_t op = (uint32_t)w->opcode, fl = w->send_flags;
+	uint64_t ra = w->wr.rdma.remote_addr;
+	uint32_t rk = w->wr.rdma.rkey;
+	uint32_t rdma = (ra | rk) != 0;
+	uint32_t len =
+		(uint32_t)(sizeof(struct rbt_flat_dswr) + sizeof(struct rbt_flat_sge)) +
+		rdma * (uint32_t)sizeof(struct rbt_flat_dswr_rdma);
+
+	if (RBT_UNLIKELY(slow | (op >= 32) | (fl > 0xff) | (w->num_sge != 1) |
+			 !!((1u << (op & 31)) & RBT_EXT_OPS)))
+		return 0;
+	if (RBT_UNLIKELY(len > (size_t)(end - o)))
+		return 0;
+	struct rbt_flat_dswr *h = (void *)o;
+	uint64_t h2 = (uint64_t)rbt_swr_imm(w) | (uint64_t)op << 32 | (uint64_t)fl << 40 |
+		      (uint64_t)rdma << 48 | 1ull << 56;
+	uint8_t *s = o + sizeof(*h);
+	h->wr_id = w->wr_id;
+	memcpy(&h->imm, &h2, sizeof(h2));
+	if (rdma) {
+		struct rbt_flat_dswr_rdma *rd = (void *)s;
+		rd->remote_addr = ra;
+		rd->rkey = rk;
+		rd->pad = 0;
+		s += sizeof(*rd);
+	}
+	memcpy(s, w->sg_list, sizeof(struct rbt_flat_sge));
+	return len;
+}
+
+/* Any other WR (out of line: the chain's loop stays in registers). */
+struct rbt_chain;
+static __attribute__((noinline)) uint32_t rbt_dswr_put_other(uint8_t *o,
+							     const uint8_t *end,
+							     const struct ibv_send_wr *w,
+							     const struct rbt_chain *c);
 
 /* Bytes one receive WR takes in a record (after the rbt_raw_post). */
 static inline uint32_t rbt_rwr_len(const struct ibv_recv_wr *w)
@@ -209,6 +301,16 @@ struct rbt_chain {
 	uint32_t pay;
 };
 
+static uint32_t rbt_dswr_put_other(uint8_t *o, const uint8_t *end,
+				   const struct ibv_send_wr *w, const struct rbt_chain *c)
+{
+	uint32_t sh = rbt_dswr_shape(w, c->qp_ext, c->pay);
+
+	if (rbt_dswr_len(w, sh) > (size_t)(end - o))
+		return 0;
+	return rbt_dswr_put(o, w, c->qpt, sh);
+}
+
 RBT_INLINE const void *rbt_wr_next(const void *w, int send)
 {
 	return send ? (const void *)((const struct ibv_send_wr *)w)->next
@@ -217,7 +319,8 @@ RBT_INLINE const void *rbt_wr_next(const void *w, int send)
 
 RBT_INLINE uint32_t rbt_wr_len(const void *w, const struct rbt_chain *c, int send)
 {
-	return send ? rbt_swr_len(w, c->qp_ext, c->pay) : rbt_rwr_len(w);
+	return send ? rbt_dswr_len(w, rbt_dswr_shape(w, c->qp_ext, c->pay))
+		    : rbt_rwr_len(w);
 }
 
 /* Writes the WRs from wr on (at most RBT_SEG_WRS, up to stop) while they fit in
@@ -230,10 +333,21 @@ RBT_INLINE const void *rbt_chain_fill(struct rbt_raw_post *p, uint32_t room,
 	uint32_t n = 0;
 
 	for (; wr && wr != stop && n < RBT_SEG_WRS; wr = rbt_wr_next(wr, send), n++) {
-		if (rbt_wr_len(wr, c, send) > (size_t)(end - o))
+		if (send) {
+			uint32_t l = rbt_dswr_put_simple(o, end, wr, c->qp_ext | c->pay);
+			if (RBT_LIKELY(l)) {
+				o += l;
+				continue;
+			}
+			l = rbt_dswr_put_other(o, end, wr, c);
+			if (!l)
+				break;
+			o += l;
+			continue;
+		}
+		if (rbt_rwr_len(wr) > (size_t)(end - o))
 			break;
-		o += send ? rbt_swr_put(o, wr, c->qpt, c->qp_ext, c->pay)
-			  : rbt_rwr_put(o, wr);
+		o += rbt_rwr_put(o, wr);
 	}
 	*p = c->head;
 	p->h.len = (uint32_t)(o - (uint8_t *)p);
@@ -287,6 +401,7 @@ static const void *rbt_chain_begin(struct rbt_chain *c, uint16_t kind, const voi
 		stop = rbt_wr_next(bad, send);
 	}
 	c->head = (struct rbt_raw_post){ .h.kind = kind,
+					 .h.flags = send ? RBT_RAW_DENSE : 0,
 					 .ts = t0,
 					 .ts_exit = t1,
 					 .obj = (uintptr_t)obj,

@@ -1184,30 +1184,91 @@ uint64_t edge(std::mt19937_64 &rng, uint64_t prev)
 	}
 }
 
+// The dense form of a completion (what the recorder's poll wrapper writes).
+void put_dwc(std::vector<uint8_t> &b, const struct rbt_flat_wc &c)
+{
+	struct rbt_flat_dwc d = {};
+	d.wr_id = c.wr_id;
+	d.byte_len = c.byte_len;
+	d.qp_num = c.qp_num;
+	d.imm = c.imm;
+	d.status = (uint8_t)c.status;
+	d.opcode = (uint8_t)c.opcode;
+	d.wc_flags = (uint8_t)c.wc_flags;
+	d.ext = ((c.status | c.opcode | c.wc_flags) > 0xff) || c.vendor_err || c.src_qp ||
+		c.pkey_index || c.slid || c.sl || c.dlid_path_bits;
+	put_flat(b, d);
+	if (!d.ext)
+		return;
+	struct rbt_flat_dwc_ext x = {};
+	{
+		struct rbt_flat_dwc_ext *d = &x;
+		const struct rbt_flat_wc *s = &c;
+		RBT_DWC_EXT_FIELDS(RBT_FIELD_CP)
+	}
+	put_flat(b, x);
+}
+
+// The dense form of a send WR's head and the parts its shape names (sges and
+// payload follow, as in the full form). rdma: write the remote part even when
+// it is zero (the recorder does for WRs with the extension).
+void put_dswr(std::vector<uint8_t> &b, const struct rbt_flat_swr &x,
+	      const struct rbt_flat_swr_ext &e, bool rdma)
+{
+	struct rbt_flat_dswr d = {};
+	d.wr_id = x.wr_id;
+	d.imm = x.imm;
+	d.opcode = x.opcode;
+	d.send_flags = (uint8_t)x.send_flags;
+	d.nsge = (uint8_t)x.nsge;
+	if (rdma || x.ext || x.remote_addr || x.rkey)
+		d.shape |= RBT_DSWR_RDMA;
+	if (x.ext)
+		d.shape |= RBT_DSWR_EXT;
+	if (x.send_flags > 0xff || x.payload_len)
+		d.shape |= RBT_DSWR_WIDE;
+	put_flat(b, d);
+	struct rbt_flat_dswr_rdma r = { x.remote_addr, x.rkey, 0 };
+	struct rbt_flat_dswr_wide wd = { x.send_flags, x.payload_len };
+	if (d.shape & RBT_DSWR_RDMA)
+		put_flat(b, r);
+	if (x.ext)
+		put_flat(b, e);
+	if (d.shape & RBT_DSWR_WIDE)
+		put_flat(b, wd);
+}
+
 } // namespace
 
+// Each record three ways: the full flat layout, the dense one (RBT_FLAT_DENSE)
+// and the event through append(): the same chunk bytes, so a reader decodes
+// the same events from each.
 TEST(FormatFlat, SameBytesAsAppend)
 {
 	std::mt19937_64 rng(15);
-	ChunkSink a, b;
+	ChunkSink a, b, c;
 	struct rbt_header hdr = {};
-	struct rbt_writer_opts oa = {}, ob = {};
+	struct rbt_writer_opts oa = {}, ob = {}, oc = {};
 	oa.sink = ChunkSink::put;
 	oa.sink_arg = &a;
 	oa.chunk_bytes = 4096; // many chunks: slots restart at each
 	ob = oa;
 	ob.sink_arg = &b;
-	struct rbt_writer *wa, *wb;
+	oc = oa;
+	oc.sink_arg = &c;
+	struct rbt_writer *wa, *wb, *wc;
 	ASSERT_EQ(rbt_writer_open_sink(&hdr, &oa, &wa), 0);
 	ASSERT_EQ(rbt_writer_open_sink(&hdr, &ob, &wb), 0);
+	ASSERT_EQ(rbt_writer_open_sink(&hdr, &oc, &wc), 0);
 	ASSERT_EQ(rbt_writer_begin_chunk(wa, 7), 0);
 	ASSERT_EQ(rbt_writer_begin_chunk(wb, 7), 0);
+	ASSERT_EQ(rbt_writer_begin_chunk(wc, 7), 0);
 	uint64_t ts = 1000, prev = 0;
 	uint8_t payload[40];
 	for (size_t i = 0; i < sizeof(payload); i++)
 		payload[i] = (uint8_t)(i * 7);
 	for (int n = 0; n < 20000; n++) {
-		std::vector<uint8_t> rec;
+		std::vector<uint8_t> rec, recd;
 		std::deque<rbt_sge> sges;
 		std::deque<rbt_send_wr> swrs;
 		std::deque<rbt_recv_wr> rwrs;
@@ -1230,6 +1291,7 @@ TEST(FormatFlat, SameBytesAsAppend)
 			p.count = (uint32_t)(rng() % 3);
 			p.nwc = (uint32_t)(rng() % 4 ? rng() % 3 : rng() % 20);
 			put_flat(rec, p);
+			put_flat(recd, p);
 			ev.type = RBT_EV_POLL_CQ;
 			ev.u.poll_cq.ts_exit = p.ts_exit;
 			ev.u.poll_cq.ret = p.ret;
@@ -1249,6 +1311,10 @@ TEST(FormatFlat, SameBytesAsAppend)
 				x.wc.qp_num = (uint32_t)edge(rng, 0x123);
 				x.wc.src_qp = (uint32_t)(rng() % 3 ? 0 : rng());
 				x.wc.wc_flags = (uint32_t)(rng() % 16);
+				if (rng() % 16 == 0) // too wide for the dense byte
+					x.wc.wc_flags |= 1u << (8 + rng() % 24);
+				if (rng() % 32 == 0)
+					x.wc.opcode = 0x100 + (uint32_t)(rng() % 3);
 				x.wc.pkey_index = (uint16_t)(rng() % 3);
 				x.wc.slid = (uint16_t)(rng() % 3);
 				x.wc.sl = (uint8_t)(rng() % 3);
@@ -1258,6 +1324,10 @@ TEST(FormatFlat, SameBytesAsAppend)
 					put_flat(rec, x);
 				else
 					put_flat(rec, x.wc);
+				if (flags)
+					put_flat(recd, x);
+				else
+					put_dwc(recd, x.wc);
 				struct rbt_wc w = {};
 				w.wr_id = x.wc.wr_id;
 				w.status = x.wc.status;
@@ -1282,6 +1352,10 @@ TEST(FormatFlat, SameBytesAsAppend)
 			ASSERT_EQ(rbt_writer_append_flat(wa, RBT_FLAT_POLL, flags,
 							 rec.data(), rec.size()),
 				  0);
+			ASSERT_EQ(rbt_writer_append_flat(wc, RBT_FLAT_POLL,
+							 flags ? flags : RBT_FLAT_DENSE,
+							 recd.data(), recd.size()),
+				  0);
 			ASSERT_EQ(rbt_writer_append(wb, &ev), 0);
 			continue;
 		}
@@ -1295,6 +1369,7 @@ TEST(FormatFlat, SameBytesAsAppend)
 		p.api = kind == RBT_FLAT_POST_SEND ? (uint16_t)(rng() % 2) : 0;
 		p.nwr = (uint16_t)(rng() % 4 ? 1 + rng() % 2 : rng() % 9);
 		put_flat(rec, p);
+		put_flat(recd, p);
 		std::vector<std::vector<rbt_sge>> sgv(p.nwr);
 		for (uint32_t k = 0; k < p.nwr; k++) {
 			uint32_t ns = (uint32_t)(rng() % 4 ? 1 : rng() % 4);
@@ -1306,6 +1381,8 @@ TEST(FormatFlat, SameBytesAsAppend)
 				x.rkey = (uint32_t)edge(rng, 0x1234);
 				x.imm = (uint32_t)(rng() % 4 ? 0 : rng());
 				x.send_flags = (uint32_t)(rng() % 8);
+				if (rng() % 16 == 0) // too wide for the dense byte
+					x.send_flags |= 1u << (8 + rng() % 24);
 				x.opcode = (uint8_t)(rng() % 11);
 				x.ext = rng() % 4 == 0;
 				x.payload_len =
@@ -1320,6 +1397,7 @@ TEST(FormatFlat, SameBytesAsAppend)
 					e.remote_qkey = (uint32_t)edge(rng, 0);
 					put_flat(rec, e);
 				}
+				put_dswr(recd, x, e, rng() % 8 == 0);
 				struct rbt_send_wr w = {};
 				w.wr_id = x.wr_id;
 				w.opcode = x.opcode;
@@ -1341,6 +1419,7 @@ TEST(FormatFlat, SameBytesAsAppend)
 				x.wr_id = edge(rng, k);
 				x.nsge = ns;
 				put_flat(rec, x);
+				put_flat(recd, x);
 				struct rbt_recv_wr w = {};
 				w.wr_id = x.wr_id;
 				w.n_sges = ns;
@@ -1352,12 +1431,15 @@ TEST(FormatFlat, SameBytesAsAppend)
 				s.length = (uint32_t)edge(rng, 64);
 				s.lkey = (uint32_t)edge(rng, 0x4321);
 				put_flat(rec, s);
+				put_flat(recd, s);
 				sgv[k].push_back({ s.addr, s.length, s.lkey });
 			}
 			if (kind == RBT_FLAT_POST_SEND) {
 				uint32_t pl = swrs.back().payload.len;
 				rec.insert(rec.end(), payload, payload + pl);
 				rec.resize(rec.size() + ((8 - pl % 8) % 8));
+				recd.insert(recd.end(), payload, payload + pl);
+				recd.resize(recd.size() + ((8 - pl % 8) % 8));
 			}
 		}
 		for (uint32_t k = 0; k < p.nwr; k++) {
@@ -1400,15 +1482,25 @@ TEST(FormatFlat, SameBytesAsAppend)
 						 rec.data(), rec.size()),
 			  0)
 			<< "record " << n;
+		ASSERT_EQ(rbt_writer_append_flat(
+				  wc, (enum rbt_flat_kind)kind,
+				  kind == RBT_FLAT_POST_SEND ? RBT_FLAT_DENSE : 0,
+				  recd.data(), recd.size()),
+			  0)
+			<< "dense record " << n;
 		ASSERT_EQ(rbt_writer_append(wb, &ev), 0);
 	}
 	ASSERT_EQ(rbt_writer_end_chunk(wa), 0);
 	ASSERT_EQ(rbt_writer_end_chunk(wb), 0);
+	ASSERT_EQ(rbt_writer_end_chunk(wc), 0);
 	EXPECT_GT(a.bytes.size(), 10000u);
 	EXPECT_TRUE(a.bytes == b.bytes)
 		<< "flat " << a.bytes.size() << " bytes, append " << b.bytes.size();
+	EXPECT_TRUE(c.bytes == b.bytes)
+		<< "dense " << c.bytes.size() << " bytes, append " << b.bytes.size();
 	rbt_writer_close(wa, nullptr);
 	rbt_writer_close(wb, nullptr);
+	rbt_writer_close(wc, nullptr);
 }
 
 TEST(FormatFlat, RefusesRecordsThatOverrunTheirLength)
@@ -1436,6 +1528,37 @@ TEST(FormatFlat, RefusesRecordsThatOverrunTheirLength)
 	struct rbt_flat_poll pl = {};
 	pl.nwc = 2;
 	EXPECT_EQ(rbt_writer_append_flat(w, RBT_FLAT_POLL, 0, &pl, sizeof(pl)), -EBADMSG);
+	// dense: an extension or a remote part that is not there, an unknown shape
+	struct {
+		struct rbt_flat_poll p;
+		struct rbt_flat_dwc c;
+	} dp = {};
+	dp.p.nwc = 1;
+	dp.c.ext = 1;
+	EXPECT_EQ(
+		rbt_writer_append_flat(w, RBT_FLAT_POLL, RBT_FLAT_DENSE, &dp, sizeof(dp)),
+		-EBADMSG);
+	struct {
+		struct rbt_flat_post p;
+		struct rbt_flat_dswr s;
+	} ds = {};
+	ds.p.nwr = 1;
+	ds.s.shape = RBT_DSWR_RDMA;
+	EXPECT_EQ(rbt_writer_append_flat(w, RBT_FLAT_POST_SEND, RBT_FLAT_DENSE, &ds,
+					 sizeof(ds)),
+		  -EBADMSG);
+	ds.s.shape = 0x80;
+	EXPECT_EQ(rbt_writer_append_flat(w, RBT_FLAT_POST_SEND, RBT_FLAT_DENSE, &ds,
+					 sizeof(ds)),
+		  -EBADMSG);
+	ds.s.shape = 0;
+	EXPECT_EQ(rbt_writer_append_flat(w, RBT_FLAT_POST_SEND, RBT_FLAT_DENSE, &ds,
+					 sizeof(ds)),
+		  0);
+	dp.c.ext = 0;
+	EXPECT_EQ(
+		rbt_writer_append_flat(w, RBT_FLAT_POLL, RBT_FLAT_DENSE, &dp, sizeof(dp)),
+		0);
 	r.s.nsge = 0;
 	EXPECT_EQ(rbt_writer_append_flat(w, RBT_FLAT_POST_SEND, 0, &r, sizeof(r)), 0);
 	EXPECT_EQ(rbt_writer_end_chunk(w), 0);

@@ -973,7 +973,17 @@ int rbt_writer_end_chunk(struct rbt_writer *w);
  *   RBT_FLAT_POST_RECV, RBT_FLAT_POST_SRQ: rbt_flat_post, then per WR an
  *                        rbt_flat_rwr and its nsge rbt_flat_sge.
  *   RBT_FLAT_POLL:       rbt_flat_poll, then nwc rbt_flat_wc, or nwc
- *                        rbt_flat_wcx with RBT_FLAT_WCX in flags.
+ *                        rbt_flat_wcx with RBT_FLAT_WCX in flags, or, with
+ *                        RBT_FLAT_DENSE, nwc rbt_flat_dwc each followed by its
+ *                        rbt_flat_dwc_ext when it says so.
+ *   RBT_FLAT_POST_SEND with RBT_FLAT_DENSE: rbt_flat_post, then per WR an
+ *                        rbt_flat_dswr, the parts its shape names (in the order
+ *                        of the RBT_DSWR_ bits), nsge rbt_flat_sge and the
+ *                        payload padded to 8.
+ * The dense layouts are what the recorder writes on its hot path: a WR or a
+ * completion in the bytes that commonly differ (32 for a one-sge send, 24 for a
+ * completion), the rest only when it is not zero. They encode to the same bytes
+ * as the full layouts (format_test).
  */
 enum rbt_flat_kind {
 	RBT_FLAT_POST_SEND = 1,
@@ -981,7 +991,8 @@ enum rbt_flat_kind {
 	RBT_FLAT_POST_SRQ,
 	RBT_FLAT_POLL,
 };
-#define RBT_FLAT_WCX 1u
+#define RBT_FLAT_WCX   1u
+#define RBT_FLAT_DENSE 2u
 
 struct rbt_flat_post {
 	uint64_t ts, ts_exit, obj; /* obj: the QP, or the SRQ */
@@ -1043,6 +1054,83 @@ struct rbt_flat_wcx {
 	struct rbt_flat_wc wc;
 	uint64_t hw_ts;
 };
+
+/* The fields of rbt_flat_swr_ext, and those of rbt_flat_dwc_ext, by the names
+ * they have in rbt_send_wr and rbt_wc too: X(name) each, for the copies between
+ * the layouts. */
+#define RBT_SWR_EXT_FIELDS(X) X(compare_add) X(swap) X(ah) X(remote_qpn) X(remote_qkey)
+#define RBT_DWC_EXT_FIELDS(X)                                           \
+	X(status)                                                       \
+	X(opcode)                                                       \
+	X(wc_flags) X(vendor_err) X(src_qp) X(pkey_index) X(slid) X(sl) \
+		X(dlid_path_bits)
+/* A copy of one field between two of those structs: d->name = s->name. */
+#define RBT_FIELD_CP(name) d->name = s->name;
+
+/* A send WR in its dense form: 16 bytes, then what shape names. */
+#define RBT_DSWR_RDMA 1u /* rbt_flat_dswr_rdma: remote_addr and rkey (not both 0) */
+#define RBT_DSWR_EXT  2u /* rbt_flat_swr_ext */
+#define RBT_DSWR_WIDE 4u /* rbt_flat_dswr_wide: send_flags > 255, or a payload */
+struct rbt_flat_dswr {
+	uint64_t wr_id;
+	uint32_t imm; /* the trace's imm_data (see RBT_REC_send_wr) */
+	uint8_t opcode;
+	uint8_t send_flags; /* its low 8 bits; all 32 in the wide part */
+	uint8_t shape;
+	uint8_t nsge;
+};
+
+struct rbt_flat_dswr_rdma {
+	uint64_t remote_addr;
+	uint32_t rkey, pad;
+};
+
+struct rbt_flat_dswr_wide {
+	uint32_t send_flags, payload_len;
+};
+
+/* A completion in 24 bytes: what every completion has. wr_id, byte_len, qp_num
+ * and imm (as rbt_flat_wc's) are whole; status, opcode and wc_flags are whole
+ * unless ext says an rbt_flat_dwc_ext follows, which holds them whole and the
+ * fields of ibv_wc that are commonly zero. */
+struct rbt_flat_dwc {
+	uint64_t wr_id;
+	uint32_t byte_len, qp_num, imm;
+	uint8_t status, opcode, wc_flags, ext;
+};
+
+struct rbt_flat_dwc_ext {
+	uint32_t status, opcode, wc_flags, vendor_err, src_qp;
+	uint16_t pkey_index, slid;
+	uint8_t sl, dlid_path_bits;
+	uint8_t pad[6];
+};
+
+/* The completion at q in the dense layout (and its extension); returns its
+ * bytes. imm_data as the trace has it: host order, or the invalidated rkey. */
+#define RBT_DWC_FIELDS(X) X(wr_id) X(byte_len) X(qp_num) X(status) X(opcode) X(wc_flags)
+static inline size_t rbt_flat_dwc_get(struct rbt_wc *v, const void *q)
+{
+	const struct rbt_flat_dwc *x = (const struct rbt_flat_dwc *)q;
+	size_t n = sizeof(*x);
+	{
+		struct rbt_wc *d = v;
+		const struct rbt_flat_dwc *s = x;
+		struct rbt_wc zero = { 0 };
+		*v = zero;
+		RBT_DWC_FIELDS(RBT_FIELD_CP)
+	}
+	if (__builtin_expect(x->ext, 0)) {
+		struct rbt_wc *d = v;
+		const struct rbt_flat_dwc_ext *s =
+			(const struct rbt_flat_dwc_ext *)(x + 1);
+		RBT_DWC_EXT_FIELDS(RBT_FIELD_CP)
+		n += sizeof(*s);
+	}
+	v->imm_data =
+		v->wc_flags & RBT_FLAT_WC_WITH_INV ? x->imm : __builtin_bswap32(x->imm);
+	return n;
+}
 
 int rbt_writer_append_flat(struct rbt_writer *w, enum rbt_flat_kind kind, uint32_t flags,
 			   const void *rec, size_t len);

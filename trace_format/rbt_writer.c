@@ -41,7 +41,7 @@ struct rbt_writer {
 
 	uint64_t events, lost;
 	uint32_t chunk_flags;
-	int flat_wcx; /* rbt_writer_append_flat(): the poll's elements are wcx */
+	uint32_t flat_wc; /* rbt_writer_append_flat(): a poll's flags (wcx, dense) */
 	int (*sink)(void *arg, const void *chunk, size_t len, uint64_t first_ts,
 		    uint64_t last_ts);
 	void *sink_arg;
@@ -778,19 +778,85 @@ static uint8_t *enc_farr_send_wr(struct rbt_writer *w, uint8_t *p, uint32_t n,
 			continue;
 		}
 		if (x->ext) {
-			const struct rbt_flat_swr_ext *xe = (const void *)q;
-			v.compare_add = xe->compare_add;
-			v.swap = xe->swap;
-			v.ah = xe->ah;
-			v.remote_qpn = xe->remote_qpn;
-			v.remote_qkey = xe->remote_qkey;
-			q += sizeof(*xe);
+			const struct rbt_flat_swr_ext *s = (const void *)q;
+			struct fv_send_wr *d = &v;
+			RBT_SWR_EXT_FIELDS(RBT_FIELD_CP)
+			q += sizeof(*s);
 		}
 		v.sges = q;
 		q += (size_t)x->nsge * sizeof(struct rbt_flat_sge);
 		v.payload.len = x->payload_len;
 		v.payload.data = x->payload_len ? q : NULL;
 		q += ((size_t)x->payload_len + 7) & ~(size_t)7;
+		FREC(enc_frec_send_wr(w, &v, p, ts));
+	}
+	return p;
+}
+
+/* The view of one dense send WR at q (rbt_writer_append_flat() checked it);
+ * returns where the next one begins. A WR with nothing but its head and sges
+ * leaves every field that only the other parts hold zero, constants here. */
+static inline __attribute__((always_inline)) const uint8_t *fv_dswr(struct fv_send_wr *v,
+								    const uint8_t *q)
+{
+	const struct rbt_flat_dswr *x = (const void *)q;
+	*v = (struct fv_send_wr){ .wr_id = x->wr_id,
+				  .opcode = x->opcode,
+				  .send_flags = x->send_flags,
+				  .imm_data = x->imm,
+				  .n_sges = x->nsge };
+	q += sizeof(*x);
+	if (__builtin_expect(x->shape & RBT_DSWR_RDMA, 0)) {
+		const struct rbt_flat_dswr_rdma *r = (const void *)q;
+		v->remote_addr = r->remote_addr;
+		v->rkey = r->rkey;
+		q += sizeof(*r);
+	}
+	if (__builtin_expect(x->shape & RBT_DSWR_EXT, 0)) {
+		const struct rbt_flat_swr_ext *s = (const void *)q;
+		struct fv_send_wr *d = v;
+		RBT_SWR_EXT_FIELDS(RBT_FIELD_CP)
+		q += sizeof(*s);
+	}
+	uint32_t pl = 0;
+	if (__builtin_expect(x->shape & RBT_DSWR_WIDE, 0)) {
+		const struct rbt_flat_dswr_wide *wd = (const void *)q;
+		v->send_flags = wd->send_flags;
+		pl = wd->payload_len;
+		q += sizeof(*wd);
+	}
+	v->sges = q;
+	q += (size_t)x->nsge * sizeof(struct rbt_flat_sge);
+	if (pl) {
+		v->payload.len = pl;
+		v->payload.data = q;
+		q += ((size_t)pl + 7) & ~(size_t)7;
+	}
+	return q;
+}
+
+static uint8_t *enc_farr_dswr(struct rbt_writer *w, uint8_t *p, uint32_t n, const void *e,
+			      uint64_t ts)
+{
+	enum { NF = 0 RBT_REC_send_wr(ONE_F, ONE_A) };
+	const uint8_t *q = e;
+	p = put_v(p, n);
+	for (uint32_t k = 0; k < n; k++) {
+		const struct rbt_flat_dswr *x = (const void *)q;
+		struct fv_send_wr v;
+		if (__builtin_expect(!x->shape, 1)) {
+			/* head and sges only: the other fields are known zeros */
+			v = (struct fv_send_wr){ .wr_id = x->wr_id,
+						 .opcode = x->opcode,
+						 .send_flags = x->send_flags,
+						 .imm_data = x->imm,
+						 .n_sges = x->nsge,
+						 .sges = x + 1 };
+			q += sizeof(*x) + (size_t)x->nsge * sizeof(struct rbt_flat_sge);
+			FREC(enc_frec_send_wr(w, &v, p, ts));
+			continue;
+		}
+		q = fv_dswr(&v, q);
 		FREC(enc_frec_send_wr(w, &v, p, ts));
 	}
 	return p;
@@ -833,13 +899,23 @@ static inline __attribute__((always_inline)) void fv_wc(struct rbt_wc *v,
 	v->payload.len = 0;
 }
 
-/* e: n rbt_flat_wc, or n rbt_flat_wcx when w->flat_wcx. */
+/* e: n rbt_flat_wc, n rbt_flat_wcx (RBT_FLAT_WCX in w->flat_wc), or n dense
+ * completions (RBT_FLAT_DENSE). */
 static uint8_t *enc_farr_wc(struct rbt_writer *w, uint8_t *p, uint32_t n, const void *e,
 			    uint64_t ts)
 {
 	enum { NF = 0 RBT_REC_wc(ONE_F, ONE_A) };
 	p = put_v(p, n);
-	if (!w->flat_wcx) {
+	if (w->flat_wc & RBT_FLAT_DENSE) {
+		const uint8_t *q = e;
+		for (uint32_t k = 0; k < n; k++) {
+			struct rbt_wc v;
+			q += rbt_flat_dwc_get(&v, q);
+			FREC(enc_rec_wc(w, &v, p, ts));
+		}
+		return p;
+	}
+	if (!(w->flat_wc & RBT_FLAT_WCX)) {
 		const struct rbt_flat_wc *x = e;
 		for (uint32_t k = 0; k < n; k++) {
 			struct rbt_wc v;
@@ -868,6 +944,15 @@ static uint8_t *enc_farr_wc(struct rbt_writer *w, uint8_t *p, uint32_t n, const 
 		GEN_BODY(RBT_EV_##lname, GE_FA)                                 \
 	}
 GEN_FEV(post_send, RBT_EV_POST_SEND)
+/* The same over dense send WRs: its A field walks them with enc_farr_dswr. */
+#define enc_farr_send_wr enc_farr_dswr
+static uint8_t *enc_fev_post_sendd(struct rbt_writer *w, const struct fv_post_send *s,
+				   uint8_t *p, uint64_t ts)
+{
+	uint64_t *sl = w->slots + rbt__ev[RBT_EV_POST_SEND].slot0;
+	GEN_BODY(RBT_EV_post_send, GE_FA)
+}
+#undef enc_farr_send_wr
 GEN_FEV(post_recv, RBT_EV_POST_RECV)
 GEN_FEV(post_srq_recv, RBT_EV_POST_SRQ_RECV)
 GEN_FEV(poll_cq, RBT_EV_POLL_CQ)
@@ -877,11 +962,15 @@ GEN_FEV(poll_cq, RBT_EV_POLL_CQ)
  * enc_fev_post_send() for it (format_test compares them), field by field in
  * list order. Each record is far below 128 bytes (its fields are at most 10
  * bytes each), so its length is one byte, written at the end. */
-static uint8_t *enc_post1(struct rbt_writer *w, const struct rbt_flat_post *r, uint8_t *p,
-			  uint64_t ts)
+struct post1_wr {
+	uint64_t wr_id, remote_addr;
+	uint32_t opcode, send_flags, imm_data, rkey;
+};
+
+static inline __attribute__((always_inline)) uint8_t *
+enc_post1(struct rbt_writer *w, const struct rbt_flat_post *r, const struct post1_wr *x,
+	  const struct rbt_flat_sge *g, uint8_t *p, uint64_t ts)
 {
-	const struct rbt_flat_swr *x = (const void *)(r + 1);
-	const struct rbt_flat_sge *g = (const void *)(x + 1);
 	uint64_t *se = w->slots + rbt__ev[RBT_EV_POST_SEND].slot0;
 	uint64_t *sw = w->slots + rbt__rec[RBT_RECID_send_wr].slot0;
 	uint64_t *sg = w->slots + rbt__rec[RBT_RECID_sge].slot0;
@@ -914,7 +1003,7 @@ static uint8_t *enc_post1(struct rbt_writer *w, const struct rbt_flat_post *r, u
 	/* send_wr: wr_id opcode send_flags imm_data remote_addr rkey, the five
 	 * extension fields (zero), sges, payload (none) */
 	m = (uint64_t)(x->wr_id != 0) | (uint64_t)(x->opcode != 0) << 1 |
-	    (uint64_t)(x->send_flags != 0) << 2 | (uint64_t)(x->imm != 0) << 3 |
+	    (uint64_t)(x->send_flags != 0) << 2 | (uint64_t)(x->imm_data != 0) << 3 |
 	    (uint64_t)(x->remote_addr != 0) << 4 | (uint64_t)(x->rkey != 0) << 5 |
 	    1u << 11;
 	p = put_v(p, m);
@@ -924,8 +1013,8 @@ static uint8_t *enc_post1(struct rbt_writer *w, const struct rbt_flat_post *r, u
 		p = put_v(p, x->opcode);
 	if (x->send_flags)
 		p = put_v(p, x->send_flags);
-	if (x->imm)
-		p = put_v(p, x->imm);
+	if (x->imm_data)
+		p = put_v(p, x->imm_data);
 	if (x->remote_addr) {
 		p = put_v(p, ZZ(x->remote_addr - sw[0]));
 		sw[0] = x->remote_addr;
@@ -953,14 +1042,50 @@ static uint8_t *enc_post1(struct rbt_writer *w, const struct rbt_flat_post *r, u
 	return p;
 }
 
+/* Whether n dense completions (and the extensions they name) fit in len. */
+static int flat_dwcs_fit(const uint8_t *q, uint32_t n, size_t len)
+{
+	size_t off = 0;
+	for (uint32_t k = 0; k < n; k++) {
+		const struct rbt_flat_dwc *x = (const void *)(q + off);
+		if (off + sizeof(*x) > len)
+			return 0;
+		off += sizeof(*x) + (x->ext ? sizeof(struct rbt_flat_dwc_ext) : 0);
+		if (off > len)
+			return 0;
+	}
+	return 1;
+}
+
 /* Bytes the WRs of a flat post take (0: they overrun len). */
-static size_t flat_wrs_size(enum rbt_flat_kind kind, const uint8_t *q, uint32_t n,
-			    size_t len)
+static size_t flat_wrs_size(enum rbt_flat_kind kind, uint32_t flags, const uint8_t *q,
+			    uint32_t n, size_t len)
 {
 	size_t off = 0;
 	for (uint32_t k = 0; k < n; k++) {
 		size_t sz;
-		if (kind == RBT_FLAT_POST_SEND) {
+		if (kind == RBT_FLAT_POST_SEND && (flags & RBT_FLAT_DENSE)) {
+			const struct rbt_flat_dswr *x = (const void *)(q + off);
+			if (off + sizeof(*x) > len)
+				return 0;
+			sz = sizeof(*x) + (size_t)x->nsge * sizeof(struct rbt_flat_sge);
+			if (x->shape & RBT_DSWR_RDMA)
+				sz += sizeof(struct rbt_flat_dswr_rdma);
+			if (x->shape & RBT_DSWR_EXT)
+				sz += sizeof(struct rbt_flat_swr_ext);
+			if (x->shape & RBT_DSWR_WIDE) {
+				const struct rbt_flat_dswr_wide *wd;
+				size_t at = sz -
+					    (size_t)x->nsge * sizeof(struct rbt_flat_sge);
+				if (off + at + sizeof(*wd) > len)
+					return 0;
+				wd = (const void *)(q + off + at);
+				sz += sizeof(*wd) +
+				      (((size_t)wd->payload_len + 7) & ~(size_t)7);
+			}
+			if (x->shape & ~(RBT_DSWR_RDMA | RBT_DSWR_EXT | RBT_DSWR_WIDE))
+				return 0;
+		} else if (kind == RBT_FLAT_POST_SEND) {
 			const struct rbt_flat_swr *x = (const void *)(q + off);
 			if (off + sizeof(*x) > len)
 				return 0;
@@ -994,9 +1119,12 @@ int rbt_writer_append_flat(struct rbt_writer *w, enum rbt_flat_kind kind, uint32
 	uint64_t ts;
 	if (kind == RBT_FLAT_POLL) {
 		const struct rbt_flat_poll *r = rec;
-		size_t el = flags & RBT_FLAT_WCX ? sizeof(struct rbt_flat_wcx)
-						 : sizeof(struct rbt_flat_wc);
-		if (len < sizeof(*r) || r->nwc > (len - sizeof(*r)) / el)
+		size_t el = flags & RBT_FLAT_DENSE ? sizeof(struct rbt_flat_dwc)
+			    : flags & RBT_FLAT_WCX ? sizeof(struct rbt_flat_wcx)
+						   : sizeof(struct rbt_flat_wc);
+		if (len < sizeof(*r) || r->nwc > (len - sizeof(*r)) / el ||
+		    ((flags & RBT_FLAT_DENSE) &&
+		     !flat_dwcs_fit((const uint8_t *)(r + 1), r->nwc, len - sizeof(*r))))
 			return -EBADMSG;
 		struct fv_poll_cq v = { .ts_exit = r->ts_exit,
 					.ret = r->ret,
@@ -1007,7 +1135,7 @@ int rbt_writer_append_flat(struct rbt_writer *w, enum rbt_flat_kind kind, uint32
 					.n_wcs = r->nwc,
 					.wcs = r + 1 };
 		ts = r->ts;
-		w->flat_wcx = !!(flags & RBT_FLAT_WCX);
+		w->flat_wc = flags;
 		p = ev_open(w, RBT_EV_POLL_CQ, ts, &start);
 		if (p)
 			p = enc_fev_poll_cq(w, &v, p, ts);
@@ -1017,8 +1145,8 @@ int rbt_writer_append_flat(struct rbt_writer *w, enum rbt_flat_kind kind, uint32
 	if (len < sizeof(*r) || (kind != RBT_FLAT_POST_SEND &&
 				 kind != RBT_FLAT_POST_RECV && kind != RBT_FLAT_POST_SRQ))
 		return len < sizeof(*r) ? -EBADMSG : -EINVAL;
-	if (r->nwr &&
-	    !flat_wrs_size(kind, (const uint8_t *)(r + 1), r->nwr, len - sizeof(*r)))
+	if (r->nwr && !flat_wrs_size(kind, flags, (const uint8_t *)(r + 1), r->nwr,
+				     len - sizeof(*r)))
 		return -EBADMSG;
 	ts = r->ts;
 	switch (kind) {
@@ -1031,12 +1159,39 @@ int rbt_writer_append_flat(struct rbt_writer *w, enum rbt_flat_kind kind, uint32
 					  .api = r->api,
 					  .n_wrs = r->nwr,
 					  .wrs = r + 1 };
-		const struct rbt_flat_swr *x = (const void *)(r + 1);
 		p = ev_open(w, RBT_EV_POST_SEND, ts, &start);
-		if (p && r->nwr == 1 && x->nsge == 1 && !x->ext && !x->payload_len)
-			p = enc_post1(w, r, p, ts);
-		else if (p)
+		if (!p)
+			break;
+		if (flags & RBT_FLAT_DENSE) {
+			const struct rbt_flat_dswr *d = (const void *)(r + 1);
+			if (r->nwr == 1 && d->nsge == 1 && !(d->shape & ~RBT_DSWR_RDMA)) {
+				/* the remote part, when there is one, before the sge */
+				const struct rbt_flat_dswr_rdma *rd =
+					(const void *)(d + 1);
+				struct rbt_flat_dswr_rdma none = { 0 };
+				if (!d->shape)
+					rd = &none;
+				struct post1_wr x = { d->wr_id,	 rd->remote_addr,
+						      d->opcode, d->send_flags,
+						      d->imm,	 rd->rkey };
+				p = enc_post1(
+					w, r, &x,
+					(const void *)((const uint8_t *)(d + 1) +
+						       (d->shape ? sizeof(*rd) : 0)),
+					p, ts);
+			} else {
+				p = enc_fev_post_sendd(w, &v, p, ts);
+			}
+			break;
+		}
+		const struct rbt_flat_swr *x = (const void *)(r + 1);
+		if (r->nwr == 1 && x->nsge == 1 && !x->ext && !x->payload_len) {
+			struct post1_wr f = { x->wr_id,	     x->remote_addr, x->opcode,
+					      x->send_flags, x->imm,	     x->rkey };
+			p = enc_post1(w, r, &f, (const void *)(x + 1), p, ts);
+		} else {
 			p = enc_fev_post_send(w, &v, p, ts);
+		}
 		break;
 	}
 	case RBT_FLAT_POST_RECV: {

@@ -252,11 +252,15 @@ static int fake_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 
 	if (cq->bench) {
 		k = n < (int)cq->fixed ? n : (int)cq->fixed;
-		for (int i = 0; i < k; i++) {
-			wc[i].wr_id = i;
-			wc[i].status = IBV_WC_SUCCESS;
-			wc[i].opcode = IBV_WC_SEND;
-		}
+		/* Every field written, as a provider does (the fields that do not
+		 * apply to an RC send completion are zero), so the recorder copies
+		 * what a real poll returns rather than the program's stale stack. */
+		for (int i = 0; i < k; i++)
+			wc[i] = (struct ibv_wc){ .wr_id = (uint64_t)i,
+						 .status = IBV_WC_SUCCESS,
+						 .opcode = IBV_WC_SEND,
+						 .byte_len = 64,
+						 .qp_num = cq->qpn };
 		return k;
 	}
 	pthread_spin_lock(&cq->lock);
