@@ -141,18 +141,25 @@ enum op {
 	OP_FLOOR2,
 	OP_FLOOR_REC8,
 	OP_FLOOR_REC16,
+	OP_FLOOR_DREC8,
+	OP_FLOOR_DREC16,
 	OP_N
 };
 static const char *op_name[OP_N] = {
 	"post_send, 1 WR",	 "post_send, chain of 8",   "poll_cq, empty",
 	"poll_cq, 1 completion", "poll_cq, 16 completions", "floor: rdtsc + 64 B store",
-	"2 rdtsc + 64 B store",	 "2 rdtsc + 496 B, read",   "2 rdtsc + 824 B, read"
+	"2 rdtsc + 64 B store",	 "2 rdtsc + 496 B, read",   "2 rdtsc + 824 B, read",
+	"2 rdtsc + 304 B, read", "2 rdtsc + 440 B, read"
 };
 
-/* The bytes the recorder writes into its ring for a chain of 8 one-sge WRs (a
- * 48-byte head, 8 x (40 + 16)) and for a poll of 16 completions (56 + 16 x 48). */
-#define REC_CHAIN8 496
-#define REC_POLL16 824
+/* The bytes the recorder wrote into its ring for a chain of 8 one-sge WRs (a
+ * 48-byte head, 8 x (40 + 16)) and for a poll of 16 completions (56 + 16 x 48)
+ * before its records were dense, and what it writes now: 48 + 8 x 32 for the
+ * chain of sends, 56 + 16 x 24 for the completions. */
+#define REC_CHAIN8  496
+#define REC_POLL16  824
+#define DREC_CHAIN8 304
+#define DREC_POLL16 440
 
 static uint8_t floor_ring[1 << 20] __attribute__((aligned(64)));
 
@@ -214,11 +221,16 @@ static double run_op(struct side *s, enum op op, long iters)
 		}
 		break;
 	case OP_FLOOR_REC8:
-	case OP_FLOOR_REC16: {
+	case OP_FLOOR_REC16:
+	case OP_FLOOR_DREC8:
+	case OP_FLOOR_DREC16: {
 		/* Two TSC reads and a record of the recorder's size written at the
 		 * head of a ring that another thread reads between bursts, as the
 		 * writer thread reads the recorder's: what those bytes cost alone. */
-		size_t len = op == OP_FLOOR_REC8 ? REC_CHAIN8 : REC_POLL16;
+		size_t len = op == OP_FLOOR_REC8    ? REC_CHAIN8
+			     : op == OP_FLOOR_REC16 ? REC_POLL16
+			     : op == OP_FLOOR_DREC8 ? DREC_CHAIN8
+						    : DREC_POLL16;
 		static uint64_t src[REC_POLL16 / 8];
 		size_t pos = 0;
 		for (long i = 0; i < iters; i++) {
@@ -330,8 +342,12 @@ static void micro(void)
 	       op_name[OP_FLOOR2], burst(&plain, OP_FLOOR2));
 	printf("%-26s %10.1f   (and a chain of 8's record, another thread reading)\n",
 	       op_name[OP_FLOOR_REC8], burst(&plain, OP_FLOOR_REC8));
-	printf("%-26s %10.1f   (and 16 completions' record, the same)\n\n",
+	printf("%-26s %10.1f   (and 16 completions' record, the same)\n",
 	       op_name[OP_FLOOR_REC16], burst(&plain, OP_FLOOR_REC16));
+	printf("%-26s %10.1f   (the same, a chain of 8's dense record)\n",
+	       op_name[OP_FLOOR_DREC8], burst(&plain, OP_FLOOR_DREC8));
+	printf("%-26s %10.1f   (the same, 16 dense completions)\n\n",
+	       op_name[OP_FLOOR_DREC16], burst(&plain, OP_FLOOR_DREC16));
 
 	/* Sustained: 2 M back-to-back posts; the ring fills and the application
 	 * waits for the background thread (the recorder's blocking policy). */
@@ -516,7 +532,7 @@ int main(int argc, char **argv)
 	snprintf(cmd, sizeof(cmd),
 		 "env -u RBT_BENCH_CHILD RBTRACE_LIGHT=1 "
 		 "RBTRACE_OUTPUT=/tmp/rbtrace-interpose-bench-light.rbt "
-		 "%s/interpose_bench --micro-only | sed -n '4,9p;15,16p'",
+		 "%s/interpose_bench --micro-only | sed -n '4,9p;17,18p'",
 		 self_dir);
 	if (system(cmd))
 		printf("  light mode run failed\n");

@@ -49,6 +49,15 @@ static inline void rbt_rec_empty_poll(struct rbt_ring *r, void *cq, uint32_t ask
 	f->api = api;
 }
 
+/* Whether a completion needs rbt_flat_dwc_ext (not zero when it does). */
+static inline __attribute__((always_inline)) uint32_t rbt_dwc_rare(const struct ibv_wc *c)
+{
+	uint32_t hi = (c->status | c->opcode | c->wc_flags) & ~0xffu;
+
+	return c->vendor_err | c->src_qp | hi | c->pkey_index | c->slid | c->sl |
+	       c->dlid_path_bits;
+}
+
 /* Completions are written dense (rbt_flat_dwc, rbt_format.h): 24 bytes with what
  * every completion has, and the 32 of rbt_flat_dwc_ext after it only when one of
  * the fields that are commonly zero is not (vendor_err, src_qp, pkey_index,
@@ -58,9 +67,7 @@ static inline __attribute__((always_inline)) uint32_t rbt_dwc_put(uint8_t *o,
 								  const struct ibv_wc *c)
 {
 	struct rbt_flat_dwc *d = (void *)o;
-	uint32_t hi = (c->status | c->opcode | c->wc_flags) & ~0xffu;
-	uint32_t rare = c->vendor_err | c->src_qp | hi | c->pkey_index | c->slid | c->sl |
-			c->dlid_path_bits;
+	uint32_t rare = rbt_dwc_rare(c);
 	uint64_t w1 = (uint64_t)c->byte_len | (uint64_t)c->qp_num << 32;
 	uint64_t w2 = (uint64_t)c->imm_data | (uint64_t)(c->status & 0xff) << 32 |
 		      (uint64_t)(c->opcode & 0xff) << 40 |
@@ -98,11 +105,10 @@ static void rbt_rec_poll(struct ibv_cq *cq, int asked, int ret, const struct ibv
 					    sizeof(struct rbt_flat_dwc_ext));
 	p = rbt_ring_open(r, len, &room);
 	if (RBT_UNLIKELY(!p)) {
-		uint8_t tmp[sizeof(struct rbt_flat_dwc) +
-			    sizeof(struct rbt_flat_dwc_ext)];
-		len = sizeof(*p);
+		len = sizeof(*p) + nwc * (uint32_t)sizeof(struct rbt_flat_dwc);
 		for (uint32_t i = 0; i < nwc; i++)
-			len += rbt_dwc_put(tmp, &wc[i]);
+			if (rbt_dwc_rare(&wc[i]))
+				len += sizeof(struct rbt_flat_dwc_ext);
 		p = rbt_ring_reserve(r, len);
 		if (!p)
 			return;
