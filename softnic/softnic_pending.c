@@ -475,13 +475,19 @@ void sn_delay_notify_armed(struct sn_cq_shm *cq, uint64_t when)
 static bool sn_dnote_claim(struct sn_cq_shm *cq)
 {
 	uint32_t me = sn_dnote_me(), cur = atomic_load(&cq->dnote);
+	int e = errno; /* the program's, on its post path */
+	bool ours = false;
 
 	for (;;) {
 		if (cur && (cur == me || kill((pid_t)cur, 0) == 0 || errno == EPERM))
-			return false;
-		if (atomic_compare_exchange_weak(&cq->dnote, &cur, me))
-			return true;
+			break;
+		if (atomic_compare_exchange_weak(&cq->dnote, &cur, me)) {
+			ours = true;
+			break;
+		}
 	}
+	errno = e;
+	return ours;
 }
 
 static void sn_delay_notify_how(struct sn_cq_shm *cq, uint64_t when, bool if_armed)
