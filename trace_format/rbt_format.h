@@ -1059,11 +1059,10 @@ struct rbt_flat_wcx {
  * they have in rbt_send_wr and rbt_wc too: X(name) each, for the copies between
  * the layouts. */
 #define RBT_SWR_EXT_FIELDS(X) X(compare_add) X(swap) X(ah) X(remote_qpn) X(remote_qkey)
-#define RBT_DWC_EXT_FIELDS(X)                                           \
-	X(status)                                                       \
-	X(opcode)                                                       \
-	X(wc_flags) X(vendor_err) X(src_qp) X(pkey_index) X(slid) X(sl) \
-		X(dlid_path_bits)
+#define RBT_DWC_EXT_FIELDS(X) \
+	X(status)             \
+	X(opcode)             \
+	X(wc_flags) X(vendor_err) X(src_qp) X(pkey_index) X(slid) X(sl) X(dlid_path_bits)
 /* A copy of one field between two of those structs: d->name = s->name. */
 #define RBT_FIELD_CP(name) d->name = s->name;
 
@@ -1127,8 +1126,12 @@ static inline size_t rbt_flat_dwc_get(struct rbt_wc *v, const void *q)
 		RBT_DWC_EXT_FIELDS(RBT_FIELD_CP)
 		n += sizeof(*s);
 	}
-	v->imm_data =
-		v->wc_flags & RBT_FLAT_WC_WITH_INV ? x->imm : __builtin_bswap32(x->imm);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	uint32_t host = __builtin_bswap32(x->imm); /* imm is big-endian */
+#else
+	uint32_t host = x->imm;
+#endif
+	v->imm_data = v->wc_flags & RBT_FLAT_WC_WITH_INV ? x->imm : host;
 	return n;
 }
 
