@@ -18,6 +18,7 @@ SOFTNIC=$SOFTNIC_DIR
 FAKE=$root/tests/progs/fakeverbs
 test_tmp lossless
 fails=0
+NW=4 # the program's worker threads
 
 # ready FILE: the program's "ready" word (every worker did 2000 posts) is set.
 ready() { [ "$(od -An -tu8 -N8 "$1" 2>/dev/null | tr -d ' ')" = 1 ]; }
@@ -29,7 +30,8 @@ one() {
 	local name=$1 mode=$2 sig=$3 want_rc=$4 how=$5 n=$6 lost=${7:-0}
 	local trace=$tmp/$name.rbt counters=$tmp/$name.cnt rc=0
 	echo "== $name"
-	[ -n "${STALL:-}" ] && rm -f "$STALL"
+	[ -n "${STALL:-}" ] && rm -f "$STALL" "$STALL.held"
+	[ -n "${LOSSLESS_GO:-}" ] && rm -f "$LOSSLESS_GO"
 	# Background jobs of a script ignore SIGINT: give the program the default.
 	# Under --config=asan: the program ends mid-run with its MRs registered (not
 	# a leak of ours), and its SIGSEGV is the recorder's to handle.
@@ -43,8 +45,19 @@ one() {
 		sleep 0.05
 	done
 	if [ -n "${STALL:-}" ]; then
+		# Every worker's next post is held; the device counts them in
+		# STALL.held. Wait for all four, however long the machine takes to
+		# schedule them (bounded, 30 s), rather than a fixed time.
 		touch "$STALL"
-		sleep 0.1
+		local held=0
+		for _ in $(seq 600); do
+			held=$(stat -c %s "$STALL.held" 2>/dev/null || echo 0)
+			[ "$held" -ge "$NW" ] && break
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.05
+		done
+		[ "$held" -ge "$NW" ] || { echo "FAIL: $name: $held of $NW workers held in a post"; fails=$((fails + 1)); }
+		[ -n "${LOSSLESS_GO:-}" ] && touch "$LOSSLESS_GO"
 	fi
 	if [ "$sig" != - ]; then
 		ready "$counters" || { echo "FAIL: $name: the program never got ready"; fails=$((fails + 1)); }
@@ -94,7 +107,7 @@ grep -q 'incomplete' "$tmp/stall.report" ||
 	{ echo "FAIL: report does not call the stalled trace incomplete"; fails=$((fails + 1)); }
 # The same, the signal sent to a worker stuck in a post: the writer thread ends
 # the trace and delivers the signal itself.
-STALL=$FAKEVERBS_STALL LIB=$FAKE one tgkill-stuck tgkill - 143 signal 15 4
+LOSSLESS_GO=$tmp/go STALL=$FAKEVERBS_STALL LIB=$FAKE one tgkill-stuck tgkill - 143 signal 15 4
 
 echo "$((fails == 0 ? 1 : 0)) passed, $((fails > 0 ? 1 : 0)) failed"
 [ "$fails" -eq 0 ]

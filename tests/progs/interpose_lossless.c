@@ -11,7 +11,7 @@
  *
  * usage: interpose_lossless COUNTERS MODE
  * MODE: wait (run until a signal from outside), tgkill (SIGTERM sent to worker 0
- * itself, 0.3 s after ready), segv (a fifth thread faults),
+ * itself, 0.3 s after ready or once the file $LOSSLESS_GO exists), segv (a fifth thread faults),
  * exit (a fifth thread calls exit(3)), abort (a fifth thread calls abort()),
  * exec (a fifth thread execs /bin/true), exits (the fifth thread calls exit(3)
  * while a sixth calls exit(4) at the same moment), return-exit (main returns 3
@@ -238,9 +238,16 @@ int main(int argc, char **argv)
 			pause();
 	}
 	if (!strcmp(mode, "tgkill")) {
-		/* SIGTERM to worker 0 itself: it is most likely inside a verb. */
-		struct timespec d = { 0, 300000000 };
-		nanosleep(&d, NULL); /* (time for the test to stall the device) */
+		/* SIGTERM to worker 0 itself: it is most likely inside a verb.
+		 * LOSSLESS_GO=FILE: once FILE exists (the test has stalled the
+		 * device and seen every worker held), not 0.3 s after ready. */
+		const char *go = getenv("LOSSLESS_GO");
+		if (go && !*go)
+			go = NULL;
+		struct timespec d = { 0, go ? 10000000 : 300000000 };
+		nanosleep(&d, NULL);
+		while (go && access(go, F_OK))
+			nanosleep(&d, NULL);
 		syscall(SYS_tgkill, getpid(), (pid_t)atomic_load(&cnt->w[0].tid),
 			SIGTERM);
 		for (;;)
