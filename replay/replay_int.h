@@ -276,6 +276,10 @@ struct rp_lane {
 	/* memory dependencies of its posts: inferred, waited and satisfied,
 	 * timed out (replay_deps.c) */
 	uint64_t deps_inferred, deps_in_flight, deps_kept, deps_timed_out;
+	/* --timing=deps: the replayed and recorded times of its last wait, kept
+	 * from one window to the next when streamed (anchored: set) */
+	uint64_t anchor[2];
+	int anchored;
 	pthread_t thr;
 };
 
@@ -416,7 +420,8 @@ struct rp_write {
 	uint32_t stream; /* the recorded thread that posted it (local only) */
 	uint32_t rec_dest, rkey, key, ord;
 	uint64_t raddr, len, t_post, t_done;
-	uint8_t *at; /* while inferring: where it lands in the waiting side's view */
+	uint8_t *at;  /* while inferring: where it lands in the waiting side's view */
+	uint64_t gid; /* its number among its side's WRITEs (streamed: all windows) */
 };
 
 struct rp_writes {
@@ -471,6 +476,8 @@ struct rp_job {
 	/* streaming: steps a window holds (0: never stream), and whether this
 	 * job is streamed (rp_stream_decide) */
 	int window, stream;
+	int mark_every; /* steps per kept step time: RP_STREAM_MARK, less for
+			 * a smaller window */
 };
 
 /* Room for one more element of a growable array: doubles cap (zeroing the
@@ -573,6 +580,7 @@ int rp_wc_is_recv(const struct rp_qp *q, uint32_t status, uint32_t opcode,
 /* replay_stream.c: a timeline of any length, window by window */
 #define RP_STREAM_WINDOW 16384 /* steps of all sides a window holds */
 #define RP_STREAM_MARK	 4096  /* one step time kept per this many steps */
+#define RP_STREAM_WRKEYS 64    /* distinct rkeys of a side's WRITEs kept */
 #define RP_STREAM_SAMPLE 65536 /* lateness samples a side keeps */
 struct rp_stream {
 	/* loading: why the side cannot be streamed (NULL: it can), the steps
@@ -585,13 +593,19 @@ struct rp_stream {
 	size_t nmark, capmark;
 	uint64_t last_work_ns, first_life_ns;
 	uint32_t nstreams;
+	/* memory dependencies over the whole trace (replay_deps.c): whether it
+	 * posts sends at all, the rkeys its WRITEs name (all: more than fit) */
+	int posts_send, wrkey_all, nwrkey;
+	uint32_t wrkey[RP_STREAM_WRKEYS];
+	/* what inferring them carries from one window to the next */
+	struct rp_deps_carry *dc;
 	/* the second reading (replay_load.c) */
 	struct rp_loading *ld;
 	struct rbt_reader *r;
 	struct rbt_model *model;
 	const struct rbt_model_trace *mtrace;
 	void *ro; /* the time-order window (struct rp_reorder) */
-	int eof;
+	int eof, model_done;
 	/* the end of the window read last, and the events read after it that
 	 * lay before it (replayed in the next window) */
 	uint64_t lim_read, late_events;
@@ -705,6 +719,9 @@ int rp_deps_setup(struct rp_job *j);
 void rp_deps_tag(struct rp_step *st);
 uint64_t rp_deps_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i,
 		      uint64_t lim_ns, int *timed_out);
+/* Streamed: a WRITE seen by the first reading; the carry's memory. */
+void rp_deps_note(struct rp_stream *sm, const struct rbt_event *ev);
+void rp_deps_carry_free(struct rp_stream *sm);
 void rp_deps_totals(const struct rp_side *s, uint64_t *inferred, uint64_t *in_flight,
 		    uint64_t *kept, uint64_t *timed_out);
 

@@ -719,8 +719,11 @@ int rp_again_load(struct rp_job *j, struct rp_side *s, uint64_t lim_ns)
 	s->mtrace = sm->mtrace;
 	rc = rp_again_pump(s, lim_ns);
 	sm->lim_read = lim_ns;
-	if (rc == 0 && rbt_model_finish(s->model) < 0)
+	/* the end of the trace: once, however many windows the others take */
+	if (rc == 0 && !sm->model_done && rbt_model_finish(s->model) < 0)
 		rc = -ENOMEM;
+	if (rc == 0)
+		sm->model_done = 1;
 	if (rc >= 0 && sm->ld->err)
 		rc = sm->ld->err;
 	s->model = keep;

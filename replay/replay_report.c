@@ -469,6 +469,8 @@ static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
 		rbt_json_ku64(w, "cq_events_missed", s->cq_events_missed);
 		rbt_json_ku64(w, "steps", rp_steps_of(s));
 		rbt_json_ku64(w, "steps_run", (uint64_t)s->nran);
+		/* streamed: the windows it ran in (0: from memory) */
+		rbt_json_ku64(w, "windows", s->sm ? s->sm->windows : 0);
 		rbt_json_ku64(w, "threads", (uint64_t)s->nlane);
 		rbt_json_ku64(w, "cross_thread_waits", s->xwaits);
 		rbt_json_ku64(w, "send_queue_waits", s->sq_waits);
