@@ -280,6 +280,8 @@ struct rp_lane {
 	 * from one window to the next when streamed (anchored: set) */
 	uint64_t anchor[2];
 	int anchored;
+	/* streamed: a recorded thread's lateness over the windows */
+	struct rp_sample *smp;
 	pthread_t thr;
 };
 
@@ -582,6 +584,16 @@ int rp_wc_is_recv(const struct rp_qp *q, uint32_t status, uint32_t opcode,
 #define RP_STREAM_MARK	 4096  /* one step time kept per this many steps */
 #define RP_STREAM_WRKEYS 64    /* distinct rkeys of a side's WRITEs kept */
 #define RP_STREAM_SAMPLE 65536 /* lateness samples a side keeps */
+#define RP_THREAD_SAMPLE 4096  /* and each of its recorded threads */
+/* A uniform sample of timed posts' lateness (every post has the same chance
+ * to be in it; replay_report.c), with the exact maxima: a streamed side's, or
+ * one of its recorded threads'. own: NULL when not kept. */
+struct rp_sample {
+	uint64_t timed, late_max, own_max, rng;
+	uint64_t *late, *own;
+	size_t nsample, cap;
+};
+
 struct rp_stream {
 	/* loading: why the side cannot be streamed (NULL: it can), the steps
 	 * past the first window, the time of every RP_STREAM_MARK-th step */
@@ -619,12 +631,9 @@ struct rp_stream {
 	struct rp_lane *thr;
 	int nthr, capthr;
 	/* timing of the posts, as replay_report.c's tally keeps it for one
-	 * window: counts, spans and a uniform sample (every post has the same
-	 * chance to be in it) of the lateness, with the exact maximum */
-	uint64_t posts, timed, first, last, rfirst, rlast, late_max, own_max;
-	uint64_t *late, *own;
-	size_t nsample;
-	uint64_t rng;
+	 * window: counts, spans and a sample of the lateness */
+	uint64_t posts, first, last, rfirst, rlast;
+	struct rp_sample smp;
 };
 /* Loading (pass 1): whether the job may stream at all, the window's step cap. */
 int rp_stream_wanted(const struct rp_job *j);
@@ -722,6 +731,8 @@ uint64_t rp_deps_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, i
 /* Streamed: a WRITE seen by the first reading; the carry's memory. */
 void rp_deps_note(struct rp_stream *sm, const struct rbt_event *ev);
 void rp_deps_carry_free(struct rp_stream *sm);
+/* replay_report.c: a window lane's timed posts into its thread's sample. */
+void rp_report_lane_window(const struct rp_lane *L, struct rp_lane *T);
 void rp_deps_totals(const struct rp_side *s, uint64_t *inferred, uint64_t *in_flight,
 		    uint64_t *kept, uint64_t *timed_out);
 

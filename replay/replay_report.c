@@ -214,30 +214,31 @@ static void rp_late_tally(void *to, uint64_t late, uint64_t own)
 	t->late[t->n++] = late;
 }
 
-/* Reservoir sampling: each of the side's timed posts has the same chance to be
- * among the RP_STREAM_SAMPLE kept; the maxima are exact. */
+/* Reservoir sampling: each timed post has the same chance to be among the
+ * cap kept; the maxima are exact. */
 static void rp_late_sample(void *to, uint64_t late, uint64_t own)
 {
-	struct rp_stream *sm = to;
+	struct rp_sample *sp = to;
 	uint64_t k;
 
-	sm->timed++;
-	if (late > sm->late_max)
-		sm->late_max = late;
-	if (own > sm->own_max)
-		sm->own_max = own;
-	if (sm->nsample < RP_STREAM_SAMPLE) {
-		k = sm->nsample++;
+	sp->timed++;
+	if (late > sp->late_max)
+		sp->late_max = late;
+	if (own > sp->own_max)
+		sp->own_max = own;
+	if (sp->nsample < sp->cap) {
+		k = sp->nsample++;
 	} else {
-		sm->rng ^= sm->rng << 13;
-		sm->rng ^= sm->rng >> 7;
-		sm->rng ^= sm->rng << 17;
-		k = sm->rng % sm->timed;
-		if (k >= sm->nsample)
+		sp->rng ^= sp->rng << 13;
+		sp->rng ^= sp->rng >> 7;
+		sp->rng ^= sp->rng << 17;
+		k = sp->rng % sp->timed;
+		if (k >= sp->nsample)
 			return;
 	}
-	sm->late[k] = late;
-	sm->own[k] = own;
+	sp->late[k] = late;
+	if (sp->own)
+		sp->own[k] = own;
 }
 
 /* The side's steps (those in memory) onto spans, counts and fn. */
@@ -279,7 +280,7 @@ void rp_report_window(struct rp_job *j, struct rp_side *s)
 	struct rp_stream *sm = s->sm;
 	uint64_t span[4] = { sm->first, sm->last, sm->rfirst, sm->rlast };
 
-	rp_late_steps(j, s, span, &sm->posts, rp_late_sample, sm);
+	rp_late_steps(j, s, span, &sm->posts, rp_late_sample, &sm->smp);
 	sm->first = span[0];
 	sm->last = span[1];
 	sm->rfirst = span[2];
@@ -302,15 +303,15 @@ static void rp_report_late_side(struct rp_job *j, struct rp_side *s, struct rp_t
 			span[2] = sm->rfirst < span[2] ? sm->rfirst : span[2];
 			span[3] = sm->rlast > span[3] ? sm->rlast : span[3];
 		}
-		for (size_t k = 0; k < sm->nsample; k++)
-			rp_late_tally(t, sm->late[k], sm->own[k]);
+		for (size_t k = 0; k < sm->smp.nsample; k++)
+			rp_late_tally(t, sm->smp.late[k], sm->smp.own[k]);
 	}
 	t->first = span[0];
 	t->last = span[1];
 	t->rfirst = span[2];
 	t->rlast = span[3];
 	s->late_to = t->n;
-	t->ntimed += sm ? sm->timed : s->late_to - s->late_from;
+	t->ntimed += sm ? sm->smp.timed : s->late_to - s->late_from;
 }
 
 /* Sorts v[0..n) and gives its median, 99th percentile and maximum. */
@@ -338,8 +339,8 @@ static void rp_report_timing(struct rp_job *j, struct rp_tally *t,
 			&s->late_max);
 		rp_pcts(t->own + s->late_from, n, &s->own_p50, &s->own_p99, &s->own_max);
 		if (s->sm) { /* a sample: its maxima are the exact ones */
-			s->late_max = (double)s->sm->late_max;
-			s->own_max = (double)s->sm->own_max;
+			s->late_max = (double)s->sm->smp.late_max;
+			s->own_max = (double)s->sm->smp.own_max;
 		}
 	}
 	if (t->n) {
@@ -360,19 +361,12 @@ static void rp_report_timing(struct rp_job *j, struct rp_tally *t,
 	sum->rec_wall_ns = t->rlast > t->rfirst ? (double)(t->rlast - t->rfirst) : 0;
 }
 
-/* One recorded thread's lateness (timed posts), for sides of several threads:
- * count, p50, p99, max in ns; 0 when none was timed. */
-static size_t rp_lane_late(const struct rp_lane *L, double *p50, double *p99, double *max)
+/* Each timed post of a lane (its steps in memory) onto fn. */
+static void rp_lane_each(const struct rp_lane *L, rp_late_fn fn, void *to)
 {
 	const struct rp_side *s = L->s;
-	uint64_t *v;
-	size_t n = 0;
 
-	*p50 = *p99 = *max = 0;
-	/* a streamed side's thread: its steps went with their windows */
-	if (!L->idx || !(v = malloc(((size_t)L->n + 1) * sizeof(*v))))
-		return 0;
-	for (int k = 0; k < L->n; k++) {
+	for (int k = 0; L->idx && k < L->n; k++) {
 		const struct rp_step *st = &s->step[L->idx[k]];
 		uint32_t ty = st->ev->type;
 
@@ -380,11 +374,47 @@ static size_t rp_lane_late(const struct rp_lane *L, double *p50, double *p99, do
 		    (ty != RBT_EV_POST_SEND && ty != RBT_EV_POST_RECV &&
 		     ty != RBT_EV_POST_SRQ_RECV))
 			continue;
-		v[n++] = st->t_issue > st->deadline ? st->t_issue - st->deadline : 0;
+		fn(to, st->t_issue > st->deadline ? st->t_issue - st->deadline : 0, 0);
 	}
+}
+
+void rp_report_lane_window(const struct rp_lane *L, struct rp_lane *T)
+{
+	if (!T->smp && (T->smp = calloc(1, sizeof(*T->smp)))) {
+		T->smp->late = malloc(RP_THREAD_SAMPLE * sizeof(*T->smp->late));
+		T->smp->cap = T->smp->late ? RP_THREAD_SAMPLE : 0;
+		T->smp->rng = 0x2545f4914f6cdd1dull + T->stream;
+	}
+	if (T->smp && T->smp->cap)
+		rp_lane_each(L, rp_late_sample, T->smp);
+}
+
+/* One recorded thread's lateness (timed posts), for sides of several threads:
+ * count, p50, p99, max in ns; 0 when none was timed. A streamed side's
+ * thread: from the sample its windows kept (exact maximum). */
+static size_t rp_lane_late(const struct rp_lane *L, double *p50, double *p99, double *max)
+{
+	const struct rp_sample *sp = L->smp;
+	struct rp_tally t = { 0 };
+	size_t n;
+
+	*p50 = *p99 = *max = 0;
+	if (!L->idx) {
+		if (sp)
+			for (size_t k = 0; k < sp->nsample; k++)
+				rp_late_tally(&t, sp->late[k], 0);
+	} else {
+		rp_lane_each(L, rp_late_tally, &t);
+	}
+	n = t.n;
 	if (n)
-		rp_pcts(v, n, p50, p99, max);
-	free(v);
+		rp_pcts(t.late, n, p50, p99, max);
+	if (n && !L->idx) {
+		*max = (double)sp->late_max;
+		n = sp->timed;
+	}
+	free(t.late);
+	free(t.own);
 	return n;
 }
 

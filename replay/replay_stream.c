@@ -134,8 +134,13 @@ void rp_stream_free(struct rp_side *s)
 	rp_again_close(s);
 	rp_deps_carry_free(s->sm);
 	free(s->sm->mark);
-	free(s->sm->late);
-	free(s->sm->own);
+	free(s->sm->smp.late);
+	free(s->sm->smp.own);
+	for (int k = 0; k < s->sm->nthr; k++)
+		if (s->sm->thr[k].smp) {
+			free(s->sm->thr[k].smp->late);
+			free(s->sm->thr[k].smp);
+		}
 	free(s->sm->thr);
 	free(s->sm);
 	s->sm = NULL;
@@ -187,12 +192,13 @@ int rp_stream_decide(struct rp_job *j, int *reload)
 	for (int i = 0; i < j->nside; i++) {
 		struct rp_stream *sm = j->side[i].sm;
 
-		sm->late = malloc(RP_STREAM_SAMPLE * sizeof(*sm->late));
-		sm->own = malloc(RP_STREAM_SAMPLE * sizeof(*sm->own));
-		if (!sm->late || !sm->own)
+		sm->smp.late = malloc(RP_STREAM_SAMPLE * sizeof(*sm->smp.late));
+		sm->smp.own = malloc(RP_STREAM_SAMPLE * sizeof(*sm->smp.own));
+		sm->smp.cap = RP_STREAM_SAMPLE;
+		if (!sm->smp.late || !sm->smp.own)
 			return rp_fail(j, -ENOMEM, "out of memory while streaming");
 		sm->first = sm->rfirst = UINT64_MAX;
-		sm->rng = 0x9e3779b97f4a7c15ull + (uint64_t)i;
+		sm->smp.rng = 0x9e3779b97f4a7c15ull + (uint64_t)i;
 		rp_stream_trim(&j->side[i]);
 	}
 	j->stream = 1;
@@ -299,6 +305,7 @@ static int rp_stream_lanes(struct rp_side *s)
 		s->xwaits += L->xwaits;
 		s->sq_waits += L->sq_waits;
 		if (T) { /* found: every window lane got its thread at fill */
+			rp_report_lane_window(L, T);
 			T->n += L->n;
 			T->ran += L->ran;
 			T->xwaits += L->xwaits;
@@ -466,5 +473,5 @@ uint64_t rp_stop_of(const struct rp_side *s)
 
 uint64_t rp_timed_of(const struct rp_side *s)
 {
-	return s->sm ? s->sm->timed : s->late_to - s->late_from;
+	return s->sm ? s->sm->smp.timed : s->late_to - s->late_from;
 }
