@@ -169,6 +169,7 @@ struct rp_qp {
 	 * right before); new_qpn: its number on the replay (0 until created);
 	 * dir_idx: its entry in the directory */
 	int dynamic, gone, dir_idx;
+	int mid_run; /* streamed: created after the start (the first reading) */
 	uint32_t new_qpn;
 	/* in rp_side.xqp: another process's TGT QP, known only by number */
 	uint32_t foreign_new_qpn;
@@ -594,6 +595,12 @@ struct rp_sample {
 	size_t nsample, cap;
 };
 
+/* Resource steps run (MR reg/dereg/rereg, QP create/destroy), their time
+ * inside the verbs (ns), replayed and recorded (replay_report.c). */
+struct rp_res_count {
+	uint64_t n, reg, dereg, rereg, qcreate, qdestroy, verb_rep, verb_rec;
+};
+
 struct rp_stream {
 	/* loading: why the side cannot be streamed (NULL: it can), the steps
 	 * past the first window, the time of every RP_STREAM_MARK-th step */
@@ -603,7 +610,7 @@ struct rp_stream {
 		uint64_t ns, host; /* abs ns; the host's clock (rp_host_clock) */
 	} * mark;
 	size_t nmark, capmark;
-	uint64_t last_work_ns, first_life_ns;
+	uint64_t last_work_ns;
 	uint32_t nstreams;
 	/* memory dependencies over the whole trace (replay_deps.c): whether it
 	 * posts sends at all, the rkeys its WRITEs name (all: more than fit) */
@@ -634,6 +641,9 @@ struct rp_stream {
 	 * window: counts, spans and a sample of the lateness */
 	uint64_t posts, first, last, rfirst, rlast;
 	struct rp_sample smp;
+	/* and its resource steps' (a sample of their lateness) */
+	struct rp_res_count res;
+	struct rp_sample res_late;
 };
 /* Loading (pass 1): whether the job may stream at all, the window's step cap. */
 int rp_stream_wanted(const struct rp_job *j);
@@ -712,6 +722,9 @@ void rp_err_waits(struct rp_job *j, struct rp_side *s);
 int rp_sq_waits(struct rp_side *s);
 /* The lanes of a side (replay_timeline.c, after the prefix is known). */
 int rp_lanes_build(struct rp_side *s);
+/* replay_build.c: which QP create/destroy steps run (the others are skipped),
+ * which QPs their step creates (again for each streamed window). */
+void rp_qp_life_steps(struct rp_job *j, struct rp_side *s);
 /* The lanes' outcome into the side (after every lane's thread ended). */
 void rp_lanes_done(struct rp_side *s);
 void rp_side_finish(struct rp_job *j, struct rp_side *s);

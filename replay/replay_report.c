@@ -275,12 +275,47 @@ static void rp_late_steps(struct rp_job *j, struct rp_side *s, uint64_t *span,
 	}
 }
 
+/* The resource steps among a side's steps (those in memory) onto c, their
+ * lateness onto fn. */
+static void rp_res_each(const struct rp_side *s, struct rp_res_count *c, rp_late_fn fn,
+			void *to)
+{
+	for (int i = s->prefix; i < s->nstep; i++) {
+		const struct rp_step *st = &s->step[i];
+		uint32_t ty = st->ev->type;
+
+		if ((ty != RBT_EV_MR_REG && ty != RBT_EV_MR_DEREG &&
+		     ty != RBT_EV_MR_REREG && ty != RBT_EV_QP_CREATE &&
+		     ty != RBT_EV_QP_DESTROY) ||
+		    st->skipped || !st->t_issue)
+			continue;
+		c->qcreate += ty == RBT_EV_QP_CREATE;
+		c->qdestroy += ty == RBT_EV_QP_DESTROY;
+		c->n++;
+		c->reg += ty == RBT_EV_MR_REG;
+		c->dereg += ty == RBT_EV_MR_DEREG;
+		c->rereg += ty == RBT_EV_MR_REREG;
+		c->verb_rep += st->t_exit - st->t_issue;
+		c->verb_rec +=
+			st->rec_exit_ns > st->rec_ns ? st->rec_exit_ns - st->rec_ns : 0;
+		if (st->deadline)
+			fn(to,
+			   st->t_issue > st->deadline ? st->t_issue - st->deadline : 0,
+			   0);
+	}
+}
+
 void rp_report_window(struct rp_job *j, struct rp_side *s)
 {
 	struct rp_stream *sm = s->sm;
 	uint64_t span[4] = { sm->first, sm->last, sm->rfirst, sm->rlast };
 
 	rp_late_steps(j, s, span, &sm->posts, rp_late_sample, &sm->smp);
+	if (!sm->res_late.late &&
+	    (sm->res_late.late = malloc(RP_THREAD_SAMPLE * sizeof(*sm->res_late.late))))
+		sm->res_late.cap = RP_THREAD_SAMPLE;
+	if (sm->res_late.cap)
+		rp_res_each(s, &sm->res, rp_late_sample, &sm->res_late);
 	sm->first = span[0];
 	sm->last = span[1];
 	sm->rfirst = span[2];
@@ -578,59 +613,47 @@ static void rp_json_qps(struct rp_job *j, struct rbt_json *w)
 
 /* ---- resource steps: MRs registered, deregistered, rereg'd mid-run -------- */
 struct rp_res_tally {
-	uint64_t n, reg, dereg, rereg, qcreate, qdestroy, timed;
-	double p50, p99, max;	     /* lateness against the schedule (ns) */
-	uint64_t verb_rep, verb_rec; /* ns inside the verbs, replayed / recorded */
+	struct rp_res_count c;
+	uint64_t timed;
+	double p50, p99, max; /* lateness against the schedule (ns) */
 };
 
 static void rp_res_steps(struct rp_job *j, struct rp_res_tally *r)
 {
-	uint64_t *late = NULL;
-	size_t nl = 0, cap = 0;
+	struct rp_tally t = { 0 };
+	uint64_t max = 0;
 
 	memset(r, 0, sizeof(*r));
 	for (int si = 0; si < j->nside; si++) {
 		const struct rp_side *s = &j->side[si];
+		const struct rp_res_count *w = s->sm ? &s->sm->res : NULL;
 
-		for (int i = s->prefix; i < s->nstep; i++) {
-			const struct rp_step *st = &s->step[i];
-			uint32_t ty = st->ev->type;
+		size_t before = t.n;
 
-			if ((ty != RBT_EV_MR_REG && ty != RBT_EV_MR_DEREG &&
-			     ty != RBT_EV_MR_REREG && ty != RBT_EV_QP_CREATE &&
-			     ty != RBT_EV_QP_DESTROY) ||
-			    st->skipped || !st->t_issue)
-				continue;
-			r->qcreate += ty == RBT_EV_QP_CREATE;
-			r->qdestroy += ty == RBT_EV_QP_DESTROY;
-			r->n++;
-			r->reg += ty == RBT_EV_MR_REG;
-			r->dereg += ty == RBT_EV_MR_DEREG;
-			r->rereg += ty == RBT_EV_MR_REREG;
-			r->verb_rep += st->t_exit - st->t_issue;
-			r->verb_rec += st->rec_exit_ns > st->rec_ns
-					       ? st->rec_exit_ns - st->rec_ns
-					       : 0;
-			if (!st->deadline)
-				continue;
-			if (nl == cap) {
-				uint64_t *p =
-					realloc(late, (cap ? 2 * cap : 64) * sizeof(*p));
-
-				if (!p)
-					continue;
-				late = p;
-				cap = cap ? 2 * cap : 64;
-			}
-			late[nl++] = st->t_issue > st->deadline
-					     ? st->t_issue - st->deadline
-					     : 0;
-		}
+		rp_res_each(s, &r->c, rp_late_tally, &t);
+		r->timed += t.n - before;
+		if (!w) /* streamed: what its windows added up */
+			continue;
+		r->c.n += w->n;
+		r->c.reg += w->reg;
+		r->c.dereg += w->dereg;
+		r->c.rereg += w->rereg;
+		r->c.qcreate += w->qcreate;
+		r->c.qdestroy += w->qdestroy;
+		r->c.verb_rep += w->verb_rep;
+		r->c.verb_rec += w->verb_rec;
+		for (size_t k = 0; k < s->sm->res_late.nsample; k++)
+			rp_late_tally(&t, s->sm->res_late.late[k], 0);
+		r->timed += s->sm->res_late.timed;
+		if (s->sm->res_late.late_max > max)
+			max = s->sm->res_late.late_max;
 	}
-	r->timed = nl;
-	if (nl)
-		rp_pcts(late, nl, &r->p50, &r->p99, &r->max);
-	free(late);
+	if (t.n)
+		rp_pcts(t.late, t.n, &r->p50, &r->p99, &r->max);
+	if ((double)max > r->max)
+		r->max = (double)max;
+	free(t.late);
+	free(t.own);
 }
 
 static void rp_res_json(struct rp_job *j, struct rbt_json *w)
@@ -640,15 +663,15 @@ static void rp_res_json(struct rp_job *j, struct rbt_json *w)
 	rp_res_steps(j, &r);
 	rbt_json_key(w, "resource_steps");
 	rbt_json_obj(w);
-	rbt_json_ku64(w, "count", r.n);
-	rbt_json_ku64(w, "mr_reg", r.reg);
-	rbt_json_ku64(w, "mr_dereg", r.dereg);
-	rbt_json_ku64(w, "mr_rereg", r.rereg);
-	rbt_json_ku64(w, "qp_create", r.qcreate);
-	rbt_json_ku64(w, "qp_destroy", r.qdestroy);
+	rbt_json_ku64(w, "count", r.c.n);
+	rbt_json_ku64(w, "mr_reg", r.c.reg);
+	rbt_json_ku64(w, "mr_dereg", r.c.dereg);
+	rbt_json_ku64(w, "mr_rereg", r.c.rereg);
+	rbt_json_ku64(w, "qp_create", r.c.qcreate);
+	rbt_json_ku64(w, "qp_destroy", r.c.qdestroy);
 	rp_json_pcts(w, "lateness_ns", (long long)r.timed, r.p50, r.p99, r.max);
-	rbt_json_ku64(w, "verb_ns_replayed", r.verb_rep);
-	rbt_json_ku64(w, "verb_ns_recorded", r.verb_rec);
+	rbt_json_ku64(w, "verb_ns_replayed", r.c.verb_rep);
+	rbt_json_ku64(w, "verb_ns_recorded", r.c.verb_rec);
 	rbt_json_obj_end(w);
 }
 
@@ -657,16 +680,16 @@ static void rp_res_text(struct rp_job *j, FILE *f)
 	struct rp_res_tally r;
 
 	rp_res_steps(j, &r);
-	if (!r.n)
+	if (!r.c.n)
 		return;
 	fprintf(f,
 		"resource steps: %llu during the run (MR reg %llu, dereg %llu, rereg "
 		"%llu; QP create %llu, destroy %llu); time in those verbs: replayed "
 		"%.2f us, recorded %.2f us\n",
-		(unsigned long long)r.n, (unsigned long long)r.reg,
-		(unsigned long long)r.dereg, (unsigned long long)r.rereg,
-		(unsigned long long)r.qcreate, (unsigned long long)r.qdestroy,
-		r.verb_rep / 1e3, r.verb_rec / 1e3);
+		(unsigned long long)r.c.n, (unsigned long long)r.c.reg,
+		(unsigned long long)r.c.dereg, (unsigned long long)r.c.rereg,
+		(unsigned long long)r.c.qcreate, (unsigned long long)r.c.qdestroy,
+		r.c.verb_rep / 1e3, r.c.verb_rec / 1e3);
 	if (r.timed)
 		fprintf(f,
 			"  lateness of resource steps vs schedule: p50 %.2f us, p99 %.2f "

@@ -13,7 +13,8 @@
  *
  * What it cannot stream it leaves to the in-memory path (rp_stream_decide says
  * why on the log): recording the replay (-o), peer replayers, XRC QPs, memory
- * windows, ibv_rereg_mr and QPs made or destroyed mid-run. Memory
+ * windows and ibv_rereg_mr. QPs made or destroyed mid-run are steps of their
+ * window (the first reading marks those made by a step: mid_run). Memory
  * dependencies (RDMA WRITEs) are inferred per window with what the windows
  * before left pending (replay_deps.c), in every timing, --timing=deps too. UD streams: the receive counts a
  * UD send waits for are those of its window plus the windows before
@@ -37,14 +38,6 @@ int rp_stream_wanted(const struct rp_job *j)
 	const struct rbt_replay_opts *o = j->o;
 
 	return j->window > 0 && !o->out && !o->listen && !o->connect;
-}
-
-/* QPs made or destroyed mid-run are not streamed; MRs registered and
- * deregistered are (their steps are read again with their window, their
- * replayed MR is the first reading's entry; rereg is not). */
-static int rp_is_life(uint32_t t)
-{
-	return t == RBT_EV_QP_CREATE || t == RBT_EV_QP_DESTROY;
 }
 
 static int rp_is_work(uint32_t t)
@@ -82,10 +75,10 @@ void rp_stream_note(struct rp_loading *ld, const struct rbt_event *ev, uint64_t 
 	/* an extended poll session of several completions is two steps */
 	if (t == RBT_EV_POLL_CQ && ev->u.poll_cq.api == 1 && ev->u.poll_cq.n_wcs > 1)
 		sm->nstep_all++;
-	if (!sm->first_life_ns)
-		sm->first_life_ns = UINT64_MAX;
-	if (ld->started && rp_is_life(t) && rec_ns < sm->first_life_ns)
-		sm->first_life_ns = rec_ns;
+	/* a QP made mid-run: made by its step in whichever window (its entry
+	 * was just added, replay_load.c); MRs likewise, rereg is not streamed */
+	if (ld->started && t == RBT_EV_QP_CREATE && ld->s->nqp)
+		ld->s->qp[ld->s->nqp - 1].mid_run = 1;
 	if (rp_is_work(t) && rec_ns > sm->last_work_ns)
 		sm->last_work_ns = rec_ns;
 	if (t == RBT_EV_POST_SEND)
@@ -120,8 +113,6 @@ static const char *rp_side_why_not(const struct rp_side *s)
 
 	if (sm->why_not)
 		return sm->why_not;
-	if (sm->first_life_ns && sm->first_life_ns < sm->last_work_ns)
-		return "QPs made or destroyed mid-run";
 	if (s->nmw || s->nxrcd || s->nxqp)
 		return "memory windows or XRC";
 	return NULL;
@@ -136,6 +127,7 @@ void rp_stream_free(struct rp_side *s)
 	free(s->sm->mark);
 	free(s->sm->smp.late);
 	free(s->sm->smp.own);
+	free(s->sm->res_late.late);
 	for (int k = 0; k < s->sm->nthr; k++)
 		if (s->sm->thr[k].smp) {
 			free(s->sm->thr[k].smp->late);
@@ -261,6 +253,7 @@ static int rp_stream_fill(struct rp_job *j, uint64_t lim, int *more)
 			return rc;
 		*more |= rc;
 		rp_timeline_window(s);
+		rp_qp_life_steps(j, s);
 		if ((rc = rp_prepare_steps(j, s)) || rp_lanes_build(s) < 0)
 			return rc ? rc
 				  : rp_fail(j, -ENOMEM, "out of memory while streaming");
