@@ -8,6 +8,7 @@
  * then (create_ts 0).
  */
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,21 +150,45 @@ void mt_trace_free(struct mt_trace *t)
 	free(t);
 }
 
-/* The timeline's origin: the earliest trace start in real time. */
+/* Do traces a and b share one TSC (the same host, the same boot)? Their start
+ * pairs then tell the same interval on the TSC and on the monotonic clock. */
+static bool mt_same_tsc(const struct rbt_model_trace *a, const struct rbt_model_trace *b)
+{
+	if (a->hdr.clock_source != RBT_CLOCK_TSC ||
+	    b->hdr.clock_source != RBT_CLOCK_TSC || !a->hdr.host || !b->hdr.host ||
+	    strcmp(a->hdr.host, b->hdr.host))
+		return false;
+	double on_tsc = ((double)b->hdr.start.ticks - (double)a->hdr.start.ticks) *
+			a->ns_per_tick;
+	double on_mono = (double)b->hdr.start.mono_ns - (double)a->hdr.start.mono_ns;
+	return fabs(on_tsc - on_mono) < 1e6; /* 1 ms: another boot is far off */
+}
+
+/* The timeline's origin: the earliest trace start in real time. Traces on the
+ * origin's TSC are placed by their TSC starts (exact: the real-time clock is read
+ * once beside each start, and a thread preempted between the two reads would skew
+ * that trace by as long); the others by their real-time starts. */
 void mt_set_origin(struct rbt_model *m)
 {
 	if (m->origin_set)
 		return;
 	m->origin_set = true;
-	uint64_t o = UINT64_MAX;
+	int o = -1;
 	for (int i = 0; i < m->n_traces; i++)
-		if (m->traces[i]->pub.hdr.start.real_ns < o)
-			o = m->traces[i]->pub.hdr.start.real_ns;
-	if (o == UINT64_MAX)
-		o = 0;
-	for (int i = 0; i < m->n_traces; i++)
-		m->traces[i]->pub.align_ns =
-			(int64_t)(m->traces[i]->pub.hdr.start.real_ns - o);
+		if (o < 0 || m->traces[i]->pub.hdr.start.real_ns <
+				     m->traces[o]->pub.hdr.start.real_ns)
+			o = i;
+	for (int i = 0; i < m->n_traces; i++) {
+		struct rbt_model_trace *t = &m->traces[i]->pub;
+		const struct rbt_model_trace *ot = &m->traces[o]->pub;
+		if (mt_same_tsc(ot, t))
+			t->align_ns = (int64_t)llround(((double)t->hdr.start.ticks -
+							(double)ot->hdr.start.ticks) *
+						       ot->ns_per_tick);
+		else
+			t->align_ns =
+				(int64_t)(t->hdr.start.real_ns - ot->hdr.start.real_ns);
+	}
 	if (m->ops.begin)
 		m->ops.begin(m->arg);
 }

@@ -7,7 +7,8 @@
  *   lifetime. A handle is a pointer of the recording process, reused once its object
  *   is destroyed: a handle created again is a new object (a new struct, a new id).
  * - the clocks: trace ticks to ns since the trace's start, to ns on the timeline
- *   shared by all the traces (aligned by their real-time start), to the trace's
+ *   shared by all the traces (aligned on the TSC for one host's traces, else by
+ *   their real-time starts), to the trace's
  *   CLOCK_MONOTONIC, and a NIC clock to host ticks through a least-squares model
  *   fitted on the trace's clock samples.
  * - the post -> completion join: posts are joined to completions on (QP number,

@@ -305,6 +305,44 @@ TEST(Model, Clocks)
 	EXPECT_NEAR(4.0, fit.ns_per_nic_tick, 1e-9);
 }
 
+// Traces of one host share its TSC: they are placed on the timeline by their TSC
+// starts, not by the real-time clock read beside each start (a recorder preempted
+// between the two reads would put its trace that much late). Traces of another host
+// (or of another boot: TSC and monotonic clock disagree) go by real time.
+TEST(Model, TracesOfOneHostAlignOnTheirTsc)
+{
+	rbt_model_opts o{};
+	o.ops = &kOps;
+	rbt_model *m = nullptr;
+	ASSERT_EQ(0, rbt_model_create(&o, &m));
+	auto hdr = [](const char *host, uint64_t at_ns, uint64_t real_late_ns) {
+		rbt_header h{};
+		h.clock_source = RBT_CLOCK_TSC;
+		h.clock_hz = 2000000000; // 2 ticks per ns
+		h.host = host;
+		h.start.ticks = 1000000 + 2 * at_ns;
+		h.start.mono_ns = 7000000000ull + at_ns;
+		h.start.real_ns = 1700000000000000000ull + at_ns + real_late_ns;
+		return h;
+	};
+	rbt_header a = hdr("h1", 0, 0);
+	rbt_header b = hdr("h1", 500000000, 20000000); // real time read 20 ms late
+	rbt_header c = hdr("h2", 500000000, 20000000); // another host
+	rbt_header d = hdr("h1", 500000000, 20000000);
+	d.start.mono_ns += 3000000000ull; // another boot of h1
+	int ta = rbt_model_add_trace(m, &a, "a"), tb = rbt_model_add_trace(m, &b, "b");
+	int tc = rbt_model_add_trace(m, &c, "c"), td = rbt_model_add_trace(m, &d, "d");
+	rbt_event ev{};
+	ev.type = RBT_EV_CQ_CREATE;
+	ev.ts = a.start.ticks;
+	ASSERT_EQ(0, rbt_model_feed(m, ta, &ev));
+	EXPECT_EQ(0, rbt_model_trace(m, ta)->align_ns);
+	EXPECT_EQ(500000000, rbt_model_trace(m, tb)->align_ns);
+	EXPECT_EQ(520000000, rbt_model_trace(m, tc)->align_ns);
+	EXPECT_EQ(520000000, rbt_model_trace(m, td)->align_ns);
+	rbt_model_destroy(m);
+}
+
 TEST(Model, KeepsCopiesOfResourceEvents)
 {
 	M m(true);
