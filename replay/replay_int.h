@@ -121,6 +121,7 @@ struct rp_wcrec {
 	uint64_t ts, seq; /* recorded: the poll step's ticks and the join's order */
 	uint32_t imm;	  /* recorded: the immediate data (host order), with_imm */
 	uint8_t with_imm;
+	uint8_t src_rec; /* replay: src_qp is the sender's recorded number now */
 	uint32_t src_qp; /* UD receives: the sender (the replay's: its new number) */
 	uint32_t order;	 /* while matching: the position in its list */
 };
