@@ -150,6 +150,11 @@ void rp_deps_carry_free(struct rp_stream *sm)
 	sm->dc = NULL;
 }
 
+uint64_t rp_deps_dropped(const struct rp_stream *sm)
+{
+	return sm->dc ? sm->dc->dropped : 0;
+}
+
 /* A streamed side's carry, made with its first window; NULL: out of memory. */
 static struct rp_deps_carry *rp_carry(struct rp_side *s)
 {

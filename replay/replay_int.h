@@ -745,6 +745,8 @@ uint64_t rp_deps_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, i
 /* Streamed: a WRITE seen by the first reading; the carry's memory. */
 void rp_deps_note(struct rp_stream *sm, const struct rbt_event *ev);
 void rp_deps_carry_free(struct rp_stream *sm);
+/* pending WRITEs over what a thread carries (not waited for) */
+uint64_t rp_deps_dropped(const struct rp_stream *sm);
 /* replay_report.c: a window lane's timed posts into its thread's sample. */
 void rp_report_lane_window(const struct rp_lane *L, struct rp_lane *T);
 void rp_deps_totals(const struct rp_side *s, uint64_t *inferred, uint64_t *in_flight,

@@ -449,6 +449,12 @@ void rp_stream_run(struct rp_job *j)
 				"the window of their time was read (beyond the loader's "
 				"time-order window): replayed in the next window\n",
 				s->path, (unsigned long long)s->sm->late_events);
+		if (rp_deps_dropped(s->sm))
+			fprintf(j->log,
+				"rbtrace replay: %s: %llu pending WRITEs over those a "
+				"thread carries from one window to the next were not "
+				"waited for\n",
+				s->path, (unsigned long long)rp_deps_dropped(s->sm));
 		rp_again_close(s);
 		rp_side_finish(j, s);
 	}
