@@ -256,7 +256,7 @@ CM_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 		pthread_mutex_unlock(&cm_mu);
 		return cm_err(EINVAL);
 	}
-	w = calloc(1, sizeof(*w));
+	w = cm_zalloc(sizeof(*w));
 	if (!w) {
 		pthread_mutex_unlock(&cm_mu);
 		return cm_err(ENOMEM);
@@ -293,7 +293,7 @@ CM_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 	c->deadline_ns = cm_now_ns() + cm_dev.timeout_ms * 1000000ull;
 	ret = cm_try_connect(c);
 	if (ret) {
-		free(c->req);
+		cm_free(c->req);
 		c->req = NULL;
 		cm_close_conn(c);
 		c->state = S_ROUTE;

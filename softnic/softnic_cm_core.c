@@ -1,13 +1,14 @@
 /*
  * softnic_cm_core.c - the pieces of softnic's connection manager every other
- * file uses: error and address helpers, the event log, the device (opened
- * on first use through the public verbs API), the id table (ids named by
- * slot and generation in epoll data), event channels and their queues,
- * timers, sending a message, and binding a port (an abstract socket name).
+ * file uses: its memory (pages of its own, off the malloc heap), error and
+ * address helpers, the event log, the device (opened on first use through
+ * the public verbs API), the id table (ids named by slot and generation in
+ * epoll data), event channels and their queues, timers, sending a message,
+ * and binding a port (an abstract socket name).
  *
- * Never: block while holding cm_mu, call an exported rdma_* function, or
- * print anything but SOFTNIC_CM_TIMEOUT_MS's one-line complaint and the
- * ENOSYS notes.
+ * Never: block while holding cm_mu, call an exported rdma_* function, keep
+ * the CM's state in malloc'd memory (see cm_zalloc), or print anything but
+ * SOFTNIC_CM_TIMEOUT_MS's one-line complaint and the ENOSYS notes.
  */
 #include "softnic_cm_int.h"
 
@@ -16,6 +17,109 @@ pthread_cond_t cm_cv = PTHREAD_COND_INITIALIZER;
 struct cm_id **cm_tab;
 uint32_t cm_tab_n, *cm_tab_gen;
 struct cm_device cm_dev;
+
+/* ---------------- memory ----------------
+ *
+ * Ids, channels, events, groups and the id table live on pages of their own
+ * (mmap), never on the malloc heap. softnic registers memory by whole pages
+ * (copy, then map a fabric file over them; deregistering copies back), and a
+ * program's heap buffer shares its pages with whatever malloc put beside it:
+ * a write another thread makes to those pages while the copy is under way
+ * is lost. An ack counted on such a page while rping's main thread
+ * deregistered its buffers was lost that way, and rdma_destroy_id then
+ * waited for it forever. Here no registration of the program's can reach
+ * the CM's state. Blocks are kept in power-of-two size classes from 64 KiB
+ * chunks, never given back to the system; bigger ones are mapped alone.
+ */
+#define CM_MEM_HDR   16u
+#define CM_MEM_MIN   64u
+#define CM_MEM_CLS   6 /* 64 .. 2048 bytes with the header */
+#define CM_MEM_CHUNK (64u << 10)
+
+struct cm_blk {
+	struct cm_blk *next;
+};
+
+static pthread_mutex_t cm_mem_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct cm_blk *cm_mem_free_list[CM_MEM_CLS];
+static char *cm_mem_cur, *cm_mem_end;
+
+/* a fork() while another thread allocates leaves the child a usable lock */
+static void cm_mem_lock(void)
+{
+	pthread_mutex_lock(&cm_mem_mu);
+}
+
+static void cm_mem_unlock(void)
+{
+	pthread_mutex_unlock(&cm_mem_mu);
+}
+
+__attribute__((constructor)) static void cm_mem_init(void)
+{
+	pthread_atfork(cm_mem_lock, cm_mem_unlock, cm_mem_unlock);
+}
+
+void *cm_zalloc(size_t n)
+{
+	size_t total = n + CM_MEM_HDR;
+	unsigned k = 0;
+	char *b;
+
+	while (k < CM_MEM_CLS && (size_t)CM_MEM_MIN << k < total)
+		k++;
+	if (k == CM_MEM_CLS) {
+		size_t len = (total + 4095) & ~(size_t)4095;
+
+		b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			 -1, 0);
+		if (b == MAP_FAILED)
+			return NULL;
+		*(size_t *)b = len;
+		return b + CM_MEM_HDR; /* fresh pages are zero */
+	}
+	pthread_mutex_lock(&cm_mem_mu);
+	b = (char *)cm_mem_free_list[k];
+	if (b) {
+		cm_mem_free_list[k] = ((struct cm_blk *)b)->next;
+	} else {
+		if (cm_mem_end - cm_mem_cur < (ptrdiff_t)(CM_MEM_MIN << k)) {
+			void *m = mmap(NULL, CM_MEM_CHUNK, PROT_READ | PROT_WRITE,
+				       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+			if (m == MAP_FAILED) {
+				pthread_mutex_unlock(&cm_mem_mu);
+				return NULL;
+			}
+			cm_mem_cur = m; /* the old chunk's tail is left unused */
+			cm_mem_end = cm_mem_cur + CM_MEM_CHUNK;
+		}
+		b = cm_mem_cur;
+		cm_mem_cur += CM_MEM_MIN << k;
+	}
+	pthread_mutex_unlock(&cm_mem_mu);
+	memset(b, 0, (size_t)CM_MEM_MIN << k);
+	*(size_t *)b = k;
+	return b + CM_MEM_HDR;
+}
+
+void cm_free(void *p)
+{
+	char *b = (char *)p - CM_MEM_HDR;
+	size_t k;
+
+	if (!p)
+		return;
+	k = *(size_t *)b;
+	if (k >= CM_MEM_CLS) {
+		munmap(b, k);
+		return;
+	}
+	pthread_mutex_lock(&cm_mem_mu);
+	((struct cm_blk *)b)->next = cm_mem_free_list[k];
+	cm_mem_free_list[k] = (struct cm_blk *)b;
+	pthread_mutex_unlock(&cm_mem_mu);
+}
 
 /* ---------------- small helpers ---------------- */
 
@@ -351,18 +455,22 @@ static int cm_insert(struct cm_id *c)
 		;
 	if (i == cm_tab_n) {
 		uint32_t n = cm_tab_n ? cm_tab_n * 2 : 64;
-		struct cm_id **t = realloc(cm_tab, n * sizeof(*t));
-		uint32_t *g;
+		struct cm_id **t = cm_zalloc(n * sizeof(*t));
+		uint32_t *g = cm_zalloc(n * sizeof(*g));
 
-		if (!t)
+		if (!t || !g) {
+			cm_free(t);
+			cm_free(g);
 			return -ENOMEM;
+		}
+		if (cm_tab_n) {
+			memcpy(t, cm_tab, cm_tab_n * sizeof(*t));
+			memcpy(g, cm_tab_gen, cm_tab_n * sizeof(*g));
+		}
+		cm_free(cm_tab);
+		cm_free(cm_tab_gen);
 		cm_tab = t;
-		g = realloc(cm_tab_gen, n * sizeof(*g));
-		if (!g)
-			return -ENOMEM;
 		cm_tab_gen = g;
-		memset(cm_tab + cm_tab_n, 0, (n - cm_tab_n) * sizeof(*t));
-		memset(cm_tab_gen + cm_tab_n, 0, (n - cm_tab_n) * sizeof(*g));
 		cm_tab_n = n;
 	}
 	cm_tab[i] = c;
@@ -397,7 +505,7 @@ struct cm_chan *cm_chan_of(const struct cm_id *c)
 
 struct cm_chan *cm_chan_new(void)
 {
-	struct cm_chan *ch = calloc(1, sizeof(*ch));
+	struct cm_chan *ch = cm_zalloc(sizeof(*ch));
 
 	if (!ch)
 		return NULL;
@@ -408,7 +516,7 @@ struct cm_chan *cm_chan_new(void)
 			close(ch->ch.fd);
 		if (ch->evfd >= 0)
 			close(ch->evfd);
-		free(ch);
+		cm_free(ch);
 		return NULL;
 	}
 	return ch;
@@ -423,7 +531,7 @@ void cm_chan_retire(struct cm_chan *ch)
 
 	for (e = ch->head; e; e = n) {
 		n = e->next;
-		free(e);
+		cm_free(e);
 	}
 	ch->head = ch->tail = NULL;
 	close(ch->ch.fd);
@@ -437,7 +545,7 @@ void cm_chan_free(struct cm_chan *ch)
 	if (!ch)
 		return;
 	cm_chan_retire(ch);
-	free(ch);
+	cm_free(ch);
 }
 
 void cm_chan_push(struct cm_chan *ch, struct cm_evt *e)
@@ -495,7 +603,7 @@ struct cm_evt *cm_chan_take(struct cm_chan *ch, const struct cm_id *c)
 
 struct cm_evt *cm_evt_new(struct cm_id *c, enum rdma_cm_event_type type, int status)
 {
-	struct cm_evt *e = calloc(1, sizeof(*e));
+	struct cm_evt *e = cm_zalloc(sizeof(*e));
 
 	if (!e)
 		return NULL;
@@ -526,7 +634,7 @@ void cm_conn_pd(struct cm_evt *e, const struct cm_wire *w, unsigned full)
 struct cm_id *cm_id_new(struct cm_chan *ch, void *context, enum rdma_port_space ps,
 			enum ibv_qp_type qpt)
 {
-	struct cm_id *c = calloc(1, sizeof(*c));
+	struct cm_id *c = cm_zalloc(sizeof(*c));
 	uint32_t r;
 
 	if (!c)
@@ -534,7 +642,7 @@ struct cm_id *cm_id_new(struct cm_chan *ch, void *context, enum rdma_port_space 
 	if (!ch) {
 		ch = cm_chan_new();
 		if (!ch) {
-			free(c);
+			cm_free(c);
 			return NULL;
 		}
 		c->sync = true;
@@ -551,7 +659,7 @@ struct cm_id *cm_id_new(struct cm_chan *ch, void *context, enum rdma_port_space 
 	if (cm_insert(c)) {
 		if (c->sync)
 			cm_chan_free(ch);
-		free(c);
+		cm_free(c);
 		return NULL;
 	}
 	return c;

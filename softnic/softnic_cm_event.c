@@ -95,7 +95,7 @@ void cm_ack_locked(struct rdma_cm_event *event)
 	if (e->mc)
 		e->mc->completed++;
 	pthread_cond_broadcast(&cm_cv);
-	free(e);
+	cm_free(e);
 }
 
 /* a synchronous id's call waits for its own event, as librdmacm does: through
@@ -152,11 +152,11 @@ void cm_destroy_locked(struct cm_id *c)
 		if (e->ev.id != &c->id && e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST) {
 			struct cm_id *child = (struct cm_id *)e->ev.id;
 
-			free(e);
+			cm_free(e);
 			cm_destroy_locked(child);
 			continue;
 		}
-		free(e);
+		cm_free(e);
 	}
 	for (uint32_t i = 0; i < cm_tab_n; i++) {
 		struct cm_id *k = cm_tab[i];
@@ -179,9 +179,9 @@ void cm_destroy_locked(struct cm_id *c)
 		c->mcs = m->next;
 		if (m->attached && c->id.qp)
 			ibv_detach_mcast(c->id.qp, &m->mgid, m->mlid);
-		free(m);
+		cm_free(m);
 	}
-	free(c->ep_attr);
-	free(c->req);
-	free(c);
+	cm_free(c->ep_attr);
+	cm_free(c->req);
+	cm_free(c);
 }

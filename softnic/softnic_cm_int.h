@@ -18,6 +18,10 @@
  * - Event channel: an epoll fd (the fd programs poll) over an eventfd that is
  *   readable while locally made events wait, the ids' sockets and their
  *   timers. No helper thread: messages are handled inside rdma_get_cm_event.
+ * - Memory: ids, channels, events, groups and the id table come from
+ *   cm_zalloc (pages of the CM's own), never from malloc: a program's
+ *   registration of a heap buffer remaps the whole pages around it, and a
+ *   write another thread makes there meanwhile is lost (softnic_cm_core.c).
  * - One mutex (cm_mu) guards every id and channel; nothing blocks while
  *   holding it. Functions named *_locked, and every cm_* helper that touches
  *   an id or a channel, expect it held.
@@ -66,6 +70,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -221,6 +226,8 @@ void cm_enosys_note(const char *fn, atomic_bool *said);
 	} while (0)
 
 /* softnic_cm_core.c */
+void *cm_zalloc(size_t n);
+void cm_free(void *p);
 int cm_err(int e);
 const char *cm_ev_name(enum rdma_cm_event_type event);
 void cm_evlog(const struct rdma_cm_event *ev);

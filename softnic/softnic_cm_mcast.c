@@ -74,11 +74,11 @@ static int cm_join(struct rdma_cm_id *id, const struct sockaddr *addr, void *con
 			pthread_mutex_unlock(&cm_mu);
 			return cm_err(EADDRINUSE);
 		}
-	m = calloc(1, sizeof(*m));
+	m = cm_zalloc(sizeof(*m));
 	e = cm_evt_new(c, RDMA_CM_EVENT_MULTICAST_JOIN, 0);
 	if (!m || !e) {
-		free(m);
-		free(e);
+		cm_free(m);
+		cm_free(e);
 		pthread_mutex_unlock(&cm_mu);
 		return cm_err(ENOMEM);
 	}
@@ -166,7 +166,7 @@ CM_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 		while ((e = *ep)) {
 			if (e->mc == m) {
 				*ep = e->next;
-				free(e);
+				cm_free(e);
 			} else {
 				ch->tail = e;
 				ep = &e->next;
@@ -177,7 +177,7 @@ CM_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 	}
 	while (m->completed < m->reported)
 		pthread_cond_wait(&cm_cv, &cm_mu);
-	free(m);
+	cm_free(m);
 	pthread_mutex_unlock(&cm_mu);
 	return 0;
 }

@@ -429,7 +429,7 @@ CM_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res,
 		if (pd)
 			cid->pd = pd;
 		if (qp_init_attr) {
-			c->ep_attr = malloc(sizeof(*c->ep_attr));
+			c->ep_attr = cm_zalloc(sizeof(*c->ep_attr));
 			if (!c->ep_attr) {
 				ret = cm_err(ENOMEM);
 				goto err;

@@ -488,7 +488,7 @@ int cm_try_connect(struct cm_id *c)
 		}
 		close(c->cfd);
 		c->cfd = -1;
-		free(c->req);
+		cm_free(c->req);
 		c->req = NULL;
 		if (ret != ECONNREFUSED && ret != ENOENT)
 			return -ret;
@@ -514,7 +514,7 @@ int cm_try_connect(struct cm_id *c)
 		return ret;
 	c->cfd_chan = cm_chan_of(c);
 	ret = cm_send(c, c->req);
-	free(c->req);
+	cm_free(c->req);
 	c->req = NULL;
 	if (ret)
 		return ret;

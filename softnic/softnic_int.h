@@ -83,7 +83,7 @@ struct sn_cq_shm {
 	uint32_t wall;
 	_Atomic uint32_t armed; /* 0 no, 1 any, 2 solicited only */
 	_Atomic uint32_t error;
-	_Atomic uint32_t dnote;	   /* a delayed (latency model) event is pending */
+	_Atomic uint32_t dnote;	   /* pid owing a delayed (latency model) event */
 	_Atomic uint32_t sleepers; /* pollers waiting on wake_seq (futex) */
 	_Atomic uint32_t wake_seq;
 	/* CQ moderation (ibv_modify_cq): an armed CQ's event waits for

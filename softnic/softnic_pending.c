@@ -2,13 +2,14 @@
  * softnic retry: completing and failing send WRs, the pending send queue of
  * WRs that wait for a receive (RNR) or an unreachable peer, the per-QP lock,
  * and the helper thread that retries pending WRs and delivers delayed
- * notifications of the latency model. The helper thread may sleep and lock;
+ * notifications of the latency model (those still held at exit() too). The helper thread may sleep and lock;
  * the paths called from post and poll only try its lock.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -306,16 +307,28 @@ struct sn_dnote {
 };
 static struct sn_dnote *sn_dnotes;
 
-static void sn_dnotes_pass(uint64_t *earliest)
+/* A CQ's dnote names the process whose helper owes its delayed event (its
+ * pid), 0 when none is pending. */
+static uint32_t sn_dnote_me(void)
+{
+	return (uint32_t)getpid();
+}
+
+/* Delivers the notes due by now (UINT64_MAX: all of them), with sn_hm held;
+ * *earliest becomes the next one's time. */
+static void sn_dnotes_pass_until(uint64_t *earliest, uint64_t now)
 {
 	struct sn_dnote **pp = &sn_dnotes, *d;
-	uint64_t now = sn_now_ns();
+	uint32_t me = sn_dnote_me();
 
 	while ((d = *pp)) {
 		if (d->when <= now) {
 			int fd = -1;
+			uint32_t mine = me;
 
-			atomic_store(&d->cq->dnote, 0);
+			/* only ours: another process may have taken the CQ over
+			 * (it thought this one dead) */
+			atomic_compare_exchange_strong(&d->cq->dnote, &mine, 0);
 			if (!d->if_armed || atomic_exchange(&d->cq->armed, 0))
 				sn_notify_fd(&fd, d->path, d->cookie);
 			if (fd >= 0)
@@ -328,6 +341,11 @@ static void sn_dnotes_pass(uint64_t *earliest)
 			*earliest = d->when;
 		pp = &d->next;
 	}
+}
+
+static void sn_dnotes_pass(uint64_t *earliest)
+{
+	sn_dnotes_pass_until(earliest, sn_now_ns());
 }
 
 static void sn_helper_pass(uint64_t *earliest)
@@ -450,11 +468,34 @@ void sn_delay_notify_armed(struct sn_cq_shm *cq, uint64_t when)
 	sn_delay_notify_how(cq, when, true);
 }
 
+/* Claims the CQ's pending delayed event for this process: false when a live
+ * process already owes one. An owner that died (kill -9, _exit) before its
+ * helper delivered is taken over, or the CQ's delayed events would merge
+ * into one that never comes. */
+static bool sn_dnote_claim(struct sn_cq_shm *cq)
+{
+	uint32_t me = sn_dnote_me(), cur = atomic_load(&cq->dnote);
+	int e = errno; /* the program's, on its post path */
+	bool ours = false;
+
+	for (;;) {
+		if (cur && (cur == me || kill((pid_t)cur, 0) == 0 || errno == EPERM))
+			break;
+		if (atomic_compare_exchange_weak(&cq->dnote, &cur, me)) {
+			ours = true;
+			break;
+		}
+	}
+	errno = e;
+	return ours;
+}
+
 static void sn_delay_notify_how(struct sn_cq_shm *cq, uint64_t when, bool if_armed)
 {
 	struct sn_dnote *d;
+	uint32_t me = sn_dnote_me();
 
-	if (atomic_exchange(&cq->dnote, 1)) {
+	if (!sn_dnote_claim(cq)) {
 		/* one event per arm: a pending one will do, but it must not
 		 * wait for an arm this caller already took */
 		if (!if_armed) {
@@ -468,7 +509,7 @@ static void sn_delay_notify_how(struct sn_cq_shm *cq, uint64_t when, bool if_arm
 	}
 	d = calloc(1, sizeof(*d));
 	if (!d) {
-		atomic_store(&cq->dnote, 0);
+		atomic_compare_exchange_strong(&cq->dnote, &me, 0);
 		return;
 	}
 	d->cq = cq;
@@ -481,6 +522,42 @@ static void sn_delay_notify_how(struct sn_cq_shm *cq, uint64_t when, bool if_arm
 	sn_dnotes = d;
 	pthread_mutex_unlock(&sn_hm);
 	sn_helper_kick(NULL);
+}
+
+/* exit(): the helper thread dies with the process, and the events it holds
+ * belong to CQs that other processes wait on (a producer that posts its
+ * last SEND and exits). Each is delivered at its time - the helper keeps
+ * running while this waits, at most a second - and what is left then at
+ * once: the waiter may wake before the completion shows, and its next arm
+ * owes it the event at the completion's time (sn_cq_owed). A process that
+ * dies without exit() loses them; the CQ's next delayed event takes the
+ * claim over (sn_dnote_claim). */
+__attribute__((destructor)) static void sn_dnotes_at_exit(void)
+{
+	uint64_t last = 0, now, earliest = UINT64_MAX;
+	struct sn_dnote *d;
+
+	if (!sn_hstarted || sn_hpid != getpid())
+		return;
+	pthread_mutex_lock(&sn_hm);
+	for (d = sn_dnotes; d; d = d->next)
+		if (d->when > last)
+			last = d->when;
+	pthread_mutex_unlock(&sn_hm);
+	if (!last)
+		return;
+	now = sn_now_ns();
+	if (last > now) {
+		uint64_t ns = last - now < 1000000000ull ? last - now : 1000000000ull;
+		struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000ull),
+				       .tv_nsec = (long)(ns % 1000000000ull) };
+
+		while (nanosleep(&ts, &ts) && errno == EINTR)
+			;
+	}
+	pthread_mutex_lock(&sn_hm);
+	sn_dnotes_pass_until(&earliest, UINT64_MAX);
+	pthread_mutex_unlock(&sn_hm);
 }
 
 void sn_dnotes_forget(struct sn_cq_shm *cq)

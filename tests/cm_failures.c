@@ -20,6 +20,10 @@
  *   mcast    a UD id joins a group: MULTICAST_JOIN with the group's address
  *            vector, QPN 0xffffff and the UDP qkey; with a QP, attached when
  *            the device attaches (ibv_attach_mcast), else MULTICAST_ERROR
+ *   mrpage   one thread takes and acks events while another registers and
+ *            deregisters a heap buffer malloc put beside the id (softnic
+ *            registers whole pages: copy, then map over them); no ack is
+ *            lost, so rdma_destroy_id returns (rping -q's hang)
  *
  * usage: cm_failures [CASE...]   (no CASE: all of them). Each case prints one
  * "ok CASE: ..." line or "FAIL CASE: ..." and the exit code counts failures.
@@ -503,6 +507,88 @@ static void case_unacked(void)
 	rdma_destroy_event_channel(ch);
 }
 
+struct mrpage {
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id;
+	atomic_bool stop;
+	int events;
+	bool err;
+};
+
+static void *mrpage_thread(void *arg)
+{
+	struct mrpage *m = arg;
+	struct rdma_cm_event *ev;
+
+	while (!atomic_load(&m->stop)) {
+		if (rdma_resolve_route(m->id, 2000) || !(ev = next_event(m->ch, 5000))) {
+			m->err = true;
+			break;
+		}
+		rdma_ack_cm_event(ev);
+		m->events++;
+	}
+	return NULL;
+}
+
+/* The race is as likely as its windows overlap: 2000 registrations (each
+ * copies and maps a page twice) against a thread that acks without pause; a
+ * lost ack makes the destroy block, given 5 s here before it counts as a hang
+ * (it returns at once when every ack counted). */
+static void case_mrpage(void)
+{
+	struct mrpage m = { 0 };
+	struct sockaddr_in a = addr_of("127.0.0.1", 9);
+	struct rdma_cm_event *ev = NULL;
+	struct ibv_pd *pd = NULL;
+	struct timespec ts;
+	char *buf = NULL;
+	pthread_t t;
+	int regs = 0;
+	bool joined;
+
+	m.ch = rdma_create_event_channel();
+	if (!m.ch || rdma_create_id(m.ch, &m.id, NULL, RDMA_PS_TCP) ||
+	    !(buf = malloc(64)) ||
+	    rdma_resolve_addr(m.id, NULL, (struct sockaddr *)&a, 2000) ||
+	    !(ev = next_event(m.ch, 2000)) || !(pd = ibv_alloc_pd(m.id->verbs))) {
+		say(false, "mrpage", "setup failed");
+		free(buf);
+		return;
+	}
+	rdma_ack_cm_event(ev);
+	if (pthread_create(&t, NULL, mrpage_thread, &m)) {
+		say(false, "mrpage", "pthread_create failed");
+		return;
+	}
+	for (; regs < 2000 && !m.err; regs++) {
+		struct ibv_mr *mr = ibv_reg_mr(pd, buf, 64, IBV_ACCESS_LOCAL_WRITE);
+
+		if (!mr)
+			break;
+		buf[regs % 64] = (char)regs; /* the program's own writes stay too */
+		ibv_dereg_mr(mr);
+		if (buf[regs % 64] != (char)regs)
+			break;
+	}
+	atomic_store(&m.stop, true);
+	pthread_join(t, NULL);
+	pthread_create(&t, NULL, destroy_thread, m.id);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 5;
+	joined = pthread_timedjoin_np(t, NULL, &ts) == 0;
+	say(regs == 2000 && !m.err && joined, "mrpage",
+	    "%d registrations beside the id while %d events were acked%s; "
+	    "rdma_destroy_id %s",
+	    regs, m.events, m.err ? " (an event failed)" : "",
+	    joined ? "returned" : "blocked: an ack was lost");
+	if (joined) {
+		ibv_dealloc_pd(pd);
+		rdma_destroy_event_channel(m.ch);
+	}
+	free(buf);
+}
+
 static void case_nonblock(void)
 {
 	struct rdma_event_channel *ch = rdma_create_event_channel();
@@ -756,7 +842,7 @@ int main(int argc, char **argv)
 	static const char *const all[] = { "noone", "reject", "silent",	 "addr",
 					   "death", "qperr",  "unacked", "nonblock",
 					   "late",  "sync",   "attrs",	 "enosys",
-					   "mcast" };
+					   "mcast", "mrpage" };
 	int port = pick_port();
 
 	if (argc == 5 && !strcmp(argv[1], "serve"))
@@ -797,6 +883,8 @@ int main(int argc, char **argv)
 			case_enosys();
 		else if (!strcmp(n, "mcast"))
 			case_mcast();
+		else if (!strcmp(n, "mrpage"))
+			case_mrpage();
 	}
 	return fails;
 }

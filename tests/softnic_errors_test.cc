@@ -775,6 +775,54 @@ TEST(SoftnicChannel, ArmAfterTheCompletionLandedStillWakes)
 	arm_after_landed(nullptr);
 }
 
+/* The latency model holds a completion's event in the producer's process
+ * until the completion is visible. A producer that exits right after posting
+ * must not take the event with it: the waiter blocked in ibv_get_cq_event
+ * still wakes (the exit delivers what it held, at its time, or at the exit
+ * when that is more than a second away), finds the completion once it is
+ * visible. Bounds: the model's
+ * 300 ms is only a lower bound on when the completion shows; the waits allow
+ * 20 s. */
+TEST(SoftnicLatencyModel, ProducerExitingBeforeTheEventStillWakes)
+{
+	SN_EXPECT_ENDS(sn_run2(
+		[](int fd) {
+			setenv("SOFTNIC_LATENCY_NS", "300000000", 1);
+			SnNode n;
+			n.make(IBV_QPT_RC, 65536, 8, true);
+			n.post_recv(1, 0, 64);
+			n.post_recv(2, 64, 64);
+			SnInfo r = n.exchange(fd);
+			n.connect(r);
+			SN_CHECK_EQ(ibv_req_notify_cq(n.cq, 0), 0);
+			sn_sync(fd);
+			/* the peer posts and exits: wait for its exit (EOF) */
+			char c;
+			SN_CHECK(read(fd, &c, 1) == 0);
+			uint64_t end = sn_test_now_ns() + 20000000000ull;
+			ibv_wc wc;
+			int got = 0;
+			struct pollfd p = { n.ch->fd, POLLIN, 0 };
+			while (!got) {
+				SN_CHECK_EQ(::poll(&p, 1, 20000), 1);
+				n.cq_event();
+				SN_CHECK_EQ(ibv_req_notify_cq(n.cq, 0), 0);
+				got = ibv_poll_cq(n.cq, 1, &wc);
+				SN_CHECK(got >= 0 && sn_test_now_ns() < end);
+			}
+			SN_CHECK_EQ(wc.wr_id, 1u);
+			SN_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+		},
+		[](int fd) {
+			setenv("SOFTNIC_LATENCY_NS", "300000000", 1);
+			SnNode n;
+			n.pair(fd);
+			sn_sync(fd);
+			SN_CHECK_EQ(n.post(IBV_WR_SEND, 1, 0, 8), 0);
+			exit(0); /* at once: the completion is 300 ms away */
+		}));
+}
+
 } // namespace
 
 SN_TEST_MAIN()
