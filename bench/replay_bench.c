@@ -22,6 +22,7 @@
  * dependencies of this target).
  *   bazel build -c opt //bench:replay_bench && bazel-bin/bench/replay_bench
  *   bazel-bin/bench/replay_bench --memory-only --posts 1000000,100000000
+ *   bazel-bin/bench/replay_bench --threads-only   (3. only)
  */
 #define _GNU_SOURCE
 #include <libgen.h>
@@ -161,18 +162,21 @@ int main(int argc, char **argv)
 	const int iters = 100000;
 	const char *posts_list = "1000000,10000000";
 	long long in_memory = 200000;
-	int memory_only = 0;
+	int memory_only = 0, threads_only = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--memory-only")) {
 			memory_only = 1;
+		} else if (!strcmp(argv[i], "--threads-only")) {
+			threads_only = 1;
 		} else if (!strcmp(argv[i], "--posts") && i + 1 < argc) {
 			posts_list = argv[++i];
 		} else if (!strcmp(argv[i], "--in-memory-posts") && i + 1 < argc) {
 			in_memory = atoll(argv[++i]);
 		} else {
-			fprintf(stderr, "usage: replay_bench [--memory-only] [--posts "
-					"N,N,...] [--in-memory-posts N]\n");
+			fprintf(stderr, "usage: replay_bench [--memory-only | "
+					"--threads-only] [--posts N,N,...] "
+					"[--in-memory-posts N]\n");
 			return 2;
 		}
 	}
@@ -186,6 +190,8 @@ int main(int argc, char **argv)
 		 bin);
 	if (memory_only)
 		goto memory;
+	if (threads_only)
+		goto threads;
 
 	/* 1. message rate: original (untraced, then traced) vs replay --timing=asap.
 	 * The machine is shared: each is run 3 times, interleaved, best kept. */
@@ -268,6 +274,7 @@ int main(int argc, char **argv)
 			       json_num(o, "\"own_lateness_ns\"", "p99") / 1e3);
 		}
 	/* 3. threads */
+threads:
 	snprintf(cmd, sizeof(cmd),
 		 "LD_PRELOAD=%s/interpose/librbtrace.so RBTRACE_OUTPUT=%s/thr.rbt "
 		 "%s/tests/replay_threads --threads 8 --iters 20000 --interval-us 0",
@@ -290,10 +297,11 @@ int main(int argc, char **argv)
 			continue;
 		}
 		printf("  run %d: replay %9.0f posts/s, recorded %9.0f posts/s: ratio "
-		       "%.2f  (%.0f of %.0f completions matched)\n",
+		       "%.2f  (%.0f of %.0f completions matched, %.0f windows)\n",
 		       k + 1, p / (w / 1e9), p / (rw / 1e9), rw / w,
 		       json_num(o, "\"completions\"", "matched"),
-		       json_num(o, "\"completions\"", "expected"));
+		       json_num(o, "\"completions\"", "expected"),
+		       json_num(o, "\"sides\"", "windows"));
 	}
 	snprintf(cmd, sizeof(cmd),
 		 "LD_PRELOAD=%s/interpose/librbtrace.so RBTRACE_OUTPUT=%s/thrp.rbt "
@@ -313,8 +321,11 @@ int main(int argc, char **argv)
 		       json_num(t, "\"lateness_ns\"", "p99") / 1e3,
 		       json_num(t, "\"lateness_ns\"", "max") / 1e3,
 		       json_num(t, "\"lateness_ns\"", "count"));
+	if (threads_only)
+		goto done;
 memory:
 	memory_section(fab, posts_list, in_memory);
+done:
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", fab);
 	if (system(cmd))
 		return 0;

@@ -87,13 +87,19 @@
 	X(mlx5dv_create_qp, "MLX5_1.3", void *, (void *, void *, void *)) \
 	X(mlx5dv_open_device, "MLX5_1.7", void *, (void *, void *))
 
-/* The exec family: the trace is finished before the image is replaced. Resolved
- * by name (glibc's default version); the version is the one exported. */
-#define RBT_VERBS_LIBC(X)                                                           \
-	X(execve, "GLIBC_2.2.5", int, (const char *, char *const[], char *const[])) \
-	X(execv, "GLIBC_2.2.5", int, (const char *, char *const[]))                 \
-	X(execvp, "GLIBC_2.2.5", int, (const char *, char *const[]))                \
-	X(execvpe, "GLIBC_2.11", int, (const char *, char *const[], char *const[]))
+/* The exec family: the trace is finished before the image is replaced; exit()
+ * and the start of main (whose return is an exit): exits from two threads at
+ * once are put one after the other. Resolved by name (glibc's default version);
+ * the version is the one exported. */
+#define RBT_VERBS_LIBC(X)                                                                \
+	X(execve, "GLIBC_2.2.5", int, (const char *, char *const[], char *const[]))      \
+	X(execv, "GLIBC_2.2.5", int, (const char *, char *const[]))                      \
+	X(execvp, "GLIBC_2.2.5", int, (const char *, char *const[]))                     \
+	X(execvpe, "GLIBC_2.11", int, (const char *, char *const[], char *const[]))      \
+	X(exit, "GLIBC_2.2.5", void, (int))                                              \
+	X(__libc_start_main, "GLIBC_2.34", int,                                          \
+	  (int (*)(int, char **, char **), int, char **, void (*)(void), void (*)(void), \
+	   void (*)(void), void *))
 
 /* libibverbs functions the recorder calls (the next definition, untraced) but
  * does not export. */

@@ -1,6 +1,7 @@
 /* shim_life.c - the recorder's life-cycle: the output file's name, the start on
  * the first verb, fork (the child writes its own trace), fatal and terminating
- * signals, exit and exec (the trace is finished first).
+ * signals, exit and exec (the trace is finished first), exits from two threads
+ * at once (one after the other).
  *
  * What runs in a signal handler here must stay async-signal-safe (atomics,
  * write, nanosleep); nothing here may change what the program sees of a signal
@@ -46,6 +47,7 @@ int rbt_exit_code;
 struct rbt_ring *_Atomic rbt_finisher_ring;
 static _Atomic int rbt_finishing;
 static int rbt_exit_seen;
+static _Atomic pid_t rbt_exit_tid; /* the thread whose exit() goes first */
 
 /* Called by exit() with its status, before the destructors: noted here, with
  * the final state of every QP still alive (the provider is still whole: its
@@ -314,6 +316,7 @@ static void rbt_fork_child(void)
 	atomic_store(&rbt_finishing, 0);
 	atomic_store(&rbt_finisher_ring, NULL);
 	rbt_exit_seen = 0;
+	atomic_store(&rbt_exit_tid, 0);
 	if (atomic_load(&rbt_state) != 1)
 		return;
 	rbt_fork_gen++;
@@ -478,6 +481,65 @@ static void rbt_install_signals(void)
 __attribute__((destructor)) static void rbt_fini(void)
 {
 	rbt_finish(0, rbt_exit_seen ? RBT_END_EXIT : RBT_END_UNLOAD, 0);
+}
+
+/* ---- exits from two threads at once ------------------------------------------- */
+/* glibc (2.36) lets two threads run exit() together: the exit handlers and the
+ * destructors run in whichever thread takes them first, and the thread that
+ * finds none left calls _exit() at once, ending the process in the middle of
+ * the other's finishing of the trace (and with its own status, while the
+ * handlers saw the other's). rping does it: its event thread calls exit() while
+ * main returns. So the first exit() (main's return included, see
+ * __libc_start_main below) goes on alone, and one from another thread waits for
+ * it to end the process, as if it had come later. The wait is bounded, for the
+ * program whose exit handlers wait for the thread that is waiting here: until
+ * the trace is finished, then a little more for the first exit to end the
+ * process (10 s, then 5 s); past that the second exit goes on as glibc's
+ * would. */
+#define RBT_EXIT_WAIT_MS  10000
+#define RBT_EXIT_AFTER_MS 5000
+
+static _Noreturn void rbt_exit_now(int status)
+{
+	pid_t me = rbt_gettid(), first = 0;
+	int st = atomic_load(&rbt_state);
+
+	if ((st == 1 || st == RBT_STATE_SEALED) && rbt_owner_pid == getpid() &&
+	    !atomic_compare_exchange_strong(&rbt_exit_tid, &first, me) && first != me) {
+		rbt_log("exit(%d) waits for thread %d's exit to finish the trace", status,
+			(int)first);
+		struct timespec d = { 0, 1000000 };
+		for (int i = 0; i < RBT_EXIT_WAIT_MS && !atomic_load(&rbt_closed); i++)
+			nanosleep(&d, NULL);
+		for (int i = 0; i < RBT_EXIT_AFTER_MS && atomic_load(&rbt_closed); i++)
+			nanosleep(&d, NULL);
+	}
+	/* (the same thread again, from an exit handler: glibc's own business) */
+	rbt_next_exit()(status);
+	__builtin_unreachable();
+}
+
+RBT_EXPORT void exit(int status)
+{
+	rbt_exit_now(status);
+}
+
+/* main's return is an exit() inside glibc that the wrapper above never sees:
+ * main is started through this trampoline, which passes its return to it. */
+static int (*rbt_real_main)(int, char **, char **);
+
+static int rbt_main(int argc, char **argv, char **envp)
+{
+	rbt_exit_now(rbt_real_main(argc, argv, envp));
+}
+
+RBT_EXPORT int __libc_start_main(int (*main)(int, char **, char **), int argc,
+				 char **argv, void (*init)(void), void (*fini)(void),
+				 void (*rtld_fini)(void), void *stack_end)
+{
+	rbt_real_main = main;
+	return rbt_next___libc_start_main()(rbt_main, argc, argv, init, fini, rtld_fini,
+					    stack_end);
 }
 
 /* exec replaces the image without running destructors: finish the trace first.

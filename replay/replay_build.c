@@ -315,8 +315,14 @@ static int rp_build_srqs(struct rp_job *j, struct rp_side *s)
  * the run). Destroys mid-run are steps likewise. A UD QP is created before the
  * run: its peers' sends name it by number (their remote QPNs are translated
  * before the run, rdma_cm's UD perftest included). */
-static void rp_qp_lifetimes(struct rp_job *j, struct rp_side *s)
+void rp_qp_life_steps(struct rp_job *j, struct rp_side *s)
 {
+	/* streamed: the steps are those of a window; the first reading knew */
+	for (int i = 0; s->sm && i < s->nqp; i++)
+		if (s->qp[i].mid_run && j->net_fd < 0 &&
+		    (s->qp[i].rec.qp_type == IBV_QPT_RC ||
+		     s->qp[i].rec.qp_type == IBV_QPT_UC))
+			s->qp[i].dynamic = 1;
 	for (int i = 0; i < s->nstep; i++) {
 		struct rp_step *st = &s->step[i];
 		uint32_t t = st->ev->type;
@@ -363,7 +369,7 @@ int rp_qp_create_now(struct rp_side *s, struct rp_qp *q)
 
 static int rp_build_qps(struct rp_job *j, struct rp_side *s)
 {
-	rp_qp_lifetimes(j, s);
+	rp_qp_life_steps(j, s);
 	for (int i = 0; i < s->nqp; i++) {
 		struct rp_qp *q = &s->qp[i];
 		struct ibv_pd *pd = rp_pd_by_h(s, q->rec.pd);

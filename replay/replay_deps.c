@@ -31,6 +31,16 @@
  * RBTRACE_REPLAY_NO_DEPS=1 infers but does not wait (for tests: the replay
  * then diverges where the program depended on memory).
  *
+ * Streamed (replay_stream.c), the inference runs for each window, and what
+ * it needs from the windows before is carried (struct rp_deps_carry): each
+ * QP's WRITE ordinal (the tags go on counting) and its send WRs not yet
+ * completed (a WRITE's completion may be polled windows later), and for each
+ * recorded thread of a waiting side the WRITEs still pending at its window's
+ * end - only the latest per destination and writer, which is all a wait
+ * needs (a QP's WRITEs land in order), at most RP_DEPS_CARRY of them. Whether
+ * a side only registers memory and which rkeys a side's WRITEs name come from
+ * the first reading (rp_deps_note).
+ *
  * Runs before the start and off the hot path, except rp_deps_wait, which
  * does no allocation and no syscall but sched_yield.
  */
@@ -73,16 +83,101 @@ static int rp_is_write(uint64_t opcode)
 
 /* Per QP of a side: its send WRs in post order, to date their completions. */
 struct rp_sq {
-	int *w; /* index into writes, -1: another WR; signaled flag in sig */
+	int64_t *w; /* the WRITE's gid, -1: another WR; signaled flag in sig */
 	uint8_t *sig;
 	int n, cap, head;
 };
 
-static int rp_sq_push(struct rp_sq *q, int w, int sig)
+/* The WRITEs still pending for one recorded thread of a waiting side at the
+ * end of a window (any: for a thread that had no step yet). */
+struct rp_pending {
+	uint32_t stream;
+	int any, touched;
+	struct rp_write *v;
+	int n, cap;
+};
+
+#define RP_DEPS_CARRY 65536 /* pending WRITEs a thread carries, at most */
+
+struct rp_deps_carry {
+	struct rp_sq *sq; /* per QP */
+	uint32_t *ord;	  /* per QP: its WRITEs so far */
+	int nqp;
+	uint64_t gid; /* the side's WRITEs so far */
+	struct rp_pending *slot;
+	int nslot, capslot;
+	uint64_t dropped; /* pending WRITEs over RP_DEPS_CARRY, not waited for */
+};
+
+void rp_deps_note(struct rp_stream *sm, const struct rbt_event *ev)
+{
+	sm->posts_send = 1;
+	for (uint32_t k = 0; k < ev->u.post_send.n_wrs; k++) {
+		const struct rbt_send_wr *r = &ev->u.post_send.wrs[k];
+		uint32_t key = (uint32_t)r->rkey;
+		int n;
+
+		if (r->opcode != IBV_WR_RDMA_WRITE &&
+		    r->opcode != IBV_WR_RDMA_WRITE_WITH_IMM)
+			continue;
+		for (n = 0; n < sm->nwrkey && sm->wrkey[n] != key; n++)
+			;
+		if (n < sm->nwrkey)
+			continue;
+		if (sm->nwrkey == RP_STREAM_WRKEYS)
+			sm->wrkey_all = 1;
+		else
+			sm->wrkey[sm->nwrkey++] = key;
+	}
+}
+
+void rp_deps_carry_free(struct rp_stream *sm)
+{
+	struct rp_deps_carry *dc = sm->dc;
+
+	if (!dc)
+		return;
+	for (int q = 0; dc->sq && q <= dc->nqp; q++) {
+		free(dc->sq[q].w);
+		free(dc->sq[q].sig);
+	}
+	for (int k = 0; k < dc->nslot; k++)
+		free(dc->slot[k].v);
+	free(dc->sq);
+	free(dc->ord);
+	free(dc->slot);
+	free(dc);
+	sm->dc = NULL;
+}
+
+uint64_t rp_deps_dropped(const struct rp_stream *sm)
+{
+	return sm->dc ? sm->dc->dropped : 0;
+}
+
+/* A streamed side's carry, made with its first window; NULL: out of memory. */
+static struct rp_deps_carry *rp_carry(struct rp_side *s)
+{
+	struct rp_stream *sm = s->sm;
+
+	if (sm->dc)
+		return sm->dc;
+	sm->dc = calloc(1, sizeof(*sm->dc));
+	if (!sm->dc)
+		return NULL;
+	sm->dc->nqp = s->nqp;
+	sm->dc->sq = calloc((size_t)s->nqp + 1, sizeof(*sm->dc->sq));
+	sm->dc->ord = calloc((size_t)s->nqp + 1, sizeof(*sm->dc->ord));
+	if (!sm->dc->sq || !sm->dc->ord)
+		rp_deps_carry_free(sm);
+	return sm->dc;
+}
+
+static int rp_sq_push(struct rp_sq *q, int64_t w, int sig)
 {
 	if (q->n == q->cap) {
 		int c = q->cap ? 2 * q->cap : 64;
-		int *nw = realloc(q->w, (size_t)c * sizeof(*nw));
+		int64_t *nw = realloc(q->w, (size_t)c * sizeof(*nw));
 		uint8_t *ns;
 
 		if (!nw)
@@ -99,29 +194,70 @@ static int rp_sq_push(struct rp_sq *q, int w, int sig)
 	return 0;
 }
 
+/* A WRITE of side si from a window before, completed at t: where some
+ * thread still waits for it. */
+static void rp_carry_done(struct rp_job *j, int si, uint64_t gid, uint64_t t)
+{
+	for (int b = 0; b < j->nside; b++) {
+		struct rp_deps_carry *dc = j->side[b].sm ? j->side[b].sm->dc : NULL;
+
+		for (int k = 0; dc && k < dc->nslot; k++)
+			for (int e = 0; e < dc->slot[k].n; e++)
+				if (dc->slot[k].v[e].side == si &&
+				    dc->slot[k].v[e].gid == gid)
+					dc->slot[k].v[e].t_done = t;
+	}
+}
+
+/* The send queues of side si as one window's WRITEs are dated: those of
+ * this window are ws->v[first..], numbered from gid0. */
+struct rp_sqs {
+	struct rp_job *j;
+	int si, first;
+	uint64_t gid0;
+	struct rp_writes *ws;
+};
+
 /* A send completion polled at t on QP index qi: its WR and the unsignaled ones
  * before it completed by then. */
-static void rp_sq_done(struct rp_sq *q, struct rp_writes *ws, uint64_t t)
+static void rp_sq_done(const struct rp_sqs *x, struct rp_sq *q, uint64_t t)
 {
 	while (q->head < q->n) {
-		int w = q->w[q->head], sig = q->sig[q->head];
+		int64_t w = q->w[q->head];
+		int sig = q->sig[q->head];
 
 		q->head++;
-		if (w >= 0)
-			ws->v[w].t_done = t;
+		if (w >= 0 && (uint64_t)w >= x->gid0)
+			x->ws->v[x->first + (int)((uint64_t)w - x->gid0)].t_done = t;
+		else if (w >= 0)
+			rp_carry_done(x->j, x->si, (uint64_t)w, t);
 		if (sig)
 			return;
 	}
+}
+
+/* A window's end: what is still in flight goes to the queue's front. */
+static void rp_sq_compact(struct rp_sq *q)
+{
+	memmove(q->w, q->w + q->head, (size_t)(q->n - q->head) * sizeof(*q->w));
+	memmove(q->sig, q->sig + q->head, (size_t)(q->n - q->head));
+	q->n -= q->head;
+	q->head = 0;
 }
 
 /* Side s's WRITEs: tagged at post time, dated by their completions. */
 static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws)
 {
 	struct rp_side *s = &j->side[si];
-	struct rp_sq *sq = calloc((size_t)s->nqp + 1, sizeof(*sq));
-	uint32_t *ord = calloc((size_t)s->nqp + 1, sizeof(*ord));
+	struct rp_deps_carry *dc = s->sm ? rp_carry(s) : NULL;
+	struct rp_sq *sq = dc ? dc->sq : calloc((size_t)s->nqp + 1, sizeof(*sq));
+	uint32_t *ord = dc ? dc->ord : calloc((size_t)s->nqp + 1, sizeof(*ord));
 	int rc = 0, host = rp_host_id(j, s->host);
+	struct rp_sqs x = { j, si, ws->n, dc ? dc->gid : 0, ws };
+	uint64_t gid = x.gid0;
 
+	if (s->sm && !dc)
+		return -ENOMEM;
 	if (!sq || !ord) {
 		free(sq);
 		free(ord);
@@ -167,6 +303,7 @@ static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws)
 						.stream = e->stream,
 						.t_post = rp_deps_clock(s, e->ts),
 						.t_done = UINT64_MAX,
+						.gid = gid++,
 					};
 					if (!rp_dx(s, st)) {
 						rc = -ENOMEM;
@@ -190,7 +327,8 @@ static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws)
 				}
 				rc = rc ? rc
 					: rp_sq_push(
-						  &sq[qi], wi,
+						  &sq[qi],
+						  wi >= 0 ? (int64_t)ws->v[wi].gid : -1,
 						  (r->send_flags & IBV_SEND_SIGNALED) ||
 							  st->qp->rec.sq_sig_all);
 			}
@@ -209,10 +347,16 @@ static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws)
 					if (s->qp[n].rec.qp_num == w->qp_num)
 						q = &s->qp[n];
 				if (q)
-					rp_sq_done(&sq[q - s->qp], ws,
+					rp_sq_done(&x, &sq[q - s->qp],
 						   rp_deps_clock(s, p->ts_exit));
 			}
 		}
+	}
+	if (dc) { /* streamed: kept for the next window */
+		dc->gid = gid;
+		for (int q = 0; q < s->nqp; q++)
+			rp_sq_compact(&sq[q]);
+		return rc;
 	}
 	for (int q = 0; q < s->nqp; q++) {
 		free(sq[q].w);
@@ -252,6 +396,15 @@ static int rp_deps_polled_by(struct rp_job *j, struct rp_side *c, struct rp_side
 {
 	if (c == b || strcmp(c->host, b->host))
 		return 0;
+	if (c->sm && b->sm) { /* streamed: from the first reading, whole */
+		if (c->sm->posts_send || b->sm->wrkey_all)
+			return 0;
+		for (int k = 0; k < b->sm->nwrkey; k++)
+			for (int m = 0; m < c->nmr; m++)
+				if (c->mr[m].rkey == b->sm->wrkey[k])
+					return 0;
+		return 1;
+	}
 	for (int i = 0; i < c->nstep; i++)
 		if (c->step[i].ev->type == RBT_EV_POST_SEND)
 			return 0;
@@ -282,10 +435,50 @@ static int rp_step_polled_recv(const struct rp_step *st)
 	return 0;
 }
 
+static int rp_cmp_dest(const void *a, const void *b)
+{
+	const struct rp_write *x = a, *y = b;
+
+	if (x->at != y->at)
+		return (uintptr_t)x->at < (uintptr_t)y->at ? -1 : 1;
+	if (x->key != y->key)
+		return x->key < y->key ? -1 : 1;
+	return x->ord > y->ord ? -1 : x->ord < y->ord; /* the latest first */
+}
+
+/* What a thread carries: only the latest WRITE per destination and writer
+ * (waiting for it is waiting for the earlier ones; its completion is the
+ * later one), the latest RP_DEPS_CARRY of those. */
+static void rp_pending_trim(struct rp_deps_carry *dc, struct rp_pending *p)
+{
+	int n = 0;
+
+	qsort(p->v, (size_t)p->n, sizeof(*p->v), rp_cmp_dest);
+	for (int k = 0; k < p->n; k++)
+		if (!n || p->v[k].at != p->v[n - 1].at || p->v[k].key != p->v[n - 1].key)
+			p->v[n++] = p->v[k];
+	qsort(p->v, (size_t)n, sizeof(*p->v), rp_cmp_post);
+	if (n > RP_DEPS_CARRY) {
+		dc->dropped += (uint64_t)(n - RP_DEPS_CARRY);
+		memmove(p->v, p->v + n - RP_DEPS_CARRY, RP_DEPS_CARRY * sizeof(*p->v));
+		n = RP_DEPS_CARRY;
+	}
+	p->n = n;
+}
+
+static int rp_pending_push(struct rp_pending *p, const struct rp_write *w)
+{
+	if (!RP_GROW(p->v, p->n, p->cap))
+		return -ENOMEM;
+	p->v[p->n++] = *w;
+	return 0;
+}
+
 /* The dependencies of one lane of side b on the WRITEs that land in it (cand,
- * sorted by post time, with their targets). */
+ * sorted by post time, with their targets). rest (streamed): what is still
+ * pending after its last step, for its next window. */
 static int rp_deps_lane(struct rp_side *b, struct rp_lane *L, const struct rp_write *cand,
-			uint8_t *const *at, int ncand)
+			uint8_t *const *at, int ncand, struct rp_pending *rest)
 {
 	int *pend = malloc(((size_t)ncand + 1) * sizeof(*pend));
 	int npend = 0, c = 0;
@@ -349,8 +542,103 @@ static int rp_deps_lane(struct rp_side *b, struct rp_lane *L, const struct rp_wr
 			L->deps_in_flight += st->dx->deps[d].in_flight;
 		npend = 0;
 	}
+	for (int p = 0; rest && p < npend; p++)
+		if (rp_pending_push(rest, &cand[pend[p]]) < 0)
+			goto oom;
+	for (; rest && c < ncand; c++)
+		if ((cand[c].side != b->idx || cand[c].stream != L->stream) &&
+		    rp_pending_push(rest, &cand[c]) < 0)
+			goto oom;
 	free(pend);
 	return 0;
+oom:
+	free(pend);
+	return -ENOMEM;
+}
+
+static struct rp_pending *rp_slot_find(struct rp_deps_carry *dc, uint32_t stream, int any)
+{
+	for (int k = 0; k < dc->nslot; k++)
+		if (dc->slot[k].any == any && (any || dc->slot[k].stream == stream))
+			return &dc->slot[k];
+	return NULL;
+}
+
+static struct rp_pending *rp_slot(struct rp_deps_carry *dc, uint32_t stream, int any)
+{
+	struct rp_pending *p = rp_slot_find(dc, stream, any);
+
+	if (p)
+		return p;
+	if (!RP_GROW(dc->slot, dc->nslot, dc->capslot))
+		return NULL;
+	dc->slot[dc->nslot] = (struct rp_pending){ .stream = stream, .any = any };
+	return &dc->slot[dc->nslot++];
+}
+
+/* Streamed side b's lanes in this window: each starts with what its thread
+ * (or, new, any thread) carried, then its window's WRITEs (cand); the
+ * threads without steps in it carry those on. */
+static int rp_deps_window(struct rp_side *b, const struct rp_write *cand, int ncand)
+{
+	struct rp_deps_carry *dc = rp_carry(b);
+	struct rp_write *lc = NULL;
+	uint8_t **lat = NULL;
+	int rc = 0;
+
+	if (!dc || !rp_slot(dc, 0, 1))
+		return -ENOMEM;
+	for (int k = 0; k < dc->nslot; k++)
+		dc->slot[k].touched = 0;
+	for (int l = 0; l < b->nlane && !rc; l++) {
+		struct rp_lane *L = &b->lane[l];
+		struct rp_pending *from, *to, next = { 0 };
+		int n;
+
+		from = rp_slot_find(dc, L->stream, 0);
+		if (!from) /* a thread with no step before: what any thread had */
+			from = rp_slot_find(dc, 0, 1);
+		n = from->n;
+		lc = malloc(((size_t)n + (size_t)ncand + 1) * sizeof(*lc));
+		lat = malloc(((size_t)n + (size_t)ncand + 1) * sizeof(*lat));
+		if (!lc || !lat)
+			rc = -ENOMEM;
+		if (!rc) {
+			memcpy(lc, from->v, (size_t)n * sizeof(*lc));
+			memcpy(lc + n, cand, (size_t)ncand * sizeof(*lc));
+			n += ncand;
+			qsort(lc, (size_t)n, sizeof(*lc), rp_cmp_post);
+			for (int k = 0; k < n; k++)
+				lat[k] = lc[k].at;
+			rc = rp_deps_lane(b, L, lc, lat, n, &next);
+		}
+		free(lc);
+		free(lat);
+		lc = NULL;
+		lat = NULL;
+		to = rp_slot(dc, L->stream, 0);
+		if (!to) {
+			free(next.v);
+			return -ENOMEM;
+		}
+		free(to->v);
+		next.stream = L->stream;
+		next.touched = 1;
+		*to = next;
+		rp_pending_trim(dc, to);
+	}
+	for (int k = 0; k < dc->nslot && !rc; k++) {
+		struct rp_pending *p = &dc->slot[k];
+
+		if (p->touched)
+			continue;
+		for (int c = 0; c < ncand && !rc; c++)
+			if (p->any || cand[c].side != b->idx ||
+			    cand[c].stream != p->stream)
+				rc = rp_pending_push(p, &cand[c]);
+		rp_pending_trim(dc, p);
+	}
+	return rc;
 }
 
 /* Every local side's WRITEs (before the exchange: the peer replayer gets
@@ -431,8 +719,10 @@ int rp_deps_setup(struct rp_job *j)
 		qsort(cand, (size_t)nc, sizeof(*cand), rp_cmp_post);
 		for (int k = 0; k < nc; k++)
 			at[k] = cand[k].at;
-		for (int l = 0; l < B->nlane && !rc; l++)
-			rc = rp_deps_lane(B, &B->lane[l], cand, at, nc);
+		for (int l = 0; l < B->nlane && !rc && !B->sm; l++)
+			rc = rp_deps_lane(B, &B->lane[l], cand, at, nc, NULL);
+		if (B->sm && !rc)
+			rc = rp_deps_window(B, cand, nc);
 		free(cand);
 		free(at);
 	}

@@ -121,6 +121,7 @@ struct rp_wcrec {
 	uint64_t ts, seq; /* recorded: the poll step's ticks and the join's order */
 	uint32_t imm;	  /* recorded: the immediate data (host order), with_imm */
 	uint8_t with_imm;
+	uint8_t src_rec; /* replay: src_qp is the sender's recorded number now */
 	uint32_t src_qp; /* UD receives: the sender (the replay's: its new number) */
 	uint32_t order;	 /* while matching: the position in its list */
 };
@@ -169,6 +170,7 @@ struct rp_qp {
 	 * right before); new_qpn: its number on the replay (0 until created);
 	 * dir_idx: its entry in the directory */
 	int dynamic, gone, dir_idx;
+	int mid_run; /* streamed: created after the start (the first reading) */
 	uint32_t new_qpn;
 	/* in rp_side.xqp: another process's TGT QP, known only by number */
 	uint32_t foreign_new_qpn;
@@ -276,6 +278,12 @@ struct rp_lane {
 	/* memory dependencies of its posts: inferred, waited and satisfied,
 	 * timed out (replay_deps.c) */
 	uint64_t deps_inferred, deps_in_flight, deps_kept, deps_timed_out;
+	/* --timing=deps: the replayed and recorded times of its last wait, kept
+	 * from one window to the next when streamed (anchored: set) */
+	uint64_t anchor[2];
+	int anchored;
+	/* streamed: a recorded thread's lateness over the windows */
+	struct rp_sample *smp;
 	pthread_t thr;
 };
 
@@ -416,7 +424,8 @@ struct rp_write {
 	uint32_t stream; /* the recorded thread that posted it (local only) */
 	uint32_t rec_dest, rkey, key, ord;
 	uint64_t raddr, len, t_post, t_done;
-	uint8_t *at; /* while inferring: where it lands in the waiting side's view */
+	uint8_t *at;  /* while inferring: where it lands in the waiting side's view */
+	uint64_t gid; /* its number among its side's WRITEs (streamed: all windows) */
 };
 
 struct rp_writes {
@@ -471,6 +480,8 @@ struct rp_job {
 	/* streaming: steps a window holds (0: never stream), and whether this
 	 * job is streamed (rp_stream_decide) */
 	int window, stream;
+	int mark_every; /* steps per kept step time: RP_STREAM_MARK, less for
+			 * a smaller window */
 };
 
 /* Room for one more element of a growable array: doubles cap (zeroing the
@@ -573,7 +584,24 @@ int rp_wc_is_recv(const struct rp_qp *q, uint32_t status, uint32_t opcode,
 /* replay_stream.c: a timeline of any length, window by window */
 #define RP_STREAM_WINDOW 16384 /* steps of all sides a window holds */
 #define RP_STREAM_MARK	 4096  /* one step time kept per this many steps */
+#define RP_STREAM_WRKEYS 64    /* distinct rkeys of a side's WRITEs kept */
 #define RP_STREAM_SAMPLE 65536 /* lateness samples a side keeps */
+#define RP_THREAD_SAMPLE 4096  /* and each of its recorded threads */
+/* A uniform sample of timed posts' lateness (every post has the same chance
+ * to be in it; replay_report.c), with the exact maxima: a streamed side's, or
+ * one of its recorded threads'. own: NULL when not kept. */
+struct rp_sample {
+	uint64_t timed, late_max, own_max, rng;
+	uint64_t *late, *own;
+	size_t nsample, cap;
+};
+
+/* Resource steps run (MR reg/dereg/rereg, QP create/destroy), their time
+ * inside the verbs (ns), replayed and recorded (replay_report.c). */
+struct rp_res_count {
+	uint64_t n, reg, dereg, rereg, qcreate, qdestroy, verb_rep, verb_rec;
+};
+
 struct rp_stream {
 	/* loading: why the side cannot be streamed (NULL: it can), the steps
 	 * past the first window, the time of every RP_STREAM_MARK-th step */
@@ -583,15 +611,21 @@ struct rp_stream {
 		uint64_t ns, host; /* abs ns; the host's clock (rp_host_clock) */
 	} * mark;
 	size_t nmark, capmark;
-	uint64_t last_work_ns, first_life_ns;
+	uint64_t last_work_ns;
 	uint32_t nstreams;
+	/* memory dependencies over the whole trace (replay_deps.c): whether it
+	 * posts sends at all, the rkeys its WRITEs name (all: more than fit) */
+	int posts_send, wrkey_all, nwrkey;
+	uint32_t wrkey[RP_STREAM_WRKEYS];
+	/* what inferring them carries from one window to the next */
+	struct rp_deps_carry *dc;
 	/* the second reading (replay_load.c) */
 	struct rp_loading *ld;
 	struct rbt_reader *r;
 	struct rbt_model *model;
 	const struct rbt_model_trace *mtrace;
 	void *ro; /* the time-order window (struct rp_reorder) */
-	int eof;
+	int eof, model_done;
 	/* the end of the window read last, and the events read after it that
 	 * lay before it (replayed in the next window) */
 	uint64_t lim_read, late_events;
@@ -605,12 +639,12 @@ struct rp_stream {
 	struct rp_lane *thr;
 	int nthr, capthr;
 	/* timing of the posts, as replay_report.c's tally keeps it for one
-	 * window: counts, spans and a uniform sample (every post has the same
-	 * chance to be in it) of the lateness, with the exact maximum */
-	uint64_t posts, timed, first, last, rfirst, rlast, late_max, own_max;
-	uint64_t *late, *own;
-	size_t nsample;
-	uint64_t rng;
+	 * window: counts, spans and a sample of the lateness */
+	uint64_t posts, first, last, rfirst, rlast;
+	struct rp_sample smp;
+	/* and its resource steps' (a sample of their lateness) */
+	struct rp_res_count res;
+	struct rp_sample res_late;
 };
 /* Loading (pass 1): whether the job may stream at all, the window's step cap. */
 int rp_stream_wanted(const struct rp_job *j);
@@ -689,6 +723,9 @@ void rp_err_waits(struct rp_job *j, struct rp_side *s);
 int rp_sq_waits(struct rp_side *s);
 /* The lanes of a side (replay_timeline.c, after the prefix is known). */
 int rp_lanes_build(struct rp_side *s);
+/* replay_build.c: which QP create/destroy steps run (the others are skipped),
+ * which QPs their step creates (again for each streamed window). */
+void rp_qp_life_steps(struct rp_job *j, struct rp_side *s);
 /* The lanes' outcome into the side (after every lane's thread ended). */
 void rp_lanes_done(struct rp_side *s);
 void rp_side_finish(struct rp_job *j, struct rp_side *s);
@@ -705,6 +742,13 @@ int rp_deps_setup(struct rp_job *j);
 void rp_deps_tag(struct rp_step *st);
 uint64_t rp_deps_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i,
 		      uint64_t lim_ns, int *timed_out);
+/* Streamed: a WRITE seen by the first reading; the carry's memory. */
+void rp_deps_note(struct rp_stream *sm, const struct rbt_event *ev);
+void rp_deps_carry_free(struct rp_stream *sm);
+/* pending WRITEs over what a thread carries (not waited for) */
+uint64_t rp_deps_dropped(const struct rp_stream *sm);
+/* replay_report.c: a window lane's timed posts into its thread's sample. */
+void rp_report_lane_window(const struct rp_lane *L, struct rp_lane *T);
 void rp_deps_totals(const struct rp_side *s, uint64_t *inferred, uint64_t *in_flight,
 		    uint64_t *kept, uint64_t *timed_out);
 

@@ -59,6 +59,10 @@ static struct rp_job *rp_job_new(const struct rbt_replay_opts *o, int ntraces)
 	j->window = getenv("RBTRACE_REPLAY_WINDOW")
 			    ? atoi(getenv("RBTRACE_REPLAY_WINDOW"))
 			    : RP_STREAM_WINDOW;
+	/* a window's end is chosen among kept step times: four per window */
+	j->mark_every = j->window / 4 < 1		 ? 1
+			: j->window / 4 > RP_STREAM_MARK ? RP_STREAM_MARK
+							 : j->window / 4;
 	pthread_mutex_init(&j->rep.lock, NULL);
 	snprintf(j->xrcd_prefix, sizeof(j->xrcd_prefix), "%s/rbtrace-xrcd-%d-%llx",
 		 tmp && *tmp ? tmp : "/tmp", (int)getpid(),

@@ -223,6 +223,9 @@ static int rp_load_qp(struct rp_loading *ld, const struct rbt_event *ev)
 	struct rp_qp *q = RP_NEW(ld, qp, nqp, capqp, RBT_MODEL_QP, p, qp);
 	struct rp_side *s = ld->s;
 
+	/* a streamed window's: tied to the first reading's entry, a step */
+	if (!q && ld->again && !ld->err && p->qp && !p->err && p->ret >= 0)
+		return ld->started ? rp_timeline_add(ld, ev) : 0;
 	if (!q)
 		return ld->err;
 	q->h = p->qp;
@@ -246,7 +249,7 @@ static int rp_load_qp(struct rp_loading *ld, const struct rbt_event *ev)
 
 static int rp_load_qp_destroy(struct rp_loading *ld, const struct rbt_event *ev)
 {
-	if (!ld->started || ld->again || ev->u.qp_destroy.ret != 0)
+	if (!ld->started || ev->u.qp_destroy.ret != 0)
 		return 0;
 	return rp_timeline_add(ld, ev);
 }
@@ -719,8 +722,11 @@ int rp_again_load(struct rp_job *j, struct rp_side *s, uint64_t lim_ns)
 	s->mtrace = sm->mtrace;
 	rc = rp_again_pump(s, lim_ns);
 	sm->lim_read = lim_ns;
-	if (rc == 0 && rbt_model_finish(s->model) < 0)
+	/* the end of the trace: once, however many windows the others take */
+	if (rc == 0 && !sm->model_done && rbt_model_finish(s->model) < 0)
 		rc = -ENOMEM;
+	if (rc == 0)
+		sm->model_done = 1;
 	if (rc >= 0 && sm->ld->err)
 		rc = sm->ld->err;
 	s->model = keep;

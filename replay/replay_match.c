@@ -41,22 +41,103 @@ static int rp_cmp_sender(const void *a, const void *b)
  * only each sender's own order is the program's. Both lists are put in
  * sender order (the recorded number of the sender; the replay's translated
  * through the directory), each sender's messages in the order they came. */
-static void rp_by_sender(struct rp_job *j, struct rp_wclist *r, struct rp_wclist *p)
+static void rp_sender_rec(struct rp_job *j, struct rp_wclist *r, struct rp_wclist *p)
 {
 	for (uint32_t k = 0; k < p->n; k++) {
 		struct rp_wcrec *w = &p->v[k];
 
-		for (int i = 0; i < j->dir.nqp; i++)
+		for (int i = 0; !w->src_rec && i < j->dir.nqp; i++)
 			if (j->dir.qps[i].new_qpn == w->src_qp) {
 				w->src_qp = j->dir.qps[i].rec_qpn;
 				break;
 			}
+		w->src_rec = 1;
 		w->order = k;
 	}
 	for (uint32_t k = 0; k < r->n; k++)
 		r->v[k].order = k;
+}
+
+static void rp_by_sender(struct rp_job *j, struct rp_wclist *r, struct rp_wclist *p)
+{
+	rp_sender_rec(j, r, p);
 	qsort(r->v, r->n, sizeof(*r->v), rp_cmp_sender);
 	qsort(p->v, p->n, sizeof(*p->v), rp_cmp_sender);
+}
+
+/* The senders of a UD receive queue's two lists: how many of each sender's
+ * messages both have (take), and how many a pass has seen. */
+struct rp_senders {
+	struct rp_sender {
+		uint32_t src, nr, np, seen;
+	} * v;
+	int n, cap;
+};
+
+static struct rp_sender *rp_sender_of(struct rp_senders *t, uint32_t src)
+{
+	for (int k = 0; k < t->n; k++)
+		if (t->v[k].src == src)
+			return &t->v[k];
+	if (!RP_GROW(t->v, t->n, t->cap))
+		return NULL;
+	t->v[t->n] = (struct rp_sender){ .src = src };
+	return &t->v[t->n++];
+}
+
+/* The front of l: of each sender, its first min(nr, np) messages, in sender
+ * order (the rest after, in the order they came); *nfront their count.
+ * 0: out of memory. */
+static int rp_front(struct rp_wclist *l, struct rp_senders *t, uint32_t *nfront)
+{
+	struct rp_wcrec *tmp = malloc(((size_t)l->n + 1) * sizeof(*tmp));
+	uint32_t f = 0, b = 0;
+
+	if (!tmp)
+		return 0;
+	for (int k = 0; k < t->n; k++)
+		t->v[k].seen = 0;
+	for (uint32_t k = 0; k < l->n; k++) {
+		struct rp_sender *x = rp_sender_of(t, l->v[k].src_qp);
+		uint32_t m = x ? (x->nr < x->np ? x->nr : x->np) : 0;
+
+		if (x && x->seen++ < m)
+			l->v[f++] = l->v[k];
+		else
+			tmp[b++] = l->v[k];
+	}
+	qsort(l->v, f, sizeof(*l->v), rp_cmp_sender);
+	memcpy(l->v + f, tmp, (size_t)b * sizeof(*tmp));
+	free(tmp);
+	*nfront = f;
+	return 1;
+}
+
+/* A streamed window's UD receive queue: what both lists have of each sender
+ * goes to their front in sender order; the count to match and drop, the
+ * rest (in the order it came) waits for the next window. */
+static uint32_t rp_trim_by_sender(struct rp_job *j, struct rp_wclist *r,
+				  struct rp_wclist *p)
+{
+	struct rp_senders t = { 0 };
+	uint32_t fr = 0, fp = 0, n = r->n < p->n ? r->n : p->n;
+	int ok = 1;
+
+	rp_sender_rec(j, r, p);
+	for (uint32_t k = 0; ok && k < r->n; k++) {
+		struct rp_sender *x = rp_sender_of(&t, r->v[k].src_qp);
+
+		ok = x && ++x->nr;
+	}
+	for (uint32_t k = 0; ok && k < p->n; k++) {
+		struct rp_sender *x = rp_sender_of(&t, p->v[k].src_qp);
+
+		ok = x && ++x->np;
+	}
+	if (ok && rp_front(r, &t, &fr) && rp_front(p, &t, &fp) && fr == fp)
+		n = fr;
+	free(t.v);
+	return n;
 }
 
 /* ---- completions: the replay's against the recording, per QP and queue ---- */
@@ -142,6 +223,9 @@ void rp_match_trim(struct rp_job *j, struct rp_side *s)
 
 			if (!n)
 				continue;
+			/* UD: each sender's messages against its own */
+			if (d == 1 && q->rec.qp_type == IBV_QPT_UD)
+				n = rp_trim_by_sender(j, r, p);
 			rp_match_run(j, s, q, d, n);
 			memmove(r->v, r->v + n, (r->n - n) * sizeof(*r->v));
 			memmove(p->v, p->v + n, (p->n - n) * sizeof(*p->v));

@@ -214,30 +214,31 @@ static void rp_late_tally(void *to, uint64_t late, uint64_t own)
 	t->late[t->n++] = late;
 }
 
-/* Reservoir sampling: each of the side's timed posts has the same chance to be
- * among the RP_STREAM_SAMPLE kept; the maxima are exact. */
+/* Reservoir sampling: each timed post has the same chance to be among the
+ * cap kept; the maxima are exact. */
 static void rp_late_sample(void *to, uint64_t late, uint64_t own)
 {
-	struct rp_stream *sm = to;
+	struct rp_sample *sp = to;
 	uint64_t k;
 
-	sm->timed++;
-	if (late > sm->late_max)
-		sm->late_max = late;
-	if (own > sm->own_max)
-		sm->own_max = own;
-	if (sm->nsample < RP_STREAM_SAMPLE) {
-		k = sm->nsample++;
+	sp->timed++;
+	if (late > sp->late_max)
+		sp->late_max = late;
+	if (own > sp->own_max)
+		sp->own_max = own;
+	if (sp->nsample < sp->cap) {
+		k = sp->nsample++;
 	} else {
-		sm->rng ^= sm->rng << 13;
-		sm->rng ^= sm->rng >> 7;
-		sm->rng ^= sm->rng << 17;
-		k = sm->rng % sm->timed;
-		if (k >= sm->nsample)
+		sp->rng ^= sp->rng << 13;
+		sp->rng ^= sp->rng >> 7;
+		sp->rng ^= sp->rng << 17;
+		k = sp->rng % sp->timed;
+		if (k >= sp->nsample)
 			return;
 	}
-	sm->late[k] = late;
-	sm->own[k] = own;
+	sp->late[k] = late;
+	if (sp->own)
+		sp->own[k] = own;
 }
 
 /* The side's steps (those in memory) onto spans, counts and fn. */
@@ -274,12 +275,47 @@ static void rp_late_steps(struct rp_job *j, struct rp_side *s, uint64_t *span,
 	}
 }
 
+/* The resource steps among a side's steps (those in memory) onto c, their
+ * lateness onto fn. */
+static void rp_res_each(const struct rp_side *s, struct rp_res_count *c, rp_late_fn fn,
+			void *to)
+{
+	for (int i = s->prefix; i < s->nstep; i++) {
+		const struct rp_step *st = &s->step[i];
+		uint32_t ty = st->ev->type;
+
+		if ((ty != RBT_EV_MR_REG && ty != RBT_EV_MR_DEREG &&
+		     ty != RBT_EV_MR_REREG && ty != RBT_EV_QP_CREATE &&
+		     ty != RBT_EV_QP_DESTROY) ||
+		    st->skipped || !st->t_issue)
+			continue;
+		c->qcreate += ty == RBT_EV_QP_CREATE;
+		c->qdestroy += ty == RBT_EV_QP_DESTROY;
+		c->n++;
+		c->reg += ty == RBT_EV_MR_REG;
+		c->dereg += ty == RBT_EV_MR_DEREG;
+		c->rereg += ty == RBT_EV_MR_REREG;
+		c->verb_rep += st->t_exit - st->t_issue;
+		c->verb_rec +=
+			st->rec_exit_ns > st->rec_ns ? st->rec_exit_ns - st->rec_ns : 0;
+		if (st->deadline)
+			fn(to,
+			   st->t_issue > st->deadline ? st->t_issue - st->deadline : 0,
+			   0);
+	}
+}
+
 void rp_report_window(struct rp_job *j, struct rp_side *s)
 {
 	struct rp_stream *sm = s->sm;
 	uint64_t span[4] = { sm->first, sm->last, sm->rfirst, sm->rlast };
 
-	rp_late_steps(j, s, span, &sm->posts, rp_late_sample, sm);
+	rp_late_steps(j, s, span, &sm->posts, rp_late_sample, &sm->smp);
+	if (!sm->res_late.late &&
+	    (sm->res_late.late = malloc(RP_THREAD_SAMPLE * sizeof(*sm->res_late.late))))
+		sm->res_late.cap = RP_THREAD_SAMPLE;
+	if (sm->res_late.cap)
+		rp_res_each(s, &sm->res, rp_late_sample, &sm->res_late);
 	sm->first = span[0];
 	sm->last = span[1];
 	sm->rfirst = span[2];
@@ -302,15 +338,15 @@ static void rp_report_late_side(struct rp_job *j, struct rp_side *s, struct rp_t
 			span[2] = sm->rfirst < span[2] ? sm->rfirst : span[2];
 			span[3] = sm->rlast > span[3] ? sm->rlast : span[3];
 		}
-		for (size_t k = 0; k < sm->nsample; k++)
-			rp_late_tally(t, sm->late[k], sm->own[k]);
+		for (size_t k = 0; k < sm->smp.nsample; k++)
+			rp_late_tally(t, sm->smp.late[k], sm->smp.own[k]);
 	}
 	t->first = span[0];
 	t->last = span[1];
 	t->rfirst = span[2];
 	t->rlast = span[3];
 	s->late_to = t->n;
-	t->ntimed += sm ? sm->timed : s->late_to - s->late_from;
+	t->ntimed += sm ? sm->smp.timed : s->late_to - s->late_from;
 }
 
 /* Sorts v[0..n) and gives its median, 99th percentile and maximum. */
@@ -338,8 +374,8 @@ static void rp_report_timing(struct rp_job *j, struct rp_tally *t,
 			&s->late_max);
 		rp_pcts(t->own + s->late_from, n, &s->own_p50, &s->own_p99, &s->own_max);
 		if (s->sm) { /* a sample: its maxima are the exact ones */
-			s->late_max = (double)s->sm->late_max;
-			s->own_max = (double)s->sm->own_max;
+			s->late_max = (double)s->sm->smp.late_max;
+			s->own_max = (double)s->sm->smp.own_max;
 		}
 	}
 	if (t->n) {
@@ -360,19 +396,12 @@ static void rp_report_timing(struct rp_job *j, struct rp_tally *t,
 	sum->rec_wall_ns = t->rlast > t->rfirst ? (double)(t->rlast - t->rfirst) : 0;
 }
 
-/* One recorded thread's lateness (timed posts), for sides of several threads:
- * count, p50, p99, max in ns; 0 when none was timed. */
-static size_t rp_lane_late(const struct rp_lane *L, double *p50, double *p99, double *max)
+/* Each timed post of a lane (its steps in memory) onto fn. */
+static void rp_lane_each(const struct rp_lane *L, rp_late_fn fn, void *to)
 {
 	const struct rp_side *s = L->s;
-	uint64_t *v;
-	size_t n = 0;
 
-	*p50 = *p99 = *max = 0;
-	/* a streamed side's thread: its steps went with their windows */
-	if (!L->idx || !(v = malloc(((size_t)L->n + 1) * sizeof(*v))))
-		return 0;
-	for (int k = 0; k < L->n; k++) {
+	for (int k = 0; L->idx && k < L->n; k++) {
 		const struct rp_step *st = &s->step[L->idx[k]];
 		uint32_t ty = st->ev->type;
 
@@ -380,11 +409,47 @@ static size_t rp_lane_late(const struct rp_lane *L, double *p50, double *p99, do
 		    (ty != RBT_EV_POST_SEND && ty != RBT_EV_POST_RECV &&
 		     ty != RBT_EV_POST_SRQ_RECV))
 			continue;
-		v[n++] = st->t_issue > st->deadline ? st->t_issue - st->deadline : 0;
+		fn(to, st->t_issue > st->deadline ? st->t_issue - st->deadline : 0, 0);
 	}
+}
+
+void rp_report_lane_window(const struct rp_lane *L, struct rp_lane *T)
+{
+	if (!T->smp && (T->smp = calloc(1, sizeof(*T->smp)))) {
+		T->smp->late = malloc(RP_THREAD_SAMPLE * sizeof(*T->smp->late));
+		T->smp->cap = T->smp->late ? RP_THREAD_SAMPLE : 0;
+		T->smp->rng = 0x2545f4914f6cdd1dull + T->stream;
+	}
+	if (T->smp && T->smp->cap)
+		rp_lane_each(L, rp_late_sample, T->smp);
+}
+
+/* One recorded thread's lateness (timed posts), for sides of several threads:
+ * count, p50, p99, max in ns; 0 when none was timed. A streamed side's
+ * thread: from the sample its windows kept (exact maximum). */
+static size_t rp_lane_late(const struct rp_lane *L, double *p50, double *p99, double *max)
+{
+	const struct rp_sample *sp = L->smp;
+	struct rp_tally t = { 0 };
+	size_t n;
+
+	*p50 = *p99 = *max = 0;
+	if (!L->idx) {
+		if (sp)
+			for (size_t k = 0; k < sp->nsample; k++)
+				rp_late_tally(&t, sp->late[k], 0);
+	} else {
+		rp_lane_each(L, rp_late_tally, &t);
+	}
+	n = t.n;
 	if (n)
-		rp_pcts(v, n, p50, p99, max);
-	free(v);
+		rp_pcts(t.late, n, p50, p99, max);
+	if (n && !L->idx) {
+		*max = (double)sp->late_max;
+		n = sp->timed;
+	}
+	free(t.late);
+	free(t.own);
 	return n;
 }
 
@@ -469,6 +534,8 @@ static void rp_json_sides(struct rp_job *j, struct rbt_json *w)
 		rbt_json_ku64(w, "cq_events_missed", s->cq_events_missed);
 		rbt_json_ku64(w, "steps", rp_steps_of(s));
 		rbt_json_ku64(w, "steps_run", (uint64_t)s->nran);
+		/* streamed: the windows it ran in (0: from memory) */
+		rbt_json_ku64(w, "windows", s->sm ? s->sm->windows : 0);
 		rbt_json_ku64(w, "threads", (uint64_t)s->nlane);
 		rbt_json_ku64(w, "cross_thread_waits", s->xwaits);
 		rbt_json_ku64(w, "send_queue_waits", s->sq_waits);
@@ -546,59 +613,47 @@ static void rp_json_qps(struct rp_job *j, struct rbt_json *w)
 
 /* ---- resource steps: MRs registered, deregistered, rereg'd mid-run -------- */
 struct rp_res_tally {
-	uint64_t n, reg, dereg, rereg, qcreate, qdestroy, timed;
-	double p50, p99, max;	     /* lateness against the schedule (ns) */
-	uint64_t verb_rep, verb_rec; /* ns inside the verbs, replayed / recorded */
+	struct rp_res_count c;
+	uint64_t timed;
+	double p50, p99, max; /* lateness against the schedule (ns) */
 };
 
 static void rp_res_steps(struct rp_job *j, struct rp_res_tally *r)
 {
-	uint64_t *late = NULL;
-	size_t nl = 0, cap = 0;
+	struct rp_tally t = { 0 };
+	uint64_t max = 0;
 
 	memset(r, 0, sizeof(*r));
 	for (int si = 0; si < j->nside; si++) {
 		const struct rp_side *s = &j->side[si];
+		const struct rp_res_count *w = s->sm ? &s->sm->res : NULL;
 
-		for (int i = s->prefix; i < s->nstep; i++) {
-			const struct rp_step *st = &s->step[i];
-			uint32_t ty = st->ev->type;
+		size_t before = t.n;
 
-			if ((ty != RBT_EV_MR_REG && ty != RBT_EV_MR_DEREG &&
-			     ty != RBT_EV_MR_REREG && ty != RBT_EV_QP_CREATE &&
-			     ty != RBT_EV_QP_DESTROY) ||
-			    st->skipped || !st->t_issue)
-				continue;
-			r->qcreate += ty == RBT_EV_QP_CREATE;
-			r->qdestroy += ty == RBT_EV_QP_DESTROY;
-			r->n++;
-			r->reg += ty == RBT_EV_MR_REG;
-			r->dereg += ty == RBT_EV_MR_DEREG;
-			r->rereg += ty == RBT_EV_MR_REREG;
-			r->verb_rep += st->t_exit - st->t_issue;
-			r->verb_rec += st->rec_exit_ns > st->rec_ns
-					       ? st->rec_exit_ns - st->rec_ns
-					       : 0;
-			if (!st->deadline)
-				continue;
-			if (nl == cap) {
-				uint64_t *p =
-					realloc(late, (cap ? 2 * cap : 64) * sizeof(*p));
-
-				if (!p)
-					continue;
-				late = p;
-				cap = cap ? 2 * cap : 64;
-			}
-			late[nl++] = st->t_issue > st->deadline
-					     ? st->t_issue - st->deadline
-					     : 0;
-		}
+		rp_res_each(s, &r->c, rp_late_tally, &t);
+		r->timed += t.n - before;
+		if (!w) /* streamed: what its windows added up */
+			continue;
+		r->c.n += w->n;
+		r->c.reg += w->reg;
+		r->c.dereg += w->dereg;
+		r->c.rereg += w->rereg;
+		r->c.qcreate += w->qcreate;
+		r->c.qdestroy += w->qdestroy;
+		r->c.verb_rep += w->verb_rep;
+		r->c.verb_rec += w->verb_rec;
+		for (size_t k = 0; k < s->sm->res_late.nsample; k++)
+			rp_late_tally(&t, s->sm->res_late.late[k], 0);
+		r->timed += s->sm->res_late.timed;
+		if (s->sm->res_late.late_max > max)
+			max = s->sm->res_late.late_max;
 	}
-	r->timed = nl;
-	if (nl)
-		rp_pcts(late, nl, &r->p50, &r->p99, &r->max);
-	free(late);
+	if (t.n)
+		rp_pcts(t.late, t.n, &r->p50, &r->p99, &r->max);
+	if ((double)max > r->max)
+		r->max = (double)max;
+	free(t.late);
+	free(t.own);
 }
 
 static void rp_res_json(struct rp_job *j, struct rbt_json *w)
@@ -608,15 +663,15 @@ static void rp_res_json(struct rp_job *j, struct rbt_json *w)
 	rp_res_steps(j, &r);
 	rbt_json_key(w, "resource_steps");
 	rbt_json_obj(w);
-	rbt_json_ku64(w, "count", r.n);
-	rbt_json_ku64(w, "mr_reg", r.reg);
-	rbt_json_ku64(w, "mr_dereg", r.dereg);
-	rbt_json_ku64(w, "mr_rereg", r.rereg);
-	rbt_json_ku64(w, "qp_create", r.qcreate);
-	rbt_json_ku64(w, "qp_destroy", r.qdestroy);
+	rbt_json_ku64(w, "count", r.c.n);
+	rbt_json_ku64(w, "mr_reg", r.c.reg);
+	rbt_json_ku64(w, "mr_dereg", r.c.dereg);
+	rbt_json_ku64(w, "mr_rereg", r.c.rereg);
+	rbt_json_ku64(w, "qp_create", r.c.qcreate);
+	rbt_json_ku64(w, "qp_destroy", r.c.qdestroy);
 	rp_json_pcts(w, "lateness_ns", (long long)r.timed, r.p50, r.p99, r.max);
-	rbt_json_ku64(w, "verb_ns_replayed", r.verb_rep);
-	rbt_json_ku64(w, "verb_ns_recorded", r.verb_rec);
+	rbt_json_ku64(w, "verb_ns_replayed", r.c.verb_rep);
+	rbt_json_ku64(w, "verb_ns_recorded", r.c.verb_rec);
 	rbt_json_obj_end(w);
 }
 
@@ -625,16 +680,16 @@ static void rp_res_text(struct rp_job *j, FILE *f)
 	struct rp_res_tally r;
 
 	rp_res_steps(j, &r);
-	if (!r.n)
+	if (!r.c.n)
 		return;
 	fprintf(f,
 		"resource steps: %llu during the run (MR reg %llu, dereg %llu, rereg "
 		"%llu; QP create %llu, destroy %llu); time in those verbs: replayed "
 		"%.2f us, recorded %.2f us\n",
-		(unsigned long long)r.n, (unsigned long long)r.reg,
-		(unsigned long long)r.dereg, (unsigned long long)r.rereg,
-		(unsigned long long)r.qcreate, (unsigned long long)r.qdestroy,
-		r.verb_rep / 1e3, r.verb_rec / 1e3);
+		(unsigned long long)r.c.n, (unsigned long long)r.c.reg,
+		(unsigned long long)r.c.dereg, (unsigned long long)r.c.rereg,
+		(unsigned long long)r.c.qcreate, (unsigned long long)r.c.qdestroy,
+		r.c.verb_rep / 1e3, r.c.verb_rec / 1e3);
 	if (r.timed)
 		fprintf(f,
 			"  lateness of resource steps vs schedule: p50 %.2f us, p99 %.2f "

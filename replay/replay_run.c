@@ -593,7 +593,7 @@ static int rp_sq_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, i
 
 		if (n < 0) {
 			rp_diverge(j, "%s: step %d: ibv_poll_cq failed (%d)", L->s->path,
-				   i, n);
+				   rp_step_no(L->s, i), n);
 			return 0;
 		}
 		if (!n)
@@ -604,8 +604,9 @@ static int rp_sq_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, i
 			   "%s: step %d: post on QP %llu: %u of the %u send completions "
 			   "the recording had polled before it came (waited %llu ms); "
 			   "posted anyway",
-			   L->s->path, i, (unsigned long long)q->rec.qp_num, q->sq_polled,
-			   st->sq_need, (unsigned long long)(w.lim / 1000000ull));
+			   L->s->path, rp_step_no(L->s, i),
+			   (unsigned long long)q->rec.qp_num, q->sq_polled, st->sq_need,
+			   (unsigned long long)(w.lim / 1000000ull));
 	return r == 1;
 }
 
@@ -782,6 +783,8 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 	uint64_t anchor[2] = { j->t0, j->same_clock ? j->rec_epoch : s->rec_epoch_ns };
 	int n = L->idx ? L->n : L->to - L->from, cur = -1;
 
+	if (L->anchored) /* streamed: where its window before left it */
+		memcpy(anchor, L->anchor, sizeof(anchor));
 	L->stop_at = -1;
 	if (L->stop_why) {
 		L->stop_at = L->idx ? (L->n ? L->idx[0] : s->nstep) : L->from;
@@ -891,10 +894,12 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 					     : e->u.post_srq_recv.ret);
 		L->ran++;
 	}
-	rp_lane_publish(L, n);
-	return;
+	goto out;
 stop:
 	L->stop_at = cur;
+out:
+	memcpy(L->anchor, anchor, sizeof(anchor));
+	L->anchored = 1;
 	rp_lane_publish(L, n);
 }
 

@@ -12,9 +12,11 @@
  * before its poll) is in its window or an earlier one.
  *
  * What it cannot stream it leaves to the in-memory path (rp_stream_decide says
- * why on the log): recording the replay (-o), peer replayers, --timing=deps and
- * memory dependencies (RDMA WRITEs and atomics), XRC QPs, memory windows,
- * and QPs made or destroyed mid-run. UD streams: the receive counts a
+ * why on the log): recording the replay (-o), peer replayers, XRC QPs, memory
+ * windows and ibv_rereg_mr. QPs made or destroyed mid-run are steps of their
+ * window (the first reading marks those made by a step: mid_run). Memory
+ * dependencies (RDMA WRITEs) are inferred per window with what the windows
+ * before left pending (replay_deps.c), in every timing, --timing=deps too. UD streams: the receive counts a
  * UD send waits for are those of its window plus the windows before
  * (rp_ud_order_setup again for each window). Several threads per trace
  * stream: each window has a lane per thread that has steps in it (the gate
@@ -35,16 +37,7 @@ int rp_stream_wanted(const struct rp_job *j)
 {
 	const struct rbt_replay_opts *o = j->o;
 
-	return j->window > 0 && !o->out && !o->listen && !o->connect &&
-	       o->timing != RBT_REPLAY_DEPS;
-}
-
-/* QPs made or destroyed mid-run are not streamed; MRs registered and
- * deregistered are (their steps are read again with their window, their
- * replayed MR is the first reading's entry; rereg is not). */
-static int rp_is_life(uint32_t t)
-{
-	return t == RBT_EV_QP_CREATE || t == RBT_EV_QP_DESTROY;
+	return j->window > 0 && !o->out && !o->listen && !o->connect;
 }
 
 static int rp_is_work(uint32_t t)
@@ -53,15 +46,11 @@ static int rp_is_work(uint32_t t)
 	       t == RBT_EV_POST_SRQ_RECV || t == RBT_EV_POLL_CQ;
 }
 
-/* A post whose WRs another side may wait for through memory, or that binds. */
-static int rp_is_mem_post(const struct rbt_event *ev)
+/* A post that binds or invalidates a memory window. */
+static int rp_is_mw_post(const struct rbt_event *ev)
 {
 	for (uint32_t k = 0; k < ev->u.post_send.n_wrs; k++)
 		switch (ev->u.post_send.wrs[k].opcode) {
-		case IBV_WR_RDMA_WRITE:
-		case IBV_WR_RDMA_WRITE_WITH_IMM:
-		case IBV_WR_ATOMIC_CMP_AND_SWP:
-		case IBV_WR_ATOMIC_FETCH_AND_ADD:
 		case IBV_WR_BIND_MW:
 		case IBV_WR_LOCAL_INV:
 		case IBV_WR_SEND_WITH_INV:
@@ -78,7 +67,7 @@ void rp_stream_note(struct rp_loading *ld, const struct rbt_event *ev, uint64_t 
 	struct rp_stream *sm = ld->s->sm;
 	uint32_t t = ev->type;
 
-	if (sm->nstep_all % RP_STREAM_MARK == 0 &&
+	if (sm->nstep_all % (uint64_t)ld->j->mark_every == 0 &&
 	    RP_GROW(sm->mark, sm->nmark, sm->capmark))
 		sm->mark[sm->nmark++] =
 			(struct rp_mark){ rec_ns, rp_host_clock(ld->s, ev->ts) };
@@ -86,16 +75,18 @@ void rp_stream_note(struct rp_loading *ld, const struct rbt_event *ev, uint64_t 
 	/* an extended poll session of several completions is two steps */
 	if (t == RBT_EV_POLL_CQ && ev->u.poll_cq.api == 1 && ev->u.poll_cq.n_wcs > 1)
 		sm->nstep_all++;
-	if (!sm->first_life_ns)
-		sm->first_life_ns = UINT64_MAX;
-	if (ld->started && rp_is_life(t) && rec_ns < sm->first_life_ns)
-		sm->first_life_ns = rec_ns;
+	/* a QP made mid-run: made by its step in whichever window (its entry
+	 * was just added, replay_load.c); MRs likewise, rereg is not streamed */
+	if (ld->started && t == RBT_EV_QP_CREATE && ld->s->nqp)
+		ld->s->qp[ld->s->nqp - 1].mid_run = 1;
 	if (rp_is_work(t) && rec_ns > sm->last_work_ns)
 		sm->last_work_ns = rec_ns;
+	if (t == RBT_EV_POST_SEND)
+		rp_deps_note(sm, ev);
 	if (sm->why_not)
 		return;
-	if (t == RBT_EV_POST_SEND && rp_is_mem_post(ev))
-		sm->why_not = "RDMA WRITEs, atomics or memory windows";
+	if (t == RBT_EV_POST_SEND && rp_is_mw_post(ev))
+		sm->why_not = "memory windows";
 	else if (t == RBT_EV_MR_REREG && ld->started)
 		sm->why_not = "ibv_rereg_mr mid-run";
 }
@@ -122,8 +113,6 @@ static const char *rp_side_why_not(const struct rp_side *s)
 
 	if (sm->why_not)
 		return sm->why_not;
-	if (sm->first_life_ns && sm->first_life_ns < sm->last_work_ns)
-		return "QPs made or destroyed mid-run";
 	if (s->nmw || s->nxrcd || s->nxqp)
 		return "memory windows or XRC";
 	return NULL;
@@ -134,9 +123,16 @@ void rp_stream_free(struct rp_side *s)
 	if (!s->sm)
 		return;
 	rp_again_close(s);
+	rp_deps_carry_free(s->sm);
 	free(s->sm->mark);
-	free(s->sm->late);
-	free(s->sm->own);
+	free(s->sm->smp.late);
+	free(s->sm->smp.own);
+	free(s->sm->res_late.late);
+	for (int k = 0; k < s->sm->nthr; k++)
+		if (s->sm->thr[k].smp) {
+			free(s->sm->thr[k].smp->late);
+			free(s->sm->thr[k].smp);
+		}
 	free(s->sm->thr);
 	free(s->sm);
 	s->sm = NULL;
@@ -188,12 +184,13 @@ int rp_stream_decide(struct rp_job *j, int *reload)
 	for (int i = 0; i < j->nside; i++) {
 		struct rp_stream *sm = j->side[i].sm;
 
-		sm->late = malloc(RP_STREAM_SAMPLE * sizeof(*sm->late));
-		sm->own = malloc(RP_STREAM_SAMPLE * sizeof(*sm->own));
-		if (!sm->late || !sm->own)
+		sm->smp.late = malloc(RP_STREAM_SAMPLE * sizeof(*sm->smp.late));
+		sm->smp.own = malloc(RP_STREAM_SAMPLE * sizeof(*sm->smp.own));
+		sm->smp.cap = RP_STREAM_SAMPLE;
+		if (!sm->smp.late || !sm->smp.own)
 			return rp_fail(j, -ENOMEM, "out of memory while streaming");
 		sm->first = sm->rfirst = UINT64_MAX;
-		sm->rng = 0x9e3779b97f4a7c15ull + (uint64_t)i;
+		sm->smp.rng = 0x9e3779b97f4a7c15ull + (uint64_t)i;
 		rp_stream_trim(&j->side[i]);
 	}
 	j->stream = 1;
@@ -229,7 +226,7 @@ static uint64_t rp_stream_plan(struct rp_job *j)
 		if (!best)
 			return UINT64_MAX;
 		best->sm->mark_next++;
-		n += RP_STREAM_MARK;
+		n += (uint64_t)j->mark_every;
 		if (n > (uint64_t)j->window)
 			return t;
 	}
@@ -256,6 +253,7 @@ static int rp_stream_fill(struct rp_job *j, uint64_t lim, int *more)
 			return rc;
 		*more |= rc;
 		rp_timeline_window(s);
+		rp_qp_life_steps(j, s);
 		if ((rc = rp_prepare_steps(j, s)) || rp_lanes_build(s) < 0)
 			return rc ? rc
 				  : rp_fail(j, -ENOMEM, "out of memory while streaming");
@@ -267,14 +265,24 @@ static int rp_stream_fill(struct rp_job *j, uint64_t lim, int *more)
 					       "out of memory while streaming");
 			s->lane[l2].timeouts = T->timeouts;
 			s->lane[l2].wasted_ns = T->wasted_ns;
+			s->lane[l2].anchored = T->anchored;
+			memcpy(s->lane[l2].anchor, T->anchor, sizeof(T->anchor));
 		}
 		if ((uint64_t)s->nstep > sm->max_window)
 			sm->max_window = (uint64_t)s->nstep;
 	}
-	/* UD sends: the receives they wait for, once every side's are read */
-	return rp_ud_order_setup(j) < 0
-		       ? rp_fail(j, -ENOMEM, "out of memory while streaming")
-		       : 0;
+	/* once every side's window is read: the WRITEs and what waits for
+	 * them (with what the windows before left pending), the posts that
+	 * wait for their send completions, the UD sends for their receives */
+	j->writes.n = 0;
+	rc = rp_deps_collect(j);
+	for (int i = 0; i < j->nside && !rc; i++)
+		rc = rp_sq_waits(&j->side[i]);
+	if (!rc)
+		rc = rp_deps_setup(j);
+	if (!rc)
+		rc = rp_ud_order_setup(j);
+	return rc < 0 ? rp_fail(j, rc, "out of memory while streaming") : 0;
 }
 
 /* What the window's lanes did, onto the side; 1 when it stopped. */
@@ -290,12 +298,19 @@ static int rp_stream_lanes(struct rp_side *s)
 		s->xwaits += L->xwaits;
 		s->sq_waits += L->sq_waits;
 		if (T) { /* found: every window lane got its thread at fill */
+			rp_report_lane_window(L, T);
 			T->n += L->n;
 			T->ran += L->ran;
 			T->xwaits += L->xwaits;
 			T->sq_waits += L->sq_waits;
+			T->deps_inferred += L->deps_inferred;
+			T->deps_in_flight += L->deps_in_flight;
+			T->deps_kept += L->deps_kept;
+			T->deps_timed_out += L->deps_timed_out;
 			T->timeouts = L->timeouts;
 			T->wasted_ns = L->wasted_ns;
+			T->anchored = L->anchored;
+			memcpy(T->anchor, L->anchor, sizeof(L->anchor));
 		}
 		if (!L->stop_why)
 			continue;
@@ -434,6 +449,12 @@ void rp_stream_run(struct rp_job *j)
 				"the window of their time was read (beyond the loader's "
 				"time-order window): replayed in the next window\n",
 				s->path, (unsigned long long)s->sm->late_events);
+		if (rp_deps_dropped(s->sm))
+			fprintf(j->log,
+				"rbtrace replay: %s: %llu pending WRITEs over those a "
+				"thread carries from one window to the next were not "
+				"waited for\n",
+				s->path, (unsigned long long)rp_deps_dropped(s->sm));
 		rp_again_close(s);
 		rp_side_finish(j, s);
 	}
@@ -451,5 +472,5 @@ uint64_t rp_stop_of(const struct rp_side *s)
 
 uint64_t rp_timed_of(const struct rp_side *s)
 {
-	return s->sm ? s->sm->timed : s->late_to - s->late_from;
+	return s->sm ? s->sm->smp.timed : s->late_to - s->late_from;
 }

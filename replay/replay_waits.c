@@ -2,9 +2,10 @@
  * before the run from the whole recording: a QP's move to ERR held until its
  * peer's successful sends were replayed (rp_err_waits), and a post on a QP
  * whose send CQ other queues share held until the QP's earlier send
- * completions were taken off that CQ (rp_sq_waits). replay_run.c does the
- * waiting. Runs before the start barrier only: never touches the device's
- * queues, never called on the data path.
+ * completions were taken off that CQ (rp_sq_waits; streamed, before each
+ * window's run, from that window's steps). replay_run.c does the waiting.
+ * Runs before the start barrier or between windows only: never touches the
+ * device's queues, never called on the data path.
  */
 #include <stdlib.h>
 
@@ -95,7 +96,9 @@ static int rp_sq_one_thread(const struct rp_side *s, const struct rp_qp *q,
  * queue allows). So each post on such a QP waits until the replay has taken
  * off the CQ as many of the QP's send completions as the recording had polled
  * before the post began (rp_sq_wait). Only where one recorded thread makes
- * the QP's posts and the CQ's polls. */
+ * the QP's posts and the CQ's polls (streamed: in the window). For each
+ * window of a streamed side again, its steps and the recorded completions
+ * not yet matched. */
 int rp_sq_waits(struct rp_side *s)
 {
 	for (int i = 0; i < s->nqp; i++) {
@@ -103,11 +106,14 @@ int rp_sq_waits(struct rp_side *s)
 		const struct rp_wclist *l = &q->rec_wc[0];
 		struct rp_cq *c;
 
-		if (!q->scq || !l->n || !rp_scq_shared(s, q))
+		if (!q->scq || (!l->n && !q->wc_base[0]) || !rp_scq_shared(s, q))
 			continue;
 		c = &s->cq[q->scq - 1];
 		if (!c->cq || !rp_sq_one_thread(s, q, c))
 			continue;
+		/* streamed: the CQ counts from this window on, as a later
+		 * window's posts may wait for the completions polled in it */
+		c->sq_track |= s->sm != NULL;
 		for (int k = s->prefix; k < s->nstep; k++) {
 			struct rp_step *st = &s->step[k];
 			uint32_t lo = 0, hi = l->n;
@@ -124,8 +130,9 @@ int rp_sq_waits(struct rp_side *s)
 				else
 					hi = mid;
 			}
-			st->sq_need = lo;
-			c->sq_track |= lo > 0;
+			/* streamed: the windows before matched wc_base of them */
+			st->sq_need = (uint32_t)(q->wc_base[0] + lo);
+			c->sq_track |= st->sq_need > 0;
 		}
 		if (c->sq_track && !c->stash) {
 			c->stash_cap = (uint32_t)c->cq->cqe + 1;

@@ -45,7 +45,7 @@ open_page() {
 }
 
 echo "== ibv_rc_pingpong, both ends"
-PAIR_WAIT=0.3 pair pp ibv_rc_pingpong -n 500
+pair pp ibv_rc_pingpong -n 500
 "$RBTRACE" report --format=html -o "$tmp/pp.html" "$tmp/pp_c.rbt" "$tmp/pp_s.rbt"
 "$RBTRACE" report --format=json -o "$tmp/pp.json" "$tmp/pp_c.rbt" "$tmp/pp_s.rbt"
 if grep -q "https\?://" "$tmp/pp.html"; then fail "the page refers to the network"; fi

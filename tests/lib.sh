@@ -118,15 +118,16 @@ run() {
 
 # pair NAME CMD...: the server (CMD -p PORT) and the client (CMD -p PORT
 # localhost) of a program, both recorded (run) into $tmp/NAME_s.rbt and
-# $tmp/NAME_c.rbt, their output beside (.log); PAIR_WAIT: the seconds the
-# server has to listen (1).
+# $tmp/NAME_c.rbt, their output beside (.log); the client starts once the
+# server listens.
 pair() {
 	local name=$1 port srv
 	shift
 	port=$(free_port)
 	run "$tmp/${name}_s.rbt" "$@" -p "$port" >"$tmp/${name}_s.log" 2>&1 &
 	srv=$!
-	sleep "${PAIR_WAIT:-1}"
+	wait_listen "$port" "$srv" ||
+		{ cat "$tmp/${name}_s.log"; fail "$name server: never listened on $port"; }
 	run "$tmp/${name}_c.rbt" "$@" -p "$port" localhost >"$tmp/${name}_c.log" 2>&1 ||
 		{ cat "$tmp/${name}_c.log"; fail "$name client"; }
 	wait $srv || { cat "$tmp/${name}_s.log"; fail "$name server"; }
@@ -148,12 +149,13 @@ stalled() {
 	wait $srv || { cat "$tmp/${name}_s.log"; fail "stall_prog server"; }
 }
 
-# cm_wait_listen PORT [TRIES]: wait (TRIES x 50 ms, 100) until something
-# listens on softnic's CM port PORT of $SOFTNIC_FABRIC: an abstract socket
-# softnic-cm/<fabric>/<space>/<port> in /proc/net/unix, <fabric> the FNV-1a
-# hash, in hex, of "ino:<dev>:<inode>" of the fabric directory.
-cm_wait_listen() {
+# cm_listening PORT: something listens on softnic's CM port PORT of
+# $SOFTNIC_FABRIC: an abstract socket softnic-cm/<fabric>/<space>/<port> in
+# /proc/net/unix, <fabric> the FNV-1a hash, in hex, of "ino:<dev>:<inode>" of
+# the fabric directory.
+cm_listening() {
 	local key fnv ch i fabric
+	[ -d "${SOFTNIC_FABRIC:-}" ] || return 1
 	printf -v key 'ino:%x:%x' $(stat -c '%d %i' "$SOFTNIC_FABRIC")
 	fnv=1469598103934665603
 	for ((i = 0; i < ${#key}; i++)); do
@@ -161,9 +163,41 @@ cm_wait_listen() {
 		fnv=$(((fnv ^ ch) * 1099511628211))
 	done
 	printf -v fabric '%016x' $fnv
+	awk -v p="^@softnic-cm/$fabric/[0-9a-f]+/$1\$" '$4 == "00010000" && $NF ~ p {f = 1}
+		END {exit !f}' /proc/net/unix
+}
+
+# tcp_listening PORT: something listens on TCP port PORT (/proc/net/tcp, tcp6:
+# state 0A).
+tcp_listening() {
+	local hex f files=()
+	printf -v hex ':%04X' "$1"
+	for f in /proc/net/tcp /proc/net/tcp6; do [ -r "$f" ] && files+=("$f"); done
+	awk -v p="$hex" '$4 == "0A" && substr($2, length($2) - 4) == p {f = 1}
+		END {exit !f}' "${files[@]}"
+}
+
+# cm_wait_listen PORT [TRIES]: wait (TRIES x 50 ms, 100) until cm_listening.
+cm_wait_listen() {
+	local i
 	for i in $(seq 1 "${2:-100}"); do
-		awk -v p="^@softnic-cm/$fabric/[0-9a-f]+/$1\$" '$4 == "00010000" && $NF ~ p {f = 1}
-			END {exit !f}' /proc/net/unix && return 0
+		cm_listening "$1" && return 0
+		sleep 0.05
+	done
+	return 1
+}
+
+# wait_listen PORT [PID]: wait until a server listens on PORT, on TCP (the
+# perftest and pingpong programs' exchange) or on softnic's CM (rdma_cm
+# programs), and return 0; 1 once PID (the server) is gone, or after 60 s. Their
+# clients do not retry: one started before the server listens fails at once.
+# How long a recorded server takes to get there is the machine's business
+# (seconds on a loaded one): the bound only ends a test that would hang.
+wait_listen() {
+	local i
+	for i in $(seq 1200); do
+		tcp_listening "$1" || cm_listening "$1" && return 0
+		[ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null && return 1
 		sleep 0.05
 	done
 	return 1

@@ -31,7 +31,7 @@ pair() { # NAME SERVER-ARGS -- CLIENT-ARGS (@P: a free port)
 	done
 	rec "$tmp/${name}_s.rbt" "${s[@]}" >"$tmp/${name}_s.log" 2>&1 &
 	srv=$!
-	sleep 1
+	wait_listen "$port" "$srv" || { tail -5 "$tmp/${name}_s.log"; fail "$name server: never listened"; }
 	rec "$tmp/${name}_c.rbt" "${c[@]}" >"$tmp/${name}_c.log" 2>&1 ||
 		{ tail -5 "$tmp/${name}_c.log"; fail "$name client"; }
 	wait $srv || { tail -5 "$tmp/${name}_s.log"; fail "$name server"; }

@@ -12,7 +12,8 @@
 # the requests, are dropped, and the clients miss completions - so the test
 # fails when the dependencies are not enforced. Last, tests/progs/shm_prog.c's
 # HERD with a master process whose memory worker processes poll, in one
-# replayer.
+# replayer. Each replayed in memory and streamed in small windows
+# (RBTRACE_REPLAY_WINDOW), the dependencies then inferred window by window.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 HERD=$root/tests/replay_herd
@@ -100,9 +101,35 @@ for timing in recorded asap deps; do
 	check "$tmp/three-$timing-c1.json" yes c1
 done
 
-echo "== without the waits (RBTRACE_REPLAY_NO_DEPS=1) the server runs ahead"
+# windows JSON ERR MIN: every side streamed in MIN windows or more, and the
+# replayer did not fall back to memory.
+windows() {
+	! grep -q "cannot be streamed" "$2" || { cat "$2"; fail "$1: not streamed"; }
+	python3 - "$1" "$3" <<'PY'
+import json, sys
+rep = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+for s in rep["sides"]:
+    assert s["windows"] >= int(sys.argv[2]), (s["trace"], s["windows"])
+PY
+}
+
+# Streamed (replay_stream.c): windows of 150 steps, so the dependencies are
+# inferred window by window with what the windows before left pending (the
+# WRITE ordinals, the WRITEs not yet completed or not yet waited for); the
+# same checks as in memory, exact counts included.
+for timing in recorded asap deps; do
+	echo "== streamed, windows of 150 steps, --timing=$timing"
+	RBTRACE_REPLAY_WINDOW=150 timeout 120 "$RBTRACE" replay --softnic --json --timing=$timing \
+		"$tmp/srv.rbt" "$tmp/c0.rbt" "$tmp/c1.rbt" >"$tmp/win-$timing.json" 2>"$tmp/win-$timing.err" ||
+		{ cat "$tmp/win-$timing.json" "$tmp/win-$timing.err"; fail "streamed, $timing"; }
+	windows "$tmp/win-$timing.json" "$tmp/win-$timing.err" 5
+	check "$tmp/win-$timing.json" yes srv c0 c1
+done
+
+for win in 16384 150; do
+echo "== without the waits (RBTRACE_REPLAY_NO_DEPS=1) the server runs ahead (window $win)"
 rc=0
-RBTRACE_REPLAY_NO_DEPS=1 timeout 120 "$RBTRACE" replay --softnic --json --timing=asap \
+RBTRACE_REPLAY_WINDOW=$win RBTRACE_REPLAY_NO_DEPS=1 timeout 120 "$RBTRACE" replay --softnic --json --timing=asap \
 	--poll-timeout 1000 "$tmp/srv.rbt" "$tmp/c0.rbt" "$tmp/c1.rbt" \
 	>"$tmp/nodeps.json" 2>"$tmp/nodeps.err" || rc=$?
 [ "$rc" -ne 0 ] || { cat "$tmp/nodeps.json"; fail "a replay without the waits did not diverge"; }
@@ -115,6 +142,7 @@ assert srv["inferred"] > 0 and not srv["enforced"] and srv["kept"] == 0, srv
 c = rep["completions"]
 assert c["matched"] < c["recorded"], c
 PY
+done
 
 echo "== HERD with a master process: the workers poll memory the master registered"
 # tests/progs/shm_prog.c: the master registers a SysV segment and posts
@@ -143,10 +171,15 @@ for p in "${cl[@]}"; do wait "$p" || { cat "$tmp"/[mwk]*.log; fail "an shm_prog 
 touch "$tmp/shm/all-done"
 wait "$mp" || { cat "$tmp"/[mwk]*.log; fail "the shm_prog master"; }
 for t in m w0 w1 k0 k1; do "$RBTRACE" dump --json "$tmp/$t.rbt" >"$tmp/$t.dump"; done
-for timing in asap deps; do
-	timeout 120 "$RBTRACE" replay --softnic --json --timing=$timing "$tmp/m.rbt" \
+# in memory, then streamed in windows of 100 steps (whether the master only
+# registers memory, and what the others WRITE into, come from the first reading)
+for run in asap:0 deps:0 asap:100 deps:100; do
+	timing=${run%:*}
+	win=${run#*:}
+	RBTRACE_REPLAY_WINDOW=$win timeout 120 "$RBTRACE" replay --softnic --json --timing=$timing "$tmp/m.rbt" \
 		"$tmp/w0.rbt" "$tmp/w1.rbt" "$tmp/k0.rbt" "$tmp/k1.rbt" >"$tmp/shm-$timing.json" \
-		2>"$tmp/shm-$timing.err" || { cat "$tmp/shm-$timing.json" "$tmp/shm-$timing.err"; fail "shm_prog HERD, $timing"; }
+		2>"$tmp/shm-$timing.err" || { cat "$tmp/shm-$timing.json" "$tmp/shm-$timing.err"; fail "shm_prog HERD, $timing, window $win"; }
+	[ "$win" = 0 ] || windows "$tmp/shm-$timing.json" "$tmp/shm-$timing.err" 3
 	python3 - "$tmp/shm-$timing.json" "$tmp"/m.dump "$tmp"/w0.dump "$tmp"/w1.dump "$tmp"/k0.dump "$tmp"/k1.dump <<'PY'
 import json, sys
 rep = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])

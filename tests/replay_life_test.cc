@@ -49,6 +49,17 @@ int CountLines(const std::string &text, std::initializer_list<const char *> word
 	return n;
 }
 
+// How many times needle occurs in text.
+int CountOf(const std::string &text, const std::string &needle)
+{
+	int n = 0;
+
+	for (size_t p = text.find(needle); p != std::string::npos;
+	     p = text.find(needle, p + 1))
+		n++;
+	return n;
+}
+
 // The number after "key": in a JSON text (the first occurrence), -1 if none.
 long long JsonNum(const std::string &json, const std::string &key)
 {
@@ -153,6 +164,43 @@ TEST_F(ReplayLife, ChurnReplaysAtRecordedTimesWithEveryCompletion)
 		  CountLines(out, { "state RTS (recorded RTS), the device's at exit" }))
 		<< out;
 	EXPECT_NE(std::string::npos, out.find("no divergence")) << out;
+}
+
+// Six reconnects and eight MR pairs, no rereg, replayed in windows of 16 steps
+// (RBTRACE_REPLAY_WINDOW): the trace streams (no "replaying it from memory"),
+// the QP creates and destroys are steps of their windows - run when recorded,
+// as many as from memory (each reconnect: two of each) - and every completion
+// and end state matches, in recorded and asap timing.
+TEST_F(ReplayLife, QpChurnStreamsWithItsStepsInTheirWindows)
+{
+	std::string t = test_tmp() + "/churn-str.rbt", out;
+	ASSERT_EQ(0, sh(rec_ + t +
+				" tests/churn_prog --iters 8 --reconnects 6 --no-rereg 1 "
+				"--gap-us 300",
+			&out))
+		<< out;
+	const std::string replay = env_ + " RBTRACE_REPLAY_WINDOW=16 " + kRbtrace +
+				   " replay --json " + t + " --timing=";
+
+	for (const char *m : { "recorded", "asap" }) {
+		// streamed: no fallback note, many windows
+		ASSERT_EQ(0, sh(replay + m, &out)) << m << ": " << out;
+		EXPECT_EQ(std::string::npos, out.find("from memory")) << m << ": " << out;
+		EXPECT_GE(JsonNum(out, "windows"), 5) << m << ": " << out;
+		EXPECT_NE(std::string::npos,
+			  out.find("\"completions\":{\"expected\":36,\"matched\":36,"))
+			<< m << ": " << out;
+		EXPECT_NE(std::string::npos, out.find("\"divergences\":[]"))
+			<< m << ": " << out;
+		EXPECT_EQ(12, JsonNum(out, "qp_create")) << m << ": " << out;
+		EXPECT_EQ(12, JsonNum(out, "qp_destroy")) << m << ": " << out;
+		EXPECT_EQ(14, JsonNum(out, "mr_reg")) << m << ": " << out;
+		EXPECT_EQ(16, JsonNum(out, "mr_dereg")) << m << ": " << out;
+		// each reconnect's responder, destroyed in ERR
+		EXPECT_EQ(6, CountOf(out, "\"recorded\":\"ERR\",\"replayed\":\"ERR\","
+					  "\"recorded_from\":\"destroy\""))
+			<< m << ": " << out;
+	}
 }
 
 // A recorded end no replay reaches (the trace says the device found the QP in

@@ -759,6 +759,28 @@ TEST_F(ReplayRecorded, FourThreadsReplayStreamedPerThread)
 		EXPECT_GE(got, 24000ul) << m << ": " << out;
 		EXPECT_NE(std::string::npos, out.find("no divergence"))
 			<< m << ": " << out;
+		if (strcmp(m, "recorded"))
+			continue;
+		// the per-thread lateness lines, from each thread's sample over
+		// the windows: one per thread, each of that thread's posts
+		unsigned long threads = 0, posts = 0;
+		for (const char *p = strstr(out.c_str(), "  thread "); p;
+		     p = strstr(p + 1, "  thread ")) {
+			unsigned long id, n;
+			double a, b, c;
+
+			if (sscanf(p,
+				   "  thread %lu: lateness p50 %lf us, p99 %lf us, max "
+				   "%lf us (%lu posts)",
+				   &id, &a, &b, &c, &n) == 5) {
+				threads++;
+				posts += n;
+				EXPECT_GT(n, 0ul) << out;
+				EXPECT_LE(a, c) << out;
+			}
+		}
+		EXPECT_EQ(4ul, threads) << out;
+		EXPECT_GE(posts, 24000ul) << out;
 	}
 }
 

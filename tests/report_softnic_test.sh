@@ -100,7 +100,7 @@ assert "polling_stopped" in codes and "wr_stalled" not in codes, codes
 PY
 
 echo "== healthy: ibv_rc_pingpong, both ends"
-PAIR_WAIT=0.5 pair pp ibv_rc_pingpong -n 500
+pair pp ibv_rc_pingpong -n 500
 "$RBTRACE" report --format=json -o "$tmp/pp.json" "$tmp/pp_c.rbt" "$tmp/pp_s.rbt"
 python3 "$CHECK" json "$tmp/pp.json" serious=0
 python3 - "$tmp/pp.json" <<'PY'
@@ -124,7 +124,7 @@ echo "== ibv_rc_pingpong -t (the program's own completion timestamps), both ends
 # The recorder samples the NIC clock of a context with a timestamped CQ (at the CQ's
 # creation, periodically, at close): the report maps every completion from its NIC
 # timestamp, states the fit's residual, and never falls back to bounds.
-PAIR_WAIT=0.5 pair ppt ibv_rc_pingpong -t -n 1000
+pair ppt ibv_rc_pingpong -t -n 1000
 "$RBTRACE" report --format=json -o "$tmp/ppt.json" "$tmp/ppt_c.rbt" "$tmp/ppt_s.rbt"
 python3 "$CHECK" json "$tmp/ppt.json" serious=0
 python3 - "$tmp/ppt.json" <<'PY'

@@ -86,7 +86,7 @@ fi
 # a port nobody listens on now, the kernel's choice (pids repeat across sandboxes)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$rbtrace" softnic -- ibv_rc_pingpong -p $port -n 50 >/dev/null 2>&1 &
-sleep 0.5
+wait_listen $port $! || { echo "FAIL: the pingpong server never listened"; fails=$((fails + 1)); }
 check pingpong 0 "50 iters" timeout 30 "$rbtrace" softnic -- ibv_rc_pingpong -p $port -n 50 localhost
 wait
 check counters_after 0 "port_xmit_packets [1-9]" "$rbtrace" softnic --counters

@@ -36,14 +36,13 @@ pair() {
 		port=$((port + 1))
 		on_softnic timeout 60 "$@" -p $port >"$s" 2>&1 &
 		local spid=$!
-		for try in 1 2 3 4 5 6 7 8 9 10; do
-			sleep 0.2
+		# the client once the server listens (it does not retry), however
+		# long the machine takes to get the server there
+		crc=1
+		if wait_listen $port $spid; then
 			on_softnic timeout 60 "$@" -p $port localhost >"$c" 2>&1
 			crc=$?
-			# the server may not listen yet: retry only a refused connection
-			grep -qi "couldn't connect\|Unable to connect\|Connection refused" "$c" || break
-			kill -0 $spid 2>/dev/null || break
-		done
+		fi
 		wait $spid
 		src=$?
 		# someone else holds the port: take another one
@@ -94,11 +93,9 @@ fi
 port=$((port + 1))
 ON_SOFTNIC_EXEC=1 on_softnic ibv_rc_pingpong -p $port >"$tmp/maps.out" 2>&1 &
 mpid=$!
-for i in $(seq 100); do
-	grep -q 'libibverbs\.so' "/proc/$mpid/maps" 2>/dev/null &&
-		{ [ "$softnic_mode" != provider ] || grep -q libsoftnic-rdmav34 "/proc/$mpid/maps"; } && break
-	sleep 0.05
-done
+# it listens once it has opened the device: libibverbs and the provider are
+# mapped by then
+wait_listen $port $mpid || echo "FAIL: the pingpong server never listened"
 # (not under the ASan runtime the programs get: it finds mawk's own overreads)
 verbs=$(LD_PRELOAD= awk '/libibverbs\.so/ {print $6}' "/proc/$mpid/maps" 2>/dev/null | sort -u)
 provider=$(LD_PRELOAD= awk '/libsoftnic-rdmav34/ {print $6}' "/proc/$mpid/maps" 2>/dev/null | sort -u)

@@ -7,9 +7,10 @@
  *      registration on the data path);
  *   2. moves the responder QP to ERR, destroys both QPs (the recorder queries
  *      their state on the way: ERR and RTS), creates a new pair, connects it
- *      and exchanges again (a reconnect);
+ *      and exchanges again (a reconnect; --reconnects times, default 1);
  *   3. ibv_rereg_mr moves the long-lived MR to another buffer
- *      (IBV_REREG_MR_CHANGE_TRANSLATION) and SENDs from its new place;
+ *      (IBV_REREG_MR_CHANGE_TRANSLATION) and SENDs from its new place
+ *      (not with --no-rereg 1);
  *   4. exits with the second pair still alive (their state is taken at exit).
  * Steps are --gap-us apart (default 2000), so a replay's lateness is visible.
  * Exits 0 only if every completion was the expected one; every wait is bounded.
@@ -92,13 +93,17 @@ int main(int argc, char **argv)
 	struct ibv_qp *qa, *qb;
 	struct ibv_mr *mr;
 	struct ibv_qp_attr err = { .qp_state = IBV_QPS_ERR };
-	int iters = 4;
+	int iters = 4, reconnects = 1, rereg = 1;
 
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--iters"))
 			iters = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--gap-us"))
 			gap_us = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--reconnects"))
+			reconnects = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--no-rereg"))
+			rereg = !atoi(argv[i + 1]);
 	}
 	if (iters < 1 || iters > 8)
 		prog_fail("--iters must be 1..8");
@@ -133,18 +138,23 @@ int main(int argc, char **argv)
 	}
 
 	/* 2. tear down (the responder to ERR first) and reconnect */
-	gap();
-	if (ibv_modify_qp(qb, &err, IBV_QP_STATE))
-		prog_fail("ERR failed");
-	if (ibv_destroy_qp(qa) || ibv_destroy_qp(qb))
-		prog_fail("ibv_destroy_qp failed");
-	gap();
-	make_pair(&qa, &qb);
-	gap();
-	strcpy(buf + 1024, "after the reconnect");
-	exchange(qa, qb, 200, buf + 1024, mr->lkey, buf + 4096, mr->lkey);
+	for (int r = 0; r < reconnects; r++) {
+		gap();
+		if (ibv_modify_qp(qb, &err, IBV_QP_STATE))
+			prog_fail("ERR failed");
+		if (ibv_destroy_qp(qa) || ibv_destroy_qp(qb))
+			prog_fail("ibv_destroy_qp failed");
+		gap();
+		make_pair(&qa, &qb);
+		gap();
+		snprintf(buf + 1024, 64, "after reconnect %d", r);
+		exchange(qa, qb, 200 + (uint64_t)r, buf + 1024, mr->lkey, buf + 4096,
+			 mr->lkey);
+	}
 
 	/* 3. the long-lived MR moves to another buffer */
+	if (!rereg)
+		goto out;
 	gap();
 	if (ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, buf2, sizeof(buf2),
 			 0))
@@ -155,6 +165,7 @@ int main(int argc, char **argv)
 		prog_fail("the SEND after the rereg delivered the wrong bytes");
 
 	/* 4. exit with qa and qb alive */
+out:
 	printf("churn_prog: ok qps=%u,%u\n", qa->qp_num, qb->qp_num);
 	return 0;
 }

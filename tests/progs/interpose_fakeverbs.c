@@ -12,13 +12,17 @@
  * ibv_wr_start/wr_send/wr_set_sge/wr_complete, and every move to RTS installs
  * another set of those pointers (as mlx5 does). FAKEVERBS_SZ=N makes the
  * verbs_context report size N; FAKEVERBS_STALL=FILE holds every ibv_post_send while
- * FILE exists. Never use it for anything but tests.
+ * FILE exists (one byte appended to FILE.held per call held). Never use it for
+ * anything but tests.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -65,8 +69,27 @@ static struct ibv_device *fake_list[2] = { &fake_dev, NULL };
 static _Atomic uint32_t next_qpn = 100;
 
 /* FAKEVERBS_STALL=FILE: while FILE exists, ibv_post_send does not return (a call
- * that stays under way, for the recorder's end-of-trace accounting). */
+ * that stays under way, for the recorder's end-of-trace accounting). Each call
+ * held says so with a byte in FILE.held, so that a test can wait until every
+ * thread is held (however long the machine takes) before it ends the process. */
 static const char *fake_stall;
+
+static void fake_hold(void)
+{
+	char held[PATH_MAX];
+
+	if (!fake_stall || access(fake_stall, F_OK))
+		return;
+	snprintf(held, sizeof(held), "%s.held", fake_stall);
+	int fd = open(held, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (fd >= 0) {
+		ssize_t w = write(fd, "h", 1);
+		(void)w;
+		close(fd);
+	}
+	while (access(fake_stall, F_OK) == 0)
+		usleep(10000);
+}
 
 static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 			  struct ibv_send_wr **bad)
@@ -76,8 +99,7 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 
 	if (cq->bench)
 		return 0;
-	while (fake_stall && access(fake_stall, F_OK) == 0)
-		usleep(10000);
+	fake_hold();
 	pthread_spin_lock(&cq->lock);
 	for (; wr; wr = wr->next) {
 		if (wr->num_sge < 0 || wr->num_sge > 16) {

@@ -11,10 +11,13 @@
  *
  * usage: interpose_lossless COUNTERS MODE
  * MODE: wait (run until a signal from outside), tgkill (SIGTERM sent to worker 0
- * itself, 0.3 s after ready), segv (a fifth thread faults),
+ * itself, 0.3 s after ready or once the file $LOSSLESS_GO exists), segv (a fifth thread faults),
  * exit (a fifth thread calls exit(3)), abort (a fifth thread calls abort()),
- * exec (a fifth thread execs /bin/true). The fifth thread acts once every worker
- * has done 2000 posts; "ready" is set in the file at that point.
+ * exec (a fifth thread execs /bin/true), exits (the fifth thread calls exit(3)
+ * while a sixth calls exit(4) at the same moment), return-exit (main returns 3
+ * while a sixth thread calls exit(4), as rping's event thread does). The fifth
+ * thread acts once every worker has done 2000 posts; "ready" is set in the file
+ * at that point.
  * Test fixture only.
  */
 #define _GNU_SOURCE
@@ -171,6 +174,19 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+/* The sixth thread of "exits" and "return-exit": exit(4) the moment main
+ * goes. */
+static _Atomic int exit_go;
+
+static void *exiter(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&exit_go, 1);
+	while (atomic_load(&exit_go) < 2)
+		;
+	exit(4);
+}
+
 static int all_ready(void)
 {
 	for (int i = 0; i < NWORKERS; i++)
@@ -182,8 +198,8 @@ static int all_ready(void)
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
-		fprintf(stderr,
-			"usage: interpose_lossless COUNTERS wait|segv|exit|abort|exec\n");
+		fprintf(stderr, "usage: interpose_lossless COUNTERS "
+				"wait|tgkill|segv|exit|exits|return-exit|abort|exec\n");
 		return 2;
 	}
 	const char *mode = argv[2];
@@ -222,9 +238,16 @@ int main(int argc, char **argv)
 			pause();
 	}
 	if (!strcmp(mode, "tgkill")) {
-		/* SIGTERM to worker 0 itself: it is most likely inside a verb. */
-		struct timespec d = { 0, 300000000 };
-		nanosleep(&d, NULL); /* (time for the test to stall the device) */
+		/* SIGTERM to worker 0 itself: it is most likely inside a verb.
+		 * LOSSLESS_GO=FILE: once FILE exists (the test has stalled the
+		 * device and seen every worker held), not 0.3 s after ready. */
+		const char *go = getenv("LOSSLESS_GO");
+		if (go && !*go)
+			go = NULL;
+		struct timespec d = { 0, go ? 10000000 : 300000000 };
+		nanosleep(&d, NULL);
+		while (go && access(go, F_OK))
+			nanosleep(&d, NULL);
 		syscall(SYS_tgkill, getpid(), (pid_t)atomic_load(&cnt->w[0].tid),
 			SIGTERM);
 		for (;;)
@@ -239,6 +262,16 @@ int main(int argc, char **argv)
 		*nowhere = 1;
 	} else if (!strcmp(mode, "exit")) {
 		exit(3);
+	} else if (!strcmp(mode, "exits") || !strcmp(mode, "return-exit")) {
+		pthread_t x;
+		if (pthread_create(&x, NULL, exiter, NULL))
+			die("pthread_create");
+		while (atomic_load(&exit_go) < 1)
+			;
+		atomic_fetch_add(&exit_go, 1);
+		if (!strcmp(mode, "exits"))
+			exit(3);
+		return 3;
 	} else if (!strcmp(mode, "abort")) {
 		abort();
 	} else if (!strcmp(mode, "exec")) {

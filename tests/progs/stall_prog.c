@@ -170,7 +170,9 @@ static int client(const char *host, const char *port, int seconds, int stop)
 	if (getaddrinfo(host, port, &hints, &ai))
 		prog_die("getaddrinfo");
 	int fd = -1;
-	for (int tries = 0; tries < 100; tries++) {
+	/* The server may not listen yet: retry for up to 30 s (a recorded server on
+	 * a loaded machine can take seconds to get there). */
+	for (int tries = 0; tries < 600; tries++) {
 		fd = socket(AF_INET, SOCK_STREAM, 0);
 		if (!connect(fd, ai->ai_addr, ai->ai_addrlen))
 			break;
