@@ -210,6 +210,7 @@ struct rbt_raw_notify {
 struct rbt_fold {
 	void *cq;
 	uint64_t ts, exit, n;
+	uint64_t last_ts, prev_exit; /* the last poll's entry, the one before's exit */
 	uint32_t asked, api;
 };
 #define RBT_FOLDS 4 /* CQs one thread can poll in turn and still get folding */

@@ -21,7 +21,11 @@
 /* Runs of empty polls on one CQ become one record (count = N, ts = first entry,
  * ts_exit = last exit), kept in the ring struct until something else is
  * recorded, the run is a flush interval old, or the thread ends. Up to
- * RBT_FOLDS CQs polled in turn (send CQ, receive CQ, ...) fold at once. */
+ * RBT_FOLDS CQs polled in turn (send CQ, receive CQ, ...) fold at once. A last
+ * poll far longer than the run's others (a provider that yielded or slept in it)
+ * is written as a record of its own (rbt_fold_flush): the analyzer bounds a
+ * completion's time by the last empty poll's entry, which it takes as the run's
+ * end less one poll's length. */
 static inline void rbt_rec_empty_poll(struct rbt_ring *r, void *cq, uint32_t asked,
 				      uint32_t api, uint64_t t0, uint64_t t1)
 {
@@ -32,7 +36,9 @@ static inline void rbt_rec_empty_poll(struct rbt_ring *r, void *cq, uint32_t ask
 			if (t1 - f->ts <
 			    __atomic_load_n(&rbt_cfg.flush_ticks, __ATOMIC_RELAXED)) {
 				f->n++;
+				f->prev_exit = f->exit;
 				f->exit = t1;
+				f->last_ts = t0;
 				return;
 			}
 			break; /* a flush interval old: write it and start again */
@@ -44,6 +50,7 @@ static inline void rbt_rec_empty_poll(struct rbt_ring *r, void *cq, uint32_t ask
 	f->cq = cq;
 	f->ts = t0;
 	f->exit = t1;
+	f->last_ts = t0;
 	f->n = 1;
 	f->asked = asked;
 	f->api = api;
