@@ -2,8 +2,9 @@
  * softnic retry: completing and failing send WRs, the pending send queue of
  * WRs that wait for a receive (RNR) or an unreachable peer, the per-QP lock,
  * and the helper thread that retries pending WRs and delivers delayed
- * notifications of the latency model (those still held at exit() too). The helper thread may sleep and lock;
- * the paths called from post and poll only try its lock.
+ * notifications of the latency model (those still held at exit() too). The
+ * helper thread may sleep and lock; the paths called from post and poll only
+ * try its lock.
  */
 #define _GNU_SOURCE
 #include <errno.h>
