@@ -239,6 +239,8 @@ static void rp_sq_done(const struct rp_sqs *x, struct rp_sq *q, uint64_t t)
 /* A window's end: what is still in flight goes to the queue's front. */
 static void rp_sq_compact(struct rp_sq *q)
 {
+	if (!q->head)
+		return;
 	memmove(q->w, q->w + q->head, (size_t)(q->n - q->head) * sizeof(*q->w));
 	memmove(q->sig, q->sig + q->head, (size_t)(q->n - q->head));
 	q->n -= q->head;
@@ -453,6 +455,8 @@ static void rp_pending_trim(struct rp_deps_carry *dc, struct rp_pending *p)
 {
 	int n = 0;
 
+	if (!p->n)
+		return;
 	qsort(p->v, (size_t)p->n, sizeof(*p->v), rp_cmp_dest);
 	for (int k = 0; k < p->n; k++)
 		if (!n || p->v[k].at != p->v[n - 1].at || p->v[k].key != p->v[n - 1].key)
@@ -604,8 +608,10 @@ static int rp_deps_window(struct rp_side *b, const struct rp_write *cand, int nc
 		if (!lc || !lat)
 			rc = -ENOMEM;
 		if (!rc) {
-			memcpy(lc, from->v, (size_t)n * sizeof(*lc));
-			memcpy(lc + n, cand, (size_t)ncand * sizeof(*lc));
+			if (n)
+				memcpy(lc, from->v, (size_t)n * sizeof(*lc));
+			if (ncand)
+				memcpy(lc + n, cand, (size_t)ncand * sizeof(*lc));
 			n += ncand;
 			qsort(lc, (size_t)n, sizeof(*lc), rp_cmp_post);
 			for (int k = 0; k < n; k++)

@@ -105,11 +105,12 @@ void *cm_zalloc(size_t n)
 
 void cm_free(void *p)
 {
-	char *b = (char *)p - CM_MEM_HDR;
+	char *b;
 	size_t k;
 
 	if (!p)
 		return;
+	b = (char *)p - CM_MEM_HDR;
 	k = *(size_t *)b;
 	if (k >= CM_MEM_CLS) {
 		munmap(b, k);
