@@ -148,10 +148,10 @@ static bool sn_take(struct sn_rqp *peer, struct sn_rwqe *rw)
 	return true;
 }
 
-static void sn_remote_err(struct sn_rqp *peer, uint32_t ev)
+/* The responder's QP moved to ERR from state st (nothing to do if it was in ERR):
+ * its receives flushed, event ev raised. */
+static void sn_remote_err_from(struct sn_rqp *peer, uint32_t ev, uint32_t st)
 {
-	uint32_t st = atomic_exchange(&peer->shm->state, IBV_QPS_ERR);
-
 	if (st == IBV_QPS_ERR)
 		return;
 	if (!peer->shm->has_srq && peer->rcq)
@@ -160,6 +160,11 @@ static void sn_remote_err(struct sn_rqp *peer, uint32_t ev)
 		sn_async_event(peer->shm->async_path, &peer->async_fd, ev,
 			       peer->shm->cookie);
 	atomic_fetch_add_explicit(&peer->shm->cnt.errors, 1, memory_order_relaxed);
+}
+
+static void sn_remote_err(struct sn_rqp *peer, uint32_t ev)
+{
+	sn_remote_err_from(peer, ev, atomic_exchange(&peer->shm->state, IBV_QPS_ERR));
 }
 
 uint32_t sn_send_wc_opcode(uint32_t op)
@@ -265,9 +270,13 @@ static int sn_x_rnr(struct sn_xfer *x)
  * it took one) and, on RC, the requester sees `rst` and the peer goes to ERR. */
 static int sn_x_fail(struct sn_xfer *x, uint32_t recv_st, uint32_t rst)
 {
+	/* RC: the responder's QP is in ERR before its error completion can be
+	 * polled (as on hardware), its other receives flushed after it */
+	uint32_t st = x->rc ? atomic_exchange(&x->peer->shm->state, IBV_QPS_ERR) : 0;
+
 	sn_push_recv(x->peer, x->qp, x->w, x->rw, recv_st, 0, 0, x->vis);
 	if (x->rc) {
-		sn_remote_err(x->peer, 0);
+		sn_remote_err_from(x->peer, 0, st);
 		x->st = rst;
 	}
 	return SN_DONE;
