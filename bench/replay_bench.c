@@ -7,10 +7,11 @@
  * 2. Timing fidelity: the same program posting every 50 us, replayed with
  *    --timing=recorded (normal priority and --realtime): lateness p50/p99/max of
  *    every post against its schedule, and the replayer's own share of it.
- * 3. Threads: tests/replay_threads (8 threads, one QP each) recorded at full
- *    speed, replayed with --timing=asap: post rate of the replay against the
- *    recorded program's (the same trace's span); then recorded every 50 us and
- *    replayed with --timing=recorded: lateness per recorded thread.
+ * 3. Threads: tests/replay_threads (8 threads, one QP each, --yield 1) recorded
+ *    at full speed, replayed with --timing=asap from memory and streamed, in
+ *    both --thread-order modes: post rate of the replay against the recorded
+ *    program's (the same trace's span); then recorded every 50 us and replayed
+ *    with --timing=recorded: lateness per recorded thread.
  * 4. Memory: the replayer's peak resident memory (VmHWM, from wait4) replaying
  *    synthetic SEND streams (tests/replay_synth --scenario stream, two traces)
  *    with --timing=asap: from memory (RBTRACE_REPLAY_WINDOW=0) at a small size,
@@ -275,19 +276,28 @@ int main(int argc, char **argv)
 		}
 	/* 3. threads */
 threads:
+	/* --yield 1: 8 polling threads on a machine of fewer cores run at a
+	 * steady rate only if an empty poll gives the CPU away (without it the
+	 * same run took 0.16 s to 21 s here: the baseline would be luck) */
 	snprintf(cmd, sizeof(cmd),
 		 "LD_PRELOAD=%s/interpose/librbtrace.so RBTRACE_OUTPUT=%s/thr.rbt "
-		 "%s/tests/replay_threads --threads 8 --iters 20000 --interval-us 0",
+		 "%s/tests/replay_threads --threads 8 --iters 20000 --interval-us 0 "
+		 "--yield 1 --relay 0",
 		 bin, fab, bin);
 	run(cmd);
-	printf("replay_bench: 8 threads, one QP each (tests/replay_threads, 20000 "
-	       "round trips per pair), --timing=asap, 3 runs\n");
-	for (int k = 0; k < 3; k++) {
-		double p, w, rw;
+	printf("replay_bench: 8 threads, one QP each (tests/replay_threads --yield 1, "
+	       "20000 round trips per pair), --timing=asap, 3 runs each: from memory "
+	       "(RBTRACE_REPLAY_WINDOW=0) and streamed (the default window), with "
+	       "--thread-order=shared (default) and recorded\n");
+	for (int k = 0; k < 12; k++) {
+		const char *win = k % 4 < 2 ? "0" : "16384";
+		const char *ord = k % 2 ? "recorded" : "shared";
+		double p, w, rw, pz;
 
 		snprintf(cmd, sizeof(cmd),
-			 "%s/cli/rbtrace replay --json --timing=asap %s/thr.rbt", bin,
-			 fab);
+			 "RBTRACE_REPLAY_WINDOW=%s %s/cli/rbtrace replay --json "
+			 "--timing=asap --thread-order=%s %s/thr.rbt",
+			 win, bin, ord, fab);
 		o = run(cmd);
 		p = o ? json_num(o, NULL, "posts") : -1;
 		w = o ? json_num(o, NULL, "wall_ns") : -1;
@@ -296,16 +306,23 @@ threads:
 			printf("  replay failed: %.300s\n", o ? o : "");
 			continue;
 		}
-		printf("  run %d: replay %9.0f posts/s, recorded %9.0f posts/s: ratio "
-		       "%.2f  (%.0f of %.0f completions matched, %.0f windows)\n",
-		       k + 1, p / (w / 1e9), p / (rw / 1e9), rw / w,
+		pz = json_num(o, NULL, "paused_ns");
+		if (pz < 0 || pz >= w)
+			pz = 0;
+		printf("  %-8s %-8s replay %9.0f posts/s, recorded %9.0f posts/s: "
+		       "ratio %.2f, %.2f while running (%.0f of %.0f completions "
+		       "matched, %.0f windows, %.0f cross-thread waits)\n",
+		       win[0] == '0' ? "memory" : "streamed", ord, p / (w / 1e9),
+		       p / (rw / 1e9), rw / w, rw / (w - pz),
 		       json_num(o, "\"completions\"", "matched"),
 		       json_num(o, "\"completions\"", "expected"),
-		       json_num(o, "\"sides\"", "windows"));
+		       json_num(o, "\"sides\"", "windows"),
+		       json_num(o, "\"sides\"", "cross_thread_waits"));
 	}
 	snprintf(cmd, sizeof(cmd),
 		 "LD_PRELOAD=%s/interpose/librbtrace.so RBTRACE_OUTPUT=%s/thrp.rbt "
-		 "%s/tests/replay_threads --threads 8 --iters 1000 --interval-us 50",
+		 "%s/tests/replay_threads --threads 8 --iters 1000 --interval-us 50 "
+		 "--yield 1 --relay 0",
 		 bin, fab, bin);
 	run(cmd);
 	snprintf(cmd, sizeof(cmd), "%s/cli/rbtrace replay --json %s/thrp.rbt", bin, fab);

@@ -43,6 +43,13 @@ static const char usage[] =
 	"slow),\n"
 	"                       deps (after the completions seen before and the peers'\n"
 	"                       RDMA WRITEs polled in memory, + think time)\n"
+	"  --thread-order=ORDER shared (default): a post waits for another thread's\n"
+	"                       polls before it on the CQs of its queues, and for\n"
+	"                       every thread's QP creates, modifies and MR\n"
+	"                       registrations before it; recorded: for every poll of\n"
+	"                       every thread before it (keeps hand-offs through\n"
+	"                       program memory, runs threads in the recorded\n"
+	"                       interleaving)\n"
 	"  --realtime           run the timeline SCHED_FIFO (root only): fewer late\n"
 	"                       posts on a loaded machine\n"
 	"  --listen PORT        wait for the peer replayer (or a responder) on this TCP "
@@ -80,8 +87,8 @@ static const char usage[] =
 	"A trace longer than one window (16384 steps; $RBTRACE_REPLAY_WINDOW sets\n"
 	"it, 0 never streams) is streamed: read again window by window, matched and\n"
 	"freed as it goes, so memory stays that of one window. What cannot stream\n"
-	"(-o, --listen/--connect, --timing=deps, RDMA WRITEs, atomics, several\n"
-	"threads, UD, XRC, MRs or QPs made mid-run) replays from memory, with a note.\n"
+	"(-o, --listen/--connect, XRC, memory windows, ibv_rereg_mr mid-run)\n"
+	"replays from memory, with a note.\n"
 	"\n"
 	"Exit status: 0 when every completion matched, 1 on divergence, refusal or an\n"
 	"-o that could not be written, 2 for a bad command line (a file named twice,\n"
@@ -264,13 +271,14 @@ int rbt_cmd_replay(int argc, char **argv)
 {
 	const struct rbt_replay_module *mod;
 	const char *device = NULL, *timing = NULL, *listen = NULL, *connect = NULL,
-		   *out = NULL, *ptmo = NULL, *maxt = NULL, *peers = NULL;
+		   *out = NULL, *ptmo = NULL, *maxt = NULL, *peers = NULL, *torder = NULL;
 	int responder = 0, allow_damaged = 0, json = 0, softnic = 0, rt = 0, n, rc,
 	    snmode;
 	char *pos[16];
 	const struct rbt_cli_opt opts[] = {
 		{ "device", 0, &device, NULL },
 		{ "timing", 0, &timing, NULL },
+		{ "thread-order", 0, &torder, NULL },
 		{ "listen", 0, &listen, NULL },
 		{ "connect", 0, &connect, NULL },
 		{ "peers", 0, &peers, NULL },
@@ -324,6 +332,14 @@ int rbt_cmd_replay(int argc, char **argv)
 			"replay", "--timing=%s: expected recorded, asap, scale:X or deps",
 			timing);
 	}
+	if (!torder || !strcmp(torder, "shared"))
+		o.thread_order = RBT_REPLAY_ORDER_SHARED;
+	else if (!strcmp(torder, "recorded"))
+		o.thread_order = RBT_REPLAY_ORDER_RECORDED;
+	else
+		return rbt_cli_usage("replay",
+				     "--thread-order=%s: expected shared or recorded",
+				     torder);
 	if (ptmo) {
 		uint64_t v;
 

@@ -29,6 +29,19 @@ enum rbt_replay_timing {
 	RBT_REPLAY_DEPS = 3,	 /* after the completions seen before, + think time */
 };
 
+/* Which order between the recorded threads of a trace replay keeps, besides
+ * each thread's own (--thread-order). */
+enum rbt_replay_thread_order {
+	/* a post or modify waits for another thread's polls and completion-event
+	 * waits that returned before it on a CQ of its QP (or SRQ), and for any
+	 * thread's QP creates, modifies and MR registrations before it */
+	RBT_REPLAY_ORDER_SHARED = 0,
+	/* ... and for every poll and wait of every thread that returned before
+	 * it (a hand-off through program memory the trace cannot see is kept;
+	 * independent threads run in the recorded interleaving) */
+	RBT_REPLAY_ORDER_RECORDED = 1,
+};
+
 struct rbt_replay_opts {
 	const char *device;  /* NULL: the recorded device if present, else the first */
 	int timing;	     /* enum rbt_replay_timing */
@@ -47,6 +60,7 @@ struct rbt_replay_opts {
 	/* with listen: how many replayer processes connect (0 or 1: one); the
 	 * listener relays their directories and holds the barriers */
 	int peers;
+	int thread_order; /* enum rbt_replay_thread_order */
 };
 
 /* Why a replay ended before the end of its traces (rbt_replay_summary.stopped). */
@@ -84,6 +98,9 @@ struct rbt_replay_summary {
 	double own_p50_ns, own_p99_ns, own_max_ns;
 	double wall_ns;	    /* from the first to the last timeline step */
 	double rec_wall_ns; /* the same span in the recording */
+	/* streamed: of wall_ns, the time the run stood still while the next
+	 * window was read and prepared (the schedule resumes after each) */
+	double paused_ns;
 };
 
 /* Replays ntraces traces (the ends of one job). Returns 0 when the replay ran
@@ -97,7 +114,7 @@ int rbt_replay_run(const char *const *traces, int ntraces,
  * call: a module from another build of rbtrace (other struct layouts) is
  * refused in one line instead of being called with the wrong arguments. Bump
  * RBT_REPLAY_ABI whenever a struct above or run's signature changes. */
-#define RBT_REPLAY_ABI	      3
+#define RBT_REPLAY_ABI	      4
 #define RBT_REPLAY_MODULE_SYM "rbt_replay_module"
 #define RBT_REPLAY_MODULE_SO  "librbtrace-replay.so"
 

@@ -258,6 +258,15 @@ struct rp_step {
 	/* a post: how many of its QP's send completions the recording had polled
 	 * before it began (0: no such wait; rp_sq_waits) */
 	uint32_t sq_need;
+	/* a post or modify: the other threads' steps it waits for, on the CQs
+	 * of its queues (s->xneed[xneed .. xneed + nxneed); rp_lanes_build) */
+	int xneed, nxneed;
+};
+
+/* A step of another lane that a step waits for: done once that lane has
+ * published done > pos (its lane-local index). */
+struct rp_xneed {
+	int lane, pos;
 };
 
 /* A recorded thread of a side (its stream): replayed by a thread of its own,
@@ -272,6 +281,7 @@ struct rp_lane {
 	uint64_t *gate_at; /* the earliest recorded return of its gating steps
 			    * from idx[k] on (UINT64_MAX: none left) */
 	uint64_t gate;	   /* published as it goes (atomic) */
+	uint64_t done;	   /* published: its steps before this index ran (atomic) */
 	int timeouts, stop_why, stop_at, ran;
 	uint64_t wasted_ns, xwaits;
 	uint64_t sq_waits; /* posts that waited for their QP's send completions */
@@ -370,8 +380,9 @@ struct rp_side {
 	 * prefix and the drain at the end run as lane pre */
 	struct rp_lane *lane, pre;
 	int nlane;
-	uint64_t xwaits;   /* posts and modifies that waited for another lane */
-	uint64_t sq_waits; /* posts that waited for their QP's send completions */
+	struct rp_xneed *xneed; /* the steps' cross-lane waits (in the arena) */
+	uint64_t xwaits;	/* posts and modifies that waited for another lane */
+	uint64_t sq_waits;	/* posts that waited for their QP's send completions */
 	/* WRITEs into its MRs from a trace of another host: not inferred */
 	uint64_t deps_ambiguous;
 	uint64_t cq_events_missed;
@@ -458,6 +469,7 @@ struct rp_job {
 	struct rp_dir dir;
 	struct rp_report rep;
 	uint64_t t0;	    /* replay epoch, local ns */
+	uint64_t paused_ns; /* streamed: between windows (t0 moved on by it) */
 	uint64_t rec_epoch; /* recorded epoch, abs mono ns (same host) */
 	int same_clock;	    /* all local traces from one host */
 	int net_fd;	    /* TCP to the peer replayer / responder, -1 */
@@ -722,7 +734,9 @@ void rp_err_waits(struct rp_job *j, struct rp_side *s);
  * recording (QPs on a CQ shared with other queues): rp_step.sq_need. */
 int rp_sq_waits(struct rp_side *s);
 /* The lanes of a side (replay_timeline.c, after the prefix is known). */
-int rp_lanes_build(struct rp_side *s);
+int rp_lanes_build(const struct rp_job *j, struct rp_side *s);
+/* Whether QP q takes the receives of SRQ srqi (1 + index). */
+int rp_qp_takes_srq(const struct rp_side *s, const struct rp_qp *q, int srqi);
 /* replay_build.c: which QP create/destroy steps run (the others are skipped),
  * which QPs their step creates (again for each streamed window). */
 void rp_qp_life_steps(struct rp_job *j, struct rp_side *s);

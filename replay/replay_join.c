@@ -52,7 +52,7 @@ static void rp_idset_seal(struct rp_idset *set)
 
 /* Whether QP q takes the receives of SRQ srqi (1 + index): its own SRQ, or for
  * an XRC_RECV QP any XRC SRQ of its domain. */
-static int rp_qp_takes_srq(const struct rp_side *s, const struct rp_qp *q, int srqi)
+int rp_qp_takes_srq(const struct rp_side *s, const struct rp_qp *q, int srqi)
 {
 	return q->srqi == srqi || (q->rec.qp_type == IBV_QPT_XRC_RECV && q->xrcdi &&
 				   q->xrcdi == s->srq[srqi - 1].xrcdi);

@@ -478,7 +478,27 @@ struct rp_reorder {
 	uint32_t streams[64];
 	uint64_t stream_ts[64];
 	int nstreams;
+	int by_return; /* a streamed window's reading: waits by their return */
 };
+
+/* The time an event is ordered by: its entry, or with by_return the return of
+ * a wait that got something (a poll with completions, a completion event).
+ * Windows are cut by it (replay_stream.c): such a wait began before what it
+ * waited for - a poll spinning before the peer's send - and belongs to the
+ * window of that send or a later one, never an earlier one. Each thread's
+ * next event begins after the return, so its own order is unchanged. */
+static uint64_t rp_order_key(const struct rp_reorder *o, const struct rbt_event *ev)
+{
+	if (o->by_return) {
+		if (ev->type == RBT_EV_POLL_CQ && ev->u.poll_cq.ret > 0 &&
+		    ev->u.poll_cq.ts_exit > ev->ts)
+			return ev->u.poll_cq.ts_exit;
+		if (ev->type == RBT_EV_GET_CQ_EVENT && ev->u.get_cq_event.ret == 0 &&
+		    ev->u.get_cq_event.ts_exit > ev->ts)
+			return ev->u.get_cq_event.ts_exit;
+	}
+	return ev->ts;
+}
 
 static int rp_held_less(const struct rp_held *a, const struct rp_held *b)
 {
@@ -487,7 +507,7 @@ static int rp_held_less(const struct rp_held *a, const struct rp_held *b)
 
 static int rp_reorder_push(struct rp_reorder *o, const struct rbt_event *ev)
 {
-	struct rp_held x = { .key = ev->ts, .seq = o->seq++ };
+	struct rp_held x = { .key = rp_order_key(o, ev), .seq = o->seq++ };
 	int si = 0;
 	size_t i;
 
@@ -618,7 +638,7 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 	if (rc < 0)
 		return rc;
 	rp_timeline_finish(s);
-	if (rp_lanes_build(s) < 0)
+	if (rp_lanes_build(j, s) < 0)
 		return rp_fail(j, -ENOMEM, "%s: out of memory while loading", path);
 	return 0;
 }
@@ -654,7 +674,9 @@ int rp_again_open(struct rp_job *j, struct rp_side *s)
 	s->mtrace = keep_t;
 	if (rc)
 		return rp_fail(j, rc, "%s: out of memory while streaming", s->path);
-	/* one thread's events are in time order in the file already */
+	ro->by_return = 1;
+	/* one thread's events are in time order in the file already (a wait
+	 * ordered by its return ends before the thread's next event begins) */
 	ro->window = sm->nstreams > 1
 			     ? (s->hdr.clock_hz ? s->hdr.clock_hz : 1000000000ull) *
 				       RP_REORDER_S
@@ -700,7 +722,7 @@ static int rp_again_pump(struct rp_side *s, uint64_t lim)
 		if (sm->eof)
 			return o->n ? 1 : 0;
 		rc = rbt_reader_next(sm->r, &ev);
-		if (rc == 1 && rp_cut_clock(s, ev->ts) < sm->lim_read)
+		if (rc == 1 && rp_cut_clock(s, rp_order_key(o, ev)) < sm->lim_read)
 			sm->late_events++;
 		if (rc == 1)
 			rc = rp_reorder_push(o, ev);

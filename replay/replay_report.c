@@ -394,6 +394,9 @@ static void rp_report_timing(struct rp_job *j, struct rp_tally *t,
 	}
 	sum->wall_ns = t->last > t->first ? (double)(t->last - t->first) : 0;
 	sum->rec_wall_ns = t->rlast > t->rfirst ? (double)(t->rlast - t->rfirst) : 0;
+	sum->paused_ns = (double)j->paused_ns;
+	if (sum->paused_ns > sum->wall_ns)
+		sum->paused_ns = sum->wall_ns;
 }
 
 /* Each timed post of a lane (its steps in memory) onto fn. */
@@ -717,6 +720,7 @@ static void rp_report_json(struct rp_job *j, FILE *f, size_t nlate,
 	rp_json_sides(j, &w);
 	rbt_json_kdbl(&w, "wall_ns", "%.0f", sum->wall_ns);
 	rbt_json_kdbl(&w, "recorded_wall_ns", "%.0f", sum->rec_wall_ns);
+	rbt_json_kdbl(&w, "paused_ns", "%.0f", sum->paused_ns);
 	rbt_json_key(&w, "completions");
 	rbt_json_obj(&w);
 	rbt_json_ku64(&w, "expected", sum->completions_expected);
@@ -807,6 +811,14 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 			(double)sum->posts * 1e9 / sum->wall_ns,
 			(double)sum->posts * 1e9 / sum->rec_wall_ns);
 	fputc('\n', f);
+	if (sum->paused_ns > 0)
+		fprintf(f,
+			"  of the replay's span, %.3f ms stood still between windows "
+			"(reading the next; the schedule resumed after each)\n",
+			sum->paused_ns / 1e6);
+	if (sum->paused_ns > 0 && sum->wall_ns > sum->paused_ns)
+		fprintf(f, "  post rate while running %.0f/s\n",
+			(double)sum->posts * 1e9 / (sum->wall_ns - sum->paused_ns));
 	rp_res_text(j, f);
 	for (int si = 0; si < j->nside; si++) {
 		const struct rp_side *s = &j->side[si];

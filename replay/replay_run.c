@@ -629,10 +629,30 @@ static int rp_ud_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, i
 	return r == 1;
 }
 
-static int rp_gate_wait(struct rp_job *j, struct rp_lane *L, uint64_t t, int i)
+static int rp_gate_wait(struct rp_job *j, struct rp_lane *L, const struct rp_step *st,
+			int i)
 {
 	struct rp_side *s = L->s;
 	struct rp_spin w = { 0 };
+	uint64_t t = st->rec_ns;
+
+	/* the polls of other lanes on its CQs (--thread-order=shared) */
+	for (int k = 0; k < st->nxneed; k++) {
+		const struct rp_xneed *x = &s->xneed[st->xneed + k];
+		struct rp_lane *A = &s->lane[x->lane];
+		int r = rp_spin_until(j, L, &w, &A->done, (uint64_t)x->pos + 1);
+
+		if (r == 1)
+			return 1;
+		if (r == 2) {
+			rp_diverge(j,
+				   "%s: step %d: thread %u's poll before it (thread %u) "
+				   "did not come (waited %llu ms)",
+				   s->path, rp_step_no(s, i), L->stream, A->stream,
+				   (unsigned long long)(w.lim / 1000000ull));
+			break;
+		}
+	}
 
 	for (int l = 0; l < s->nlane; l++) {
 		struct rp_lane *A = &s->lane[l];
@@ -728,6 +748,7 @@ static int rp_err_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, 
 
 static void rp_lane_publish(struct rp_lane *L, int k)
 {
+	__atomic_store_n(&L->done, (uint64_t)k, __ATOMIC_RELEASE);
 	if (L->gate_at)
 		__atomic_store_n(&L->gate, k < L->n ? L->gate_at[k] : UINT64_MAX,
 				 __ATOMIC_RELEASE);
@@ -807,7 +828,7 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 		if (s->nlane > 1 && L->idx &&
 		    (e->type == RBT_EV_POST_SEND || e->type == RBT_EV_POST_RECV ||
 		     e->type == RBT_EV_POST_SRQ_RECV || e->type == RBT_EV_QP_MODIFY) &&
-		    rp_gate_wait(j, L, st->rec_ns, i))
+		    rp_gate_wait(j, L, st, i))
 			goto stop;
 		/* a QP created mid-run whose creation failed (diverged there) */
 		if ((e->type == RBT_EV_POST_SEND || e->type == RBT_EV_POST_RECV ||

@@ -254,7 +254,7 @@ static int rp_stream_fill(struct rp_job *j, uint64_t lim, int *more)
 		*more |= rc;
 		rp_timeline_window(s);
 		rp_qp_life_steps(j, s);
-		if ((rc = rp_prepare_steps(j, s)) || rp_lanes_build(s) < 0)
+		if ((rc = rp_prepare_steps(j, s)) || rp_lanes_build(j, s) < 0)
 			return rc ? rc
 				  : rp_fail(j, -ENOMEM, "out of memory while streaming");
 		for (int l2 = 0; l2 < s->nlane; l2++) {
@@ -366,9 +366,29 @@ static void rp_stream_cut(struct rp_job *j)
 		j->side[i].sm->host_cut = host;
 }
 
+/* The time since the last window's run ended (the first: since the agreed
+ * start) stood still: the schedule resumes where it left off, so a window's
+ * steps are not late by the reading of it. Also the --timing=deps anchors
+ * each thread carries. */
+static void rp_stream_resume(struct rp_job *j, uint64_t ran_until, int first)
+{
+	uint64_t now = rp_now_ns(), d = now > ran_until ? now - ran_until : 0;
+
+	if (!d)
+		return;
+	j->t0 += d;
+	if (!first) /* the first is before the span's first step */
+		j->paused_ns += d;
+	for (int i = 0; i < j->nside; i++)
+		for (int l = 0; l < j->side[i].nlane; l++)
+			if (j->side[i].lane[l].anchored)
+				j->side[i].lane[l].anchor[0] += d;
+}
+
 void rp_stream_run(struct rp_job *j)
 {
 	int more = 1, stopped = 0, why = 0;
+	uint64_t t0 = j->t0, ran_until = t0;
 
 	rp_stream_cut(j);
 	for (int i = 0; i < j->nside; i++) {
@@ -400,7 +420,9 @@ void rp_stream_run(struct rp_job *j)
 				for (int l = 0; l < j->side[i].nlane; l++)
 					j->side[i].lane[l].stop_why = 0;
 			}
+			rp_stream_resume(j, ran_until, ran_until == t0);
 			rp_run_lanes(j);
+			ran_until = rp_now_ns();
 		}
 		for (int i = 0; i < j->nside; i++) {
 			struct rp_side *s = &j->side[i];

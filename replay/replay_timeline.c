@@ -370,18 +370,170 @@ void rp_timeline_window(struct rp_side *s)
 			s->step[i].skipped = 1;
 }
 
-/* Gating steps: what another thread's later post may have relied on. */
-static int rp_gates(const struct rp_step *st)
+/* Gating steps: what another thread's later post may have relied on. With
+ * --thread-order=shared, polls and completion-event waits gate only the posts
+ * on queues of their CQ (rp_xneeds); creates, modifies and registrations gate
+ * every later post of every thread. */
+static int rp_gates(const struct rp_step *st, int all)
 {
 	uint32_t t = st->ev->type;
 
-	return !st->skipped && (t == RBT_EV_POLL_CQ || t == RBT_EV_GET_CQ_EVENT ||
-				t == RBT_EV_QP_MODIFY || t == RBT_EV_QP_CREATE ||
-				t == RBT_EV_MR_REG || t == RBT_EV_MR_REREG);
+	if (st->skipped)
+		return 0;
+	if (t == RBT_EV_POLL_CQ || t == RBT_EV_GET_CQ_EVENT)
+		return all;
+	return t == RBT_EV_QP_MODIFY || t == RBT_EV_QP_CREATE || t == RBT_EV_MR_REG ||
+	       t == RBT_EV_MR_REREG;
 }
 
-int rp_lanes_build(struct rp_side *s)
+static int rp_is_gated(uint32_t t)
 {
+	return t == RBT_EV_POST_SEND || t == RBT_EV_POST_RECV ||
+	       t == RBT_EV_POST_SRQ_RECV || t == RBT_EV_QP_MODIFY;
+}
+
+/* A poll or completion-event wait of a lane, by its recorded return. */
+struct rp_xpoll {
+	uint64_t r;
+	int lane, pos, cq;
+};
+
+static int rp_xpoll_cmp(const void *a, const void *b)
+{
+	const struct rp_xpoll *x = a, *y = b;
+
+	return x->r < y->r ? -1 : x->r > y->r;
+}
+
+struct rp_xsweep {
+	struct rp_side *s;
+	int *last; /* [cq * nlane + lane]: its last poll on cq returned so far */
+	int *seen; /* [lane * nlane + other]: what lane waits for of other */
+	struct rp_xneed *v;
+	int n, cap;
+};
+
+/* The needs of step st (lane l) for CQ c: each other lane's last poll of c
+ * that returned before st began, unless an earlier step of l waited for it. */
+static int rp_xneed_cq(struct rp_xsweep *x, struct rp_step *st, int l, int c)
+{
+	int nl = x->s->nlane;
+
+	for (int a = 0; a < nl; a++) {
+		int p = x->last[c * nl + a];
+
+		if (a == l || p <= x->seen[l * nl + a])
+			continue;
+		x->seen[l * nl + a] = p;
+		if (!RP_GROW(x->v, x->n, x->cap))
+			return -ENOMEM;
+		if (!st->nxneed)
+			st->xneed = x->n;
+		x->v[x->n++] = (struct rp_xneed){ a, p };
+		st->nxneed++;
+	}
+	return 0;
+}
+
+/* The CQs step st's queues complete on: its QP's two, or for an SRQ
+ * receive the receive CQs of the QPs that take from that SRQ. */
+static int rp_xneed_step(struct rp_xsweep *x, struct rp_step *st, int l)
+{
+	struct rp_side *s = x->s;
+	int rc = 0;
+
+	if (st->ev->type == RBT_EV_POST_SRQ_RECV) {
+		int srqi = st->srq ? (int)(st->srq - s->srq) + 1 : 0;
+
+		for (int q = 0; srqi && q < s->nqp && !rc; q++)
+			if (s->qp[q].rcq && rp_qp_takes_srq(s, &s->qp[q], srqi))
+				rc = rp_xneed_cq(x, st, l, s->qp[q].rcq - 1);
+		return rc;
+	}
+	if (!st->qp)
+		return 0;
+	if (st->qp->scq)
+		rc = rp_xneed_cq(x, st, l, st->qp->scq - 1);
+	if (!rc && st->qp->rcq && st->qp->rcq != st->qp->scq)
+		rc = rp_xneed_cq(x, st, l, st->qp->rcq - 1);
+	return rc;
+}
+
+/* --thread-order=shared: each post's and modify's waits for the other lanes'
+ * polls on its CQs, in one sweep of the steps in recorded order with the polls
+ * taken in the order they returned. -ENOMEM or 0. */
+static int rp_xneeds(struct rp_side *s, int all)
+{
+	int nl = s->nlane, np = 0, rc = 0, next = 0;
+	struct rp_xsweep x = { .s = s };
+	struct rp_xpoll *pv = NULL;
+	int *lane_of = NULL;
+
+	s->xneed = NULL;
+	for (int i = 0; i < s->nstep; i++)
+		s->step[i].nxneed = 0;
+	if (all || nl < 2 || !s->ncq)
+		return 0;
+	x.last = malloc((size_t)s->ncq * (size_t)nl * sizeof(*x.last));
+	x.seen = malloc((size_t)nl * (size_t)nl * sizeof(*x.seen));
+	lane_of = malloc((size_t)s->nstep * sizeof(*lane_of));
+	pv = malloc((size_t)s->nstep * sizeof(*pv));
+	if (!x.last || !x.seen || !lane_of || !pv) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t k = 0; k < (size_t)s->ncq * (size_t)nl; k++)
+		x.last[k] = -1;
+	for (size_t k = 0; k < (size_t)nl * (size_t)nl; k++)
+		x.seen[k] = -1;
+	for (int i = 0; i < s->nstep; i++)
+		lane_of[i] = -1;
+	for (int l = 0; l < nl; l++)
+		for (int k = 0; k < s->lane[l].n; k++) {
+			int i = s->lane[l].idx[k];
+			const struct rp_step *st = &s->step[i];
+			uint32_t t = st->ev->type;
+
+			lane_of[i] = l;
+			if ((t == RBT_EV_POLL_CQ || t == RBT_EV_GET_CQ_EVENT) &&
+			    !st->skipped && st->cq)
+				pv[np++] =
+					(struct rp_xpoll){ st->rec_exit_ns > st->rec_ns
+								   ? st->rec_exit_ns
+								   : st->rec_ns,
+							   l, k, (int)(st->cq - s->cq) };
+		}
+	qsort(pv, (size_t)np, sizeof(*pv), rp_xpoll_cmp);
+	for (int i = 0; i < s->nstep && !rc; i++) {
+		struct rp_step *st = &s->step[i];
+
+		if (lane_of[i] < 0 || st->skipped || !rp_is_gated(st->ev->type))
+			continue;
+		for (; next < np && pv[next].r < st->rec_ns; next++) {
+			int *p = &x.last[pv[next].cq * nl + pv[next].lane];
+
+			if (pv[next].pos > *p)
+				*p = pv[next].pos;
+		}
+		rc = rp_xneed_step(&x, st, lane_of[i]);
+	}
+	if (!rc && x.n && rp_keep(s, x.v) < 0)
+		rc = -ENOMEM;
+	if (!rc && x.n)
+		s->xneed = x.v;
+	else
+		free(x.v);
+out:
+	free(x.last);
+	free(x.seen);
+	free(lane_of);
+	free(pv);
+	return rc;
+}
+
+int rp_lanes_build(const struct rp_job *j, struct rp_side *s)
+{
+	int all = j->o->thread_order == RBT_REPLAY_ORDER_RECORDED;
 	int cap = 0;
 
 	s->nlane = 0;
@@ -428,10 +580,10 @@ int rp_lanes_build(struct rp_side *s)
 			uint64_t r = st->rec_exit_ns > st->rec_ns ? st->rec_exit_ns
 								  : st->rec_ns;
 
-			L->gate_at[k] = rp_gates(st) && r < L->gate_at[k + 1]
+			L->gate_at[k] = rp_gates(st, all) && r < L->gate_at[k + 1]
 						? r
 						: L->gate_at[k + 1];
 		}
 	}
-	return 0;
+	return rp_xneeds(s, all);
 }

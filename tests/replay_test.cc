@@ -215,6 +215,33 @@ TEST_F(ReplaySoftnic, RecordedTimingReportsLateness)
 	}
 }
 
+// The server's polls begin 2 us before the client's SEND they get and return
+// 6 us after it. Streamed in windows of 12 steps, a window that ended between
+// a poll's start and its send's would hold the poll but not the send (the poll
+// then waits in vain, the send comes a window late): windows take a wait by
+// its return, so every completion matches in asap and recorded timing.
+TEST_F(ReplaySoftnic, StreamedPollBegunBeforeItsSendStaysInItsWindow)
+{
+	std::string d =
+		Synth("waiting", "--scenario waiting --iters 400 --interval-us 20");
+	for (const char *t : { "asap", "recorded" }) {
+		std::string out;
+
+		EXPECT_EQ(0, sh(env_ + " RBTRACE_REPLAY_WINDOW=12 " + kRbtrace +
+					" replay --poll-timeout 300 --timing=" + t + " " +
+					d + "/a.rbt " + d + "/b.rbt",
+				&out))
+			<< t << ": " << out;
+		EXPECT_EQ(std::string::npos, out.find("replaying it from memory"))
+			<< t << ": " << out;
+		EXPECT_NE(std::string::npos,
+			  out.find("completions matched: 800 of 800\n"))
+			<< t << ": " << out;
+		EXPECT_NE(std::string::npos, out.find("no divergence"))
+			<< t << ": " << out;
+	}
+}
+
 TEST_F(ReplaySoftnic, TwoProcessesOverTcp)
 {
 	std::string d = Synth("pp2", "--iters 100");
@@ -698,17 +725,19 @@ TEST_F(ReplayRecorded, PacerInEveryTimingMode)
 }
 
 // 8 threads of one process, one QP each (QP t connected to QP t^1), ping-pong
-// per pair, then a relay whose order the recording proves (thread t writes
-// after thread t-1 is done). Each recorded thread is replayed by a thread of
-// its own in its own order; every completion, per QP and so per thread, in
-// order, matches in every timing mode. (The main thread's setup chunk is
-// written after the workers' chunks: the loader orders events by time.)
+// per pair, then a relay through program memory (thread t writes after thread
+// t-1 is done), kept by --thread-order=recorded. Each recorded thread is
+// replayed by a thread of its own in its own order; every completion, per QP
+// and so per thread, in order, matches in every timing mode and both thread
+// orders. (The main thread's setup chunk is written after the workers'
+// chunks: the loader orders events by time.)
 TEST_F(ReplayRecorded, EightThreadsOnEightQpsReplayPerThread)
 {
 	std::string t = test_tmp() + "/threads.rbt", out;
 	ASSERT_EQ(0, sh(rec_ + t + " tests/replay_threads --threads 8 --iters 200", &out))
 		<< out;
-	for (const char *m : { "recorded", "asap", "deps" }) {
+	for (std::string m : { "recorded", "asap", "deps", "asap --thread-order=recorded",
+			       "recorded --thread-order=recorded" }) {
 		EXPECT_EQ(0,
 			  sh(env_ + kRbtrace + " replay --json --timing=" + m + " " + t,
 			     &out))
@@ -726,6 +755,37 @@ TEST_F(ReplayRecorded, EightThreadsOnEightQpsReplayPerThread)
 	EXPECT_NE(std::string::npos,
 		  out.find("8 recorded threads, each replayed by its own"))
 		<< out;
+}
+
+// Threads that share nothing (8 threads on 8 QPs, each its own CQ, no relay):
+// by default a post waits only for other threads' polls on its own CQs, so
+// the replayed threads never wait for each other (a few waits for the setup
+// at most); --thread-order=recorded keeps the recorded interleaving of every
+// poll, and the threads wait for each other thousands of times.
+TEST_F(ReplayRecorded, IndependentThreadsDoNotWaitForEachOther)
+{
+	std::string t = test_tmp() + "/indep.rbt", out;
+	ASSERT_EQ(0, sh(rec_ + t +
+				" tests/replay_threads --threads 8 --iters 2000 "
+				"--interval-us 0 --relay 0 --yield 1",
+			&out))
+		<< out;
+	// the replay's cross-thread waits with these options; -1: it failed
+	auto waits = [&](const std::string &opts) -> long {
+		const char *key = "\"cross_thread_waits\":", *w;
+
+		if (sh(env_ + kRbtrace + " replay --json --timing=asap " + opts + t,
+		       &out) ||
+		    out.find("\"matched\":32000,") == std::string::npos ||
+		    !(w = strstr(out.c_str(), key)))
+			return -1;
+		return atol(w + strlen(key));
+	};
+	long shared = waits(""), recorded = waits("--thread-order=recorded ");
+
+	EXPECT_GE(shared, 0) << out;
+	EXPECT_LE(shared, 16) << out;
+	EXPECT_GT(recorded, 100) << out;
 }
 
 // Four threads on four QPs (SENDs only, 3000 ping-pongs a pair) replayed in

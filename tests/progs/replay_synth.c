@@ -10,6 +10,9 @@
  *       rkey     (the client writes with an rkey the server never had),
  *       unpolled (one CQ per QP; the client never polls its SEND's completion),
  *       unpolled-lost (the same, but the answer the client polled never comes)
+ *       waiting  (as stream, but each of the server's polls begins 2 us before
+ *                 the client's SEND and returns its receive 6 us after: a
+ *                 poll that waited for the send it gets)
  *       deaf     (the client polls for an answer and reposts its receive every U us,
  *                 N times; the server never sends: the replay diverges at the
  *                 first poll, and every later one would wait in vain)
@@ -143,12 +146,19 @@ static void post_send(struct end *e, uint64_t wr_id, int op, uint32_t len, uint6
 	rbt_tb_post_send(e->tb, e->t, e->t + 300, e->qp, e->qpn, &wr, 1);
 }
 
-static void poll1(struct end *e, uint64_t wr_id, int status, int opcode, uint32_t len)
+/* A poll from e->t that returns one completion `took` ns later. */
+static void poll_took(struct end *e, uint64_t took, uint64_t wr_id, int status,
+		      int opcode, uint32_t len)
 {
 	struct rbt_wc wc = rbt_tb_wc(wr_id, (uint32_t)opcode, e->qpn, len);
 
 	wc.status = (uint64_t)status;
-	rbt_tb_poll(e->tb, e->t, e->t + 100, e->cq, 1, &wc, 1, 1);
+	rbt_tb_poll(e->tb, e->t, e->t + took, e->cq, 1, &wc, 1, 1);
+}
+
+static void poll1(struct end *e, uint64_t wr_id, int status, int opcode, uint32_t len)
+{
+	poll_took(e, 100, wr_id, status, opcode, len);
 }
 
 int main(int argc, char **argv)
@@ -176,7 +186,8 @@ int main(int argc, char **argv)
 		fprintf(stderr,
 			"usage: replay_synth OUTDIR [--iters N] [--interval-us U] "
 			"[--scenario "
-			"pingpong|stream|rnr|rkey|unpolled|unpolled-lost|deaf]\n");
+			"pingpong|stream|waiting|rnr|rkey|unpolled|unpolled-lost|deaf]"
+			"\n");
 		return 2;
 	}
 	for (int i = 2; i + 1 < argc; i += 2) {
@@ -201,12 +212,12 @@ int main(int argc, char **argv)
 	a.t = b.t = t0 + 20000;
 	if (!strcmp(scen, "deaf"))
 		b.t = t0 + 20000; /* the server only connects */
-	if (strcmp(scen, "stream") && strcmp(scen, "rnr")) {
+	if (strcmp(scen, "stream") && strcmp(scen, "waiting") && strcmp(scen, "rnr")) {
 		post_recv(&a, 0x10, 64);
 	}
 	if (strcmp(scen, "rnr"))
 		post_recv(&b, 0x10, 64);
-	if (!strcmp(scen, "stream"))
+	if (!strcmp(scen, "stream") || !strcmp(scen, "waiting"))
 		for (int i = 1; i < 32 && i < iters; i++)
 			post_recv(&b, 0x10 + (uint64_t)i, 64);
 	a.t = b.t = t0 + 30000;
@@ -260,6 +271,23 @@ int main(int argc, char **argv)
 			poll1(&b, 0x10 + (uint64_t)(i % 32), IBV_WC_SUCCESS, IBV_WC_RECV,
 			      64);
 			b.t += 1000;
+			if (i + 32 < iters)
+				post_recv(&b, 0x10 + (uint64_t)(i % 32), 64);
+		}
+	} else if (!strcmp(scen, "waiting")) {
+		/* the server's poll spins from 2 us before the client's SEND
+		 * until its receive comes, 6 us after */
+		for (int i = 0; i < iters; i++) {
+			uint64_t t = start + (uint64_t)i * (uint64_t)interval * 1000;
+
+			b.t = t - 2000;
+			poll_took(&b, 8000, 0x10 + (uint64_t)(i % 32), IBV_WC_SUCCESS,
+				  IBV_WC_RECV, 64);
+			a.t = t;
+			post_send(&a, 0x20 + (uint64_t)i, IBV_WR_SEND, 64, 0, 0);
+			a.t = t + 5000;
+			poll1(&a, 0x20 + (uint64_t)i, IBV_WC_SUCCESS, IBV_WC_SEND, 64);
+			b.t = t + 7000;
 			if (i + 32 < iters)
 				post_recv(&b, 0x10 + (uint64_t)(i % 32), 64);
 		}

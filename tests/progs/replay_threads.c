@@ -9,6 +9,12 @@
  * thread's order and timing on a thread of its own.
  *
  * usage: replay_threads [--threads T] [--iters N] [--interval-us U] [--relay 0|1]
+ *                       [--yield 0|1]
+ * --yield 1: a poll that finds nothing gives the CPU away (sched_yield), as a
+ * program with more polling threads than cores must to run at a steady rate;
+ * without it, 8 busy-polling threads on 2 cores run at whatever rate the
+ * scheduler's placement of each pair allows (seen: 0.16 s to 21 s for the same
+ * run).
  * Prints "threads: T x N sends in X us (R msg/s)". Exits 1 on any verbs failure.
  */
 #define _GNU_SOURCE
@@ -16,6 +22,7 @@
 
 #include "tests/progs/prog_util.h"
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +40,7 @@ struct lane {
 	int failed;
 };
 
-static int iters = 500, interval = 20, nthreads = 8, relay = 1;
+static int iters = 500, interval = 20, nthreads = 8, relay = 1, yield;
 static struct lane lanes[MAX_THREADS];
 static int relay_done[MAX_THREADS]; /* atomic: thread i polled its last */
 
@@ -47,6 +54,8 @@ static int wait_n(struct lane *l, int n)
 
 		if (got < 0)
 			return -1;
+		if (!got && yield)
+			sched_yield();
 		for (int k = 0; k < got; k++)
 			if (wc[k].status != IBV_WC_SUCCESS)
 				return -1;
@@ -103,7 +112,8 @@ static void *run(void *arg)
 		return NULL;
 	if (l->id > 0)
 		while (!__atomic_load_n(&relay_done[l->id - 1], __ATOMIC_ACQUIRE))
-			;
+			if (yield)
+				sched_yield();
 	if (!l->failed)
 		l->failed = post_send(l, 1000000, 1) || wait_n(l, 1);
 	__atomic_store_n(&relay_done[l->id], 1, __ATOMIC_RELEASE);
@@ -129,6 +139,8 @@ int main(int argc, char **argv)
 			interval = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--relay"))
 			relay = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--yield"))
+			yield = atoi(argv[i + 1]);
 	}
 	if (nthreads < 2 || nthreads > MAX_THREADS || nthreads % 2 || iters < 0 ||
 	    interval < 0) {
