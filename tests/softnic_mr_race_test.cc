@@ -278,10 +278,11 @@ TEST(SoftnicMrRace, UserModeOnlyProtectionKeepsEveryIncrementToo)
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	ASSERT_GT(n, 0);
 	exe[n] = 0;
-	// (not the files of this test's own run: Bazel's exit marker and XML)
-	auto r = rbt_test::run_argv({ "/usr/bin/env", "-u", "TEST_PREMATURE_EXIT_FILE",
-				      "-u", "XML_OUTPUT_FILE", "SOFTNIC_UFFD=user",
-				      "SOFTNIC_DEBUG=1", exe,
+	// with a fabric of its own (it removes it at exit), and not this run's
+	// files: Bazel's exit marker and XML
+	auto r = rbt_test::run_argv({ "/usr/bin/env", "-u", "SN_TEST_REEXEC", "-u",
+				      "TEST_PREMATURE_EXIT_FILE", "-u", "XML_OUTPUT_FILE",
+				      "SOFTNIC_UFFD=user", "SOFTNIC_DEBUG=1", exe,
 				      "--gtest_filter=SoftnicMrRace."
 				      "CountersOnRegisteredPagesKeepEveryIncrement" },
 				    300);
