@@ -425,6 +425,13 @@ int sn_shm_publish(char *name);
 /* a zeroed object; NULL with errno ENOMEM (softnic_fabric.c) */
 void *sn_zalloc(size_t size);
 
+/* A run's pages into the fabric file fd (fd >= 0) or back into private
+ * memory (fd < 0), the same bytes at the same addresses, write-protected
+ * against other threads' stores meanwhile where the kernel lets us;
+ * alone: a fork() child's, with no other thread (softnic_move.c). 0 or
+ * -errno; on failure the range is as it was. */
+int sn_pages_move(uint64_t va, uint64_t len, int fd, bool alone);
+
 /* MR registry */
 int sn_mr_register(struct sn_mr *mr, void *addr, size_t len, uint64_t iova,
 		   uint32_t access, uint32_t pd_id);

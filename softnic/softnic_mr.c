@@ -1,6 +1,7 @@
 /*
  * softnic memory registration: an MR's pages are backed by files of the
- * fabric (copy, then mmap MAP_SHARED|MAP_FIXED over the same addresses) so
+ * fabric (copy, then mmap MAP_SHARED|MAP_FIXED over the same addresses, with
+ * other threads' stores held off meanwhile: softnic_move.c) so
  * that a peer can map the same pages and move data with plain loads and
  * stores; runs of pages shared by several MRs are counted; the MR table and
  * its memory-window slots; the child's private copies after fork().
@@ -38,24 +39,6 @@ struct sn_run {
 static struct sn_run **sn_runs;
 static int sn_nruns, sn_runs_cap;
 
-static void sn_copy_pages(void *dst, const void *src, size_t len);
-
-/* A fabric run's pages back to private memory with the same bytes (copy,
- * then mremap over them): what the process's memory was before it was
- * registered. */
-static void sn_run_privatize(const struct sn_run *r)
-{
-	void *tmp = mmap(NULL, r->len, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	if (tmp == MAP_FAILED)
-		return;
-	sn_copy_pages(tmp, (const void *)r->va, r->len);
-	if (mremap(tmp, r->len, r->len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)r->va) ==
-	    MAP_FAILED)
-		munmap(tmp, r->len);
-}
-
 /* Runs in the child of fork() (from the atfork handler, with the
  * global lock held across the fork). */
 void sn_fabric_atfork_child(void)
@@ -71,7 +54,8 @@ void sn_fabric_atfork_child(void)
 			sn_mem_release(&r->src); /* shared pages stay shared */
 			continue;
 		}
-		sn_run_privatize(r);
+		/* one thread: nobody else stores meanwhile */
+		sn_pages_move(r->va, r->len, -1, true);
 	}
 	sn_nruns = 0;
 	if (sn_g.alive_fd > 0)
@@ -106,24 +90,11 @@ static uint64_t sn_run_next_start(uint64_t va)
 	return best;
 }
 
-/* Whole pages: other objects' bytes, freed or being written by other threads,
- * are copied as they are, so neither ASan nor TSan may look. */
-__attribute__((no_sanitize("address", "thread"))) static void
-sn_copy_pages(void *dst, const void *src, size_t len)
-{
-	const volatile uint64_t *s = src;
-	uint64_t *d = dst;
-
-	for (size_t i = 0; i < len / 8; i++)
-		d[i] = s[i];
-}
-
 static struct sn_run *sn_run_new(uint64_t va, uint64_t len)
 {
 	char name[96], p[512];
 	struct sn_run *r;
-	int fd;
-	void *m;
+	int fd, err;
 
 	if (sn_nruns == sn_runs_cap) {
 		int cap = sn_runs_cap ? sn_runs_cap * 2 : 64;
@@ -156,11 +127,8 @@ static struct sn_run *sn_run_new(uint64_t va, uint64_t len)
 		goto fail;
 	if ((errno = posix_fallocate(fd, 0, (off_t)len)) != 0)
 		goto fail_fd; /* ENOSPC on a full fabric: the registration fails */
-	/* copy what the process has there now (whole pages: more than the
-	 * caller's buffer, so a sanitizer must not look) */
 	{
 		unsigned char *vec = malloc(len / 4096 + 1);
-		void *tmp;
 		int bad;
 
 		if (!vec)
@@ -171,15 +139,14 @@ static struct sn_run *sn_run_new(uint64_t va, uint64_t len)
 			errno = EFAULT;
 			goto fail_fd;
 		}
-		tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		if (tmp == MAP_FAILED)
-			goto fail_fd;
-		sn_copy_pages(tmp, (const void *)va, len);
-		munmap(tmp, len);
 	}
-	m = mmap((void *)va, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
-	if (m == MAP_FAILED)
+	/* what the process has there now, and what other threads store there
+	 * meanwhile, into the file (whole pages: more than the caller's buffer) */
+	err = sn_pages_move(va, len, fd, false);
+	if (err) {
+		errno = -err;
 		goto fail_fd;
+	}
 	close(fd);
 done:
 	r->va = va;
@@ -209,7 +176,7 @@ static void sn_run_put(struct sn_run *r)
 	 * heap in both). */
 	snprintf(name, sizeof(name), "m-%s-%u", sn_g.procid, r->file_id);
 	if (r->src.kind == SN_MEM_FABRIC) {
-		sn_run_privatize(r);
+		sn_pages_move(r->va, r->len, -1, false);
 		sn_unlink(name);
 	}
 	sn_mem_release(&r->src);
