@@ -56,8 +56,10 @@ PY
 }
 
 echo "== error completion: the window cut 10 ms before it, resources carried"
+# 200000 iterations before the error: 40000 took under 10 ms on a quiet
+# machine (a clean clone's run), and then there was nothing older to cut
 RBTRACE_FLIGHT=8M RBTRACE_FLUSH_MS=2 RBTRACE_FLIGHT_BEFORE_MS=10 RBTRACE_FLIGHT_AFTER_MS=10 \
-	run "$tmp/err.rbt" "$PROG" error 40000 >/dev/null
+	run "$tmp/err.rbt" "$PROG" error 200000 >/dev/null
 [ -f "$tmp/err-snap1.rbt" ] || fail "no snapshot on the error completion"
 [ ! -f "$tmp/err-snap2.rbt" ] || fail "the rate limit let a second snapshot through"
 trigger "$tmp/err-snap1.rbt" error_completion
