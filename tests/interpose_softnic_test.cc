@@ -18,9 +18,13 @@ namespace
 
 int next_port()
 {
-	// Not from the pid alone: sandboxed runs of this test in parallel
-	// (--runs_per_test) each have their own pid namespace, hence the same pid.
-	static int base = 30000 + (int)((getpid() * 7 + std::random_device{}()) % 9000);
+	// Below the kernel's ephemeral range (32768 and up by default): a port
+	// there can be held by any other test's outgoing connection. Not from the
+	// pid alone: sandboxed runs of this test in parallel (--runs_per_test) each
+	// have their own pid namespace, hence the same pid.
+	static int base = 20000 + (int)((getpid() * 7 + std::random_device{}()) % 12000);
+	if (base >= 32700)
+		base = 20000;
 	return base++;
 }
 
@@ -35,9 +39,6 @@ pair_result record_pair(const std::string &tag, const std::string &server,
 			const std::string &client, const std::string &env = "")
 {
 	std::string d = tmpdir(tag);
-	int port = next_port();
-	char hexport[16];
-	snprintf(hexport, sizeof(hexport), ":%04X", port);
 	std::string asan = asan_runtime_for(runfile("interpose/librbtrace.so"));
 	std::string rec = env +
 			  (asan.empty() ? "" : " " + asan_env() + "LD_PRELOAD=" + asan) +
@@ -45,19 +46,29 @@ pair_result record_pair(const std::string &tag, const std::string &server,
 			  "/fab RBTRACE_LIB=" + runfile("interpose/librbtrace.so") +
 			  " RBTRACE_SOFTNIC_DIR=" + runfile("softnic") + " " +
 			  runfile("cli/rbtrace") + " record --softnic ";
-	std::string p = " -p " + std::to_string(port) + " ";
-	std::string cmd =
-		rec + "-o " + d + "/s.rbt -- " + server + p + " >" + d +
-		"/s.out 2>&1 & spid=$!; for i in $(seq 200); do grep -qiE \"" +
-		std::string(hexport) +
-		" [0-9A-F]+:0000 0A\" /proc/net/tcp /proc/net/tcp6 && break; sleep 0.05; "
-		"done; " +
-		rec + "-o " + d + "/c.rbt -- " + client + p + " localhost >" + d +
-		"/c.out 2>&1; c=$?; wait $spid; s=$?; echo $c $s";
 	pair_result r;
-	r.both = run(cmd, 120);
-	r.server_out = slurp(d + "/s.out");
-	r.client_out = slurp(d + "/c.out");
+	// Someone else may hold the port between our pick and the server's bind
+	// ("Couldn't listen"): take another one, a few times.
+	for (int attempt = 0; attempt < 4; attempt++) {
+		int port = next_port();
+		char hexport[16];
+		snprintf(hexport, sizeof(hexport), ":%04X", port);
+		std::string p = " -p " + std::to_string(port) + " ";
+		std::string cmd =
+			"rm -rf " + d + "/fab; " + rec + "-o " + d + "/s.rbt -- " +
+			server + p + " >" + d +
+			"/s.out 2>&1 & spid=$!; for i in $(seq 200); do grep -qiE \"" +
+			std::string(hexport) +
+			" [0-9A-F]+:0000 0A\" /proc/net/tcp /proc/net/tcp6 && break; "
+			"kill -0 $spid 2>/dev/null || break; sleep 0.05; done; " +
+			rec + "-o " + d + "/c.rbt -- " + client + p + " localhost >" + d +
+			"/c.out 2>&1; c=$?; wait $spid; s=$?; echo $c $s";
+		r.both = run(cmd, 120);
+		r.server_out = slurp(d + "/s.out");
+		r.client_out = slurp(d + "/c.out");
+		if (r.server_out.find("Couldn't listen") == std::string::npos)
+			break;
+	}
 	r.s = summarize(d + "/s.rbt");
 	r.c = summarize(d + "/c.rbt");
 	// A healthy pair: the report finds no stall (issue 16's finding must not fire
