@@ -21,10 +21,15 @@
  *  - same host: one CLOCK_MONOTONIC, compared directly. Traces of different
  *    hosts have no common clock the replay can trust to a bound smaller than
  *    such gaps: those candidates are counted as ambiguous and not inferred.
- * Enforcement holds on real hardware: every replayed WRITE of 8 bytes or more
- * carries a tag in the last 8 bytes of its payload (the writer's key and the
- * WRITE's ordinal on its QP; the rest of the recorded payload is unchanged),
- * and before P the waiting thread reads the destination bytes in its own
+ * Enforcement holds on real hardware: every replayed WRITE whose first SGE
+ * has 8 bytes or more carries a tag in the first 8 bytes of its payload (the
+ * writer's key and the WRITE's ordinal on its QP; the rest of the recorded
+ * payload is unchanged). At the start, not the end: a program that reuses a
+ * slot (HERD's request window) writes it again from the same address with
+ * another length (a GET, then a PUT), and that later WRITE must put its tag
+ * where the earlier one's was, or a waiter that comes late finds the earlier
+ * tag overwritten by payload and never its own. Before P the waiting thread
+ * reads the destination bytes in its own
  * replayed MR until a tag of that writer with at least that ordinal is there
  * (a QP's WRITEs land in order), bounded like a poll: a timeout is counted
  * as a broken dependency and a divergence, never a hang.
@@ -283,7 +288,7 @@ static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws)
 				for (uint32_t g = 0; g < r->n_sges; g++)
 					len += r->sges[g].length;
 				if (rp_is_write(r->opcode) && len >= 8 &&
-				    r->sges[r->n_sges - 1].length >= 8) {
+				    r->sges[0].length >= 8) {
 					if (!RP_GROW(ws->v, ws->n, ws->cap)) {
 						rc = -ENOMEM;
 						break;
@@ -383,7 +388,7 @@ static uint8_t *rp_deps_target(struct rp_side *b, const struct rp_write *w)
 
 		if (r->rkey == w->rkey && r->buf && w->raddr >= r->iova &&
 		    w->raddr - r->iova + w->len <= r->length)
-			return r->buf + (w->raddr - r->iova) + w->len - 8;
+			return r->buf + (w->raddr - r->iova);
 	}
 	return NULL;
 }
@@ -523,7 +528,15 @@ static int rp_deps_lane(struct rp_side *b, struct rp_lane *L, const struct rp_wr
 		/* one wait per destination and writer: its latest WRITE there */
 		for (int p = 0; p < npend; p++) {
 			const struct rp_write *w = &cand[pend[p]];
-			uint64_t land = w->t_done < t ? w->t_done : t;
+			/* when it landed, for --timing=deps' think time: by its
+			 * completion if that was polled before P, else (an
+			 * unsignaled WRITE: HERD's requests) the recording cannot
+			 * tell, and a poller finds a WRITE as soon as it lands:
+			 * its post. Taking P's own time there would drop the
+			 * program's whole wait (a server thread still starting
+			 * up) and run that thread ahead of its peers that keep
+			 * their schedule. */
+			uint64_t land = w->t_done < t ? w->t_done : w->t_post;
 
 			if (b->hdr.clock_source == RBT_CLOCK_TSC)
 				land = rp_abs_ns(b, land);
@@ -663,7 +676,7 @@ int rp_deps_setup(struct rp_job *j)
 	struct rp_writes ws = j->writes;
 	int rc = 0;
 
-	/* the source of each tag: the last 8 bytes of the WRITE's payload */
+	/* the source of each tag: the first 8 bytes of the WRITE's payload */
 	for (int k = 0; k < ws.n && !rc; k++) {
 		struct rp_side *s;
 		struct rp_step *st;
@@ -680,7 +693,7 @@ int rp_deps_setup(struct rp_job *j)
 			continue;
 		}
 		o = &st->swr[ws.v[k].wr];
-		g = &o->sg_list[o->num_sge - 1];
+		g = &o->sg_list[0];
 
 		if (!st->dx->tag_at) {
 			st->dx->tag_at = rp_alloc(s, st->nwr * sizeof(*st->dx->tag_at));
@@ -688,8 +701,7 @@ int rp_deps_setup(struct rp_job *j)
 				rc = -ENOMEM;
 		}
 		if (!rc)
-			st->dx->tag_at[ws.v[k].wr] =
-				(uint8_t *)(uintptr_t)(g->addr + g->length - 8);
+			st->dx->tag_at[ws.v[k].wr] = (uint8_t *)(uintptr_t)g->addr;
 	}
 	for (int b = 0; b < j->nside && !rc; b++) {
 		struct rp_side *B = &j->side[b];
@@ -785,10 +797,16 @@ uint64_t rp_deps_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, i
 
 					memcpy(&v, st->dx->deps[d].at, 8);
 					fprintf(j->log,
-						"%s: step %d: waited for tag %016llx, "
-						"found %016llx\n",
+						"%s: step %d (thread %u, recorded at "
+						"%.6f s): waited for tag %016llx "
+						"(wait %u of %u), found %016llx\n",
 						L->s->path, rp_step_no(L->s, i),
+						L->stream,
+						(double)(st->rec_ns -
+							 L->s->rec_epoch_ns) /
+							1e9,
 						(unsigned long long)st->dx->deps[d].tag,
+						d + 1, st->dx->ndeps,
 						(unsigned long long)v);
 				}
 				rp_diverge(j,

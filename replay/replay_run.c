@@ -340,8 +340,13 @@ static int rp_poll_fitting(struct rp_side *s, struct rp_step *st,
 	}
 }
 
-/* 1 when the side must stop (what the poll got so far is kept). */
-static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i)
+/* 1 when the side must stop (what the poll got so far is kept). gap_ns: in
+ * deps timing, how long the program went, in the recording, from its last
+ * wait (anchor) to this poll's return - the producer of what it waits for
+ * may keep think time (or the start's schedule) that long, so the poll may
+ * wait that much longer than --poll-timeout before it diverges. */
+static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i,
+			uint64_t gap_ns)
 {
 	struct rp_side *s = L->s;
 	const struct rbt_ev_poll_cq *p = &st->ev->u.poll_cq;
@@ -359,6 +364,8 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 
 	if (tmo > (uint64_t)j->poll_timeout_ms * 1000000ull)
 		tmo = (uint64_t)j->poll_timeout_ms * 1000000ull;
+	if (L->timeouts == 0)
+		tmo += gap_ns;
 	st->t_issue = rp_now_ns();
 	tmo = rp_wait_limit(j, L, tmo);
 	if (!tmo)
@@ -411,6 +418,15 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 			if (now > give_up) {
 				L->timeouts++;
 				rp_wasted(j, L, st->t_issue);
+				if (getenv("RBTRACE_REPLAY_DEBUG"))
+					fprintf(j->log,
+						"%s: step %d (thread %u, recorded at "
+						"%.6f s, "
+						"began at %.6f s): a poll of CQ %d\n",
+						s->path, rp_step_no(s, i), L->stream,
+						(double)(st->rec_ns - j->rec_epoch) / 1e9,
+						(double)(st->t_issue - j->t0) / 1e9,
+						(int)(st->cq - s->cq));
 				rp_diverge(j,
 					   "%s: step %d: expected %u completions, got %u "
 					   "(waited %llu ms)",
@@ -695,9 +711,15 @@ static int rp_run_deps(struct rp_job *j, struct rp_lane *L, struct rp_step *st, 
 		L->timeouts++;
 		rp_wasted(j, L, t0);
 	}
-	if (j->o->timing == RBT_REPLAY_DEPS && st->dx->dep_land_ns > *anchor_rec) {
+	/* Only a wait tells when the WRITE landed here. One that was there
+	 * already landed at some unknown time before: the lane's own schedule
+	 * (its last poll, or the start) was what held it, and stays its anchor -
+	 * "now" would add the think time again from a moment it did not wait
+	 * for (a server thread that started late would fall further behind). */
+	if (j->o->timing == RBT_REPLAY_DEPS && landed &&
+	    st->dx->dep_land_ns > *anchor_rec) {
 		*anchor_rec = st->dx->dep_land_ns;
-		*anchor_rep = landed ? landed : rp_now_ns();
+		*anchor_rep = landed;
 	}
 	return 0;
 }
@@ -803,6 +825,7 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 	/* --timing=deps: the replayed and recorded times of the last wait */
 	uint64_t anchor[2] = { j->t0, j->same_clock ? j->rec_epoch : s->rec_epoch_ns };
 	int n = L->idx ? L->n : L->to - L->from, cur = -1;
+	const int o_deps = j->o->timing == RBT_REPLAY_DEPS;
 
 	if (L->anchored) /* streamed: where its window before left it */
 		memcpy(anchor, L->anchor, sizeof(anchor));
@@ -882,7 +905,10 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			rp_step_recv(st, e->type == RBT_EV_POST_SRQ_RECV);
 			break;
 		case RBT_EV_POLL_CQ:
-			if (rp_step_poll(j, L, st, i))
+			if (rp_step_poll(j, L, st, i,
+					 o_deps && st->rec_exit_ns > anchor[1]
+						 ? st->rec_exit_ns - anchor[1]
+						 : 0))
 				goto stop;
 			anchor[0] = st->t_exit;
 			anchor[1] = st->rec_exit_ns;

@@ -197,6 +197,47 @@ for s in rep["sides"]:
 PY
 done
 
+echo "== herd's workers: a server thread that answers late, another that starts later"
+# replay_herd late: thread A answers its first request 1.5 s after it landed
+# (unsignaled WRITEs: the recording cannot tell when they landed), thread B
+# sets its device and QP up only at 2.3 s, GETs and PUTs of two lengths in one
+# slot. In deps timing A keeps its wait (from the WRITE's post), and B, whose
+# first steps keep their schedule, still answers inside the client's poll: a
+# replay that took A's answer for immediate left the client waiting for B
+# longer than --poll-timeout. Streamed in windows of 100 steps too.
+mkdir -p "$tmp/late"
+timeout 60 "$RBTRACE" record --softnic -o "$tmp/ls.rbt" -- \
+	"$HERD" late "$tmp/late" 300 1500 2300 >"$tmp/ls.log" 2>&1 &
+lsp=$!
+pids+=("$lsp")
+timeout 60 "$RBTRACE" record --softnic -o "$tmp/lc.rbt" -- \
+	"$HERD" lateclient "$tmp/late" 300 >"$tmp/lc.log" 2>&1 ||
+	{ cat "$tmp"/l[sc].log; fail "the late client"; }
+wait "$lsp" || { cat "$tmp"/l[sc].log; fail "the late server"; }
+grep -q "client 0: 300 of 300 answers correct" "$tmp/lc.log" || fail "the late client's answers"
+for t in ls lc; do "$RBTRACE" dump --json "$tmp/$t.rbt" >"$tmp/$t.dump"; done
+for run in deps:0 asap:0 deps:100; do
+	timing=${run%:*}
+	win=${run#*:}
+	RBTRACE_REPLAY_WINDOW=$win timeout 120 "$RBTRACE" replay --softnic --json --timing=$timing \
+		--poll-timeout 1000 "$tmp/ls.rbt" "$tmp/lc.rbt" >"$tmp/late-$run.json" 2>"$tmp/late-$run.err" ||
+		{ cat "$tmp/late-$run.json" "$tmp/late-$run.err"; fail "late workers, $timing, window $win"; }
+	python3 - "$tmp/late-$run.json" "$timing" "$tmp/ls.dump" "$tmp/lc.dump" <<'PY'
+import json, sys
+rep = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+wcs = [w for p in sys.argv[3:] for l in open(p) for e in [json.loads(l)]
+       if e.get("type") == "poll_cq" for w in e.get("wcs", [])]
+c = rep["completions"]
+assert rep["divergences"] == [], rep["divergences"]
+assert c["matched"] == c["expected"] == len(wcs) > 0, (c, len(wcs))
+srv = [s for s in rep["sides"] if s["trace"].endswith("ls.rbt")][0]["memory_deps"]
+assert srv["inferred"] >= 300 and srv["kept"] == srv["inferred"], srv
+if sys.argv[2] == "deps":
+    # A's 1.5 s and B's start are kept: the replay is as long as the recording
+    assert rep["wall_ns"] > 0.8 * rep["recorded_wall_ns"], (rep["wall_ns"], rep["recorded_wall_ns"])
+PY
+done
+
 echo "== the text report names the dependencies"
 timeout 120 "$RBTRACE" replay --softnic --timing=asap "$tmp/srv.rbt" "$tmp/c0.rbt" "$tmp/c1.rbt" \
 	>"$tmp/one.txt" 2>&1 || { cat "$tmp/one.txt"; fail "text report"; }
