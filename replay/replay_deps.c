@@ -300,6 +300,7 @@ static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws)
 						.step = i,
 						.wr = (int)w,
 						.rec_dest = st->qp->rec_dest_qpn,
+						.qp = st->qp,
 						.rkey = (uint32_t)r->rkey,
 						.key = rp_deps_key(
 							s, (uint32_t)st->qp->rec.qp_num),
@@ -551,6 +552,10 @@ static int rp_deps_lane(struct rp_side *b, struct rp_lane *L, const struct rp_wr
 			st->dx->deps[d].at = at[pend[p]];
 			st->dx->deps[d].tag = (uint64_t)w->key << 32 | w->ord;
 			st->dx->deps[d].in_flight = w->t_done > t;
+			st->dx->deps[d].wqp = w->qp;
+			st->dx->deps[d].post_ns = b->hdr.clock_source == RBT_CLOCK_TSC
+							  ? rp_abs_ns(b, w->t_post)
+							  : w->t_post;
 			if (land > st->dx->dep_land_ns)
 				st->dx->dep_land_ns = land;
 		}
@@ -700,6 +705,11 @@ int rp_deps_setup(struct rp_job *j)
 			if (!st->dx->tag_at)
 				rc = -ENOMEM;
 		}
+		if (!rc && !st->qp->wpost) { /* kept across windows: not the arena */
+			st->qp->wpost = calloc(1, sizeof(*st->qp->wpost));
+			if (!st->qp->wpost)
+				rc = -ENOMEM;
+		}
 		if (!rc)
 			st->dx->tag_at[ws.v[k].wr] = (uint8_t *)(uintptr_t)g->addr;
 	}
@@ -749,12 +759,50 @@ int rp_deps_setup(struct rp_job *j)
 	return rc;
 }
 
-/* Before the post: the tags of this post's WRITEs into their sources. */
+/* Before the post: the tags of this post's WRITEs into their sources, and
+ * when they were posted (for the waiters' think time in deps timing). */
 void rp_deps_tag(struct rp_step *st)
 {
+	struct rp_wpost *wp = st->qp->wpost;
+	uint64_t now = wp ? rp_now_ns() : 0;
+
 	for (uint32_t w = 0; w < st->nwr; w++)
-		if (st->dx->tags[w] && st->dx->tag_at[w])
+		if (st->dx->tags[w] && st->dx->tag_at[w]) {
+			uint32_t ord = (uint32_t)st->dx->tags[w];
+
 			memcpy(st->dx->tag_at[w], &st->dx->tags[w], 8);
+			if (wp) {
+				__atomic_store_n(&wp->ns[ord % RP_WPOST], now,
+						 __ATOMIC_RELAXED);
+				__atomic_store_n(&wp->ord[ord % RP_WPOST], ord,
+						 __ATOMIC_RELEASE);
+			}
+		}
+}
+
+/* For --timing=deps, after the waits: the latest of the post's WRITEs by
+ * recorded post time whose replayed post this process saw (the writer is a
+ * side of this replayer and its post is still in the QP's ring): 1 with the
+ * recorded and replayed post times, 0 when none is known. */
+int rp_deps_posted(const struct rp_step *st, uint64_t *rec_ns, uint64_t *rep_ns)
+{
+	const struct rp_dep *best = NULL;
+
+	for (uint32_t d = 0; d < st->dx->ndeps; d++) {
+		const struct rp_dep *x = &st->dx->deps[d];
+
+		if (x->wqp && x->wqp->wpost && (!best || x->post_ns > best->post_ns))
+			best = x;
+	}
+	if (!best)
+		return 0;
+	uint32_t ord = (uint32_t)best->tag, k = ord % RP_WPOST;
+
+	if (__atomic_load_n(&best->wqp->wpost->ord[k], __ATOMIC_ACQUIRE) != ord)
+		return 0;
+	*rec_ns = best->post_ns;
+	*rep_ns = __atomic_load_n(&best->wqp->wpost->ns[k], __ATOMIC_RELAXED);
+	return *rep_ns != 0;
 }
 
 static int rp_dep_landed(const struct rp_dep *d)

@@ -181,6 +181,7 @@ struct rp_qp {
 	uint32_t nrecv_ts;
 	uint32_t recv_base; /* streamed: the receives of the windows before */
 	uint64_t recv_posted;
+	struct rp_wpost *wpost; /* its tagged WRITEs' replayed posts, if any */
 	/* ERR waits (replay_run.c): this QP's peer in this process and how many
 	 * of the peer's sends succeeded in the recording (each was taken by this
 	 * QP before its move to ERR); a peer's successful sends polled so far */
@@ -208,6 +209,16 @@ struct rp_dep {
 	const uint8_t *at;
 	uint64_t tag;	    /* writer key << 32 | ordinal */
 	uint32_t in_flight; /* its completion was polled after the post */
+	struct rp_qp *wqp;  /* the writer's QP in this process, NULL: a peer's */
+	uint64_t post_ns;   /* the WRITE's recorded post, absolute ns */
+};
+
+/* When a QP's latest tagged WRITEs were posted on the replay (by ordinal
+ * modulo RP_WPOST): --timing=deps counts a waiter's think time from there. */
+#define RP_WPOST 128
+struct rp_wpost {
+	uint32_t ord[RP_WPOST];
+	uint64_t ns[RP_WPOST];
 };
 
 /* A post's memory dependencies (replay_deps.c): the WRITEs it carries that
@@ -435,8 +446,9 @@ struct rp_write {
 	uint32_t stream; /* the recorded thread that posted it (local only) */
 	uint32_t rec_dest, rkey, key, ord;
 	uint64_t raddr, len, t_post, t_done;
-	uint8_t *at;  /* while inferring: where it lands in the waiting side's view */
-	uint64_t gid; /* its number among its side's WRITEs (streamed: all windows) */
+	uint8_t *at;	  /* while inferring: where it lands in the waiting side's view */
+	struct rp_qp *qp; /* the writer's QP (local only) */
+	uint64_t gid;	  /* its number among its side's WRITEs (streamed: all windows) */
 };
 
 struct rp_writes {
@@ -754,6 +766,7 @@ void rp_side_cut(struct rp_side *s);
 int rp_deps_collect(struct rp_job *j);
 int rp_deps_setup(struct rp_job *j);
 void rp_deps_tag(struct rp_step *st);
+int rp_deps_posted(const struct rp_step *st, uint64_t *rec_ns, uint64_t *rep_ns);
 uint64_t rp_deps_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i,
 		      uint64_t lim_ns, int *timed_out);
 /* Streamed: a WRITE seen by the first reading; the carry's memory. */

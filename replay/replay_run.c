@@ -711,15 +711,25 @@ static int rp_run_deps(struct rp_job *j, struct rp_lane *L, struct rp_step *st, 
 		L->timeouts++;
 		rp_wasted(j, L, t0);
 	}
-	/* Only a wait tells when the WRITE landed here. One that was there
-	 * already landed at some unknown time before: the lane's own schedule
-	 * (its last poll, or the start) was what held it, and stays its anchor -
-	 * "now" would add the think time again from a moment it did not wait
-	 * for (a server thread that started late would fall further behind). */
-	if (j->o->timing == RBT_REPLAY_DEPS && landed &&
-	    st->dx->dep_land_ns > *anchor_rec) {
-		*anchor_rec = st->dx->dep_land_ns;
-		*anchor_rep = landed;
+	/* The think time counts from the latest WRITE's replayed post when this
+	 * process saw it (the recorded gap from its post to P then takes the
+	 * place of the replayed flight, not added to it), else from its landing
+	 * if the lane had to wait for it. One that was there already landed at
+	 * some unknown time before: the lane's own schedule (its last poll, or
+	 * the start) was what held it, and stays its anchor - "now" would add
+	 * the think time again from a moment it did not wait for. */
+	if (j->o->timing == RBT_REPLAY_DEPS) {
+		uint64_t rec, rep;
+
+		if (rp_deps_posted(st, &rec, &rep)) {
+			if (rec > *anchor_rec) {
+				*anchor_rec = rec;
+				*anchor_rep = rep;
+			}
+		} else if (landed && st->dx->dep_land_ns > *anchor_rec) {
+			*anchor_rec = st->dx->dep_land_ns;
+			*anchor_rep = landed;
+		}
 	}
 	return 0;
 }

@@ -202,6 +202,7 @@ void rp_side_free(struct rp_side *s)
 		}
 		free(s->qp[i].send_ids.v);
 		free(s->qp[i].recv_ids.v);
+		free(s->qp[i].wpost);
 	}
 	for (int i = 0; i < s->nstep; i++)
 		free(s->step[i].wcs);
