@@ -143,11 +143,11 @@ rec() {
 	scmd=${scmd//@P/$port}
 	ccmd=${ccmd//@P/$port}
 	name=$mode.$name
-	SOFTNIC_CM_EVENTS=$tmp/$name.srv.cmev timeout 60 "$R" record --softnic=$mode \
+	SOFTNIC_CM_EVENTS=$tmp/$name.srv.cmev timeout -k 10 60 "$R" record --softnic=$mode \
 		-o "$tmp/$name.srv.rbt" -- $scmd >"$tmp/$name.srv.out" 2>&1 &
 	spid=$!
 	wait_listen "${lport:-$port}" || fail "$name: the server never listened"
-	SOFTNIC_CM_EVENTS=$tmp/$name.cli.cmev timeout 60 "$R" record --softnic=$mode \
+	SOFTNIC_CM_EVENTS=$tmp/$name.cli.cmev timeout -k 10 60 "$R" record --softnic=$mode \
 		-o "$tmp/$name.cli.rbt" -- $ccmd >"$tmp/$name.cli.out" 2>&1
 	crc=$?
 	if [ "${killsrv:-}" ]; then
@@ -182,14 +182,14 @@ rec_mckey() {
 	local name=$mode.mckey group=$1 i rpid rrc src
 	[ -z "${only:-}" ] || [[ mckey =~ $only ]] || return 0
 	rm -f "$SOFTNIC_FABRIC"/mc-*
-	SOFTNIC_CM_EVENTS=$tmp/$name.srv.cmev timeout 60 "$R" record --softnic=$mode \
+	SOFTNIC_CM_EVENTS=$tmp/$name.srv.cmev timeout -k 10 60 "$R" record --softnic=$mode \
 		-o "$tmp/$name.srv.rbt" -- mckey -m "$group" -b 127.0.0.1 >"$tmp/$name.srv.out" 2>&1 &
 	rpid=$!
 	for i in $(seq 1 200); do
 		ls "$SOFTNIC_FABRIC"/mc-* >/dev/null 2>&1 && grep -q "^receiving" "$tmp/$name.srv.out" && break
 		sleep 0.05
 	done
-	SOFTNIC_CM_EVENTS=$tmp/$name.cli.cmev timeout 60 "$R" record --softnic=$mode \
+	SOFTNIC_CM_EVENTS=$tmp/$name.cli.cmev timeout -k 10 60 "$R" record --softnic=$mode \
 		-o "$tmp/$name.cli.rbt" -- mckey -m "$group" -s -b 127.0.0.1 >"$tmp/$name.cli.out" 2>&1
 	src=$?
 	wait $rpid
@@ -273,7 +273,7 @@ done
 	qperr:cm_connect_error unacked:cm_event_not_acked; do
 	c=${p%%:*} code=${p##*:}
 	mkdir -p "$tmp/f_$c"
-	SOFTNIC_CM_TIMEOUT_MS=500 timeout 60 "$R" record --softnic -o "$tmp/f_$c/" -- "$F" "$c" \
+	SOFTNIC_CM_TIMEOUT_MS=500 timeout -k 10 60 "$R" record --softnic -o "$tmp/f_$c/" -- "$F" "$c" \
 		>"$tmp/f_$c.out" 2>&1
 	grep -q "^ok *$c:" "$tmp/f_$c.out" || { fail "cm_failures $c: $(grep "$c" "$tmp/f_$c.out")"; continue; }
 	# the passive side's process may leave an empty trace (it is killed)
