@@ -403,6 +403,9 @@ struct rp_side {
 	/* arena for copied arrays */
 	void **allocs;
 	size_t nallocs, capallocs;
+	/* rp_alloc's chunk being handed out (bump_left bytes from bump) */
+	char *bump;
+	size_t bump_left;
 	/* streamed (replay_stream.c): the window's reader and what the run of
 	 * the windows so far added up; NULL: the whole timeline is in step[] */
 	struct rp_stream *sm;
@@ -539,6 +542,9 @@ struct rp_loading {
 	const struct rbt_event *cur_poll;
 	int cur_cq;
 	uint32_t wc_next;
+	/* the event being fed when it is a copy the feeder would free: the
+	 * step made of it takes it (NULL once taken) */
+	struct rbt_event *owned;
 	int err; /* from a model callback: -ENOMEM */
 	/* a send, a poll that returned completions or a completion-event wait
 	 * was read: MR events from now on are steps (before it they fall in the
@@ -559,6 +565,14 @@ struct rp_loading {
 /* replay_side.c: the side's tables */
 int rp_keep(struct rp_side *s, void *p);
 void *rp_alloc(struct rp_side *s, size_t n);
+/* A streamed window's part of the arena: what is kept from the mark on is
+ * given back by rp_arena_release. */
+size_t rp_arena_mark(struct rp_side *s);
+void rp_arena_release(struct rp_side *s, size_t mark);
+/* Sorts an array that is nearly in order already (a few elements out of
+ * place) cheaply, any other in qsort's time. */
+void rp_sort_nearly(void *base, size_t n, size_t size,
+		    int (*cmp)(const void *, const void *));
 void rp_side_free(struct rp_side *s);
 uint64_t rp_abs_ns(const struct rp_side *s, uint64_t ticks);
 /* The host's clock, on which events of traces of one host are compared: the
@@ -645,14 +659,13 @@ struct rp_stream {
 	struct rp_deps_carry *dc;
 	/* the second reading (replay_load.c) */
 	struct rp_loading *ld;
-	struct rbt_reader *r;
 	struct rbt_model *model;
 	const struct rbt_model_trace *mtrace;
-	void *ro; /* the time-order window (struct rp_reorder) */
-	int eof, model_done;
-	/* the end of the window read last, and the events read after it that
-	 * lay before it (replayed in the next window) */
-	uint64_t lim_read, late_events;
+	struct rp_ahead *ahead; /* its reader, one window ahead of the run */
+	int model_done;
+	/* the events read after the window of their time was read (replayed
+	 * in the next window) */
+	uint64_t late_events;
 	int host_cut;	  /* windows end on the host's clock, not in ns */
 	size_t mark_next; /* planning: the next mark not yet in a window */
 	/* the run so far: steps before this window; each recorded thread's
@@ -689,11 +702,14 @@ static inline int rp_step_no(const struct rp_side *s, int i)
 uint64_t rp_steps_of(const struct rp_side *s);
 uint64_t rp_stop_of(const struct rp_side *s);
 uint64_t rp_timed_of(const struct rp_side *s);
-/* replay_load.c: the second reading, up to recorded time lim_ns (abs ns, or
- * the host's clock: rp_stream.host_cut);
- * 1 when the trace has more, 0 at its end, or a negative errno. */
-int rp_again_open(struct rp_job *j, struct rp_side *s);
-int rp_again_load(struct rp_job *j, struct rp_side *s, uint64_t lim_ns);
+/* replay_load.c: the second reading, window by window: window w up to
+ * recorded time lim[w] (abs ns, or the host's clock: rp_stream.host_cut;
+ * UINT64_MAX: the rest). rp_again_load reads the next window: 1 when the
+ * trace has more, 0 at its end, or a negative errno. */
+int rp_again_open(struct rp_job *j, struct rp_side *s, const uint64_t *lim, size_t nlim);
+int rp_again_load(struct rp_job *j, struct rp_side *s);
+/* A retired window's part of the arena (from mark on) given back. */
+void rp_again_discard(struct rp_side *s, size_t mark);
 void rp_again_close(struct rp_side *s);
 /* replay_timeline.c, replay_join.c: the window's steps in order and wired */
 void rp_timeline_window(struct rp_side *s);

@@ -229,8 +229,8 @@ static void rp_join_sort(struct rp_qp *q)
 {
 	for (int d = 0; d < 2; d++)
 		if (q->rec_wc[d].n > 1)
-			qsort(q->rec_wc[d].v, q->rec_wc[d].n, sizeof(*q->rec_wc[d].v),
-			      rp_wcrec_cmp);
+			rp_sort_nearly(q->rec_wc[d].v, q->rec_wc[d].n,
+				       sizeof(*q->rec_wc[d].v), rp_wcrec_cmp);
 }
 
 /* What the recording says about a QP at its end: the state the device reported

@@ -12,6 +12,8 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -440,6 +442,20 @@ static int rp_load_event(struct rp_loading *ld, const struct rbt_event *ev)
 	return rp_loaders[ev->type](ld, ev);
 }
 
+/* An event of the time-order window, ours to free: a step takes it as its
+ * own copy (rp_timeline_add) instead of copying it again. */
+static int rp_load_owned(struct rp_loading *ld, struct rbt_event *ev)
+{
+	int rc;
+
+	ld->owned = ev;
+	rc = rp_load_event(ld, ev);
+	if (ld->owned)
+		free(ev);
+	ld->owned = NULL;
+	return rc;
+}
+
 static int rp_load_model(struct rp_loading *ld, const struct rbt_header *hdr)
 {
 	const struct rbt_model_opts mo = { .ops = &rp_join_ops, .arg = ld };
@@ -471,13 +487,25 @@ struct rp_held {
 	struct rbt_event *ev;
 };
 
+/* One stream's events held, in its own order (a ring). */
+struct rp_fifo { /* cap: a power of two */
+	struct rp_held *v;
+	size_t head, n, cap;
+	uint32_t stream;
+	uint64_t last; /* the key of its latest event */
+	int at;	       /* its place in the heap of streams, -1 when empty */
+};
+
+/* Each stream's events are in time order in the file already (a chunk is one
+ * thread's, written in its order): held per stream, they leave by a merge of
+ * the streams' first events - a heap of streams, not of events. */
 struct rp_reorder {
-	struct rp_held *h; /* a min-heap on (key, seq) */
-	size_t n, cap;
+	struct rp_fifo *fifo;
+	int nfifo, capfifo, last_fifo;
+	int *heap; /* the non-empty fifos, a min-heap on their first event */
+	int nheap;
+	size_t n; /* events held */
 	uint64_t seq, newest, window;
-	uint32_t streams[64];
-	uint64_t stream_ts[64];
-	int nstreams;
 	int by_return; /* a streamed window's reading: waits by their return */
 };
 
@@ -500,68 +528,152 @@ static uint64_t rp_order_key(const struct rp_reorder *o, const struct rbt_event 
 	return ev->ts;
 }
 
-static int rp_held_less(const struct rp_held *a, const struct rp_held *b)
+static const struct rp_held *rp_fifo_first(const struct rp_reorder *o, int f)
 {
-	return a->key < b->key || (a->key == b->key && a->seq < b->seq);
+	const struct rp_fifo *q = &o->fifo[f];
+
+	return &q->v[q->head];
 }
 
+/* Whether fifo a's first event leaves before fifo b's: (key, file order). */
+static int rp_fifo_less(const struct rp_reorder *o, int a, int b)
+{
+	const struct rp_held *x = rp_fifo_first(o, a), *y = rp_fifo_first(o, b);
+
+	return x->key < y->key || (x->key == y->key && x->seq < y->seq);
+}
+
+static void rp_heap_set(struct rp_reorder *o, int i, int f)
+{
+	o->heap[i] = f;
+	o->fifo[f].at = i;
+}
+
+static void rp_heap_up(struct rp_reorder *o, int i)
+{
+	int f = o->heap[i];
+
+	for (; i && rp_fifo_less(o, f, o->heap[(i - 1) / 2]); i = (i - 1) / 2)
+		rp_heap_set(o, i, o->heap[(i - 1) / 2]);
+	rp_heap_set(o, i, f);
+}
+
+static void rp_heap_down(struct rp_reorder *o, int i)
+{
+	int f = o->heap[i];
+
+	for (;;) {
+		int c = 2 * i + 1;
+
+		if (c >= o->nheap)
+			break;
+		if (c + 1 < o->nheap && rp_fifo_less(o, o->heap[c + 1], o->heap[c]))
+			c++;
+		if (!rp_fifo_less(o, o->heap[c], f))
+			break;
+		rp_heap_set(o, i, o->heap[c]);
+		i = c;
+	}
+	rp_heap_set(o, i, f);
+}
+
+/* The fifo of a stream, made on its first event; -1 without memory. */
+static int rp_fifo_of(struct rp_reorder *o, uint32_t stream)
+{
+	int f = o->last_fifo;
+
+	if (f < o->nfifo && o->fifo[f].stream == stream)
+		return f;
+	for (f = 0; f < o->nfifo && o->fifo[f].stream != stream; f++)
+		;
+	if (f == o->nfifo) {
+		int cap = o->capfifo;
+
+		if (!RP_GROW(o->fifo, o->nfifo, o->capfifo))
+			return -1;
+		if (cap != o->capfifo) {
+			int *h = realloc(o->heap, (size_t)o->capfifo * sizeof(*h));
+
+			if (!h)
+				return -1;
+			o->heap = h;
+		}
+		o->fifo[f] = (struct rp_fifo){ .stream = stream, .at = -1 };
+		o->nfifo++;
+	}
+	o->last_fifo = f;
+	return f;
+}
+
+/* A copy of ev held until it may leave; 0 or -ENOMEM. */
 static int rp_reorder_push(struct rp_reorder *o, const struct rbt_event *ev)
 {
 	struct rp_held x = { .key = rp_order_key(o, ev), .seq = o->seq++ };
-	int si = 0;
-	size_t i;
+	int f = rp_fifo_of(o, ev->stream);
+	struct rp_fifo *q;
 
+	if (f < 0)
+		return -ENOMEM;
+	q = &o->fifo[f];
 	/* never backwards within a stream (a stack record carries no time) */
-	while (si < o->nstreams && o->streams[si] != ev->stream)
-		si++;
-	if (si == o->nstreams && si < 64) {
-		o->streams[si] = ev->stream;
-		o->stream_ts[si] = 0;
-		o->nstreams++;
-	}
-	if (si < 64) {
-		if (x.key < o->stream_ts[si])
-			x.key = o->stream_ts[si];
-		o->stream_ts[si] = x.key;
-	}
+	if (x.key < q->last)
+		x.key = q->last;
+	q->last = x.key;
 	if (x.key > o->newest)
 		o->newest = x.key;
-	if (!RP_GROW(o->h, o->n, o->cap))
-		return -ENOMEM;
+	if (q->n == q->cap) {
+		size_t cap = q->cap ? 2 * q->cap : 64;
+		struct rp_held *v = malloc(cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		for (size_t k = 0; k < q->n; k++)
+			v[k] = q->v[(q->head + k) & (q->cap - 1)];
+		free(q->v);
+		q->v = v;
+		q->cap = cap;
+		q->head = 0;
+	}
 	if (!(x.ev = rbt_model_event_copy(ev)))
 		return -ENOMEM;
-	for (i = o->n++; i && rp_held_less(&x, &o->h[(i - 1) / 2]); i = (i - 1) / 2)
-		o->h[i] = o->h[(i - 1) / 2];
-	o->h[i] = x;
+	q->v[(q->head + q->n++) & (q->cap - 1)] = x;
+	o->n++;
+	if (q->at < 0) {
+		o->heap[o->nheap] = f;
+		rp_heap_up(o, o->nheap++);
+	}
 	return 0;
+}
+
+/* The earliest event held (NULL: none). */
+static const struct rp_held *rp_reorder_first(const struct rp_reorder *o)
+{
+	return o->nheap ? rp_fifo_first(o, o->heap[0]) : NULL;
 }
 
 /* The earliest event held, if it may leave (all: at the end of the file). */
 static struct rbt_event *rp_reorder_pop(struct rp_reorder *o, int all)
 {
+	const struct rp_held *h = rp_reorder_first(o);
 	struct rbt_event *ev;
-	struct rp_held last;
-	size_t i = 0;
+	struct rp_fifo *q;
 
-	if (!o->n ||
-	    (!all && o->n <= RP_REORDER_MAX && o->h[0].key + o->window > o->newest))
+	if (!h || (!all && o->n <= RP_REORDER_MAX && h->key + o->window > o->newest))
 		return NULL;
-	ev = o->h[0].ev;
-	last = o->h[--o->n];
-	for (;;) {
-		size_t c = 2 * i + 1;
-
-		if (c >= o->n)
-			break;
-		if (c + 1 < o->n && rp_held_less(&o->h[c + 1], &o->h[c]))
-			c++;
-		if (!rp_held_less(&o->h[c], &last))
-			break;
-		o->h[i] = o->h[c];
-		i = c;
+	ev = h->ev;
+	q = &o->fifo[o->heap[0]];
+	q->head = (q->head + 1) & (q->cap - 1);
+	q->n--;
+	o->n--;
+	if (q->n) {
+		rp_heap_down(o, 0);
+		return ev;
 	}
-	if (o->n)
-		o->h[i] = last;
+	q->at = -1;
+	if (--o->nheap) {
+		rp_heap_set(o, 0, o->heap[o->nheap]);
+		rp_heap_down(o, 0);
+	}
 	return ev;
 }
 
@@ -573,8 +685,9 @@ static int rp_reorder_feed(struct rp_loading *ld, struct rp_reorder *o, int all)
 
 	while ((ev = rp_reorder_pop(o, all))) {
 		if (!rc)
-			rc = rp_load_event(ld, ev);
-		free(ev);
+			rc = rp_load_owned(ld, ev);
+		else
+			free(ev);
 	}
 	return rc;
 }
@@ -585,7 +698,10 @@ static void rp_reorder_free(struct rp_reorder *o)
 
 	while ((ev = rp_reorder_pop(o, 1)))
 		free(ev);
-	free(o->h);
+	for (int f = 0; f < o->nfifo; f++)
+		free(o->fifo[f].v);
+	free(o->fifo);
+	free(o->heap);
 }
 
 int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
@@ -623,7 +739,7 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
 	if (rc == 0)
 		rc = rp_reorder_feed(&ld, &ro, 1);
 	if (s->sm)
-		s->sm->nstreams = (uint32_t)ro.nstreams;
+		s->sm->nstreams = (uint32_t)ro.nfifo;
 	rp_reorder_free(&ro);
 	/* rc: 0 at the end, the reader's error, or -ENOMEM */
 	if (rc != -ENOMEM && (rbt_model_finish(s->model) < 0 || ld.err))
@@ -648,102 +764,324 @@ int rp_side_load(struct rp_job *j, struct rp_side *s, const char *path)
  * event: resources are tied to the first reading's entries (the k-th create to
  * the k-th), steps from the start on become the window's, recorded completions
  * go onto the QPs' lists. The side's model is the second reading's while it
- * reads (lookups by handle then mean what they meant at that point). */
-int rp_again_open(struct rp_job *j, struct rp_side *s)
+ * reads (lookups by handle then mean what they meant at that point).
+ *
+ * The reading itself - decoding, copying, the time-order window - is done by a
+ * thread of the side's (rp_ahead), one window ahead of the run: while window N
+ * runs it makes window N+1's events, in the order they leave the time-order
+ * window, and hands them over when the run is done with N. It touches nothing
+ * but its reader, its window and its two batches; the model, the steps and
+ * the side are the run's thread's. Without a thread (it could not be made, or
+ * RBTRACE_REPLAY_READ_AHEAD=0) the run's thread makes each window itself,
+ * when it needs it: the same events in the same order. */
+
+/* One window's events, in the order they leave the time-order window. rc: 1
+ * when the trace has more, 0 at its end, or a negative errno. */
+struct rp_batch {
+	struct rbt_event **ev;
+	size_t n, cap;
+	int rc;
+	uint64_t late; /* late events counted up to this window */
+};
+
+struct rp_ahead {
+	struct rbt_reader *r;
+	struct rp_reorder ro;
+	struct rbt_model_trace clock; /* the header's clock only: its own copy */
+	int host_cut, tsc;
+	uint64_t *lim; /* each window's end (rp_cut_time) */
+	size_t nlim;
+	uint64_t lim_read, late;
+	int eof;
+	struct rp_batch b[2]; /* window w in b[w % 2] */
+	size_t made, taken;   /* windows made; handed to the run and done */
+	int stop, threaded, finished;
+	/* a retired window's memory, freed by the thread while the next runs */
+	void **trash;
+	size_t ntrash, captrash;
+	pthread_t thr;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+};
+
+/* An event's time as windows are cut (replay_stream.c): the host's clock or
+ * abs ns. */
+static uint64_t rp_cut_time(const struct rp_ahead *a, uint64_t ticks)
+{
+	return a->host_cut && a->tsc ? ticks : rbt_model_mono_ns(&a->clock, ticks);
+}
+
+static int rp_batch_add(struct rp_batch *b, struct rbt_event *ev)
+{
+	if (!RP_GROW(b->ev, b->n, b->cap))
+		return -ENOMEM;
+	b->ev[b->n++] = ev;
+	return 0;
+}
+
+/* Window w's events into b: what may leave the time-order window and lies
+ * before the window's end, reading on as long as what is held does not reach
+ * it. */
+static void rp_ahead_make(struct rp_ahead *a, size_t w, struct rp_batch *b)
+{
+	struct rp_reorder *o = &a->ro;
+	uint64_t lim = w < a->nlim ? a->lim[w] : UINT64_MAX;
+	const struct rbt_event *rev;
+	struct rbt_event *ev;
+	int rc = 0;
+
+	b->n = 0;
+	for (;;) {
+		while (o->n && rp_cut_time(a, rp_reorder_first(o)->key) < lim &&
+		       (ev = rp_reorder_pop(o, a->eof))) {
+			if (!rc)
+				rc = rp_batch_add(b, ev);
+			if (rc)
+				free(ev);
+		}
+		if (rc < 0)
+			break;
+		if (o->n && rp_cut_time(a, rp_reorder_first(o)->key) >= lim) {
+			rc = 1;
+			break;
+		}
+		if (a->eof) {
+			rc = o->n ? 1 : 0;
+			break;
+		}
+		rc = rbt_reader_next(a->r, &rev);
+		if (rc == 1 && rp_cut_time(a, rp_order_key(o, rev)) < a->lim_read)
+			a->late++;
+		if (rc == 1)
+			rc = rp_reorder_push(o, rev);
+		else
+			a->eof = 1; /* the first reading judged its damage */
+		if (rc < 0 && !a->eof)
+			break;
+		rc = 0;
+	}
+	a->lim_read = lim;
+	b->rc = rc;
+	b->late = a->late;
+}
+
+static void rp_trash_free(void **v, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		free(v[k]);
+	free(v);
+}
+
+static void *rp_ahead_thread(void *arg)
+{
+	struct rp_ahead *a = arg;
+
+	pthread_mutex_lock(&a->mu);
+	for (;;) {
+		size_t w = a->made, ntrash;
+		void **trash;
+		int make;
+
+		while (!a->stop && w >= a->taken + 2 && !a->ntrash)
+			pthread_cond_wait(&a->cv, &a->mu);
+		if (a->stop)
+			break;
+		make = w < a->taken + 2;
+		trash = a->trash;
+		ntrash = a->ntrash;
+		a->trash = NULL;
+		a->ntrash = a->captrash = 0;
+		pthread_mutex_unlock(&a->mu);
+		rp_trash_free(trash, ntrash);
+		if (!make) {
+			pthread_mutex_lock(&a->mu);
+			continue;
+		}
+		rp_ahead_make(a, w, &a->b[w % 2]);
+		pthread_mutex_lock(&a->mu);
+		a->made = w + 1;
+		pthread_cond_broadcast(&a->cv);
+		if (a->b[w % 2].rc <= 0 && w + 1 >= a->nlim)
+			break; /* nothing after the last window */
+		if (a->b[w % 2].rc < 0)
+			break;
+	}
+	a->finished = 1;
+	pthread_cond_broadcast(&a->cv);
+	pthread_mutex_unlock(&a->mu);
+	return NULL;
+}
+
+/* The run's next window, made by the thread or now. */
+static struct rp_batch *rp_ahead_take(struct rp_ahead *a)
+{
+	size_t w = a->taken;
+	int past = 1;
+
+	if (!a->threaded) {
+		rp_ahead_make(a, w, &a->b[w % 2]);
+		return &a->b[w % 2];
+	}
+	pthread_mutex_lock(&a->mu);
+	while (a->made <= w && !a->finished)
+		pthread_cond_wait(&a->cv, &a->mu);
+	past = a->made <= w;
+	pthread_mutex_unlock(&a->mu);
+	/* past what the thread made before it ended: the reader is free */
+	if (past)
+		rp_ahead_make(a, w, &a->b[w % 2]);
+	return &a->b[w % 2];
+}
+
+/* The run is done with its window: the thread may make the one after next. */
+static void rp_ahead_done(struct rp_ahead *a)
+{
+	if (!a->threaded) {
+		a->taken++;
+		return;
+	}
+	pthread_mutex_lock(&a->mu);
+	a->taken++;
+	pthread_cond_broadcast(&a->cv);
+	pthread_mutex_unlock(&a->mu);
+}
+
+/* The arena of side s from mark on, given back: by the thread while the next
+ * window runs (free costs the run's pause as much as malloc), else now. */
+void rp_again_discard(struct rp_side *s, size_t mark)
+{
+	struct rp_ahead *a = s->sm->ahead;
+
+	if (a && a->threaded) {
+		pthread_mutex_lock(&a->mu);
+		if (!a->finished) {
+			for (size_t k = mark; k < s->nallocs; k++)
+				if (RP_GROW(a->trash, a->ntrash, a->captrash))
+					a->trash[a->ntrash++] = s->allocs[k];
+				else
+					free(s->allocs[k]);
+			s->nallocs = mark;
+			pthread_cond_broadcast(&a->cv);
+		}
+		pthread_mutex_unlock(&a->mu);
+	}
+	rp_arena_release(s, mark); /* what is left of it */
+}
+
+static void rp_ahead_free(struct rp_ahead *a)
+{
+	if (!a)
+		return;
+	if (a->threaded) {
+		pthread_mutex_lock(&a->mu);
+		a->stop = 1;
+		pthread_cond_broadcast(&a->cv);
+		pthread_mutex_unlock(&a->mu);
+		pthread_join(a->thr, NULL);
+		pthread_mutex_destroy(&a->mu);
+		pthread_cond_destroy(&a->cv);
+	}
+	rp_trash_free(a->trash, a->ntrash);
+	for (int k = 0; k < 2; k++) {
+		/* a window made and not taken: its events are still the batch's */
+		for (size_t i = 0; i < a->b[k].n; i++)
+			free(a->b[k].ev[i]);
+		free(a->b[k].ev);
+	}
+	rp_reorder_free(&a->ro);
+	if (a->r)
+		rbt_reader_close(a->r);
+	free(a->lim);
+	free(a);
+}
+
+/* 1 unless RBTRACE_REPLAY_READ_AHEAD=0 (for tests and measurements: the
+ * run's thread reads each window itself). */
+static int rp_ahead_wanted(void)
+{
+	const char *e = getenv("RBTRACE_REPLAY_READ_AHEAD");
+
+	return !e || strcmp(e, "0") != 0;
+}
+
+int rp_again_open(struct rp_job *j, struct rp_side *s, const uint64_t *lim, size_t nlim)
 {
 	struct rp_stream *sm = s->sm;
 	struct rp_loading *ld = calloc(1, sizeof(*ld));
-	struct rp_reorder *ro = calloc(1, sizeof(*ro));
+	struct rp_ahead *a = calloc(1, sizeof(*a));
 	struct rbt_model *keep = s->model;
 	const struct rbt_model_trace *keep_t = s->mtrace;
+	sigset_t all, old;
 	int rc;
 
 	sm->ld = ld;
-	sm->ro = ro;
-	if (!ld || !ro)
+	sm->ahead = a;
+	if (!ld || !a || !(a->lim = malloc((nlim ? nlim : 1) * sizeof(*a->lim))))
 		return rp_fail(j, -ENOMEM, "%s: out of memory while streaming", s->path);
 	*ld = (struct rp_loading){ .j = j, .s = s, .again = 1 };
-	rc = rbt_reader_open(s->path, &sm->r);
+	rc = rbt_reader_open(s->path, &a->r);
 	if (rc < 0)
 		return rp_fail(j, rc, "%s: cannot open trace again: %s", s->path,
 			       rbt_strerror(rc));
-	rc = rp_load_model(ld, rbt_reader_header(sm->r));
+	rc = rp_load_model(ld, rbt_reader_header(a->r));
 	sm->model = s->model;
 	sm->mtrace = s->mtrace;
 	s->model = keep;
 	s->mtrace = keep_t;
 	if (rc)
 		return rp_fail(j, rc, "%s: out of memory while streaming", s->path);
-	ro->by_return = 1;
+	a->ro.by_return = 1;
 	/* one thread's events are in time order in the file already (a wait
 	 * ordered by its return ends before the thread's next event begins) */
-	ro->window = sm->nstreams > 1
-			     ? (s->hdr.clock_hz ? s->hdr.clock_hz : 1000000000ull) *
-				       RP_REORDER_S
-			     : 0;
+	a->ro.window = sm->nstreams > 1
+			       ? (s->hdr.clock_hz ? s->hdr.clock_hz : 1000000000ull) *
+					 RP_REORDER_S
+			       : 0;
+	a->clock.hdr = sm->mtrace->hdr;
+	a->host_cut = sm->host_cut;
+	a->tsc = s->hdr.clock_source == RBT_CLOCK_TSC;
+	memcpy(a->lim, lim, nlim * sizeof(*lim));
+	a->nlim = nlim;
+	if (!rp_ahead_wanted() || pthread_mutex_init(&a->mu, NULL))
+		return 0;
+	if (pthread_cond_init(&a->cv, NULL)) {
+		pthread_mutex_destroy(&a->mu);
+		return 0;
+	}
+	/* signals are the run's (SIGINT ends it): the reader's thread takes
+	 * none, its reads are never interrupted */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	a->threaded = !pthread_create(&a->thr, NULL, rp_ahead_thread, a);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!a->threaded) {
+		pthread_mutex_destroy(&a->mu);
+		pthread_cond_destroy(&a->cv);
+	}
 	return 0;
 }
 
-/* An event's time as windows are cut (replay_stream.c): the host's clock or
- * abs ns. */
-static uint64_t rp_cut_clock(const struct rp_side *s, uint64_t ticks)
-{
-	return s->sm->host_cut ? rp_host_clock(s, ticks) : rp_abs_ns(s, ticks);
-}
-
-/* Feeds what may leave the window and lies before lim (rp_cut_clock). */
-static int rp_again_feed(struct rp_side *s, int all, uint64_t lim)
-{
-	struct rp_reorder *o = s->sm->ro;
-	struct rbt_event *ev;
-	int rc = 0;
-
-	while (o->n && rp_cut_clock(s, o->h[0].key) < lim &&
-	       (ev = rp_reorder_pop(o, all))) {
-		if (!rc)
-			rc = rp_load_event(s->sm->ld, ev);
-		free(ev);
-	}
-	return rc;
-}
-
-static int rp_again_pump(struct rp_side *s, uint64_t lim)
-{
-	struct rp_stream *sm = s->sm;
-	struct rp_reorder *o = sm->ro;
-	const struct rbt_event *ev;
-	int rc;
-
-	for (;;) {
-		if ((rc = rp_again_feed(s, sm->eof, lim)) < 0)
-			return rc;
-		if (o->n && rp_cut_clock(s, o->h[0].key) >= lim)
-			return 1;
-		if (sm->eof)
-			return o->n ? 1 : 0;
-		rc = rbt_reader_next(sm->r, &ev);
-		if (rc == 1 && rp_cut_clock(s, rp_order_key(o, ev)) < sm->lim_read)
-			sm->late_events++;
-		if (rc == 1)
-			rc = rp_reorder_push(o, ev);
-		else
-			sm->eof = 1; /* the first reading judged its damage */
-		if (rc < 0 && !sm->eof)
-			return rc;
-	}
-}
-
-int rp_again_load(struct rp_job *j, struct rp_side *s, uint64_t lim_ns)
+int rp_again_load(struct rp_job *j, struct rp_side *s)
 {
 	struct rp_stream *sm = s->sm;
 	struct rbt_model *keep = s->model;
 	const struct rbt_model_trace *keep_t = s->mtrace;
-	int rc;
+	struct rp_batch *b = rp_ahead_take(sm->ahead);
+	int rc = b->rc, fed = 0;
 
 	s->model = sm->model;
 	s->mtrace = sm->mtrace;
-	rc = rp_again_pump(s, lim_ns);
-	sm->lim_read = lim_ns;
+	for (size_t i = 0; i < b->n; i++) {
+		if (!fed)
+			fed = rp_load_owned(sm->ld, b->ev[i]);
+		else
+			free(b->ev[i]);
+	}
+	b->n = 0;
+	sm->late_events = b->late;
+	rp_ahead_done(sm->ahead);
+	if (fed < 0)
+		rc = fed;
 	/* the end of the trace: once, however many windows the others take */
 	if (rc == 0 && !sm->model_done && rbt_model_finish(s->model) < 0)
 		rc = -ENOMEM;
@@ -762,16 +1100,10 @@ void rp_again_close(struct rp_side *s)
 {
 	struct rp_stream *sm = s->sm;
 
-	if (sm->ro) {
-		rp_reorder_free(sm->ro);
-		free(sm->ro);
-	}
-	if (sm->r)
-		rbt_reader_close(sm->r);
+	rp_ahead_free(sm->ahead);
 	rbt_model_destroy(sm->model);
 	free(sm->ld);
-	sm->ro = NULL;
-	sm->r = NULL;
+	sm->ahead = NULL;
 	sm->model = NULL;
 	sm->ld = NULL;
 }

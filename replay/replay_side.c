@@ -27,16 +27,84 @@ int rp_keep(struct rp_side *s, void *p)
 	return 0;
 }
 
-/* Zeroed memory owned by the side's arena. */
-void *rp_alloc(struct rp_side *s, size_t n)
+/* rp_alloc hands out small blocks from chunks of this size: a window's
+ * steps take several each, and one malloc and free apiece cost more than
+ * the window's reading. */
+#define RP_CHUNK (64 * 1024)
+
+/* n bytes, zeroed by writing them (calloc could hand out untouched zero
+ * pages: what the run writes, e.g. a poll's completions, would fault on the
+ * hot path), kept by the arena. */
+static void *rp_kept_zero(struct rp_side *s, size_t n)
 {
-	void *p = calloc(1, n ? n : 1);
+	void *p = malloc(n);
 
 	if (p && rp_keep(s, p) < 0) {
 		free(p);
 		return NULL;
 	}
+	return p ? memset(p, 0, n) : NULL;
+}
+
+/* Zeroed memory owned by the side's arena, aligned for any type, its pages
+ * touched. */
+void *rp_alloc(struct rp_side *s, size_t n)
+{
+	void *p;
+
+	n = (n + 15) & ~(size_t)15;
+	if (!n)
+		n = 16;
+	if (n > RP_CHUNK / 8)
+		return rp_kept_zero(s, n);
+	if (n > s->bump_left) {
+		if (!(s->bump = rp_kept_zero(s, RP_CHUNK)))
+			return NULL;
+		s->bump_left = RP_CHUNK;
+	}
+	p = s->bump;
+	s->bump += n;
+	s->bump_left -= n;
 	return p;
+}
+
+size_t rp_arena_mark(struct rp_side *s)
+{
+	s->bump_left = 0; /* what comes next is in chunks of its own */
+	return s->nallocs;
+}
+
+void rp_arena_release(struct rp_side *s, size_t mark)
+{
+	for (size_t k = mark; k < s->nallocs; k++)
+		free(s->allocs[k]);
+	s->nallocs = mark;
+	s->bump_left = 0;
+}
+
+void rp_sort_nearly(void *base, size_t n, size_t size,
+		    int (*cmp)(const void *, const void *))
+{
+	char *b = base, *tmp = NULL;
+	size_t moved = 0, budget = 8 * n + 64;
+
+	for (size_t i = 1; i < n; i++) {
+		size_t j = i - 1;
+
+		if (cmp(b + j * size, b + i * size) <= 0)
+			continue;
+		while (j > 0 && cmp(b + (j - 1) * size, b + i * size) > 0)
+			j--;
+		moved += i - j;
+		if (moved > budget || (!tmp && !(tmp = malloc(size)))) {
+			qsort(base, n, size, cmp); /* what is done is in order */
+			break;
+		}
+		memcpy(tmp, b + i * size, size);
+		memmove(b + (j + 1) * size, b + j * size, (i - j) * size);
+		memcpy(b + j * size, tmp, size);
+	}
+	free(tmp);
 }
 
 void rp_wclist_push(struct rp_wclist *l, const struct rp_wcrec *w)
@@ -204,8 +272,6 @@ void rp_side_free(struct rp_side *s)
 		free(s->qp[i].recv_ids.v);
 		free(s->qp[i].wpost);
 	}
-	for (int i = 0; i < s->nstep; i++)
-		free(s->step[i].wcs);
 	free(s->pd_h);
 	free(s->pd);
 	free(s->mr);

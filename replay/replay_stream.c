@@ -7,9 +7,11 @@
  * time: the steps of every side up to one recorded time, at most about
  * RP_STREAM_WINDOW in all, prepared, run by each side's lane, then retired -
  * their completions matched against the recording's and dropped, their timing
- * added to counts and a sample - before the next window is read. Windows end at
- * one recorded time on every side, so what a step waits for (a peer's send
- * before its poll) is in its window or an earlier one.
+ * added to counts and a sample - before the next window is fed to the model
+ * and prepared. The windows' ends are planned before the run, so each side's
+ * reader thread (replay_load.c: rp_ahead) decodes window N+1 while N runs.
+ * Windows end at one recorded time on every side, so what a step waits for (a
+ * peer's send before its poll) is in its window or an earlier one.
  *
  * What it cannot stream it leaves to the in-memory path (rp_stream_decide says
  * why on the log): recording the replay (-o), peer replayers, XRC QPs, memory
@@ -142,8 +144,6 @@ void rp_stream_free(struct rp_side *s)
  * recorded completions come again with the windows. */
 static void rp_stream_trim(struct rp_side *s)
 {
-	for (int i = s->prefix; i < s->nstep; i++)
-		free(s->step[i].wcs);
 	s->nstep = s->prefix;
 	s->lane = NULL; /* in the arena */
 	s->nlane = 0;
@@ -232,9 +232,46 @@ static uint64_t rp_stream_plan(struct rp_job *j)
 	}
 }
 
+/* Every window's end, in order (the last UINT64_MAX): the plan, made before
+ * the run so that each side's reader can read ahead of it. NULL: out of
+ * memory. */
+static uint64_t *rp_stream_plan_all(struct rp_job *j, size_t *n)
+{
+	uint64_t *lim = NULL;
+	size_t cap = 0;
+
+	*n = 0;
+	do {
+		if (!RP_GROW(lim, *n, cap)) {
+			free(lim);
+			return NULL;
+		}
+		lim[*n] = rp_stream_plan(j);
+	} while (lim[(*n)++] != UINT64_MAX);
+	return lim;
+}
+
+/* A side's reading again, given the windows' ends on its own clock. */
+static int rp_stream_open(struct rp_job *j, struct rp_side *s, const uint64_t *lim,
+			  size_t n)
+{
+	uint64_t *l = malloc((n ? n : 1) * sizeof(*l));
+	int rc;
+
+	if (!l)
+		return rp_fail(j, -ENOMEM, "out of memory while streaming");
+	for (size_t w = 0; w < n; w++)
+		l[w] = lim[w] != UINT64_MAX && !j->same_clock && !s->sm->host_cut
+			       ? lim[w] + s->rec_epoch_ns
+			       : lim[w];
+	rc = rp_again_open(j, s, l, n);
+	free(l);
+	return rc;
+}
+
 /* One window of every side read, prepared and given its lane. rc of the
  * readings: 1 when some side has more. */
-static int rp_stream_fill(struct rp_job *j, uint64_t lim, int *more)
+static int rp_stream_fill(struct rp_job *j, int *more)
 {
 	int rc;
 
@@ -242,13 +279,10 @@ static int rp_stream_fill(struct rp_job *j, uint64_t lim, int *more)
 	for (int i = 0; i < j->nside; i++) {
 		struct rp_side *s = &j->side[i];
 		struct rp_stream *sm = s->sm;
-		uint64_t l = lim;
 
-		if (lim != UINT64_MAX && !j->same_clock && !sm->host_cut)
-			l = lim + s->rec_epoch_ns;
-		sm->arena_mark = s->nallocs;
+		sm->arena_mark = rp_arena_mark(s);
 		s->nstep = 0;
-		rc = rp_again_load(j, s, l);
+		rc = rp_again_load(j, s);
 		if (rc < 0)
 			return rc;
 		*more |= rc;
@@ -337,11 +371,7 @@ static void rp_stream_retire(struct rp_job *j, struct rp_side *s)
 		sm->cut = 1;
 	}
 	rp_match_trim(j, s);
-	for (int i = 0; i < s->nstep; i++)
-		free(s->step[i].wcs);
-	for (size_t k = sm->arena_mark; k < s->nallocs; k++)
-		free(s->allocs[k]);
-	s->nallocs = sm->arena_mark;
+	rp_again_discard(s, sm->arena_mark);
 	s->lane = NULL;
 	s->nlane = 0;
 	s->inline_pool = NULL;
@@ -388,9 +418,11 @@ static void rp_stream_resume(struct rp_job *j, uint64_t ran_until, int first)
 void rp_stream_run(struct rp_job *j)
 {
 	int more = 1, stopped = 0, why = 0;
-	uint64_t t0 = j->t0, ran_until = t0;
+	uint64_t t0 = j->t0, ran_until = t0, *lim;
+	size_t nlim;
 
 	rp_stream_cut(j);
+	lim = rp_stream_plan_all(j, &nlim);
 	for (int i = 0; i < j->nside; i++) {
 		struct rp_side *s = &j->side[i];
 
@@ -399,7 +431,7 @@ void rp_stream_run(struct rp_job *j)
 		s->stop_why = s->pre.stop_why;
 		if (s->stop_why)
 			stopped = 1;
-		if (rp_again_open(j, s) < 0) {
+		if (!lim || rp_stream_open(j, s, lim, nlim) < 0) {
 			rp_diverge(j, "%s: streaming: the trace could not be read again",
 				   s->path);
 			why = RBT_REPLAY_STOP_DIVERGED;
@@ -407,10 +439,9 @@ void rp_stream_run(struct rp_job *j)
 		}
 		s->nstep = 0;
 	}
+	free(lim);
 	while (more && !stopped) {
-		uint64_t lim = rp_stream_plan(j);
-
-		if (rp_stream_fill(j, lim, &more) < 0) {
+		if (rp_stream_fill(j, &more) < 0) {
 			why = RBT_REPLAY_STOP_DIVERGED;
 			rp_diverge(j, "streaming: a window could not be read: stopped");
 			stopped = 1;

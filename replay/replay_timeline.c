@@ -18,12 +18,21 @@
 #include "replay/replay_int.h"
 
 /* A deep copy of an event in one allocation (the model's), owned by the
- * side's arena; NULL without memory. */
-static struct rbt_event *rp_copy_event(struct rp_side *s, const struct rbt_event *ev)
+ * side's arena; NULL without memory. The loader's own copy of it when it
+ * has one to give (rp_loading.owned). */
+static struct rbt_event *rp_copy_event(struct rp_loading *ld, const struct rbt_event *ev)
 {
-	struct rbt_event *c = rbt_model_event_copy(ev);
+	struct rbt_event *c;
 
-	if (c && rp_keep(s, c) < 0) {
+	if (ev == ld->owned) {
+		if (rp_keep(ld->s, ld->owned) < 0)
+			return NULL; /* still the loader's to free */
+		c = ld->owned;
+		ld->owned = NULL;
+		return c;
+	}
+	c = rbt_model_event_copy(ev);
+	if (c && rp_keep(ld->s, c) < 0) {
 		free(c);
 		return NULL;
 	}
@@ -111,7 +120,7 @@ int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev)
 		return -ENOMEM;
 	st = &s->step[s->nstep++];
 	memset(st, 0, sizeof(*st)); /* a streamed window reuses the array */
-	if (!(st->ev = rp_copy_event(s, ev)))
+	if (!(st->ev = rp_copy_event(ld, ev)))
 		return -ENOMEM;
 	st->rec_ns = rp_abs_ns(s, ev->ts);
 	st->t_issue = ld->seq++;
@@ -298,8 +307,9 @@ static int rp_is_mr_step(uint32_t t)
 /* The steps in recorded time order (file order between equal times), wired. */
 static void rp_timeline_order(struct rp_side *s)
 {
-	if (s->nstep)
-		qsort(s->step, (size_t)s->nstep, sizeof(*s->step), rp_step_cmp);
+	/* read in time order but for the waits a streamed window orders by
+	 * their return (replay_load.c), and threads' chunks */
+	rp_sort_nearly(s->step, (size_t)s->nstep, sizeof(*s->step), rp_step_cmp);
 	for (int i = 0; i < s->nstep; i++) {
 		struct rp_step *st = &s->step[i];
 
@@ -462,12 +472,11 @@ static int rp_xneed_step(struct rp_xsweep *x, struct rp_step *st, int l)
 /* --thread-order=shared: each post's and modify's waits for the other lanes'
  * polls on its CQs, in one sweep of the steps in recorded order with the polls
  * taken in the order they returned. -ENOMEM or 0. */
-static int rp_xneeds(struct rp_side *s, int all)
+static int rp_xneeds(struct rp_side *s, int all, const int *lane_of, const int *pos_of)
 {
 	int nl = s->nlane, np = 0, rc = 0, next = 0;
 	struct rp_xsweep x = { .s = s };
 	struct rp_xpoll *pv = NULL;
-	int *lane_of = NULL;
 
 	s->xneed = NULL;
 	for (int i = 0; i < s->nstep; i++)
@@ -476,9 +485,8 @@ static int rp_xneeds(struct rp_side *s, int all)
 		return 0;
 	x.last = malloc((size_t)s->ncq * (size_t)nl * sizeof(*x.last));
 	x.seen = malloc((size_t)nl * (size_t)nl * sizeof(*x.seen));
-	lane_of = malloc((size_t)s->nstep * sizeof(*lane_of));
 	pv = malloc((size_t)s->nstep * sizeof(*pv));
-	if (!x.last || !x.seen || !lane_of || !pv) {
+	if (!x.last || !x.seen || !pv) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -486,24 +494,21 @@ static int rp_xneeds(struct rp_side *s, int all)
 		x.last[k] = -1;
 	for (size_t k = 0; k < (size_t)nl * (size_t)nl; k++)
 		x.seen[k] = -1;
-	for (int i = 0; i < s->nstep; i++)
-		lane_of[i] = -1;
-	for (int l = 0; l < nl; l++)
-		for (int k = 0; k < s->lane[l].n; k++) {
-			int i = s->lane[l].idx[k];
-			const struct rp_step *st = &s->step[i];
-			uint32_t t = st->ev->type;
+	/* in step order the returns are nearly in order already */
+	for (int i = 0; i < s->nstep; i++) {
+		const struct rp_step *st = &s->step[i];
+		uint32_t t = st->ev->type;
 
-			lane_of[i] = l;
-			if ((t == RBT_EV_POLL_CQ || t == RBT_EV_GET_CQ_EVENT) &&
-			    !st->skipped && st->cq)
-				pv[np++] =
-					(struct rp_xpoll){ st->rec_exit_ns > st->rec_ns
-								   ? st->rec_exit_ns
-								   : st->rec_ns,
-							   l, k, (int)(st->cq - s->cq) };
-		}
-	qsort(pv, (size_t)np, sizeof(*pv), rp_xpoll_cmp);
+		if (lane_of[i] >= 0 &&
+		    (t == RBT_EV_POLL_CQ || t == RBT_EV_GET_CQ_EVENT) && !st->skipped &&
+		    st->cq)
+			pv[np++] = (struct rp_xpoll){ st->rec_exit_ns > st->rec_ns
+							      ? st->rec_exit_ns
+							      : st->rec_ns,
+						      lane_of[i], pos_of[i],
+						      (int)(st->cq - s->cq) };
+	}
+	rp_sort_nearly(pv, (size_t)np, sizeof(*pv), rp_xpoll_cmp);
 	for (int i = 0; i < s->nstep && !rc; i++) {
 		struct rp_step *st = &s->step[i];
 
@@ -526,52 +531,68 @@ static int rp_xneeds(struct rp_side *s, int all)
 out:
 	free(x.last);
 	free(x.seen);
-	free(lane_of);
 	free(pv);
 	return rc;
+}
+
+/* The lane of stream id among the side's (its index), made when new; -1
+ * without memory. hint: the lane found last. */
+static int rp_lane_of(struct rp_side *s, uint32_t id, int *cap, int hint)
+{
+	int l = 0;
+
+	if (hint < s->nlane && s->lane[hint].stream == id)
+		return hint;
+	while (l < s->nlane && s->lane[l].stream != id)
+		l++;
+	if (l == s->nlane) {
+		if (!RP_GROW(s->lane, s->nlane, *cap))
+			return -1;
+		s->lane[s->nlane++] = (struct rp_lane){ .s = s, .stream = id };
+	}
+	return l;
 }
 
 int rp_lanes_build(const struct rp_job *j, struct rp_side *s)
 {
 	int all = j->o->thread_order == RBT_REPLAY_ORDER_RECORDED;
-	int cap = 0;
+	int cap = 0, l = 0, rc = -ENOMEM;
+	/* each step's lane (-1: none) and place in it */
+	int *lane_of = malloc(((size_t)s->nstep + 1) * sizeof(*lane_of));
+	int *pos_of = malloc(((size_t)s->nstep + 1) * sizeof(*pos_of));
 
 	s->nlane = 0;
-	for (int i = s->prefix; i < s->nstep; i++) {
-		uint32_t id = s->step[i].ev->stream;
-		int l = 0;
-
-		if (s->step[i].skipped && rp_is_mr_step(s->step[i].ev->type))
+	if (!lane_of || !pos_of)
+		goto out;
+	for (int i = 0; i < s->nstep; i++) {
+		lane_of[i] = -1;
+		if (i < s->prefix ||
+		    (s->step[i].skipped && rp_is_mr_step(s->step[i].ev->type)))
 			continue;
-		while (l < s->nlane && s->lane[l].stream != id)
-			l++;
-		if (l == s->nlane) {
-			if (!RP_GROW(s->lane, s->nlane, cap))
-				return -ENOMEM;
-			s->lane[s->nlane++] = (struct rp_lane){ .s = s, .stream = id };
-		}
+		if ((l = rp_lane_of(s, s->step[i].ev->stream, &cap, l)) < 0)
+			goto out;
+		lane_of[i] = l;
 		s->lane[l].n++;
 	}
 	if (s->lane && rp_keep(s, s->lane) < 0)
-		return -ENOMEM;
-	for (int l = 0; l < s->nlane; l++) {
+		goto out;
+	for (l = 0; l < s->nlane; l++) {
 		struct rp_lane *L = &s->lane[l];
 
 		L->idx = rp_alloc(s, (size_t)L->n * sizeof(*L->idx));
 		L->gate_at = rp_alloc(s, ((size_t)L->n + 1) * sizeof(*L->gate_at));
 		if (!L->idx || !L->gate_at)
-			return -ENOMEM;
+			goto out;
 		L->n = 0;
 	}
 	for (int i = s->prefix; i < s->nstep; i++)
-		for (int l = 0; l < s->nlane && !(s->step[i].skipped &&
-						  rp_is_mr_step(s->step[i].ev->type));
-		     l++)
-			if (s->lane[l].stream == s->step[i].ev->stream) {
-				s->lane[l].idx[s->lane[l].n++] = i;
-				break;
-			}
-	for (int l = 0; l < s->nlane; l++) {
+		if (lane_of[i] >= 0) {
+			struct rp_lane *L = &s->lane[lane_of[i]];
+
+			pos_of[i] = L->n;
+			L->idx[L->n++] = i;
+		}
+	for (l = 0; l < s->nlane; l++) {
 		struct rp_lane *L = &s->lane[l];
 
 		L->gate_at[L->n] = UINT64_MAX;
@@ -585,5 +606,9 @@ int rp_lanes_build(const struct rp_job *j, struct rp_side *s)
 						: L->gate_at[k + 1];
 		}
 	}
-	return rp_xneeds(s, all);
+	rc = rp_xneeds(s, all, lane_of, pos_of);
+out:
+	free(lane_of);
+	free(pos_of);
+	return rc;
 }

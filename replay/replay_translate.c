@@ -583,13 +583,9 @@ static int rp_translate_step(struct rp_job *j, struct rp_side *s, struct rp_step
 			st->skipped = 1;
 			return 0;
 		}
-		/* written on the hot path: touch the pages now, not there
-		 * (calloc could hand out untouched zero pages) */
-		st->wcs = malloc(st->ev->u.poll_cq.n_wcs * sizeof(*st->wcs));
-		if (!st->wcs)
-			return -ENOMEM;
-		memset(st->wcs, 0, st->ev->u.poll_cq.n_wcs * sizeof(*st->wcs));
-		return 0;
+		/* written on the hot path: rp_alloc touched its pages */
+		st->wcs = rp_alloc(s, st->ev->u.poll_cq.n_wcs * sizeof(*st->wcs));
+		return st->wcs ? 0 : -ENOMEM;
 	case RBT_EV_QP_MODIFY:
 		if (!st->qp || (!st->qp->qp && !st->qp->dynamic))
 			st->skipped = 1;

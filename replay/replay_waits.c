@@ -7,6 +7,7 @@
  * Runs before the start barrier or between windows only: never touches the
  * device's queues, never called on the data path.
  */
+#include <errno.h>
 #include <stdlib.h>
 
 #include "replay/replay_int.h"
@@ -61,29 +62,44 @@ static int rp_scq_shared(const struct rp_side *s, const struct rp_qp *q)
 	return 0;
 }
 
-/* Whether one recorded thread made all of q's posts and all the polls (and
- * completion-event waits) of its send CQ c after the prefix: the CQ's stash
- * is then that thread's alone. */
-static int rp_sq_one_thread(const struct rp_side *s, const struct rp_qp *q,
-			    const struct rp_cq *c)
-{
-	int seen = 0;
-	uint32_t stream = 0;
+/* Which recorded thread made a queue's posts, or polled a CQ, after the
+ * prefix: none yet, one (its stream), or several. */
+struct rp_one {
+	uint32_t stream;
+	uint8_t seen, several;
+};
 
+static void rp_one_saw(struct rp_one *o, uint32_t stream)
+{
+	if (o->seen && o->stream != stream)
+		o->several = 1;
+	o->seen = 1;
+	o->stream = stream;
+}
+
+/* For every QP (q[]) and CQ (c[]) of the side, in one sweep of its steps. */
+static void rp_sq_threads(const struct rp_side *s, struct rp_one *q, struct rp_one *c)
+{
 	for (int k = s->prefix; k < s->nstep; k++) {
 		const struct rp_step *st = &s->step[k];
 		uint32_t t = st->ev->type;
 
-		if (st->skipped ||
-		    !((t == RBT_EV_POST_SEND && st->qp == q) ||
-		      ((t == RBT_EV_POLL_CQ || t == RBT_EV_GET_CQ_EVENT) && st->cq == c)))
+		if (st->skipped)
 			continue;
-		if (seen && st->ev->stream != stream)
-			return 0;
-		seen = 1;
-		stream = st->ev->stream;
+		if (t == RBT_EV_POST_SEND && st->qp)
+			rp_one_saw(&q[st->qp - s->qp], st->ev->stream);
+		else if ((t == RBT_EV_POLL_CQ || t == RBT_EV_GET_CQ_EVENT) && st->cq)
+			rp_one_saw(&c[st->cq - s->cq], st->ev->stream);
 	}
-	return 1;
+}
+
+/* Whether one recorded thread made all of q's posts and all the polls (and
+ * completion-event waits) of its send CQ after the prefix: the CQ's stash is
+ * then that thread's alone. */
+static int rp_sq_one_thread(const struct rp_one *q, const struct rp_one *c)
+{
+	return !q->several && !c->several &&
+	       (!q->seen || !c->seen || q->stream == c->stream);
 }
 
 /* The device frees a QP's send slot when its completion is polled (a
@@ -101,6 +117,16 @@ static int rp_sq_one_thread(const struct rp_side *s, const struct rp_qp *q,
  * not yet matched. */
 int rp_sq_waits(struct rp_side *s)
 {
+	struct rp_one *qo = calloc((size_t)s->nqp + 1, sizeof(*qo));
+	struct rp_one *co = calloc((size_t)s->ncq + 1, sizeof(*co));
+	uint8_t *wait = calloc((size_t)s->nqp + 1, 1);
+	int rc = 0, any = 0;
+
+	if (!qo || !co || !wait) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rp_sq_threads(s, qo, co);
 	for (int i = 0; i < s->nqp; i++) {
 		struct rp_qp *q = &s->qp[i];
 		const struct rp_wclist *l = &q->rec_wc[0];
@@ -109,37 +135,50 @@ int rp_sq_waits(struct rp_side *s)
 		if (!q->scq || (!l->n && !q->wc_base[0]) || !rp_scq_shared(s, q))
 			continue;
 		c = &s->cq[q->scq - 1];
-		if (!c->cq || !rp_sq_one_thread(s, q, c))
+		if (!c->cq || !rp_sq_one_thread(&qo[i], &co[q->scq - 1]))
 			continue;
 		/* streamed: the CQ counts from this window on, as a later
 		 * window's posts may wait for the completions polled in it */
 		c->sq_track |= s->sm != NULL;
-		for (int k = s->prefix; k < s->nstep; k++) {
-			struct rp_step *st = &s->step[k];
-			uint32_t lo = 0, hi = l->n;
-
-			if (st->skipped || st->ev->type != RBT_EV_POST_SEND ||
-			    st->qp != q)
-				continue;
-			/* the list is in poll order: those polled before it */
-			while (lo < hi) {
-				uint32_t mid = lo + (hi - lo) / 2;
-
-				if (l->v[mid].ts < st->ev->ts)
-					lo = mid + 1;
-				else
-					hi = mid;
-			}
-			/* streamed: the windows before matched wc_base of them */
-			st->sq_need = (uint32_t)(q->wc_base[0] + lo);
-			c->sq_track |= st->sq_need > 0;
-		}
-		if (c->sq_track && !c->stash) {
-			c->stash_cap = (uint32_t)c->cq->cqe + 1;
-			c->stash = calloc(c->stash_cap, sizeof(*c->stash));
-			if (!c->stash)
-				return -ENOMEM;
-		}
+		wait[i] = 1;
+		any = 1;
 	}
-	return 0;
+	for (int k = s->prefix; any && k < s->nstep; k++) {
+		struct rp_step *st = &s->step[k];
+		const struct rp_wclist *l;
+		uint32_t lo = 0, hi;
+
+		if (st->skipped || st->ev->type != RBT_EV_POST_SEND || !st->qp ||
+		    !wait[st->qp - s->qp])
+			continue;
+		/* the list is in poll order: those polled before it */
+		l = &st->qp->rec_wc[0];
+		hi = l->n;
+		while (lo < hi) {
+			uint32_t mid = lo + (hi - lo) / 2;
+
+			if (l->v[mid].ts < st->ev->ts)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		/* streamed: the windows before matched wc_base of them */
+		st->sq_need = (uint32_t)(st->qp->wc_base[0] + lo);
+		s->cq[st->qp->scq - 1].sq_track |= st->sq_need > 0;
+	}
+	for (int i = 0; i < s->nqp && !rc; i++) {
+		struct rp_cq *c = wait[i] ? &s->cq[s->qp[i].scq - 1] : NULL;
+
+		if (!c || !c->sq_track || c->stash)
+			continue;
+		c->stash_cap = (uint32_t)c->cq->cqe + 1;
+		c->stash = calloc(c->stash_cap, sizeof(*c->stash));
+		if (!c->stash)
+			rc = -ENOMEM;
+	}
+out:
+	free(qo);
+	free(co);
+	free(wait);
+	return rc;
 }
