@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rbtrace=${RBTRACE:-bazel-bin/cli/rbtrace}
 out=${RBTRACE_DEMO_DIR:-$(mktemp -d /tmp/rbtrace-demo.XXXXXX)}
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768 up)
 mkdir -p "$out"
 export SOFTNIC_FABRIC="$out/fabric"
 

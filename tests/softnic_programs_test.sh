@@ -21,8 +21,9 @@ SOFTNIC_DIR=$dir
 use_softnic
 asan_first "$dir/libibverbs.so.1"
 test_tmp softnic_programs shm
-# random base: parallel runs in PID namespaces share the network namespace
-port=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000))
+# random base: parallel runs in PID namespaces share the network namespace;
+# below the ephemeral range (32768 up), where outgoing connections take theirs
+port=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000))
 fails=0
 
 # pair NAME EXPECT_REGEX CMD ARGS... : server and client of the same program.
@@ -90,12 +91,18 @@ fi
 
 # the libibverbs a running program maps: in provider mode the system's (with
 # softnic's provider beside it), never softnic's drop-in
-port=$((port + 1))
-ON_SOFTNIC_EXEC=1 on_softnic ibv_rc_pingpong -p $port >"$tmp/maps.out" 2>&1 &
-mpid=$!
 # it listens once it has opened the device: libibverbs and the provider are
-# mapped by then
-wait_listen $port $mpid || echo "FAIL: the pingpong server never listened"
+# mapped by then; another port when someone else holds this one
+for attempt in 1 2 3; do
+	port=$((port + 1))
+	ON_SOFTNIC_EXEC=1 on_softnic ibv_rc_pingpong -p $port >"$tmp/maps.out" 2>&1 &
+	mpid=$!
+	wait_listen $port $mpid && break
+	wait $mpid 2>/dev/null
+	grep -qi "couldn't listen" "$tmp/maps.out" && continue
+	echo "FAIL: the pingpong server never listened"
+	break
+done
 # (not under the ASan runtime the programs get: it finds mawk's own overreads)
 verbs=$(LD_PRELOAD= awk '/libibverbs\.so/ {print $6}' "/proc/$mpid/maps" 2>/dev/null | sort -u)
 provider=$(LD_PRELOAD= awk '/libsoftnic-rdmav34/ {print $6}' "/proc/$mpid/maps" 2>/dev/null | sort -u)
