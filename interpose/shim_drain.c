@@ -635,13 +635,20 @@ static int rbt_open_writer(void)
 	hdr.host = host;
 	hdr.cmdline = cmd;
 	hdr.tool = RBT_TOOL_NAME;
-	/* The writer's default zstd level (3): on a recorded ib_write_bw stream
-	 * it was both smaller and faster than level 1 or the negative levels. */
+	/* The timestamp column (FORMAT.md): with the ts deltas and exits apart,
+	 * the rest of each post or poll mostly repeats the one before, and zstd
+	 * then spends less time and fewer bytes on it; with the column, level 1
+	 * is both faster than level 3 and smaller than the plain layout at 3
+	 * (docs/recording.md, "Cost"). Flight mode and rotation keep the plain
+	 * layout at level 3. */
 	rbt_flight_on = rbt_flight_mode();
 	if (rbt_flight_on)
 		rbt_writer = rbt_flight_open(&hdr, rbt_trace_fd, &err);
 	else
-		err = rbt_writer_open_fd(rbt_trace_fd, &hdr, NULL, &rbt_writer);
+		err = rbt_writer_open_fd(
+			rbt_trace_fd, &hdr,
+			&(struct rbt_writer_opts){ .ts_column = 1, .zstd_level = 1 },
+			&rbt_writer);
 	rbt_trace_fd = -1; /* the writer owns it now, even on failure */
 	if (err < 0) {
 		rbt_writer = NULL;
