@@ -1251,11 +1251,27 @@ static void cur_peek(struct rd_cur *c)
 	c->head_ts = c->prev_ts + (uint64_t)rbt__unzigzag(delta);
 }
 
+/* n bytes from src to dst in 16-byte pieces: it may read up to 15 bytes past
+ * src + n and write as far past dst + n (tscol_rebuild() has room for both:
+ * RD_SLACK after its input and after its output). */
+static inline __attribute__((always_inline)) void rd_copy(uint8_t *dst,
+							  const uint8_t *src, size_t n)
+{
+	for (;;) {
+		memcpy(dst, src, 16);
+		if (n <= 16)
+			return;
+		dst += 16;
+		src += 16;
+		n -= 16;
+	}
+}
+
 /* FORMAT.md "Timestamp column": the events of in[0..n) (a chunk's payload:
  * the events without their ts deltas and post/poll ts_exits, the column of
- * those, its length) put back together at out, or only measured when out is
- * NULL. Returns the bytes of the events it could rebuild: it stops at the
- * first one that does not (the chunk then ends early, as at any damage). */
+ * those, its length) put back together at out (room for n + n / 2). Returns
+ * the bytes of the events it could rebuild: it stops at the first one that
+ * does not (the chunk then ends early, as at any damage). */
 static size_t tscol_rebuild(const uint8_t *in, size_t n, uint8_t *out)
 {
 	if (n < 4)
@@ -1284,23 +1300,20 @@ static size_t tscol_rebuild(const uint8_t *in, size_t n, uint8_t *out)
 		}
 		/* an event with no field and a zero delta has no payload at all */
 		uint64_t plen = len || dl > 1 || d[0] ? dl + len + xl : 0;
-		uint8_t lv[10];
-		size_t tl = (size_t)(t - b),
-		       ll = (size_t)(rbt__put_varint(lv, plen) - lv);
-		if (out) {
-			uint8_t *q = out + o;
-			memcpy(q, b, tl); /* the type */
-			memcpy(q + tl, lv, ll);
-			q += tl + ll;
-			if (plen) {
-				memcpy(q, d, dl);
-				q += dl;
-				memcpy(q, f, ml);
-				q += ml;
-				if (xl)
-					memcpy(q, x, xl);
-				memcpy(q + xl, f + ml, (size_t)len - ml);
-			}
+		size_t tl = (size_t)(t - b);
+		uint8_t *q = out + o;
+		rd_copy(q, b, tl); /* the type */
+		uint8_t *pl = rbt__put_varint(q + tl, plen);
+		size_t ll = (size_t)(pl - (q + tl));
+		q = pl;
+		if (plen) {
+			rd_copy(q, d, dl);
+			q += dl;
+			rd_copy(q, f, ml);
+			q += ml;
+			if (xl)
+				rd_copy(q, x, xl);
+			rd_copy(q + xl, f + ml, (size_t)len - ml);
 		}
 		o += tl + ll + (size_t)plen;
 		b = f + len;
@@ -1343,16 +1356,19 @@ static int chunk_load(ZSTD_DCtx *dctx, const uint8_t *frame,
 	if (h->raw_len && (ZSTD_isError(got) || got != h->raw_len))
 		return RD_LOAD_DECOMP;
 	if (h->flags & RBT_CHUNK_TSCOL) {
-		/* the column's events put back where the decoders expect them */
-		size_t n = tscol_rebuild(c->raw, got, NULL);
-		if (n + RD_SLACK > c->col_cap || !c->col) {
-			uint8_t *b = realloc(c->col, n + RD_SLACK);
+		/* The column's events put back where the decoders expect them, in
+		 * one pass: each takes its bytes from the events and the column,
+		 * and its length's varint grows by at most a byte (its payload by
+		 * at most 20), for events of 2 bytes at least. */
+		size_t cap = got + got / 2 + RD_SLACK;
+		if (cap > c->col_cap || !c->col) {
+			uint8_t *b = realloc(c->col, cap);
 			if (!b)
 				return RD_LOAD_NOMEM;
 			c->col = b;
-			c->col_cap = n + RD_SLACK;
+			c->col_cap = cap;
 		}
-		tscol_rebuild(c->raw, got, c->col);
+		size_t n = tscol_rebuild(c->raw, got, c->col);
 		memset(c->col + n, 0, RD_SLACK);
 		uint8_t *t = c->raw;
 		size_t tc = c->raw_cap;
