@@ -394,13 +394,10 @@ static int rbt_append_flat(const struct rbt_raw_hdr *h)
 	return 0;
 }
 
+/* Every record but posts and polls outside flight mode (rbt_drain_ring()
+ * hands those to rbt_append_flat() itself). */
 static void rbt_decode(const struct rbt_raw_hdr *h, uint32_t stream)
 {
-	if (!rbt_flight_on && h->kind >= RBT_RAW_POST_SEND && h->kind <= RBT_RAW_POLL) {
-		if (rbt_writer && !rbt_writer_failed)
-			rbt_append_flat(h);
-		return;
-	}
 	switch (h->kind) {
 	case RBT_RAW_EVENT: {
 		struct rbt_event ev;
@@ -459,7 +456,11 @@ static uint64_t rbt_drain_ring(struct rbt_ring *r)
 				if (rbt_writer_begin_chunk(rbt_writer, r->tid) == 0)
 					chunk = 1;
 			}
-			rbt_decode(h, r->tid);
+			if (!rbt_flight_on && h->kind >= RBT_RAW_POST_SEND &&
+			    h->kind <= RBT_RAW_POLL)
+				rbt_append_flat(h);
+			else
+				rbt_decode(h, r->tid);
 		}
 		tail += h->len;
 		atomic_store_explicit(&r->tail, tail, memory_order_release);

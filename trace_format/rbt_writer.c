@@ -692,6 +692,22 @@ static inline uint8_t *tscol_take_exit(struct rbt_writer *w, size_t start, uint8
 
 /* Ends the event that ev_open() began at raw_len; p is its end (NULL: out of
  * memory). */
+/* Counts the event that ends at p, its length written, and ends a full chunk. */
+static inline int ev_commit(struct rbt_writer *w, uint8_t *p, uint64_t ts)
+{
+	w->raw_len = (size_t)(p - w->raw);
+	w->prev_ts = ts;
+	w->last_ts = ts;
+	w->nev++;
+	w->events++;
+	if (w->raw_len + w->col_len >= w->chunk_bytes) {
+		int err = flush_chunk(w);
+		if (err)
+			return w->err = err;
+	}
+	return 0;
+}
+
 static inline int ev_close(struct rbt_writer *w, uint8_t *p, size_t start, uint64_t ts)
 {
 	size_t at = w->raw_len;
@@ -718,17 +734,7 @@ static inline int ev_close(struct rbt_writer *w, uint8_t *p, size_t start, uint6
 		memset(w->slots, 0, sizeof(w->slots[0]) * rbt__nslots);
 		return -E2BIG;
 	}
-	w->raw_len = len;
-	w->prev_ts = ts;
-	w->last_ts = ts;
-	w->nev++;
-	w->events++;
-	if (w->raw_len + w->col_len >= w->chunk_bytes) {
-		int err = flush_chunk(w);
-		if (err)
-			return w->err = err;
-	}
-	return 0;
+	return ev_commit(w, p, ts);
 }
 
 int rbt_writer_append(struct rbt_writer *w, const struct rbt_event *ev)
@@ -1242,7 +1248,12 @@ int rbt_writer_append_flat(struct rbt_writer *w, enum rbt_flat_kind kind, uint32
 			p = enc_post1(w, r, &x,
 				      (const void *)((const uint8_t *)(d + 1) + rl), p,
 				      ts);
-		return ev_close(w, p, start, ts);
+		if (!p || !w->tscol)
+			return ev_close(w, p, start, ts);
+		/* Its ts_exit is in the column already and its fields are far
+		 * below 128 bytes (enc_post1()): ev_close() would only do this. */
+		w->raw[start - 1] = (uint8_t)(p - (w->raw + start));
+		return ev_commit(w, p, ts);
 	}
 	if (r->nwr && !flat_wrs_size(kind, flags, (const uint8_t *)(r + 1), r->nwr,
 				     len - sizeof(*r)))
