@@ -1219,8 +1219,21 @@ int rbt_writer_append_flat(struct rbt_writer *w, enum rbt_flat_kind kind, uint32
 		ts = r->ts;
 		w->flat_wc = flags;
 		p = ev_open(w, RBT_EV_POLL_CQ, ts, &start);
-		if (p)
+		if (p && w->tscol && v.ts_exit) {
+			/* ts_exit straight to the column (ev_open() left room for
+			 * it), not moved there by ev_close(): encoded without it,
+			 * the bitmap's bit 0 then set (count makes it non-empty) */
+			w->col_len =
+				(size_t)(put_v(w->col + w->col_len, ZZ(v.ts_exit - ts)) -
+					 w->col);
+			w->ev_type = 0;
+			v.ts_exit = 0;
 			p = enc_fev_poll_cq(w, &v, p, ts);
+			if (p)
+				w->raw[start] |= 1;
+		} else if (p) {
+			p = enc_fev_poll_cq(w, &v, p, ts);
+		}
 		return ev_close(w, p, start, ts);
 	}
 	const struct rbt_flat_post *r = rec;
