@@ -5,7 +5,9 @@
  *
  * Prints encode+compress rate, compressed bytes per event and decode rate, each
  * beside a memcpy of the same raw bytes (the decoded events) measured in the same
- * run, as ratios. Never a pass/fail on absolute times. Build with -c opt.
+ * run, as ratios. Never a pass/fail on absolute times. Build with -c opt. Some
+ * streams run twice: in the plain layout and with the recorder's timestamp
+ * column (the zstd level is printed with each).
  *
  * The stream is generated window by window into a small buffer that stays in
  * cache, as the recorder builds each event just before appending it; the time
@@ -218,7 +220,7 @@ static double memcpy_seconds(double bytes)
 }
 
 /* Writes PASSES windows through the writer on fd (closed by the writer). */
-static int encode(int fd, int level, double *secs)
+static int encode(int fd, int level, int ts_column, double *secs)
 {
 	struct rbt_header h = { .pid = 1,
 				.clock_source = RBT_CLOCK_TSC,
@@ -226,7 +228,7 @@ static int encode(int fd, int level, double *secs)
 				.host = "bench",
 				.cmdline = "format_bench",
 				.tool = "format_bench" };
-	struct rbt_writer_opts o = { .zstd_level = level };
+	struct rbt_writer_opts o = { .zstd_level = level, .ts_column = ts_column };
 	struct rbt_writer *w;
 	double t0 = now();
 	if (rbt_writer_open_fd(fd, &h, &o, &w))
@@ -259,7 +261,8 @@ static void gen_reset(unsigned jitter)
 	raw_bytes = 0;
 }
 
-static void run(const char *name, unsigned jitter, int level)
+/* ts_column: with the recorder's timestamp column (FORMAT.md). */
+static void run(const char *name, unsigned jitter, int level, int ts_column)
 {
 	const double n = (double)WINDOW * PASSES;
 	double enc = 1e9, dec = 1e9, mc = 1e9, gen = 1e9, raw = 0;
@@ -276,7 +279,7 @@ static void run(const char *name, unsigned jitter, int level)
 		gen_reset(jitter);
 		fd = memfd_create("format_bench", 0);
 		double s;
-		if (fd < 0 || encode(dup(fd), level, &s)) {
+		if (fd < 0 || encode(dup(fd), level, ts_column, &s)) {
 			fprintf(stderr, "format_bench: encode failed\n");
 			exit(1);
 		}
@@ -312,9 +315,10 @@ static void run(const char *name, unsigned jitter, int level)
 		mc = best(mc, memcpy_seconds(raw));
 	}
 	enc -= gen; /* the generator's own time, measured alone */
-	printf("%s (zstd level %d), %.0f events, %.1f raw bytes/event\n"
+	printf("%s (zstd level %d%s), %.0f events, %.1f raw bytes/event\n"
 	       "  (generating them: %.1f M events/s, not counted below):\n",
-	       name, level, n, raw / n, n / gen / 1e6);
+	       name, level, ts_column ? ", timestamp column" : "", n, raw / n,
+	       n / gen / 1e6);
 	printf("  encode+compress  %7.1f M events/s   memcpy %7.1f M events/s   ratio "
 	       "%.3f\n",
 	       n / enc / 1e6, n / mc / 1e6, mc / enc);
@@ -334,11 +338,18 @@ int main(void)
 	printf("format_bench: one core; best of 5, thread CPU time; raw = the decoded "
 	       "events' bytes\n");
 	fflush(stdout);
-	run("ping-pong, steady timestamps, repeating ids", 0, 3);
-	run("ping-pong, steady timestamps, repeating ids", 0, 1);
-	run("ping-pong, timestamps jittering by up to 15 ticks", 15, 3);
-	run("ping-pong, timestamps jittering by up to 255 ticks", 255, 3);
+	run("ping-pong, steady timestamps, repeating ids", 0, 3, 0);
+	run("ping-pong, steady timestamps, repeating ids", 0, 1, 0);
+	run("ping-pong, timestamps jittering by up to 15 ticks", 15, 3, 0);
+	run("ping-pong, timestamps jittering by up to 15 ticks", 15, 1, 1);
+	run("ping-pong, timestamps jittering by up to 255 ticks", 255, 3, 0);
 	write_bw = 1;
-	run("write_bw (ib_write_bw -s 64 as recorded), jitter up to 15 ticks", 15, 3);
+	/* as the recorder wrote it before the timestamp column, then as now */
+	const char *wbw =
+		"write_bw (ib_write_bw -s 64 as recorded), jitter up to 15 ticks";
+	run(wbw, 15, 3, 0);
+	run(wbw, 15, 3, 1);
+	run(wbw, 15, 1, 1);
+	run(wbw, 15, -1, 1);
 	return 0;
 }

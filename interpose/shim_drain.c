@@ -394,13 +394,10 @@ static int rbt_append_flat(const struct rbt_raw_hdr *h)
 	return 0;
 }
 
+/* Every record but posts and polls outside flight mode (rbt_drain_ring()
+ * hands those to rbt_append_flat() itself). */
 static void rbt_decode(const struct rbt_raw_hdr *h, uint32_t stream)
 {
-	if (!rbt_flight_on && h->kind >= RBT_RAW_POST_SEND && h->kind <= RBT_RAW_POLL) {
-		if (rbt_writer && !rbt_writer_failed)
-			rbt_append_flat(h);
-		return;
-	}
 	switch (h->kind) {
 	case RBT_RAW_EVENT: {
 		struct rbt_event ev;
@@ -459,7 +456,11 @@ static uint64_t rbt_drain_ring(struct rbt_ring *r)
 				if (rbt_writer_begin_chunk(rbt_writer, r->tid) == 0)
 					chunk = 1;
 			}
-			rbt_decode(h, r->tid);
+			if (!rbt_flight_on && h->kind >= RBT_RAW_POST_SEND &&
+			    h->kind <= RBT_RAW_POLL)
+				rbt_append_flat(h);
+			else
+				rbt_decode(h, r->tid);
 		}
 		tail += h->len;
 		atomic_store_explicit(&r->tail, tail, memory_order_release);
@@ -635,13 +636,20 @@ static int rbt_open_writer(void)
 	hdr.host = host;
 	hdr.cmdline = cmd;
 	hdr.tool = RBT_TOOL_NAME;
-	/* The writer's default zstd level (3): on a recorded ib_write_bw stream
-	 * it was both smaller and faster than level 1 or the negative levels. */
+	/* The timestamp column (FORMAT.md): with the ts deltas and exits apart,
+	 * the rest of each post or poll mostly repeats the one before, and zstd
+	 * then spends less time and fewer bytes on it; with the column, level 1
+	 * is both faster than level 3 and smaller than the plain layout at 3
+	 * (docs/recording.md, "Cost"). Flight mode and rotation keep the plain
+	 * layout at level 3. */
 	rbt_flight_on = rbt_flight_mode();
 	if (rbt_flight_on)
 		rbt_writer = rbt_flight_open(&hdr, rbt_trace_fd, &err);
 	else
-		err = rbt_writer_open_fd(rbt_trace_fd, &hdr, NULL, &rbt_writer);
+		err = rbt_writer_open_fd(
+			rbt_trace_fd, &hdr,
+			&(struct rbt_writer_opts){ .ts_column = 1, .zstd_level = 1 },
+			&rbt_writer);
 	rbt_trace_fd = -1; /* the writer owns it now, even on failure */
 	if (err < 0) {
 		rbt_writer = NULL;

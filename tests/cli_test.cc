@@ -604,8 +604,8 @@ TEST_F(Cli, VersionsAndHeaderLengths)
 	std::string bytes = slurp(good), p = tmpdir() + "/hdr.rbt";
 	// A reader-version requirement above ours: refused, one line.
 	std::string b = bytes;
-	put32(b, 8, 2);
-	put32(b, 12, 2);
+	put32(b, 8, 3); // this reader is version 2
+	put32(b, 12, 3);
 	fix_header_crc(b);
 	spit(p, b);
 	for (const char *cmd : { "info", "dump", "report" }) {

@@ -51,8 +51,9 @@ std::string write_tmp(const std::vector<uint8_t> &b, const char *name)
 	return ok ? path : std::string();
 }
 
-// A ping-pong of posts and polls on two streams, chunk by chunk.
-Trace make_trace(int chunks, int per_chunk)
+// A ping-pong of posts and polls on two streams, chunk by chunk (ts_column:
+// with the timestamp column, as the recorder writes).
+Trace make_trace(int chunks, int per_chunk, int ts_column = 0)
 {
 	Trace t;
 	std::string path = tmp_path("dmg.rbt");
@@ -64,7 +65,9 @@ Trace make_trace(int chunks, int per_chunk)
 	h.cmdline = "pingpong";
 	h.tool = "format_damage_test";
 	rbt_writer *w;
-	EXPECT_EQ(0, rbt_writer_open(path.c_str(), &h, nullptr, &w));
+	rbt_writer_opts o = {};
+	o.ts_column = ts_column;
+	EXPECT_EQ(0, rbt_writer_open(path.c_str(), &h, &o, &w));
 	uint64_t ts = 1000000;
 	rbt_sge sge = { 0x7f0000010000, 64, 0x77 };
 	for (int c = 0; c < chunks; c++) {
@@ -263,9 +266,8 @@ TEST(FormatDamage, TruncatedAtEveryByteOfTheLastChunks)
 	}
 }
 
-TEST(FormatDamage, BitFlipsAnywhere)
+static void bit_flips_anywhere(const Trace &t)
 {
-	Trace t = make_trace(8, 20);
 	const size_t n = t.bytes.size();
 	const size_t nchunks = t.chunk_off.size() - 1;
 	std::mt19937 rng(1);
@@ -300,6 +302,16 @@ TEST(FormatDamage, BitFlipsAnywhere)
 				<< "damaged trailer accepted, flip at " << at;
 		}
 	}
+}
+
+TEST(FormatDamage, BitFlipsAnywhere)
+{
+	bit_flips_anywhere(make_trace(8, 20));
+}
+
+TEST(FormatDamage, BitFlipsAnywhereWithTheTimestampColumn)
+{
+	bit_flips_anywhere(make_trace(8, 20, 1));
 }
 
 TEST(FormatDamage, GarbageBetweenChunksAndAZeroedBlock)

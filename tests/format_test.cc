@@ -287,17 +287,19 @@ TEST(Format, NamesComeFromTheList)
 	EXPECT_EQ(0u, rbt_event_type_from_name("no_such_event"));
 }
 
-// Every event type, many random values each, random streams and chunk sizes.
+// Every event type, many random values each, random streams and chunk sizes;
+// seeds 7 to 12 with the timestamp column.
 TEST(Format, RandomRoundTripOfEveryEventType)
 {
 	const std::vector<uint32_t> types = all_types();
-	for (uint64_t seed = 1; seed <= 6; seed++) {
+	for (uint64_t seed = 1; seed <= 12; seed++) {
 		Gen g(seed);
 		std::string path = tmp_path("roundtrip.rbt");
 		rbt_header h = test_header();
 		rbt_writer_opts o = {};
 		o.chunk_bytes = seed % 2 ? 4096 : 0;
 		o.zstd_level = (int)seed % 3 - 1; // -1 (fast), 0 (default) and 1
+		o.ts_column = seed > 6;
 		rbt_writer *w;
 		ASSERT_EQ(0, rbt_writer_open(path.c_str(), &h, &o, &w));
 		std::vector<rbt_event> written;
@@ -995,14 +997,23 @@ TEST(Format, WriterBytesFollowTheSpec)
 	EXPECT_EQ(want, got);
 }
 
+// A writer of the test header at path (nullptr when it cannot open).
+static rbt_writer *open_with(const std::string &path, size_t chunk_bytes, int ts_column)
+{
+	rbt_header h = test_header();
+	rbt_writer_opts o = {};
+	o.chunk_bytes = chunk_bytes;
+	o.ts_column = ts_column;
+	rbt_writer *w = nullptr;
+	EXPECT_EQ(0, rbt_writer_open(path.c_str(), &h, &o, &w));
+	return w;
+}
+
 TEST(Format, LargeEvents)
 {
 	std::string path = tmp_path("large.rbt");
-	rbt_header h = test_header();
-	rbt_writer_opts o = {};
-	o.chunk_bytes = 1024;
-	rbt_writer *w;
-	ASSERT_EQ(0, rbt_writer_open(path.c_str(), &h, &o, &w));
+	rbt_writer *w = open_with(path, 1024, 0);
+	ASSERT_NE(nullptr, w);
 	std::vector<uint8_t> big(1 << 20);
 	for (size_t i = 0; i < big.size(); i++)
 		big[i] = (uint8_t)(i * 7);
@@ -1242,13 +1253,14 @@ void put_dswr(std::vector<uint8_t> &b, const struct rbt_flat_swr &x,
 
 // Each record three ways: the full flat layout, the dense one (RBT_FLAT_DENSE)
 // and the event through append(): the same chunk bytes, so a reader decodes
-// the same events from each.
+// the same events from each. With the timestamp column, the dense record and
+// append() again (d, e).
 TEST(FormatFlat, SameBytesAsAppend)
 {
 	std::mt19937_64 rng(15);
-	ChunkSink a, b, c;
+	ChunkSink a, b, c, cd, ce;
 	struct rbt_header hdr = {};
-	struct rbt_writer_opts oa = {}, ob = {}, oc = {};
+	struct rbt_writer_opts oa = {}, ob = {}, oc = {}, od = {}, oe = {};
 	oa.sink = ChunkSink::put;
 	oa.sink_arg = &a;
 	oa.chunk_bytes = 4096; // many chunks: slots restart at each
@@ -1256,13 +1268,22 @@ TEST(FormatFlat, SameBytesAsAppend)
 	ob.sink_arg = &b;
 	oc = oa;
 	oc.sink_arg = &c;
-	struct rbt_writer *wa, *wb, *wc;
+	od = oa;
+	od.sink_arg = &cd;
+	od.ts_column = 1;
+	oe = od;
+	oe.sink_arg = &ce;
+	struct rbt_writer *wa, *wb, *wc, *wd, *we;
 	ASSERT_EQ(rbt_writer_open_sink(&hdr, &oa, &wa), 0);
 	ASSERT_EQ(rbt_writer_open_sink(&hdr, &ob, &wb), 0);
 	ASSERT_EQ(rbt_writer_open_sink(&hdr, &oc, &wc), 0);
+	ASSERT_EQ(rbt_writer_open_sink(&hdr, &od, &wd), 0);
+	ASSERT_EQ(rbt_writer_open_sink(&hdr, &oe, &we), 0);
 	ASSERT_EQ(rbt_writer_begin_chunk(wa, 7), 0);
 	ASSERT_EQ(rbt_writer_begin_chunk(wb, 7), 0);
 	ASSERT_EQ(rbt_writer_begin_chunk(wc, 7), 0);
+	ASSERT_EQ(rbt_writer_begin_chunk(wd, 7), 0);
+	ASSERT_EQ(rbt_writer_begin_chunk(we, 7), 0);
 	uint64_t ts = 1000, prev = 0;
 	uint8_t payload[40];
 	for (size_t i = 0; i < sizeof(payload); i++)
@@ -1356,7 +1377,12 @@ TEST(FormatFlat, SameBytesAsAppend)
 							 flags ? flags : RBT_FLAT_DENSE,
 							 recd.data(), recd.size()),
 				  0);
+			ASSERT_EQ(rbt_writer_append_flat(wd, RBT_FLAT_POLL,
+							 flags ? flags : RBT_FLAT_DENSE,
+							 recd.data(), recd.size()),
+				  0);
 			ASSERT_EQ(rbt_writer_append(wb, &ev), 0);
+			ASSERT_EQ(rbt_writer_append(we, &ev), 0);
 			continue;
 		}
 		struct rbt_flat_post p = {};
@@ -1488,19 +1514,27 @@ TEST(FormatFlat, SameBytesAsAppend)
 				  recd.data(), recd.size()),
 			  0)
 			<< "dense record " << n;
+		ASSERT_EQ(rbt_writer_append_flat(
+				  wd, (enum rbt_flat_kind)kind,
+				  kind == RBT_FLAT_POST_SEND ? RBT_FLAT_DENSE : 0,
+				  recd.data(), recd.size()),
+			  0)
+			<< "dense record with the column " << n;
 		ASSERT_EQ(rbt_writer_append(wb, &ev), 0);
+		ASSERT_EQ(rbt_writer_append(we, &ev), 0);
 	}
-	ASSERT_EQ(rbt_writer_end_chunk(wa), 0);
-	ASSERT_EQ(rbt_writer_end_chunk(wb), 0);
-	ASSERT_EQ(rbt_writer_end_chunk(wc), 0);
+	for (rbt_writer *w : { wa, wb, wc, wd, we })
+		ASSERT_EQ(rbt_writer_end_chunk(w), 0);
 	EXPECT_GT(a.bytes.size(), 10000u);
 	EXPECT_TRUE(a.bytes == b.bytes)
 		<< "flat " << a.bytes.size() << " bytes, append " << b.bytes.size();
 	EXPECT_TRUE(c.bytes == b.bytes)
 		<< "dense " << c.bytes.size() << " bytes, append " << b.bytes.size();
-	rbt_writer_close(wa, nullptr);
-	rbt_writer_close(wb, nullptr);
-	rbt_writer_close(wc, nullptr);
+	EXPECT_TRUE(cd.bytes == ce.bytes) << "dense with the column " << cd.bytes.size()
+					  << " bytes, append " << ce.bytes.size();
+	EXPECT_NE(cd.bytes, b.bytes);
+	for (rbt_writer *w : { wa, wb, wc, wd, we })
+		rbt_writer_close(w, nullptr);
 }
 
 TEST(FormatFlat, RefusesRecordsThatOverrunTheirLength)
@@ -1563,4 +1597,65 @@ TEST(FormatFlat, RefusesRecordsThatOverrunTheirLength)
 	EXPECT_EQ(rbt_writer_append_flat(w, RBT_FLAT_POST_SEND, 0, &r, sizeof(r)), 0);
 	EXPECT_EQ(rbt_writer_end_chunk(w), 0);
 	EXPECT_EQ(rbt_writer_close(w, nullptr), 0);
+}
+
+// A writer with the timestamp column says so in the file header (min_reader 2)
+// and in each chunk's flags; a writer without one refuses to copy its chunks.
+TEST(Format, TimestampColumnIsDeclared)
+{
+	std::string path = tmp_path("tscol.rbt");
+	rbt_writer *w = open_with(path, 0, 1);
+	ASSERT_NE(nullptr, w);
+	ASSERT_EQ(0, rbt_writer_begin_chunk(w, 5));
+	rbt_event ev = {};
+	ev.type = RBT_EV_POST_SEND;
+	ev.ts = 1000;
+	ev.u.post_send.ts_exit = 1090;
+	ASSERT_EQ(0, rbt_writer_append(w, &ev));
+	ev.ts = 1000; // a zero delta and no field: an empty payload
+	ev.u.post_send.ts_exit = 0;
+	ASSERT_EQ(0, rbt_writer_append(w, &ev));
+	ASSERT_EQ(0, rbt_writer_end_chunk(w));
+	ASSERT_EQ(0, rbt_writer_close(w, nullptr));
+	std::vector<uint8_t> f;
+	{
+		FILE *fp = fopen(path.c_str(), "rb");
+		ASSERT_NE(nullptr, fp);
+		int ch;
+		while ((ch = fgetc(fp)) != EOF)
+			f.push_back((uint8_t)ch);
+		fclose(fp);
+	}
+	ASSERT_GT(f.size(), 24u);
+	EXPECT_EQ(2u, f[12] | f[13] << 8); // min_reader
+	uint32_t body = f[16] | f[17] << 8 | f[18] << 16 | (uint32_t)f[19] << 24;
+	size_t at = 24 + body;
+	ASSERT_GT(f.size(), at + 48);
+	EXPECT_EQ((uint32_t)RBT_CHUNK_TSCOL, f[at + 20] & RBT_CHUNK_TSCOL);
+	uint32_t comp =
+		f[at + 4] | f[at + 5] << 8 | f[at + 6] << 16 | (uint32_t)f[at + 7] << 24;
+
+	ChunkSink s;
+	rbt_writer_opts so = {};
+	so.sink = ChunkSink::put;
+	so.sink_arg = &s;
+	rbt_header h = test_header();
+	rbt_writer *plain;
+	ASSERT_EQ(0, rbt_writer_open_sink(&h, &so, &plain));
+	EXPECT_EQ(-EINVAL, rbt_writer_copy_chunk(plain, &f[at], 48 + comp));
+	rbt_writer_close(plain, nullptr);
+
+	rbt_reader *r;
+	ASSERT_EQ(0, rbt_reader_open(path.c_str(), &r));
+	const rbt_event *e;
+	ASSERT_EQ(1, rbt_reader_next(r, &e));
+	EXPECT_EQ(1000u, e->ts);
+	EXPECT_EQ(1090u, e->u.post_send.ts_exit);
+	ASSERT_EQ(1, rbt_reader_next(r, &e));
+	EXPECT_EQ(1000u, e->ts);
+	EXPECT_EQ(0u, e->u.post_send.ts_exit);
+	EXPECT_EQ(0, rbt_reader_next(r, &e));
+	EXPECT_EQ(0u, rbt_reader_stats(r)->bad_chunks);
+	rbt_reader_close(r);
+	unlink(path.c_str());
 }

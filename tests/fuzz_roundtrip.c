@@ -207,8 +207,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	h.host = take_str(&in);
 	h.cmdline = take_str(&in);
 	h.tool = take_str(&in);
-	struct rbt_writer_opts wo = { .chunk_bytes = 64 + (size_t)take8(&in) * 64,
-				      .zstd_level = take8(&in) % 4 };
+	size_t chunk = 64 + (size_t)take8(&in) * 64;
+	uint8_t how = take8(&in);
+	struct rbt_writer_opts wo = { .chunk_bytes = chunk,
+				      .zstd_level = how % 4,
+				      .ts_column = how >> 2 & 1 };
 
 	int fd = memfd_create("fuzz_roundtrip", 0);
 	if (fd < 0)

@@ -5,7 +5,8 @@ land on encoded events instead of on compressed bits. The result is a valid trac
 (FORMAT.md allows any zstd frame).
 
 fuzz_seeds.py --corpus MAKE_TRACE DIR - makes the seed corpus (tests/fuzz_corpus/)
-from a build's tests/make_trace: a short ping-pong (raw frames), a many-chunk trace
+from a build's tests/make_trace: a short ping-pong (raw frames; and again with the
+recorder's timestamp column), a many-chunk trace
 (as written, and with raw frames) and that trace cut at byte 700. Rerun it whenever
 the encoding changes. make_trace records its own path in module_map events, so it
 is run from a fixed, neutral place (/opt/rbtrace/bin, removed afterwards; needs
@@ -76,6 +77,8 @@ def corpus(make_trace, outdir):
     try:
         subprocess.run([exe, tmp, "--iters", "1"], check=True)
         raw_frames(tmp, os.path.join(outdir, "pingpong_raw.bin"))
+        subprocess.run([exe, tmp, "--iters", "1", "--ts-column", "1"], check=True)
+        raw_frames(tmp, os.path.join(outdir, "pingpong_tscol_raw.bin"))
         zst = os.path.join(outdir, "chunks_zstd.bin")
         subprocess.run([exe, zst, "--iters", "10", "--chunk-bytes", "256"], check=True)
         raw_frames(zst, os.path.join(outdir, "chunks_raw.bin"))

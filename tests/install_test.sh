@@ -70,7 +70,7 @@ wait $spid || fail "server"
 grep -q "client.rbt: [0-9]* events" "$tmp/rec.err" || fail "record did not list its trace"
 rbtrace info client.rbt >info.txt
 grep -q "finished:  yes" info.txt || fail "client trace not finished: $(cat info.txt)"
-grep -q "^tool:      librbtrace $(rbtrace --version | sed -n '1s/rbtrace //p') (format 1)$" info.txt ||
+grep -q "^tool:      librbtrace $(rbtrace --version | sed -n '1s/rbtrace //p') (format 2)$" info.txt ||
 	fail "tool field: $(grep tool: info.txt)"
 rbtrace dump --type=post_send,poll_cq client.rbt >dump.txt
 grep -q "post_send" dump.txt && ! grep -qv "post_send\|poll_cq" dump.txt || fail "dump"

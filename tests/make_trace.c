@@ -3,7 +3,7 @@
  * resources with a stack and module map of this very binary, a ping-pong of
  * posts and polls on two threads, a loss record and a note.
  *
- * usage: make_trace OUT [--iters N] [--chunk-bytes N]
+ * usage: make_trace OUT [--iters N] [--chunk-bytes N] [--ts-column 0|1]
  * Test fixture only: it never touches a verbs device.
  */
 #define _GNU_SOURCE
@@ -84,16 +84,20 @@ static int module_cb(struct dl_phdr_info *info, size_t size, void *arg)
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: make_trace OUT [--iters N] [--chunk-bytes N]\n");
+		fprintf(stderr, "usage: make_trace OUT [--iters N] [--chunk-bytes N] "
+				"[--ts-column 0|1]\n");
 		return 2;
 	}
 	unsigned iters = 200;
 	size_t chunk = 0;
+	int tscol = 0;
 	for (int i = 2; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--iters"))
 			iters = (unsigned)atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--chunk-bytes"))
 			chunk = (size_t)atol(argv[i + 1]);
+		else if (!strcmp(argv[i], "--ts-column"))
+			tscol = atoi(argv[i + 1]);
 	}
 	char host[256] = "";
 	gethostname(host, sizeof(host) - 1);
@@ -108,6 +112,7 @@ int main(int argc, char **argv)
 		.t0 = tick,
 		.real0 = real0,
 		.chunk_bytes = chunk,
+		.ts_column = tscol,
 	};
 	tb = rbt_tb_open(argv[1], &o);
 	const uint32_t main_tid = 4242, cq_tid = 4243;

@@ -40,7 +40,8 @@ struct rbt_tb *rbt_tb_open_hdr(const char *path, const struct rbt_header *hdr,
 	tb->hdr = *hdr;
 	tb->stream = o->stream;
 	struct rbt_writer_opts wo = { .chunk_bytes = o->chunk_bytes,
-				      .zstd_level = o->zstd_level };
+				      .zstd_level = o->zstd_level,
+				      .ts_column = o->ts_column };
 	int err = rbt_writer_open(path, hdr, &wo, &tb->w);
 	if (err)
 		die(tb, err);

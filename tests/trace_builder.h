@@ -40,6 +40,7 @@ struct rbt_tb_opts {
 	uint32_t stream;       /* the stream events go to until rbt_tb_stream() */
 	size_t chunk_bytes;    /* the writer's (0: its default) */
 	int zstd_level;	       /* the writer's (0: its default) */
+	int ts_column;	       /* the writer's timestamp column (recorder's layout) */
 };
 
 /* Opens PATH for writing (exits on failure). A NULL opts is all defaults. */

@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define RBT_FORMAT_VERSION 1
+#define RBT_FORMAT_VERSION 2
 
 /* ---- field kinds -------------------------------------------------------------
  * U  unsigned integer, uint64_t, LEB128 varint
@@ -939,14 +939,21 @@ struct rbt_writer_opts {
 	/* Chunk flags: RBT_CHUNK_CARRIED marks events a file repeats from before
 	 * it began (a series' later files, a snapshot's resources). */
 	uint32_t chunk_flags;
+	/* 1: the timestamp column (FORMAT.md): each chunk's ts deltas and the
+	 * ts_exit of its posts and polls are written after its events rather
+	 * than in them, which zstd compresses faster and smaller; the file then
+	 * needs a reader of format version 2. The recorder's default. */
+	int ts_column;
 };
 #define RBT_CHUNK_CARRIED 1u
+#define RBT_CHUNK_TSCOL	  2u /* the chunk has a timestamp column (set by the writer) */
 
 /* A writer whose chunks go to opts->sink (required). */
 int rbt_writer_open_sink(const struct rbt_header *hdr, const struct rbt_writer_opts *opts,
 			 struct rbt_writer **out);
 /* Writes a chunk a sink received, unchanged, after the open one (which it
- * ends); its events count in the trailer. -EBADMSG when it is not one chunk. */
+ * ends); its events count in the trailer. -EBADMSG when it is not one chunk,
+ * -EINVAL when it has a timestamp column and w was opened without one. */
 int rbt_writer_copy_chunk(struct rbt_writer *w, const void *chunk, size_t len);
 
 int rbt_writer_open(const char *path, const struct rbt_header *hdr,

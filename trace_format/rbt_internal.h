@@ -19,6 +19,7 @@
 #define RBT_FILE_MAGIC	    "\x89RBTRACE" /* 8 bytes */
 #define RBT_FILE_PREFIX	    24		  /* magic, version, min_reader, body_len, crc */
 #define RBT_MIN_READER	    1		  /* oldest reader that can read what we write */
+#define RBT_MIN_READER_COL  2		  /* ... with a timestamp column (ts_column) */
 #define RBT_CHUNK_MAGIC	    0x4b434252u	  /* "RBCK" little-endian */
 #define RBT_TRAILER_MAGIC   0x444e4252u	  /* "RBND" */
 #define RBT_CHUNK_HDR	    48

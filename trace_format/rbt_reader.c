@@ -83,6 +83,8 @@ struct rd_ctx {
 struct rd_cur {
 	uint8_t *raw; /* the decoded chunk, RD_SLACK zeroed bytes after it */
 	size_t raw_cap;
+	uint8_t *col; /* a chunk with a timestamp column, as decompressed */
+	size_t col_cap;
 	size_t raw_len, raw_pos;
 	uint64_t chunk_off;
 	uint64_t seq; /* the chunk's place in the file: ties and same-stream order */
@@ -1204,6 +1206,7 @@ static void cur_free(struct rd_cur *c)
 	if (!c)
 		return;
 	free(c->raw);
+	free(c->col);
 	free(c->recs);
 	arena_free(&c->dc);
 	free(c);
@@ -1248,6 +1251,76 @@ static void cur_peek(struct rd_cur *c)
 	c->head_ts = c->prev_ts + (uint64_t)rbt__unzigzag(delta);
 }
 
+/* n bytes from src to dst in 16-byte pieces: it may read up to 15 bytes past
+ * src + n and write as far past dst + n (tscol_rebuild() has room for both:
+ * RD_SLACK after its input and after its output). */
+static inline __attribute__((always_inline)) void rd_copy(uint8_t *dst,
+							  const uint8_t *src, size_t n)
+{
+	for (;;) {
+		memcpy(dst, src, 16);
+		if (n <= 16)
+			return;
+		dst += 16;
+		src += 16;
+		n -= 16;
+	}
+}
+
+/* FORMAT.md "Timestamp column": the events of in[0..n) (a chunk's payload:
+ * the events without their ts deltas and post/poll ts_exits, the column of
+ * those, its length) put back together at out (room for n + n / 2). Returns
+ * the bytes of the events it could rebuild: it stops at the first one that
+ * does not (the chunk then ends early, as at any damage). */
+static size_t tscol_rebuild(const uint8_t *in, size_t n, uint8_t *out)
+{
+	if (n < 4)
+		return 0;
+	uint32_t cl = rbt__get_le32(in + n - 4);
+	if (cl > n - 4)
+		return 0;
+	const uint8_t *b = in, *bend = in + n - 4 - cl, *a = bend, *aend = in + n - 4;
+	size_t o = 0;
+	while (b < bend) {
+		uint64_t type, len, v;
+		const uint8_t *t, *f, *d = a, *x = NULL;
+		if (!(t = rd_varint(b, bend, &type)) || !(f = rd_varint(t, bend, &len)) ||
+		    len > (uint64_t)(bend - f) || !(a = rd_varint(a, aend, &v)))
+			break;
+		size_t dl = (size_t)(a - d), xl = 0, ml = 0;
+		if (type >= RBT_EV_POST_SEND && type <= RBT_EV_POLL_CQ && len &&
+		    (f[0] & 1)) {
+			uint64_t mask;
+			const uint8_t *m = rd_varint(f, f + len, &mask);
+			x = a;
+			if (!m || !(a = rd_varint(a, aend, &v)))
+				break;
+			ml = (size_t)(m - f);
+			xl = (size_t)(a - x);
+		}
+		/* an event with no field and a zero delta has no payload at all */
+		uint64_t plen = len || dl > 1 || d[0] ? dl + len + xl : 0;
+		size_t tl = (size_t)(t - b);
+		uint8_t *q = out + o;
+		rd_copy(q, b, tl); /* the type */
+		uint8_t *pl = rbt__put_varint(q + tl, plen);
+		size_t ll = (size_t)(pl - (q + tl));
+		q = pl;
+		if (plen) {
+			rd_copy(q, d, dl);
+			q += dl;
+			rd_copy(q, f, ml);
+			q += ml;
+			if (xl)
+				rd_copy(q, x, xl);
+			rd_copy(q + xl, f + ml, (size_t)len - ml);
+		}
+		o += tl + ll + (size_t)plen;
+		b = f + len;
+	}
+	return o;
+}
+
 /* What became of a chunk's frame: the same checks, in the same order, whether
  * the reader's thread or a worker loads it. */
 enum { RD_LOAD_OK, RD_LOAD_CRC, RD_LOAD_SIZE, RD_LOAD_NOMEM, RD_LOAD_DECOMP };
@@ -1282,6 +1355,29 @@ static int chunk_load(ZSTD_DCtx *dctx, const uint8_t *frame,
 				: 0;
 	if (h->raw_len && (ZSTD_isError(got) || got != h->raw_len))
 		return RD_LOAD_DECOMP;
+	if (h->flags & RBT_CHUNK_TSCOL) {
+		/* The column's events put back where the decoders expect them, in
+		 * one pass: each takes its bytes from the events and the column,
+		 * and its length's varint grows by at most a byte (its payload by
+		 * at most 20), for events of 2 bytes at least. */
+		size_t cap = got + got / 2 + RD_SLACK;
+		if (cap > c->col_cap || !c->col) {
+			uint8_t *b = realloc(c->col, cap);
+			if (!b)
+				return RD_LOAD_NOMEM;
+			c->col = b;
+			c->col_cap = cap;
+		}
+		size_t n = tscol_rebuild(c->raw, got, c->col);
+		memset(c->col + n, 0, RD_SLACK);
+		uint8_t *t = c->raw;
+		size_t tc = c->raw_cap;
+		c->raw = c->col;
+		c->raw_cap = c->col_cap - RD_SLACK;
+		c->col = t;
+		c->col_cap = tc + RD_SLACK;
+		got = n;
+	}
 	c->ch = *h;
 	c->raw_len = got;
 	c->raw_pos = 0;

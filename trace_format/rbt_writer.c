@@ -41,6 +41,13 @@ struct rbt_writer {
 
 	uint64_t events, lost;
 	uint32_t chunk_flags;
+	/* The timestamp column (opts->ts_column, FORMAT.md "Timestamp column"):
+	 * each event's ts delta, and the ts_exit of posts and polls, go to col
+	 * instead of the event; the chunk is the events, col, and its length. */
+	int tscol;
+	uint8_t ev_type; /* of the event ev_open() began; 0: its ts_exit is taken */
+	uint8_t *col;
+	size_t col_len, col_cap, col_at;
 	uint32_t flat_wc; /* rbt_writer_append_flat(): a poll's flags (wcx, dense) */
 	int (*sink)(void *arg, const void *chunk, size_t len, uint64_t first_ts,
 		    uint64_t last_ts);
@@ -432,6 +439,18 @@ static int flush_chunk(struct rbt_writer *w)
 {
 	if (!w->nev)
 		return 0;
+	uint32_t flags = w->chunk_flags;
+	if (w->tscol) {
+		/* the events, then the column, then its length */
+		uint8_t *p = grow(w, w->raw + w->raw_len, w->col_len + 4);
+		if (!p)
+			return -ENOMEM;
+		memcpy(p, w->col, w->col_len);
+		rbt__put_le32(p + w->col_len, (uint32_t)w->col_len);
+		w->raw_len += w->col_len + 4;
+		w->col_len = 0;
+		flags |= RBT_CHUNK_TSCOL;
+	}
 	size_t bound = ZSTD_compressBound(w->raw_len) + RBT_CHUNK_HDR;
 	if (bound > w->out_cap) {
 		uint8_t *n = realloc(w->out, bound);
@@ -452,7 +471,7 @@ static int flush_chunk(struct rbt_writer *w)
 		.stream = w->stream,
 		.first_ts = w->first_ts,
 		.last_ts = w->last_ts,
-		.flags = w->chunk_flags,
+		.flags = flags,
 		.data_crc = rbt__crc32c(0, w->out + RBT_CHUNK_HDR, c),
 	};
 	rbt__chunk_hdr_put(w->out, &h);
@@ -482,7 +501,7 @@ static int write_header(struct rbt_writer *w, const struct rbt_header *hdr)
 		return -E2BIG;
 	memcpy(w->raw, RBT_FILE_MAGIC, 8);
 	rbt__put_le32(w->raw + 8, RBT_FORMAT_VERSION);
-	rbt__put_le32(w->raw + 12, RBT_MIN_READER);
+	rbt__put_le32(w->raw + 12, w->tscol ? RBT_MIN_READER_COL : RBT_MIN_READER);
 	rbt__put_le32(w->raw + 16, (uint32_t)body);
 	/* One checksum over the prefix before it and the body after it. */
 	uint32_t crc = rbt__crc32c(0, w->raw, 20);
@@ -514,7 +533,8 @@ static int writer_open(int fd, const struct rbt_header *hdr,
 	if (opts) {
 		w->sink = opts->sink;
 		w->sink_arg = opts->sink_arg;
-		w->chunk_flags = opts->chunk_flags;
+		w->chunk_flags = opts->chunk_flags & ~RBT_CHUNK_TSCOL;
+		w->tscol = opts->ts_column != 0;
 	}
 	w->chunk_bytes = opts && opts->chunk_bytes ? opts->chunk_bytes : 256 << 10;
 	if (w->chunk_bytes > RBT_MAX_RAW / 2)
@@ -523,8 +543,12 @@ static int writer_open(int fd, const struct rbt_header *hdr,
 	w->raw_cap = w->chunk_bytes + 4096;
 	w->raw = malloc(w->raw_cap);
 	w->cctx = ZSTD_createCCtx();
+	if (w->tscol) {
+		w->col_cap = 64 << 10;
+		w->col = malloc(w->col_cap);
+	}
 	int err = -ENOMEM;
-	if (w->raw && w->cctx)
+	if (w->raw && w->cctx && (w->col || !w->tscol))
 		err = w->sink ? 0 : write_header(w, hdr);
 	if (err) {
 		w->err = err; /* close only releases: no trailer after a failed open */
@@ -566,6 +590,8 @@ int rbt_writer_copy_chunk(struct rbt_writer *w, const void *chunk, size_t len)
 	if (len < RBT_CHUNK_HDR || rbt__chunk_hdr_get(chunk, &h) ||
 	    RBT_CHUNK_HDR + (size_t)h.comp_len != len)
 		return -EBADMSG;
+	if ((h.flags & RBT_CHUNK_TSCOL) && !w->tscol)
+		return -EINVAL; /* the file's header promised older readers */
 	int err = flush_chunk(w);
 	if (err)
 		return w->err = err;
@@ -607,6 +633,16 @@ int rbt_writer_begin_chunk(struct rbt_writer *w, uint32_t stream)
 	return 0;
 }
 
+static int col_grow(struct rbt_writer *w)
+{
+	uint8_t *n = realloc(w->col, w->col_cap * 2);
+	if (!n)
+		return -ENOMEM;
+	w->col = n;
+	w->col_cap *= 2;
+	return 0;
+}
+
 /* The framing of one event: its type, a length byte patched at ev_close(), the
  * ts delta. Returns where the fields go; *start is where the length counts from. */
 static inline uint8_t *ev_open(struct rbt_writer *w, uint32_t type, uint64_t ts,
@@ -622,43 +658,83 @@ static inline uint8_t *ev_open(struct rbt_writer *w, uint32_t type, uint64_t ts,
 	*p++ = (uint8_t)type; /* ids < 64: a one-byte varint */
 	*p++ = 0;	      /* payload length, patched below */
 	*start = (size_t)(p - w->raw);
-	return put_v(p, rbt__zigzag((int64_t)(ts - w->prev_ts)));
+	uint64_t d = rbt__zigzag((int64_t)(ts - w->prev_ts));
+	if (!w->tscol)
+		return put_v(p, d);
+	if (__builtin_expect(w->col_cap - w->col_len < 32, 0) && col_grow(w))
+		return NULL;
+	w->ev_type = (uint8_t)type;
+	w->col_at = w->col_len;
+	w->col_len = (size_t)(put_v(w->col + w->col_len, d) - w->col);
+	return p;
+}
+
+/* The ts_exit of a post or poll (field 0, present when bit 0 of the bitmap
+ * at start is set) moves from the event to the column. */
+static inline uint8_t *tscol_take_exit(struct rbt_writer *w, size_t start, uint8_t *p)
+{
+	uint8_t *f = w->raw + start;
+	if (p == f || !(f[0] & 1))
+		return p;
+	while (*f++ & 0x80)
+		; /* the bitmap */
+	uint8_t *x = f;
+	while (*x++ & 0x80)
+		; /* ts_exit */
+	size_t k = (size_t)(x - f);
+	if (__builtin_expect(w->col_cap - w->col_len < 16, 0) && col_grow(w))
+		return NULL;
+	memcpy(w->col + w->col_len, f, k);
+	w->col_len += k;
+	memmove(f, x, (size_t)(p - x));
+	return p - k;
 }
 
 /* Ends the event that ev_open() began at raw_len; p is its end (NULL: out of
  * memory). */
+/* Counts the event that ends at p, its length written, and ends a full chunk. */
+static inline int ev_commit(struct rbt_writer *w, uint8_t *p, uint64_t ts)
+{
+	w->raw_len = (size_t)(p - w->raw);
+	w->prev_ts = ts;
+	w->last_ts = ts;
+	w->nev++;
+	w->events++;
+	if (w->raw_len + w->col_len >= w->chunk_bytes) {
+		int err = flush_chunk(w);
+		if (err)
+			return w->err = err;
+	}
+	return 0;
+}
+
 static inline int ev_close(struct rbt_writer *w, uint8_t *p, size_t start, uint64_t ts)
 {
 	size_t at = w->raw_len;
-	/* A zero ts delta with no field after it is left out too. */
-	if (p && p == w->raw + start + 1 && w->raw[start] == 0)
-		p--;
+	if (w->tscol) {
+		if (p && w->ev_type >= RBT_EV_POST_SEND && w->ev_type <= RBT_EV_POLL_CQ)
+			p = tscol_take_exit(w, start, p);
+	} else if (p && p == w->raw + start + 1 && w->raw[start] == 0) {
+		p--; /* a zero ts delta with no field after it is left out too */
+	}
 	if (p)
 		p = patch_len(w, start, p);
 	if (!p)
 		return w->err = -ENOMEM;
 	size_t len = (size_t)(p - w->raw);
-	if (__builtin_expect(len - at > RBT_MAX_RAW / 2, 0)) {
+	/* (With a column: the events, the column and its length in RBT_MAX_RAW.) */
+	if (__builtin_expect(len - at > RBT_MAX_RAW / 2 - (w->tscol ? 64 : 0), 0)) {
 		/* Drop it (no reader would accept the chunk). Its handles are already
 		 * in the slots, so end the chunk here: the next one starts afresh. */
 		w->raw_len = at;
+		w->col_len = w->col_at;
 		int err = flush_chunk(w);
 		if (err)
 			return w->err = err;
 		memset(w->slots, 0, sizeof(w->slots[0]) * rbt__nslots);
 		return -E2BIG;
 	}
-	w->raw_len = len;
-	w->prev_ts = ts;
-	w->last_ts = ts;
-	w->nev++;
-	w->events++;
-	if (w->raw_len >= w->chunk_bytes) {
-		int err = flush_chunk(w);
-		if (err)
-			return w->err = err;
-	}
-	return 0;
+	return ev_commit(w, p, ts);
 }
 
 int rbt_writer_append(struct rbt_writer *w, const struct rbt_event *ev)
@@ -984,8 +1060,14 @@ enc_post1(struct rbt_writer *w, const struct rbt_flat_post *r, const struct post
 		     (uint64_t)(r->bad_wr != 0) << 4 | (uint64_t)(r->api != 0) << 5 |
 		     1u << 6;
 	p = put_v(p, m);
-	if (r->ts_exit)
+	if (r->ts_exit && w->tscol) {
+		/* to the column (ev_open() left room for it), as ev_close() would */
+		w->col_len = (size_t)(put_v(w->col + w->col_len, ZZ(r->ts_exit - ts)) -
+				      w->col);
+		w->ev_type = 0;
+	} else if (r->ts_exit) {
 		p = put_v(p, ZZ(r->ts_exit - ts));
+	}
 	if (r->ret)
 		p = put_v(p, ZZ((int64_t)r->ret));
 	if (r->obj) {
@@ -1137,18 +1219,58 @@ int rbt_writer_append_flat(struct rbt_writer *w, enum rbt_flat_kind kind, uint32
 		ts = r->ts;
 		w->flat_wc = flags;
 		p = ev_open(w, RBT_EV_POLL_CQ, ts, &start);
-		if (p)
+		if (p && w->tscol && v.ts_exit) {
+			/* ts_exit straight to the column (ev_open() left room for
+			 * it), not moved there by ev_close(): encoded without it,
+			 * the bitmap's bit 0 then set (count makes it non-empty) */
+			w->col_len =
+				(size_t)(put_v(w->col + w->col_len, ZZ(v.ts_exit - ts)) -
+					 w->col);
+			w->ev_type = 0;
+			v.ts_exit = 0;
 			p = enc_fev_poll_cq(w, &v, p, ts);
+			if (p)
+				w->raw[start] |= 1;
+		} else if (p) {
+			p = enc_fev_poll_cq(w, &v, p, ts);
+		}
 		return ev_close(w, p, start, ts);
 	}
 	const struct rbt_flat_post *r = rec;
 	if (len < sizeof(*r) || (kind != RBT_FLAT_POST_SEND &&
 				 kind != RBT_FLAT_POST_RECV && kind != RBT_FLAT_POST_SRQ))
 		return len < sizeof(*r) ? -EBADMSG : -EINVAL;
+	ts = r->ts;
+	const struct rbt_flat_dswr *d = (const void *)(r + 1);
+	if (kind == RBT_FLAT_POST_SEND && (flags & RBT_FLAT_DENSE) && r->nwr == 1 &&
+	    len >= sizeof(*r) + sizeof(*d) + sizeof(struct rbt_flat_sge) &&
+	    d->nsge == 1 && !(d->shape & ~RBT_DSWR_RDMA)) {
+		/* the commonest post, sized here: its head, the remote part when
+		 * there is one, then the sge */
+		const struct rbt_flat_dswr_rdma *rd = (const void *)(d + 1);
+		struct rbt_flat_dswr_rdma none = { 0 };
+		size_t rl = d->shape ? sizeof(*rd) : 0;
+		if (len < sizeof(*r) + sizeof(*d) + rl + sizeof(struct rbt_flat_sge))
+			return -EBADMSG;
+		if (!d->shape)
+			rd = &none;
+		struct post1_wr x = { d->wr_id,	     rd->remote_addr, d->opcode,
+				      d->send_flags, d->imm,	      rd->rkey };
+		p = ev_open(w, RBT_EV_POST_SEND, ts, &start);
+		if (p)
+			p = enc_post1(w, r, &x,
+				      (const void *)((const uint8_t *)(d + 1) + rl), p,
+				      ts);
+		if (!p || !w->tscol)
+			return ev_close(w, p, start, ts);
+		/* Its ts_exit is in the column already and its fields are far
+		 * below 128 bytes (enc_post1()): ev_close() would only do this. */
+		w->raw[start - 1] = (uint8_t)(p - (w->raw + start));
+		return ev_commit(w, p, ts);
+	}
 	if (r->nwr && !flat_wrs_size(kind, flags, (const uint8_t *)(r + 1), r->nwr,
 				     len - sizeof(*r)))
 		return -EBADMSG;
-	ts = r->ts;
 	switch (kind) {
 	case RBT_FLAT_POST_SEND: {
 		struct fv_post_send v = { .ts_exit = r->ts_exit,
@@ -1163,25 +1285,7 @@ int rbt_writer_append_flat(struct rbt_writer *w, enum rbt_flat_kind kind, uint32
 		if (!p)
 			break;
 		if (flags & RBT_FLAT_DENSE) {
-			const struct rbt_flat_dswr *d = (const void *)(r + 1);
-			if (r->nwr == 1 && d->nsge == 1 && !(d->shape & ~RBT_DSWR_RDMA)) {
-				/* the remote part, when there is one, before the sge */
-				const struct rbt_flat_dswr_rdma *rd =
-					(const void *)(d + 1);
-				struct rbt_flat_dswr_rdma none = { 0 };
-				if (!d->shape)
-					rd = &none;
-				struct post1_wr x = { d->wr_id,	 rd->remote_addr,
-						      d->opcode, d->send_flags,
-						      d->imm,	 rd->rkey };
-				p = enc_post1(
-					w, r, &x,
-					(const void *)((const uint8_t *)(d + 1) +
-						       (d->shape ? sizeof(*rd) : 0)),
-					p, ts);
-			} else {
-				p = enc_fev_post_sendd(w, &v, p, ts);
-			}
+			p = enc_fev_post_sendd(w, &v, p, ts);
 			break;
 		}
 		const struct rbt_flat_swr *x = (const void *)(r + 1);
@@ -1261,6 +1365,7 @@ int rbt_writer_close(struct rbt_writer *w, const struct rbt_trailer *trailer)
 	ZSTD_freeCCtx(w->cctx);
 	free(w->raw);
 	free(w->out);
+	free(w->col);
 	free(w);
 	return err;
 }
