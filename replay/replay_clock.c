@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -59,7 +60,8 @@ uint64_t rp_now_ns(void)
 }
 
 /* ---- stopping: signals, --max-time, the wait budget after a divergence ---- */
-static volatile sig_atomic_t rp_sig;
+/* lock-free, so the handler may store it; the lanes read it unlocked */
+static _Atomic int rp_sig;
 static struct sigaction rp_old_int, rp_old_term;
 static int rp_caught_int, rp_caught_term;
 

@@ -9,6 +9,7 @@
 
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -491,8 +492,8 @@ struct rp_job {
 	int peer_is_responder;
 	pthread_barrier_t bar;
 	int poll_timeout_ms;
-	volatile int diverged;	 /* some side of this process has diverged */
-	int deps_off;		 /* RBTRACE_REPLAY_NO_DEPS: inferred, not waited for */
+	_Atomic int diverged; /* some side of this process has diverged (read unlocked) */
+	int deps_off;	      /* RBTRACE_REPLAY_NO_DEPS: inferred, not waited for */
 	struct rp_writes writes; /* every side's WRITEs, the peer's too */
 	char hosts[RP_MAX_HOSTS][128];
 	int nhost;

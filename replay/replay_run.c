@@ -340,11 +340,35 @@ static int rp_poll_fitting(struct rp_side *s, struct rp_step *st,
 	}
 }
 
-/* 1 when the side must stop (what the poll got so far is kept). gap_ns: in
- * deps timing, how long the program went, in the recording, from its last
- * wait (anchor) to this poll's return - the producer of what it waits for
- * may keep think time (or the start's schedule) that long, so the poll may
- * wait that much longer than --poll-timeout before it diverges. */
+/* How much longer than --poll-timeout a poll may wait before it diverges: what
+ * the program itself waited for, in the recording. In deps timing, from its
+ * last wait (rec_anchor) to this poll's return: the producer of what it waits
+ * for may keep think time (or the start's schedule) that long. In recorded
+ * and scale timing polls are not paced (they begin when the step before
+ * ended), so until the schedule's time of the recorded poll's return: a
+ * program that polled 1.5 s for a late answer gets those 1.5 s here too.
+ * asap has no schedule to wait for: none. */
+static uint64_t rp_poll_gap(const struct rp_job *j, const struct rp_lane *L,
+			    const struct rp_step *st, uint64_t rec_anchor)
+{
+	const struct rbt_replay_opts *o = j->o;
+
+	if (o->timing == RBT_REPLAY_DEPS)
+		return st->rec_exit_ns > rec_anchor ? st->rec_exit_ns - rec_anchor : 0;
+	if (o->timing == RBT_REPLAY_RECORDED || o->timing == RBT_REPLAY_SCALE) {
+		uint64_t rec_epoch = j->same_clock ? j->rec_epoch : L->s->rec_epoch_ns;
+		double scale = o->timing == RBT_REPLAY_SCALE ? o->scale : 1.0;
+		int64_t off = (int64_t)(st->rec_exit_ns - rec_epoch);
+		uint64_t due = j->t0 + (uint64_t)(off > 0 ? (double)off * scale : 0);
+		uint64_t now = rp_now_ns();
+
+		return due > now ? due - now : 0;
+	}
+	return 0;
+}
+
+/* 1 when the side must stop (what the poll got so far is kept). gap_ns: see
+ * rp_poll_gap(). */
 static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st, int i,
 			uint64_t gap_ns)
 {
@@ -835,7 +859,6 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 	/* --timing=deps: the replayed and recorded times of the last wait */
 	uint64_t anchor[2] = { j->t0, j->same_clock ? j->rec_epoch : s->rec_epoch_ns };
 	int n = L->idx ? L->n : L->to - L->from, cur = -1;
-	const int o_deps = j->o->timing == RBT_REPLAY_DEPS;
 
 	if (L->anchored) /* streamed: where its window before left it */
 		memcpy(anchor, L->anchor, sizeof(anchor));
@@ -915,10 +938,7 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			rp_step_recv(st, e->type == RBT_EV_POST_SRQ_RECV);
 			break;
 		case RBT_EV_POLL_CQ:
-			if (rp_step_poll(j, L, st, i,
-					 o_deps && st->rec_exit_ns > anchor[1]
-						 ? st->rec_exit_ns - anchor[1]
-						 : 0))
+			if (rp_step_poll(j, L, st, i, rp_poll_gap(j, L, st, anchor[1])))
 				goto stop;
 			anchor[0] = st->t_exit;
 			anchor[1] = st->rec_exit_ns;

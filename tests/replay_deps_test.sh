@@ -204,7 +204,9 @@ echo "== herd's workers: a server thread that answers late, another that starts 
 # slot. In deps timing A keeps its wait (from the WRITE's post), and B, whose
 # first steps keep their schedule, still answers inside the client's poll: a
 # replay that took A's answer for immediate left the client waiting for B
-# longer than --poll-timeout. Streamed in windows of 100 steps too.
+# longer than --poll-timeout. Streamed in windows of 100 steps too. In
+# recorded timing the client's poll, issued at its recorded entry, waits what
+# it waited in the recording (more than --poll-timeout) before it diverges.
 mkdir -p "$tmp/late"
 timeout 60 "$RBTRACE" record --softnic -o "$tmp/ls.rbt" -- \
 	"$HERD" late "$tmp/late" 300 1500 2300 >"$tmp/ls.log" 2>&1 &
@@ -216,7 +218,7 @@ timeout 60 "$RBTRACE" record --softnic -o "$tmp/lc.rbt" -- \
 wait "$lsp" || { cat "$tmp"/l[sc].log; fail "the late server"; }
 grep -q "client 0: 300 of 300 answers correct" "$tmp/lc.log" || fail "the late client's answers"
 for t in ls lc; do "$RBTRACE" dump --json "$tmp/$t.rbt" >"$tmp/$t.dump"; done
-for run in deps:0 asap:0 deps:100; do
+for run in deps:0 asap:0 deps:100 recorded:0; do
 	timing=${run%:*}
 	win=${run#*:}
 	RBTRACE_REPLAY_WINDOW=$win timeout 120 "$RBTRACE" replay --softnic --json --timing=$timing \
