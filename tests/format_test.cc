@@ -1537,6 +1537,109 @@ TEST(FormatFlat, SameBytesAsAppend)
 		rbt_writer_close(w, nullptr);
 }
 
+// What programs post: the same one-WR post again and again on a few QPs, its
+// addresses walking a ring buffer, with the occasional change - another
+// wr_id, signaled, a failure, no exit time, a fifth QP, a new chunk (the delta
+// slots restart). Flat records (dense and full) and append() give the same
+// bytes, with the timestamp column and without.
+TEST(FormatFlat, RepeatedPostsSameBytesAsAppend)
+{
+	std::mt19937_64 rng(23);
+	// with the column: dense, append, full; without: dense, append
+	enum { DENSE, APPEND, FULL, PDENSE, PAPPEND, NW };
+	ChunkSink sink[NW];
+	struct rbt_header hdr = {};
+	rbt_writer *w[NW];
+	for (int k = 0; k < NW; k++) {
+		struct rbt_writer_opts o = {};
+		o.sink = ChunkSink::put;
+		o.sink_arg = &sink[k];
+		o.chunk_bytes = 4096;
+		o.ts_column = k < PDENSE;
+		ASSERT_EQ(rbt_writer_open_sink(&hdr, &o, &w[k]), 0);
+		ASSERT_EQ(rbt_writer_begin_chunk(w[k], 3), 0);
+	}
+	// QPs 10..13 in turn, now and then 14 or one out of turn
+	const uint32_t qpn[5] = { 10, 11, 12, 13, 14 };
+	uint64_t off[5] = {}, ts = 5000;
+	for (int n = 0; n < 30000; n++) {
+		int q = rng() % 16 ? n % 4 : (int)(rng() % 5);
+		struct rbt_flat_post p = {};
+		ts += 80 + rng() % 40;
+		p.ts = ts;
+		p.ts_exit = rng() % 64 ? ts + 30 + rng() % 20 : 0;
+		p.obj = 0x55d000001000 + 0x200 * (uint64_t)q;
+		p.qp_num = qpn[q];
+		p.ret = rng() % 500 ? 0 : -12;
+		p.nwr = 1;
+		struct rbt_flat_swr x = {};
+		struct rbt_flat_swr_ext e = {};
+		x.wr_id = rng() % 50 ? 7 + (uint64_t)q : (uint64_t)n;
+		x.opcode = q == 3 ? 2 /* SEND */ : 0 /* RDMA_WRITE */;
+		x.send_flags = n % 16 == 0 ? 2 : 0;
+		if (x.opcode == 0) {
+			x.remote_addr = 0x7f3000000000 + (uint64_t)q * 0x10000 + off[q];
+			x.rkey = 0x300 + (uint32_t)q;
+		}
+		x.nsge = 1;
+		struct rbt_flat_sge g = { 0x55e000000000 + (uint64_t)q * 0x10000 + off[q],
+					  64, 0x300 + (uint32_t)q };
+		off[q] = (off[q] + 64) % 4096;
+		std::vector<uint8_t> recd, recf;
+		put_flat(recd, p);
+		put_dswr(recd, x, e, false);
+		put_flat(recd, g);
+		put_flat(recf, p);
+		put_flat(recf, x);
+		put_flat(recf, g);
+		rbt_sge sge = { g.addr, g.length, g.lkey };
+		rbt_send_wr wr = {};
+		wr.wr_id = x.wr_id;
+		wr.opcode = x.opcode;
+		wr.send_flags = x.send_flags;
+		wr.remote_addr = x.remote_addr;
+		wr.rkey = x.rkey;
+		wr.n_sges = 1;
+		wr.sges = &sge;
+		rbt_event ev = {};
+		ev.type = RBT_EV_POST_SEND;
+		ev.stream = 3;
+		ev.ts = p.ts;
+		ev.u.post_send.ts_exit = p.ts_exit;
+		ev.u.post_send.ret = p.ret;
+		ev.u.post_send.qp = p.obj;
+		ev.u.post_send.qp_num = p.qp_num;
+		ev.u.post_send.n_wrs = 1;
+		ev.u.post_send.wrs = &wr;
+		for (int k : { DENSE, PDENSE })
+			ASSERT_EQ(rbt_writer_append_flat(w[k], RBT_FLAT_POST_SEND,
+							 RBT_FLAT_DENSE, recd.data(),
+							 recd.size()),
+				  0)
+				<< "post " << n;
+		ASSERT_EQ(rbt_writer_append_flat(w[FULL], RBT_FLAT_POST_SEND, 0,
+						 recf.data(), recf.size()),
+			  0)
+			<< "post " << n;
+		ASSERT_EQ(rbt_writer_append(w[APPEND], &ev), 0);
+		ASSERT_EQ(rbt_writer_append(w[PAPPEND], &ev), 0);
+	}
+	for (rbt_writer *x : w)
+		ASSERT_EQ(rbt_writer_end_chunk(x), 0);
+	const auto &a = sink[APPEND].bytes;
+	EXPECT_GT(a.size(), 20000u);
+	EXPECT_TRUE(sink[DENSE].bytes == a)
+		<< "dense " << sink[DENSE].bytes.size() << " bytes, append " << a.size();
+	EXPECT_TRUE(sink[FULL].bytes == a)
+		<< "full " << sink[FULL].bytes.size() << " bytes, append " << a.size();
+	EXPECT_TRUE(sink[PDENSE].bytes == sink[PAPPEND].bytes)
+		<< "without the column " << sink[PDENSE].bytes.size() << " bytes, append "
+		<< sink[PAPPEND].bytes.size();
+	EXPECT_NE(sink[PAPPEND].bytes, a);
+	for (rbt_writer *x : w)
+		rbt_writer_close(x, nullptr);
+}
+
 TEST(FormatFlat, RefusesRecordsThatOverrunTheirLength)
 {
 	ChunkSink a;
