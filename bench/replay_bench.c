@@ -8,10 +8,12 @@
  *    --timing=recorded (normal priority and --realtime): lateness p50/p99/max of
  *    every post against its schedule, and the replayer's own share of it.
  * 3. Threads: tests/replay_threads (8 threads, one QP each, --yield 1) recorded
- *    at full speed, replayed with --timing=asap from memory and streamed, in
- *    both --thread-order modes: post rate of the replay against the recorded
- *    program's (the same trace's span); then recorded every 50 us and replayed
- *    with --timing=recorded: lateness per recorded thread.
+ *    at full speed, replayed with --timing=asap from memory (the default for
+ *    a trace that fits, RBTRACE_REPLAY_MEMORY_STEPS) and streamed in windows
+ *    of 16384 steps, in both --thread-order modes: post rate of the replay
+ *    against the recorded program's (the same trace's span); then recorded
+ *    every 50 us and replayed with --timing=recorded: lateness per recorded
+ *    thread.
  * 4. Memory: the replayer's peak resident memory (VmHWM, from wait4) replaying
  *    synthetic SEND streams (tests/replay_synth --scenario stream, two traces)
  *    with --timing=asap: from memory (RBTRACE_REPLAY_WINDOW=0) at a small size,
@@ -287,7 +289,8 @@ threads:
 	run(cmd);
 	printf("replay_bench: 8 threads, one QP each (tests/replay_threads --yield 1, "
 	       "20000 round trips per pair), --timing=asap, 3 runs each: from memory "
-	       "(RBTRACE_REPLAY_WINDOW=0) and streamed (the default window), with "
+	       "(RBTRACE_REPLAY_WINDOW=0; the default, as it fits) and streamed "
+	       "(windows of 16384 steps), with "
 	       "--thread-order=shared (default) and recorded\n");
 	for (int k = 0; k < 12; k++) {
 		const char *win = k % 4 < 2 ? "0" : "16384";

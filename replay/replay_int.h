@@ -510,6 +510,9 @@ struct rp_job {
 	int window, stream;
 	int mark_every; /* steps per kept step time: RP_STREAM_MARK, less for
 			 * a smaller window */
+	/* a job of at most this many steps (all sides) longer than a window
+	 * is replayed from memory all the same (rp_stream_decide) */
+	uint64_t mem_steps;
 };
 
 /* Room for one more element of a growable array: doubles cap (zeroing the
@@ -623,6 +626,10 @@ int rp_wc_is_recv(const struct rp_qp *q, uint32_t status, uint32_t opcode,
 /* replay_stream.c: a timeline of any length, window by window */
 #define RP_STREAM_WINDOW 16384 /* steps of all sides a window holds */
 #define RP_STREAM_MARK	 4096  /* one step time kept per this many steps */
+/* RBTRACE_REPLAY_MEMORY_STEPS by default: steps replayed from memory, at
+ * about RP_STEP_BYTES each in at most an eighth of the machine's memory */
+#define RP_MEMORY_STEPS	 1000000
+#define RP_STEP_BYTES	 2048
 #define RP_STREAM_WRKEYS 64    /* distinct rkeys of a side's WRITEs kept */
 #define RP_STREAM_SAMPLE 65536 /* lateness samples a side keeps */
 #define RP_THREAD_SAMPLE 4096  /* and each of its recorded threads */

@@ -40,6 +40,39 @@ static void rp_out_name(char *buf, size_t n, const char *out, int i)
 		snprintf(buf, n, "%s.%d", out, i);
 }
 
+/* RBTRACE_REPLAY_MEMORY_STEPS: a job of up to this many steps replays from
+ * memory even when longer than a window (streaming costs the pauses between
+ * windows; see docs/replay.md "Any length"). Unset: RP_MEMORY_STEPS, or
+ * fewer when an eighth of the machine's memory holds fewer at RP_STEP_BYTES
+ * a step - or, when RBTRACE_REPLAY_WINDOW is set, that window (every job
+ * longer than the window given streams, as it always did). */
+static uint64_t rp_mem_steps(FILE *log, int window)
+{
+	const char *v = getenv("RBTRACE_REPLAY_MEMORY_STEPS");
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	uint64_t n = RP_MEMORY_STEPS;
+
+	if (v && *v) {
+		char *end;
+		unsigned long long x;
+
+		errno = 0;
+		x = strtoull(v, &end, 10);
+		if (!errno && !*end && *v != '-')
+			return x;
+		fprintf(log,
+			"rbtrace replay: ignoring RBTRACE_REPLAY_MEMORY_STEPS=%s "
+			"(expected a number of steps)\n",
+			v);
+	}
+	if (getenv("RBTRACE_REPLAY_WINDOW"))
+		return window > 0 ? (uint64_t)window : 0;
+	if (pages > 0 && psz > 0 &&
+	    (uint64_t)pages * (uint64_t)psz / 8 / RP_STEP_BYTES < n)
+		n = (uint64_t)pages * (uint64_t)psz / 8 / RP_STEP_BYTES;
+	return n;
+}
+
 static struct rp_job *rp_job_new(const struct rbt_replay_opts *o, int ntraces)
 {
 	struct rp_job *j = calloc(1, sizeof(*j));
@@ -59,6 +92,7 @@ static struct rp_job *rp_job_new(const struct rbt_replay_opts *o, int ntraces)
 	j->window = getenv("RBTRACE_REPLAY_WINDOW")
 			    ? atoi(getenv("RBTRACE_REPLAY_WINDOW"))
 			    : RP_STREAM_WINDOW;
+	j->mem_steps = rp_mem_steps(j->log, j->window);
 	/* a window's end is chosen among kept step times: four per window */
 	j->mark_every = j->window / 4 < 1		 ? 1
 			: j->window / 4 > RP_STREAM_MARK ? RP_STREAM_MARK

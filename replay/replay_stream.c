@@ -175,6 +175,16 @@ int rp_stream_decide(struct rp_job *j, int *reload)
 			"cannot be streamed (%s): replaying it from memory\n",
 			j->window, why);
 		*reload = 1;
+	} else if (over) {
+		/* short enough to hold whole: from memory, without the pauses */
+		uint64_t all = 0;
+
+		for (int i = 0; i < j->nside; i++)
+			all += j->side[i].sm->nstep_all;
+		if (all <= j->mem_steps) {
+			*reload = 1;
+			why = "fits in memory";
+		}
 	}
 	if (!over || why) {
 		for (int i = 0; i < j->nside; i++)
