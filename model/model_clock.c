@@ -42,7 +42,7 @@ bool mt_clock_map(const struct mt_clock *c, uint64_t nic, double *host)
 	if (!c || !c->n || c->b <= 0)
 		return false;
 	double x = (double)(int64_t)(nic - c->x0);
-	*host = (double)c->y0 + c->my + c->b * (x - c->mx);
+	*host = (double)c->y0 + c->my + c->b0 * c->mx + c->b * (x - c->mx);
 	return true;
 }
 
@@ -73,14 +73,15 @@ void mt_on_clock(struct rbt_model *m, struct mt_trace *t, const struct rbt_event
 		c->y0 = ev->ts;
 		c->nic_hz = (double)p->nic_hz;
 		c->b = c->nic_hz > 0 ? (double)t->pub.hdr.clock_hz / c->nic_hz : 0;
+		c->b0 = c->b;
 		if (!t->first_clock)
 			t->first_clock = c;
 	}
 	double x = (double)(int64_t)(p->nic_ts - c->x0);
-	double y = (double)(int64_t)(ev->ts - c->y0);
+	double y = (double)(int64_t)(ev->ts - c->y0) - c->b0 * x;
 	if (c->n >= 1 && c->b > 0) {
 		/* how wrong the model as used so far was: the honest residual */
-		double pred = c->my + c->b * (x - c->mx);
+		double pred = c->my + (c->b - c->b0) * (x - c->mx);
 		double r = fabs(y - pred);
 		if (r > c->max_resid_ticks)
 			c->max_resid_ticks = r;
@@ -94,7 +95,7 @@ void mt_on_clock(struct rbt_model *m, struct mt_trace *t, const struct rbt_event
 	c->m2x += dx * (x - c->mx);
 	c->m2y += dy * (y - c->my);
 	if (c->n >= 2 && c->m2x > 0)
-		c->b = c->cxy / c->m2x;
+		c->b = c->b0 + c->cxy / c->m2x;
 	if (t->deferred.n)
 		mt_drain_deferred(m, t, false);
 }

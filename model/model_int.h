@@ -21,8 +21,12 @@ struct mt_clock {
 	uint64_t ctx;
 	uint64_t n;
 	uint64_t x0, y0;
-	double mx, my, cxy, m2x, m2y; /* running means and co-moments */
-	double b;		      /* host ticks per NIC tick, the model in use */
+	/* running means and co-moments of the NIC ticks x and of y - b0 x, the
+	 * host ticks less the nominal rate's line: the fit's residual is then
+	 * not lost to rounding beside seconds of spread */
+	double mx, my, cxy, m2x, m2y;
+	double b0; /* the nominal rate (host ticks per NIC tick; 0: unknown) */
+	double b;  /* host ticks per NIC tick, the model in use */
 	double nic_hz;
 	double max_resid_ticks;
 };

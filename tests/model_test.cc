@@ -305,6 +305,36 @@ TEST(Model, Clocks)
 	EXPECT_NEAR(4.0, fit.ns_per_nic_tick, 1e-9);
 }
 
+// A NIC clock sampled for 10 s, 3 ppm fast against the host's, each sample
+// 20 ns off one way or the other (the reads' windows): the fit finds the rate,
+// and its rms residual is those 20 ns - not lost to rounding beside the
+// samples' 10 s of spread (it once came out as 0 for long runs).
+TEST(Model, ClockFitOfNoisySamplesOverSeconds)
+{
+	M m;
+	for (int i = 0; i < 200; i++) {
+		uint64_t nic = 5000000000ull + 50000000ull * (uint64_t)i; // every 50 ms
+		double host = 10000.0 + (double)(nic - 5000000000ull) * (1.0 + 3e-6) +
+			      (i % 2 ? 20.0 : -20.0);
+		rbt_event ev{};
+		ev.type = RBT_EV_CLOCK_SAMPLE;
+		ev.u.clock_sample.ctx = 0x1;
+		ev.u.clock_sample.nic_ts = nic;
+		ev.u.clock_sample.nic_hz = 1000000000;
+		m.feed(ev, (uint64_t)host);
+	}
+	struct rbt_model_clock_fit fit;
+	ASSERT_EQ(0, rbt_model_clock_fit(m.m, m.t, &fit));
+	EXPECT_EQ(200u, fit.samples);
+	EXPECT_NEAR(1.0 + 3e-6, fit.ns_per_nic_tick, 1e-9);
+	EXPECT_NEAR(20.0, fit.rms_residual_ns, 1.0);
+	EXPECT_GE(fit.max_residual_ns, 20.0);
+	double host;
+	ASSERT_EQ(0, rbt_model_nic_to_host(m.m, m.t, 0x1, 5000000000ull + 5000000000ull,
+					   &host));
+	EXPECT_NEAR(10000.0 + 5e9 * (1.0 + 3e-6), host, 5.0);
+}
+
 // Traces of one host share its TSC: they are placed on the timeline by their TSC
 // starts, not by the real-time clock read beside each start (a recorder preempted
 // between the two reads would put its trace that much late). Traces of another host
