@@ -7,6 +7,7 @@
  * verb of its own beyond the device queries between check and build.
  */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,7 +59,7 @@ static uint64_t rp_mem_steps(FILE *log, int window)
 
 		errno = 0;
 		x = strtoull(v, &end, 10);
-		if (!errno && !*end && *v != '-')
+		if (isdigit((unsigned char)*v) && !errno && !*end)
 			return x;
 		fprintf(log,
 			"rbtrace replay: ignoring RBTRACE_REPLAY_MEMORY_STEPS=%s "

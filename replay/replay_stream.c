@@ -156,6 +156,7 @@ static void rp_stream_trim(struct rp_side *s)
 int rp_stream_decide(struct rp_job *j, int *reload)
 {
 	const char *why = NULL;
+	uint64_t all = 0; /* steps of every side */
 	int over = 0;
 
 	*reload = 0;
@@ -166,27 +167,19 @@ int rp_stream_decide(struct rp_job *j, int *reload)
 			return 0;
 		if (s->sm->nstep_all > (uint64_t)s->nstep)
 			over = 1;
+		all += s->sm->nstep_all;
 		if (!why)
 			why = rp_side_why_not(s);
 	}
-	if (over && why) {
+	if (over && why)
 		fprintf(j->log,
 			"rbtrace replay: a trace is longer than a window of %d steps but "
 			"cannot be streamed (%s): replaying it from memory\n",
 			j->window, why);
-		*reload = 1;
-	} else if (over) {
-		/* short enough to hold whole: from memory, without the pauses */
-		uint64_t all = 0;
-
-		for (int i = 0; i < j->nside; i++)
-			all += j->side[i].sm->nstep_all;
-		if (all <= j->mem_steps) {
-			*reload = 1;
-			why = "fits in memory";
-		}
-	}
-	if (!over || why) {
+	/* longer than a window: read again whole when a trace cannot stream,
+	 * or when the job fits in memory (no pauses between windows then) */
+	*reload = over && (why || all <= j->mem_steps);
+	if (!over || *reload) {
 		for (int i = 0; i < j->nside; i++)
 			rp_stream_free(&j->side[i]);
 		return 0;
