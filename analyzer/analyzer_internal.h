@@ -346,11 +346,14 @@ struct an_trace {
 	uint64_t posts, polls, empty_polls, post_fail;
 	uint64_t first_post_ts, last_post_ts;
 	bool any_post;
+	/* registrations and deregistrations after the first post are candidates
+	 * for the data path (cand), confirmed by a later post (traffic), or
+	 * dropped as setup when a QP is created or connected first */
 	uint64_t mr_regs, mr_regs_traffic, mr_deregs_traffic, mr_dereg_cand_total;
 	uint64_t mr_reg_cand[8];
-	uint32_t n_mr_reg_cand;
+	uint32_t n_mr_reg_cand, n_mr_reg_conf;
 	uint64_t mr_reg_cand_total;
-	uint64_t mr_traffic_ns;
+	uint64_t mr_traffic_ns, mr_cand_ns;
 	/* MR deregistered while a QP that used it lives */
 	uint64_t early_dereg;
 	uint64_t early_dereg_ts;

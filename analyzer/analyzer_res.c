@@ -148,6 +148,9 @@ static void an_post_send(struct rbt_analyzer *an, struct an_trace *t,
 		/* registrations seen so far happened before this post: on the data path */
 		t->mr_regs_traffic = t->mr_reg_cand_total;
 		t->mr_deregs_traffic = t->mr_dereg_cand_total;
+		t->n_mr_reg_conf = t->n_mr_reg_cand;
+		t->mr_traffic_ns += t->mr_cand_ns;
+		t->mr_cand_ns = 0;
 	}
 	bool bad = qp->m->state != IBV_QPS_RTS && qp->m->state != RBT_MODEL_STATE_UNKNOWN;
 	uint32_t posted = an_post_call(an, t, ev, qp, false, bad, p->ret, p->ts_exit);
@@ -222,6 +225,18 @@ static void an_poll(struct rbt_analyzer *an, struct an_trace *t,
 
 /* ---- MRs ---- */
 
+/* A QP created, or connected (to RTR), after the registrations since the last
+ * post: those were the setup of a connection (perftest -R registers its buffers
+ * after the rdma_cm handshake's posts, then creates the QPs that use them), not
+ * the data path. */
+static void an_mr_setup(struct an_trace *t)
+{
+	t->mr_reg_cand_total = t->mr_regs_traffic;
+	t->mr_dereg_cand_total = t->mr_deregs_traffic;
+	t->n_mr_reg_cand = t->n_mr_reg_conf;
+	t->mr_cand_ns = 0;
+}
+
 /* The QPs' last-MR caches, after the keys changed. */
 static void an_mr_forget(struct an_trace *t)
 {
@@ -244,8 +259,7 @@ static void an_mr_reg(struct an_trace *t, const struct rbt_event *ev)
 	if (t->n_mr_reg_cand < 8)
 		t->mr_reg_cand[t->n_mr_reg_cand++] = ev->ts;
 	if (p->ts_exit > ev->ts)
-		t->mr_traffic_ns +=
-			rbt_model_dur_ns(t->mt, (double)(p->ts_exit - ev->ts));
+		t->mr_cand_ns += rbt_model_dur_ns(t->mt, (double)(p->ts_exit - ev->ts));
 }
 
 static void an_mr_dereg(struct an_trace *t, const struct rbt_event *ev,
@@ -258,7 +272,7 @@ static void an_mr_dereg(struct an_trace *t, const struct rbt_event *ev,
 	if (t->any_post) {
 		t->mr_dereg_cand_total++; /* confirmed by a later post */
 		if (p->ts_exit > ev->ts)
-			t->mr_traffic_ns +=
+			t->mr_cand_ns +=
 				rbt_model_dur_ns(t->mt, (double)(p->ts_exit - ev->ts));
 	}
 	for (uint32_t i = 0; i < mr->n_users; i++) {
@@ -330,6 +344,16 @@ void an_before(struct rbt_analyzer *an, struct an_trace *t, const struct rbt_eve
 		break;
 	case RBT_EV_MR_REREG:
 		an_mr_forget(t);
+		break;
+	case RBT_EV_QP_CREATE:
+		if (ev->u.qp_create.ret == 0)
+			an_mr_setup(t);
+		break;
+	case RBT_EV_QP_MODIFY:
+		if (ev->u.qp_modify.ret == 0 &&
+		    (ev->u.qp_modify.attr_mask & IBV_QP_STATE) &&
+		    ev->u.qp_modify.qp_state == IBV_QPS_RTR)
+			an_mr_setup(t);
 		break;
 	case RBT_EV_ASYNC_EVENT:
 		an_async(an, t, ev);

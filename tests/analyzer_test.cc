@@ -798,6 +798,51 @@ TEST(Diagnose, MrRegisteredUpFrontIsNotDataPath)
 	EXPECT_FALSE(fx.find("mr_dereg_before_qp"));
 }
 
+// perftest -R: a handshake over a first QP (a few posts), then the data buffer is
+// registered and the QP that uses it is created and connected: setup, not the
+// data path. A registration between two posts of the traffic still is.
+TEST(Diagnose, MrRegisteredBeforeItsQpAfterAHandshakeIsNotDataPath)
+{
+	const uint64_t QP2 = 0xa2;
+	const uint32_t QPN2 = 0x33;
+	for (bool mid_traffic : { false, true }) {
+		Fixture fx;
+		Trace &c = fx.t[0];
+		c.cq(1000, CQ, 256);
+		c.mr(1500, 0xe0, 0x10000, 65536, 0x42);
+		c.qp(2000, QP, QPN, CQ, CQ);
+		c.connect(3000, QP, PEER);
+		uint64_t t = 10000;
+		for (int i = 0; i < 4; i++, t += 20000) { // the handshake
+			c.post(t, t + 100, QP, QPN, { swr(i) }, fx.sges);
+			c.poll(t + 1000, t + 1100, CQ, { wc(i, QPN) });
+		}
+		c.mr(t, 0xe1, 0x900000, 1 << 20, 0x77);
+		t += 10000;
+		c.qp(t, QP2, QPN2, CQ, CQ);
+		c.connect(t + 1000, QP2, PEER + 1);
+		t += 10000;
+		for (int i = 0; i < 20; i++, t += 20000) {
+			if (mid_traffic && i == 10)
+				c.mr(t - 10000, 0xe2, 0xa00000, 4096, 0x88);
+			c.post(t, t + 100, QP2, QPN2, { swr(100 + i) }, fx.sges);
+			c.poll(t + 1000, t + 1100, CQ, { wc(100 + i, QPN2) });
+		}
+		c.destroy_qp(t, QP2);
+		c.destroy_qp(t + 100, QP);
+		fx.finish();
+		const rbt_finding *f = fx.find("mr_on_datapath");
+		if (!mid_traffic) {
+			EXPECT_FALSE(f) << f->evidence;
+			continue;
+		}
+		ASSERT_TRUE(f);
+		EXPECT_NE(nullptr, strstr(f->title, "1 MR registrations")) << f->title;
+		// the setup registration's 5 us are not counted: only the one in traffic
+		EXPECT_NE(nullptr, strstr(f->evidence, "0.005 ms spent")) << f->evidence;
+	}
+}
+
 TEST(Diagnose, PostOnQpNotInRts)
 {
 	Fixture fx;
