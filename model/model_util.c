@@ -140,16 +140,23 @@ static void mt_fix_event(struct mt_arena *a, struct rbt_event *dst,
 	}
 }
 
-struct rbt_event *rbt_model_event_copy(const struct rbt_event *ev)
+size_t rbt_model_event_size(const struct rbt_event *ev)
 {
 	struct mt_arena a = { .base = NULL, .off = sizeof(*ev) };
 	mt_fix_event(&a, NULL, ev);
-	char *buf = malloc(a.off);
-	if (!buf)
-		return NULL;
+	return a.off;
+}
+
+struct rbt_event *rbt_model_event_copy_to(void *buf, const struct rbt_event *ev)
+{
+	struct mt_arena a = { .base = buf, .off = sizeof(*ev) };
 	memcpy(buf, ev, sizeof(*ev));
-	a.base = buf;
-	a.off = sizeof(*ev);
-	mt_fix_event(&a, (struct rbt_event *)buf, ev);
-	return (struct rbt_event *)buf;
+	mt_fix_event(&a, buf, ev);
+	return buf;
+}
+
+struct rbt_event *rbt_model_event_copy(const struct rbt_event *ev)
+{
+	char *buf = malloc(rbt_model_event_size(ev));
+	return buf ? rbt_model_event_copy_to(buf, ev) : NULL;
 }

@@ -397,6 +397,10 @@ void rbt_model_stats(const struct rbt_model *m, struct rbt_model_stats *out);
 /* A deep copy of an event (arrays, strings, blobs) in one allocation: free() it.
  * NULL without memory. */
 struct rbt_event *rbt_model_event_copy(const struct rbt_event *ev);
+/* The same copy into memory the caller has: rbt_model_event_size(ev) bytes,
+ * 8-byte aligned; returns buf. */
+size_t rbt_model_event_size(const struct rbt_event *ev);
+struct rbt_event *rbt_model_event_copy_to(void *buf, const struct rbt_event *ev);
 
 #ifdef __cplusplus
 }

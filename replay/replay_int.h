@@ -546,9 +546,9 @@ struct rp_loading {
 	const struct rbt_event *cur_poll;
 	int cur_cq;
 	uint32_t wc_next;
-	/* the event being fed when it is a copy the feeder would free: the
-	 * step made of it takes it (NULL once taken) */
-	struct rbt_event *owned;
+	/* the event being fed when it already lies in memory the side keeps
+	 * (a streamed window's batch): a step made of it takes it as it is */
+	struct rbt_event *kept;
 	int err; /* from a model callback: -ENOMEM */
 	/* a send, a poll that returned completions or a completion-event wait
 	 * was read: MR events from now on are steps (before it they fall in the
@@ -568,6 +568,7 @@ struct rp_loading {
 
 /* replay_side.c: the side's tables */
 int rp_keep(struct rp_side *s, void *p);
+int rp_keep_room(struct rp_side *s, size_t n);
 void *rp_alloc(struct rp_side *s, size_t n);
 /* A streamed window's part of the arena: what is kept from the mark on is
  * given back by rp_arena_release. */

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -442,17 +443,16 @@ static int rp_load_event(struct rp_loading *ld, const struct rbt_event *ev)
 	return rp_loaders[ev->type](ld, ev);
 }
 
-/* An event of the time-order window, ours to free: a step takes it as its
- * own copy (rp_timeline_add) instead of copying it again. */
-static int rp_load_owned(struct rp_loading *ld, struct rbt_event *ev)
+/* An event of a streamed window's batch, in memory the side keeps with the
+ * window (rp_batch): a step takes it as it is (rp_timeline_add) instead of
+ * copying it again. */
+static int rp_load_kept(struct rp_loading *ld, struct rbt_event *ev)
 {
 	int rc;
 
-	ld->owned = ev;
+	ld->kept = ev;
 	rc = rp_load_event(ld, ev);
-	if (ld->owned)
-		free(ev);
-	ld->owned = NULL;
+	ld->kept = NULL;
 	return rc;
 }
 
@@ -482,9 +482,97 @@ static int rp_load_model(struct rp_loading *ld, const struct rbt_header *hdr)
  * time (a chunk holds far fewer events; 4 M events a second would hold 8 M) */
 #define RP_REORDER_MAX (1u << 17)
 
+/* Memory for the events the time-order window holds: chunks handed out in
+ * order, each one reused or freed once every event in it has left. Events
+ * leave in about the order they came, so a few chunks serve a window of
+ * thousands; one malloc and free an event, from two threads when streamed,
+ * had cost the loading a quarter of its time (perf, the 8-thread bench
+ * trace streamed: malloc, free and the arena's lock). */
+#define RP_SLAB_CHUNK (256 * 1024)
+#define RP_SLAB_SPARE 4
+
+struct rp_slab_chunk {
+	struct rp_slab_chunk *next; /* spare chunks */
+	size_t used, size, live;
+	max_align_t data[];
+};
+
+struct rp_slab {
+	struct rp_slab_chunk *cur, *spare;
+	int nspare;
+};
+
+static void rp_slab_drop(struct rp_slab *sl, struct rp_slab_chunk *c)
+{
+	if (c->size == RP_SLAB_CHUNK && sl->nspare < RP_SLAB_SPARE) {
+		c->next = sl->spare;
+		sl->spare = c;
+		sl->nspare++;
+	} else {
+		free(c);
+	}
+}
+
+/* n bytes, aligned for any type, and the chunk they lie in; NULL without
+ * memory. */
+static void *rp_slab_get(struct rp_slab *sl, size_t n, struct rp_slab_chunk **in)
+{
+	struct rp_slab_chunk *c = sl->cur;
+	void *p;
+
+	n = (n + sizeof(max_align_t) - 1) & ~(sizeof(max_align_t) - 1);
+	if (c && !c->live)
+		c->used = 0; /* everything in it has left */
+	if (!c || c->used + n > c->size) {
+		if (c && !c->live)
+			rp_slab_drop(sl, c);
+		/* else the last of its events frees it (rp_slab_put) */
+		if (n <= RP_SLAB_CHUNK && sl->spare) {
+			c = sl->spare;
+			sl->spare = c->next;
+			sl->nspare--;
+		} else {
+			size_t size = n > RP_SLAB_CHUNK ? n : RP_SLAB_CHUNK;
+
+			if (!(c = malloc(sizeof(*c) + size))) {
+				sl->cur = NULL;
+				return NULL;
+			}
+			c->size = size;
+		}
+		c->used = c->live = 0;
+		sl->cur = c;
+	}
+	p = (char *)c->data + c->used;
+	c->used += n;
+	c->live++;
+	*in = c;
+	return p;
+}
+
+/* One event of chunk c has left. */
+static void rp_slab_put(struct rp_slab *sl, struct rp_slab_chunk *c)
+{
+	if (!--c->live && c != sl->cur)
+		rp_slab_drop(sl, c);
+}
+
+static void rp_slab_free(struct rp_slab *sl)
+{
+	struct rp_slab_chunk *c;
+
+	free(sl->cur);
+	while ((c = sl->spare)) {
+		sl->spare = c->next;
+		free(c);
+	}
+	*sl = (struct rp_slab){ 0 };
+}
+
 struct rp_held {
 	uint64_t key, seq;
 	struct rbt_event *ev;
+	struct rp_slab_chunk *in; /* its memory */
 };
 
 /* One stream's events held, in its own order (a ring). */
@@ -506,7 +594,8 @@ struct rp_reorder {
 	int nheap;
 	size_t n; /* events held */
 	uint64_t seq, newest, window;
-	int by_return; /* a streamed window's reading: waits by their return */
+	int by_return;	     /* a streamed window's reading: waits by their return */
+	struct rp_slab slab; /* the events' copies */
 };
 
 /* The time an event is ordered by: its entry, or with by_return the return of
@@ -634,8 +723,10 @@ static int rp_reorder_push(struct rp_reorder *o, const struct rbt_event *ev)
 		q->cap = cap;
 		q->head = 0;
 	}
-	if (!(x.ev = rbt_model_event_copy(ev)))
+	x.ev = rp_slab_get(&o->slab, rbt_model_event_size(ev), &x.in);
+	if (!x.ev)
 		return -ENOMEM;
+	rbt_model_event_copy_to(x.ev, ev);
 	q->v[(q->head + q->n++) & (q->cap - 1)] = x;
 	o->n++;
 	if (q->at < 0) {
@@ -651,8 +742,10 @@ static const struct rp_held *rp_reorder_first(const struct rp_reorder *o)
 	return o->nheap ? rp_fifo_first(o, o->heap[0]) : NULL;
 }
 
-/* The earliest event held, if it may leave (all: at the end of the file). */
-static struct rbt_event *rp_reorder_pop(struct rp_reorder *o, int all)
+/* The earliest event held, if it may leave (all: at the end of the file);
+ * valid until rp_reorder_done(o, *in) says it is no longer needed. */
+static struct rbt_event *rp_reorder_pop(struct rp_reorder *o, int all,
+					struct rp_slab_chunk **in)
 {
 	const struct rp_held *h = rp_reorder_first(o);
 	struct rbt_event *ev;
@@ -661,6 +754,7 @@ static struct rbt_event *rp_reorder_pop(struct rp_reorder *o, int all)
 	if (!h || (!all && o->n <= RP_REORDER_MAX && h->key + o->window > o->newest))
 		return NULL;
 	ev = h->ev;
+	*in = h->in;
 	q = &o->fifo[o->heap[0]];
 	q->head = (q->head + 1) & (q->cap - 1);
 	q->n--;
@@ -677,27 +771,29 @@ static struct rbt_event *rp_reorder_pop(struct rp_reorder *o, int all)
 	return ev;
 }
 
-/* Feeds what may leave the window (all of it at the end); 0 or -ENOMEM. */
+/* Feeds what may leave the window (all of it at the end); 0 or -ENOMEM. A
+ * step copies its event into the side's arena (rp_timeline_add). */
 static int rp_reorder_feed(struct rp_loading *ld, struct rp_reorder *o, int all)
 {
+	struct rp_slab_chunk *in;
 	struct rbt_event *ev;
 	int rc = 0;
 
-	while ((ev = rp_reorder_pop(o, all))) {
+	while ((ev = rp_reorder_pop(o, all, &in))) {
 		if (!rc)
-			rc = rp_load_owned(ld, ev);
-		else
-			free(ev);
+			rc = rp_load_event(ld, ev);
+		rp_slab_put(&o->slab, in);
 	}
 	return rc;
 }
 
 static void rp_reorder_free(struct rp_reorder *o)
 {
-	struct rbt_event *ev;
+	struct rp_slab_chunk *in;
 
-	while ((ev = rp_reorder_pop(o, 1)))
-		free(ev);
+	while (rp_reorder_pop(o, 1, &in))
+		rp_slab_put(&o->slab, in);
+	rp_slab_free(&o->slab);
 	for (int f = 0; f < o->nfifo; f++)
 		free(o->fifo[f].v);
 	free(o->fifo);
@@ -782,6 +878,12 @@ struct rp_batch {
 	size_t n, cap;
 	int rc;
 	uint64_t late; /* late events counted up to this window */
+	/* the events' copies: chunks the side keeps with the window once
+	 * taken (rp_again_load) */
+	void **mem;
+	size_t nmem, capmem;
+	char *bump;
+	size_t left;
 };
 
 struct rp_ahead {
@@ -811,12 +913,43 @@ static uint64_t rp_cut_time(const struct rp_ahead *a, uint64_t ticks)
 	return a->host_cut && a->tsc ? ticks : rbt_model_mono_ns(&a->clock, ticks);
 }
 
-static int rp_batch_add(struct rp_batch *b, struct rbt_event *ev)
+#define RP_BATCH_CHUNK (256 * 1024)
+
+/* A copy of ev in the batch's memory; 0 or -ENOMEM. */
+static int rp_batch_add(struct rp_batch *b, const struct rbt_event *ev)
 {
-	if (!RP_GROW(b->ev, b->n, b->cap))
+	size_t n = (rbt_model_event_size(ev) + 15) & ~(size_t)15;
+
+	if (!RP_GROW(b->ev, b->n, b->cap) || !RP_GROW(b->mem, b->nmem, b->capmem))
 		return -ENOMEM;
-	b->ev[b->n++] = ev;
+	if (n > b->left) {
+		size_t size = n > RP_BATCH_CHUNK / 4 ? n : RP_BATCH_CHUNK;
+		char *c = malloc(size);
+
+		if (!c)
+			return -ENOMEM;
+		b->mem[b->nmem++] = c;
+		if (size != n) { /* a large one has a chunk of its own */
+			b->bump = c;
+			b->left = size;
+		} else {
+			b->ev[b->n++] = rbt_model_event_copy_to(c, ev);
+			return 0;
+		}
+	}
+	b->ev[b->n++] = rbt_model_event_copy_to(b->bump, ev);
+	b->bump += n;
+	b->left -= n;
 	return 0;
+}
+
+/* A batch's memory given back (a window made and not taken). */
+static void rp_batch_clear(struct rp_batch *b)
+{
+	for (size_t k = 0; k < b->nmem; k++)
+		free(b->mem[k]);
+	b->n = b->nmem = b->left = 0;
+	b->bump = NULL;
 }
 
 /* Window w's events into b: what may leave the time-order window and lies
@@ -827,17 +960,17 @@ static void rp_ahead_make(struct rp_ahead *a, size_t w, struct rp_batch *b)
 	struct rp_reorder *o = &a->ro;
 	uint64_t lim = w < a->nlim ? a->lim[w] : UINT64_MAX;
 	const struct rbt_event *rev;
+	struct rp_slab_chunk *in;
 	struct rbt_event *ev;
 	int rc = 0;
 
-	b->n = 0;
+	rp_batch_clear(b);
 	for (;;) {
 		while (o->n && rp_cut_time(a, rp_reorder_first(o)->key) < lim &&
-		       (ev = rp_reorder_pop(o, a->eof))) {
+		       (ev = rp_reorder_pop(o, a->eof, &in))) {
 			if (!rc)
 				rc = rp_batch_add(b, ev);
-			if (rc)
-				free(ev);
+			rp_slab_put(&o->slab, in);
 		}
 		if (rc < 0)
 			break;
@@ -984,9 +1117,9 @@ static void rp_ahead_free(struct rp_ahead *a)
 	rp_trash_free(a->trash, a->ntrash);
 	for (int k = 0; k < 2; k++) {
 		/* a window made and not taken: its events are still the batch's */
-		for (size_t i = 0; i < a->b[k].n; i++)
-			free(a->b[k].ev[i]);
+		rp_batch_clear(&a->b[k]);
 		free(a->b[k].ev);
+		free(a->b[k].mem);
 	}
 	rp_reorder_free(&a->ro);
 	if (a->r)
@@ -1071,12 +1204,18 @@ int rp_again_load(struct rp_job *j, struct rp_side *s)
 
 	s->model = sm->model;
 	s->mtrace = sm->mtrace;
-	for (size_t i = 0; i < b->n; i++) {
-		if (!fed)
-			fed = rp_load_owned(sm->ld, b->ev[i]);
-		else
-			free(b->ev[i]);
+	/* the batch's memory is the window's from now on: its steps take
+	 * their events where they are */
+	if (rp_keep_room(s, b->nmem) < 0) {
+		fed = -ENOMEM;
+	} else {
+		for (size_t k = 0; k < b->nmem; k++)
+			rp_keep(s, b->mem[k]);
+		b->nmem = b->left = 0;
+		b->bump = NULL;
 	}
+	for (size_t i = 0; i < b->n && !fed; i++)
+		fed = rp_load_kept(sm->ld, b->ev[i]);
 	b->n = 0;
 	sm->late_events = b->late;
 	rp_ahead_done(sm->ahead);

@@ -11,11 +11,15 @@
 
 #include "replay/replay_int.h"
 
-/* The side's arena owns p from now on (freed with the side); -ENOMEM. */
-int rp_keep(struct rp_side *s, void *p)
+/* Room for n more blocks in the side's arena: rp_keep cannot fail for them;
+ * -ENOMEM. */
+int rp_keep_room(struct rp_side *s, size_t n)
 {
-	if (s->nallocs == s->capallocs) {
-		size_t cap = s->capallocs ? 2 * s->capallocs : 256;
+	size_t cap = s->capallocs ? s->capallocs : 256;
+
+	while (cap < s->nallocs + n)
+		cap *= 2;
+	if (cap != s->capallocs) {
 		void **a = realloc(s->allocs, cap * sizeof(*a));
 
 		if (!a)
@@ -23,6 +27,14 @@ int rp_keep(struct rp_side *s, void *p)
 		s->allocs = a;
 		s->capallocs = cap;
 	}
+	return 0;
+}
+
+/* The side's arena owns p from now on (freed with the side); -ENOMEM. */
+int rp_keep(struct rp_side *s, void *p)
+{
+	if (rp_keep_room(s, 1) < 0)
+		return -ENOMEM;
 	s->allocs[s->nallocs++] = p;
 	return 0;
 }

@@ -17,26 +17,17 @@
 
 #include "replay/replay_int.h"
 
-/* A deep copy of an event in one allocation (the model's), owned by the
- * side's arena; NULL without memory. The loader's own copy of it when it
- * has one to give (rp_loading.owned). */
+/* A deep copy of an event in one block of the side's arena (rp_alloc);
+ * NULL without memory. The event itself when it lies in memory the side
+ * keeps already (rp_loading.kept). */
 static struct rbt_event *rp_copy_event(struct rp_loading *ld, const struct rbt_event *ev)
 {
 	struct rbt_event *c;
 
-	if (ev == ld->owned) {
-		if (rp_keep(ld->s, ld->owned) < 0)
-			return NULL; /* still the loader's to free */
-		c = ld->owned;
-		ld->owned = NULL;
-		return c;
-	}
-	c = rbt_model_event_copy(ev);
-	if (c && rp_keep(ld->s, c) < 0) {
-		free(c);
-		return NULL;
-	}
-	return c;
+	if (ev == ld->kept)
+		return ld->kept;
+	c = rp_alloc(ld->s, rbt_model_event_size(ev));
+	return c ? rbt_model_event_copy_to(c, ev) : NULL;
 }
 
 static int rp_step_cmp(const void *a, const void *b)
