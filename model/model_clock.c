@@ -37,6 +37,11 @@ struct mt_clock *mt_clock_of(const struct mt_trace *t, uint64_t ctx)
 	return c ? c : t->first_clock;
 }
 
+bool mt_clock_covers(const struct mt_clock *c, uint64_t nic)
+{
+	return c && c->n && (int64_t)(nic - c->x_last) <= 0;
+}
+
 bool mt_clock_map(const struct mt_clock *c, uint64_t nic, double *host)
 {
 	if (!c || !c->n || c->b <= 0)
@@ -77,6 +82,8 @@ void mt_on_clock(struct rbt_model *m, struct mt_trace *t, const struct rbt_event
 		if (!t->first_clock)
 			t->first_clock = c;
 	}
+	if (!c->n || (int64_t)(p->nic_ts - c->x_last) > 0)
+		c->x_last = p->nic_ts;
 	double x = (double)(int64_t)(p->nic_ts - c->x0);
 	double y = (double)(int64_t)(ev->ts - c->y0) - c->b0 * x;
 	if (c->n >= 1 && c->b > 0) {

@@ -21,6 +21,7 @@ struct mt_clock {
 	uint64_t ctx;
 	uint64_t n;
 	uint64_t x0, y0;
+	uint64_t x_last; /* the latest NIC time sampled (raw) */
 	/* running means and co-moments of the NIC ticks x and of y - b0 x, the
 	 * host ticks less the nominal rate's line: the fit's residual is then
 	 * not lost to rounding beside seconds of spread */
@@ -89,6 +90,8 @@ struct rbt_model_res *mt_resource_of(struct mt_trace *t, const struct rbt_event 
 /* model_clock.c */
 void mt_on_clock(struct rbt_model *m, struct mt_trace *t, const struct rbt_event *ev);
 bool mt_clock_map(const struct mt_clock *c, uint64_t nic, double *host);
+/* Whether a sample at or after NIC time nic has been read (interpolation). */
+bool mt_clock_covers(const struct mt_clock *c, uint64_t nic);
 struct mt_clock *mt_clock_of(const struct mt_trace *t, uint64_t ctx);
 
 /* model_join.c */

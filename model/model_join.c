@@ -63,13 +63,46 @@ uint32_t rbt_model_posted(const struct rbt_event *ev)
 
 /* ---- handing completed WRs over ---- */
 
-/* Holds a WR whose completion has a NIC timestamp but whose device has no clock
- * sample yet; false when the queue is full (the WR then gets a bound). */
-static bool mt_defer(struct mt_trace *t, struct rbt_model_qp *qp,
+/* ---- NIC timestamps: interpolated, not extrapolated ----
+ * A completion's NIC time is mapped to host ticks through its device's clock
+ * model once a clock sample at or after it has been read: between two samples
+ * the fit interpolates; past the last one it would extrapolate at the rate
+ * fitted so far - before the second sample, the nominal one - and a NIC clock
+ * 50 ppm off its nominal rate put a quarter of the NIC times of a 10 ms
+ * ibv_rc_pingpong -t outside their [post, poll] (softnic with
+ * SOFTNIC_CLOCK_PPM=50). So WRs completed with a NIC timestamp wait, in order,
+ * for such a sample (the recorder samples every 10 ms, then 100 ms, and at
+ * close); up to MT_DEFER_MAX of them: past that the oldest is mapped with what
+ * the fit knows then. At the end the ones left are mapped as they can be
+ * (never sampled: bounds). */
+
+/* The WR at the head of the deferred queue, handed over now: mapped through
+ * its device's fit as it is (final), or only when a sample covers it. false
+ * when it has to wait. */
+static bool mt_hand_over(struct rbt_model *m, struct mt_trace *t, bool final)
+{
+	struct mt_deferred d = *(struct mt_deferred *)rbt_model_ring_at(&t->deferred, 0);
+	const struct mt_clock *clk = mt_clock_of(t, d.c.ctx);
+
+	if (!final && !mt_clock_covers(clk, d.c.hw_ts))
+		return false;
+	d.c.exact = mt_clock_map(clk, d.c.hw_ts, &d.c.host);
+	if (!d.c.exact)
+		t->pub.nic_unmapped++;
+	d.c.hw_ts = 0;
+	rbt_model_ring_drop(&t->deferred, 1);
+	if (m->ops.wr_done)
+		m->ops.wr_done(m->arg, d.qp, &d.w, &d.c, 1, d.w.recv ? 0 : d.w.signaled);
+	return true;
+}
+
+/* Holds a WR whose completion has a NIC timestamp until a clock sample covers
+ * it; false without memory (it is then handed over as it is). */
+static bool mt_defer(struct rbt_model *m, struct mt_trace *t, struct rbt_model_qp *qp,
 		     const struct rbt_model_wr *w, const struct rbt_model_comp *c)
 {
 	if (t->deferred.n >= MT_DEFER_MAX)
-		return false;
+		mt_hand_over(m, t, true);
 	t->deferred.elem = sizeof(struct mt_deferred);
 	struct mt_deferred *d = rbt_model_ring_push(&t->deferred);
 	if (!d)
@@ -84,36 +117,27 @@ static void mt_done(struct rbt_model *m, struct mt_trace *t, struct rbt_model_qp
 		    const struct rbt_model_wr *w, const struct rbt_model_comp *c,
 		    uint32_t n, uint32_t nsig)
 {
-	if (!c->exact && c->hw_ts) {
+	if (!m->ops.wr_done)
+		return;
+	/* behind others that wait, in order, or not covered by a sample yet */
+	if (c->hw_ts && (t->deferred.n || !c->exact ||
+			 !mt_clock_covers(mt_clock_of(t, c->ctx), c->hw_ts))) {
 		uint32_t k = 0;
-		while (k < n && mt_defer(t, qp, w, c))
+		while (k < n && mt_defer(m, t, qp, w, c))
 			k++;
 		if (k == n)
 			return;
 		n -= k;
 	}
-	if (m->ops.wr_done)
-		m->ops.wr_done(m->arg, qp, w, c, n, nsig);
+	m->ops.wr_done(m->arg, qp, w, c, n, nsig);
 }
 
-/* Hands over the deferred WRs now that a clock model may exist; at the end (final)
- * the ones still unmapped get bounds. */
+/* Hands over the deferred WRs a clock sample now covers; at the end (final)
+ * all of them, the ones never sampled with bounds. */
 void mt_drain_deferred(struct rbt_model *m, struct mt_trace *t, bool final)
 {
-	while (t->deferred.n) {
-		struct mt_deferred d =
-			*(struct mt_deferred *)rbt_model_ring_at(&t->deferred, 0);
-		d.c.exact = mt_clock_map(mt_clock_of(t, d.c.ctx), d.c.hw_ts, &d.c.host);
-		if (!d.c.exact && !final)
-			return;
-		if (!d.c.exact)
-			t->pub.nic_unmapped++;
-		d.c.hw_ts = 0; /* never deferred twice */
-		rbt_model_ring_drop(&t->deferred, 1);
-		if (m->ops.wr_done)
-			m->ops.wr_done(m->arg, d.qp, &d.w, &d.c, 1,
-				       d.w.recv ? 0 : d.w.signaled);
-	}
+	while (t->deferred.n && mt_hand_over(m, t, final))
+		;
 }
 
 /* An error completion moves its QP to ERR (after the consumer saw it). */
