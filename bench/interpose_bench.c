@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <x86intrin.h>
@@ -509,14 +510,35 @@ int main(int argc, char **argv)
 				"//tests:progs/fakeverbs/libibverbs.so.1 first\n");
 			return 1;
 		}
+		/* The traces the bench records (this run's, the light run's) go
+		 * into a directory of this run, removed when the bench is done. */
+		char dir[] = "/tmp/rbtrace-interpose-bench-XXXXXX", out[PATH_MAX];
+		if (!mkdtemp(dir)) {
+			perror("interpose_bench: mkdtemp");
+			return 1;
+		}
+		snprintf(out, sizeof(out), "%s/bench.rbt", dir);
 		setenv("LD_PRELOAD", pre, 1);
 		setenv("LD_LIBRARY_PATH", lib, 1);
 		setenv("RBT_BENCH_CHILD", "1", 1);
+		setenv("RBT_BENCH_DIR", dir, 1);
 		if (!getenv("RBTRACE_OUTPUT"))
-			setenv("RBTRACE_OUTPUT", "/tmp/rbtrace-interpose-bench.rbt", 1);
-		execv("/proc/self/exe", argv);
-		perror("interpose_bench: exec");
-		return 1;
+			setenv("RBTRACE_OUTPUT", out, 1);
+		fflush(stdout);
+		pid_t pid = fork();
+		if (pid == 0) {
+			execv("/proc/self/exe", argv);
+			perror("interpose_bench: exec");
+			_exit(127);
+		}
+		int st = 1;
+		if (pid < 0 || waitpid(pid, &st, 0) < 0)
+			st = 1;
+		char rm[sizeof(dir) + 16];
+		snprintf(rm, sizeof(rm), "rm -rf %s", dir);
+		if (system(rm))
+			fprintf(stderr, "interpose_bench: could not remove %s\n", dir);
+		return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 	}
 	unsetenv("LD_PRELOAD");
 	if (argc > 1 && !strcmp(argv[1], "--micro-only")) {
@@ -526,14 +548,15 @@ int main(int argc, char **argv)
 	micro();
 	/* The same in light mode (RBTRACE_LIGHT=1: one timestamp per call), in a
 	 * second process: the mode is the recorder's, set at its start. */
-	char cmd[2 * PATH_MAX + 256];
+	char cmd[3 * PATH_MAX + 256];
+	const char *dir = getenv("RBT_BENCH_DIR");
 	printf("light mode (RBTRACE_LIGHT=1), the same calls:\n");
 	fflush(stdout);
 	snprintf(cmd, sizeof(cmd),
 		 "env -u RBT_BENCH_CHILD RBTRACE_LIGHT=1 "
-		 "RBTRACE_OUTPUT=/tmp/rbtrace-interpose-bench-light.rbt "
+		 "RBTRACE_OUTPUT=%s/light.rbt "
 		 "%s/interpose_bench --micro-only | sed -n '4,9p;17,18p'",
-		 self_dir);
+		 dir ? dir : "/tmp", self_dir);
 	if (system(cmd))
 		printf("  light mode run failed\n");
 	printf("\n");
