@@ -752,14 +752,20 @@ TEST(Diagnose, UnalignedBuffers)
 	EXPECT_NE(nullptr, strstr(f->evidence, "20 of 20"));
 }
 
-TEST(Diagnose, MrOnDataPathAndDeregBeforeQp)
+// The MR tests' start: a CQ, the MR of lkey 0x42, QP connected to PEER.
+static void mr_test_start(Trace &c)
 {
-	Fixture fx;
-	Trace &c = fx.t[0];
 	c.cq(1000, CQ, 256);
 	c.mr(1500, 0xe0, 0x10000, 65536, 0x42);
 	c.qp(2000, QP, QPN, CQ, CQ);
 	c.connect(3000, QP, PEER);
+}
+
+TEST(Diagnose, MrOnDataPathAndDeregBeforeQp)
+{
+	Fixture fx;
+	Trace &c = fx.t[0];
+	mr_test_start(c);
 	uint64_t t = 10000;
 	for (int i = 0; i < 20; i++) {
 		if (i == 10)
@@ -785,10 +791,7 @@ TEST(Diagnose, MrRegisteredUpFrontIsNotDataPath)
 {
 	Fixture fx;
 	Trace &c = fx.t[0];
-	c.cq(1000, CQ, 256);
-	c.mr(1500, 0xe0, 0x10000, 65536, 0x42);
-	c.qp(2000, QP, QPN, CQ, CQ);
-	c.connect(3000, QP, PEER);
+	mr_test_start(c);
 	c.post(10000, 10100, QP, QPN, { swr(1) }, fx.sges);
 	c.poll(11000, 11100, CQ, { wc(1, QPN) });
 	c.destroy_qp(20000, QP);
@@ -808,10 +811,7 @@ TEST(Diagnose, MrRegisteredBeforeItsQpAfterAHandshakeIsNotDataPath)
 	for (bool mid_traffic : { false, true }) {
 		Fixture fx;
 		Trace &c = fx.t[0];
-		c.cq(1000, CQ, 256);
-		c.mr(1500, 0xe0, 0x10000, 65536, 0x42);
-		c.qp(2000, QP, QPN, CQ, CQ);
-		c.connect(3000, QP, PEER);
+		mr_test_start(c);
 		uint64_t t = 10000;
 		for (int i = 0; i < 4; i++, t += 20000) { // the handshake
 			c.post(t, t + 100, QP, QPN, { swr(i) }, fx.sges);
