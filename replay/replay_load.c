@@ -743,7 +743,7 @@ static const struct rp_held *rp_reorder_first(const struct rp_reorder *o)
 }
 
 /* The earliest event held, if it may leave (all: at the end of the file);
- * valid until rp_reorder_done(o, *in) says it is no longer needed. */
+ * valid until rp_slab_put(&o->slab, *in) says it is no longer needed. */
 static struct rbt_event *rp_reorder_pop(struct rp_reorder *o, int all,
 					struct rp_slab_chunk **in)
 {
