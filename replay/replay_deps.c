@@ -634,7 +634,9 @@ static int rp_deps_window(struct rp_side *b, const struct rp_write *cand, int nc
 			qsort(lc, (size_t)n, sizeof(*lc), rp_cmp_post);
 			for (int k = 0; k < n; k++)
 				lat[k] = lc[k].at;
-			rc = rp_deps_lane(b, L, lc, lat, n, &next);
+			/* nothing carried, nothing new: no step of it waits */
+			if (n)
+				rc = rp_deps_lane(b, L, lc, lat, n, &next);
 		}
 		free(lc);
 		free(lat);
@@ -671,8 +673,15 @@ int rp_deps_collect(struct rp_job *j)
 {
 	int rc = 0;
 
-	for (int i = 0; i < j->nside && !rc; i++)
+	for (int i = 0; i < j->nside && !rc; i++) {
+		const struct rp_stream *sm = j->side[i].sm;
+
+		/* streamed, and the first reading saw it post no RDMA WRITE:
+		 * each window's sweep of its steps would find none */
+		if (sm && !sm->nwrkey && !sm->wrkey_all)
+			continue;
 		rc = rp_deps_writes(j, i, &j->writes);
+	}
 	return rc;
 }
 
