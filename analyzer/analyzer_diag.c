@@ -515,23 +515,23 @@ static void an_diag_trace(struct rbt_analyzer *an, struct an_trace *t)
 			"This report's numbers count only what could be read of the "
 			"trace; joins across the gap may be missing.");
 	}
-	if (t->mr_regs_traffic || t->mr_deregs_traffic) {
+	if (t->mr_traffic.regs || t->mr_traffic.deregs) {
 		snprintf(
 			title, sizeof(title),
 			"%llu MR registrations and %llu deregistrations on the data path",
-			(unsigned long long)t->mr_regs_traffic,
-			(unsigned long long)t->mr_deregs_traffic);
+			(unsigned long long)t->mr_traffic.regs,
+			(unsigned long long)t->mr_traffic.deregs);
 		snprintf(ev, sizeof(ev),
 			 "between the first post (t=%.3f ms) and the last (t=%.3f ms); "
 			 "first "
 			 "registration at t=%.3f ms; %.3f ms spent in reg/dereg during "
 			 "traffic\n",
 			 ms(t, t->first_post_ts), ms(t, t->last_post_ts),
-			 t->n_mr_reg_cand ? ms(t, t->mr_reg_cand[0]) : 0.0,
-			 t->mr_traffic_ns / 1e6);
+			 t->mr_traffic.n_ts ? ms(t, t->mr_reg_ts[0]) : 0.0,
+			 t->mr_traffic.ns / 1e6);
 		an_add_finding(
 			an, RBT_SEV_WARNING, RBT_FINDING_mr_on_datapath, t->idx, 0,
-			t->n_mr_reg_cand ? an_ticks_ns(t, t->mr_reg_cand[0]) : 0, title,
+			t->mr_traffic.n_ts ? an_ticks_ns(t, t->mr_reg_ts[0]) : 0, title,
 			ev,
 			"Registering memory pins pages and updates the NIC's tables "
 			"(tens of us to ms): register buffers once up front, or use a "

@@ -346,14 +346,16 @@ struct an_trace {
 	uint64_t posts, polls, empty_polls, post_fail;
 	uint64_t first_post_ts, last_post_ts;
 	bool any_post;
-	/* registrations and deregistrations after the first post are candidates
-	 * for the data path (cand), confirmed by a later post (traffic), or
-	 * dropped as setup when a QP is created or connected first */
-	uint64_t mr_regs, mr_regs_traffic, mr_deregs_traffic, mr_dereg_cand_total;
-	uint64_t mr_reg_cand[8];
-	uint32_t n_mr_reg_cand, n_mr_reg_conf;
-	uint64_t mr_reg_cand_total;
-	uint64_t mr_traffic_ns, mr_cand_ns;
+	uint64_t mr_regs;
+	/* registrations and deregistrations after the first post: what came so
+	 * far (seen), and of it what a later post confirmed as the data path
+	 * (traffic); a QP created or connected first takes seen back to traffic
+	 * (setup) */
+	struct an_mr_tally {
+		uint64_t regs, deregs, ns;
+		uint32_t n_ts; /* of mr_reg_ts */
+	} mr_seen, mr_traffic;
+	uint64_t mr_reg_ts[8]; /* the first registrations' times */
 	/* MR deregistered while a QP that used it lives */
 	uint64_t early_dereg;
 	uint64_t early_dereg_ts;

@@ -234,8 +234,8 @@ static void an_json_trace_head(struct rbt_json *j, struct rbt_analyzer *an,
 	rbt_json_kdbl(j, "empty_poll_fraction", "%.4f",
 		      an_frac(t->empty_polls, t->polls));
 	rbt_json_ku64(j, "mr_registrations", t->mr_regs);
-	rbt_json_ku64(j, "mr_registrations_during_traffic", t->mr_regs_traffic);
-	rbt_json_ku64(j, "mr_deregistrations_during_traffic", t->mr_deregs_traffic);
+	rbt_json_ku64(j, "mr_registrations_during_traffic", t->mr_traffic.regs);
+	rbt_json_ku64(j, "mr_deregistrations_during_traffic", t->mr_traffic.deregs);
 	rbt_json_ku64(j, "nic_ts_outside_bound", t->nic_outside);
 	rbt_json_ku64(j, "nic_ts_unmapped", mt->nic_unmapped);
 }

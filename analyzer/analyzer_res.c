@@ -146,11 +146,7 @@ static void an_post_send(struct rbt_analyzer *an, struct an_trace *t,
 	if (ev->ts > t->last_post_ts) {
 		t->last_post_ts = ev->ts;
 		/* registrations seen so far happened before this post: on the data path */
-		t->mr_regs_traffic = t->mr_reg_cand_total;
-		t->mr_deregs_traffic = t->mr_dereg_cand_total;
-		t->n_mr_reg_conf = t->n_mr_reg_cand;
-		t->mr_traffic_ns += t->mr_cand_ns;
-		t->mr_cand_ns = 0;
+		t->mr_traffic = t->mr_seen;
 	}
 	bool bad = qp->m->state != IBV_QPS_RTS && qp->m->state != RBT_MODEL_STATE_UNKNOWN;
 	uint32_t posted = an_post_call(an, t, ev, qp, false, bad, p->ret, p->ts_exit);
@@ -231,10 +227,7 @@ static void an_poll(struct rbt_analyzer *an, struct an_trace *t,
  * the data path. */
 static void an_mr_setup(struct an_trace *t)
 {
-	t->mr_reg_cand_total = t->mr_regs_traffic;
-	t->mr_dereg_cand_total = t->mr_deregs_traffic;
-	t->n_mr_reg_cand = t->n_mr_reg_conf;
-	t->mr_cand_ns = 0;
+	t->mr_seen = t->mr_traffic;
 }
 
 /* The QPs' last-MR caches, after the keys changed. */
@@ -255,11 +248,11 @@ static void an_mr_reg(struct an_trace *t, const struct rbt_event *ev)
 	an_mr_forget(t);
 	if (!t->any_post)
 		return;
-	t->mr_reg_cand_total++;
-	if (t->n_mr_reg_cand < 8)
-		t->mr_reg_cand[t->n_mr_reg_cand++] = ev->ts;
+	t->mr_seen.regs++;
+	if (t->mr_seen.n_ts < 8)
+		t->mr_reg_ts[t->mr_seen.n_ts++] = ev->ts;
 	if (p->ts_exit > ev->ts)
-		t->mr_cand_ns += rbt_model_dur_ns(t->mt, (double)(p->ts_exit - ev->ts));
+		t->mr_seen.ns += rbt_model_dur_ns(t->mt, (double)(p->ts_exit - ev->ts));
 }
 
 static void an_mr_dereg(struct an_trace *t, const struct rbt_event *ev,
@@ -270,9 +263,9 @@ static void an_mr_dereg(struct an_trace *t, const struct rbt_event *ev,
 	if (p->ret != 0 || !mr)
 		return;
 	if (t->any_post) {
-		t->mr_dereg_cand_total++; /* confirmed by a later post */
+		t->mr_seen.deregs++; /* confirmed by a later post */
 		if (p->ts_exit > ev->ts)
-			t->mr_cand_ns +=
+			t->mr_seen.ns +=
 				rbt_model_dur_ns(t->mt, (double)(p->ts_exit - ev->ts));
 	}
 	for (uint32_t i = 0; i < mr->n_users; i++) {

@@ -229,8 +229,8 @@ static void an_text_trace(FILE *f, struct rbt_analyzer *an, struct an_trace *t)
 		(unsigned long long)t->posts, (unsigned long long)t->post_fail,
 		(unsigned long long)t->polls,
 		t->polls ? 100.0 * (double)t->empty_polls / (double)t->polls : 0,
-		(unsigned long long)t->mr_regs, (unsigned long long)t->mr_regs_traffic,
-		(unsigned long long)t->mr_deregs_traffic);
+		(unsigned long long)t->mr_regs, (unsigned long long)t->mr_traffic.regs,
+		(unsigned long long)t->mr_traffic.deregs);
 	uint64_t peak = 0, total = 0;
 	int bins = 0;
 	for (int i = 0; i < AN_RATE_BINS; i++) {
