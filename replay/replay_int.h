@@ -309,6 +309,16 @@ struct rp_lane {
 	pthread_t thr;
 };
 
+/* Memory owned as a list of blocks: freed together, or from a mark on (a
+ * streamed window's); small pieces come from 64 kB chunks of it. */
+struct rp_arena {
+	void **allocs;
+	size_t nallocs, capallocs;
+	/* the chunk being handed out (bump_left bytes from bump) */
+	char *bump;
+	size_t bump_left;
+};
+
 /* replay_cm.c: the CM calls of a trace (the connection was made by rdma_cm) */
 struct rp_cm_qp {
 	uint64_t id;
@@ -401,12 +411,7 @@ struct rp_side {
 	size_t late_from, late_to; /* report: this side's slice of the lateness */
 	double late_p50, late_p99, late_max;
 	double own_p50, own_p99, own_max; /* lateness past max(deadline, ready) */
-	/* arena for copied arrays */
-	void **allocs;
-	size_t nallocs, capallocs;
-	/* rp_alloc's chunk being handed out (bump_left bytes from bump) */
-	char *bump;
-	size_t bump_left;
+	struct rp_arena ar;		  /* its copied arrays (rp_alloc, rp_keep) */
 	/* streamed (replay_stream.c): the window's reader and what the run of
 	 * the windows so far added up; NULL: the whole timeline is in step[] */
 	struct rp_stream *sm;
@@ -567,8 +572,12 @@ struct rp_loading {
  * errno after one line on j->log. */
 
 /* replay_side.c: the side's tables */
+int rp_arena_keep(struct rp_arena *a, void *p);
+int rp_arena_room(struct rp_arena *a, size_t n);
+/* n bytes aligned for any type, zeroed (their pages touched) or not */
+void *rp_arena_get(struct rp_arena *a, size_t n, int zero);
+void rp_arena_free(struct rp_arena *a);
 int rp_keep(struct rp_side *s, void *p);
-int rp_keep_room(struct rp_side *s, size_t n);
 void *rp_alloc(struct rp_side *s, size_t n);
 /* A streamed window's part of the arena: what is kept from the mark on is
  * given back by rp_arena_release. */

@@ -878,12 +878,9 @@ struct rp_batch {
 	size_t n, cap;
 	int rc;
 	uint64_t late; /* late events counted up to this window */
-	/* the events' copies: chunks the side keeps with the window once
+	/* the events' copies: blocks the side keeps with the window once
 	 * taken (rp_again_load) */
-	void **mem;
-	size_t nmem, capmem;
-	char *bump;
-	size_t left;
+	struct rp_arena mem;
 };
 
 struct rp_ahead {
@@ -913,43 +910,25 @@ static uint64_t rp_cut_time(const struct rp_ahead *a, uint64_t ticks)
 	return a->host_cut && a->tsc ? ticks : rbt_model_mono_ns(&a->clock, ticks);
 }
 
-#define RP_BATCH_CHUNK (256 * 1024)
-
 /* A copy of ev in the batch's memory; 0 or -ENOMEM. */
 static int rp_batch_add(struct rp_batch *b, const struct rbt_event *ev)
 {
-	size_t n = (rbt_model_event_size(ev) + 15) & ~(size_t)15;
+	void *c;
 
-	if (!RP_GROW(b->ev, b->n, b->cap) || !RP_GROW(b->mem, b->nmem, b->capmem))
+	if (!RP_GROW(b->ev, b->n, b->cap) ||
+	    !(c = rp_arena_get(&b->mem, rbt_model_event_size(ev), 0)))
 		return -ENOMEM;
-	if (n > b->left) {
-		size_t size = n > RP_BATCH_CHUNK / 4 ? n : RP_BATCH_CHUNK;
-		char *c = malloc(size);
-
-		if (!c)
-			return -ENOMEM;
-		b->mem[b->nmem++] = c;
-		if (size != n) { /* a large one has a chunk of its own */
-			b->bump = c;
-			b->left = size;
-		} else {
-			b->ev[b->n++] = rbt_model_event_copy_to(c, ev);
-			return 0;
-		}
-	}
-	b->ev[b->n++] = rbt_model_event_copy_to(b->bump, ev);
-	b->bump += n;
-	b->left -= n;
+	b->ev[b->n++] = rbt_model_event_copy_to(c, ev);
 	return 0;
 }
 
 /* A batch's memory given back (a window made and not taken). */
 static void rp_batch_clear(struct rp_batch *b)
 {
-	for (size_t k = 0; k < b->nmem; k++)
-		free(b->mem[k]);
-	b->n = b->nmem = b->left = 0;
-	b->bump = NULL;
+	for (size_t k = 0; k < b->mem.nallocs; k++)
+		free(b->mem.allocs[k]);
+	b->mem.nallocs = b->mem.bump_left = 0;
+	b->n = 0;
 }
 
 /* Window w's events into b: what may leave the time-order window and lies
@@ -1088,12 +1067,12 @@ void rp_again_discard(struct rp_side *s, size_t mark)
 	if (a && a->threaded) {
 		pthread_mutex_lock(&a->mu);
 		if (!a->finished) {
-			for (size_t k = mark; k < s->nallocs; k++)
+			for (size_t k = mark; k < s->ar.nallocs; k++)
 				if (RP_GROW(a->trash, a->ntrash, a->captrash))
-					a->trash[a->ntrash++] = s->allocs[k];
+					a->trash[a->ntrash++] = s->ar.allocs[k];
 				else
-					free(s->allocs[k]);
-			s->nallocs = mark;
+					free(s->ar.allocs[k]);
+			s->ar.nallocs = mark;
 			pthread_cond_broadcast(&a->cv);
 		}
 		pthread_mutex_unlock(&a->mu);
@@ -1119,7 +1098,7 @@ static void rp_ahead_free(struct rp_ahead *a)
 		/* a window made and not taken: its events are still the batch's */
 		rp_batch_clear(&a->b[k]);
 		free(a->b[k].ev);
-		free(a->b[k].mem);
+		rp_arena_free(&a->b[k].mem);
 	}
 	rp_reorder_free(&a->ro);
 	if (a->r)
@@ -1206,13 +1185,12 @@ int rp_again_load(struct rp_job *j, struct rp_side *s)
 	s->mtrace = sm->mtrace;
 	/* the batch's memory is the window's from now on: its steps take
 	 * their events where they are */
-	if (rp_keep_room(s, b->nmem) < 0) {
+	if (rp_arena_room(&s->ar, b->mem.nallocs) < 0) {
 		fed = -ENOMEM;
 	} else {
-		for (size_t k = 0; k < b->nmem; k++)
-			rp_keep(s, b->mem[k]);
-		b->nmem = b->left = 0;
-		b->bump = NULL;
+		for (size_t k = 0; k < b->mem.nallocs; k++)
+			rp_arena_keep(&s->ar, b->mem.allocs[k]);
+		b->mem.nallocs = b->mem.bump_left = 0;
 	}
 	for (size_t i = 0; i < b->n && !fed; i++)
 		fed = rp_load_kept(sm->ld, b->ev[i]);

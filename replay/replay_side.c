@@ -11,56 +11,52 @@
 
 #include "replay/replay_int.h"
 
-/* Room for n more blocks in the side's arena: rp_keep cannot fail for them;
- * -ENOMEM. */
-int rp_keep_room(struct rp_side *s, size_t n)
+/* Room for n more blocks: rp_arena_keep cannot fail for them; -ENOMEM. */
+int rp_arena_room(struct rp_arena *a, size_t n)
 {
-	size_t cap = s->capallocs ? s->capallocs : 256;
+	size_t cap = a->capallocs ? a->capallocs : 256;
 
-	while (cap < s->nallocs + n)
+	while (cap < a->nallocs + n)
 		cap *= 2;
-	if (cap != s->capallocs) {
-		void **a = realloc(s->allocs, cap * sizeof(*a));
+	if (cap != a->capallocs) {
+		void **v = realloc(a->allocs, cap * sizeof(*v));
 
-		if (!a)
+		if (!v)
 			return -ENOMEM;
-		s->allocs = a;
-		s->capallocs = cap;
+		a->allocs = v;
+		a->capallocs = cap;
 	}
 	return 0;
 }
 
-/* The side's arena owns p from now on (freed with the side); -ENOMEM. */
-int rp_keep(struct rp_side *s, void *p)
+/* The arena owns p from now on; -ENOMEM. */
+int rp_arena_keep(struct rp_arena *a, void *p)
 {
-	if (rp_keep_room(s, 1) < 0)
+	if (rp_arena_room(a, 1) < 0)
 		return -ENOMEM;
-	s->allocs[s->nallocs++] = p;
+	a->allocs[a->nallocs++] = p;
 	return 0;
 }
 
-/* rp_alloc hands out small blocks from chunks of this size: a window's
- * steps take several each, and one malloc and free apiece cost more than
- * the window's reading. */
+/* Small pieces come from chunks of this size: a window's steps take several
+ * each, and one malloc and free apiece cost more than the window's reading. */
 #define RP_CHUNK (64 * 1024)
 
-/* n bytes, zeroed by writing them (calloc could hand out untouched zero
- * pages: what the run writes, e.g. a poll's completions, would fault on the
- * hot path), kept by the arena. */
-static void *rp_kept_zero(struct rp_side *s, size_t n)
+/* n bytes of a block of their own (zero: zeroed by writing them - calloc
+ * could hand out untouched zero pages, and what the run writes, e.g. a
+ * poll's completions, would fault on the hot path), kept by the arena. */
+static void *rp_arena_block(struct rp_arena *a, size_t n, int zero)
 {
 	void *p = malloc(n);
 
-	if (p && rp_keep(s, p) < 0) {
+	if (p && rp_arena_keep(a, p) < 0) {
 		free(p);
 		return NULL;
 	}
-	return p ? memset(p, 0, n) : NULL;
+	return p && zero ? memset(p, 0, n) : p;
 }
 
-/* Zeroed memory owned by the side's arena, aligned for any type, its pages
- * touched. */
-void *rp_alloc(struct rp_side *s, size_t n)
+void *rp_arena_get(struct rp_arena *a, size_t n, int zero)
 {
 	void *p;
 
@@ -68,30 +64,51 @@ void *rp_alloc(struct rp_side *s, size_t n)
 	if (!n)
 		n = 16;
 	if (n > RP_CHUNK / 8)
-		return rp_kept_zero(s, n);
-	if (n > s->bump_left) {
-		if (!(s->bump = rp_kept_zero(s, RP_CHUNK)))
+		return rp_arena_block(a, n, zero);
+	if (n > a->bump_left) {
+		if (!(a->bump = rp_arena_block(a, RP_CHUNK, zero)))
 			return NULL;
-		s->bump_left = RP_CHUNK;
+		a->bump_left = RP_CHUNK;
 	}
-	p = s->bump;
-	s->bump += n;
-	s->bump_left -= n;
+	p = a->bump;
+	a->bump += n;
+	a->bump_left -= n;
 	return p;
+}
+
+void rp_arena_free(struct rp_arena *a)
+{
+	for (size_t i = 0; i < a->nallocs; i++)
+		free(a->allocs[i]);
+	free(a->allocs);
+	*a = (struct rp_arena){ 0 };
+}
+
+/* The side's arena owns p from now on (freed with the side); -ENOMEM. */
+int rp_keep(struct rp_side *s, void *p)
+{
+	return rp_arena_keep(&s->ar, p);
+}
+
+/* Zeroed memory owned by the side's arena, aligned for any type, its pages
+ * touched. */
+void *rp_alloc(struct rp_side *s, size_t n)
+{
+	return rp_arena_get(&s->ar, n, 1);
 }
 
 size_t rp_arena_mark(struct rp_side *s)
 {
-	s->bump_left = 0; /* what comes next is in chunks of its own */
-	return s->nallocs;
+	s->ar.bump_left = 0; /* what comes next is in chunks of its own */
+	return s->ar.nallocs;
 }
 
 void rp_arena_release(struct rp_side *s, size_t mark)
 {
-	for (size_t k = mark; k < s->nallocs; k++)
-		free(s->allocs[k]);
-	s->nallocs = mark;
-	s->bump_left = 0;
+	for (size_t k = mark; k < s->ar.nallocs; k++)
+		free(s->ar.allocs[k]);
+	s->ar.nallocs = mark;
+	s->ar.bump_left = 0;
 }
 
 void rp_sort_nearly(void *base, size_t n, size_t size,
@@ -272,9 +289,7 @@ void rp_side_free(struct rp_side *s)
 {
 	rp_stream_free(s);
 	rbt_model_destroy(s->model);
-	for (size_t i = 0; i < s->nallocs; i++)
-		free(s->allocs[i]);
-	free(s->allocs);
+	rp_arena_free(&s->ar);
 	for (int i = 0; i < s->nqp; i++) {
 		for (int k = 0; k < 2; k++) {
 			free(s->qp[i].rec_wc[k].v);
