@@ -164,8 +164,9 @@ static void fuzz_model(const uint8_t *data, size_t size, int two, int batch)
 		if (!rbt_model_clock_fit(m, t, &fit))
 			sink += fit.samples;
 		double host;
+		/* a damaged clock maps anywhere: used, not converted out of range */
 		if (!rbt_model_nic_to_host(m, t, 0, tr->max_ts, &host))
-			sink += (uint64_t)host;
+			sink += host > 0 && host < 1e19 ? (uint64_t)host : 1;
 		for (int k = 0; k < RBT_MODEL_KINDS; k++) {
 			sink += (uintptr_t)rbt_model_kind_name((enum rbt_model_kind)k);
 			for (struct rbt_model_res *x =
