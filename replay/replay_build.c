@@ -88,7 +88,7 @@ static void rp_mr_lifetimes(struct rp_job *j, struct rp_side *s)
 	int last = -1; /* the side's last post or poll */
 
 	for (int i = 0; i < s->nstep; i++) {
-		uint32_t t = s->step[i].ev->type;
+		uint32_t t = s->step[i].type;
 
 		if (t == RBT_EV_POST_SEND || t == RBT_EV_POST_RECV ||
 		    t == RBT_EV_POST_SRQ_RECV || t == RBT_EV_POLL_CQ)
@@ -98,7 +98,7 @@ static void rp_mr_lifetimes(struct rp_job *j, struct rp_side *s)
 		s->mr[i].dynamic = s->mr[i].succ_of != 0;
 	for (int i = 0; i < s->nstep; i++) {
 		struct rp_step *st = &s->step[i];
-		uint32_t t = st->ev->type;
+		uint32_t t = st->type;
 
 		/* (after the last post or poll: skipped, see rp_mr_tail) */
 		if (t != RBT_EV_MR_REG || !st->mr || st->skipped)
@@ -325,7 +325,7 @@ void rp_qp_life_steps(struct rp_job *j, struct rp_side *s)
 			s->qp[i].dynamic = 1;
 	for (int i = 0; i < s->nstep; i++) {
 		struct rp_step *st = &s->step[i];
-		uint32_t t = st->ev->type;
+		uint32_t t = st->type;
 		uint64_t ty = st->qp ? st->qp->rec.qp_type : 0;
 
 		if ((t != RBT_EV_QP_CREATE && t != RBT_EV_QP_DESTROY) || st->skipped)

@@ -414,7 +414,7 @@ static int rp_deps_polled_by(struct rp_job *j, struct rp_side *c, struct rp_side
 		return 1;
 	}
 	for (int i = 0; i < c->nstep; i++)
-		if (c->step[i].ev->type == RBT_EV_POST_SEND)
+		if (c->step[i].type == RBT_EV_POST_SEND)
 			return 0;
 	for (int k = 0; k < j->writes.n; k++)
 		if (j->writes.v[k].side == b->idx && rp_deps_target(c, &j->writes.v[k]))
@@ -433,7 +433,7 @@ static int rp_step_polled_recv(const struct rp_step *st)
 {
 	const struct rbt_ev_poll_cq *p;
 
-	if (st->ev->type != RBT_EV_POLL_CQ)
+	if (st->type != RBT_EV_POLL_CQ)
 		return 0;
 	p = &st->ev->u.poll_cq;
 	for (uint32_t k = 0; k < p->n_wcs; k++)
@@ -517,7 +517,7 @@ static int rp_deps_lane(struct rp_side *b, struct rp_lane *L, const struct rp_wr
 			npend = keep;
 			continue;
 		}
-		if (st->ev->type != RBT_EV_POST_SEND || st->skipped || !npend ||
+		if (st->type != RBT_EV_POST_SEND || st->skipped || !npend ||
 		    st->ev->u.post_send.ret != 0)
 			continue;
 		if (rp_dx(b, st))

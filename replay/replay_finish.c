@@ -47,7 +47,7 @@ void rp_collect_completions(struct rp_job *j, struct rp_side *s)
 	for (int i = 0; i < s->nstep; i++) {
 		struct rp_step *st = &s->step[i];
 
-		if (st->ev->type != RBT_EV_POLL_CQ || st->skipped)
+		if (st->type != RBT_EV_POLL_CQ || st->skipped)
 			continue;
 		for (uint32_t k = 0; k < st->got; k++)
 			rp_push_replayed(j, s, &st->wcs[k], 0, i);

@@ -236,17 +236,22 @@ struct rp_step_deps {
 /* One step of the timeline: a recorded event the replayer reissues in order. */
 struct rp_step {
 	struct rbt_event *ev; /* a deep copy in one block, owned by the side's arena */
-	uint64_t rec_ns;      /* recorded entry time, absolute mono ns */
+	/* ev's type and stream, and what the sweeps over a window's steps pick
+	 * steps by, in the first line: those sweeps (lanes, waits, deps, UD
+	 * order, the report's) then read the steps in order and no event */
+	uint32_t type, stream;
+	int skipped;
+	int obj; /* 1 + index of its QP/CQ/SRQ, resolved when read (handles get reused) */
+	struct rp_qp *qp;
+	struct rp_cq *cq;
+	struct rp_srq *srq;
+	uint64_t rec_ns; /* recorded entry time, absolute mono ns */
 	uint64_t rec_exit_ns;
 	/* prepared before the run */
 	struct ibv_send_wr *swr;
 	struct ibv_recv_wr *rwr;
 	struct ibv_sge *sges;
-	struct rp_qp *qp;
-	struct rp_cq *cq;
-	struct rp_srq *srq;
 	uint32_t nwr;
-	int obj; /* 1 + index of its QP/CQ/SRQ, resolved when read (handles get reused) */
 	struct rp_bindref *binds; /* post_send with BIND_MW WRs: one per WR */
 	struct rp_fix *fix;	  /* keys of MRs registered mid-run */
 	uint32_t nfix;
@@ -261,7 +266,6 @@ struct rp_step {
 		ready; /* when the previous step was done: lateness before it is waiting */
 	struct ibv_wc *wcs; /* poll: room for the recorded count */
 	uint32_t got;
-	int skipped;
 	struct rp_step_deps *dx; /* memory dependencies, NULL: none */
 	/* a UD send to a QP of this process: that QP, and how many receives it
 	 * had posted when the recorded send began (NULL: no such wait) */

@@ -185,7 +185,7 @@ static int rp_tally_room(struct rp_tally *t)
 static void rp_report_debug_late(struct rp_job *j, struct rp_side *s, int i)
 {
 	struct rp_step *st = &s->step[i];
-	uint32_t t = st->ev->type;
+	uint32_t t = st->type;
 
 	if (getenv("RBTRACE_REPLAY_DEBUG") && st->t_issue > st->deadline + 5000)
 		fprintf(j->log,
@@ -193,7 +193,7 @@ static void rp_report_debug_late(struct rp_job *j, struct rp_side *s, int i)
 			"recorded %.2f us)\n",
 			s->path, rp_step_no(s, i), rbt_event_name(t),
 			(double)(st->t_issue - st->deadline) / 1e3,
-			i ? rbt_event_name(s->step[i - 1].ev->type) : "-",
+			i ? rbt_event_name(s->step[i - 1].type) : "-",
 			i ? (double)(s->step[i - 1].t_exit - s->step[i - 1].t_issue) / 1e3
 			  : 0,
 			i ? (double)(s->step[i - 1].rec_exit_ns - s->step[i - 1].rec_ns) /
@@ -249,7 +249,7 @@ static void rp_late_steps(struct rp_job *j, struct rp_side *s, uint64_t *span,
 
 	for (int i = s->prefix; i < s->nstep; i++) {
 		struct rp_step *st = &s->step[i];
-		uint32_t ty = st->ev->type;
+		uint32_t ty = st->type;
 		uint64_t from;
 
 		if (st->skipped || !st->t_issue)
@@ -282,7 +282,7 @@ static void rp_res_each(const struct rp_side *s, struct rp_res_count *c, rp_late
 {
 	for (int i = s->prefix; i < s->nstep; i++) {
 		const struct rp_step *st = &s->step[i];
-		uint32_t ty = st->ev->type;
+		uint32_t ty = st->type;
 
 		if ((ty != RBT_EV_MR_REG && ty != RBT_EV_MR_DEREG &&
 		     ty != RBT_EV_MR_REREG && ty != RBT_EV_QP_CREATE &&
@@ -406,7 +406,7 @@ static void rp_lane_each(const struct rp_lane *L, rp_late_fn fn, void *to)
 
 	for (int k = 0; L->idx && k < L->n; k++) {
 		const struct rp_step *st = &s->step[L->idx[k]];
-		uint32_t ty = st->ev->type;
+		uint32_t ty = st->type;
 
 		if (st->skipped || !st->t_issue || !st->deadline ||
 		    (ty != RBT_EV_POST_SEND && ty != RBT_EV_POST_RECV &&

@@ -129,8 +129,8 @@ static void rp_check_ret(struct rp_job *j, struct rp_side *s, const struct rp_st
 {
 	if ((st->ret == 0) != (rec == 0))
 		rp_diverge(j, "%s: step %d: %s returned %lld, recorded %lld", s->path,
-			   rp_step_no(s, i), rbt_event_name(st->ev->type),
-			   (long long)st->ret, (long long)rec);
+			   rp_step_no(s, i), rbt_event_name(st->type), (long long)st->ret,
+			   (long long)rec);
 }
 
 /* A receive post, to the QP or its SRQ; a UD QP's senders wait for it. */
@@ -207,7 +207,7 @@ static void rp_step_qp_life(struct rp_job *j, struct rp_side *s, struct rp_step 
 	struct rp_qp *q = st->qp;
 
 	st->t_issue = rp_now_ns();
-	if (st->ev->type == RBT_EV_QP_CREATE) {
+	if (st->type == RBT_EV_QP_CREATE) {
 		st->ret = q->qp ? 0 : rp_qp_create_now(s, q);
 		if (!st->ret && q->dir_idx >= 0)
 			__atomic_store_n(&j->dir.qps[q->dir_idx].new_qpn, q->new_qpn,
@@ -230,7 +230,7 @@ static void rp_step_qp_life(struct rp_job *j, struct rp_side *s, struct rp_step 
 	st->t_exit = rp_now_ns();
 	if (st->ret)
 		rp_diverge(j, "%s: step %d: %s of QP %llu failed in the replay: %s",
-			   s->path, rp_step_no(s, i), rbt_event_name(st->ev->type),
+			   s->path, rp_step_no(s, i), rbt_event_name(st->type),
 			   (unsigned long long)q->rec.qp_num,
 			   strerror((int)(st->ret < 0 ? -st->ret : st->ret)));
 }
@@ -823,7 +823,7 @@ static int rp_lane_pace(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 	int deps = st->dx && st->dx->ndeps && !j->deps_off;
 
 	st->deadline = 0;
-	if (i < s->prefix || !rp_timed_step(st->ev->type))
+	if (i < s->prefix || !rp_timed_step(st->type))
 		return 0;
 	if (o->timing == RBT_REPLAY_DEPS && deps &&
 	    rp_run_deps(j, L, st, i, &anchor[0], &anchor[1]))

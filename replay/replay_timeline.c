@@ -113,6 +113,8 @@ int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev)
 	memset(st, 0, sizeof(*st)); /* a streamed window reuses the array */
 	if (!(st->ev = rp_copy_event(ld, ev)))
 		return -ENOMEM;
+	st->type = ev->type;
+	st->stream = ev->stream;
 	st->rec_ns = rp_abs_ns(s, ev->ts);
 	st->t_issue = ld->seq++;
 	st->obj = rp_resolve(s, ev);
@@ -305,8 +307,8 @@ static void rp_timeline_order(struct rp_side *s)
 		struct rp_step *st = &s->step[i];
 
 		st->t_issue = 0;
-		if (st->ev->type <= RBT_EV_MAX_ID && rp_wire[st->ev->type])
-			rp_wire[st->ev->type](s, st);
+		if (st->type <= RBT_EV_MAX_ID && rp_wire[st->type])
+			rp_wire[st->type](s, st);
 	}
 }
 
@@ -320,17 +322,17 @@ static void rp_mr_tail(struct rp_side *s)
 	int last = -1;
 
 	for (int i = 0; i < s->nstep; i++) {
-		uint32_t t = s->step[i].ev->type;
+		uint32_t t = s->step[i].type;
 
 		if (t == RBT_EV_POST_SEND || t == RBT_EV_POST_RECV ||
 		    t == RBT_EV_POST_SRQ_RECV || t == RBT_EV_POLL_CQ)
 			last = i;
 	}
 	for (int i = last + 1; i < s->nstep; i++)
-		if (s->step[i].ev->type == RBT_EV_MR_REG ||
-		    s->step[i].ev->type == RBT_EV_MR_DEREG ||
-		    s->step[i].ev->type == RBT_EV_QP_CREATE ||
-		    s->step[i].ev->type == RBT_EV_QP_DESTROY)
+		if (s->step[i].type == RBT_EV_MR_REG ||
+		    s->step[i].type == RBT_EV_MR_DEREG ||
+		    s->step[i].type == RBT_EV_QP_CREATE ||
+		    s->step[i].type == RBT_EV_QP_DESTROY)
 			s->step[i].skipped = 1;
 }
 
@@ -345,7 +347,7 @@ void rp_timeline_finish(struct rp_side *s)
 	rp_join_finish(s);
 	rp_mr_tail(s);
 	for (s->prefix = 0; s->prefix < s->nstep; s->prefix++) {
-		uint32_t t = s->step[s->prefix].ev->type;
+		uint32_t t = s->step[s->prefix].type;
 
 		if (t == RBT_EV_POST_SEND || t == RBT_EV_POLL_CQ ||
 		    t == RBT_EV_GET_CQ_EVENT)
@@ -366,7 +368,7 @@ void rp_timeline_window(struct rp_side *s)
 	s->prefix = 0;
 	/* past the side's last post or poll: its teardown, as rp_mr_tail */
 	for (int i = 0; i < s->nstep; i++)
-		if (rp_is_mr_step(s->step[i].ev->type) &&
+		if (rp_is_mr_step(s->step[i].type) &&
 		    s->step[i].rec_ns > s->sm->last_work_ns)
 			s->step[i].skipped = 1;
 }
@@ -377,7 +379,7 @@ void rp_timeline_window(struct rp_side *s)
  * every later post of every thread. */
 static int rp_gates(const struct rp_step *st, int all)
 {
-	uint32_t t = st->ev->type;
+	uint32_t t = st->type;
 
 	if (st->skipped)
 		return 0;
@@ -443,7 +445,7 @@ static int rp_xneed_step(struct rp_xsweep *x, struct rp_step *st, int l)
 	struct rp_side *s = x->s;
 	int rc = 0;
 
-	if (st->ev->type == RBT_EV_POST_SRQ_RECV) {
+	if (st->type == RBT_EV_POST_SRQ_RECV) {
 		int srqi = st->srq ? (int)(st->srq - s->srq) + 1 : 0;
 
 		for (int q = 0; srqi && q < s->nqp && !rc; q++)
@@ -488,7 +490,7 @@ static int rp_xneeds(struct rp_side *s, int all, const int *lane_of, const int *
 	/* in step order the returns are nearly in order already */
 	for (int i = 0; i < s->nstep; i++) {
 		const struct rp_step *st = &s->step[i];
-		uint32_t t = st->ev->type;
+		uint32_t t = st->type;
 
 		if (lane_of[i] >= 0 &&
 		    (t == RBT_EV_POLL_CQ || t == RBT_EV_GET_CQ_EVENT) && !st->skipped &&
@@ -503,7 +505,7 @@ static int rp_xneeds(struct rp_side *s, int all, const int *lane_of, const int *
 	for (int i = 0; i < s->nstep && !rc; i++) {
 		struct rp_step *st = &s->step[i];
 
-		if (lane_of[i] < 0 || st->skipped || !rp_is_gated(st->ev->type))
+		if (lane_of[i] < 0 || st->skipped || !rp_is_gated(st->type))
 			continue;
 		for (; next < np && pv[next].r < st->rec_ns; next++) {
 			int *p = &x.last[pv[next].cq * nl + pv[next].lane];
@@ -558,9 +560,9 @@ int rp_lanes_build(const struct rp_job *j, struct rp_side *s)
 	for (int i = 0; i < s->nstep; i++) {
 		lane_of[i] = -1;
 		if (i < s->prefix ||
-		    (s->step[i].skipped && rp_is_mr_step(s->step[i].ev->type)))
+		    (s->step[i].skipped && rp_is_mr_step(s->step[i].type)))
 			continue;
-		if ((l = rp_lane_of(s, s->step[i].ev->stream, &cap, l)) < 0)
+		if ((l = rp_lane_of(s, s->step[i].stream, &cap, l)) < 0)
 			goto out;
 		lane_of[i] = l;
 		s->lane[l].n++;

@@ -572,7 +572,7 @@ static int rp_translate_recv(struct rp_job *j, struct rp_side *s, struct rp_step
 static int rp_translate_step(struct rp_job *j, struct rp_side *s, struct rp_step *st,
 			     int i)
 {
-	switch (st->ev->type) {
+	switch (st->type) {
 	case RBT_EV_POST_SEND:
 		return rp_translate_send(j, s, st, i);
 	case RBT_EV_POST_RECV:
@@ -636,6 +636,16 @@ static uint32_t rp_recv_posted(const struct rbt_ev_post_recv *p)
 	return (uint32_t)(n < p->n_wrs ? n : p->n_wrs);
 }
 
+/* Whether side s has a UD QP: a side without one has no step for the sweeps
+ * of rp_ud_order_setup (a window's steps each cost a read of their own). */
+static int rp_has_ud(const struct rp_side *s)
+{
+	for (int q = 0; q < s->nqp; q++)
+		if (s->qp[q].rec.qp_type == IBV_QPT_UD)
+			return 1;
+	return 0;
+}
+
 /* UD drops a message that finds no receive posted. The recording delivered
  * it, so the receive was there: a replayed UD send to a QP of this process
  * (recorded on the same host, one TSC) waits until that QP has had as many
@@ -648,6 +658,7 @@ int rp_ud_order_setup(struct rp_job *j)
 {
 	for (int si = 0; si < j->nside; si++) {
 		struct rp_side *s = &j->side[si];
+		int ud = rp_has_ud(s);
 
 		/* streamed: the receives of the windows before this one */
 		for (int q = 0; q < s->nqp; q++) {
@@ -655,10 +666,12 @@ int rp_ud_order_setup(struct rp_job *j)
 			s->qp[q].nrecv_ts = 0;
 			s->qp[q].recv_ts = NULL;
 		}
+		if (!ud)
+			continue;
 		for (int i = 0; i < s->nstep; i++) {
 			struct rp_step *st = &s->step[i];
 
-			if (st->ev->type == RBT_EV_POST_RECV && st->qp && !st->skipped &&
+			if (st->type == RBT_EV_POST_RECV && st->qp && !st->skipped &&
 			    st->qp->rec.qp_type == IBV_QPT_UD)
 				st->qp->nrecv_ts += rp_recv_posted(&st->ev->u.post_recv);
 		}
@@ -676,7 +689,7 @@ int rp_ud_order_setup(struct rp_job *j)
 			struct rp_step *st = &s->step[i];
 			uint32_t n;
 
-			if (st->ev->type != RBT_EV_POST_RECV || !st->qp || st->skipped ||
+			if (st->type != RBT_EV_POST_RECV || !st->qp || st->skipped ||
 			    !st->qp->recv_ts)
 				continue;
 			n = rp_recv_posted(&st->ev->u.post_recv);
@@ -691,11 +704,13 @@ int rp_ud_order_setup(struct rp_job *j)
 	for (int si = 0; si < j->nside; si++) {
 		struct rp_side *s = &j->side[si];
 
+		if (!rp_has_ud(s))
+			continue;
 		for (int i = 0; i < s->nstep; i++) {
 			struct rp_step *st = &s->step[i];
 			const struct rbt_ev_post_send *p = &st->ev->u.post_send;
 
-			if (st->ev->type != RBT_EV_POST_SEND || !st->qp || st->skipped ||
+			if (st->type != RBT_EV_POST_SEND || !st->qp || st->skipped ||
 			    st->qp->rec.qp_type != IBV_QPT_UD || p->ret)
 				continue;
 			for (uint32_t w = 0; w < p->n_wrs; w++) {

@@ -82,14 +82,14 @@ static void rp_sq_threads(const struct rp_side *s, struct rp_one *q, struct rp_o
 {
 	for (int k = s->prefix; k < s->nstep; k++) {
 		const struct rp_step *st = &s->step[k];
-		uint32_t t = st->ev->type;
+		uint32_t t = st->type;
 
 		if (st->skipped)
 			continue;
 		if (t == RBT_EV_POST_SEND && st->qp)
-			rp_one_saw(&q[st->qp - s->qp], st->ev->stream);
+			rp_one_saw(&q[st->qp - s->qp], st->stream);
 		else if ((t == RBT_EV_POLL_CQ || t == RBT_EV_GET_CQ_EVENT) && st->cq)
-			rp_one_saw(&c[st->cq - s->cq], st->ev->stream);
+			rp_one_saw(&c[st->cq - s->cq], st->stream);
 	}
 }
 
@@ -120,9 +120,14 @@ int rp_sq_waits(struct rp_side *s)
 	struct rp_one *qo = calloc((size_t)s->nqp + 1, sizeof(*qo));
 	struct rp_one *co = calloc((size_t)s->ncq + 1, sizeof(*co));
 	uint8_t *wait = calloc((size_t)s->nqp + 1, 1);
+	/* per QP where the last post's search ended, and its time: one thread
+	 * posts on a waiting QP, in time order, so the next search goes on from
+	 * there (a step back in time searches the whole list again) */
+	uint32_t *at = calloc((size_t)s->nqp + 1, sizeof(*at));
+	uint64_t *at_ts = calloc((size_t)s->nqp + 1, sizeof(*at_ts));
 	int rc = 0, any = 0;
 
-	if (!qo || !co || !wait) {
+	if (!qo || !co || !wait || !at || !at_ts) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -147,21 +152,31 @@ int rp_sq_waits(struct rp_side *s)
 		struct rp_step *st = &s->step[k];
 		const struct rp_wclist *l;
 		uint32_t lo = 0, hi;
+		size_t q;
 
-		if (st->skipped || st->ev->type != RBT_EV_POST_SEND || !st->qp ||
+		if (st->skipped || st->type != RBT_EV_POST_SEND || !st->qp ||
 		    !wait[st->qp - s->qp])
 			continue;
 		/* the list is in poll order: those polled before it */
+		q = (size_t)(st->qp - s->qp);
 		l = &st->qp->rec_wc[0];
 		hi = l->n;
-		while (lo < hi) {
-			uint32_t mid = lo + (hi - lo) / 2;
+		if (st->ev->ts >= at_ts[q]) {
+			lo = at[q];
+			while (lo < hi && l->v[lo].ts < st->ev->ts)
+				lo++;
+		} else {
+			while (lo < hi) {
+				uint32_t mid = lo + (hi - lo) / 2;
 
-			if (l->v[mid].ts < st->ev->ts)
-				lo = mid + 1;
-			else
-				hi = mid;
+				if (l->v[mid].ts < st->ev->ts)
+					lo = mid + 1;
+				else
+					hi = mid;
+			}
 		}
+		at[q] = lo;
+		at_ts[q] = st->ev->ts;
 		/* streamed: the windows before matched wc_base of them */
 		st->sq_need = (uint32_t)(st->qp->wc_base[0] + lo);
 		s->cq[st->qp->scq - 1].sq_track |= st->sq_need > 0;
@@ -180,5 +195,7 @@ out:
 	free(qo);
 	free(co);
 	free(wait);
+	free(at);
+	free(at_ts);
 	return rc;
 }
