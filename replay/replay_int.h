@@ -163,6 +163,9 @@ struct rp_qp {
 	int peer_dir; /* index into dir.qps, -1 */
 	/* completions: [0] send queue, [1] receive queue */
 	struct rp_wclist rec_wc[2], rep_wc[2];
+	/* streamed: the next window's recorded completions, read while this
+	 * window runs; onto rec_wc once this window is retired */
+	struct rp_wclist rec_next[2];
 	uint32_t rec_all[2];		    /* rec_wc[d].n before a stop cut the lists */
 	struct rp_idset send_ids, recv_ids; /* wr_ids posted to each queue */
 	uint32_t replay_state;
@@ -292,6 +295,10 @@ struct rp_xneed {
 struct rp_lane {
 	struct rp_side *s;
 	uint32_t stream;
+	/* the side's steps as they were when the lane was started (streamed,
+	 * the run's thread reads the next window into s->step meanwhile) */
+	struct rp_step *step;
+	int nstep;
 	int *idx;	   /* its steps, in order; NULL: the range [from, to) */
 	int n, from, to;   /* how many; the range */
 	uint64_t *gate_at; /* the earliest recorded return of its gating steps
@@ -310,6 +317,7 @@ struct rp_lane {
 	int anchored;
 	/* streamed: a recorded thread's lateness over the windows */
 	struct rp_sample *smp;
+	uint64_t ended_ns; /* when its run of its steps ended */
 	pthread_t thr;
 };
 
@@ -568,6 +576,9 @@ struct rp_loading {
 	 * second reading of the trace: resources are only tied to the model
 	 * (the k-th create to the k-th entry), steps from the start on kept */
 	int over, again;
+	/* the next window's reading, while the window before runs: recorded
+	 * completions go to rec_next */
+	int ahead;
 	int again_npd, again_nmr, again_nch, again_ncq, again_nxrcd, again_nsrq,
 		again_nqp, again_nah, again_nmw;
 };
@@ -583,10 +594,11 @@ void *rp_arena_get(struct rp_arena *a, size_t n, int zero);
 void rp_arena_free(struct rp_arena *a);
 int rp_keep(struct rp_side *s, void *p);
 void *rp_alloc(struct rp_side *s, size_t n);
-/* A streamed window's part of the arena: what is kept from the mark on is
- * given back by rp_arena_release. */
+/* A streamed window's part of the arena: what is kept from the mark on (up
+ * to the next window's mark, when that one was read while it ran) is given
+ * back by rp_arena_release. */
 size_t rp_arena_mark(struct rp_side *s);
-void rp_arena_release(struct rp_side *s, size_t mark);
+void rp_arena_release(struct rp_side *s, size_t mark, size_t end);
 /* Sorts an array that is nearly in order already (a few elements out of
  * place) cheaply, any other in qsort's time. */
 void rp_sort_nearly(void *base, size_t n, size_t size,
@@ -695,6 +707,12 @@ struct rp_stream {
 	uint64_t base, windows, max_window, stop_at_all;
 	int cut;
 	size_t arena_mark;
+	/* the next window, read while this one runs (rp_stream_feed): its
+	 * steps, their room, where its part of the arena begins, the rc of
+	 * its reading; fed: that reading happened */
+	struct rp_step *next_step;
+	int next_nstep, next_cap, next_rc, fed;
+	size_t next_mark;
 	struct rp_lane *thr;
 	int nthr, capthr;
 	/* timing of the posts, as replay_report.c's tally keeps it for one
@@ -730,14 +748,27 @@ uint64_t rp_timed_of(const struct rp_side *s);
  * trace has more, 0 at its end, or a negative errno. */
 int rp_again_open(struct rp_job *j, struct rp_side *s, const uint64_t *lim, size_t nlim);
 int rp_again_load(struct rp_job *j, struct rp_side *s);
-/* A retired window's part of the arena (from mark on) given back. */
-void rp_again_discard(struct rp_side *s, size_t mark);
+/* A retired window's part of the arena (from mark up to end, SIZE_MAX: on)
+ * given back. */
+void rp_again_discard(struct rp_side *s, size_t mark, size_t end);
 void rp_again_close(struct rp_side *s);
 /* replay_timeline.c, replay_join.c: the window's steps in order and wired */
 void rp_timeline_window(struct rp_side *s);
 void rp_join_window(struct rp_side *s);
-/* replay_job.c: every lane of every side, each on a thread of its own */
+/* replay_job.c: every lane of every side, each on a thread of its own;
+ * rp_lanes_start and rp_lanes_join the two halves (others: a thread for a
+ * lone lane too, so that the caller can do something else meanwhile) */
+struct rp_thread_arg {
+	struct rp_job *j;
+	struct rp_lane *L;
+};
+struct rp_lanes_run {
+	struct rp_thread_arg *args;
+	uint8_t *own;
+};
 void rp_run_lanes(struct rp_job *j);
+int rp_lanes_start(struct rp_job *j, struct rp_lanes_run *r, int others);
+void rp_lanes_join(struct rp_job *j, struct rp_lanes_run *r);
 /* replay_run.c, replay_report.c: what a window leaves behind */
 void rp_collect_completions(struct rp_job *j, struct rp_side *s);
 void rp_match_trim(struct rp_job *j, struct rp_side *s);

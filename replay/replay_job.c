@@ -16,11 +16,6 @@
 
 #include "replay/replay_int.h"
 
-struct rp_thread_arg {
-	struct rp_job *j;
-	struct rp_lane *L;
-};
-
 static void *rp_thread(void *arg)
 {
 	struct rp_thread_arg *a = arg;
@@ -222,36 +217,46 @@ static int rp_job_setup(struct rp_job *j)
 }
 
 /* One thread per recorded thread (lane) of every side (the caller's own when
- * there is one in all, or when a thread cannot be had: such a lane runs after
- * the others, which then wait for its order only up to the poll timeout), all
- * from the agreed start; then each side's completions, and those it owes. */
-void rp_run_lanes(struct rp_job *j)
+ * there is one in all and others is 0, or when a thread cannot be had: such a
+ * lane runs in rp_lanes_join, after the others, which then wait for its order
+ * only up to the poll timeout), all from the agreed start. Each lane takes the
+ * side's steps as they are now. 1 when every lane is on a thread of its own
+ * (the caller is free until rp_lanes_join). */
+int rp_lanes_start(struct rp_job *j, struct rp_lanes_run *r, int others)
 {
-	struct rp_thread_arg *args;
-	int n = 0, k = 0;
-	uint8_t *own;
+	int n = 0, k = 0, all = 1;
 
 	for (int i = 0; i < j->nside; i++)
 		n += j->side[i].nlane;
-	args = calloc((size_t)n + 1, sizeof(*args));
-	own = calloc((size_t)n + 1, 1);
+	r->args = calloc((size_t)n + 1, sizeof(*r->args));
+	r->own = calloc((size_t)n + 1, 1);
 	for (int i = 0; i < j->nside; i++)
 		for (int l = 0; l < j->side[i].nlane; l++, k++) {
 			struct rp_lane *L = &j->side[i].lane[l];
 
 			L->stop_why = j->side[i].pre.stop_why;
-			if (!args || !own)
-				continue;
-			args[k] = (struct rp_thread_arg){ j, L };
-			own[k] = n > 1 &&
-				 !pthread_create(&L->thr, NULL, rp_thread, &args[k]);
+			L->step = j->side[i].step;
+			L->nstep = j->side[i].nstep;
+			if (r->args && r->own) {
+				r->args[k] = (struct rp_thread_arg){ j, L };
+				r->own[k] = (n > 1 || others) &&
+					    !pthread_create(&L->thr, NULL, rp_thread,
+							    &r->args[k]);
+			}
+			all &= r->own && r->own[k];
 		}
-	k = 0;
+	return all;
+}
+
+void rp_lanes_join(struct rp_job *j, struct rp_lanes_run *r)
+{
+	int k = 0;
+
 	for (int i = 0; i < j->nside; i++)
 		for (int l = 0; l < j->side[i].nlane; l++, k++) {
 			struct rp_lane *L = &j->side[i].lane[l];
 
-			if (own && own[k]) {
+			if (r->own && r->own[k]) {
 				pthread_join(L->thr, NULL);
 				continue;
 			}
@@ -259,8 +264,19 @@ void rp_run_lanes(struct rp_job *j)
 			rp_run_lane(j, L);
 			rp_go_realtime(j, 0);
 		}
-	free(args);
-	free(own);
+	free(r->args);
+	free(r->own);
+	*r = (struct rp_lanes_run){ 0 };
+}
+
+/* Every lane of every side run, then each side's completions, and those it
+ * owes. */
+void rp_run_lanes(struct rp_job *j)
+{
+	struct rp_lanes_run r;
+
+	rp_lanes_start(j, &r, 0);
+	rp_lanes_join(j, &r);
 }
 
 static void rp_job_run_sides(struct rp_job *j)

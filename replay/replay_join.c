@@ -189,7 +189,8 @@ static void rp_join_push(struct rp_loading *ld, struct rbt_model_qp *mq, int cq,
 		q->rec_count[c->recv ? 1 : 0]++;
 	}
 	if (!ld->over)
-		rp_wclist_push(&q->rec_wc[c->recv ? 1 : 0], &r);
+		rp_wclist_push(&(ld->ahead ? q->rec_next : q->rec_wc)[c->recv ? 1 : 0],
+			       &r);
 }
 
 static void rp_join_completion(void *arg, struct rbt_model_qp *qp,

@@ -1060,24 +1060,27 @@ static void rp_ahead_done(struct rp_ahead *a)
 
 /* The arena of side s from mark on, given back: by the thread while the next
  * window runs (free costs the run's pause as much as malloc), else now. */
-void rp_again_discard(struct rp_side *s, size_t mark)
+void rp_again_discard(struct rp_side *s, size_t mark, size_t end)
 {
 	struct rp_ahead *a = s->sm->ahead;
+	size_t k = mark;
 
+	if (end > s->ar.nallocs)
+		end = s->ar.nallocs;
 	if (a && a->threaded) {
 		pthread_mutex_lock(&a->mu);
-		if (!a->finished) {
-			for (size_t k = mark; k < s->ar.nallocs; k++)
-				if (RP_GROW(a->trash, a->ntrash, a->captrash))
-					a->trash[a->ntrash++] = s->ar.allocs[k];
-				else
-					free(s->ar.allocs[k]);
-			s->ar.nallocs = mark;
-			pthread_cond_broadcast(&a->cv);
-		}
+		for (; !a->finished && k < end; k++)
+			if (RP_GROW(a->trash, a->ntrash, a->captrash))
+				a->trash[a->ntrash++] = s->ar.allocs[k];
+			else
+				free(s->ar.allocs[k]);
+		pthread_cond_broadcast(&a->cv);
 		pthread_mutex_unlock(&a->mu);
 	}
-	rp_arena_release(s, mark); /* what is left of it */
+	/* the thread has [mark, k): what is left of the range is freed now */
+	for (size_t i = mark; i < k; i++)
+		s->ar.allocs[i] = NULL;
+	rp_arena_release(s, mark, end);
 }
 
 static void rp_ahead_free(struct rp_ahead *a)

@@ -551,7 +551,7 @@ static int rp_step_cq_event(struct rp_job *j, struct rp_lane *L, struct rp_step 
 		if (getenv("RBTRACE_REPLAY_DEBUG"))
 			fprintf(j->log,
 				"%s: step %d: no completion event on channel fd %d\n",
-				s->path, rp_step_no(s, (int)(st - s->step)), ch->fd);
+				s->path, rp_step_no(s, (int)(st - L->step)), ch->fd);
 	}
 	st->t_exit = rp_now_ns();
 	return stop;
@@ -860,16 +860,21 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 	uint64_t anchor[2] = { j->t0, j->same_clock ? j->rec_epoch : s->rec_epoch_ns };
 	int n = L->idx ? L->n : L->to - L->from, cur = -1;
 
+	if (!L->step) { /* not started by rp_lanes_start */
+		L->step = s->step;
+		L->nstep = s->nstep;
+	}
 	if (L->anchored) /* streamed: where its window before left it */
 		memcpy(anchor, L->anchor, sizeof(anchor));
 	L->stop_at = -1;
 	if (L->stop_why) {
-		L->stop_at = L->idx ? (L->n ? L->idx[0] : s->nstep) : L->from;
+		L->stop_at = L->idx ? (L->n ? L->idx[0] : L->nstep) : L->from;
+		L->ended_ns = rp_now_ns();
 		return;
 	}
 	for (int k = 0; k < n; k++) {
 		int i = L->idx ? L->idx[k] : L->from + k;
-		struct rp_step *st = &s->step[i];
+		struct rp_step *st = &L->step[i];
 		const struct rbt_event *e = st->ev;
 		struct ibv_send_wr *bs;
 
@@ -978,6 +983,7 @@ out:
 	memcpy(L->anchor, anchor, sizeof(anchor));
 	L->anchored = 1;
 	rp_lane_publish(L, n);
+	L->ended_ns = rp_now_ns();
 }
 
 /* A shared machine preempts a spinning replayer for milliseconds; SCHED_FIFO keeps

@@ -103,12 +103,21 @@ size_t rp_arena_mark(struct rp_side *s)
 	return s->ar.nallocs;
 }
 
-void rp_arena_release(struct rp_side *s, size_t mark)
+void rp_arena_release(struct rp_side *s, size_t mark, size_t end)
 {
-	for (size_t k = mark; k < s->ar.nallocs; k++)
-		free(s->ar.allocs[k]);
-	s->ar.nallocs = mark;
-	s->ar.bump_left = 0;
+	struct rp_arena *a = &s->ar;
+	size_t n = a->nallocs;
+
+	if (end > n)
+		end = n;
+	for (size_t k = mark; k < end; k++)
+		free(a->allocs[k]);
+	/* what was kept after end (the next window's, read while this one
+	 * ran) moves down, the chunk being handed out among it */
+	memmove(a->allocs + mark, a->allocs + end, (n - end) * sizeof(*a->allocs));
+	a->nallocs = n - (end - mark);
+	if (end == n) /* the chunk being handed out was given back */
+		a->bump_left = 0;
 }
 
 void rp_sort_nearly(void *base, size_t n, size_t size,
@@ -294,6 +303,7 @@ void rp_side_free(struct rp_side *s)
 		for (int k = 0; k < 2; k++) {
 			free(s->qp[i].rec_wc[k].v);
 			free(s->qp[i].rep_wc[k].v);
+			free(s->qp[i].rec_next[k].v);
 		}
 		free(s->qp[i].send_ids.v);
 		free(s->qp[i].recv_ids.v);

@@ -9,7 +9,11 @@
  * their completions matched against the recording's and dropped, their timing
  * added to counts and a sample - before the next window is fed to the model
  * and prepared. The windows' ends are planned before the run, so each side's
- * reader thread (replay_load.c: rp_ahead) decodes window N+1 while N runs.
+ * reader thread (replay_load.c: rp_ahead) decodes window N+1 while N runs,
+ * and the run's thread feeds N+1 to the model while N's lanes run on threads
+ * of their own (rp_stream_feed_ahead: into step arrays, completion lists and
+ * arena blocks the running window does not use; made the window's once N is
+ * retired). What is left of the pause is N+1's preparation.
  * Windows end at one recorded time on every side, so what a step waits for (a
  * peer's send before its poll) is in its window or an earlier one.
  *
@@ -30,6 +34,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,6 +131,7 @@ void rp_stream_free(struct rp_side *s)
 		return;
 	rp_again_close(s);
 	rp_deps_carry_free(s->sm);
+	free(s->sm->next_step);
 	free(s->sm->mark);
 	free(s->sm->smp.late);
 	free(s->sm->smp.own);
@@ -272,8 +278,83 @@ static int rp_stream_open(struct rp_job *j, struct rp_side *s, const uint64_t *l
 	return rc;
 }
 
-/* One window of every side read, prepared and given its lane. rc of the
- * readings: 1 when some side has more. */
+/* RBTRACE_REPLAY_FEED_AHEAD=0: each window is read in the pause before it
+ * (for measurements and tests); else the next one is read while the window
+ * before runs. */
+static int rp_feed_ahead_wanted(void)
+{
+	const char *e = getenv("RBTRACE_REPLAY_FEED_AHEAD");
+
+	return !e || strcmp(e, "0") != 0;
+}
+
+/* Side s's next window read (its events fed to the model, its steps made)
+ * in the pause before it: rc of rp_again_load. */
+static int rp_stream_feed(struct rp_job *j, struct rp_side *s)
+{
+	s->sm->arena_mark = rp_arena_mark(s);
+	s->nstep = 0;
+	return rp_again_load(j, s);
+}
+
+/* Side s's next window read while the window before runs, on the run's
+ * thread: into next_step (s->step is the reading's for that while; the
+ * lanes run from the pointer they were started with, L->step), its recorded
+ * completions into rec_next, its memory from next_mark on. Nothing of it
+ * is the running window's, nor read by its lanes; rp_stream_take makes it
+ * the window once the one before is retired. */
+static void rp_stream_feed_ahead(struct rp_job *j, struct rp_side *s)
+{
+	struct rp_stream *sm = s->sm;
+	struct rp_step *step = s->step;
+	int n = s->nstep, cap = sm->ld->capstep;
+
+	sm->next_mark = rp_arena_mark(s);
+	s->step = sm->next_step;
+	s->nstep = 0;
+	sm->ld->capstep = sm->next_cap;
+	sm->ld->ahead = 1;
+	sm->next_rc = rp_again_load(j, s);
+	sm->ld->ahead = 0;
+	sm->next_step = s->step;
+	sm->next_nstep = s->nstep;
+	sm->next_cap = sm->ld->capstep;
+	s->step = step;
+	s->nstep = n;
+	sm->ld->capstep = cap;
+	sm->fed = 1;
+}
+
+/* The window read ahead becomes the side's (after the one before it was
+ * retired: its part of the arena moved down to arena_mark): rc of its
+ * reading. The retired window's step array is the next reading's room. */
+static int rp_stream_take(struct rp_side *s)
+{
+	struct rp_stream *sm = s->sm;
+	struct rp_step *old = s->step;
+	int cap = sm->ld->capstep;
+
+	s->step = sm->next_step;
+	s->nstep = sm->next_nstep;
+	sm->ld->capstep = sm->next_cap;
+	sm->next_step = old;
+	sm->next_cap = cap;
+	sm->next_nstep = 0;
+	sm->fed = 0;
+	for (int i = 0; i < s->nqp; i++)
+		for (int d = 0; d < 2; d++) {
+			struct rp_wclist *l = &s->qp[i].rec_next[d];
+
+			for (uint32_t k = 0; k < l->n; k++)
+				rp_wclist_push(&s->qp[i].rec_wc[d], &l->v[k]);
+			l->n = 0;
+		}
+	return sm->next_rc;
+}
+
+/* One window of every side read (now, or while the window before ran),
+ * prepared and given its lanes. rc of the readings: 1 when some side has
+ * more. */
 static int rp_stream_fill(struct rp_job *j, int *more)
 {
 	int rc;
@@ -283,9 +364,7 @@ static int rp_stream_fill(struct rp_job *j, int *more)
 		struct rp_side *s = &j->side[i];
 		struct rp_stream *sm = s->sm;
 
-		sm->arena_mark = rp_arena_mark(s);
-		s->nstep = 0;
-		rc = rp_again_load(j, s);
+		rc = sm->fed ? rp_stream_take(s) : rp_stream_feed(j, s);
 		if (rc < 0)
 			return rc;
 		*more |= rc;
@@ -320,6 +399,27 @@ static int rp_stream_fill(struct rp_job *j, int *more)
 	if (!rc)
 		rc = rp_ud_order_setup(j);
 	return rc < 0 ? rp_fail(j, rc, "out of memory while streaming") : 0;
+}
+
+/* The window's lanes, on threads of their own; meanwhile (more: there is a
+ * next window) every side's next window is read. When the lanes ran. */
+static uint64_t rp_stream_window_run(struct rp_job *j, int more)
+{
+	int ahead = more && rp_feed_ahead_wanted();
+	struct rp_lanes_run r;
+	uint64_t end = 0;
+
+	if (rp_lanes_start(j, &r, ahead) && ahead)
+		for (int i = 0; i < j->nside; i++)
+			rp_stream_feed_ahead(j, &j->side[i]);
+	rp_lanes_join(j, &r);
+	/* the run stood still from its last lane's end (the reading may have
+	 * taken longer than the window) */
+	for (int i = 0; i < j->nside; i++)
+		for (int l = 0; l < j->side[i].nlane; l++)
+			if (j->side[i].lane[l].ended_ns > end)
+				end = j->side[i].lane[l].ended_ns;
+	return end ? end : rp_now_ns();
 }
 
 /* What the window's lanes did, onto the side; 1 when it stopped. */
@@ -374,7 +474,8 @@ static void rp_stream_retire(struct rp_job *j, struct rp_side *s)
 		sm->cut = 1;
 	}
 	rp_match_trim(j, s);
-	rp_again_discard(s, sm->arena_mark);
+	/* up to the next window's, when that one was read while this ran */
+	rp_again_discard(s, sm->arena_mark, sm->fed ? sm->next_mark : SIZE_MAX);
 	s->lane = NULL;
 	s->nlane = 0;
 	s->inline_pool = NULL;
@@ -455,8 +556,7 @@ void rp_stream_run(struct rp_job *j)
 					j->side[i].lane[l].stop_why = 0;
 			}
 			rp_stream_resume(j, ran_until, ran_until == t0);
-			rp_run_lanes(j);
-			ran_until = rp_now_ns();
+			ran_until = rp_stream_window_run(j, more);
 		}
 		for (int i = 0; i < j->nside; i++) {
 			struct rp_side *s = &j->side[i];

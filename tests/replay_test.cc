@@ -224,16 +224,19 @@ TEST_F(ReplaySoftnic, StreamedPollBegunBeforeItsSendStaysInItsWindow)
 {
 	std::string d =
 		Synth("waiting", "--scenario waiting --iters 400 --interval-us 20");
-	// the reader's thread decoding ahead (default), and the run's thread
-	// reading each window itself: the same windows either way
-	for (const char *t : { "asap", "recorded", "asap-read-ahead-0" }) {
-		std::string out, timing = t;
-		bool ahead = timing.find("-0") == std::string::npos;
+	// the reader's thread decoding ahead and the next window read while
+	// one runs (default), the run's thread decoding each window itself, and
+	// each window read in the pause before it: the same windows every way
+	for (const char *t : { "asap", "recorded", "asap-read-ahead-0",
+			       "asap-feed-ahead-0", "recorded-feed-ahead-0" }) {
+		std::string out, timing = t, knob;
 
+		if (timing.find("read-ahead-0") != std::string::npos)
+			knob = "RBTRACE_REPLAY_READ_AHEAD=0 ";
+		if (timing.find("feed-ahead-0") != std::string::npos)
+			knob = "RBTRACE_REPLAY_FEED_AHEAD=0 ";
 		timing = timing.substr(0, timing.find('-'));
-		EXPECT_EQ(0, sh(env_ + " RBTRACE_REPLAY_WINDOW=12 " +
-					(ahead ? "" : "RBTRACE_REPLAY_READ_AHEAD=0 ") +
-					kRbtrace +
+		EXPECT_EQ(0, sh(env_ + " RBTRACE_REPLAY_WINDOW=12 " + knob + kRbtrace +
 					" replay --poll-timeout 300 --timing=" + timing +
 					" " + d + "/a.rbt " + d + "/b.rbt",
 				&out))
