@@ -100,6 +100,10 @@ struct rp_pending {
 	int any, touched;
 	struct rp_write *v;
 	int n, cap;
+	/* v by destination and writer (at, key): 1 + index, 0 empty; hcap a
+	 * power of two over twice n, or 0 when it must be made again */
+	int *hx;
+	uint32_t hcap;
 };
 
 #define RP_DEPS_CARRY 65536 /* pending WRITEs a thread carries, at most */
@@ -146,8 +150,10 @@ void rp_deps_carry_free(struct rp_stream *sm)
 		free(dc->sq[q].w);
 		free(dc->sq[q].sig);
 	}
-	for (int k = 0; k < dc->nslot; k++)
+	for (int k = 0; k < dc->nslot; k++) {
 		free(dc->slot[k].v);
+		free(dc->slot[k].hx);
+	}
 	free(dc->sq);
 	free(dc->ord);
 	free(dc->slot);
@@ -443,44 +449,83 @@ static int rp_step_polled_recv(const struct rp_step *st)
 	return 0;
 }
 
-static int rp_cmp_dest(const void *a, const void *b)
+static uint32_t rp_dest_hash(const struct rp_write *w)
 {
-	const struct rp_write *x = a, *y = b;
+	uint64_t h = ((uint64_t)(uintptr_t)w->at ^ ((uint64_t)w->key << 40)) *
+		     0x9e3779b97f4a7c15ull;
 
-	if (x->at != y->at)
-		return (uintptr_t)x->at < (uintptr_t)y->at ? -1 : 1;
-	if (x->key != y->key)
-		return x->key < y->key ? -1 : 1;
-	return x->ord > y->ord ? -1 : x->ord < y->ord; /* the latest first */
+	return (uint32_t)(h >> 32);
+}
+
+/* p's index of its entries by destination and writer, made again for n+1. */
+static int rp_pending_index(struct rp_pending *p)
+{
+	uint32_t cap = p->hcap ? p->hcap : 64;
+
+	while ((uint64_t)cap < 2 * ((uint64_t)p->n + 1))
+		cap *= 2;
+	if (cap != p->hcap || !p->hx) {
+		int *hx = realloc(p->hx, cap * sizeof(*hx));
+
+		if (!hx)
+			return -ENOMEM;
+		p->hx = hx;
+	}
+	memset(p->hx, 0, cap * sizeof(*p->hx));
+	p->hcap = cap;
+	for (int k = 0; k < p->n; k++) {
+		uint32_t h = rp_dest_hash(&p->v[k]) & (cap - 1);
+
+		while (p->hx[h])
+			h = (h + 1) & (cap - 1);
+		p->hx[h] = k + 1;
+	}
+	return 0;
 }
 
 /* What a thread carries: only the latest WRITE per destination and writer
  * (waiting for it is waiting for the earlier ones; its completion is the
- * later one), the latest RP_DEPS_CARRY of those. */
+ * later one), kept so as they come (rp_pending_push); here the latest
+ * RP_DEPS_CARRY of those, by post time. */
 static void rp_pending_trim(struct rp_deps_carry *dc, struct rp_pending *p)
 {
-	int n = 0;
+	int n = p->n;
 
-	if (!p->n)
+	if (!n)
 		return;
-	qsort(p->v, (size_t)p->n, sizeof(*p->v), rp_cmp_dest);
-	for (int k = 0; k < p->n; k++)
-		if (!n || p->v[k].at != p->v[n - 1].at || p->v[k].key != p->v[n - 1].key)
-			p->v[n++] = p->v[k];
-	qsort(p->v, (size_t)n, sizeof(*p->v), rp_cmp_post);
+	/* in the order they came, but where a later one took an earlier's
+	 * place: a few runs */
+	rp_sort_runs(p->v, (size_t)n, sizeof(*p->v), rp_cmp_post);
 	if (n > RP_DEPS_CARRY) {
 		dc->dropped += (uint64_t)(n - RP_DEPS_CARRY);
 		memmove(p->v, p->v + n - RP_DEPS_CARRY, RP_DEPS_CARRY * sizeof(*p->v));
 		n = RP_DEPS_CARRY;
 	}
 	p->n = n;
+	p->hcap = 0; /* the places moved */
 }
 
+/* w onto p: in place of p's WRITE to the same destination by the same
+ * writer when w is later, else after them. */
 static int rp_pending_push(struct rp_pending *p, const struct rp_write *w)
 {
+	uint32_t h;
+
+	if ((!p->hcap || 2 * ((uint64_t)p->n + 1) > p->hcap) && rp_pending_index(p) < 0)
+		return -ENOMEM;
+	for (h = rp_dest_hash(w) & (p->hcap - 1); p->hx[h]; h = (h + 1) & (p->hcap - 1)) {
+		struct rp_write *o = &p->v[p->hx[h] - 1];
+
+		if (o->at == w->at && o->key == w->key) {
+			if (w->ord > o->ord)
+				*o = *w;
+			return 0;
+		}
+	}
 	if (!RP_GROW(p->v, p->n, p->cap))
 		return -ENOMEM;
 	p->v[p->n++] = *w;
+	p->hx[h] = p->n;
 	return 0;
 }
 
@@ -631,7 +676,8 @@ static int rp_deps_window(struct rp_side *b, const struct rp_write *cand, int nc
 			if (ncand)
 				memcpy(lc + n, cand, (size_t)ncand * sizeof(*lc));
 			n += ncand;
-			qsort(lc, (size_t)n, sizeof(*lc), rp_cmp_post);
+			/* two runs by post time: what it carried, the window's */
+			rp_sort_runs(lc, (size_t)n, sizeof(*lc), rp_cmp_post);
 			for (int k = 0; k < n; k++)
 				lat[k] = lc[k].at;
 			/* nothing carried, nothing new: no step of it waits */
@@ -645,9 +691,11 @@ static int rp_deps_window(struct rp_side *b, const struct rp_write *cand, int nc
 		to = rp_slot(dc, L->stream, 0);
 		if (!to) {
 			free(next.v);
+			free(next.hx);
 			return -ENOMEM;
 		}
 		free(to->v);
+		free(to->hx);
 		next.stream = L->stream;
 		next.touched = 1;
 		*to = next;
@@ -753,7 +801,8 @@ int rp_deps_setup(struct rp_job *j)
 			}
 			cand[nc++] = ws.v[k];
 		}
-		qsort(cand, (size_t)nc, sizeof(*cand), rp_cmp_post);
+		/* each side's WRITEs came in its steps' time order: a run each */
+		rp_sort_runs(cand, (size_t)nc, sizeof(*cand), rp_cmp_post);
 		for (int k = 0; k < nc; k++)
 			at[k] = cand[k].at;
 		for (int l = 0; l < B->nlane && !rc && !B->sm; l++)

@@ -603,6 +603,10 @@ void rp_arena_release(struct rp_side *s, size_t mark, size_t end);
  * place) cheaply, any other in qsort's time. */
 void rp_sort_nearly(void *base, size_t n, size_t size,
 		    int (*cmp)(const void *, const void *));
+/* Sorts an array made of a few sorted runs (two lists sorted already, put
+ * one after the other): the runs merged, stable; O(n log runs). */
+void rp_sort_runs(void *base, size_t n, size_t size,
+		  int (*cmp)(const void *, const void *));
 void rp_side_free(struct rp_side *s);
 uint64_t rp_abs_ns(const struct rp_side *s, uint64_t ticks);
 /* The host's clock, on which events of traces of one host are compared: the

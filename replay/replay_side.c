@@ -145,6 +145,76 @@ void rp_sort_nearly(void *base, size_t n, size_t size,
 	free(tmp);
 }
 
+/* Merges the sorted runs [a, m) and [m, e) of elements of size bytes into out,
+ * the left one first between equals. */
+static void rp_merge(const char *a, const char *m, const char *e, char *out, size_t size,
+		     int (*cmp)(const void *, const void *))
+{
+	const char *l = a, *r = m;
+
+	while (l < m && r < e) {
+		const char **t = cmp(l, r) <= 0 ? &l : &r;
+
+		memcpy(out, *t, size);
+		out += size;
+		*t += size;
+	}
+	memcpy(out, l, (size_t)(m - l));
+	memcpy(out + (m - l), r, (size_t)(e - r));
+}
+
+void rp_sort_runs(void *base, size_t n, size_t size,
+		  int (*cmp)(const void *, const void *))
+{
+	char *b = base, *tmp, *src, *dst;
+	size_t *run, nrun = 0;
+
+	if (n < 2)
+		return;
+	run = malloc((n + 1) * sizeof(*run));
+	tmp = malloc(n * size);
+	if (!run || !tmp) {
+		free(run);
+		free(tmp);
+		qsort(base, n, size, cmp);
+		return;
+	}
+	/* where each ascending run starts, and the end */
+	run[nrun++] = 0;
+	for (size_t i = 1; i < n; i++)
+		if (cmp(b + (i - 1) * size, b + i * size) > 0)
+			run[nrun++] = i;
+	run[nrun] = n;
+	/* pairs of neighbouring runs merged, between the array and tmp, until
+	 * one is left */
+	src = b;
+	dst = tmp;
+	while (nrun > 1) {
+		size_t k = 0, w = 0;
+
+		for (; k + 1 < nrun; k += 2, w++) {
+			rp_merge(src + run[k] * size, src + run[k + 1] * size,
+				 src + run[k + 2] * size, dst + run[k] * size, size, cmp);
+			run[w] = run[k];
+		}
+		if (k < nrun) { /* an odd one out: copied as it is */
+			memcpy(dst + run[k] * size, src + run[k] * size,
+			       (run[k + 1] - run[k]) * size);
+			run[w++] = run[k];
+		}
+		run[w] = n;
+		nrun = w;
+		char *t = src;
+
+		src = dst;
+		dst = t;
+	}
+	if (src != b)
+		memcpy(b, src, n * size);
+	free(run);
+	free(tmp);
+}
+
 void rp_wclist_push(struct rp_wclist *l, const struct rp_wcrec *w)
 {
 	if (l->n == l->cap) {

@@ -116,10 +116,13 @@ PY
 # Streamed (replay_stream.c): windows of 150 steps, so the dependencies are
 # inferred window by window with what the windows before left pending (the
 # WRITE ordinals, the WRITEs not yet completed or not yet waited for); the
-# same checks as in memory, exact counts included.
-for timing in recorded asap deps; do
-	echo "== streamed, windows of 150 steps, --timing=$timing"
-	RBTRACE_REPLAY_WINDOW=150 timeout 120 "$RBTRACE" replay --softnic --json --timing=$timing \
+# same checks as in memory, exact counts included. Each timing twice: each
+# window read in the pause before it, and read while the window before runs
+# (RBTRACE_REPLAY_FEED_AHEAD; by default only with a CPU more than the lanes).
+for run in recorded:0 asap:0 deps:0 recorded:1 asap:1 deps:1; do
+	timing=${run%:*}
+	echo "== streamed, windows of 150 steps, --timing=$timing, RBTRACE_REPLAY_FEED_AHEAD=${run#*:}"
+	RBTRACE_REPLAY_FEED_AHEAD=${run#*:} RBTRACE_REPLAY_WINDOW=150 timeout 120 "$RBTRACE" replay --softnic --json --timing=$timing \
 		"$tmp/srv.rbt" "$tmp/c0.rbt" "$tmp/c1.rbt" >"$tmp/win-$timing.json" 2>"$tmp/win-$timing.err" ||
 		{ cat "$tmp/win-$timing.json" "$tmp/win-$timing.err"; fail "streamed, $timing"; }
 	windows "$tmp/win-$timing.json" "$tmp/win-$timing.err" 5
