@@ -85,30 +85,57 @@ static struct rp_sender *rp_sender_of(struct rp_senders *t, uint32_t src)
 	return &t->v[t->n++];
 }
 
+static int rp_cmp_src(const void *a, const void *b, void *arg)
+{
+	const struct rp_sender *v = arg;
+	uint32_t x = v[*(const int *)a].src, y = v[*(const int *)b].src;
+
+	return x < y ? -1 : x > y;
+}
+
 /* The front of l: of each sender, its first min(nr, np) messages, in sender
  * order (the rest after, in the order they came); *nfront their count.
+ * Each sender's messages keep the order they came in, as rp_cmp_sender
+ * orders them (their order grows along l): a counting sort by sender.
  * 0: out of memory. */
 static int rp_front(struct rp_wclist *l, struct rp_senders *t, uint32_t *nfront)
 {
 	struct rp_wcrec *tmp = malloc(((size_t)l->n + 1) * sizeof(*tmp));
-	uint32_t f = 0, b = 0;
+	uint32_t *pos = malloc(((size_t)t->n + 1) * sizeof(*pos));
+	int *by = malloc(((size_t)t->n + 1) * sizeof(*by));
+	uint32_t f = 0, b;
 
-	if (!tmp)
+	if (!tmp || !pos || !by) {
+		free(tmp);
+		free(pos);
+		free(by);
 		return 0;
+	}
+	/* each sender's place in the front: after those of lower numbers */
 	for (int k = 0; k < t->n; k++)
-		t->v[k].seen = 0;
+		by[k] = k;
+	qsort_r(by, (size_t)t->n, sizeof(*by), rp_cmp_src, t->v);
+	for (int k = 0; k < t->n; k++) {
+		struct rp_sender *x = &t->v[by[k]];
+
+		pos[by[k]] = f;
+		f += x->nr < x->np ? x->nr : x->np;
+		x->seen = 0;
+	}
+	b = f;
 	for (uint32_t k = 0; k < l->n; k++) {
 		struct rp_sender *x = rp_sender_of(t, l->v[k].src_qp);
 		uint32_t m = x ? (x->nr < x->np ? x->nr : x->np) : 0;
 
 		if (x && x->seen++ < m)
-			l->v[f++] = l->v[k];
+			tmp[pos[x - t->v]++] = l->v[k];
 		else
 			tmp[b++] = l->v[k];
 	}
-	qsort(l->v, f, sizeof(*l->v), rp_cmp_sender);
-	memcpy(l->v + f, tmp, (size_t)b * sizeof(*tmp));
+	memcpy(l->v, tmp, (size_t)l->n * sizeof(*tmp));
 	free(tmp);
+	free(pos);
+	free(by);
 	*nfront = f;
 	return 1;
 }

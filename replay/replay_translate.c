@@ -696,10 +696,11 @@ int rp_ud_order_setup(struct rp_job *j)
 			while (n--)
 				st->qp->recv_ts[st->qp->nrecv_ts++] = st->ev->ts;
 		}
+		/* the steps are in time order: nearly always one run */
 		for (int q = 0; q < s->nqp; q++)
 			if (s->qp[q].recv_ts)
-				qsort(s->qp[q].recv_ts, s->qp[q].nrecv_ts,
-				      sizeof(uint64_t), rp_u64_cmp);
+				rp_sort_runs(s->qp[q].recv_ts, s->qp[q].nrecv_ts,
+					     sizeof(uint64_t), rp_u64_cmp);
 	}
 	for (int si = 0; si < j->nside; si++) {
 		struct rp_side *s = &j->side[si];
@@ -714,12 +715,17 @@ int rp_ud_order_setup(struct rp_job *j)
 			    st->qp->rec.qp_type != IBV_QPT_UD || p->ret)
 				continue;
 			for (uint32_t w = 0; w < p->n_wrs; w++) {
-				/* the QP the send goes to (rp_translate_dest) */
-				const struct rp_dir_qp *d = rp_dir_qp_by_rec(
-					j, s->idx, (uint32_t)p->wrs[w].remote_qpn);
+				const struct rp_dir_qp *d;
 				struct rp_qp *q;
 				uint32_t lo = 0, hi;
 
+				/* a list of sends to one QP (a postlist): its
+				 * wait is the first WR's */
+				if (w && p->wrs[w].remote_qpn == p->wrs[w - 1].remote_qpn)
+					continue;
+				/* the QP the send goes to (rp_translate_dest) */
+				d = rp_dir_qp_by_rec(j, s->idx,
+						     (uint32_t)p->wrs[w].remote_qpn);
 				if (!d || d->side < 0 || d->side >= j->nside ||
 				    strcmp(j->side[d->side].host, s->host))
 					continue;
