@@ -22,7 +22,8 @@
  *    hosts have no common clock the replay can trust to a bound smaller than
  *    such gaps: those candidates are counted as ambiguous and not inferred.
  * Enforcement holds on real hardware: every replayed WRITE whose first SGE
- * has 8 bytes or more carries a tag in the first 8 bytes of its payload (the
+ * has 8 bytes or more (streamed: that a thread may still wait for, struct
+ * rp_waitable) carries a tag in the first 8 bytes of its payload (the
  * writer's key and the WRITE's ordinal on its QP; the rest of the recorded
  * payload is unchanged). At the start, not the end: a program that reuses a
  * slot (HERD's request window) writes it again from the same address with
@@ -258,8 +259,76 @@ static void rp_sq_compact(struct rp_sq *q)
 	q->head = 0;
 }
 
-/* Side s's WRITEs: tagged at post time, dated by their completions. */
-static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws)
+/* Streamed: the recorded QPs a WRITE to which a thread may wait for in this
+ * window or a later one - those of the sides with posts left, and of the
+ * sides they poll (rp_deps_polled_by). NULL with n 0: any (in memory, or out
+ * of memory). */
+struct rp_waitable {
+	uint32_t *qpn;
+	int n;
+};
+
+static int rp_cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int rp_side_posts(const struct rp_side *s)
+{
+	int n = 0;
+
+	for (int i = 0; i < s->nstep; i++)
+		n += s->step[i].type == RBT_EV_POST_SEND ||
+		     s->step[i].type == RBT_EV_POST_RECV ||
+		     s->step[i].type == RBT_EV_POST_SRQ_RECV;
+	return n;
+}
+
+static int rp_deps_polled_by(struct rp_job *j, struct rp_side *c, struct rp_side *b);
+
+static void rp_waitable_make(struct rp_job *j, struct rp_waitable *wt)
+{
+	int n = 0;
+
+	*wt = (struct rp_waitable){ 0 };
+	for (int i = 0; i < j->nside; i++) {
+		struct rp_stream *sm = j->side[i].sm;
+		int here = rp_side_posts(&j->side[i]);
+
+		if (!sm)
+			return; /* in memory: every side waits, as it may */
+		sm->posts_seen += (uint64_t)here;
+		sm->can_wait = here > 0 || sm->posts_seen < sm->nposts_all;
+		n += j->side[i].nqp;
+	}
+	wt->qpn = malloc(((size_t)n + 1) * sizeof(*wt->qpn));
+	for (int c = 0; wt->qpn && c < j->nside; c++) {
+		struct rp_side *C = &j->side[c];
+		int in = 0;
+
+		for (int b = 0; b < j->nside && !in; b++)
+			in = j->side[b].sm->can_wait &&
+			     (b == c || rp_deps_polled_by(j, C, &j->side[b]));
+		for (int q = 0; q < C->nqp && in; q++)
+			wt->qpn[wt->n++] = (uint32_t)C->qp[q].rec.qp_num;
+	}
+	if (wt->qpn)
+		qsort(wt->qpn, (size_t)wt->n, sizeof(*wt->qpn), rp_cmp_u32);
+}
+
+/* Whether a WRITE to recorded QP qpn may be waited for. */
+static int rp_waitable_has(const struct rp_waitable *wt, uint32_t qpn)
+{
+	return !wt || !wt->qpn ||
+	       bsearch(&qpn, wt->qpn, (size_t)wt->n, sizeof(*wt->qpn), rp_cmp_u32);
+}
+
+/* Side s's WRITEs: tagged at post time, dated by their completions; streamed,
+ * only those a thread may wait for (wt). */
+static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws,
+			  const struct rp_waitable *wt)
 {
 	struct rp_side *s = &j->side[si];
 	struct rp_deps_carry *dc = s->sm ? rp_carry(s) : NULL;
@@ -280,6 +349,12 @@ static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws)
 		struct rp_step *st = &s->step[i];
 		const struct rbt_event *e = st->ev;
 
+		/* a QP whose WRITEs no thread can wait for any more (the
+		 * waitable only shrink: its later WRITEs neither) is neither
+		 * tagged nor dated */
+		if (st->type == RBT_EV_POST_SEND && st->qp &&
+		    !rp_waitable_has(wt, (uint32_t)st->qp->rec_dest_qpn))
+			continue;
 		if (e->type == RBT_EV_POST_SEND && st->qp && e->u.post_send.ret == 0) {
 			const struct rbt_ev_post_send *p = &e->u.post_send;
 			int qi = (int)(st->qp - s->qp);
@@ -360,7 +435,7 @@ static int rp_deps_writes(struct rp_job *j, int si, struct rp_writes *ws)
 				for (int n = 0; w->qp_num && n < s->nqp && !q; n++)
 					if (s->qp[n].rec.qp_num == w->qp_num)
 						q = &s->qp[n];
-				if (q)
+				if (q && rp_waitable_has(wt, (uint32_t)q->rec_dest_qpn))
 					rp_sq_done(&x, &sq[q - s->qp],
 						   rp_deps_clock(s, p->ts_exit));
 			}
@@ -719,8 +794,10 @@ static int rp_deps_window(struct rp_side *b, const struct rp_write *cand, int nc
  * them too, replay_net.c). */
 int rp_deps_collect(struct rp_job *j)
 {
+	struct rp_waitable wt;
 	int rc = 0;
 
+	rp_waitable_make(j, &wt);
 	for (int i = 0; i < j->nside && !rc; i++) {
 		const struct rp_stream *sm = j->side[i].sm;
 
@@ -728,8 +805,9 @@ int rp_deps_collect(struct rp_job *j)
 		 * each window's sweep of its steps would find none */
 		if (sm && !sm->nwrkey && !sm->wrkey_all)
 			continue;
-		rc = rp_deps_writes(j, i, &j->writes);
+		rc = rp_deps_writes(j, i, &j->writes, &wt);
 	}
+	free(wt.qpn);
 	return rc;
 }
 
@@ -772,6 +850,10 @@ int rp_deps_setup(struct rp_job *j)
 	}
 	for (int b = 0; b < j->nside && !rc; b++) {
 		struct rp_side *B = &j->side[b];
+
+		/* streamed, no post left: it never waits, nor carries */
+		if (B->sm && !B->sm->can_wait)
+			continue;
 		struct rp_write *cand = malloc(((size_t)ws.n + 1) * sizeof(*cand));
 		uint8_t **at = malloc(((size_t)ws.n + 1) * sizeof(*at));
 		int nc = 0, polled[RP_MAX_SIDES];

@@ -692,6 +692,11 @@ struct rp_stream {
 	/* memory dependencies over the whole trace (replay_deps.c): whether it
 	 * posts sends at all, the rkeys its WRITEs name (all: more than fit) */
 	int posts_send, wrkey_all, nwrkey;
+	/* its posts from the start on (first reading), and those of the windows
+	 * read so far: a side with none left never waits for a WRITE
+	 * (can_wait, for the window being read) */
+	uint64_t nposts_all, posts_seen;
+	int can_wait;
 	uint32_t wrkey[RP_STREAM_WRKEYS];
 	/* what inferring them carries from one window to the next */
 	struct rp_deps_carry *dc;

@@ -90,6 +90,8 @@ void rp_stream_note(struct rp_loading *ld, const struct rbt_event *ev, uint64_t 
 		ld->s->qp[ld->s->nqp - 1].mid_run = 1;
 	if (rp_is_work(t) && rec_ns > sm->last_work_ns)
 		sm->last_work_ns = rec_ns;
+	if (ld->started && rp_is_work(t) && t != RBT_EV_POLL_CQ)
+		sm->nposts_all++;
 	if (t == RBT_EV_POST_SEND)
 		rp_deps_note(sm, ev);
 	if (sm->why_not)
