@@ -288,6 +288,8 @@ static int rp_side_posts(const struct rp_side *s)
 
 static int rp_deps_polled_by(struct rp_job *j, struct rp_side *c, struct rp_side *b);
 
+/* The waitable QPs of the window just read; each side's posts of the windows
+ * so far and can_wait advanced with it (once a window: rp_deps_collect). */
 static void rp_waitable_make(struct rp_job *j, struct rp_waitable *wt)
 {
 	int n = 0;

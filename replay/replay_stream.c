@@ -310,6 +310,22 @@ static int rp_stream_feed(struct rp_job *j, struct rp_side *s)
 	return rp_again_load(j, s);
 }
 
+/* The side's step array (the one its window runs from, and the loader's
+ * room in it) traded for the one the next window is read into. */
+static void rp_steps_swap(struct rp_side *s)
+{
+	struct rp_stream *sm = s->sm;
+	struct rp_step *step = s->step;
+	int n = s->nstep, cap = sm->ld->capstep;
+
+	s->step = sm->next_step;
+	s->nstep = sm->next_nstep;
+	sm->ld->capstep = sm->next_cap;
+	sm->next_step = step;
+	sm->next_nstep = n;
+	sm->next_cap = cap;
+}
+
 /* Side s's next window read while the window before runs, on the run's
  * thread: into next_step (s->step is the reading's for that while; the
  * lanes run from the pointer they were started with, L->step), its recorded
@@ -319,22 +335,14 @@ static int rp_stream_feed(struct rp_job *j, struct rp_side *s)
 static void rp_stream_feed_ahead(struct rp_job *j, struct rp_side *s)
 {
 	struct rp_stream *sm = s->sm;
-	struct rp_step *step = s->step;
-	int n = s->nstep, cap = sm->ld->capstep;
 
 	sm->next_mark = rp_arena_mark(s);
-	s->step = sm->next_step;
+	rp_steps_swap(s);
 	s->nstep = 0;
-	sm->ld->capstep = sm->next_cap;
 	sm->ld->ahead = 1;
 	sm->next_rc = rp_again_load(j, s);
 	sm->ld->ahead = 0;
-	sm->next_step = s->step;
-	sm->next_nstep = s->nstep;
-	sm->next_cap = sm->ld->capstep;
-	s->step = step;
-	s->nstep = n;
-	sm->ld->capstep = cap;
+	rp_steps_swap(s);
 	sm->fed = 1;
 }
 
@@ -344,14 +352,8 @@ static void rp_stream_feed_ahead(struct rp_job *j, struct rp_side *s)
 static int rp_stream_take(struct rp_side *s)
 {
 	struct rp_stream *sm = s->sm;
-	struct rp_step *old = s->step;
-	int cap = sm->ld->capstep;
 
-	s->step = sm->next_step;
-	s->nstep = sm->next_nstep;
-	sm->ld->capstep = sm->next_cap;
-	sm->next_step = old;
-	sm->next_cap = cap;
+	rp_steps_swap(s);
 	sm->next_nstep = 0;
 	sm->fed = 0;
 	for (int i = 0; i < s->nqp; i++)
