@@ -250,6 +250,13 @@ struct rp_step {
 	struct rp_srq *srq;
 	uint64_t rec_ns; /* recorded entry time, absolute mono ns */
 	uint64_t rec_exit_ns;
+	/* what the lane needs of the event, so that running a post or a poll
+	 * reads none (a cache miss per step, measured): the recorded return
+	 * of a post or req_notify, a poll's recorded completion count, and
+	 * whether a send carries payloads to copy in (rp_translate_send) */
+	int64_t rec_ret;
+	uint32_t nwc;
+	int payloads;
 	/* prepared before the run */
 	struct ibv_send_wr *swr;
 	struct ibv_recv_wr *rwr;

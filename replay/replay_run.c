@@ -373,8 +373,7 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 			uint64_t gap_ns)
 {
 	struct rp_side *s = L->s;
-	const struct rbt_ev_poll_cq *p = &st->ev->u.poll_cq;
-	uint32_t want = p->n_wcs;
+	uint32_t want = st->nwc;
 	/* Once the process has diverged, waiting the full time at every poll
 	 * would only make the report late: 200 ms for a few, then 10 ms, and no
 	 * more than the side's budget allows in all. */
@@ -399,7 +398,7 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 		int n;
 
 		if (fitting) {
-			n = rp_poll_fitting(s, st, p);
+			n = rp_poll_fitting(s, st, &st->ev->u.poll_cq);
 			if (n < 0) {
 				rp_diverge(j, "%s: step %d: ibv_poll_cq failed (%d)",
 					   s->path, rp_step_no(s, i), n);
@@ -875,7 +874,8 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 	for (int k = 0; k < n; k++) {
 		int i = L->idx ? L->idx[k] : L->from + k;
 		struct rp_step *st = &L->step[i];
-		const struct rbt_event *e = st->ev;
+		const struct rbt_event *e = st->ev; /* read only off the common path */
+		uint32_t ty = st->type;
 		struct ibv_send_wr *bs;
 
 		cur = i;
@@ -887,27 +887,26 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 		if (rp_must_stop(j, L))
 			goto stop;
 		if (s->nlane > 1 && L->idx &&
-		    (e->type == RBT_EV_POST_SEND || e->type == RBT_EV_POST_RECV ||
-		     e->type == RBT_EV_POST_SRQ_RECV || e->type == RBT_EV_QP_MODIFY) &&
+		    (ty == RBT_EV_POST_SEND || ty == RBT_EV_POST_RECV ||
+		     ty == RBT_EV_POST_SRQ_RECV || ty == RBT_EV_QP_MODIFY) &&
 		    rp_gate_wait(j, L, st, i))
 			goto stop;
 		/* a QP created mid-run whose creation failed (diverged there) */
-		if ((e->type == RBT_EV_POST_SEND || e->type == RBT_EV_POST_RECV ||
-		     e->type == RBT_EV_QP_MODIFY) &&
+		if ((ty == RBT_EV_POST_SEND || ty == RBT_EV_POST_RECV ||
+		     ty == RBT_EV_QP_MODIFY) &&
 		    !st->qp->qp) {
 			st->skipped = 1;
 			rp_diverge(j,
 				   "%s: step %d: %s on QP %llu, which the replay does "
 				   "not have (now)",
-				   s->path, rp_step_no(s, i), rbt_event_name(e->type),
+				   s->path, rp_step_no(s, i), rbt_event_name(ty),
 				   (unsigned long long)st->qp->rec.qp_num);
 			continue;
 		}
-		if (e->type == RBT_EV_QP_MODIFY &&
-		    (e->u.qp_modify.attr_mask & IBV_QP_STATE) &&
+		if (ty == RBT_EV_QP_MODIFY && (e->u.qp_modify.attr_mask & IBV_QP_STATE) &&
 		    e->u.qp_modify.qp_state == IBV_QPS_ERR && rp_err_wait(j, L, st, i))
 			goto stop;
-		switch (e->type) {
+		switch (ty) {
 		case RBT_EV_QP_MODIFY:
 			rp_step_modify(j, s, st, i);
 			break;
@@ -926,7 +925,8 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 				goto stop;
 			if (st->ud_dest && !j->deps_off && rp_ud_wait(j, L, st, i))
 				goto stop;
-			rp_copy_payloads(st);
+			if (st->payloads)
+				rp_copy_payloads(st);
 			rp_apply_fixes(st);
 			if (st->dx && st->dx->tags)
 				rp_deps_tag(st);
@@ -940,7 +940,7 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			break;
 		case RBT_EV_POST_RECV:
 		case RBT_EV_POST_SRQ_RECV:
-			rp_step_recv(st, e->type == RBT_EV_POST_SRQ_RECV);
+			rp_step_recv(st, ty == RBT_EV_POST_SRQ_RECV);
 			break;
 		case RBT_EV_POLL_CQ:
 			if (rp_step_poll(j, L, st, i, rp_poll_gap(j, L, st, anchor[1])))
@@ -952,12 +952,12 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			st->t_issue = rp_now_ns();
 			st->ret = ibv_req_notify_cq(st->cq->cq,
 						    (int)e->u.req_notify.solicited_only);
-			if ((st->ret == 0) != (e->u.req_notify.ret == 0))
+			if ((st->ret == 0) != (st->rec_ret == 0))
 				rp_diverge(j,
 					   "%s: step %d: ibv_req_notify_cq returned "
 					   "%lld, recorded %lld",
 					   s->path, rp_step_no(s, i), (long long)st->ret,
-					   (long long)e->u.req_notify.ret);
+					   (long long)st->rec_ret);
 			st->t_exit = st->t_issue;
 			break;
 		case RBT_EV_GET_CQ_EVENT:
@@ -967,13 +967,9 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 			anchor[1] = st->rec_exit_ns;
 			break;
 		}
-		if (e->type == RBT_EV_POST_SEND || e->type == RBT_EV_POST_RECV ||
-		    e->type == RBT_EV_POST_SRQ_RECV)
-			rp_check_ret(j, s, st, i,
-				     e->type == RBT_EV_POST_SEND ? e->u.post_send.ret
-				     : e->type == RBT_EV_POST_RECV
-					     ? e->u.post_recv.ret
-					     : e->u.post_srq_recv.ret);
+		if (ty == RBT_EV_POST_SEND || ty == RBT_EV_POST_RECV ||
+		    ty == RBT_EV_POST_SRQ_RECV)
+			rp_check_ret(j, s, st, i, st->rec_ret);
 		L->ran++;
 	}
 	goto out;

@@ -118,6 +118,23 @@ int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev)
 	st->rec_ns = rp_abs_ns(s, ev->ts);
 	st->t_issue = ld->seq++;
 	st->obj = rp_resolve(s, ev);
+	switch (ev->type) {
+	case RBT_EV_POST_SEND:
+		st->rec_ret = ev->u.post_send.ret;
+		break;
+	case RBT_EV_POST_RECV:
+		st->rec_ret = ev->u.post_recv.ret;
+		break;
+	case RBT_EV_POST_SRQ_RECV:
+		st->rec_ret = ev->u.post_srq_recv.ret;
+		break;
+	case RBT_EV_REQ_NOTIFY:
+		st->rec_ret = ev->u.req_notify.ret;
+		break;
+	case RBT_EV_POLL_CQ:
+		st->nwc = ev->u.poll_cq.n_wcs;
+		break;
+	}
 	/* An extended poll session (start_poll .. end_poll) may post in between,
 	 * as ibv_rc_pingpong -t does: only its first completion is known to
 	 * precede those posts; the rest are collected at end_poll, by a step of
@@ -133,8 +150,9 @@ int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev)
 	st2 = &s->step[s->nstep++];
 	*st2 = *st;
 	*rest = *st->ev;
-	st->ev->u.poll_cq.n_wcs = 1;
+	st->ev->u.poll_cq.n_wcs = st->nwc = 1;
 	rest->u.poll_cq.n_wcs--;
+	st2->nwc = rest->u.poll_cq.n_wcs;
 	rest->u.poll_cq.wcs++;
 	rest->ts = ev->u.poll_cq.ts_exit;
 	st2->ev = rest;

@@ -504,6 +504,8 @@ static int rp_translate_send(struct rp_job *j, struct rp_side *s, struct rp_step
 		o->opcode = (enum ibv_wr_opcode)r->opcode;
 		o->send_flags = (unsigned)r->send_flags;
 		o->imm_data = htobe32((uint32_t)r->imm_data);
+		if (r->payload.len)
+			st->payloads = 1;
 		for (uint32_t g = 0; g < r->n_sges; g++, k++) {
 			if (rp_map_sge(j, s, &r->sges[g], &st->sges[k], inl, 0, i, st,
 				       nsge + p->n_wrs))
