@@ -879,6 +879,14 @@ void rp_run_lane(struct rp_job *j, struct rp_lane *L)
 		struct ibv_send_wr *bs;
 
 		cur = i;
+		if (k + 1 <
+		    n) { /* the lane's next step: its lines, while this one runs */
+			const char *nx =
+				(const char *)&L->step[L->idx ? L->idx[k + 1] : i + 1];
+
+			for (size_t b = 0; b < sizeof(*st); b += 64)
+				__builtin_prefetch(nx + b, 1);
+		}
 		rp_lane_publish(L, k);
 		if (st->skipped)
 			continue;
