@@ -9,15 +9,15 @@
  *    every post against its schedule, and the replayer's own share of it.
  * 3. Threads: tests/replay_threads (8 threads, one QP each, --yield 1) recorded
  *    at full speed, replayed with --timing=asap from memory (the default for
- *    a trace that fits, RBTRACE_REPLAY_MEMORY_STEPS) and streamed in windows
- *    of 16384 steps, in both --thread-order modes: post rate of the replay
+ *    a trace that fits, RBTRACE_REPLAY_MEMORY_STEPS) and streamed in the
+ *    default windows (RBTRACE_REPLAY_MEMORY_STEPS=0), in both --thread-order modes: post rate of the replay
  *    against the recorded program's (the same trace's span); then recorded
  *    every 50 us and replayed with --timing=recorded: lateness per recorded
  *    thread.
  * 4. Memory: the replayer's peak resident memory (VmHWM, from wait4) replaying
  *    synthetic SEND streams (tests/replay_synth --scenario stream, two traces)
  *    with --timing=asap: from memory (RBTRACE_REPLAY_WINDOW=0) at a small size,
- *    and streamed at 1 M and 10 M posts (--posts N,N,... for others, e.g.
+ *    and streamed (the default windows) at 1 M and 10 M posts (--posts N,N,... for others, e.g.
  *    100000000: the traces take ~200 MB of disk and the replay minutes).
  * Prints numbers, never pass/fail. Needs, built in the same bazel-bin:
  * //cli:rbtrace, //softnic:libibverbs.so.1, //interpose:librbtrace.so and
@@ -124,9 +124,11 @@ static void memory_row(const char *fab, long long posts, int from_memory)
 		return;
 	}
 	snprintf(cmd, sizeof(cmd),
-		 "RBTRACE_REPLAY_WINDOW=%s %s/cli/rbtrace replay --json --timing=asap "
+		 "%s %s/cli/rbtrace replay --json --timing=asap "
 		 "%s/mem/a.rbt %s/mem/b.rbt",
-		 from_memory ? "0" : "16384", bin, fab, fab);
+		 from_memory ? "RBTRACE_REPLAY_WINDOW=0"
+			     : "RBTRACE_REPLAY_MEMORY_STEPS=0",
+		 bin, fab, fab);
 	if (run_rss(cmd, out, sizeof(out), &kb, &secs) != 0 ||
 	    json_num(out, "\"completions\"", "matched") < 0) {
 		printf("  %11lld posts: replay failed: %.300s\n", posts, out);
@@ -290,15 +292,16 @@ threads:
 	printf("replay_bench: 8 threads, one QP each (tests/replay_threads --yield 1, "
 	       "20000 round trips per pair), --timing=asap, 3 runs each: from memory "
 	       "(RBTRACE_REPLAY_WINDOW=0; the default, as it fits) and streamed "
-	       "(windows of 16384 steps), with "
+	       "(the default windows, RBTRACE_REPLAY_MEMORY_STEPS=0), with "
 	       "--thread-order=shared (default) and recorded\n");
 	for (int k = 0; k < 12; k++) {
-		const char *win = k % 4 < 2 ? "0" : "16384";
+		const char *win = k % 4 < 2 ? "RBTRACE_REPLAY_WINDOW=0"
+					    : "RBTRACE_REPLAY_MEMORY_STEPS=0";
 		const char *ord = k % 2 ? "recorded" : "shared";
 		double p, w, rw, pz;
 
 		snprintf(cmd, sizeof(cmd),
-			 "RBTRACE_REPLAY_WINDOW=%s %s/cli/rbtrace replay --json "
+			 "%s %s/cli/rbtrace replay --json "
 			 "--timing=asap --thread-order=%s %s/thr.rbt",
 			 win, bin, ord, fab);
 		o = run(cmd);
@@ -315,7 +318,7 @@ threads:
 		printf("  %-8s %-8s replay %9.0f posts/s, recorded %9.0f posts/s: "
 		       "ratio %.2f, %.2f while running (%.0f of %.0f completions "
 		       "matched, %.0f windows, %.0f cross-thread waits)\n",
-		       win[0] == '0' ? "memory" : "streamed", ord, p / (w / 1e9),
+		       k % 4 < 2 ? "memory" : "streamed", ord, p / (w / 1e9),
 		       p / (rw / 1e9), rw / w, rw / (w - pz),
 		       json_num(o, "\"completions\"", "matched"),
 		       json_num(o, "\"completions\"", "expected"),

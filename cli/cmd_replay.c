@@ -87,7 +87,7 @@ static const char usage[] =
 	"Traces of up to 1 M steps in all (fewer when an eighth of the machine's\n"
 	"memory holds fewer, at 2 kB a step; $RBTRACE_REPLAY_MEMORY_STEPS sets it)\n"
 	"replay from memory. Longer ones are streamed: read again window by window\n"
-	"of 16384 steps ($RBTRACE_REPLAY_WINDOW sets it and then streams every\n"
+	"of 2048 steps ($RBTRACE_REPLAY_WINDOW sets it and then streams every\n"
 	"trace longer than that; 0 never streams; a thread decodes the next window\n"
 	"while one runs, $RBTRACE_REPLAY_READ_AHEAD=0 reads it between windows),\n"
 	"matched and freed as it goes, so memory stays that of a window or three;\n"
