@@ -500,6 +500,25 @@ struct rp_report {
 	pthread_mutex_t lock;
 };
 
+/* A streamed job's lane threads, kept from one window to the next (a thread
+ * made and joined per lane per window: 8 x 251 of them, the 8-thread bench
+ * trace's windows, take 71-74 ms here by themselves). Worker k runs the k-th
+ * lane of each window it is given (gen); replay_job.c. */
+struct rp_pool {
+	pthread_t *thr;
+	struct rp_pool_arg **args; /* each worker's own, freed with the pool */
+	int nthr, inited, stop;
+	pthread_mutex_t mu;
+	pthread_cond_t go, done;
+	uint64_t gen;
+	struct rp_thread_arg *work;
+	int nwork, ndone;
+};
+struct rp_pool_arg {
+	struct rp_job *j;
+	int k;
+};
+
 struct rp_job {
 	const struct rbt_replay_opts *o;
 	FILE *log;
@@ -519,6 +538,7 @@ struct rp_job {
 	_Atomic int diverged; /* some side of this process has diverged (read unlocked) */
 	int deps_off;	      /* RBTRACE_REPLAY_NO_DEPS: inferred, not waited for */
 	struct rp_writes writes; /* every side's WRITEs, the peer's too */
+	struct rp_pool pool;	 /* streamed: the lanes' threads */
 	char hosts[RP_MAX_HOSTS][128];
 	int nhost;
 	/* the listener's peers (--peers), or the connecting side's one */
@@ -786,7 +806,9 @@ struct rp_thread_arg {
 struct rp_lanes_run {
 	struct rp_thread_arg *args;
 	uint8_t *own;
+	int pooled; /* the lanes owned ran on the job's pool (streamed) */
 };
+
 void rp_run_lanes(struct rp_job *j);
 int rp_lanes_start(struct rp_job *j, struct rp_lanes_run *r, int others);
 void rp_lanes_join(struct rp_job *j, struct rp_lanes_run *r);

@@ -100,8 +100,11 @@ static struct rp_job *rp_job_new(const struct rbt_replay_opts *o, int ntraces)
 	return j;
 }
 
+static void rp_pool_free(struct rp_job *j);
+
 static void rp_job_free(struct rp_job *j)
 {
+	rp_pool_free(j);
 	rp_net_close(j);
 	for (int i = 0; i < j->nside; i++) {
 		rp_teardown_side(&j->side[i]);
@@ -216,6 +219,135 @@ static int rp_job_setup(struct rp_job *j)
 	return rc;
 }
 
+/* Worker k of the job's pool: the k-th lane of every window it is given. */
+static void *rp_pool_thread(void *arg)
+{
+	const struct rp_pool_arg *a = arg;
+	struct rp_pool *p = &a->j->pool;
+	const int k = a->k;
+	uint64_t seen = 0;
+
+	pthread_mutex_lock(&p->mu);
+	for (;;) {
+		while (!p->stop && p->gen == seen)
+			pthread_cond_wait(&p->go, &p->mu);
+		if (p->stop)
+			break;
+		seen = p->gen;
+		if (k >= p->nwork)
+			continue;
+		struct rp_thread_arg w = p->work[k];
+
+		pthread_mutex_unlock(&p->mu);
+		rp_go_realtime(w.j, 1);
+		rp_run_lane(w.j, w.L);
+		pthread_mutex_lock(&p->mu);
+		if (++p->ndone == p->nwork)
+			pthread_cond_signal(&p->done);
+	}
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+/* The pool grown to n workers (made by the run's thread, with its signal
+ * mask, as any lane thread); how many it has. */
+static int rp_pool_grow(struct rp_job *j, int n)
+{
+	struct rp_pool *p = &j->pool;
+
+	if (!p->inited) {
+		if (pthread_mutex_init(&p->mu, NULL))
+			return 0;
+		if (pthread_cond_init(&p->go, NULL)) {
+			pthread_mutex_destroy(&p->mu);
+			return 0;
+		}
+		if (pthread_cond_init(&p->done, NULL)) {
+			pthread_cond_destroy(&p->go);
+			pthread_mutex_destroy(&p->mu);
+			return 0;
+		}
+		p->inited = 1;
+	}
+	while (p->nthr < n) {
+		pthread_t *t = realloc(p->thr, (size_t)(p->nthr + 1) * sizeof(*t));
+		struct rp_pool_arg **v =
+			realloc(p->args, (size_t)(p->nthr + 1) * sizeof(*v));
+		struct rp_pool_arg *a;
+
+		if (t)
+			p->thr = t;
+		if (v)
+			p->args = v;
+		if (!t || !v || !(a = malloc(sizeof(*a))))
+			break;
+		*a = (struct rp_pool_arg){ j, p->nthr };
+		if (pthread_create(&p->thr[p->nthr], NULL, rp_pool_thread, a)) {
+			free(a);
+			break;
+		}
+		p->args[p->nthr++] = a;
+	}
+	return p->nthr;
+}
+
+/* The pool's workers ended and joined (at the job's end). */
+static void rp_pool_free(struct rp_job *j)
+{
+	struct rp_pool *p = &j->pool;
+
+	if (!p->inited)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->stop = 1;
+	pthread_cond_broadcast(&p->go);
+	pthread_mutex_unlock(&p->mu);
+	for (int k = 0; k < p->nthr; k++)
+		pthread_join(p->thr[k], NULL);
+	pthread_cond_destroy(&p->go);
+	pthread_cond_destroy(&p->done);
+	pthread_mutex_destroy(&p->mu);
+	for (int k = 0; k < p->nthr; k++)
+		free(p->args[k]);
+	free(p->thr);
+	free(p->args);
+	*p = (struct rp_pool){ 0 };
+}
+
+/* rp_lanes_start for a streamed job: its n lanes given to the pool's
+ * workers (the first ones, as many as it has: the rest run in
+ * rp_lanes_join). */
+static int rp_lanes_pool(struct rp_job *j, struct rp_lanes_run *r, int n)
+{
+	struct rp_pool *p = &j->pool;
+	int m = rp_pool_grow(j, n), k = 0;
+
+	if (m > n) /* a window before had more lanes */
+		m = n;
+
+	for (int i = 0; i < j->nside; i++)
+		for (int l = 0; l < j->side[i].nlane; l++, k++) {
+			struct rp_lane *L = &j->side[i].lane[l];
+
+			L->stop_why = j->side[i].pre.stop_why;
+			L->step = j->side[i].step;
+			L->nstep = j->side[i].nstep;
+			r->args[k] = (struct rp_thread_arg){ j, L };
+			r->own[k] = k < m;
+		}
+	if (!m)
+		return 0;
+	pthread_mutex_lock(&p->mu);
+	p->work = r->args;
+	p->nwork = m;
+	p->ndone = 0;
+	p->gen++;
+	pthread_cond_broadcast(&p->go);
+	pthread_mutex_unlock(&p->mu);
+	r->pooled = 1;
+	return m == n;
+}
+
 /* One thread per recorded thread (lane) of every side (the caller's own when
  * there is one in all and others is 0, or when a thread cannot be had: such a
  * lane runs in rp_lanes_join, after the others, which then wait for its order
@@ -230,6 +362,9 @@ int rp_lanes_start(struct rp_job *j, struct rp_lanes_run *r, int others)
 		n += j->side[i].nlane;
 	r->args = calloc((size_t)n + 1, sizeof(*r->args));
 	r->own = calloc((size_t)n + 1, 1);
+	r->pooled = 0;
+	if (j->stream && (n > 1 || others) && r->args && r->own)
+		return rp_lanes_pool(j, r, n);
 	for (int i = 0; i < j->nside; i++)
 		for (int l = 0; l < j->side[i].nlane; l++, k++) {
 			struct rp_lane *L = &j->side[i].lane[l];
@@ -252,12 +387,24 @@ void rp_lanes_join(struct rp_job *j, struct rp_lanes_run *r)
 {
 	int k = 0;
 
+	if (r->pooled) {
+		struct rp_pool *p = &j->pool;
+
+		pthread_mutex_lock(&p->mu);
+		while (p->ndone < p->nwork)
+			pthread_cond_wait(&p->done, &p->mu);
+		p->nwork = 0;
+		p->work = NULL;
+		pthread_mutex_unlock(&p->mu);
+	}
+
 	for (int i = 0; i < j->nside; i++)
 		for (int l = 0; l < j->side[i].nlane; l++, k++) {
 			struct rp_lane *L = &j->side[i].lane[l];
 
 			if (r->own && r->own[k]) {
-				pthread_join(L->thr, NULL);
+				if (!r->pooled)
+					pthread_join(L->thr, NULL);
 				continue;
 			}
 			rp_go_realtime(j, 1);
