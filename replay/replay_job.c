@@ -352,8 +352,9 @@ static int rp_lanes_pool(struct rp_job *j, struct rp_lanes_run *r, int n)
  * there is one in all and others is 0, or when a thread cannot be had: such a
  * lane runs in rp_lanes_join, after the others, which then wait for its order
  * only up to the poll timeout), all from the agreed start. Each lane takes the
- * side's steps as they are now. 1 when every lane is on a thread of its own
- * (the caller is free until rp_lanes_join). */
+ * side's steps as they are now; a streamed job's lanes run on its pool's
+ * threads (rp_lanes_pool). 1 when every lane is on a thread of its own (the
+ * caller is free until rp_lanes_join). */
 int rp_lanes_start(struct rp_job *j, struct rp_lanes_run *r, int others)
 {
 	int n = 0, k = 0, all = 1;
