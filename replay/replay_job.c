@@ -314,6 +314,17 @@ static void rp_pool_free(struct rp_job *j)
 	*p = (struct rp_pool){ 0 };
 }
 
+/* Lane l of side i, made to run from the side's steps as they are now. */
+static struct rp_lane *rp_lane_ready(struct rp_job *j, int i, int l)
+{
+	struct rp_lane *L = &j->side[i].lane[l];
+
+	L->stop_why = j->side[i].pre.stop_why;
+	L->step = j->side[i].step;
+	L->nstep = j->side[i].nstep;
+	return L;
+}
+
 /* rp_lanes_start for a streamed job: its n lanes given to the pool's
  * workers (the first ones, as many as it has: the rest run in
  * rp_lanes_join). */
@@ -327,12 +338,7 @@ static int rp_lanes_pool(struct rp_job *j, struct rp_lanes_run *r, int n)
 
 	for (int i = 0; i < j->nside; i++)
 		for (int l = 0; l < j->side[i].nlane; l++, k++) {
-			struct rp_lane *L = &j->side[i].lane[l];
-
-			L->stop_why = j->side[i].pre.stop_why;
-			L->step = j->side[i].step;
-			L->nstep = j->side[i].nstep;
-			r->args[k] = (struct rp_thread_arg){ j, L };
+			r->args[k] = (struct rp_thread_arg){ j, rp_lane_ready(j, i, l) };
 			r->own[k] = k < m;
 		}
 	if (!m)
@@ -368,11 +374,8 @@ int rp_lanes_start(struct rp_job *j, struct rp_lanes_run *r, int others)
 		return rp_lanes_pool(j, r, n);
 	for (int i = 0; i < j->nside; i++)
 		for (int l = 0; l < j->side[i].nlane; l++, k++) {
-			struct rp_lane *L = &j->side[i].lane[l];
+			struct rp_lane *L = rp_lane_ready(j, i, l);
 
-			L->stop_why = j->side[i].pre.stop_why;
-			L->step = j->side[i].step;
-			L->nstep = j->side[i].nstep;
 			if (r->args && r->own) {
 				r->args[k] = (struct rp_thread_arg){ j, L };
 				r->own[k] = (n > 1 || others) &&
