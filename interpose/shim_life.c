@@ -199,6 +199,7 @@ static int rbt_start_recorder(void)
 	if (rbt_trace_fd < 0)
 		return -1;
 	rbt_barrier_init();
+	atomic_store(&rbt_drainer_tid, 0); /* the new thread says it is up */
 	if (pipe2(rbt_wake_pipe, O_CLOEXEC | O_NONBLOCK)) {
 		rbt_wake_pipe[0] = rbt_wake_pipe[1] = -1;
 	}
@@ -253,9 +254,26 @@ int rbt_start_slow(void)
 	return atomic_load(&rbt_state) == 1;
 }
 
+/* A fork must not catch the writer thread while it is still starting: its start
+ * (inside the C library and, under AddressSanitizer, inside the sanitizer's
+ * allocator) runs outside our locks, and an allocator lock held at fork is held
+ * forever in the child, whose own writer thread then never starts. Past its start
+ * the writer allocates only under rbt_writer_lock, which we take. The wait is
+ * bounded: a writer that is not scheduled for seconds is not worth hanging the
+ * program's fork for. */
+static void rbt_fork_wait_writer_up(void)
+{
+	for (int i = 0; i < 2000 && rbt_drainer_running && !atomic_load(&rbt_drainer_tid);
+	     i++) {
+		struct timespec ms = { 0, 1000000 };
+		nanosleep(&ms, NULL);
+	}
+}
+
 static void rbt_fork_prepare(void)
 {
 	pthread_mutex_lock(&rbt_start_lock);
+	rbt_fork_wait_writer_up();
 	pthread_mutex_lock(&rbt_writer_lock);
 	pthread_mutex_lock(&rbt_reg_lock);
 }
