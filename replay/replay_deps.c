@@ -977,7 +977,7 @@ uint64_t rp_deps_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, i
 		while (!rp_dep_landed(&st->dx->deps[d])) {
 			if (!t0)
 				t0 = rp_now_ns();
-			if ((++spins & 15) == 0)
+			if (rp_wait_yield(j, ++spins))
 				sched_yield();
 			if ((spins & 255) == 0 && rp_signal_caught())
 				return landed;

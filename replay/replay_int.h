@@ -535,6 +535,9 @@ struct rp_job {
 	int peer_is_responder;
 	pthread_barrier_t bar;
 	int poll_timeout_ms;
+	/* more lanes running than CPUs: a waiting lane gives its CPU away at
+	 * every empty turn (rp_wait_yield) */
+	int crowded;
 	_Atomic int diverged; /* some side of this process has diverged (read unlocked) */
 	int deps_off;	      /* RBTRACE_REPLAY_NO_DEPS: inferred, not waited for */
 	struct rp_writes writes; /* every side's WRITEs, the peer's too */
@@ -811,6 +814,17 @@ struct rp_lanes_run {
 
 void rp_run_lanes(struct rp_job *j);
 int rp_lanes_start(struct rp_job *j, struct rp_lanes_run *r, int others);
+/* The CPUs this process may run on. */
+long rp_ncpu(void);
+/* A lane's turn number spins of a wait that found nothing: whether to yield
+ * the CPU now. Several lanes and CPUs enough for them: every 16th turn (the
+ * lane waited for runs elsewhere; spinning sees its step sooner). More lanes
+ * than CPUs: every turn, as the lane waited for may need this CPU (8 lanes of
+ * ping-pongs on 2 CPUs: 6-8 % faster than every 16th). */
+static inline int rp_wait_yield(const struct rp_job *j, unsigned spins)
+{
+	return j->crowded || (spins & 15) == 0;
+}
 void rp_lanes_join(struct rp_job *j, struct rp_lanes_run *r);
 /* replay_run.c, replay_report.c: what a window leaves behind */
 void rp_collect_completions(struct rp_job *j, struct rp_side *s);

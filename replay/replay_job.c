@@ -10,6 +10,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -354,6 +355,15 @@ static int rp_lanes_pool(struct rp_job *j, struct rp_lanes_run *r, int n)
 	return m == n;
 }
 
+long rp_ncpu(void)
+{
+	cpu_set_t set;
+
+	return sched_getaffinity(0, sizeof(set), &set) == 0
+		       ? CPU_COUNT(&set)
+		       : sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 /* One thread per recorded thread (lane) of every side (the caller's own when
  * there is one in all and others is 0, or when a thread cannot be had: such a
  * lane runs in rp_lanes_join, after the others, which then wait for its order
@@ -367,6 +377,7 @@ int rp_lanes_start(struct rp_job *j, struct rp_lanes_run *r, int others)
 
 	for (int i = 0; i < j->nside; i++)
 		n += j->side[i].nlane;
+	j->crowded = n > 1 && n > rp_ncpu();
 	r->args = calloc((size_t)n + 1, sizeof(*r->args));
 	r->own = calloc((size_t)n + 1, 1);
 	r->pooled = 0;

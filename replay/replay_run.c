@@ -464,7 +464,7 @@ static int rp_step_poll(struct rp_job *j, struct rp_lane *L, struct rp_step *st,
 		}
 		/* several recorded threads: the one that will produce this
 		 * completion may be waiting for this CPU */
-		if (s->nlane > 1 && (spins & 15) == 0)
+		if (s->nlane > 1 && rp_wait_yield(j, spins))
 			sched_yield();
 	}
 	st->t_exit = rp_now_ns();
@@ -583,7 +583,7 @@ static int rp_spin_once(struct rp_job *j, struct rp_lane *L, struct rp_spin *w)
 	}
 	/* the thread waited for may need this CPU (more recorded threads than
 	 * CPUs): give it way often */
-	if ((++w->spins & 15) == 0)
+	if (rp_wait_yield(j, ++w->spins))
 		sched_yield();
 	if ((w->spins & 255) == 0) {
 		if (rp_must_stop(j, L))
@@ -771,7 +771,7 @@ static int rp_err_wait(struct rp_job *j, struct rp_lane *L, struct rp_step *st, 
 		return 1;
 	L->xwaits++;
 	while (__atomic_load_n(&p->live_send_ok, __ATOMIC_ACQUIRE) < q->err_peer_ok) {
-		if ((++spins & 15) == 0)
+		if (rp_wait_yield(j, ++spins))
 			sched_yield();
 		if ((spins & 255) == 0) {
 			if (rp_must_stop(j, L))

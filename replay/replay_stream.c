@@ -290,15 +290,10 @@ static int rp_stream_open(struct rp_job *j, struct rp_side *s, const uint64_t *l
 static int rp_feed_ahead_wanted(int nlane)
 {
 	const char *e = getenv("RBTRACE_REPLAY_FEED_AHEAD");
-	cpu_set_t set;
-	long ncpu;
 
 	if (e && *e)
 		return strcmp(e, "0") != 0;
-	ncpu = sched_getaffinity(0, sizeof(set), &set) == 0
-		       ? CPU_COUNT(&set)
-		       : sysconf(_SC_NPROCESSORS_ONLN);
-	return ncpu > nlane;
+	return rp_ncpu() > nlane;
 }
 
 /* Side s's next window read (its events fed to the model, its steps made)
