@@ -536,8 +536,11 @@ struct rp_job {
 	pthread_barrier_t bar;
 	int poll_timeout_ms;
 	/* more lanes running than CPUs: a waiting lane gives its CPU away at
-	 * every empty turn (rp_wait_yield) */
+	 * every empty turn (rp_wait_yield); for the report, the most lanes a
+	 * crowded run (or window) had and the CPUs they shared */
 	int crowded;
+	int crowd_lanes;
+	long crowd_cpus;
 	_Atomic int diverged; /* some side of this process has diverged (read unlocked) */
 	int deps_off;	      /* RBTRACE_REPLAY_NO_DEPS: inferred, not waited for */
 	struct rp_writes writes; /* every side's WRITEs, the peer's too */

@@ -374,10 +374,15 @@ long rp_ncpu(void)
 int rp_lanes_start(struct rp_job *j, struct rp_lanes_run *r, int others)
 {
 	int n = 0, k = 0, all = 1;
+	long ncpu = rp_ncpu();
 
 	for (int i = 0; i < j->nside; i++)
 		n += j->side[i].nlane;
-	j->crowded = n > 1 && n > rp_ncpu();
+	j->crowded = n > 1 && n > ncpu;
+	if (j->crowded && n > j->crowd_lanes) {
+		j->crowd_lanes = n;
+		j->crowd_cpus = ncpu;
+	}
 	r->args = calloc((size_t)n + 1, sizeof(*r->args));
 	r->own = calloc((size_t)n + 1, 1);
 	r->pooled = 0;

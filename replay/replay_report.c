@@ -820,6 +820,12 @@ static void rp_report_text(struct rp_job *j, FILE *f, size_t nlate,
 		fprintf(f, "  post rate while running %.0f/s\n",
 			(double)sum->posts * 1e9 / (sum->wall_ns - sum->paused_ns));
 	rp_res_text(j, f);
+	if (j->crowd_lanes)
+		fprintf(f,
+			"threads: %d lanes on %ld CPUs: a lane that waits gives its CPU "
+			"away at every empty turn, and the run's rate follows the "
+			"switches between them\n",
+			j->crowd_lanes, j->crowd_cpus);
 	for (int si = 0; si < j->nside; si++) {
 		const struct rp_side *s = &j->side[si];
 

@@ -21,6 +21,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -806,6 +807,16 @@ TEST_F(ReplayRecorded, EightThreadsOnEightQpsReplayPerThread)
 	EXPECT_NE(std::string::npos,
 		  out.find("8 recorded threads, each replayed by its own"))
 		<< out;
+	// More lanes than CPUs: the report says so (and the lanes yield at every
+	// empty turn); with 8 CPUs or more, nothing is said.
+	cpu_set_t cpus;
+	ASSERT_EQ(0, sched_getaffinity(0, sizeof(cpus), &cpus));
+	int ncpu = CPU_COUNT(&cpus);
+	std::string crowd = "threads: 8 lanes on " + std::to_string(ncpu) + " CPUs:";
+	if (ncpu < 8)
+		EXPECT_NE(std::string::npos, out.find(crowd)) << out;
+	else
+		EXPECT_EQ(std::string::npos, out.find("lanes on ")) << out;
 }
 
 // Threads that share nothing (8 threads on 8 QPs, each its own CQ, no relay):
