@@ -6,6 +6,7 @@
  * without a change here.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,17 +141,31 @@ static void mt_fix_event(struct mt_arena *a, struct rbt_event *dst,
 	}
 }
 
+size_t rbt_model_event_head_size(const struct rbt_event *ev)
+{
+	switch (ev->type) {
+#define MT_HEAD_CASE(NAME, id, lname) \
+	case RBT_EV_##NAME:           \
+		return offsetof(struct rbt_event, u) + sizeof(ev->u.lname);
+		RBT_EVENT_LIST(MT_HEAD_CASE)
+#undef MT_HEAD_CASE
+	default:
+		return sizeof(*ev);
+	}
+}
+
 size_t rbt_model_event_size(const struct rbt_event *ev)
 {
-	struct mt_arena a = { .base = NULL, .off = sizeof(*ev) };
+	struct mt_arena a = { .base = NULL, .off = rbt_model_event_head_size(ev) };
 	mt_fix_event(&a, NULL, ev);
 	return a.off;
 }
 
 struct rbt_event *rbt_model_event_copy_to(void *buf, const struct rbt_event *ev)
 {
-	struct mt_arena a = { .base = buf, .off = sizeof(*ev) };
-	memcpy(buf, ev, sizeof(*ev));
+	size_t head = rbt_model_event_head_size(ev);
+	struct mt_arena a = { .base = buf, .off = head };
+	memcpy(buf, ev, head);
 	mt_fix_event(&a, buf, ev);
 	return buf;
 }

@@ -395,12 +395,18 @@ struct rbt_model_stats {
 void rbt_model_stats(const struct rbt_model *m, struct rbt_model_stats *out);
 
 /* A deep copy of an event (arrays, strings, blobs) in one allocation: free() it.
- * NULL without memory. */
+ * NULL without memory. The copy holds the event's head and the member of u that
+ * its type uses, not the whole union (a post's copy is 80 bytes of head, not
+ * sizeof(struct rbt_event)): read it through a pointer, and copy it by
+ * rbt_model_event_head_size() bytes, never as a whole struct. */
 struct rbt_event *rbt_model_event_copy(const struct rbt_event *ev);
 /* The same copy into memory the caller has: rbt_model_event_size(ev) bytes,
  * 8-byte aligned; returns buf. */
 size_t rbt_model_event_size(const struct rbt_event *ev);
 struct rbt_event *rbt_model_event_copy_to(void *buf, const struct rbt_event *ev);
+/* The bytes of ev's head and of the member of u its type uses (all of struct
+ * rbt_event for a type this build does not know). */
+size_t rbt_model_event_head_size(const struct rbt_event *ev);
 
 #ifdef __cplusplus
 }

@@ -384,8 +384,10 @@ static int rr_mr(struct rbt_writer *w, const struct rp_side *s, const struct rp_
 static int rr_step(struct rbt_writer *w, struct rp_job *j, const struct rp_side *s,
 		   const struct rp_step *st)
 {
-	struct rbt_event ev = *st->ev;
+	struct rbt_event ev = { 0 };
 	int rc = 0;
+
+	memcpy(&ev, st->ev, rbt_model_event_head_size(st->ev)); /* a compact copy */
 
 	switch (ev.type) {
 	case RBT_EV_QP_MODIFY:

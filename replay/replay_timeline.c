@@ -143,13 +143,13 @@ int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev)
 	    ev->u.poll_cq.n_wcs <= 1)
 		return 0;
 	/* the rest: an event of its own, its completions in the first's copy */
-	rest = rp_alloc(s, sizeof(*rest));
+	rest = rp_alloc(s, rbt_model_event_head_size(st->ev));
 	if (!rest || !RP_GROW(s->step, s->nstep, ld->capstep))
 		return -ENOMEM;
 	st = &s->step[s->nstep - 1];
 	st2 = &s->step[s->nstep++];
 	*st2 = *st;
-	*rest = *st->ev;
+	memcpy(rest, st->ev, rbt_model_event_head_size(st->ev)); /* compact */
 	st->ev->u.poll_cq.n_wcs = st->nwc = 1;
 	rest->u.poll_cq.n_wcs--;
 	st2->nwc = rest->u.poll_cq.n_wcs;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <infiniband/verbs.h>
+#include <stddef.h>
 #include <string.h>
 
 #include <string>
@@ -464,6 +465,42 @@ TEST(Model, EventCopyIsDeep)
 	EXPECT_EQ(5u, c->u.post_send.wrs[0].sges[1].length);
 	EXPECT_NE(&w, c->u.post_send.wrs);
 	free(c);
+}
+
+// A copy holds the head and its type's member of the union, not the whole
+// union: a post's copy is its head, its WR and its sges, far below
+// sizeof(rbt_event) plus them (the replayer keeps one per step).
+TEST(Model, EventCopyIsCompact)
+{
+	rbt_sge sg = { 1, 2, 3 };
+	rbt_send_wr w{};
+	w.wr_id = 7;
+	w.n_sges = 1;
+	w.sges = &sg;
+	rbt_event ev{};
+	ev.type = RBT_EV_POST_SEND;
+	ev.ts = 99;
+	ev.u.post_send.qp_num = 12;
+	ev.u.post_send.n_wrs = 1;
+	ev.u.post_send.wrs = &w;
+	size_t head = offsetof(rbt_event, u) + sizeof(ev.u.post_send);
+	EXPECT_EQ(head, rbt_model_event_head_size(&ev));
+	EXPECT_LT(rbt_model_event_size(&ev), sizeof(rbt_event));
+	EXPECT_GE(rbt_model_event_size(&ev), head + sizeof(w) + sizeof(sg));
+	std::vector<unsigned char> buf(rbt_model_event_size(&ev));
+	rbt_event *c = rbt_model_event_copy_to(buf.data(), &ev);
+	EXPECT_EQ(99u, c->ts);
+	EXPECT_EQ(12u, c->u.post_send.qp_num);
+	EXPECT_EQ(7u, c->u.post_send.wrs[0].wr_id);
+	EXPECT_EQ(3u, c->u.post_send.wrs[0].sges[0].lkey);
+	// every byte of the copy is inside the buffer it was given
+	EXPECT_GE((const unsigned char *)c->u.post_send.wrs, buf.data() + head);
+	EXPECT_LE((const unsigned char *)(c->u.post_send.wrs[0].sges + 1),
+		  buf.data() + buf.size());
+	// a type this build does not know is copied whole
+	rbt_event odd{};
+	odd.type = 0x7fff;
+	EXPECT_EQ(sizeof(rbt_event), rbt_model_event_head_size(&odd));
 }
 
 } // namespace
