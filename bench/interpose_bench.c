@@ -446,18 +446,22 @@ enum { PT_RUNS = 5 };
 /* PT_RUNS rounds of one perftest command, each round running it once per mode
  * (0 untraced, 1 traced, 2 traced with the writers pinned) in turn, so that the
  * machine's load drifts over all modes alike; v[mode] sorted on return. */
+static const char *pt_mode(int m, int pin)
+{
+	return m == 0	? "untraced"
+	       : m == 1 ? "traced"
+	       : pin	? "traced, writers on the other CPU"
+			: "traced, writers pinned";
+}
+
 static void perftest_series(const char *args, const char *col, int nmodes, int pin,
 			    double v[][PT_RUNS], int *port, const char *tmp)
 {
-	static const char *label[] = { "untraced:", "traced:  ",
-				       "traced, writers pinned:",
-				       "traced, writers on the other CPU:" };
-
 	for (int i = 0; i < PT_RUNS; i++)
 		for (int m = 0; m < nmodes; m++)
 			v[m][i] = perftest_run(args, col, m, pin, (*port)++, tmp);
 	for (int m = 0; m < nmodes; m++) {
-		printf("  %s", label[m == 2 && pin ? 3 : m]);
+		printf("  %s:", pt_mode(m, pin));
 		for (int i = 0; i < PT_RUNS; i++)
 			printf(" %.3f", v[m][i]);
 		printf("\n");
@@ -520,11 +524,8 @@ static void perftest(void)
 	for (int m = 1; m < 3; m++)
 		printf("  median %s %.3f us, added %.0f ns (traced/untraced %.3f); "
 		       "lowest %.3f us, added %.0f ns\n",
-		       m == 1 ? "traced"
-		       : pin  ? "traced, writers on the other CPU"
-			      : "traced, writers pinned",
-		       v[m][mid], (v[m][mid] - u) * 1e3, u > 0 ? v[m][mid] / u : 0,
-		       v[m][0], (v[m][0] - v[0][0]) * 1e3);
+		       pt_mode(m, pin), v[m][mid], (v[m][mid] - u) * 1e3,
+		       u > 0 ? v[m][mid] / u : 0, v[m][0], (v[m][0] - v[0][0]) * 1e3);
 	char rm[PATH_MAX + 16];
 	snprintf(rm, sizeof(rm), "rm -rf %s", tmp);
 	if (system(rm))

@@ -90,6 +90,7 @@ int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev)
 	struct rp_side *s = ld->s;
 	struct rp_step *st, *st2;
 	struct rbt_event *rest;
+	size_t head;
 
 	if (ev->type == RBT_EV_POLL_CQ && ev->u.poll_cq.n_wcs == 0)
 		return 0;
@@ -143,13 +144,14 @@ int rp_timeline_add(struct rp_loading *ld, const struct rbt_event *ev)
 	    ev->u.poll_cq.n_wcs <= 1)
 		return 0;
 	/* the rest: an event of its own, its completions in the first's copy */
-	rest = rp_alloc(s, rbt_model_event_head_size(st->ev));
+	head = rbt_model_event_head_size(ev);
+	rest = rp_alloc(s, head);
 	if (!rest || !RP_GROW(s->step, s->nstep, ld->capstep))
 		return -ENOMEM;
 	st = &s->step[s->nstep - 1];
 	st2 = &s->step[s->nstep++];
 	*st2 = *st;
-	memcpy(rest, st->ev, rbt_model_event_head_size(st->ev)); /* compact */
+	memcpy(rest, st->ev, head); /* st->ev is a compact copy (model/rbt_model.h) */
 	st->ev->u.poll_cq.n_wcs = st->nwc = 1;
 	rest->u.poll_cq.n_wcs--;
 	st2->nwc = rest->u.poll_cq.n_wcs;
